@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Trains the seed MLP on Fashion-MNIST with PyTorch on the CPU: the peer for
+ngen's end-to-end training run.
+
+The model is 784 -> 512 ReLU Dropout -> 256 ReLU Dropout -> 10 (--layers and
+--dropout change it), with cross-entropy and Adam(lr 1e-3) over shuffled
+batches; the last short batch is kept, as DataLoader does by default. The
+data are read from the IDX .gz files with gzip and numpy, not torchvision.
+Prints one JSON line per epoch.
+
+    /usr/bin/python3 bench/torch_train.py --epochs 5 --batch 64 --threads 1 --seed 0
+"""
+
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_env  # noqa: E402
+
+DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    """An unsigned-byte IDX file, gzip or plain, as a numpy array."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if raw[:3] != b"\x00\x00\x08":
+        raise SystemExit("%s: not an unsigned-byte IDX file (header %r)" % (path, raw[:4]))
+    ndim = raw[3]
+    dims = struct.unpack(">%dI" % ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(dir, train):
+    prefix = "train" if train else "t10k"
+    paths = [os.path.join(dir, "%s-%s-ubyte.gz" % (prefix, kind)) for kind in ("images-idx3", "labels-idx1")]
+    for p in paths:
+        if not os.path.exists(p):
+            raise SystemExit("%s is missing; install the dataset with the README's setup command (sudo scripts/setup.sh)" % p)
+    images, labels = (read_idx(p) for p in paths)
+    x = images.reshape(len(images), -1).astype(np.float32) / 255
+    return x, labels.astype(np.int64)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--layers", default="784,512,256,10")
+    p.add_argument("--data", default=DEFAULT_DIR, help="directory with the Fashion-MNIST IDX .gz files")
+    a = p.parse_args()
+    layers = [int(s) for s in a.layers.split(",")]
+
+    torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    xtr, ytr = load(a.data, True)
+    xte, yte = load(a.data, False)
+    if layers[0] != xtr.shape[1]:
+        p.error("--layers starts with %d but images have %d pixels" % (layers[0], xtr.shape[1]))
+    xtr, ytr, xte, yte = (torch.from_numpy(v) for v in (xtr, ytr, xte, yte))
+
+    torch.manual_seed(a.seed)
+    mods = []
+    for i in range(len(layers) - 1):
+        mods.append(nn.Linear(layers[i], layers[i + 1]))
+        if i < len(layers) - 2:
+            mods.append(nn.ReLU())
+            if a.dropout > 0:
+                mods.append(nn.Dropout(a.dropout))
+    model = nn.Sequential(*mods)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    shuffle = torch.Generator().manual_seed(a.seed)
+
+    n = len(xtr)
+    for epoch in range(1, a.epochs + 1):
+        model.train()
+        order = torch.randperm(n, generator=shuffle)
+        total, batches = 0.0, 0
+        t0 = time.perf_counter()
+        for s in range(0, n, a.batch):
+            idx = order[s:s + a.batch]
+            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            total += loss.item()
+            batches += 1
+        secs = time.perf_counter() - t0
+
+        model.eval()
+        with torch.no_grad():
+            correct = (model(xte).argmax(1) == yte).sum().item()
+        print(json.dumps({
+            "epoch": epoch,
+            "test_acc": round(correct / len(xte), 4),
+            "train_loss": round(total / batches, 4),
+            "samples_per_s": round(n / secs, 1),
+            "epoch_s": round(secs, 3),
+            "threads": torch.get_num_threads(),
+            "batch": a.batch,
+            "seed": a.seed,
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

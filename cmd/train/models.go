@@ -1,0 +1,35 @@
+package main
+
+import (
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// model is what every generated classifier offers the training loop.
+type model interface {
+	Step(x []float32, y []int32) (float32, error)
+	Predict(x []float32) ([]float32, error)
+	Train()
+	Eval()
+	Save(w io.Writer) error
+	Close() error
+}
+
+var models = map[string]func(dev runtime.Device, batch int, seed uint64) (model, error){
+	"mlp": func(dev runtime.Device, batch int, seed uint64) (model, error) {
+		return mlp.New(dev, mlp.Options{Batch: batch, Seed: seed})
+	},
+}
+
+func modelNames() string {
+	var names []string
+	for n := range models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

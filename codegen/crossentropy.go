@@ -1,0 +1,106 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// ceKernel renders cross-entropy over the last axis, fused with the
+// elementwise prologue that produces the logits and, when the group holds
+// it, with the gradient: a warp per row finds the max, the logsumexp, adds
+// the row's loss to the mean with one atomic per row and writes
+// dlogits = (softmax - onehot) * g / N. The probabilities are recomputed,
+// never stored. A label out of range raises the status flag the runtime
+// checks after the step (naming the op and the user's line).
+func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
+	k := newKernel(p, g)
+	in, out := k.buffers(p, g)
+	root := g.Root
+	logits, labels := root.Args[0], root.Args[1]
+	C := logits.Shape[len(logits.Shape)-1]
+	if C.Sym != "" {
+		return nil, fmt.Errorf("%s (%s): the class dimension must be static, got %s", root.Op, root.Pos, logits.Shape)
+	}
+	status := ""
+	for _, c := range p.Plan.Checks {
+		if c.Kind == "status" {
+			status = k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr})
+		}
+	}
+	if status == "" {
+		return nil, fmt.Errorf("internal error: %s has no status buffer", g.Name)
+	}
+	t := logits.DType.CType()
+	c := k.ctx(t, "")
+	k.sync = true
+	w := &k.body
+	const rowsPerBlock = 8
+	fmt.Fprintf(w, "  const long long rows = %s;\n", k.size(labels.Shape))
+	fmt.Fprintf(w, "  const int C = %d;\n", C.N)
+	fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
+	w.WriteString("  const int lane = threadIdx.x & 31;\n")
+	w.WriteString("  if (row >= rows) return;\n")
+	fmt.Fprintf(w, "  const int label = %s[row];\n", in[labels])
+	w.WriteString("  const bool bad = label < 0 || label >= C;\n")
+	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, 1) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, status, status, status)
+	// x(j) renders the prologue for element j of the row and returns the
+	// logit's expression.
+	x := func(indent, j string) string {
+		fmt.Fprintf(w, "%sconst long long i = row * C + %s;\n", indent, j)
+		e := k.elementwise(p, g, in, "i", indent, w)
+		return k.operand(g, logits, in, e, "i", indent, w)
+	}
+	fmt.Fprintf(w, "  %s mx = -INFINITY;\n", t)
+	w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+	fmt.Fprintf(w, "    mx = %s(mx, %s);\n", c.Math("fmax"), x("    ", "j"))
+	w.WriteString("  }\n  mx = ngen_warp_max(mx);\n")
+	fmt.Fprintf(w, "  %s sum = %s;\n", t, c.Lit(0))
+	w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+	fmt.Fprintf(w, "    sum += %s(%s - mx);\n", c.Math("exp"), x("    ", "j"))
+	w.WriteString("  }\n  sum = ngen_warp_sum(sum);\n")
+	fmt.Fprintf(w, "  const %s lse = mx + %s(sum);\n", t, c.Math("log"))
+	if g.Loss != nil {
+		w.WriteString("  if (lane == 0 && !bad) {\n")
+		xl := x("    ", "label")
+		fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s) / (%s)rows);\n", out[g.Loss], xl, t)
+		w.WriteString("  }\n")
+	}
+	// Prologue values used outside the kernel are stored in the last pass.
+	var stores []*ir.Value
+	for _, v := range g.Outputs {
+		if v != g.Loss && v != g.Grad {
+			stores = append(stores, v)
+		}
+	}
+	if g.Grad != nil || len(stores) > 0 {
+		if g.Grad != nil {
+			gv := g.Grad.Args[2]
+			gexpr := ""
+			switch {
+			case gv.Op == "fill":
+				gexpr = c.Lit(gv.Attrs.F)
+			case gv == g.Loss:
+				gexpr = out[g.Loss] + "[0]"
+			default:
+				gexpr = in[gv] + "[0]"
+			}
+			fmt.Fprintf(w, "  const %s scale = %s / (%s)rows;\n", t, gexpr, t)
+		}
+		w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+		fmt.Fprintf(w, "    const %s xj = %s;\n", t, x("    ", "j"))
+		if g.Grad != nil {
+			fmt.Fprintf(w, "    %s[i] = bad ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], c.Lit(0), c.Math("exp"), c.Lit(1), c.Lit(0))
+		}
+		for _, v := range stores {
+			fmt.Fprintf(w, "    %s[i] = v%d;\n", out[v], v.ID)
+		}
+		w.WriteString("  }\n")
+	}
+	z := labels.Shape.Size()
+	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: rowsPerBlock}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	k.block = [3]int{32 * rowsPerBlock, 1, 1}
+	return k, nil
+}

@@ -1,0 +1,288 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// kernel is one kernel being rendered: its parameters (with the plan
+// arguments that feed them) and its body. The kernel templates
+// (elementwise.go, reduce.go, crossentropy.go) fill it; render prints the
+// CUDA C with the signature and launch description in one place.
+type kernel struct {
+	name    string
+	comment []string
+	params  []kparam
+	byName  map[string]int
+	body    strings.Builder
+	sync    bool
+	grid    [3]runtime.Expr
+	block   [3]int
+	t       string // element type of the group
+}
+
+type kparam struct {
+	ctype string
+	name  string
+	ref   runtime.ArgRef
+}
+
+func newKernel(p *compiler.Program, g *compiler.Group) *kernel {
+	k := &kernel{name: g.Name, byName: map[string]int{}, block: [3]int{256, 1, 1}}
+	k.t = g.Root.DType.CType()
+	if g.Kind == compiler.CE {
+		k.t = g.Root.Args[0].DType.CType()
+	}
+	for _, v := range g.Values {
+		k.comment = append(k.comment, v.LongString())
+	}
+	return k
+}
+
+func (k *kernel) param(ctype, name string, ref runtime.ArgRef) string {
+	if _, ok := k.byName[name]; ok {
+		return name
+	}
+	k.byName[name] = len(k.params)
+	k.params = append(k.params, kparam{ctype, name, ref})
+	return name
+}
+
+// scalar declares a runtime scalar parameter and returns its C name.
+func (k *kernel) scalar(name, ctype string) string {
+	cname := "s_" + compiler.Sanitize(name)
+	if name == "B" {
+		cname = "B"
+	}
+	kind := runtime.ArgF32
+	switch ctype {
+	case "int":
+		kind = runtime.ArgI32
+	case "unsigned long long":
+		kind = runtime.ArgU64
+	case "double":
+		kind = runtime.ArgF64
+	}
+	return k.param(ctype, cname, runtime.ArgRef{Buf: -1, Scalar: name, Kind: kind})
+}
+
+// dim renders one dimension as C, declaring its symbol.
+func (k *kernel) dim(d ir.Dim) string {
+	if d.Sym != "" {
+		return "(long long)" + k.scalar(d.Sym, "int")
+	}
+	return fmt.Sprintf("%dLL", d.N)
+}
+
+// size renders an element count as C.
+func (k *kernel) size(s ir.Shape) string {
+	parts := []string{}
+	n := int64(1)
+	for _, d := range s {
+		if d.Sym != "" {
+			parts = append(parts, k.dim(d))
+		} else {
+			n *= int64(d.N)
+		}
+	}
+	if n != 1 || len(parts) == 0 {
+		parts = append([]string{fmt.Sprintf("%dLL", n)}, parts...)
+	}
+	return strings.Join(parts, " * ")
+}
+
+// ctx is the ops expression context for this kernel.
+func (k *kernel) ctx(t, index string) *ops.Ctx {
+	return &ops.Ctx{T: t, Index: index, Scalar: func(name, ctype string) string {
+		if ctype == "" {
+			ctype = t
+		}
+		return k.scalar(name, ctype)
+	}}
+}
+
+// bcastIndex maps a linear index over space to the linear index of a value
+// of shape in that broadcasts to space.
+func (k *kernel) bcastIndex(space, in ir.Shape, idx string) string {
+	if len(in) <= len(space) {
+		if s := ir.Shape(space[len(space)-len(in):]); s.Eq(in) {
+			return idx
+		}
+	}
+	if z := in.Size(); z.N == 1 && len(z.Syms) == 0 {
+		return "0"
+	}
+	lead := len(space) - len(in)
+	// in matches a suffix of space: idx % size(in).
+	suffix := true
+	for i := range in {
+		if in[i] != space[lead+i] {
+			suffix = false
+		}
+	}
+	if suffix {
+		return fmt.Sprintf("(%s %% (%s))", idx, k.size(in))
+	}
+	// General case: decompose idx into coordinates of space.
+	var terms []string
+	stride := ir.Shape{}
+	rem := idx
+	for i := len(space) - 1; i >= 0; i-- {
+		coord := fmt.Sprintf("((%s) %% %s)", rem, k.dim(space[i]))
+		if i == 0 {
+			coord = "(" + rem + ")"
+		}
+		j := i - lead
+		if j >= 0 && in[j] != ir.D(1) {
+			if len(stride) == 0 {
+				terms = append(terms, coord)
+			} else {
+				terms = append(terms, fmt.Sprintf("%s * (%s)", coord, k.size(stride)))
+			}
+		}
+		if j >= 0 {
+			stride = append(ir.Shape{in[j]}, stride...)
+		}
+		rem = fmt.Sprintf("(%s) / %s", rem, k.dim(space[i]))
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return "(" + strings.Join(terms, " + ") + ")"
+}
+
+// prologue emits, for linear index idx over the group's space, loads of
+// the group's inputs and the computation of its elementwise members, and
+// returns the C expression of every value.
+type exprs map[*ir.Value]string
+
+func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.Value]string, idx, indent string, w *strings.Builder) exprs {
+	e := exprs{}
+	for _, v := range g.Values {
+		if ops.Lookup(v.Op).Kind != ops.Elementwise {
+			continue
+		}
+		args := make([]string, len(v.Args))
+		for i, a := range v.Args {
+			args[i] = k.operand(g, a, in, e, idx, indent, w)
+		}
+		c := k.ctx(v.DType.CType(), idx)
+		expr := ops.Lookup(v.Op).Expr(c, v, args)
+		fmt.Fprintf(w, "%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr)
+		e[v] = fmt.Sprintf("v%d", v.ID)
+	}
+	return e
+}
+
+// operand renders an argument inside a group: a member, a constant, a
+// runtime scalar, or a (broadcast) load of an input.
+func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string, e exprs, idx, indent string, w *strings.Builder) string {
+	if s, ok := e[a]; ok {
+		return s
+	}
+	switch {
+	case a.Op == "fill":
+		return k.ctx(a.DType.CType(), idx).Lit(a.Attrs.F)
+	case a.Role == ir.Scalar:
+		return k.scalar(a.Name, a.DType.CType())
+	}
+	ptr, ok := in[a]
+	if !ok {
+		panic(fmt.Sprintf("codegen: kernel %s: %s is neither member nor input", g.Name, a))
+	}
+	name := fmt.Sprintf("a%d", a.ID)
+	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, k.bcastIndex(g.Space, a.Shape, idx))
+	e[a] = name
+	return name
+}
+
+// buffers declares pointer parameters for the group's inputs and outputs.
+func (k *kernel) buffers(p *compiler.Program, g *compiler.Group) (in, out map[*ir.Value]string) {
+	in, out = map[*ir.Value]string{}, map[*ir.Value]string{}
+	// Outputs may share storage with inputs (in-place optimizer updates),
+	// so __restrict__ is only promised when no storage is shared.
+	bases := map[int]bool{}
+	for _, v := range g.Outputs {
+		bases[baseBuf(p.Plan, p.BufOf[v])] = true
+	}
+	restrict := true
+	for _, v := range g.Inputs {
+		if bases[baseBuf(p.Plan, p.BufOf[v])] {
+			restrict = false
+		}
+	}
+	r := ""
+	if restrict {
+		r = " __restrict__"
+	}
+	for i, v := range g.Inputs {
+		if v.Role == ir.Scalar || v.Op == "fill" {
+			continue
+		}
+		in[v] = k.param("const "+v.DType.CType()+" *"+r, fmt.Sprintf("in%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
+	}
+	for i, v := range g.Outputs {
+		out[v] = k.param(v.DType.CType()+" *"+r, fmt.Sprintf("out%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
+	}
+	return in, out
+}
+
+// baseBuf follows aliases to the buffer owning the storage.
+func baseBuf(pl *runtime.Plan, i int) int {
+	for pl.Buffers[i].Placement == runtime.Alias {
+		i = pl.Buffers[i].AliasOf
+	}
+	return i
+}
+
+// render prints the kernel.
+func (k *kernel) render() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "// %s computes:\n", k.name)
+	for _, c := range k.comment {
+		fmt.Fprintf(&b, "//   %s\n", c)
+	}
+	var ps []string
+	for _, p := range k.params {
+		sep := " "
+		if strings.HasSuffix(p.ctype, "*") {
+			sep = ""
+		}
+		ps = append(ps, p.ctype+sep+p.name)
+	}
+	fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s) {\n", k.block[0]*k.block[1]*k.block[2], k.name, strings.Join(ps, ", "))
+	b.WriteString(k.body.String())
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// info is the kernel's launch description for the plan.
+func (k *kernel) info() runtime.KernelInfo {
+	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync}
+	for _, p := range k.params {
+		ki.Params = append(ki.Params, p.ref.Kind)
+	}
+	return ki
+}
+
+func (k *kernel) args() []runtime.ArgRef {
+	var out []runtime.ArgRef
+	for _, p := range k.params {
+		out = append(out, p.ref)
+	}
+	return out
+}
+
+func gridFor(space ir.Shape, block int) [3]runtime.Expr {
+	z := space.Size()
+	return [3]runtime.Expr{
+		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(block), Max: 1 << 20},
+		{Size: runtime.Size{Mul: 1}},
+		{Size: runtime.Size{Mul: 1}},
+	}
+}

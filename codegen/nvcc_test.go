@@ -1,0 +1,53 @@
+package codegen
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+)
+
+// TestNVCC compiles generated kernels with nvcc for sm_80 and sm_90 with
+// every warning an error. CI installs the toolkit; a machine without nvcc
+// skips with one line.
+func TestNVCC(t *testing.T) {
+	nvcc, err := exec.LookPath("nvcc")
+	if err != nil {
+		t.Skip("nvcc not on PATH: run the README's test command to install the CUDA toolkit")
+	}
+	for _, tc := range []struct {
+		name string
+		m    *ir.Model
+	}{
+		{"mlp_f32", irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam)},
+		{"mlp_f64_sgd", irtest.MLP(ir.F64, 7, 9, 4, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-4})},
+	} {
+		for _, fuse := range []bool{true, false} {
+			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _, err := Kernels(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			cu := filepath.Join(dir, "k.cu")
+			if err := os.WriteFile(cu, []byte(CUDA(p, body)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, arch := range []string{"sm_80", "sm_90"} {
+				args := append([]string{"-arch=" + arch, "-c", "-o", filepath.Join(dir, arch+".o")}, NVCCFlags...)
+				args = append(args, cu)
+				out, err := exec.Command(nvcc, args...).CombinedOutput()
+				if err != nil || len(out) > 0 {
+					t.Errorf("%s fuse=%v %s: nvcc: %v\n%s", tc.name, fuse, arch, err, out)
+				}
+			}
+		}
+	}
+}

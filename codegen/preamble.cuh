@@ -1,0 +1,48 @@
+// Device helpers shared by every generated kernel.
+#ifndef NGEN_EMU
+#define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
+template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
+
+__device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
+__device__ __forceinline__ float ngen_gelu_grad(float x) {
+  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+}
+__device__ __forceinline__ double ngen_gelu_grad(double x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
+}
+
+template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
+// keys dropout masks by (seed, step, stream) and counts by element index,
+// so every backend and every fusion plan draws the same mask.
+__device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long idx) {
+  unsigned c0 = (unsigned)idx, c1 = (unsigned)(idx >> 32), c2 = stream, c3 = (unsigned)step;
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32) ^ (unsigned)(step >> 32);
+  for (int r = 0; r < 10; ++r) {
+    const unsigned h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
+    const unsigned h1 = __umulhi(0xCD9E8D57u, c2), l1 = 0xCD9E8D57u * c2;
+    const unsigned n0 = h1 ^ c1 ^ k0, n2 = h0 ^ c3 ^ k1;
+    c0 = n0; c1 = l1; c2 = n2; c3 = l0;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+
+// ngen_keep is true with probability keep.
+__device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
+  return (float)(ngen_philox(seed, step, stream, (unsigned long long)idx) >> 8) * 5.9604644775390625e-08f < keep;
+}

@@ -1,0 +1,137 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// reduceKernel renders a reduction over any axes with its fused
+// elementwise prologue. Each input element is visited once, so prologue
+// values used elsewhere (the activation gradient next to the bias
+// gradient) are stored in the same pass. Two strategies:
+//   - the innermost axis is kept: a thread per output element walks the
+//     reduced axes (reads stay coalesced across threads; no barriers);
+//   - the innermost axis is reduced: a block per output element, threads
+//     stride over it and combine by warp shuffles and shared memory.
+func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
+	k := newKernel(p, g)
+	in, out := k.buffers(p, g)
+	r := g.Root
+	space := g.Space
+	axes, _ := ir.NormAxes(r.Attrs.Axes, len(space))
+	red := map[int]bool{}
+	var kept, reduced ir.Shape
+	for i, d := range space {
+		if contains(axes, i) {
+			red[i] = true
+			reduced = append(reduced, d)
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	t := r.DType.CType()
+	init, combine := k.ctx(t, "").Lit(0), "acc + x"
+	if r.Op == "max" {
+		init, combine = "-INFINITY", k.ctx(t, "").Math("fmax")+"(acc, x)"
+	}
+	w := &k.body
+	fmt.Fprintf(w, "  const long long nout = %s;\n", k.size(kept))
+	fmt.Fprintf(w, "  const long long nred = %s;\n", k.size(reduced))
+	// offset of a kept / reduced linear index into the input.
+	offset := func(dims []int, idx string) string {
+		var terms []string
+		rem := idx
+		for j := len(dims) - 1; j >= 0; j-- {
+			d := dims[j]
+			coord := fmt.Sprintf("((%s) %% %s)", rem, k.dim(space[d]))
+			if j == 0 {
+				coord = "(" + rem + ")"
+			}
+			stride := space[d+1:]
+			if len(stride) == 0 {
+				terms = append(terms, coord)
+			} else {
+				terms = append(terms, fmt.Sprintf("%s * (%s)", coord, k.size(stride)))
+			}
+			rem = fmt.Sprintf("(%s) / %s", rem, k.dim(space[d]))
+		}
+		if len(terms) == 0 {
+			return "0"
+		}
+		return strings.Join(terms, " + ")
+	}
+	var keptAxes, redAxes []int
+	for i := range space {
+		if red[i] {
+			redAxes = append(redAxes, i)
+		} else {
+			keptAxes = append(keptAxes, i)
+		}
+	}
+	body := func(indent string) {
+		fmt.Fprintf(w, "%sconst long long i = base + %s;\n", indent, offset(redAxes, "r"))
+		e := k.elementwise(p, g, in, "i", indent, w)
+		x := k.operand(g, r.Args[0], in, e, "i", indent, w)
+		for _, v := range g.Outputs {
+			if v != r {
+				fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
+			}
+		}
+		fmt.Fprintf(w, "%s{ const %s x = %s; acc = %s; }\n", indent, t, x, combine)
+	}
+	finish := "acc"
+	if r.Op == "mean" {
+		finish = fmt.Sprintf("acc / (%s)nred", t)
+	}
+	innerKept := len(space) > 0 && !red[len(space)-1]
+	if innerKept {
+		w.WriteString("  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {\n")
+		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
+		fmt.Fprintf(w, "    %s acc = %s;\n", t, init)
+		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
+		body("      ")
+		w.WriteString("    }\n")
+		fmt.Fprintf(w, "    %s[o] = %s;\n", out[r], finish)
+		w.WriteString("  }\n")
+		k.grid = gridFor(kept, k.block[0])
+		return k
+	}
+	k.sync = true
+	op := "ngen_warp_sum"
+	if r.Op == "max" {
+		op = "ngen_warp_max"
+	}
+	fmt.Fprintf(w, "  __shared__ %s partial[32];\n", t)
+	w.WriteString("  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {\n")
+	fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
+	fmt.Fprintf(w, "    %s acc = %s;\n", t, init)
+	w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
+	body("      ")
+	w.WriteString("    }\n")
+	fmt.Fprintf(w, "    acc = %s(acc);\n", op)
+	w.WriteString("    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;\n")
+	w.WriteString("    __syncthreads();\n")
+	w.WriteString("    if (threadIdx.x < 32) {\n")
+	fmt.Fprintf(w, "      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : %s;\n", init)
+	fmt.Fprintf(w, "      acc = %s(acc);\n", op)
+	fmt.Fprintf(w, "      if (threadIdx.x == 0) %s[o] = %s;\n", out[r], finish)
+	w.WriteString("    }\n")
+	w.WriteString("    __syncthreads();\n")
+	w.WriteString("  }\n")
+	z := kept.Size()
+	k.grid = gridFor(nil, 1)
+	k.grid[0].Size.Mul, k.grid[0].Size.Syms, k.grid[0].Div, k.grid[0].Max = z.N, z.Syms, 1, 1<<16
+	return k
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

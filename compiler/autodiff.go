@@ -1,0 +1,98 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// autodiff appends the backward graph to the step function: a reverse walk
+// over the values in topological order that applies each op's gradient rule
+// from the op table and sums the contributions of multiple uses. Every
+// parameter gets a gradient of its own storage (a zero fill when the loss
+// does not depend on it).
+func autodiff(p *Program) error {
+	f := p.Step
+	loss := f.Outputs["loss"]
+	forward := append([]*ir.Value(nil), f.Values...)
+	b := &ops.Builder{F: f, Pos: loss.Pos}
+	grads := map[*ir.Value]*ir.Value{}
+	grads[loss] = b.Op("fill", ir.Attrs{F: 1, Shape: ir.Shape{}, Str: loss.DType.String()})
+	mark := len(f.Values) - 1
+	for i := len(forward) - 1; i >= 0; i-- {
+		v := forward[i]
+		g := grads[v]
+		if g == nil {
+			continue
+		}
+		d := ops.Lookup(v.Op)
+		if d.Kind == ops.Source {
+			continue
+		}
+		if d.Grad == nil {
+			return fmt.Errorf("%s (%s): op has no gradient rule", v.Op, v.Pos)
+		}
+		b.Pos = v.Pos
+		gs := d.Grad(b, v, g)
+		if b.Err != nil {
+			return fmt.Errorf("gradient of %w", b.Err)
+		}
+		for k, a := range v.Args {
+			if k >= len(gs) || gs[k] == nil || !a.DType.IsFloat() {
+				continue
+			}
+			if prev := grads[a]; prev != nil {
+				grads[a] = b.Binary("add", prev, gs[k])
+			} else {
+				grads[a] = gs[k]
+			}
+		}
+	}
+	for _, prm := range f.Params() {
+		g := grads[prm]
+		b.Pos = prm.Pos
+		if g == nil {
+			g = b.Op("fill", ir.Attrs{F: 0, Shape: prm.Shape.Clone(), Str: prm.DType.String()})
+		}
+		// A gradient must be a kernel's own result so that memory planning
+		// can place it in the gradient region: copy views, sources,
+		// constants and values shared with another parameter.
+		if needsCopy(g, f.Grads) {
+			g = b.Unary("copy", g)
+		}
+		f.Grads[prm.Name] = g
+	}
+	if b.Err != nil {
+		return b.Err
+	}
+	for _, v := range f.Values[mark+1:] {
+		v.Phase = "bwd"
+	}
+	f.Renumber()
+	return nil
+}
+
+func needsCopy(g *ir.Value, taken map[string]*ir.Value) bool {
+	b := base(g)
+	d := ops.Lookup(b.Op)
+	if d.Kind == ops.Source || d.Kind == ops.View || isConst(b) {
+		return true
+	}
+	for _, t := range taken {
+		if base(t) == b {
+			return true
+		}
+	}
+	return false
+}
+
+func isConst(v *ir.Value) bool { return v.Op == "fill" }
+
+// base follows views to the value that owns the storage.
+func base(v *ir.Value) *ir.Value {
+	for v.Op == "reshape" {
+		v = v.Args[0]
+	}
+	return v
+}

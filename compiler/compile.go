@@ -1,0 +1,137 @@
+// Package compiler turns a declared model into kernels and a runtime plan
+// through an ordered list of passes, in the manner of the Go compiler's
+// ssa/compile.go: each pass has a name and a file of its own, the IR can be
+// dumped after any of them, and a verifier runs between them.
+//
+// Pipeline: DSL → IR → passes (this package) → kernels → glue → runtime.
+package compiler
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+type pass struct {
+	name     string
+	fn       func(p *Program) error
+	required bool // runs even when optimisations are off
+}
+
+// passes is the pipeline, in order.
+var passes = []pass{
+	{name: "infer shapes", fn: inferShapes, required: true},
+	{name: "derive functions", fn: deriveFuncs, required: true},
+	{name: "autodiff", fn: autodiff, required: true},
+	{name: "lower optimizer", fn: lowerOptimizer, required: true},
+	{name: "prune", fn: prune, required: true},
+	{name: "fuse", fn: fuse, required: true},
+	{name: "plan memory", fn: planMemory, required: true},
+}
+
+// passOrder lists constraints "a before b", checked at init.
+var passOrder = [][2]string{
+	{"infer shapes", "autodiff"},
+	{"derive functions", "autodiff"},
+	{"autodiff", "lower optimizer"},
+	{"lower optimizer", "fuse"},
+	{"fuse", "plan memory"},
+}
+
+func init() {
+	at := map[string]int{}
+	for i, p := range passes {
+		at[p.name] = i
+	}
+	for _, c := range passOrder {
+		a, ok1 := at[c[0]]
+		b, ok2 := at[c[1]]
+		if !ok1 || !ok2 || a >= b {
+			panic(fmt.Sprintf("compiler: pass %q must run before %q", c[0], c[1]))
+		}
+	}
+}
+
+// PassNames lists the passes in order, with the names -dump accepts.
+func PassNames() []string {
+	var out []string
+	for _, p := range passes {
+		out = append(out, dumpName(p.name))
+	}
+	return out
+}
+
+func dumpName(n string) string { return strings.ReplaceAll(n, " ", "_") }
+
+// Options controls compilation.
+type Options struct {
+	// Fuse enables fusion; false emits one kernel per primitive op.
+	Fuse bool
+	// Dump names a pass (spaces as underscores, or a prefix such as
+	// "fuse") after which to print the IR, or "all".
+	Dump   string
+	DumpTo io.Writer
+	// RefBatch is the batch size at which memory is planned for the
+	// report (the runtime plans again for its own batch size).
+	RefBatch int
+}
+
+// Compile runs every pass over the model.
+func Compile(m *ir.Model, opts Options) (*Program, error) {
+	if opts.RefBatch <= 0 {
+		opts.RefBatch = 128
+	}
+	if opts.Dump != "" && opts.Dump != "all" {
+		found := false
+		for _, p := range passes {
+			if strings.HasPrefix(dumpName(p.name), opts.Dump) {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-dump=%s: no such pass (passes: %s)", opts.Dump, strings.Join(PassNames(), ", "))
+		}
+	}
+	p := &Program{Model: m, Fuse: opts.Fuse, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
+	for _, ps := range passes {
+		if !ps.required && !opts.Fuse {
+			continue
+		}
+		if err := ps.fn(p); err != nil {
+			return nil, err
+		}
+		if err := verify(p); err != nil {
+			return nil, fmt.Errorf("internal error: IR invalid after pass %q: %w", ps.name, err)
+		}
+		if opts.DumpTo != nil && (opts.Dump == "all" || (opts.Dump != "" && strings.HasPrefix(dumpName(ps.name), opts.Dump))) {
+			fmt.Fprintf(opts.DumpTo, "# after %s\n%s", ps.name, p.String())
+		}
+	}
+	return p, nil
+}
+
+// String prints every function, and the kernel groups once fused.
+func (p *Program) String() string {
+	var b strings.Builder
+	if p.Step == nil {
+		b.WriteString(p.Model.Forward.Print())
+		return b.String()
+	}
+	for _, f := range p.Funcs() {
+		b.WriteString(f.Print())
+		for i, g := range p.Groups[f] {
+			fmt.Fprintf(&b, "  kernel %d %s\n", i, g)
+		}
+	}
+	return b.String()
+}
+
+func prune(p *Program) error {
+	for _, f := range p.Funcs() {
+		f.Prune()
+		f.Renumber()
+	}
+	return nil
+}

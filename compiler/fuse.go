@@ -1,0 +1,148 @@
+package compiler
+
+import (
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// fuse partitions each function's computed values into kernel groups.
+// With fusion on:
+//   - elementwise ops over the same iteration space join one kernel, so a
+//     GEMM's bias, activation and dropout become one epilogue kernel and
+//     the optimizer update over the flat parameter vector becomes one
+//     multi-tensor kernel;
+//   - a reduction absorbs the elementwise group that produces its input
+//     (activation backward + bias-gradient reduction);
+//   - an elementwise op with no producer to join shares the latest kernel
+//     over the same space (horizontal fusion);
+//   - cross_entropy absorbs the elementwise group producing its logits and
+//     its own gradient ce_grad, so one kernel yields loss and dlogits.
+//
+// With fusion off every op is its own kernel. A value may join a group only
+// if everything else it reads is computed by an earlier group, which keeps
+// the kernel order a topological order.
+func fuse(p *Program) error {
+	for _, f := range p.Funcs() {
+		p.Groups[f] = fuseFunc(f, p.Fuse)
+		finishGroups(f, p.Groups[f])
+	}
+	return nil
+}
+
+func fuseFunc(f *ir.Func, on bool) []*Group {
+	var gs []*Group
+	owner := map[*ir.Value]int{}
+	add := func(g *Group, v *ir.Value) {
+		g.Values = append(g.Values, v)
+		for i, h := range gs {
+			if h == g {
+				owner[v] = i
+			}
+		}
+	}
+	newGroup := func(g *Group, v *ir.Value) {
+		gs = append(gs, g)
+		add(g, v)
+	}
+	// ready reports whether every argument of v outside group gi comes from
+	// an earlier group (or needs no kernel).
+	ready := func(v *ir.Value, gi int, skip ...*ir.Value) bool {
+	args:
+		for _, a := range v.Args {
+			for _, s := range skip {
+				if a == s {
+					continue args
+				}
+			}
+			if gi < len(gs) && gs[gi].has(a) {
+				continue
+			}
+			for _, s := range storageOf(a) {
+				if og, ok := owner[s]; ok && og >= gi {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for _, v := range f.Values {
+		d := ops.Lookup(v.Op)
+		if d.Kind == ops.Source || d.Kind == ops.View || isConst(v) {
+			continue
+		}
+		switch d.Kind {
+		case ops.Elementwise:
+			if on {
+				best := -1
+				for _, a := range v.Args {
+					gi, ok := owner[a]
+					if !ok || gs[gi].closed || gs[gi].Kind != EW || !gs[gi].Space.Eq(v.Shape) {
+						continue
+					}
+					if gi > best && ready(v, gi) {
+						best = gi
+					}
+				}
+				// With no producer to join, fuse horizontally with the
+				// latest kernel over the same space (the optimizer's
+				// independent state updates).
+				for gi := len(gs) - 1; best < 0 && gi >= 0; gi-- {
+					g := gs[gi]
+					if !g.closed && g.Kind == EW && g.Space.Eq(v.Shape) && ready(v, gi) {
+						best = gi
+					}
+				}
+				if best >= 0 {
+					add(gs[best], v)
+					continue
+				}
+			}
+			newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
+		case ops.Reduce:
+			x := v.Args[0]
+			if gi, ok := owner[x]; on && ok && gs[gi].Kind == EW && !gs[gi].closed && gs[gi].Space.Eq(x.Shape) {
+				g := gs[gi]
+				g.Kind, g.Root, g.closed = Reduce, v, true
+				add(g, v)
+				continue
+			}
+			newGroup(&Group{Kind: Reduce, Space: x.Shape, Root: v, closed: true}, v)
+		case ops.MatMul:
+			newGroup(&Group{Kind: Gemm, Space: v.Shape, Root: v, closed: true}, v)
+		case ops.Special:
+			logits := v.Args[0]
+			if on && v.Op == "cross_entropy" {
+				if gi, ok := owner[logits]; ok && gs[gi].Kind == EW && !gs[gi].closed && gs[gi].Space.Eq(logits.Shape) {
+					g := gs[gi]
+					g.Kind, g.Root, g.Loss, g.closed = CE, v, v, true
+					add(g, v)
+					continue
+				}
+			}
+			if on && v.Op == "ce_grad" {
+				joined := false
+				for gi, g := range gs {
+					if g.Kind == CE && g.Loss != nil && g.Grad == nil &&
+						g.Loss.Args[0] == v.Args[0] && g.Loss.Args[1] == v.Args[1] && ready(v, gi, v.Args[2]) &&
+						(isConst(v.Args[2]) || v.Args[2] == g.Loss) {
+						g.Grad = v
+						add(g, v)
+						joined = true
+						break
+					}
+				}
+				if joined {
+					continue
+				}
+			}
+			g := &Group{Kind: CE, Space: logits.Shape, Root: v, closed: true}
+			if v.Op == "cross_entropy" {
+				g.Loss = v
+			} else {
+				g.Grad = v
+			}
+			newGroup(g, v)
+		}
+	}
+	return gs
+}

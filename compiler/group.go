@@ -1,0 +1,208 @@
+package compiler
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// GroupKind is the kernel template a group lowers to.
+type GroupKind int
+
+const (
+	EW     GroupKind = iota // fused elementwise ops over one iteration space
+	Reduce                  // a reduction with a fused elementwise prologue
+	Gemm                    // one matmul on the device's BLAS
+	CE                      // cross-entropy (and/or its gradient) with a fused prologue on the logits
+)
+
+var groupKindNames = [...]string{"ew", "reduce", "gemm", "ce"}
+
+func (k GroupKind) String() string { return groupKindNames[k] }
+
+// Group is one kernel (or GEMM call): the values it computes, in order.
+type Group struct {
+	Kind   GroupKind
+	Values []*ir.Value
+	// Space is the iteration shape: the output of an elementwise group, the
+	// input of a reduction, the logits of cross-entropy.
+	Space ir.Shape
+	// Root is the reduction, matmul or cross_entropy/ce_grad value.
+	Root *ir.Value
+	// Loss and Grad are the cross_entropy and ce_grad members of a CE group.
+	Loss, Grad *ir.Value
+	Name       string
+	// Inputs are values the group reads from global memory (storage
+	// owners or views), Outputs the members it writes to global memory.
+	Inputs  []*ir.Value
+	Outputs []*ir.Value
+	// Step is the group's index in its function's plan steps.
+	Step   int
+	closed bool
+}
+
+func (g *Group) String() string {
+	var ids []string
+	for _, v := range g.Values {
+		ids = append(ids, v.String())
+	}
+	var outs []string
+	for _, v := range g.Outputs {
+		outs = append(outs, v.String())
+	}
+	return fmt.Sprintf("%s %s %s: %s -> %s", g.Name, g.Kind, g.Space, strings.Join(ids, " "), strings.Join(outs, " "))
+}
+
+// Ops lists the op names of the group's values, for reports and comments.
+func (g *Group) Ops() string {
+	var parts []string
+	for _, v := range g.Values {
+		parts = append(parts, v.Op)
+	}
+	return strings.Join(parts, "+")
+}
+
+// has reports whether v is a member.
+func (g *Group) has(v *ir.Value) bool {
+	for _, m := range g.Values {
+		if m == v {
+			return true
+		}
+	}
+	return false
+}
+
+// finishGroups computes each group's inputs and outputs and names it.
+func finishGroups(f *ir.Func, gs []*Group) {
+	owner := map[*ir.Value]*Group{}
+	for _, g := range gs {
+		for _, v := range g.Values {
+			owner[v] = g
+		}
+	}
+	escapes := map[*ir.Value]bool{}
+	for _, v := range f.Outputs {
+		escapes[base(v)] = true
+	}
+	for _, v := range f.Grads {
+		escapes[base(v)] = true
+	}
+	for _, u := range f.Updates {
+		escapes[base(u.New)] = true
+	}
+	for _, v := range f.Values {
+		for _, a := range v.Args {
+			for _, s := range storageOf(a) {
+				if owner[s] != nil && owner[s] != owner[v] {
+					escapes[s] = true
+				}
+			}
+		}
+	}
+	used := map[string]int{}
+	for _, g := range gs {
+		g.Inputs, g.Outputs = nil, nil
+		seen := map[*ir.Value]bool{}
+		for _, v := range g.Values {
+			if escapes[v] {
+				g.Outputs = append(g.Outputs, v)
+			}
+			for _, a := range v.Args {
+				if g.has(a) || isConst(a) || a.Role == ir.Scalar || seen[a] {
+					continue
+				}
+				seen[a] = true
+				g.Inputs = append(g.Inputs, a)
+			}
+		}
+		name := groupName(g)
+		used[name]++
+		if n := used[name]; n > 1 {
+			name = fmt.Sprintf("%s_%d", name, n)
+		}
+		g.Name = name
+	}
+}
+
+// storageOf returns the values owning the storage v reads: itself, the
+// base of a reshape, or every part of a flat view.
+func storageOf(v *ir.Value) []*ir.Value {
+	v = base(v)
+	if v.Op == "flat" {
+		var out []*ir.Value
+		for _, a := range v.Args {
+			out = append(out, storageOf(a)...)
+		}
+		return out
+	}
+	return []*ir.Value{v}
+}
+
+// groupName says what a kernel fuses: the layer it belongs to, its ops and
+// its phase, e.g. fc1_bias_relu_dropout_fwd.
+func groupName(g *Group) string {
+	phase := "fwd"
+	layer := ""
+	var opsList []string
+	seen := map[string]bool{}
+	for _, v := range g.Values {
+		if v.Phase == "opt" {
+			phase = "opt"
+		} else if v.Phase == "bwd" && phase != "opt" {
+			phase = "bwd"
+		}
+		op := v.Op
+		for _, a := range v.Args {
+			if a.Role == ir.Param && layer == "" {
+				layer = a.Name
+				if i := strings.LastIndex(layer, "."); i > 0 {
+					layer = layer[:i]
+				}
+			}
+			if a.Role == ir.Param && op == "add" && len(a.Shape) == 1 {
+				op = "bias"
+			}
+		}
+		if !seen[op] {
+			seen[op] = true
+			opsList = append(opsList, op)
+		}
+	}
+	if phase == "opt" {
+		return "optimizer_update"
+	}
+	if len(opsList) > 5 {
+		opsList = append(opsList[:5], "etc")
+	}
+	parts := []string{}
+	if layer != "" {
+		parts = append(parts, layer)
+	}
+	parts = append(parts, opsList...)
+	parts = append(parts, phase)
+	return Sanitize(strings.Join(parts, "_"))
+}
+
+// Sanitize maps any string to a C and Go identifier: letters, digits and
+// underscores, not starting with a digit.
+func Sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	out := b.String()
+	if out == "" || (out[0] >= '0' && out[0] <= '9') {
+		out = "k_" + out
+	}
+	return out
+}
+
+// kindOf is the op table's kind of v.
+func kindOf(v *ir.Value) ops.Kind { return ops.Lookup(v.Op).Kind }

@@ -1,0 +1,393 @@
+// Package ir is ngen's graph IR: a function is a list of values in
+// topological order, each computed by one op from earlier values. The DSL
+// builds it, compiler passes rewrite it, codegen turns it into kernels.
+//
+// Text form, one value per line:
+//
+//	v7 = relu <f32[B,512]> v6            # models/mlp/model.go:21
+package ir
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is an element type.
+type DType int
+
+const (
+	F32 DType = iota
+	F64
+	I32
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case F64:
+		return "f64"
+	case I32:
+		return "i32"
+	}
+	return fmt.Sprintf("dtype%d", int(d))
+}
+
+// Size in bytes.
+func (d DType) Size() int {
+	if d == F64 {
+		return 8
+	}
+	return 4
+}
+
+// IsFloat reports whether d is a floating type.
+func (d DType) IsFloat() bool { return d == F32 || d == F64 }
+
+// CType is the C spelling of d.
+func (d DType) CType() string {
+	switch d {
+	case F64:
+		return "double"
+	case I32:
+		return "int"
+	}
+	return "float"
+}
+
+// ParseDType is the inverse of String.
+func ParseDType(s string) (DType, error) {
+	for _, d := range []DType{F32, F64, I32} {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown dtype %q", s)
+}
+
+// Pos is a position in the user's DSL source.
+type Pos struct {
+	File string `json:"file,omitempty"`
+	Line int    `json:"line,omitempty"`
+}
+
+func (p Pos) String() string {
+	if p.File == "" {
+		return "?"
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Line)
+}
+
+// Role says where a value's storage comes from.
+type Role int
+
+const (
+	Temp   Role = iota // computed by the function
+	Input              // fed by the caller each call
+	Param              // trainable parameter, lives in the params region
+	State              // persistent buffer (optimizer moments, ...)
+	Scalar             // runtime scalar passed to kernels (batch size, lr, ...)
+)
+
+var roleNames = [...]string{"temp", "input", "param", "state", "scalar"}
+
+func (r Role) String() string { return roleNames[r] }
+
+// Attrs holds op attributes. Each op uses the fields it documents in its
+// table row; the rest stay zero.
+type Attrs struct {
+	Axes    []int     `json:"axes,omitempty"`
+	KeepDim bool      `json:"keepdim,omitempty"`
+	TransA  bool      `json:"transa,omitempty"`
+	TransB  bool      `json:"transb,omitempty"`
+	F       float64   `json:"f,omitempty"`    // scalar constant
+	F2      float64   `json:"f2,omitempty"`   // second scalar constant
+	I       int       `json:"i,omitempty"`    // integer attribute (dropout stream id, ...)
+	Shape   Shape     `json:"shape,omitempty"` // target shape (reshape, broadcast)
+	Perm    []int     `json:"perm,omitempty"`
+	Init    string    `json:"init,omitempty"` // parameter initialiser
+	Floats  []float64 `json:"floats,omitempty"`
+	Str     string    `json:"str,omitempty"`
+}
+
+// Value is one node of a function.
+type Value struct {
+	ID    int
+	Op    string
+	Args  []*Value
+	Shape Shape
+	DType DType
+	Attrs Attrs
+	Pos   Pos
+	Role  Role
+	// Name is the user's name for inputs, params and state; codegen
+	// sanitises it before it reaches generated code.
+	Name string
+	// Phase is "bwd" for values autodiff made and "opt" for the optimizer
+	// update; kernel names use it.
+	Phase string
+}
+
+// Func is one entry point of a model (the training step, the forward pass).
+type Func struct {
+	Name   string
+	Values []*Value
+	// Outputs names the values the caller reads back ("loss", "logits", ...).
+	Outputs map[string]*Value
+	// Updates writes New into the persistent storage of State after the
+	// function runs (optimizer updates).
+	Updates []Update
+	// Grads maps parameter name to its gradient value (training step only).
+	Grads map[string]*Value
+	nextID int
+}
+
+// Update is a write-back of a new value into persistent storage.
+type Update struct {
+	State *Value
+	New   *Value
+}
+
+// Optimizer is the declared optimizer, lowered by the "lower optimizer" pass.
+type Optimizer struct {
+	Kind        string  `json:"kind"` // sgd, adam, adamw
+	LR          float64 `json:"lr"`
+	Momentum    float64 `json:"momentum,omitempty"`
+	Dampening   float64 `json:"dampening,omitempty"`
+	Nesterov    bool    `json:"nesterov,omitempty"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	Beta1       float64 `json:"beta1,omitempty"`
+	Beta2       float64 `json:"beta2,omitempty"`
+	Eps         float64 `json:"eps,omitempty"`
+}
+
+// Model is what the DSL declares: a forward function with a loss, and an
+// optimizer. The compiler derives the step and predict functions from it.
+type Model struct {
+	Name      string
+	Source    string // DSL file, relative to the module root
+	Forward   *Func
+	Loss      *Value // scalar, in Forward
+	Output    *Value // prediction output, in Forward
+	Optimizer *Optimizer
+	Pos       Pos
+}
+
+// NewFunc returns an empty function.
+func NewFunc(name string) *Func {
+	return &Func{Name: name, Outputs: map[string]*Value{}, Grads: map[string]*Value{}}
+}
+
+// NewValue appends a value computed by op from args.
+func (f *Func) NewValue(op string, dt DType, shape Shape, pos Pos, args ...*Value) *Value {
+	v := &Value{ID: f.nextID, Op: op, Args: args, DType: dt, Shape: shape, Pos: pos}
+	f.nextID++
+	f.Values = append(f.Values, v)
+	return v
+}
+
+// Renumber gives values dense IDs in list order.
+func (f *Func) Renumber() {
+	for i, v := range f.Values {
+		v.ID = i
+	}
+	f.nextID = len(f.Values)
+}
+
+// Lookup finds the value with a role and name.
+func (f *Func) Lookup(role Role, name string) *Value {
+	for _, v := range f.Values {
+		if v.Role == role && v.Name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// Clone copies f; the copy's values are new and refer only to each other.
+func (f *Func) Clone(name string) (*Func, map[*Value]*Value) {
+	g := NewFunc(name)
+	m := map[*Value]*Value{}
+	for _, v := range f.Values {
+		nv := *v
+		nv.Args = make([]*Value, len(v.Args))
+		for i, a := range v.Args {
+			nv.Args[i] = m[a]
+		}
+		nv.Shape = v.Shape.Clone()
+		g.Values = append(g.Values, &nv)
+		m[v] = &nv
+	}
+	g.nextID = f.nextID
+	for k, v := range f.Outputs {
+		g.Outputs[k] = m[v]
+	}
+	for k, v := range f.Grads {
+		g.Grads[k] = m[v]
+	}
+	for _, u := range f.Updates {
+		g.Updates = append(g.Updates, Update{m[u.State], m[u.New]})
+	}
+	return g, m
+}
+
+// Prune removes values that no output, gradient or update needs, keeping
+// sources (inputs, params, state) the caller declared.
+func (f *Func) Prune() {
+	live := map[*Value]bool{}
+	var mark func(v *Value)
+	mark = func(v *Value) {
+		if live[v] {
+			return
+		}
+		live[v] = true
+		for _, a := range v.Args {
+			mark(a)
+		}
+	}
+	for _, v := range f.Outputs {
+		mark(v)
+	}
+	for _, v := range f.Grads {
+		mark(v)
+	}
+	for _, u := range f.Updates {
+		mark(u.State)
+		mark(u.New)
+	}
+	var kept []*Value
+	for _, v := range f.Values {
+		if live[v] || v.Role == Param || v.Role == State {
+			kept = append(kept, v)
+		}
+	}
+	f.Values = kept
+}
+
+// Uses counts, for each value, how many argument slots refer to it.
+func (f *Func) Uses() map[*Value][]*Value {
+	u := map[*Value][]*Value{}
+	for _, v := range f.Values {
+		for _, a := range v.Args {
+			u[a] = append(u[a], v)
+		}
+	}
+	return u
+}
+
+// Params lists the function's parameters in declaration order.
+func (f *Func) Params() []*Value { return f.byRole(Param) }
+
+// Inputs lists the function's inputs in declaration order.
+func (f *Func) Inputs() []*Value { return f.byRole(Input) }
+
+func (f *Func) byRole(r Role) []*Value {
+	var out []*Value
+	for _, v := range f.Values {
+		if v.Role == r {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (v *Value) String() string { return fmt.Sprintf("v%d", v.ID) }
+
+// Type is the value's type in the text form, e.g. f32[B,512].
+func (v *Value) Type() string { return v.DType.String() + v.Shape.String() }
+
+// LongString is the value's line in the text form.
+func (v *Value) LongString() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "v%d = %s <%s>", v.ID, v.Op, v.Type())
+	for _, a := range v.Args {
+		fmt.Fprintf(&b, " v%d", a.ID)
+	}
+	if a := v.Attrs.String(); a != "" {
+		b.WriteString(" " + a)
+	}
+	if v.Name != "" {
+		fmt.Fprintf(&b, " %q", v.Name)
+	}
+	if v.Role != Temp {
+		fmt.Fprintf(&b, " (%s)", v.Role)
+	}
+	if v.Pos.File != "" {
+		fmt.Fprintf(&b, "  # %s", v.Pos)
+	}
+	return b.String()
+}
+
+// String prints non-zero attributes as {k=v ...}.
+func (a Attrs) String() string {
+	var parts []string
+	if a.Axes != nil {
+		parts = append(parts, fmt.Sprintf("axes=%v", a.Axes))
+	}
+	if a.KeepDim {
+		parts = append(parts, "keepdim")
+	}
+	if a.TransA {
+		parts = append(parts, "transa")
+	}
+	if a.TransB {
+		parts = append(parts, "transb")
+	}
+	if a.F != 0 {
+		parts = append(parts, fmt.Sprintf("f=%g", a.F))
+	}
+	if a.F2 != 0 {
+		parts = append(parts, fmt.Sprintf("f2=%g", a.F2))
+	}
+	if a.I != 0 {
+		parts = append(parts, fmt.Sprintf("i=%d", a.I))
+	}
+	if a.Shape != nil {
+		parts = append(parts, "shape="+a.Shape.String())
+	}
+	if a.Perm != nil {
+		parts = append(parts, fmt.Sprintf("perm=%v", a.Perm))
+	}
+	if a.Init != "" {
+		parts = append(parts, "init="+a.Init)
+	}
+	if a.Floats != nil {
+		parts = append(parts, fmt.Sprintf("floats=%v", a.Floats))
+	}
+	if a.Str != "" {
+		parts = append(parts, "str="+a.Str)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// Print writes the function in text form.
+func (f *Func) Print() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "func %s\n", f.Name)
+	for _, v := range f.Values {
+		b.WriteString("  " + v.LongString() + "\n")
+	}
+	var names []string
+	for n := range f.Outputs {
+		names = append(names, n)
+	}
+	sortStrings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  output %s = v%d\n", n, f.Outputs[n].ID)
+	}
+	names = names[:0]
+	for n := range f.Grads {
+		names = append(names, n)
+	}
+	sortStrings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  grad %q = v%d\n", n, f.Grads[n].ID)
+	}
+	for _, u := range f.Updates {
+		fmt.Fprintf(&b, "  update v%d <- v%d\n", u.State.ID, u.New.ID)
+	}
+	return b.String()
+}

@@ -1,0 +1,83 @@
+package ir
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The JSON form carries a declared Model from the DSL evaluation process to
+// the compiler.
+
+type jsonValue struct {
+	ID    int    `json:"id"`
+	Op    string `json:"op"`
+	Args  []int  `json:"args,omitempty"`
+	Shape Shape  `json:"shape"`
+	DType string `json:"dtype"`
+	Attrs Attrs  `json:"attrs"`
+	Pos   Pos    `json:"pos"`
+	Role  Role   `json:"role,omitempty"`
+	Name  string `json:"name,omitempty"`
+}
+
+type jsonModel struct {
+	Name      string      `json:"name"`
+	Source    string      `json:"source"`
+	Pos       Pos         `json:"pos"`
+	Values    []jsonValue `json:"values"`
+	Loss      int         `json:"loss"`
+	Output    int         `json:"output"`
+	Optimizer *Optimizer  `json:"optimizer,omitempty"`
+}
+
+// MarshalJSON encodes the model.
+func (m *Model) MarshalJSON() ([]byte, error) {
+	m.Forward.Renumber()
+	jm := jsonModel{Name: m.Name, Source: m.Source, Pos: m.Pos, Loss: -1, Output: -1, Optimizer: m.Optimizer}
+	for _, v := range m.Forward.Values {
+		jv := jsonValue{ID: v.ID, Op: v.Op, Shape: v.Shape, DType: v.DType.String(), Attrs: v.Attrs, Pos: v.Pos, Role: v.Role, Name: v.Name}
+		for _, a := range v.Args {
+			jv.Args = append(jv.Args, a.ID)
+		}
+		jm.Values = append(jm.Values, jv)
+	}
+	if m.Loss != nil {
+		jm.Loss = m.Loss.ID
+	}
+	if m.Output != nil {
+		jm.Output = m.Output.ID
+	}
+	return json.Marshal(jm)
+}
+
+// UnmarshalJSON decodes a model, checking that every argument refers to an
+// earlier value.
+func (m *Model) UnmarshalJSON(data []byte) error {
+	var jm jsonModel
+	if err := json.Unmarshal(data, &jm); err != nil {
+		return err
+	}
+	f := NewFunc("forward")
+	byID := map[int]*Value{}
+	for _, jv := range jm.Values {
+		dt, err := ParseDType(jv.DType)
+		if err != nil {
+			return err
+		}
+		var args []*Value
+		for _, id := range jv.Args {
+			a, ok := byID[id]
+			if !ok {
+				return fmt.Errorf("value %d uses undefined value %d", jv.ID, id)
+			}
+			args = append(args, a)
+		}
+		v := f.NewValue(jv.Op, dt, jv.Shape, jv.Pos, args...)
+		v.Attrs, v.Role, v.Name = jv.Attrs, jv.Role, jv.Name
+		byID[jv.ID] = v
+	}
+	*m = Model{Name: jm.Name, Source: jm.Source, Pos: jm.Pos, Forward: f, Optimizer: jm.Optimizer}
+	m.Loss = byID[jm.Loss]
+	m.Output = byID[jm.Output]
+	return nil
+}

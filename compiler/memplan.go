@@ -1,0 +1,426 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// planMemory assigns storage to every value a kernel reads or writes and
+// builds the runtime plan's steps:
+//   - parameters are views into one persistent "params" vector, their
+//     gradients views into one "grads" vector in the same order, and
+//     optimizer state vectors match them, so the update is one kernel;
+//   - an optimizer update writes its new value straight into the state it
+//     replaces when no later kernel reads the old value, else a copy
+//     follows;
+//   - temporaries share one arena, reused by liveness (runtime.PlanArena),
+//     and the peak is reported at the reference batch size.
+//
+// Launch steps are left for codegen to complete with their arguments and
+// geometry, which the kernel templates decide.
+func planMemory(p *Program) error {
+	pl := &runtime.Plan{Model: p.Model.Name, Source: p.Model.Source, Symbols: []string{"B"}}
+	mp := &memPlanner{p: p, plan: pl, bufOf: map[*ir.Value]int{}, named: map[string]int{}}
+	if o := p.Model.Optimizer; o != nil {
+		pl.Optimizer = runtime.Optimizer(*o)
+	}
+	mp.layoutParams()
+	for fi, f := range p.Funcs() {
+		if err := mp.fn(fi, f); err != nil {
+			return err
+		}
+	}
+	p.Plan = pl
+	p.BufOf = mp.bufOf
+	p.PeakBytes = planPeak(pl, p.RefBatch)
+	return nil
+}
+
+// planPeak is the persistent storage plus the largest function arena.
+func planPeak(pl *runtime.Plan, batch int) int64 {
+	env := map[string]int{"B": batch}
+	var persist, arena int64
+	for _, b := range pl.Buffers {
+		if b.Placement == runtime.Persistent {
+			persist += align(b.Elems.Eval(env) * int64(b.DType.Size()))
+		}
+	}
+	for fi := range pl.Funcs {
+		var sizes []int64
+		var live [][2]int
+		for _, b := range pl.Buffers {
+			if b.Placement == runtime.Arena && b.Func == fi {
+				sizes = append(sizes, b.Elems.Eval(env)*int64(b.DType.Size()))
+				live = append(live, b.Live)
+			}
+		}
+		if _, total := runtime.PlanArena(sizes, live); total > arena {
+			arena = total
+		}
+	}
+	return persist + arena
+}
+
+func align(n int64) int64 { return (n + runtime.Align - 1) / runtime.Align * runtime.Align }
+
+type memPlanner struct {
+	p      *Program
+	plan   *runtime.Plan
+	bufOf  map[*ir.Value]int // per function values; maps are disjoint
+	named  map[string]int    // role:name → persistent buffer
+	params int               // the "params" vector
+	grads  int               // the "grads" vector
+	offset map[string]int64  // param name → element offset
+	// copySrc are update copies still to append after the last kernel.
+	copySrc []pendingCopy
+}
+
+func rtDType(d ir.DType) runtime.DType {
+	switch d {
+	case ir.F64:
+		return runtime.F64
+	case ir.I32:
+		return runtime.I32
+	}
+	return runtime.F32
+}
+
+func rtSize(s ir.Shape) runtime.Size {
+	z := s.Size()
+	return runtime.Size{Mul: z.N, Syms: z.Syms}
+}
+
+func (m *memPlanner) add(b runtime.Buffer) int {
+	m.plan.Buffers = append(m.plan.Buffers, b)
+	return len(m.plan.Buffers) - 1
+}
+
+// persistent returns the buffer for a role and name, creating it once for
+// all functions.
+func (m *memPlanner) persistent(role, name string, dt ir.DType, shape ir.Shape) int {
+	key := role + ":" + name
+	if i, ok := m.named[key]; ok {
+		return i
+	}
+	i := m.add(runtime.Buffer{Name: name, Role: role, DType: rtDType(dt), Elems: rtSize(shape), Placement: runtime.Persistent, Shape: dt.String() + shape.String()})
+	m.named[key] = i
+	return i
+}
+
+// params lays out every parameter, and its gradient, back to back.
+func (m *memPlanner) layoutParams() {
+	ps := m.p.Step.Params()
+	var total int64
+	m.offset = map[string]int64{}
+	for _, v := range ps {
+		m.offset[v.Name] = total
+		total += v.Shape.Size().N
+	}
+	dt := ir.F32
+	if len(ps) > 0 {
+		dt = ps[0].DType
+	}
+	m.plan.DType = rtDType(dt)
+	m.params = m.persistent("params", "params", dt, ir.Static(int(total)))
+	m.grads = m.persistent("grads", "grads", dt, ir.Static(int(total)))
+	for _, v := range ps {
+		i := m.add(runtime.Buffer{Name: v.Name, Role: "param", DType: rtDType(v.DType), Elems: rtSize(v.Shape),
+			Placement: runtime.Alias, AliasOf: m.params, Offset: m.offset[v.Name], Init: parseInit(v.Attrs.Init), Shape: v.Type()})
+		m.named["param:"+v.Name] = i
+		j := m.add(runtime.Buffer{Name: v.Name, Role: "grad", DType: rtDType(v.DType), Elems: rtSize(v.Shape),
+			Placement: runtime.Alias, AliasOf: m.grads, Offset: m.offset[v.Name], Shape: v.Type()})
+		m.named["grad:"+v.Name] = j
+	}
+}
+
+func parseInit(s string) runtime.Init {
+	var in runtime.Init
+	if s == "" {
+		return in
+	}
+	var kind string
+	var a, b float64
+	n, _ := fmt.Sscanf(replaceColons(s), "%s %g %g", &kind, &a, &b)
+	if n >= 1 {
+		in = runtime.Init{Kind: kind, A: a, B: b}
+	}
+	return in
+}
+
+func replaceColons(s string) string {
+	out := []byte(s)
+	for i := range out {
+		if out[i] == ':' {
+			out[i] = ' '
+		}
+	}
+	return string(out)
+}
+
+func (m *memPlanner) fn(fi int, f *ir.Func) error {
+	groups := m.p.Groups[f]
+	rf := runtime.Func{Name: f.Name}
+	owner := map[*ir.Value]*Group{}
+	for _, g := range groups {
+		for _, v := range g.Values {
+			owner[v] = g
+		}
+	}
+	// Forced placements: gradients into the grads vector, updates into
+	// their state when safe.
+	forced := map[*ir.Value]int{}
+	for _, prm := range f.Params() {
+		g, ok := f.Grads[prm.Name]
+		if !ok {
+			continue
+		}
+		dst := m.named["grad:"+prm.Name]
+		b := base(g)
+		if _, taken := forced[b]; taken || owner[b] == nil || b.Op == "flat" {
+			return fmt.Errorf("internal error: gradient of %q has no storage of its own", prm.Name)
+		}
+		forced[b] = dst
+	}
+	groupIndex := map[*Group]int{}
+	for i, g := range groups {
+		groupIndex[g] = i
+	}
+	lastReader := func(s *ir.Value) int {
+		last := -1
+		for _, g := range groups {
+			for _, in := range g.Inputs {
+				for _, st := range storageOf(in) {
+					if st == s || (s.Op == "flat" && containsArg(s, st)) {
+						if gi := groupIndex[g]; gi > last {
+							last = gi
+						}
+					}
+				}
+			}
+		}
+		return last
+	}
+	for _, u := range f.Updates {
+		var dst int
+		if u.State.Op == "flat" {
+			dst = m.params
+		} else {
+			dst = m.persistent("state", u.State.Name, u.State.DType, u.State.Shape)
+		}
+		nb := base(u.New)
+		w := owner[nb]
+		safe := w != nil && forced[nb] == 0 && w.Kind == EW && w.Space.Eq(u.State.Shape)
+		if safe {
+			wi := groupIndex[w]
+			for _, s := range append([]*ir.Value{u.State}, u.State.Args...) {
+				if lastReader(s) > wi {
+					safe = false
+				}
+			}
+			if _, ok := forced[nb]; ok {
+				safe = false
+			}
+		}
+		if safe {
+			forced[nb] = dst
+			continue
+		}
+		m.copySrc = append(m.copySrc, pendingCopy{u.New, &runtime.Step{Kind: runtime.CopyStep, Buf: dst, Ops: "copy " + u.State.Name}})
+	}
+	// Storage for every value kernels touch.
+	steps := []runtime.Step{}
+	bufFor := func(v *ir.Value) int {
+		if i, ok := m.bufOf[v]; ok {
+			return i
+		}
+		var i int
+		switch {
+		case v.Role == ir.Input:
+			i = m.persistent("input", v.Name, v.DType, v.Shape)
+		case v.Role == ir.Param:
+			i = m.named["param:"+v.Name]
+		case v.Role == ir.State:
+			i = m.persistent("state", v.Name, v.DType, v.Shape)
+		default:
+			panic("bufFor: " + v.LongString())
+		}
+		m.bufOf[v] = i
+		return i
+	}
+	var resolve func(v *ir.Value) int
+	resolve = func(v *ir.Value) int {
+		if i, ok := m.bufOf[v]; ok {
+			return i
+		}
+		switch {
+		case v.Role != ir.Temp:
+			return bufFor(v)
+		case v.Op == "reshape":
+			i := m.add(runtime.Buffer{Name: fmt.Sprintf("%s.v%d", f.Name, v.ID), Role: "view", DType: rtDType(v.DType), Elems: rtSize(v.Shape),
+				Placement: runtime.Alias, AliasOf: resolve(v.Args[0]), Shape: v.Type()})
+			m.bufOf[v] = i
+			return i
+		case v.Op == "flat":
+			if v.Args[0].Role == ir.Param {
+				m.bufOf[v] = m.params
+			} else {
+				m.bufOf[v] = m.grads
+			}
+			return m.bufOf[v]
+		}
+		if dst, ok := forced[v]; ok {
+			m.bufOf[v] = dst
+			return dst
+		}
+		i := m.add(runtime.Buffer{Name: fmt.Sprintf("%s.v%d", f.Name, v.ID), Role: "temp", DType: rtDType(v.DType), Elems: rtSize(v.Shape),
+			Placement: runtime.Arena, Func: fi, Live: [2]int{-1, -1}, Shape: v.Type()})
+		m.bufOf[v] = i
+		return i
+	}
+	// Outputs the caller reads live in persistent buffers.
+	for name, v := range f.Outputs {
+		b := base(v)
+		if _, ok := forced[b]; !ok && b.Role == ir.Temp {
+			i := m.persistent("output", name+"."+f.Name, v.DType, v.Shape)
+			m.plan.Buffers[i].Name = name
+			forced[b] = i
+		}
+	}
+	touch := func(buf, step int) {
+		b := &m.plan.Buffers[buf]
+		for b.Placement == runtime.Alias {
+			buf = b.AliasOf
+			b = &m.plan.Buffers[buf]
+		}
+		if b.Placement != runtime.Arena {
+			return
+		}
+		if b.Live[0] < 0 || step < b.Live[0] {
+			b.Live[0] = step
+		}
+		if step > b.Live[1] {
+			b.Live[1] = step
+		}
+	}
+	var status = -1
+	for _, g := range groups {
+		var bytes runtime.Sum
+		for _, v := range append(append([]*ir.Value(nil), g.Inputs...), g.Outputs...) {
+			z := rtSize(v.Shape)
+			z.Mul *= int64(v.DType.Size())
+			bytes = append(bytes, z)
+		}
+		flops := groupFlops(g)
+		if g.Kind == CE && g.Loss != nil && contains(g.Outputs, g.Loss) {
+			// The loss is accumulated atomically by the kernel's blocks.
+			lb := resolve(g.Loss)
+			steps = append(steps, runtime.Step{Kind: runtime.MemsetStep, Buf: lb, Ops: "zero " + g.Loss.String()})
+		}
+		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, Bytes: bytes}
+		if g.Kind == Gemm {
+			st.Kind = runtime.GemmStep
+		}
+		idx := len(steps)
+		for _, v := range g.Inputs {
+			touch(resolve(v), idx)
+		}
+		for _, v := range g.Outputs {
+			touch(resolve(v), idx)
+		}
+		if g.Kind == CE {
+			if status < 0 {
+				status = m.persistent("status", "status", ir.I32, ir.Static(4))
+			}
+			pos := g.Root.Pos
+			m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: "cross_entropy", Pos: pos.String()})
+		}
+		g.Step = idx
+		steps = append(steps, st)
+	}
+	for i := range m.copySrc {
+		c := m.copySrc[i]
+		c.step.Src = resolve(c.v)
+		touch(c.step.Src, len(steps))
+		steps = append(steps, *c.step)
+	}
+	m.copySrc = nil
+	if l, ok := f.Outputs["loss"]; ok {
+		m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "finite", Buf: resolve(l), Op: l.Op, Pos: l.Pos.String(), Detail: "loss"})
+	}
+	for name, v := range f.Outputs {
+		rf.Outputs = append(rf.Outputs, runtime.Named{Name: name, Buf: resolve(v)})
+	}
+	sortNamed(rf.Outputs)
+	for _, v := range f.Inputs() {
+		rf.Inputs = append(rf.Inputs, runtime.Named{Name: v.Name, Buf: bufFor(v)})
+	}
+	// An arena buffer written but never read still needs its slot.
+	for i := range m.plan.Buffers {
+		b := &m.plan.Buffers[i]
+		if b.Placement == runtime.Arena && b.Func == fi && b.Live[0] < 0 {
+			b.Live = [2]int{0, len(steps)}
+		}
+	}
+	rf.Steps = steps
+	m.plan.Funcs = append(m.plan.Funcs, rf)
+	return nil
+}
+
+type pendingCopy struct {
+	v    *ir.Value
+	step *runtime.Step
+}
+
+
+func containsArg(v, a *ir.Value) bool {
+	for _, x := range v.Args {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(vs []*ir.Value, v *ir.Value) bool {
+	for _, x := range vs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func groupFlops(g *Group) runtime.Sum {
+	if g.Kind == Gemm {
+		v := g.Root
+		_, k := ops.MatDims(v.Args[0].Shape, v.Attrs.TransA)
+		z := rtSize(append(v.Shape.Clone(), k))
+		z.Mul *= 2
+		return runtime.Sum{z}
+	}
+	var sum runtime.Sum
+	for _, v := range g.Values {
+		d := ops.Lookup(v.Op)
+		s := v.Shape
+		if d.Kind == ops.Reduce || d.Kind == ops.Special {
+			s = g.Space
+		}
+		z := rtSize(s)
+		z.Mul *= int64(d.Flops)
+		if z.Mul != 0 {
+			sum = append(sum, z)
+		}
+	}
+	return sum
+}
+
+func sortNamed(ns []runtime.Named) {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && ns[j].Name < ns[j-1].Name; j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+}

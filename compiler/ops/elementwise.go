@@ -1,0 +1,192 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// Elementwise ops. Binary ops broadcast like NumPy; their gradients reduce
+// back to each argument's shape with SumTo.
+
+func sameAsArg(v *ir.Value) (ir.Shape, ir.DType, error) {
+	x := v.Args[0]
+	if !x.DType.IsFloat() {
+		return nil, 0, fmt.Errorf("needs a float tensor, got %s", x.Type())
+	}
+	return x.Shape, x.DType, nil
+}
+
+func broadcastArgs(v *ir.Value) (ir.Shape, ir.DType, error) {
+	s := v.Args[0].Shape
+	dt := v.Args[0].DType
+	for _, a := range v.Args[1:] {
+		if a.DType != dt {
+			return nil, 0, fmt.Errorf("dtype mismatch: %s vs %s", v.Args[0].Type(), a.Type())
+		}
+		var err error
+		if s, err = ir.Broadcast(s, a.Shape); err != nil {
+			return nil, 0, err
+		}
+	}
+	if !dt.IsFloat() {
+		return nil, 0, fmt.Errorf("needs float tensors, got %s", dt)
+	}
+	return s, dt, nil
+}
+
+func unary(name string, flops int, expr func(c *Ctx, v *ir.Value, x string) string, grad func(b *Builder, v, g *ir.Value) *ir.Value) *Def {
+	d := &Def{Name: name, Kind: Elementwise, NArgs: 1, Infer: sameAsArg, Flops: flops,
+		Expr: func(c *Ctx, v *ir.Value, a []string) string { return expr(c, v, a[0]) }}
+	if grad != nil {
+		d.Grad = func(b *Builder, v, g *ir.Value) []*ir.Value { return []*ir.Value{grad(b, v, g)} }
+	}
+	return d
+}
+
+func binary(name string, flops int, expr func(c *Ctx, x, y string) string, grad func(b *Builder, v, g *ir.Value) (gx, gy *ir.Value)) *Def {
+	return &Def{Name: name, Kind: Elementwise, NArgs: 2, Infer: broadcastArgs, Flops: flops,
+		Expr: func(c *Ctx, v *ir.Value, a []string) string { return expr(c, a[0], a[1]) },
+		Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
+			gx, gy := grad(b, v, g)
+			x, y := v.Args[0], v.Args[1]
+			if gx != nil {
+				gx = b.SumTo(gx, x.Shape)
+			}
+			if gy != nil {
+				gy = b.SumTo(gy, y.Shape)
+			}
+			return []*ir.Value{gx, gy}
+		}}
+}
+
+// gradOf builds an internal backward op from g and the forward values.
+func gradOf(op string) func(b *Builder, v, g *ir.Value) *ir.Value {
+	return func(b *Builder, v, g *ir.Value) *ir.Value {
+		return b.Op(op, v.Attrs, g, v)
+	}
+}
+
+// gradOfInput is gradOf for rules that need the forward input, not output.
+func gradOfInput(op string) func(b *Builder, v, g *ir.Value) *ir.Value {
+	return func(b *Builder, v, g *ir.Value) *ir.Value {
+		return b.Op(op, v.Attrs, g, v.Args[0])
+	}
+}
+
+func backward(name string, flops int, expr func(c *Ctx, v *ir.Value, g, y string) string) *Def {
+	return &Def{Name: name, Kind: Elementwise, NArgs: 2, Infer: broadcastArgs, Flops: flops,
+		Expr: func(c *Ctx, v *ir.Value, a []string) string { return expr(c, v, a[0], a[1]) }}
+}
+
+func init() {
+	register(
+		unary("neg", 1, func(c *Ctx, v *ir.Value, x string) string { return "(-" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Unary("neg", g) }),
+		unary("exp", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("exp") + "(" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("mul", g, v) }),
+		unary("log", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("log") + "(" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("div", g, v.Args[0]) }),
+		unary("sqrt", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("sqrt") + "(" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("div", b.Scale(g, 0.5), v) }),
+		unary("square", 1, func(c *Ctx, v *ir.Value, x string) string { return "ngen_sq(" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("mul", b.Scale(g, 2), v.Args[0]) }),
+		unary("abs", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fabs") + "(" + x + ")" },
+			gradOfInput("abs_bwd")),
+		unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fmax") + "(" + x + ", " + c.Lit(0) + ")" },
+			gradOf("relu_bwd")),
+		unary("sigmoid", 4, func(c *Ctx, v *ir.Value, x string) string {
+			return "(" + c.Lit(1) + " / (" + c.Lit(1) + " + " + c.Math("exp") + "(-" + x + ")))"
+		}, gradOf("sigmoid_bwd")),
+		unary("tanh", 4, func(c *Ctx, v *ir.Value, x string) string { return c.Math("tanh") + "(" + x + ")" },
+			gradOf("tanh_bwd")),
+		// gelu is PyTorch's default (erf) form.
+		unary("gelu", 8, func(c *Ctx, v *ir.Value, x string) string { return "ngen_gelu(" + x + ")" },
+			gradOfInput("gelu_bwd")),
+		// scale multiplies by the constant F.
+		unary("scale", 1, func(c *Ctx, v *ir.Value, x string) string { return "(" + x + " * " + c.Lit(v.Attrs.F) + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Scale(g, v.Attrs.F) }),
+		// addc adds the constant F.
+		unary("addc", 1, func(c *Ctx, v *ir.Value, x string) string { return "(" + x + " + " + c.Lit(v.Attrs.F) + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return g }),
+		// powc raises to the constant power F.
+		unary("powc", 4, func(c *Ctx, v *ir.Value, x string) string {
+			return c.Math("pow") + "(" + x + ", " + c.Lit(v.Attrs.F) + ")"
+		}, func(b *Builder, v, g *ir.Value) *ir.Value {
+			p := v.Attrs.F
+			d := b.Scale(b.Op("powc", ir.Attrs{F: p - 1}, v.Args[0]), p)
+			return b.Binary("mul", g, d)
+		}),
+		// dropout zeroes an element with probability F and scales the rest
+		// by 1/(1-F), in training mode only. The mask comes from Philox
+		// keyed by (seed, step, stream I) at the element's linear index, so
+		// the backward op and every backend draw the same mask.
+		unary("dropout", 3, func(c *Ctx, v *ir.Value, x string) string {
+			return dropoutExpr(c, v, x)
+		}, func(b *Builder, v, g *ir.Value) *ir.Value { return b.Op("dropout", v.Attrs, g) }),
+		// fill is the constant F of shape Attrs.Shape and dtype Attrs.Str.
+		// Kernels inline it, so it never needs storage of its own.
+		&Def{Name: "fill", Kind: Elementwise, NArgs: 0, Flops: 0,
+			Infer: func(v *ir.Value) (ir.Shape, ir.DType, error) {
+				dt, err := ir.ParseDType(v.Attrs.Str)
+				return v.Attrs.Shape.Clone(), dt, err
+			},
+			Expr: func(c *Ctx, v *ir.Value, a []string) string { return c.Lit(v.Attrs.F) }},
+		// copy materialises its argument in storage of its own.
+		unary("copy", 0, func(c *Ctx, v *ir.Value, x string) string { return x },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return g }),
+		// broadcast expands its argument to Attrs.Shape.
+		&Def{Name: "broadcast", Kind: Elementwise, NArgs: 1, Flops: 0,
+			Infer: func(v *ir.Value) (ir.Shape, ir.DType, error) {
+				s, err := ir.Broadcast(v.Args[0].Shape, v.Attrs.Shape)
+				if err != nil {
+					return nil, 0, err
+				}
+				if !s.Eq(v.Attrs.Shape) {
+					return nil, 0, fmt.Errorf("cannot broadcast %s to %s", v.Args[0].Shape, v.Attrs.Shape)
+				}
+				return s, v.Args[0].DType, nil
+			},
+			Expr: func(c *Ctx, v *ir.Value, a []string) string { return a[0] },
+			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value { return []*ir.Value{b.SumTo(g, v.Args[0].Shape)} }},
+
+		binary("add", 1, func(c *Ctx, x, y string) string { return "(" + x + " + " + y + ")" },
+			func(b *Builder, v, g *ir.Value) (*ir.Value, *ir.Value) { return g, g }),
+		binary("sub", 1, func(c *Ctx, x, y string) string { return "(" + x + " - " + y + ")" },
+			func(b *Builder, v, g *ir.Value) (*ir.Value, *ir.Value) { return g, b.Unary("neg", g) }),
+		binary("mul", 1, func(c *Ctx, x, y string) string { return "(" + x + " * " + y + ")" },
+			func(b *Builder, v, g *ir.Value) (*ir.Value, *ir.Value) {
+				return b.Binary("mul", g, v.Args[1]), b.Binary("mul", g, v.Args[0])
+			}),
+		binary("div", 1, func(c *Ctx, x, y string) string { return "(" + x + " / " + y + ")" },
+			func(b *Builder, v, g *ir.Value) (*ir.Value, *ir.Value) {
+				gx := b.Binary("div", g, v.Args[1])
+				return gx, b.Unary("neg", b.Binary("mul", gx, v))
+			}),
+
+		backward("relu_bwd", 1, func(c *Ctx, v *ir.Value, g, y string) string {
+			return "(" + y + " > " + c.Lit(0) + " ? " + g + " : " + c.Lit(0) + ")"
+		}),
+		backward("sigmoid_bwd", 3, func(c *Ctx, v *ir.Value, g, y string) string {
+			return "(" + g + " * " + y + " * (" + c.Lit(1) + " - " + y + "))"
+		}),
+		backward("tanh_bwd", 3, func(c *Ctx, v *ir.Value, g, y string) string {
+			return "(" + g + " * (" + c.Lit(1) + " - " + y + " * " + y + "))"
+		}),
+		backward("abs_bwd", 1, func(c *Ctx, v *ir.Value, g, x string) string {
+			return "(" + g + " * (" + x + " > " + c.Lit(0) + " ? " + c.Lit(1) + " : (" + x + " < " + c.Lit(0) + " ? " + c.Lit(-1) + " : " + c.Lit(0) + ")))"
+		}),
+		backward("gelu_bwd", 10, func(c *Ctx, v *ir.Value, g, x string) string {
+			return "(" + g + " * ngen_gelu_grad(" + x + "))"
+		}),
+	)
+}
+
+func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
+	p := v.Attrs.F
+	train := c.Scalar("train", "int")
+	seed := c.Scalar("seed", "unsigned long long")
+	step := c.Scalar("step", "unsigned long long")
+	keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", seed, step, v.Attrs.I, c.Index, c.Lit(1-p))
+	return fmt.Sprintf("(%s ? (%s ? %s * %s : %s) : %s)", train, keep, x, c.Lit(1/(1-p)), c.Lit(0), x)
+}

@@ -1,0 +1,181 @@
+// Package ops is ngen's op table. Each op is one row that keeps together its
+// shape rule, its vector-Jacobian product and, for elementwise ops, the C
+// expression the kernel generator inlines. Adding an op means adding a row.
+package ops
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// Kind says how codegen lowers an op.
+type Kind int
+
+const (
+	Source      Kind = iota // input, param, state, scalar: storage, no kernel
+	Elementwise             // one output element from the same index of each (broadcast) input
+	Reduce                  // reduction over axes
+	MatMul                  // GEMM on the device's BLAS
+	View                    // reinterprets its argument's storage, no kernel
+	Special                 // has its own kernel template in codegen
+)
+
+var kindNames = [...]string{"source", "elementwise", "reduce", "matmul", "view", "special"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Def is one row of the op table.
+type Def struct {
+	Name  string
+	Kind  Kind
+	NArgs int // -1: any number
+	// Infer returns the result type from the arguments and attributes.
+	Infer func(v *ir.Value) (ir.Shape, ir.DType, error)
+	// Grad returns the gradient for each argument given the gradient g of
+	// v (nil entries mean no gradient flows to that argument). Nil Grad
+	// means the op is not differentiable.
+	Grad func(b *Builder, v, g *ir.Value) []*ir.Value
+	// Expr renders an elementwise op as a C expression over its argument
+	// expressions.
+	Expr func(c *Ctx, v *ir.Value, args []string) string
+	// Flops per output element (elementwise, reduce) for the report.
+	Flops int
+}
+
+var table = map[string]*Def{}
+
+func register(defs ...*Def) {
+	for _, d := range defs {
+		if _, dup := table[d.Name]; dup {
+			panic("ops: duplicate op " + d.Name)
+		}
+		table[d.Name] = d
+	}
+}
+
+// Lookup returns the row for op, or nil.
+func Lookup(op string) *Def { return table[op] }
+
+// Names lists every op, sorted.
+func Names() []string {
+	var out []string
+	for n := range table {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Infer runs v's shape rule and checks the argument count.
+func Infer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	d := table[v.Op]
+	if d == nil {
+		return nil, 0, fmt.Errorf("unknown op %q", v.Op)
+	}
+	if d.NArgs >= 0 && len(v.Args) != d.NArgs {
+		return nil, 0, fmt.Errorf("%s takes %d arguments, got %d", v.Op, d.NArgs, len(v.Args))
+	}
+	return d.Infer(v)
+}
+
+// Ctx is what an elementwise expression may ask of the kernel it is
+// rendered into.
+type Ctx struct {
+	T string // C element type of the value being computed
+	// Index is the C expression of the linear output index (long long).
+	Index string
+	// Scalar returns the C name of a runtime scalar kernel parameter.
+	Scalar func(name string, ctype string) string
+}
+
+// Math returns the C math function name for the context's type
+// (expf for float, exp for double).
+func (c *Ctx) Math(fn string) string {
+	if c.T == "float" {
+		return fn + "f"
+	}
+	return fn
+}
+
+// Lit renders a constant in the context's type.
+func (c *Ctx) Lit(f float64) string {
+	if c.T == "float" {
+		return fmt.Sprintf("%sf", fmtFloat(f))
+	}
+	return fmtFloat(f)
+}
+
+func fmtFloat(f float64) string {
+	s := fmt.Sprintf("%.17g", f)
+	for _, ch := range s {
+		if ch == '.' || ch == 'e' || ch == 'n' || ch == 'i' {
+			return s
+		}
+	}
+	return s + ".0"
+}
+
+// Builder appends values to a function, inferring their types, at a fixed
+// source position (gradient rules build at the position of the forward op).
+type Builder struct {
+	F   *ir.Func
+	Pos ir.Pos
+	Err error
+}
+
+// Op appends op(args) with attributes; a type error is kept in b.Err.
+func (b *Builder) Op(op string, attrs ir.Attrs, args ...*ir.Value) *ir.Value {
+	v := &ir.Value{Op: op, Args: args, Attrs: attrs, Pos: b.Pos}
+	shape, dt, err := Infer(v)
+	if err != nil {
+		if b.Err == nil {
+			b.Err = fmt.Errorf("%s (%s): %v", op, b.Pos, err)
+		}
+		shape, dt = ir.Shape{}, ir.F32
+		if len(args) > 0 {
+			shape, dt = args[0].Shape, args[0].DType
+		}
+	}
+	nv := b.F.NewValue(op, dt, shape, b.Pos, args...)
+	nv.Attrs = attrs
+	return nv
+}
+
+// Unary is Op with no attributes and one argument.
+func (b *Builder) Unary(op string, x *ir.Value) *ir.Value { return b.Op(op, ir.Attrs{}, x) }
+
+// Binary is Op with no attributes and two arguments.
+func (b *Builder) Binary(op string, x, y *ir.Value) *ir.Value {
+	return b.Op(op, ir.Attrs{}, x, y)
+}
+
+// Scale multiplies by a constant.
+func (b *Builder) Scale(x *ir.Value, f float64) *ir.Value {
+	return b.Op("scale", ir.Attrs{F: f}, x)
+}
+
+// SumTo reduces g (a broadcast result) back to shape, as the gradient of
+// broadcasting requires.
+func (b *Builder) SumTo(g *ir.Value, shape ir.Shape) *ir.Value {
+	if g.Shape.Eq(shape) {
+		return g
+	}
+	lead := len(g.Shape) - len(shape)
+	var axes []int
+	for i := range g.Shape {
+		j := i - lead
+		if j < 0 || (shape[j] == ir.D(1) && g.Shape[i] != ir.D(1)) {
+			axes = append(axes, i)
+		}
+	}
+	s := g
+	if len(axes) > 0 {
+		s = b.Op("sum", ir.Attrs{Axes: axes, KeepDim: true}, g)
+	}
+	if !s.Shape.Eq(shape) {
+		s = b.Op("reshape", ir.Attrs{Shape: shape.Clone()}, s)
+	}
+	return s
+}

@@ -1,0 +1,213 @@
+// Package oracle runs single ops through PyTorch so that tests can check
+// ngen's kernels and vector-Jacobian products against an independent
+// implementation, as micrograd, tinygrad and llm.c do.
+//
+// Pipeline: DSL → IR → passes → kernels → glue → runtime. The oracle sits
+// outside it: tests build Cases from IR ops, run the generated kernels on
+// the CPU backend, and compare with Run's Results. The work is done by
+// testdata/oracle/torch_ops.py under Debian's /usr/bin/python3 with
+// python3-torch; the protocol is in testdata/oracle/README.md.
+package oracle
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+)
+
+// Python is the interpreter that has python3-torch. A python3 found on PATH
+// (a virtualenv, say) may not, or may have a different torch.
+const Python = "/usr/bin/python3"
+
+// Tensor is an op input or result. DType is "f32", "f64" or "i32"; empty
+// means the Case's DType. Data is row-major; a scalar has Shape [] and one
+// value. f32 results are exact: each float64 is a widened float32.
+type Tensor struct {
+	Shape []int
+	DType string
+	Data  []float64
+}
+
+// Case is one op application. Attrs use the oracle's names: f, axes,
+// keepdim, transa, transb, shape (see the README). GradOutput, when set,
+// asks for the gradients d(sum(output*GradOutput))/d(input).
+type Case struct {
+	Op         string
+	Attrs      map[string]any
+	DType      string
+	Inputs     []Tensor
+	GradOutput *Tensor
+}
+
+// Result is the oracle's answer to one Case. Grads has one entry per input:
+// nil for integer inputs and when the Case had no GradOutput.
+type Result struct {
+	Output Tensor
+	Grads  []*Tensor
+}
+
+// setupHint is what to do when the oracle cannot run.
+const setupHint = "install python3-torch with the README's setup command (sudo scripts/setup.sh), then rerun the tests"
+
+var available = sync.OnceValue(func() error {
+	out, err := exec.Command(Python, "-c", "import torch").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("oracle: %s cannot import torch (%v: %s); %s", Python, err, bytes.TrimSpace(out), setupHint)
+	}
+	return nil
+})
+
+// Available reports whether the oracle can run. Tests should skip, not fail,
+// when it returns an error, so that machines without torch still pass.
+func Available() error { return available() }
+
+// Script is the path of torch_ops.py, found from this source file so that
+// it works from any test's working directory.
+func Script() string {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	return filepath.Join(root, "testdata", "oracle", "torch_ops.py")
+}
+
+// Run sends all cases to one python process and returns one Result per
+// case, in order. Batching matters: starting python and importing torch
+// costs about a second, a case a millisecond.
+func Run(cases []Case) ([]Result, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	req := make([]wireCase, len(cases))
+	for i, c := range cases {
+		req[i] = wireCase{Op: c.Op, Attrs: c.Attrs, DType: c.DType, Inputs: make([]wireTensor, len(c.Inputs))}
+		for j, t := range c.Inputs {
+			req[i].Inputs[j] = toWire(t)
+		}
+		if c.GradOutput != nil {
+			g := toWire(*c.GradOutput)
+			req[i].GradOutput = &g
+		}
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: encode request: %w", err)
+	}
+
+	cmd := exec.Command(Python, Script())
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("oracle: %s: %v\n%s", filepath.Base(Script()), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+
+	var resp []wireResult
+	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
+		return nil, fmt.Errorf("oracle: decode response: %w", err)
+	}
+	if len(resp) != len(cases) {
+		return nil, fmt.Errorf("oracle: %d results for %d cases", len(resp), len(cases))
+	}
+	results := make([]Result, len(resp))
+	for i, r := range resp {
+		results[i].Output = fromWire(r.Output)
+		results[i].Grads = make([]*Tensor, len(r.Grads))
+		for j, g := range r.Grads {
+			if g != nil {
+				t := fromWire(*g)
+				results[i].Grads[j] = &t
+			}
+		}
+	}
+	return results, nil
+}
+
+// The wire types carry the JSON protocol. Shapes must encode as [] rather
+// than null for scalars, and non-finite numbers travel as strings.
+type wireCase struct {
+	Op         string         `json:"op"`
+	Attrs      map[string]any `json:"attrs,omitempty"`
+	DType      string         `json:"dtype,omitempty"`
+	Inputs     []wireTensor   `json:"inputs"`
+	GradOutput *wireTensor    `json:"grad_output,omitempty"`
+}
+
+type wireTensor struct {
+	Shape []int    `json:"shape"`
+	DType string   `json:"dtype,omitempty"`
+	Data  []number `json:"data"`
+}
+
+type wireResult struct {
+	Output wireTensor    `json:"output"`
+	Grads  []*wireTensor `json:"grads"`
+}
+
+func toWire(t Tensor) wireTensor {
+	w := wireTensor{Shape: t.Shape, DType: t.DType, Data: make([]number, len(t.Data))}
+	if w.Shape == nil {
+		w.Shape = []int{}
+	}
+	for i, v := range t.Data {
+		w.Data[i] = number(v)
+	}
+	return w
+}
+
+func fromWire(w wireTensor) Tensor {
+	t := Tensor{Shape: w.Shape, DType: w.DType, Data: make([]float64, len(w.Data))}
+	if t.Shape == nil {
+		t.Shape = []int{}
+	}
+	for i, v := range w.Data {
+		t.Data[i] = float64(v)
+	}
+	return t
+}
+
+// number is a float64 whose JSON form is a number when finite and one of
+// the strings "NaN", "Infinity", "-Infinity" otherwise, the spelling that
+// torch_ops.py reads and writes.
+type number float64
+
+func (n number) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	switch {
+	case math.IsNaN(f):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(f, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(f, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+func (n *number) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		switch s {
+		case "NaN":
+			*n = number(math.NaN())
+		case "Infinity":
+			*n = number(math.Inf(1))
+		case "-Infinity":
+			*n = number(math.Inf(-1))
+		default:
+			return errors.New("oracle: number string " + strconv.Quote(s) + " is not NaN, Infinity or -Infinity")
+		}
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*n = number(f)
+	return err
+}

@@ -1,0 +1,37 @@
+package compiler
+
+import (
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// Program is a model on its way through the passes: the declared model, the
+// functions derived from it, and (after fusion and memory planning) the
+// kernels and the runtime plan.
+type Program struct {
+	Model   *ir.Model
+	Step    *ir.Func // forward + backward + optimizer update
+	Predict *ir.Func // forward to the model's output
+	Fuse    bool
+	// Groups holds each function's kernels in execution order (set by the
+	// fuse pass).
+	Groups map[*ir.Func][]*Group
+	// Plan is the runtime plan without kernel sources (set by plan memory).
+	Plan *runtime.Plan
+	// BufOf maps each value kernels touch to its plan buffer.
+	BufOf map[*ir.Value]int
+	// PeakBytes is the planned device memory at the reference batch size.
+	PeakBytes int64
+	RefBatch  int
+}
+
+// Funcs lists the program's functions in plan order.
+func (p *Program) Funcs() []*ir.Func {
+	var out []*ir.Func
+	for _, f := range []*ir.Func{p.Step, p.Predict} {
+		if f != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}

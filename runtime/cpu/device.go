@@ -1,0 +1,231 @@
+// Package cpu is the CPU backend of the ngen runtime: it implements
+// runtime.Device by running the generated CUDA C itself on the host.
+//
+// Pipeline: DSL → IR → passes → kernels → glue → runtime. The generated .cu is
+// compiled by the host C++ compiler against emu/ngen_emu.h (which emulates
+// threadIdx, __syncthreads, warp shuffles and atomics), together with an
+// entry function int ngen_cpu_entry(int kernel, const ngen_launch *l) that
+// runs a range of a kernel's blocks. Device memory is C heap memory, so
+// kernels get raw host pointers; GEMMs go to OpenBLAS.
+//
+// A launch splits the grid's blocks into one contiguous range per thread
+// (Options.Threads), each run by one cgo call. Within a block, kernels
+// without barriers run as a plain loop over threads; kernels that use
+// __syncthreads or warp shuffles (KernelInfo.Sync) run each thread as a
+// fiber.
+//
+// Generated packages build the entry into themselves with cgo; tests and
+// tools can compile kernels at run time with CompileModule.
+package cpu
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/emu
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uintptr_t ngen_alloc(size_t bytes) {
+	// aligned_alloc wants a multiple of the alignment.
+	return (uintptr_t)aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+static void ngen_free(uintptr_t p) { free((void *)p); }
+static void ngen_memset(uintptr_t p, int v, size_t n) { memset((void *)p, v, n); }
+static void ngen_copy(uintptr_t dst, uintptr_t src, size_t n) { memmove((void *)dst, (void *)src, n); }
+static void ngen_to_device(uintptr_t dst, const void *src, size_t n) { memcpy((void *)dst, src, n); }
+static void ngen_to_host(void *dst, uintptr_t src, size_t n) { memcpy(dst, (const void *)src, n); }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// Options configures a CPU device.
+type Options struct {
+	// Threads is how many OS threads run blocks in parallel, and how many
+	// OpenBLAS uses for Gemm. 0 means runtime.NumCPU().
+	Threads int
+}
+
+// Device runs kernels on the host. Its methods are safe for concurrent use;
+// launches are serialised, as on a single CUDA stream.
+type Device struct {
+	threads int
+
+	mu     sync.Mutex // guards everything below
+	closed bool
+	allocs map[runtime.Ptr]int64
+	stats  runtime.MemStats
+	launch launchState
+}
+
+var _ runtime.Device = (*Device)(nil)
+
+// errClosed is returned by every call after Close.
+var errClosed = errors.New("cpu: device is closed")
+
+// New returns a CPU device. It also sets OpenBLAS's thread count, which is
+// process-wide.
+func New(opts Options) (*Device, error) {
+	if opts.Threads < 0 {
+		return nil, fmt.Errorf("cpu: Options.Threads = %d, want >= 0", opts.Threads)
+	}
+	n := opts.Threads
+	if n == 0 {
+		n = goruntime.NumCPU()
+	}
+	d := &Device{threads: n, allocs: make(map[runtime.Ptr]int64)}
+	setBLASThreads(n)
+	d.launch.start(n)
+	return d, nil
+}
+
+// Name describes the device.
+func (d *Device) Name() string { return fmt.Sprintf("cpu (%d threads)", d.threads) }
+
+// Alloc returns 64-byte-aligned C memory, so kernels can vectorise and Go's
+// collector never moves or scans it. Alloc(0) returns the null pointer.
+func (d *Device) Alloc(bytes int64) (runtime.Ptr, error) {
+	if bytes < 0 {
+		return 0, fmt.Errorf("cpu: alloc of %d bytes", bytes)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, errClosed
+	}
+	if bytes == 0 {
+		return 0, nil
+	}
+	p := runtime.Ptr(C.ngen_alloc(C.size_t(bytes)))
+	if p == 0 {
+		return 0, fmt.Errorf("cpu: out of memory allocating %d bytes (%d allocated)", bytes, d.stats.Allocated)
+	}
+	d.allocs[p] = bytes
+	d.stats.Allocated += bytes
+	d.stats.Reserved = d.stats.Allocated
+	d.stats.Peak = max(d.stats.Peak, d.stats.Allocated)
+	return p, nil
+}
+
+// Free releases memory from Alloc. Freeing the null pointer does nothing.
+func (d *Device) Free(p runtime.Ptr) error {
+	if p == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	n, ok := d.allocs[p]
+	if !ok {
+		return fmt.Errorf("cpu: free of %#x, which Alloc did not return or was already freed", uintptr(p))
+	}
+	delete(d.allocs, p)
+	C.ngen_free(C.uintptr_t(p))
+	d.stats.Allocated -= n
+	d.stats.Reserved = d.stats.Allocated
+	return nil
+}
+
+// checkRange rejects negative sizes and null pointers; bytes == 0 is a no-op
+// for which checkRange reports false.
+func (d *Device) checkRange(op string, bytes int64, ptrs ...uintptr) (bool, error) {
+	if bytes < 0 {
+		return false, fmt.Errorf("cpu: %s of %d bytes", op, bytes)
+	}
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return false, errClosed
+	}
+	if bytes == 0 {
+		return false, nil
+	}
+	for _, p := range ptrs {
+		if p == 0 {
+			return false, fmt.Errorf("cpu: %s of %d bytes through a null pointer", op, bytes)
+		}
+	}
+	return true, nil
+}
+
+// Memset sets bytes bytes at p to value.
+func (d *Device) Memset(p runtime.Ptr, value byte, bytes int64) error {
+	ok, err := d.checkRange("memset", bytes, uintptr(p))
+	if ok {
+		C.ngen_memset(C.uintptr_t(p), C.int(value), C.size_t(bytes))
+	}
+	return err
+}
+
+// CopyToDevice copies bytes bytes from host memory at src to dst.
+func (d *Device) CopyToDevice(dst runtime.Ptr, src unsafe.Pointer, bytes int64) error {
+	ok, err := d.checkRange("copy to device", bytes, uintptr(dst), uintptr(src))
+	if ok {
+		C.ngen_to_device(C.uintptr_t(dst), src, C.size_t(bytes))
+	}
+	return err
+}
+
+// CopyToHost copies bytes bytes from src to host memory at dst.
+func (d *Device) CopyToHost(dst unsafe.Pointer, src runtime.Ptr, bytes int64) error {
+	ok, err := d.checkRange("copy to host", bytes, uintptr(dst), uintptr(src))
+	if ok {
+		C.ngen_to_host(dst, C.uintptr_t(src), C.size_t(bytes))
+	}
+	return err
+}
+
+// CopyDevice copies bytes bytes from src to dst; the ranges may overlap.
+func (d *Device) CopyDevice(dst, src runtime.Ptr, bytes int64) error {
+	ok, err := d.checkRange("device copy", bytes, uintptr(dst), uintptr(src))
+	if ok {
+		C.ngen_copy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(bytes))
+	}
+	return err
+}
+
+// Sync returns at once: every call finishes before it returns.
+func (d *Device) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// MemStats reports memory from Alloc. Nothing is cached, so Reserved equals
+// Allocated.
+func (d *Device) MemStats() runtime.MemStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// Close frees all memory from Alloc. Pointers from this device must not be
+// used afterwards.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	for p := range d.allocs {
+		C.ngen_free(C.uintptr_t(p))
+	}
+	clear(d.allocs)
+	d.stats.Allocated, d.stats.Reserved = 0, 0
+	d.launch.stop()
+	return nil
+}

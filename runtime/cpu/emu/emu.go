@@ -1,0 +1,15 @@
+// Package emu holds ngen_emu.h, the header that lets the generated CUDA C
+// compile and run on the host for the CPU backend (runtime/cpu). The code
+// generator copies Header next to every generated .cu; runtime/cpu's
+// CompileModule does the same for kernels compiled at run time.
+//
+// The package is pure Go so that the generator can embed the header without
+// cgo.
+package emu
+
+import _ "embed"
+
+// Header is the text of ngen_emu.h.
+//
+//go:embed ngen_emu.h
+var Header string

@@ -1,0 +1,670 @@
+/* ngen_emu.h: runs ngen's generated CUDA C on the host.
+ *
+ * The generated .cu is compiled by g++ -std=c++17 with this header included
+ * first. Blocks run in parallel on OS threads (one cgo call per worker, each
+ * given a range of linear block ids); a block's threads run on one OS thread,
+ * either as a plain loop (NGEN_RUN_SIMPLE) or as cooperative fibers
+ * (NGEN_RUN_SYNC) when the kernel uses __syncthreads or warp shuffles.
+ *
+ * Compiled as C (from runtime/cpu's cgo preamble) only the launch contract
+ * below is visible, so Go and C++ share one definition of ngen_launch.
+ */
+#ifndef NGEN_EMU_H
+#define NGEN_EMU_H
+
+typedef struct ngen_launch {
+  unsigned grid[3], block[3];
+  int shared_bytes;
+  void **args; /* args[i] points at the value of kernel parameter i */
+  long long block_begin; /* run linear block ids [block_begin, block_end) */
+  long long block_end;
+} ngen_launch;
+
+/* Statuses returned by NGEN_RUN_*; runtime/cpu turns them into errors. */
+enum {
+  NGEN_OK = 0,
+  NGEN_ERR_DEADLOCK = 1,        /* live threads wait on barriers that cannot complete */
+  NGEN_ERR_DIVERGENT_SYNC = 2,  /* all live threads wait, at different __syncthreads */
+  NGEN_ERR_LAUNCH = 3,          /* bad block shape, or no memory for stacks/shared */
+  NGEN_ERR_SYNC_IN_SIMPLE = 4   /* a barrier or shuffle ran under NGEN_RUN_SIMPLE */
+};
+
+#ifdef __cplusplus
+
+#include <math.h>
+#include <new>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__x86_64__) && !defined(NGEN_EMU_UCONTEXT)
+#define NGEN_EMU_UCONTEXT 1
+#endif
+#ifdef NGEN_EMU_UCONTEXT
+#include <ucontext.h>
+#endif
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define NGEN_ARG(l, T, i) (*(T *)((l)->args[i]))
+
+/* For the kernels included after this header: generated kernels may ignore
+ * parameters, and CUDA code routinely compares int against the unsigned
+ * threadIdx/blockDim, which nvcc does not warn about either. */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wunused-but-set-parameter"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+
+/* Kernels are always inlined so NGEN_RUN_SIMPLE's thread loop becomes one
+ * loop the compiler can optimise as a whole. */
+#define __global__ inline __attribute__((always_inline))
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __constant__
+/* A block's threads all run on one OS thread and blocks on one OS thread run
+ * one after another, so thread-local storage is exactly block-shared. */
+#define __shared__ static thread_local
+#define NGEN_DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(::ngen_emu::dyn_shared)
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+/* Everything else has internal linkage, so two generated packages linked
+ * into one binary cannot clash even if built from different header versions. */
+namespace {
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+namespace ngen_emu {
+
+thread_local void *dyn_shared;
+thread_local int simple_misuse; /* set when a barrier runs without fibers */
+
+/* ---- fibers --------------------------------------------------------- */
+
+enum { kStackBytes = 64 << 10, kMaxThreads = 1024 };
+
+struct Block;
+struct Fiber {
+  void *sp; /* saved stack pointer (x86-64 switch) */
+#ifdef NGEN_EMU_UCONTEXT
+  ucontext_t uc;
+#endif
+  char *stack; /* lowest usable byte; a guard page sits below it */
+  uint3 tid;
+  int waiting; /* 0 runnable, 1 block barrier, 2 warp barrier, 3 exited */
+};
+
+struct Warp {
+  int live, arrived;
+  unsigned seq; /* parity picks the exchange buffer of the next shuffle */
+  unsigned long long xchg[2][32];
+};
+
+struct Block {
+  Fiber *fibers;
+  Warp *warps;
+  int nthreads, live, cur, status;
+  int *queue; /* ring of runnable fibers, never including cur */
+  int qhead, qlen;
+  int arrived;           /* at the block barrier */
+  const void *site;      /* where the first of them arrived */
+  int divergent;         /* someone arrived at a different site */
+  int pred_count, pred_result, pred_arrived;
+  void (*fn)(void *);
+  void *fn_ctx;
+#ifdef NGEN_EMU_UCONTEXT
+  ucontext_t main_uc;
+#else
+  void *main_sp;
+#endif
+};
+
+thread_local Block *cur_block; /* null under NGEN_RUN_SIMPLE */
+
+/* Per-OS-thread pool, reused across blocks and launches. */
+struct Pool {
+  Fiber fibers[kMaxThreads];
+  Warp warps[kMaxThreads / 32];
+  int queue[kMaxThreads];
+  int nstacks = 0;
+  void *shared = nullptr;
+  size_t shared_cap = 0;
+  ~Pool() {
+    for (int i = 0; i < nstacks; i++)
+      munmap(fibers[i].stack - getpagesize(), kStackBytes + getpagesize());
+    free(shared);
+  }
+  bool reserve(int n) {
+    long page = getpagesize();
+    for (; nstacks < n; nstacks++) {
+      void *m = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+      if (m == MAP_FAILED)
+        return false;
+      /* Overflowing a fiber stack faults instead of corrupting a neighbour. */
+      mprotect(m, page, PROT_NONE);
+      fibers[nstacks].stack = static_cast<char *>(m) + page;
+    }
+    return true;
+  }
+  bool reserve_shared(size_t bytes) {
+    if (bytes <= shared_cap)
+      return true;
+    void *p = aligned_alloc(64, (bytes + 63) & ~size_t(63));
+    if (!p)
+      return false;
+    free(shared);
+    shared = p;
+    shared_cap = bytes;
+    return true;
+  }
+};
+thread_local Pool *pool;
+
+inline Pool *get_pool() {
+  /* Allocated on first use so NGEN_RUN_SIMPLE-only threads pay nothing;
+   * the thread_local unique owner frees it at thread exit. */
+  static thread_local struct Owner {
+    Pool *p = nullptr;
+    ~Owner() { delete p; }
+  } owner;
+  if (!pool) {
+    owner.p = new (std::nothrow) Pool;
+    pool = owner.p;
+  }
+  return pool;
+}
+
+#ifndef NGEN_EMU_UCONTEXT
+/* swapcontext saves and restores the signal mask with a syscall per switch;
+ * fibers only need the callee-saved registers of the SysV ABI. It ends in an
+ * indirect jump rather than ret: a ret here always misses the return-stack
+ * predictor, which cost a third of a switch. */
+__attribute__((naked, noinline, unused)) void switch_stack(void ** /*save*/, void * /*to*/) {
+  __asm__ volatile(
+      "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\t"
+      "pushq %r14\n\tpushq %r15\n\t"
+      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+      "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\t"
+      "popq %rbx\n\tpopq %rbp\n\tpopq %rcx\n\tjmpq *%rcx\n");
+}
+/* First code a fiber runs: r12 holds the Block, r13 the entry function. */
+__attribute__((naked, noinline, unused)) void fiber_start() {
+  __asm__ volatile("movq %r12, %rdi\n\tcallq *%r13\n\tud2\n");
+}
+#endif
+
+inline void switch_to(Block *b, Fiber *from, int to) {
+  Fiber *f = &b->fibers[to];
+  b->cur = to;
+  threadIdx = f->tid;
+#ifdef NGEN_EMU_UCONTEXT
+  swapcontext(&from->uc, &f->uc);
+#else
+  switch_stack(&from->sp, f->sp);
+#endif
+}
+
+/* Leaves the block for the worker's own stack; the fibers are abandoned. */
+inline void switch_to_main(Block *b, Fiber *from) {
+#ifdef NGEN_EMU_UCONTEXT
+  swapcontext(&from->uc, &b->main_uc);
+#else
+  switch_stack(&from->sp, b->main_sp);
+#endif
+}
+
+inline void make_ready(Block *b, int i) {
+  b->fibers[i].waiting = 0;
+  b->queue[(b->qhead + b->qlen++) % b->nthreads] = i;
+}
+
+/* Runs the next runnable fiber; with none left the block is over. */
+inline void yield_blocked(Block *b) {
+  Fiber *self = &b->fibers[b->cur];
+  if (b->qlen == 0) {
+    if (b->live > 0 && b->status == NGEN_OK)
+      b->status = b->divergent ? NGEN_ERR_DIVERGENT_SYNC : NGEN_ERR_DEADLOCK;
+    switch_to_main(b, self);
+    __builtin_unreachable();
+  }
+  int next = b->queue[b->qhead];
+  b->qhead = (b->qhead + 1) % b->nthreads;
+  b->qlen--;
+  switch_to(b, self, next);
+}
+
+/* Releases barriers that the arrival or exit of a thread completed. */
+inline void release_block(Block *b) {
+  if (b->arrived == 0 || b->arrived != b->live || b->divergent)
+    return;
+  b->pred_result = b->pred_count;
+  b->pred_arrived = b->arrived;
+  b->arrived = b->pred_count = 0;
+  for (int i = 0; i < b->nthreads; i++)
+    if (b->fibers[i].waiting == 1 && i != b->cur)
+      make_ready(b, i);
+  if (b->fibers[b->cur].waiting == 1)
+    b->fibers[b->cur].waiting = 0;
+}
+
+inline void release_warp(Block *b, int w) {
+  Warp *wp = &b->warps[w];
+  if (wp->arrived == 0 || wp->arrived != wp->live)
+    return;
+  wp->arrived = 0;
+  wp->seq++;
+  int end = (w + 1) * 32 < b->nthreads ? (w + 1) * 32 : b->nthreads;
+  for (int i = w * 32; i < end; i++)
+    if (b->fibers[i].waiting == 2 && i != b->cur)
+      make_ready(b, i);
+  if (b->fibers[b->cur].waiting == 2)
+    b->fibers[b->cur].waiting = 0;
+}
+
+__attribute__((noinline, unused)) void fiber_entry(Block *b) {
+  b->fn(b->fn_ctx);
+  Fiber *self = &b->fibers[b->cur];
+  self->waiting = 3;
+  b->live--;
+  b->warps[b->cur / 32].live--;
+  release_warp(b, b->cur / 32);
+  release_block(b);
+  yield_blocked(b);
+}
+
+#ifdef NGEN_EMU_UCONTEXT
+void fiber_entry_uc(unsigned lo, unsigned hi) {
+  fiber_entry(reinterpret_cast<Block *>((uintptr_t(hi) << 32) | lo));
+}
+#endif
+
+/* Called by a thread at a block barrier; site tells barriers apart so that
+ * threads waiting at different __syncthreads are reported, not released.
+ * Returns how many threads passed a true pred (mode 0), or whether all
+ * (mode 1) or any (mode 2) did. */
+inline int block_barrier(const void *site, int pred, int mode) {
+  Block *b = cur_block;
+  if (!b) {
+    simple_misuse = 1;
+    return pred;
+  }
+  if (b->arrived == 0)
+    b->site = site;
+  else if (site != b->site)
+    b->divergent = 1;
+  b->arrived++;
+  b->pred_count += pred != 0;
+  b->fibers[b->cur].waiting = 1;
+  release_block(b);
+  if (b->fibers[b->cur].waiting)
+    yield_blocked(b);
+  if (mode == 1)
+    return b->pred_result == b->pred_arrived;
+  return mode == 2 ? b->pred_result > 0 : b->pred_result;
+}
+
+inline void warp_barrier(Block *b) {
+  int w = b->cur / 32;
+  b->warps[w].arrived++;
+  b->fibers[b->cur].waiting = 2;
+  release_warp(b, w);
+  if (b->fibers[b->cur].waiting)
+    yield_blocked(b);
+}
+
+/* Every lane publishes v, waits for the warp, then reads lane src (or keeps
+ * its own value when src is -1 or beyond the block). Double buffering means
+ * the next shuffle cannot overwrite a slot that a slower lane still reads. */
+template <class T> inline T shuffle(T v, int src) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  Block *b = cur_block;
+  if (!b) {
+    simple_misuse = 1;
+    return v;
+  }
+  int lane = b->cur % 32;
+  Warp *wp = &b->warps[b->cur / 32];
+  unsigned long long *buf = wp->xchg[wp->seq & 1];
+  memcpy(&buf[lane], &v, sizeof(T));
+  warp_barrier(b);
+  int base = b->cur - lane;
+  if (src < 0 || base + src >= b->nthreads)
+    return v;
+  T r;
+  memcpy(&r, &buf[src], sizeof(T));
+  return r;
+}
+
+inline unsigned lane_id() { return cur_block ? unsigned(cur_block->cur % 32) : 0; }
+
+template <class F> void invoke(void *f) { (*static_cast<F *>(f))(); }
+
+inline void set_grid(const ngen_launch *l) {
+  blockDim = dim3(l->block[0], l->block[1], l->block[2]);
+  gridDim = dim3(l->grid[0], l->grid[1], l->grid[2]);
+}
+
+inline void set_block(long long id) {
+  blockIdx.x = unsigned(id % gridDim.x);
+  blockIdx.y = unsigned(id / gridDim.x % gridDim.y);
+  blockIdx.z = unsigned(id / (long long)gridDim.x / gridDim.y);
+}
+
+inline bool bad_shape(const ngen_launch *l) {
+  long long n = (long long)l->block[0] * l->block[1] * l->block[2];
+  return n <= 0 || n > kMaxThreads || l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0 ||
+         l->shared_bytes < 0;
+}
+
+inline bool set_shared(const ngen_launch *l) {
+  if (l->shared_bytes == 0) {
+    dyn_shared = nullptr;
+    return true;
+  }
+  Pool *p = get_pool();
+  if (!p || !p->reserve_shared(size_t(l->shared_bytes)))
+    return false;
+  dyn_shared = p->shared;
+  return true;
+}
+
+/* A plain loop over the threads: kernels without barriers need no fibers. */
+template <class F> int run_simple(const ngen_launch *l, F &&f) {
+  if (bad_shape(l))
+    return NGEN_ERR_LAUNCH;
+  if (!set_shared(l))
+    return NGEN_ERR_LAUNCH;
+  set_grid(l);
+  cur_block = nullptr;
+  simple_misuse = 0;
+  const unsigned bx = l->block[0], by = l->block[1], bz = l->block[2];
+  for (long long id = l->block_begin; id < l->block_end; id++) {
+    set_block(id);
+    if (by == 1 && bz == 1) {
+      threadIdx.y = threadIdx.z = 0;
+      for (unsigned x = 0; x < bx; x++) {
+        threadIdx.x = x;
+        f();
+      }
+      continue;
+    }
+    for (unsigned z = 0; z < bz; z++)
+      for (unsigned y = 0; y < by; y++)
+        for (unsigned x = 0; x < bx; x++) {
+          threadIdx = uint3{x, y, z};
+          f();
+        }
+  }
+  return simple_misuse ? NGEN_ERR_SYNC_IN_SIMPLE : NGEN_OK;
+}
+
+inline void init_fiber(Block *b, int i) {
+  Fiber *f = &b->fibers[i];
+  f->waiting = 0;
+#ifdef NGEN_EMU_UCONTEXT
+  getcontext(&f->uc);
+  f->uc.uc_stack.ss_sp = f->stack;
+  f->uc.uc_stack.ss_size = kStackBytes;
+  f->uc.uc_link = nullptr;
+  uintptr_t p = reinterpret_cast<uintptr_t>(b);
+  makecontext(&f->uc, reinterpret_cast<void (*)()>(fiber_entry_uc), 2, unsigned(p),
+              unsigned(p >> 32));
+#else
+  /* The frame switch_stack pops: r15 r14 r13 r12 rbx rbp, then fiber_start
+   * as the address it jumps to, leaving the stack 16-byte aligned for the
+   * call fiber_start makes. */
+  /* Stack tops 64 KiB apart share cache sets; staggering them by a line
+   * per fiber keeps a block's hot frames from evicting each other. */
+  char *top = f->stack + kStackBytes - (i % 64) * 64;
+  void **sp = reinterpret_cast<void **>(top - 72);
+  sp[0] = sp[1] = nullptr;
+  sp[2] = reinterpret_cast<void *>(fiber_entry);
+  sp[3] = b;
+  sp[4] = sp[5] = nullptr;
+  sp[6] = reinterpret_cast<void *>(fiber_start);
+  f->sp = sp;
+#endif
+}
+
+/* Each thread of a block is a fiber on this OS thread's pooled stacks. */
+template <class F> int run_sync(const ngen_launch *l, F &&f) {
+  if (bad_shape(l))
+    return NGEN_ERR_LAUNCH;
+  Pool *p = get_pool();
+  const unsigned bx = l->block[0], by = l->block[1];
+  const int n = int(bx * by * l->block[2]);
+  if (!p || !p->reserve(n) || !set_shared(l))
+    return NGEN_ERR_LAUNCH;
+  set_grid(l);
+  simple_misuse = 0;
+  Block b;
+  b.fibers = p->fibers;
+  b.warps = p->warps;
+  b.queue = p->queue;
+  b.nthreads = n;
+  b.fn = invoke<F>;
+  b.fn_ctx = &f;
+  for (int i = 0; i < n; i++)
+    p->fibers[i].tid = uint3{unsigned(i) % bx, unsigned(i) / bx % by, unsigned(i) / (bx * by)};
+  int status = NGEN_OK;
+  for (long long id = l->block_begin; id < l->block_end && status == NGEN_OK; id++) {
+    set_block(id);
+    b.live = n;
+    b.status = NGEN_OK;
+    b.arrived = b.divergent = b.pred_count = b.pred_result = b.pred_arrived = 0;
+    b.site = nullptr;
+    for (int w = 0; w * 32 < n; w++) {
+      b.warps[w].live = n - w * 32 < 32 ? n - w * 32 : 32;
+      b.warps[w].arrived = 0;
+      b.warps[w].seq = 0;
+    }
+    b.qhead = 0;
+    b.qlen = 0;
+    for (int i = 0; i < n; i++) {
+      init_fiber(&b, i);
+      if (i > 0)
+        b.queue[b.qlen++] = i;
+    }
+    cur_block = &b;
+    b.cur = 0;
+    threadIdx = b.fibers[0].tid;
+#ifdef NGEN_EMU_UCONTEXT
+    swapcontext(&b.main_uc, &b.fibers[0].uc);
+#else
+    switch_stack(&b.main_sp, b.fibers[0].sp);
+#endif
+    cur_block = nullptr;
+    status = b.status;
+  }
+  return status;
+}
+
+} // namespace ngen_emu
+
+/* ---- CUDA device API ------------------------------------------------ */
+
+#define __syncthreads()                                                                  \
+  do {                                                                                   \
+    static const char ngen_sync_site = 0;                                                \
+    ::ngen_emu::block_barrier(&ngen_sync_site, 0, 0);                                    \
+  } while (0)
+#define NGEN_SYNC_PRED_(p, mode)                                                         \
+  ({                                                                                     \
+    static const char ngen_sync_site = 0;                                                \
+    ::ngen_emu::block_barrier(&ngen_sync_site, (p) != 0, mode);                          \
+  })
+#define __syncthreads_count(p) NGEN_SYNC_PRED_(p, 0)
+#define __syncthreads_and(p) NGEN_SYNC_PRED_(p, 1)
+#define __syncthreads_or(p) NGEN_SYNC_PRED_(p, 2)
+
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  if (::ngen_emu::cur_block)
+    ::ngen_emu::warp_barrier(::ngen_emu::cur_block);
+  else
+    ::ngen_emu::simple_misuse = 1;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+template <class T> inline T __shfl_sync(unsigned, T v, int src, int width = warpSize) {
+  int lane = int(::ngen_emu::lane_id()), base = lane & ~(width - 1);
+  return ::ngen_emu::shuffle(v, base + (src & (width - 1)));
+}
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+  int lane = int(::ngen_emu::lane_id()), src = lane + int(delta);
+  return ::ngen_emu::shuffle(v, (src & ~(width - 1)) == (lane & ~(width - 1)) ? src : -1);
+}
+template <class T> inline T __shfl_up_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+  int lane = int(::ngen_emu::lane_id()), src = lane - int(delta);
+  return ::ngen_emu::shuffle(v, src >= (lane & ~(width - 1)) ? src : -1);
+}
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width = warpSize) {
+  int lane = int(::ngen_emu::lane_id()), src = lane ^ mask;
+  return ::ngen_emu::shuffle(v, src < ((lane & ~(width - 1)) + width) ? src : -1);
+}
+
+/* Atomics: blocks run on different OS threads. Relaxed order matches CUDA's
+ * atomics, which order nothing without a fence. */
+#define NGEN_RMW_(T, OP, BODY)                                                           \
+  inline T OP(T *p, T v) {                                                               \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED), next;                                  \
+    do {                                                                                 \
+      next = BODY;                                                                       \
+    } while (!__atomic_compare_exchange_n(p, &old, next, true, __ATOMIC_RELAXED,         \
+                                          __ATOMIC_RELAXED));                            \
+    return old;                                                                          \
+  }
+#define NGEN_RMW_FLOAT_(T, U, OP, BODY)                                                  \
+  inline T OP(T *p, T v) {                                                               \
+    U *q = reinterpret_cast<U *>(p);                                                     \
+    U bits = __atomic_load_n(q, __ATOMIC_RELAXED), nbits;                                \
+    T old;                                                                               \
+    do {                                                                                 \
+      memcpy(&old, &bits, sizeof(T));                                                    \
+      T next = BODY;                                                                     \
+      memcpy(&nbits, &next, sizeof(T));                                                  \
+    } while (!__atomic_compare_exchange_n(q, &bits, nbits, true, __ATOMIC_RELAXED,       \
+                                          __ATOMIC_RELAXED));                            \
+    return old;                                                                          \
+  }
+NGEN_RMW_FLOAT_(float, uint32_t, atomicAdd, old + v)
+NGEN_RMW_FLOAT_(double, uint64_t, atomicAdd, old + v)
+NGEN_RMW_(int, atomicMax, old > v ? old : v)
+NGEN_RMW_(int, atomicMin, old < v ? old : v)
+NGEN_RMW_(unsigned, atomicMax, old > v ? old : v)
+NGEN_RMW_(unsigned, atomicMin, old < v ? old : v)
+#undef NGEN_RMW_
+#undef NGEN_RMW_FLOAT_
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+inline int atomicSub(int *p, int v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicSub(unsigned *p, unsigned v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+template <class T> inline T atomicCAS(T *p, T cmp, T v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  return cmp;
+}
+template <class T> inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
+inline float atomicExch(float *p, float v) {
+  uint32_t b, o;
+  memcpy(&b, &v, 4);
+  o = __atomic_exchange_n(reinterpret_cast<uint32_t *>(p), b, __ATOMIC_ACQ_REL);
+  memcpy(&v, &o, 4);
+  return v;
+}
+
+/* ---- math and intrinsics that <math.h> lacks ------------------------ */
+
+/* C23 adds rsqrt/rsqrtf to <math.h>; macros keep a newer libc's
+ * declarations from making these calls ambiguous. */
+inline float ngen_rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double ngen_rsqrt(double x) { return 1.0 / sqrt(x); }
+#define rsqrtf ngen_rsqrtf
+#define rsqrt ngen_rsqrt
+/* glibc declares its own __expf etc.; renaming ours avoids ambiguous calls
+ * there while still defining them on other C libraries. */
+inline float ngen_expf(float x) { return expf(x); }
+inline float ngen_logf(float x) { return logf(x); }
+inline float ngen_powf(float x, float y) { return powf(x, y); }
+inline float ngen_sinf(float x) { return sinf(x); }
+inline float ngen_cosf(float x) { return cosf(x); }
+inline float ngen_tanf(float x) { return tanf(x); }
+#define __expf ngen_expf
+#define __logf ngen_logf
+#define __powf ngen_powf
+#define __sinf ngen_sinf
+#define __cosf ngen_cosf
+#define __tanf ngen_tanf
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fadd_rn(float x, float y) { return x + y; }
+inline float __fmul_rn(float x, float y) { return x * y; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+inline float __uint_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
+inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
+inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
+inline int __float2int_rn(float x) { return int(nearbyintf(x)); }
+inline int __float2int_rz(float x) { return int(x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline int __mulhi(int a, int b) { return int((int64_t(a) * b) >> 32); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+template <class T> inline T __ldg(const T *p) { return *p; }
+
+#define NGEN_MINMAX_(T)                                                                  \
+  inline T min(T a, T b) { return a < b ? a : b; }                                       \
+  inline T max(T a, T b) { return a > b ? a : b; }
+NGEN_MINMAX_(int)
+NGEN_MINMAX_(unsigned)
+NGEN_MINMAX_(long)
+NGEN_MINMAX_(unsigned long)
+NGEN_MINMAX_(long long)
+NGEN_MINMAX_(unsigned long long)
+#undef NGEN_MINMAX_
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+/* CUDA promotes mixed signed/unsigned min/max to unsigned. */
+inline unsigned min(int a, unsigned b) { return min(unsigned(a), b); }
+inline unsigned min(unsigned a, int b) { return min(a, unsigned(b)); }
+inline unsigned max(int a, unsigned b) { return max(unsigned(a), b); }
+inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
+
+} // namespace
+
+/* ---- launch --------------------------------------------------------- */
+
+/* The kernel call sits inside a lambda so that each kernel instantiates its
+ * own runner, with the kernel inlined into the thread loop. */
+#define NGEN_RUN_SIMPLE(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+#define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
+
+#endif /* __cplusplus */
+#endif /* NGEN_EMU_H */

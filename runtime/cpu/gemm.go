@@ -1,0 +1,116 @@
+package cpu
+
+/*
+#cgo LDFLAGS: -lopenblas
+#include <stdint.h>
+#include <cblas.h>
+
+static void ngen_sgemm(int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
+                       uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            m, n, k, alpha, (const float *)a, lda, (const float *)b, ldb, beta, (float *)c, ldc);
+}
+static void ngen_dgemm(int ta, int tb, int m, int n, int k, double alpha, uintptr_t a, int lda,
+                       uintptr_t b, int ldb, double beta, uintptr_t c, int ldc) {
+	cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            m, n, k, alpha, (const double *)a, lda, (const double *)b, ldb, beta, (double *)c, ldc);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// setBLASThreads sizes OpenBLAS's pool like the kernel workers, so a GEMM
+// uses the same cores a launch would.
+func setBLASThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
+
+// Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order with
+// OpenBLAS, once per batch entry. A leading dimension of 0 means the matrix
+// is packed (its row length).
+func (d *Device) Gemm(g runtime.GemmArgs) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	if err := normalizeGemm(&g); err != nil {
+		return fmt.Errorf("cpu: gemm %s %dx%dx%d: %v", g.DType, g.M, g.N, g.K, err)
+	}
+	if g.M == 0 || g.N == 0 {
+		return nil
+	}
+	ta, tb := cbool(g.TransA), cbool(g.TransB)
+	es := uintptr(g.DType.Size())
+	for i := range g.Batch {
+		a := C.uintptr_t(uintptr(g.A) + uintptr(i*g.StrideA)*es)
+		b := C.uintptr_t(uintptr(g.B) + uintptr(i*g.StrideB)*es)
+		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*es)
+		if g.DType == runtime.F32 {
+			C.ngen_sgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
+				b, C.int(g.LDB), C.float(g.Beta), c, C.int(g.LDC))
+		} else {
+			C.ngen_dgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.double(g.Alpha), a, C.int(g.LDA),
+				b, C.int(g.LDB), C.double(g.Beta), c, C.int(g.LDC))
+		}
+	}
+	return nil
+}
+
+func cbool(t runtime.Transpose) C.int {
+	if t {
+		return 1
+	}
+	return 0
+}
+
+// normalizeGemm fills in defaults and checks what cblas would otherwise
+// report by printing to stderr.
+func normalizeGemm(g *runtime.GemmArgs) error {
+	if g.DType != runtime.F32 && g.DType != runtime.F64 {
+		return fmt.Errorf("dtype %s not supported, want f32 or f64", g.DType)
+	}
+	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
+		return fmt.Errorf("negative size (batch %d)", g.Batch)
+	}
+	if g.StrideA < 0 || g.StrideB < 0 || g.StrideC < 0 {
+		return fmt.Errorf("negative batch stride (%d, %d, %d)", g.StrideA, g.StrideB, g.StrideC)
+	}
+	if g.Batch == 0 {
+		g.Batch = 1
+	}
+	// Stored shapes: A is M×K (K×M transposed), B is K×N (N×K), C is M×N.
+	colsA, colsB := g.K, g.N
+	if g.TransA {
+		colsA = g.M
+	}
+	if g.TransB {
+		colsB = g.K
+	}
+	for _, ld := range []struct {
+		name string
+		v    *int
+		min  int
+	}{{"LDA", &g.LDA, colsA}, {"LDB", &g.LDB, colsB}, {"LDC", &g.LDC, g.N}} {
+		if *ld.v == 0 {
+			*ld.v = max(ld.min, 1)
+		}
+		if *ld.v < max(ld.min, 1) {
+			return fmt.Errorf("%s = %d, want >= %d", ld.name, *ld.v, max(ld.min, 1))
+		}
+		if *ld.v > math.MaxInt32 {
+			return fmt.Errorf("%s = %d exceeds cblas's int", ld.name, *ld.v)
+		}
+	}
+	if g.M > math.MaxInt32 || g.N > math.MaxInt32 || g.K > math.MaxInt32 {
+		return fmt.Errorf("size exceeds cblas's int")
+	}
+	if g.M > 0 && g.N > 0 && (g.C == 0 || (g.K > 0 && (g.A == 0 || g.B == 0))) {
+		return fmt.Errorf("null matrix pointer")
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// naiveGemm is the reference: row-major C = alpha*op(A)*op(B) + beta*C for
+// one batch entry.
+func naiveGemm(ta, tb bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	for i := range m {
+		for j := range n {
+			var s float64
+			for p := range k {
+				ai, bi := i*lda+p, p*ldb+j
+				if ta {
+					ai = p*lda + i
+				}
+				if tb {
+					bi = j*ldb + p
+				}
+				av, bv := a[ai], b[bi]
+				s += av * bv
+			}
+			c[i*ldc+j] = alpha*s + beta*c[i*ldc+j]
+		}
+	}
+}
+
+func TestGemm(t *testing.T) {
+	d, err := New(Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	const m, n, k = 7, 5, 9
+	for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
+		for _, batch := range []int{1, 3} {
+			for _, ta := range []bool{false, true} {
+				for _, tb := range []bool{false, true} {
+					name := fmt.Sprintf("%s/batch%d/ta=%v/tb=%v", dt, batch, ta, tb)
+					// Padded leading dimensions check that LD is honoured.
+					lda, ldb, ldc := k+2, n+1, n+3
+					rowsA, rowsB := m, k
+					if ta {
+						lda, rowsA = m+1, k
+					}
+					if tb {
+						ldb, rowsB = k+3, n
+					}
+					sa, sb, sc := rowsA*lda, rowsB*ldb, m*ldc
+					a, b, c := randVec(r, batch*sa), randVec(r, sb), randVec(r, batch*sc)
+					want := append([]float64(nil), c...)
+					for i := range batch {
+						// B is shared across the batch (stride 0).
+						naiveGemm(ta, tb, m, n, k, 1.5, a[i*sa:], lda, b, ldb, -0.5, want[i*sc:], ldc)
+					}
+					pa, pb, pc := uploadAs(t, d, dt, a), uploadAs(t, d, dt, b), uploadAs(t, d, dt, c)
+					err := d.Gemm(runtime.GemmArgs{DType: dt, TransA: runtime.Transpose(ta), TransB: runtime.Transpose(tb),
+						M: m, N: n, K: k, Alpha: 1.5, Beta: -0.5, A: pa, LDA: lda, B: pb, LDB: ldb, C: pc, LDC: ldc,
+						Batch: batch, StrideA: sa, StrideB: 0, StrideC: sc})
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					got := downloadAs(t, d, dt, pc, len(c))
+					// f32 GEMM reassociation and rounding of k=9 products: atol 1e-5.
+					// f64: atol 1e-12.
+					tol := 1e-12
+					if dt == runtime.F32 {
+						tol = 1e-5
+					}
+					for i := range got {
+						if math.Abs(got[i]-want[i]) > tol {
+							t.Fatalf("%s: C[%d] = %v, want %v", name, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestGemmValidation(t *testing.T) {
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p, _ := d.Alloc(1024)
+	for _, tc := range []struct {
+		g    runtime.GemmArgs
+		want string
+	}{
+		{runtime.GemmArgs{DType: runtime.I32, M: 2, N: 2, K: 2, A: p, B: p, C: p}, "dtype i32 not supported"},
+		{runtime.GemmArgs{DType: runtime.F32, M: 2, N: 2, K: 4, A: p, LDA: 3, B: p, C: p}, "LDA = 3, want >= 4"},
+		{runtime.GemmArgs{DType: runtime.F32, M: 2, N: 2, K: 2, B: p, C: p}, "null matrix pointer"},
+	} {
+		if err := d.Gemm(tc.g); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want it to contain %q", err, tc.want)
+		}
+	}
+}
+
+func randVec(r *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		// Multiples of 1/8 keep f32 inputs exact.
+		v[i] = float64(r.IntN(33)-16) / 8
+	}
+	return v
+}
+
+func uploadAs(t *testing.T, d *Device, dt runtime.DType, v []float64) runtime.Ptr {
+	if dt == runtime.F64 {
+		return upload(t, d, v)
+	}
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = float32(x)
+	}
+	return upload(t, d, f)
+}
+
+func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int) []float64 {
+	if dt == runtime.F64 {
+		return download[float64](t, d, p, n)
+	}
+	v := make([]float64, n)
+	for i, x := range download[float32](t, d, p, n) {
+		v[i] = float64(x)
+	}
+	return v
+}

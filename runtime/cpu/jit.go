@@ -1,0 +1,153 @@
+package cpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu/emu"
+)
+
+// jitFlags are the compiler flags CompileModule uses; they are part of the
+// cache key.
+var jitFlags = []string{"-std=c++17", "-O2", "-shared", "-fPIC"}
+
+// CompileModule compiles kernels for the host at run time, for tests and
+// tools; generated packages compile theirs with cgo instead.
+//
+// files maps file names (relative, slash-separated) to contents; entryFile
+// is the one to compile and must define ngen_cpu_entry. ngen_emu.h is added
+// unless files supplies its own. The shared library is cached under
+// os.UserCacheDir()/ngen/cpu/<hash of inputs and flags>, so a second call
+// with the same inputs, in this process or another, only loads it. The
+// compiler is $CXX, or g++.
+func CompileModule(name string, files map[string]string, entryFile string, kernels []runtime.KernelInfo) (*runtime.Module, error) {
+	if _, ok := files[entryFile]; !ok {
+		return nil, fmt.Errorf("cpu: compile %s: entry file %q is not among the files", name, entryFile)
+	}
+	all := make(map[string]string, len(files)+1)
+	all["ngen_emu.h"] = emu.Header
+	for f, text := range files {
+		if !filepath.IsLocal(f) {
+			return nil, fmt.Errorf("cpu: compile %s: file name %q is not a local relative path", name, f)
+		}
+		all[f] = text
+	}
+	cxx := os.Getenv("CXX")
+	if cxx == "" {
+		cxx = "g++"
+	}
+	args := append(append([]string{}, jitFlags...), "-o", "mod.so", entryFile)
+
+	dir, err := cacheDir(cacheKey(cxx, args, all))
+	if err != nil {
+		return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
+	}
+	so := filepath.Join(dir, "mod.so")
+	if _, err := os.Stat(so); err != nil {
+		if err := build(dir, cxx, args, all); err != nil {
+			return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
+		}
+	}
+	entry, err := loadEntry(so)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
+	}
+	return &runtime.Module{
+		Name:     name,
+		Source:   files[entryFile],
+		Kernels:  append([]runtime.KernelInfo(nil), kernels...),
+		CPUEntry: entry,
+	}, nil
+}
+
+func cacheKey(cxx string, args []string, files map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q\n", cxx, args)
+	names := make([]string, 0, len(files))
+	for f := range files {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		fmt.Fprintf(h, "%q %d\n%s", f, len(files[f]), files[f])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func cacheDir(key string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, "ngen", "cpu", key)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// build compiles in a private temporary directory and renames the result
+// into dir, so concurrent builds of the same module (parallel test binaries)
+// never see each other's half-written files.
+func build(dir, cxx string, args []string, files map[string]string) error {
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	for f, text := range files {
+		p := filepath.Join(tmp, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	cmd := exec.Command(cxx, args...)
+	cmd.Dir = tmp
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %v\n%s", cxx, strings.Join(args, " "), err, out.String())
+	}
+	// The sources are kept beside mod.so for reading compiler errors and
+	// profiles; only mod.so is looked for on the next call.
+	for f := range files {
+		if !strings.Contains(f, "/") {
+			_ = os.Rename(filepath.Join(tmp, f), filepath.Join(dir, f))
+		}
+	}
+	return os.Rename(filepath.Join(tmp, "mod.so"), filepath.Join(dir, "mod.so"))
+}
+
+// loadEntry dlopens so and returns its ngen_cpu_entry. The library stays
+// loaded for the life of the process: modules have no unload.
+func loadEntry(so string) (unsafe.Pointer, error) {
+	cpath := C.CString(so)
+	defer C.free(unsafe.Pointer(cpath))
+	h := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
+	if h == nil {
+		return nil, fmt.Errorf("dlopen %s: %s", so, C.GoString(C.dlerror()))
+	}
+	sym := C.CString("ngen_cpu_entry")
+	defer C.free(unsafe.Pointer(sym))
+	entry := C.dlsym(h, sym)
+	if entry == nil {
+		return nil, fmt.Errorf("%s defines no ngen_cpu_entry", so)
+	}
+	return entry, nil
+}

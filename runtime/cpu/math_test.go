@@ -1,0 +1,51 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+func TestMathProbe(t *testing.T) {
+	d, l := newTestDevice(t)
+	xs := []float32{-2.5, -1, -0.25, 0, 0.3, 1, 2.75, 5}
+	n := len(xs)
+	px := upload(t, d, xs)
+	pf, pd, pu := upload(t, d, make([]float32, 24*n)), upload(t, d, make([]float64, 10*n)), upload(t, d, make([]uint32, 4*n))
+	launch(t, d, l, kMathProbe, runtime.Dim3{X: 2, Y: 1, Z: 1}, runtime.Dim3{X: 4, Y: 1, Z: 1}, 0, px, pf, pd, pu, int32(n))
+	f, dd, u := download[float32](t, d, pf, 24*n), download[float64](t, d, pd, 10*n), download[uint32](t, d, pu, 4*n)
+	for i, x32 := range xs {
+		x := float64(x32)
+		a := math.Abs(x)
+		wantF := []float64{math.Exp(x), math.Log(a + 1), math.Sqrt(a), 1 / math.Sqrt(a+1),
+			math.Tanh(x), math.Max(x, 0.5), math.Min(x, 0.5), math.Pow(a, 1.5),
+			math.Erf(x), math.Log1p(a), math.Expm1(x), x*2 + 1,
+			math.Floor(x), math.Ceil(x), math.Exp(x), math.Log(a + 1),
+			x / 3, 1 / (x + 10), x, 0,
+			1, 1, float64(max(i, 3) + min(7, i)), 0}
+		if x == 0 {
+			wantF[19], wantF[20] = 1, 0 // 0/0 is NaN, not Inf
+		}
+		for j, w := range wantF {
+			// f32 libm: a few ulps.
+			if got := float64(f[24*i+j]); math.Abs(got-w) > 4e-7*math.Max(1, math.Abs(w)) {
+				t.Errorf("x=%v: float result %d = %v, want %v", x, j, got, w)
+			}
+		}
+		wantD := []float64{math.Exp(x), math.Log(a + 1), math.Sqrt(a), 1 / math.Sqrt(a+1),
+			math.Tanh(x), math.Max(x, 0.5) + math.Min(x, 0.5), math.Pow(a, 1.5), math.Erf(x), math.Log1p(a), a}
+		for j, w := range wantD {
+			// glibc and Go's math may differ in the last ulp.
+			if got := dd[10*i+j]; math.Abs(got-w) > 1e-15*math.Max(1, math.Abs(w)) {
+				t.Errorf("x=%v: double result %d = %v, want %v", x, j, got, w)
+			}
+		}
+		wantU := []uint32{uint32((uint64(0x80000001) * uint64(i+3)) >> 32), uint32(uint64(i + 4)), 1, 7}
+		for j, w := range wantU {
+			if got := u[4*i+j]; got != w {
+				t.Errorf("thread %d: unsigned result %d = %d, want %d", i, j, got, w)
+			}
+		}
+	}
+}

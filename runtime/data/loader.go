@@ -1,0 +1,104 @@
+package data
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Loader cuts a Dataset into batches, like torch.utils.data.DataLoader.
+// One epoch is a run of Next calls until ok is false; Reset starts the next
+// epoch, drawing a fresh order when shuffling. The order of every epoch
+// depends only on the seed.
+//
+// Batches are copied into buffers that the Loader owns (Next) or that the
+// caller passes (NextInto), so iterating allocates nothing.
+type Loader struct {
+	// DropLast skips the final batch of an epoch when it is short, as
+	// DataLoader(drop_last=True) does. Set it before the first Next.
+	DropLast bool
+
+	ds      *Dataset
+	batch   int
+	shuffle bool
+	rng     *rand.Rand
+	order   []int32
+	pos     int
+	x       []float32
+	y       []int32
+}
+
+// NewLoader returns a loader over ds with batches of batch samples. With
+// shuffle, each epoch visits the samples in an order drawn from a PCG seeded
+// with seed; without it, in dataset order.
+func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) *Loader {
+	if batch <= 0 {
+		panic(fmt.Sprintf("data.NewLoader: batch size %d, want > 0", batch))
+	}
+	l := &Loader{
+		ds:      ds,
+		batch:   batch,
+		shuffle: shuffle,
+		// The second PCG word is a fixed odd constant so that one seed
+		// number is all a caller has to record to reproduce a run.
+		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		order: make([]int32, ds.N),
+		x:     make([]float32, batch*ds.Features),
+		y:     make([]int32, batch),
+	}
+	for i := range l.order {
+		l.order[i] = int32(i)
+	}
+	l.Reset()
+	return l
+}
+
+// Reset starts a new epoch, reshuffling when the loader shuffles.
+func (l *Loader) Reset() {
+	l.pos = 0
+	if l.shuffle {
+		l.rng.Shuffle(len(l.order), func(i, j int) { l.order[i], l.order[j] = l.order[j], l.order[i] })
+	}
+}
+
+// Len is the number of batches in one epoch.
+func (l *Loader) Len() int {
+	if l.DropLast {
+		return l.ds.N / l.batch
+	}
+	return (l.ds.N + l.batch - 1) / l.batch
+}
+
+// BatchSize is the batch size the loader was made with.
+func (l *Loader) BatchSize() int { return l.batch }
+
+// Next returns the next batch of the epoch, ok false when the epoch is over.
+// x is [n, Features] and y is [n], where n is the batch size except for a
+// short last batch. The slices alias the loader's buffers and are valid until
+// the next call.
+func (l *Loader) Next() (x []float32, y []int32, ok bool) {
+	n, ok := l.NextInto(l.x, l.y)
+	if !ok {
+		return nil, nil, false
+	}
+	return l.x[:n*l.ds.Features], l.y[:n], true
+}
+
+// NextInto is Next writing into the caller's buffers, which must hold a full
+// batch; it returns the number of samples written. Use it to fill pinned or
+// device-staging memory directly.
+func (l *Loader) NextInto(x []float32, y []int32) (n int, ok bool) {
+	n = min(l.batch, l.ds.N-l.pos)
+	if n <= 0 || (l.DropLast && n < l.batch) {
+		return 0, false
+	}
+	f := l.ds.Features
+	if len(x) < n*f || len(y) < n {
+		panic(fmt.Sprintf("data.Loader.NextInto: buffers hold %d features and %d labels, batch needs %d and %d", len(x), len(y), n*f, n))
+	}
+	for i, s := range l.order[l.pos : l.pos+n] {
+		copy(x[i*f:(i+1)*f], l.ds.X[int(s)*f:(int(s)+1)*f])
+		y[i] = l.ds.Y[s]
+	}
+	l.pos += n
+	return n, true
+}

@@ -1,0 +1,157 @@
+// Package runtime is what generated ngen packages run on: the Device
+// interface that backends implement (runtime/cpu executes the generated CUDA C
+// on the host, runtime/cuda on an NVIDIA GPU) and the plan executor that the
+// generated glue hands its launch table to.
+//
+// Pipeline: DSL → IR → passes → kernels → glue → runtime (this package).
+package runtime
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Ptr is a device address. On the CPU backend it is a host address.
+type Ptr uintptr
+
+// Dim3 is a CUDA launch dimension.
+type Dim3 struct{ X, Y, Z int }
+
+// Count is X*Y*Z.
+func (d Dim3) Count() int { return d.X * d.Y * d.Z }
+
+// DType names an element type on the device.
+type DType int
+
+const (
+	F32 DType = iota
+	F64
+	I32
+)
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	switch d {
+	case F64:
+		return 8
+	default:
+		return 4
+	}
+}
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case F64:
+		return "f64"
+	case I32:
+		return "i32"
+	}
+	return fmt.Sprintf("dtype(%d)", int(d))
+}
+
+// KernelInfo is the launch description the code generator emits once per
+// kernel. Backends read it; they never recompute it.
+type KernelInfo struct {
+	Name string
+	// Sync is true when the kernel uses __syncthreads or warp shuffles, so
+	// the CPU backend must run a block's threads as cooperative fibers.
+	Sync bool
+	// Params lists the kernel's parameter kinds in argument order.
+	Params []ArgKind
+}
+
+// ArgKind is the C type of one kernel parameter.
+type ArgKind int
+
+const (
+	ArgPtr ArgKind = iota // any T* (8 bytes)
+	ArgI32                // int
+	ArgI64                // long long
+	ArgU64                // unsigned long long
+	ArgF32                // float
+	ArgF64                // double
+)
+
+// Module is the compiled kernels of one generated package, in the forms the
+// backends need. A backend uses the fields it understands.
+type Module struct {
+	Name    string       // sanitised model name
+	Source  string       // the generated .cu
+	PTX     string       // compute_80 PTX, when nvcc was on PATH at generation
+	Fatbin  []byte       // sm_80/sm_90 fatbin, when nvcc was on PATH
+	Kernels []KernelInfo // index i is kernel i
+	// CPUEntry is the address of the C function
+	//   int ngen_cpu_entry(int kernel, const ngen_launch *l)
+	// compiled into the generated package by cgo (see runtime/cpu). Nil
+	// when the package was built without cgo.
+	CPUEntry unsafe.Pointer
+}
+
+// Function is a loaded kernel.
+type Function interface {
+	Name() string
+}
+
+// Loaded is a module loaded on a device.
+type Loaded interface {
+	// Function returns kernel i of the module.
+	Function(i int) Function
+}
+
+// Arg is one kernel argument: a Ptr, int32, int64, uint64, float32 or float64.
+type Arg = any
+
+// Transpose flags for Gemm.
+type Transpose bool
+
+const (
+	NoTrans Transpose = false
+	Trans   Transpose = true
+)
+
+// GemmArgs describes a row-major C = alpha*op(A)*op(B) + beta*C, with
+// op(A) M×K, op(B) K×N, C M×N, repeated Batch times with the given element
+// strides between consecutive matrices (0 means the operand is shared).
+type GemmArgs struct {
+	DType            DType
+	TransA, TransB   Transpose
+	M, N, K          int
+	Alpha, Beta      float64
+	A                Ptr
+	LDA              int
+	B                Ptr
+	LDB              int
+	C                Ptr
+	LDC              int
+	Batch            int
+	StrideA, StrideB int
+	StrideC          int
+}
+
+// MemStats mirrors torch.cuda.memory_allocated / memory_reserved /
+// max_memory_allocated.
+type MemStats struct {
+	Allocated int64
+	Reserved  int64
+	Peak      int64
+}
+
+// Device is what generated code runs on. Every call is ordered on the
+// device's single stream; Sync waits for all of them.
+type Device interface {
+	Name() string
+	Load(m *Module) (Loaded, error)
+	Alloc(bytes int64) (Ptr, error)
+	Free(p Ptr) error
+	Memset(p Ptr, value byte, bytes int64) error
+	CopyToDevice(dst Ptr, src unsafe.Pointer, bytes int64) error
+	CopyToHost(dst unsafe.Pointer, src Ptr, bytes int64) error
+	CopyDevice(dst, src Ptr, bytes int64) error
+	Launch(f Function, grid, block Dim3, sharedBytes int, args ...Arg) error
+	Gemm(g GemmArgs) error
+	Sync() error
+	MemStats() MemStats
+	Close() error
+}

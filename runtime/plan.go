@@ -1,0 +1,265 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Plan is a compiled model as data: its buffers, and per entry point the
+// ordered steps (kernel launches, GEMMs, memsets, copies) with their
+// launch geometry. The compiler produces it; generated glue embeds it as a
+// Go literal and a Session executes it.
+type Plan struct {
+	Model     string
+	Source    string
+	DType     DType // parameter dtype
+	Symbols   []string
+	Buffers   []Buffer
+	Funcs     []Func
+	Kernels   []KernelInfo
+	Optimizer Optimizer
+	// Checks are run after a function; each names a user op.
+	Checks []Check
+}
+
+// Func is one entry point ("step", "predict").
+type Func struct {
+	Name    string
+	Steps   []Step
+	Outputs []Named
+	Inputs  []Named
+}
+
+// Named binds a name to a buffer.
+type Named struct {
+	Name string
+	Buf  int
+}
+
+// Placement says where a buffer's storage lives.
+type Placement int
+
+const (
+	Arena      Placement = iota // reused between values by liveness
+	Persistent                  // allocated once, kept across calls
+	Alias                       // a view of another buffer
+)
+
+// Size is Mul times the product of symbols (element counts, byte counts).
+type Size struct {
+	Mul  int64
+	Syms []string
+}
+
+// Eval evaluates s with symbol bindings.
+func (s Size) Eval(env map[string]int) int64 {
+	n := s.Mul
+	for _, y := range s.Syms {
+		n *= int64(env[y])
+	}
+	return n
+}
+
+func (s Size) String() string {
+	str := fmt.Sprint(s.Mul)
+	for _, y := range s.Syms {
+		str += "*" + y
+	}
+	return str
+}
+
+// Expr is ceil(Size / Div), capped at Max when Max > 0: launch geometry.
+type Expr struct {
+	Size Size
+	Div  int64
+	Max  int64
+}
+
+// Eval evaluates e.
+func (e Expr) Eval(env map[string]int) int {
+	n := e.Size.Eval(env)
+	if e.Div > 1 {
+		n = (n + e.Div - 1) / e.Div
+	}
+	if e.Max > 0 && n > e.Max {
+		n = e.Max
+	}
+	if n < 1 {
+		n = 1
+	}
+	return int(n)
+}
+
+// Init is how a parameter starts: uniform in [A, B), constant A, or
+// normal(A, B).
+type Init struct {
+	Kind string // "uniform", "const", "normal", "" = zero
+	A, B float64
+}
+
+// Buffer is one tensor's storage.
+type Buffer struct {
+	Name      string
+	Role      string // input, output, param, grad, state, temp
+	DType     DType
+	Elems     Size
+	Placement Placement
+	AliasOf   int   // for Alias
+	Offset    int64 // elements into AliasOf
+	Init      Init
+	Shape     string // the value's type as written, for messages
+	// Func and Live place an Arena buffer: the function that uses it and
+	// the first and last step index that touch it.
+	Func int
+	Live [2]int
+}
+
+// StepKind selects which fields of Step apply.
+type StepKind int
+
+const (
+	LaunchStep StepKind = iota
+	GemmStep
+	MemsetStep
+	CopyStep
+)
+
+// Step is one device call.
+type Step struct {
+	Kind   StepKind
+	Kernel int // LaunchStep
+	Grid   [3]Expr
+	Block  [3]int
+	Shared int
+	Args   []ArgRef
+	Gemm   Gemm
+	Buf    int // MemsetStep, CopyStep destination
+	Src    int // CopyStep source
+	// Report fields.
+	Ops   string // the IR ops this step computes
+	Bytes Sum    // bytes read plus written in global memory
+	Flops Sum
+}
+
+// Sum is a sum of sizes (a cost that mixes static and batch-sized parts).
+type Sum []Size
+
+// Eval evaluates every term and adds them.
+func (s Sum) Eval(env map[string]int) int64 {
+	var n int64
+	for _, t := range s {
+		n += t.Eval(env)
+	}
+	return n
+}
+
+// ArgRef is one kernel argument: a buffer pointer or a named scalar.
+type ArgRef struct {
+	Buf    int // -1 for scalars
+	Scalar string
+	Kind   ArgKind
+}
+
+// Gemm is a GEMM step over buffers: C = Alpha op(A) op(B) + Beta C, with
+// row-major operands packed tightly; Batch matrices with the A or B operand
+// shared when its BatchX is false.
+type Gemm struct {
+	TransA, TransB bool
+	M, N, K        Size
+	A, B, C        int
+	Batch          Size
+	BatchA, BatchB bool
+	Alpha, Beta    float64
+}
+
+// Check is a run-time check the session performs after a function.
+type Check struct {
+	Func   string
+	Kind   string // "finite" (NaN/Inf in a scalar output), "status" (error flag buffer)
+	Buf    int
+	Op     string // the user op, for the message
+	Pos    string // file:line of the user op
+	Detail string
+}
+
+// Optimizer is the update rule, for the host-side scalars it needs each
+// step (bias corrections and so on).
+type Optimizer struct {
+	Kind        string
+	LR          float64
+	Momentum    float64
+	Dampening   float64
+	Nesterov    bool
+	WeightDecay float64
+	Beta1       float64
+	Beta2       float64
+	Eps         float64
+}
+
+// Scalars returns the per-step scalars the lowered update reads; t counts
+// from 1, lr is the current learning rate.
+func (o Optimizer) Scalars(t int, lr float64) map[string]float64 {
+	s := map[string]float64{"lr": lr}
+	switch o.Kind {
+	case "adam", "adamw":
+		bc1 := 1 - math.Pow(o.Beta1, float64(t))
+		bc2 := 1 - math.Pow(o.Beta2, float64(t))
+		s["step_size"] = lr / bc1
+		s["bc2_sqrt"] = math.Sqrt(bc2)
+		s["decay"] = 1 - lr*o.WeightDecay
+	case "sgd":
+		// torch initialises the momentum buffer to the first gradient.
+		if t == 1 {
+			s["mom"], s["damp"] = 0, 1
+		} else {
+			s["mom"], s["damp"] = o.Momentum, 1-o.Dampening
+		}
+	}
+	return s
+}
+
+// Align is the byte alignment of every buffer.
+const Align = 256
+
+// PlanArena assigns byte offsets to buffers with the given sizes and
+// inclusive step intervals so that buffers alive at the same time do not
+// overlap. Larger buffers are placed first, each at the lowest offset that
+// fits. It returns the offsets and the arena's size.
+func PlanArena(sizes []int64, live [][2]int) ([]int64, int64) {
+	idx := make([]int, len(sizes))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return sizes[idx[a]] > sizes[idx[b]] })
+	off := make([]int64, len(sizes))
+	type span struct{ lo, hi int64 }
+	var placed []int
+	total := int64(0)
+	for _, i := range idx {
+		var busy []span
+		for _, j := range placed {
+			if live[i][0] <= live[j][1] && live[j][0] <= live[i][1] {
+				busy = append(busy, span{off[j], off[j] + alignUp(sizes[j])})
+			}
+		}
+		sort.Slice(busy, func(a, b int) bool { return busy[a].lo < busy[b].lo })
+		at := int64(0)
+		for _, s := range busy {
+			if at+alignUp(sizes[i]) <= s.lo {
+				break
+			}
+			if s.hi > at {
+				at = s.hi
+			}
+		}
+		off[i] = at
+		placed = append(placed, i)
+		if e := at + alignUp(sizes[i]); e > total {
+			total = e
+		}
+	}
+	return off, total
+}
+
+func alignUp(n int64) int64 { return (n + Align - 1) / Align * Align }

@@ -1,0 +1,334 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+)
+
+// Session runs a Plan on a Device: it owns the persistent storage
+// (parameters, gradients, optimizer state, inputs) and one arena that every
+// function's temporaries share.
+type Session struct {
+	dev      Device
+	plan     *Plan
+	fns      []Function
+	ptrs     []Ptr
+	base     []Ptr // allocations to free
+	env      map[string]int
+	maxEnv   map[string]int
+	seed     uint64
+	t        int // optimizer steps taken
+	calls    uint64
+	train    bool
+	lr       float64
+	status   []int32
+	scratch  []byte
+	arenaLen int64
+}
+
+// SessionOptions size a session.
+type SessionOptions struct {
+	MaxBatch int             // bound for the symbol B
+	Symbols  map[string]int  // bounds for other symbols
+	Seed     uint64          // parameter init and dropout
+}
+
+// NewSession loads the module, allocates storage for the largest batch and
+// initialises the parameters.
+func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, error) {
+	if opt.MaxBatch <= 0 {
+		return nil, fmt.Errorf("%s: batch size must be positive, got %d", p.Model, opt.MaxBatch)
+	}
+	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR,
+		env: map[string]int{}, maxEnv: map[string]int{}}
+	for _, y := range p.Symbols {
+		n := opt.Symbols[y]
+		if y == "B" {
+			n = opt.MaxBatch
+		}
+		if n <= 0 {
+			return nil, fmt.Errorf("%s: no bound given for symbol %s", p.Model, y)
+		}
+		s.maxEnv[y], s.env[y] = n, n
+	}
+	ld, err := dev.Load(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: loading kernels: %w", p.Model, err)
+	}
+	for i := range m.Kernels {
+		s.fns = append(s.fns, ld.Function(i))
+	}
+	if err := s.allocate(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.initParams(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Session) bytes(b *Buffer, env map[string]int) int64 {
+	return b.Elems.Eval(env) * int64(b.DType.Size())
+}
+
+func (s *Session) allocate() error {
+	p := s.plan
+	s.ptrs = make([]Ptr, len(p.Buffers))
+	var persist int64
+	offs := make([]int64, len(p.Buffers))
+	for i := range p.Buffers {
+		b := &p.Buffers[i]
+		if b.Placement == Persistent {
+			offs[i] = persist
+			persist += alignUp(s.bytes(b, s.maxEnv))
+		}
+	}
+	// One arena serves every function; each function's temporaries are
+	// planned separately because functions never overlap in time.
+	arenaOff := make([]int64, len(p.Buffers))
+	for f := range p.Funcs {
+		var idx []int
+		var sizes []int64
+		var live [][2]int
+		for i := range p.Buffers {
+			b := &p.Buffers[i]
+			if b.Placement == Arena && b.Func == f {
+				idx = append(idx, i)
+				sizes = append(sizes, s.bytes(b, s.maxEnv))
+				live = append(live, b.Live)
+			}
+		}
+		o, total := PlanArena(sizes, live)
+		for k, i := range idx {
+			arenaOff[i] = o[k]
+		}
+		if total > s.arenaLen {
+			s.arenaLen = total
+		}
+	}
+	pbase, err := s.dev.Alloc(persist)
+	if err != nil {
+		return fmt.Errorf("%s: allocating %d persistent bytes: %w", p.Model, persist, err)
+	}
+	s.base = append(s.base, pbase)
+	if err := s.dev.Memset(pbase, 0, persist); err != nil {
+		return err
+	}
+	abase, err := s.dev.Alloc(s.arenaLen)
+	if err != nil {
+		return fmt.Errorf("%s: allocating %d-byte arena: %w", p.Model, s.arenaLen, err)
+	}
+	s.base = append(s.base, abase)
+	var resolve func(i, depth int) (Ptr, error)
+	resolve = func(i, depth int) (Ptr, error) {
+		b := &p.Buffers[i]
+		switch b.Placement {
+		case Persistent:
+			return pbase + Ptr(offs[i]), nil
+		case Arena:
+			return abase + Ptr(arenaOff[i]), nil
+		}
+		if depth > len(p.Buffers) || b.AliasOf < 0 || b.AliasOf >= len(p.Buffers) {
+			return 0, fmt.Errorf("%s: buffer %s: bad alias", p.Model, b.Name)
+		}
+		q, err := resolve(b.AliasOf, depth+1)
+		return q + Ptr(b.Offset*int64(b.DType.Size())), err
+	}
+	for i := range p.Buffers {
+		if s.ptrs[i], err = resolve(i, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initParams draws every parameter on the host from one seeded stream, in
+// declaration order, so that a seed gives the same model on every backend.
+func (s *Session) initParams() error {
+	rng := rand.New(rand.NewPCG(s.seed, 0x6e67656e))
+	for i := range s.plan.Buffers {
+		b := &s.plan.Buffers[i]
+		if b.Role != "param" || b.Init.Kind == "" {
+			continue
+		}
+		n := int(b.Elems.Eval(s.maxEnv))
+		vals := make([]float64, n)
+		for k := range vals {
+			switch b.Init.Kind {
+			case "uniform":
+				vals[k] = b.Init.A + (b.Init.B-b.Init.A)*rng.Float64()
+			case "normal":
+				vals[k] = b.Init.A + b.Init.B*rng.NormFloat64()
+			case "const":
+				vals[k] = b.Init.A
+			}
+		}
+		if err := s.writeFloats(i, vals); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close frees the session's device memory.
+func (s *Session) Close() error {
+	var errs []error
+	for _, p := range s.base {
+		errs = append(errs, s.dev.Free(p))
+	}
+	s.base = nil
+	return errors.Join(errs...)
+}
+
+// Plan returns the plan the session runs.
+func (s *Session) Plan() *Plan { return s.plan }
+
+// Device returns the session's device.
+func (s *Session) Device() Device { return s.dev }
+
+// SetTrain switches dropout (and later batch norm) between training and
+// evaluation behaviour, like torch's model.train()/model.eval().
+func (s *Session) SetTrain(train bool) { s.train = train }
+
+// Training reports the mode.
+func (s *Session) Training() bool { return s.train }
+
+// SetLR changes the learning rate for later steps.
+func (s *Session) SetLR(lr float64) { s.lr = lr }
+
+// LR is the current learning rate.
+func (s *Session) LR() float64 { return s.lr }
+
+// Steps is the number of optimizer steps taken.
+func (s *Session) Steps() int { return s.t }
+
+// ArenaBytes is the size of the temporaries arena at the session's batch.
+func (s *Session) ArenaBytes() int64 { return s.arenaLen }
+
+// MaxBatch is the batch size the session was sized for.
+func (s *Session) MaxBatch() int { return s.maxEnv["B"] }
+
+func (s *Session) fn(name string) (int, *Func, error) {
+	for i := range s.plan.Funcs {
+		if s.plan.Funcs[i].Name == name {
+			return i, &s.plan.Funcs[i], nil
+		}
+	}
+	return 0, nil, fmt.Errorf("%s: no function %q", s.plan.Model, name)
+}
+
+// Run executes function name ("step", "predict") on a batch of the given
+// size, which must not exceed the session's batch size.
+func (s *Session) Run(name string, batch int) error {
+	_, f, err := s.fn(name)
+	if err != nil {
+		return err
+	}
+	if batch <= 0 || batch > s.maxEnv["B"] {
+		return fmt.Errorf("%s.%s: batch of %d rows, want 1..%d", s.plan.Model, name, batch, s.maxEnv["B"])
+	}
+	s.env["B"] = batch
+	s.calls++
+	scal := map[string]float64{}
+	if name == "step" {
+		s.t++
+		scal = s.plan.Optimizer.Scalars(s.t, s.lr)
+	}
+	for _, st := range f.Steps {
+		if err := s.exec(&st, scal); err != nil {
+			if name == "step" {
+				s.t--
+			}
+			return fmt.Errorf("%s.%s: %w", s.plan.Model, name, err)
+		}
+	}
+	return s.check(name)
+}
+
+func (s *Session) exec(st *Step, scal map[string]float64) error {
+	d := s.dev
+	switch st.Kind {
+	case LaunchStep:
+		args := make([]Arg, len(st.Args))
+		for i, a := range st.Args {
+			switch {
+			case a.Buf >= 0:
+				args[i] = s.ptrs[a.Buf]
+				continue
+			case a.Scalar == "seed":
+				args[i] = s.seed
+				continue
+			case a.Scalar == "step":
+				args[i] = s.calls
+				continue
+			}
+			v, err := s.scalar(a.Scalar, scal)
+			if err != nil {
+				return err
+			}
+			switch a.Kind {
+			case ArgI32:
+				args[i] = int32(v)
+			case ArgI64:
+				args[i] = int64(v)
+			case ArgU64:
+				args[i] = uint64(v)
+			case ArgF32:
+				args[i] = float32(v)
+			case ArgF64:
+				args[i] = v
+			}
+		}
+		grid := Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
+		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
+		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
+	case GemmStep:
+		g := st.Gemm
+		m, n, k := int(g.M.Eval(s.env)), int(g.N.Eval(s.env)), int(g.K.Eval(s.env))
+		lda, ldb := k, n
+		if g.TransA {
+			lda = m
+		}
+		if g.TransB {
+			ldb = k
+		}
+		ga := GemmArgs{DType: s.plan.Buffers[g.C].DType, TransA: Transpose(g.TransA), TransB: Transpose(g.TransB),
+			M: m, N: n, K: k, Alpha: g.Alpha, Beta: g.Beta,
+			A: s.ptrs[g.A], LDA: lda, B: s.ptrs[g.B], LDB: ldb, C: s.ptrs[g.C], LDC: n,
+			Batch: int(g.Batch.Eval(s.env)), StrideC: m * n}
+		if g.BatchA {
+			ga.StrideA = m * k
+		}
+		if g.BatchB {
+			ga.StrideB = k * n
+		}
+		return d.Gemm(ga)
+	case MemsetStep:
+		b := &s.plan.Buffers[st.Buf]
+		return d.Memset(s.ptrs[st.Buf], 0, s.bytes(b, s.env))
+	case CopyStep:
+		b := &s.plan.Buffers[st.Buf]
+		return d.CopyDevice(s.ptrs[st.Buf], s.ptrs[st.Src], s.bytes(b, s.env))
+	}
+	return fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+func (s *Session) scalar(name string, scal map[string]float64) (float64, error) {
+	if v, ok := scal[name]; ok {
+		return v, nil
+	}
+	if v, ok := s.env[name]; ok {
+		return float64(v), nil
+	}
+	switch name {
+	case "train":
+		if s.train {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("no value for kernel scalar %q", name)
+}

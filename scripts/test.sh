@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole ngen test suite, as CI runs it (.ci/run calls this). Installs
+# what it needs first (scripts/setup.sh is idempotent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+bash scripts/setup.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+
+echo "== go vet (default and -tags cuda)"
+go vet ./...
+go vet -tags cuda ./...
+
+echo "== generated code is up to date"
+go generate ./...
+git diff --exit-code -- generated/ || { echo "generated/ is stale: run go generate ./... and commit"; exit 1; }
+if [ -n "$(git status --porcelain -- generated/)" ]; then
+  git status --porcelain -- generated/; echo "go generate produced untracked files in generated/"; exit 1
+fi
+
+echo "== build everything behind -tags cuda (no GPU here: compile only)"
+go test -tags cuda -run '^$' ./...
+
+echo "== tests"
+go test -count=1 -timeout 30m ./...

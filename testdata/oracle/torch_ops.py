@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""PyTorch oracle for single ngen ops.
+
+Reads a JSON list of cases on stdin and writes a JSON list of results on
+stdout; see README.md in this directory for the protocol. Run it with
+/usr/bin/python3 (Debian's python3-torch). Go tests call it through
+compiler/oracle.
+"""
+
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+FLOAT = {"f32": torch.float32, "f64": torch.float64}
+
+
+class OracleError(Exception):
+    pass
+
+
+def _axes(attrs, ndim):
+    axes = attrs.get("axes")
+    if axes is None:
+        return list(range(ndim))
+    return list(axes)
+
+
+def _reduce(fn):
+    def op(attrs, x):
+        axes = _axes(attrs, x.dim())
+        keep = bool(attrs.get("keepdim", False))
+        if not axes:  # reducing over nothing is the identity, as in the IR
+            return x.clone()
+        return fn(x, dim=axes, keepdim=keep)
+    return op
+
+
+def _matmul(attrs, a, b):
+    if attrs.get("transa"):
+        a = a.transpose(-1, -2)
+    if attrs.get("transb"):
+        b = b.transpose(-1, -2)
+    return torch.matmul(a, b)
+
+
+def _cross_entropy(attrs, logits, labels):
+    c = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1).long(), reduction="mean")
+
+
+def _linear(attrs, x, w, b=None):
+    return F.linear(x, w, b)
+
+
+# One row per op: its PyTorch function of (attrs, *inputs).
+OPS = {
+    "neg": lambda a, x: torch.neg(x),
+    "exp": lambda a, x: torch.exp(x),
+    "log": lambda a, x: torch.log(x),
+    "sqrt": lambda a, x: torch.sqrt(x),
+    "square": lambda a, x: torch.square(x),
+    "abs": lambda a, x: torch.abs(x),
+    "relu": lambda a, x: torch.relu(x),
+    "sigmoid": lambda a, x: torch.sigmoid(x),
+    "tanh": lambda a, x: torch.tanh(x),
+    "gelu": lambda a, x: F.gelu(x),
+    "scale": lambda a, x: x * a["f"],
+    "addc": lambda a, x: x + a["f"],
+    "powc": lambda a, x: torch.pow(x, a["f"]),
+    "add": lambda a, x, y: torch.add(x, y),
+    "sub": lambda a, x, y: torch.sub(x, y),
+    "mul": lambda a, x, y: torch.mul(x, y),
+    "div": lambda a, x, y: torch.div(x, y),
+    "sum": _reduce(torch.sum),
+    "mean": _reduce(torch.mean),
+    "max": _reduce(torch.amax),
+    "matmul": _matmul,
+    "reshape": lambda a, x: torch.reshape(x, list(a["shape"])),
+    "broadcast": lambda a, x: torch.broadcast_to(x, list(a["shape"])),
+    "cross_entropy": _cross_entropy,
+    "linear": _linear,
+}
+
+
+def _tensor(spec, default_dtype, name):
+    shape = list(spec.get("shape", []))
+    dt = spec.get("dtype", default_dtype)
+    if dt == "i32":
+        torch_dt = torch.int32
+    elif dt in FLOAT:
+        torch_dt = FLOAT[dt]
+    else:
+        raise OracleError("%s: unknown dtype %r (want f32, f64 or i32)" % (name, dt))
+    data = [_decode_num(v) for v in spec.get("data", [])]
+    n = math.prod(shape)
+    if len(data) != n:
+        raise OracleError("%s: shape %s needs %d values, got %d" % (name, shape, n, len(data)))
+    return torch.tensor(data, dtype=torch_dt).reshape(shape)
+
+
+# JSON has no NaN or infinities, so both directions spell them as the strings
+# "NaN", "Infinity" and "-Infinity", which strict JSON decoders (Go's) accept.
+def _decode_num(v):
+    return float(v) if isinstance(v, str) else v
+
+
+def _encode_num(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+NAMES = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i32"}
+
+
+def _encode(t):
+    t = t.detach()
+    dt = NAMES.get(t.dtype, str(t.dtype))
+    if t.is_floating_point():
+        t = t.double()  # so that f32 values survive JSON exactly
+    return {"shape": list(t.shape), "dtype": dt,
+            "data": [_encode_num(v) for v in t.reshape(-1).tolist()]}
+
+
+def run_case(i, case):
+    op = case.get("op")
+    if op not in OPS:
+        raise OracleError("case %d: unknown op %r; known ops: %s" % (i, op, ", ".join(sorted(OPS))))
+    attrs = case.get("attrs") or {}
+    dtype = case.get("dtype", "f32")
+    if dtype not in FLOAT:
+        raise OracleError("case %d (%s): unknown dtype %r (want f32 or f64)" % (i, op, dtype))
+    inputs = []
+    for j, spec in enumerate(case.get("inputs", [])):
+        t = _tensor(spec, dtype, "case %d (%s) input %d" % (i, op, j))
+        if t.is_floating_point():
+            t.requires_grad_(True)
+        inputs.append(t)
+
+    try:
+        out = OPS[op](attrs, *inputs)
+    except (RuntimeError, TypeError, KeyError, IndexError, ValueError) as e:
+        raise OracleError("case %d (%s): %s: %s" % (i, op, type(e).__name__, e))
+
+    grads = [None] * len(inputs)
+    go = case.get("grad_output")
+    if go is not None:
+        g = _tensor(dict(go, dtype=dtype), dtype, "case %d (%s) grad_output" % (i, op))
+        if list(g.shape) != list(out.shape):
+            raise OracleError("case %d (%s): grad_output shape %s, output shape %s"
+                              % (i, op, list(g.shape), list(out.shape)))
+        diff = [t for t in inputs if t.requires_grad]
+        if diff:
+            # allow_unused: an input may not reach the output (e.g. reshape of
+            # a zero-size tensor); its gradient is then zero, not missing.
+            got = torch.autograd.grad((out * g).sum(), diff, allow_unused=True)
+            it = iter(got)
+            for j, t in enumerate(inputs):
+                if t.requires_grad:
+                    gj = next(it)
+                    grads[j] = _encode(gj if gj is not None else torch.zeros_like(t))
+    return {"output": _encode(out), "grads": grads}
+
+
+def main():
+    try:
+        cases = json.load(sys.stdin)
+    except json.JSONDecodeError as e:
+        sys.stderr.write("torch_ops.py: request is not JSON: %s\n" % e)
+        return 1
+    if not isinstance(cases, list):
+        sys.stderr.write("torch_ops.py: request must be a JSON list of cases\n")
+        return 1
+    try:
+        results = [run_case(i, c) for i, c in enumerate(cases)]
+    except OracleError as e:
+        sys.stderr.write("torch_ops.py: %s\n" % e)
+        return 1
+    json.dump(results, sys.stdout, allow_nan=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
