@@ -374,7 +374,6 @@ type pendingCopy struct {
 	step *runtime.Step
 }
 
-
 func containsArg(v, a *ir.Value) bool {
 	for _, x := range v.Args {
 		if x == a {

@@ -29,9 +29,9 @@ type Session struct {
 
 // SessionOptions size a session.
 type SessionOptions struct {
-	MaxBatch int             // bound for the symbol B
-	Symbols  map[string]int  // bounds for other symbols
-	Seed     uint64          // parameter init and dropout
+	MaxBatch int            // bound for the symbol B
+	Symbols  map[string]int // bounds for other symbols
+	Seed     uint64         // parameter init and dropout
 }
 
 // NewSession loads the module, allocates storage for the largest batch and

@@ -100,9 +100,9 @@ type Attrs struct {
 	KeepDim bool      `json:"keepdim,omitempty"`
 	TransA  bool      `json:"transa,omitempty"`
 	TransB  bool      `json:"transb,omitempty"`
-	F       float64   `json:"f,omitempty"`    // scalar constant
-	F2      float64   `json:"f2,omitempty"`   // second scalar constant
-	I       int       `json:"i,omitempty"`    // integer attribute (dropout stream id, ...)
+	F       float64   `json:"f,omitempty"`     // scalar constant
+	F2      float64   `json:"f2,omitempty"`    // second scalar constant
+	I       int       `json:"i,omitempty"`     // integer attribute (dropout stream id, ...)
 	Shape   Shape     `json:"shape,omitempty"` // target shape (reshape, broadcast)
 	Perm    []int     `json:"perm,omitempty"`
 	Init    string    `json:"init,omitempty"` // parameter initialiser
@@ -138,7 +138,7 @@ type Func struct {
 	// function runs (optimizer updates).
 	Updates []Update
 	// Grads maps parameter name to its gradient value (training step only).
-	Grads map[string]*Value
+	Grads  map[string]*Value
 	nextID int
 }
 

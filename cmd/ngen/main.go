@@ -1,0 +1,189 @@
+// Command ngen compiles models declared with package dsl into fused CUDA C
+// kernels and a typed Go package.
+//
+//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] model.go
+//	ngen report [-fuse=all|none] [-json] [-batch N] model.go
+//	ngen devices
+//
+// It parses flags and calls the library; the work is in dsl/eval,
+// compiler, codegen and runtime/cuda/probe.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/dsl/eval"
+	"github.com/ngen-ml/ngen/runtime/cuda/probe"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "build":
+		err = build(os.Args[2:])
+	case "report":
+		err = report(os.Args[2:])
+	case "devices":
+		err = devices()
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ngen:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: ngen build|report|devices [flags] [model.go]  (ngen CMD -h for flags)")
+	os.Exit(2)
+}
+
+func fuseFlag(fs *flag.FlagSet) *string {
+	return fs.String("fuse", "all", "fusion: all, or none for one kernel per primitive op")
+}
+
+func parseFuse(s string) (bool, error) {
+	switch s {
+	case "all":
+		return true, nil
+	case "none":
+		return false, nil
+	}
+	return false, fmt.Errorf("-fuse=%s: want all or none", s)
+}
+
+func build(args []string) error {
+	fs := flag.NewFlagSet("build", flag.ExitOnError)
+	out := fs.String("o", "", "output directory (default: generated/ at the module root)")
+	fuse := fuseFlag(fs)
+	suffix := fs.String("suffix", "", "suffix for the generated package names")
+	dump := fs.String("dump", "", "print the IR after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
+	batch := fs.Int("batch", 128, "batch size for the planned peak memory")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("build: want one model file")
+	}
+	on, err := parseFuse(*fuse)
+	if err != nil {
+		return err
+	}
+	models, err := eval.Models(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	dir := *out
+	if dir == "" {
+		if dir, err = moduleRoot(); err != nil {
+			return err
+		}
+		dir = filepath.Join(dir, "generated")
+	}
+	for _, m := range models {
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch})
+		if err != nil {
+			return err
+		}
+		pkg := strings.ToLower(compiler.Sanitize(m.Name + *suffix))
+		files, err := codegen.Generate(p, codegen.Options{Package: pkg, Source: m.Source})
+		if err != nil {
+			return err
+		}
+		if err := codegen.WriteDir(filepath.Join(dir, pkg), files); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "ngen: %s -> %s (%d kernels, planned peak %d bytes at batch %d)\n", m.Name, filepath.Join(dir, pkg), countKernels(files), p.PeakBytes, *batch)
+	}
+	return nil
+}
+
+func countKernels(files map[string][]byte) int {
+	n := 0
+	for name, b := range files {
+		if strings.HasSuffix(name, ".cu") {
+			n += strings.Count(string(b), "__global__ void")
+		}
+	}
+	return n
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module: pass -o")
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func report(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ExitOnError)
+	fuse := fuseFlag(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	batch := fs.Int("batch", 128, "batch size")
+	name := fs.String("model", "", "model name when the file declares several")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("report: want one model file")
+	}
+	on, err := parseFuse(*fuse)
+	if err != nil {
+		return err
+	}
+	models, err := eval.Models(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	for _, m := range models {
+		if *name != "" && m.Name != *name {
+			continue
+		}
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch})
+		if err != nil {
+			return err
+		}
+		r, err := codegen.MakeReport(p)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := r.WriteJSON(os.Stdout); err != nil {
+				return err
+			}
+		} else if err := r.WriteText(os.Stdout); err != nil {
+			return err
+		}
+		if *asJSON && *name == "" && len(models) > 1 {
+			return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
+		}
+	}
+	return nil
+}
+
+func devices() error {
+	if out, err := exec.Command("nvcc", "--version").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		fmt.Println("nvcc:", lines[len(lines)-1])
+	} else {
+		fmt.Println("nvcc: not on PATH (the GPU backend compiles kernels with NVRTC at start-up)")
+	}
+	ds, err := probe.Devices()
+	if err != nil {
+		fmt.Println("no CUDA device:", err)
+		return nil
+	}
+	for _, d := range ds {
+		fmt.Printf("cuda:%d %s, compute capability %d.%d, %.1f GiB, driver %d.%d\n", d.Ordinal, d.Name, d.Major, d.Minor,
+			float64(d.TotalMem)/(1<<30), d.DriverVersion/1000, d.DriverVersion%1000/10)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package codegen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// Report describes one training step of a compiled program.
+type Report struct {
+	Model     string    `json:"model"`
+	Fused     bool      `json:"fused"`
+	Batch     int       `json:"batch"`
+	Kernels   int       `json:"kernels"`
+	Gemms     int       `json:"gemms"`
+	Bytes     int64     `json:"bytes"`
+	Flops     int64     `json:"flops"`
+	PeakBytes int64     `json:"peak_bytes"`
+	Steps     []StepRow `json:"steps"`
+}
+
+// StepRow is one launch, GEMM, memset or copy of the step.
+type StepRow struct {
+	Kind   string `json:"kind"`
+	Kernel string `json:"kernel,omitempty"`
+	Ops    string `json:"ops"`
+	Bytes  int64  `json:"bytes"`
+	Flops  int64  `json:"flops"`
+}
+
+// MakeReport evaluates the step function's plan at the program's
+// reference batch size.
+func MakeReport(p *compiler.Program) (*Report, error) {
+	_, plan, err := Kernels(p)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]int{"B": p.RefBatch}
+	r := &Report{Model: p.Model.Name, Fused: p.Fuse, Batch: p.RefBatch, PeakBytes: p.PeakBytes}
+	for _, f := range plan.Funcs {
+		if f.Name != "step" {
+			continue
+		}
+		for _, st := range f.Steps {
+			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env)}
+			switch st.Kind {
+			case runtime.LaunchStep:
+				row.Kind, row.Kernel = "launch", plan.Kernels[st.Kernel].Name
+				r.Kernels++
+			case runtime.GemmStep:
+				row.Kind = "gemm"
+				r.Gemms++
+			case runtime.MemsetStep:
+				row.Kind = "memset"
+			case runtime.CopyStep:
+				row.Kind = "copy"
+				b := plan.Buffers[st.Buf]
+				row.Bytes = 2 * b.Elems.Eval(env) * int64(b.DType.Size())
+			}
+			r.Bytes += row.Bytes
+			r.Flops += row.Flops
+			r.Steps = append(r.Steps, row)
+		}
+	}
+	return r, nil
+}
+
+// WriteText prints the report as a table and a summary.
+func (r *Report) WriteText(w io.Writer) error {
+	mode := "fused"
+	if !r.Fused {
+		mode = "unfused"
+	}
+	fmt.Fprintf(w, "model %s, %s, one training step at batch %d\n\n", r.Model, mode, r.Batch)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tkind\tkernel\tbytes\tflops\tops")
+	for i, s := range r.Steps {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", i, s.Kind, s.Kernel, s.Bytes, s.Flops, s.Ops)
+	}
+	tw.Flush()
+	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMM calls per step: %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes\n",
+		r.Kernels, r.Gemms, r.Bytes, r.Flops, r.PeakBytes)
+	return err
+}
+
+// WriteJSON prints the report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

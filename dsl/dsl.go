@@ -1,0 +1,313 @@
+// Package dsl is how users declare networks for ngen: inputs with a
+// symbolic batch dimension, layers and ops, a loss and an optimizer. Every
+// op records the caller's file:line so that compile errors point at the
+// user's source. The declaration builds the compiler's IR directly; the
+// ngen command evaluates it (dsl/eval) and compiles it.
+//
+// Pipeline: DSL (this package) → IR → passes → kernels → glue → runtime.
+package dsl
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// DType is an element type.
+type DType = ir.DType
+
+// Element types.
+const (
+	F32 = ir.F32
+	F64 = ir.F64
+)
+
+// Batch is the symbolic batch dimension, bound when a model is run.
+var Batch = batchDim{}
+
+type batchDim struct{}
+
+// Model is a network under declaration.
+type Model struct {
+	m      *ir.Model
+	b      *ops.Builder
+	err    error
+	stream int
+}
+
+// Tensor is a value of the model.
+type Tensor struct {
+	m *Model
+	v *ir.Value
+}
+
+// Shape is the tensor's shape, e.g. [B,512].
+func (t *Tensor) Shape() string { return t.v.Shape.String() }
+
+// DType is the tensor's element type.
+func (t *Tensor) DType() DType { return t.v.DType }
+
+// NewModel starts a model. name becomes the generated package's name after
+// sanitising.
+func NewModel(name string) *Model {
+	f := ir.NewFunc("forward")
+	pos := callerPos()
+	return &Model{m: &ir.Model{Name: name, Source: pos.File, Forward: f, Pos: pos}, b: &ops.Builder{F: f}}
+}
+
+// Err is the first error the declaration hit.
+func (m *Model) Err() error { return m.err }
+
+func (m *Model) fail(pos ir.Pos, op, format string, args ...any) {
+	if m.err == nil {
+		m.err = fmt.Errorf("%s (%s): %s", op, pos, fmt.Sprintf(format, args...))
+	}
+}
+
+func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
+	var s ir.Shape
+	for _, d := range ds {
+		switch d := d.(type) {
+		case batchDim:
+			s = append(s, ir.S("B"))
+		case int:
+			if d <= 0 {
+				m.fail(pos, op, "dimension %d must be positive", d)
+			}
+			s = append(s, ir.D(d))
+		default:
+			m.fail(pos, op, "dimension %v: want an int or dsl.Batch", d)
+		}
+	}
+	return s
+}
+
+func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape ir.Shape, pos ir.Pos) *Tensor {
+	for _, v := range m.m.Forward.Values {
+		if v.Role == role && v.Name == name {
+			m.fail(pos, op, "%s %q declared twice (first at %s)", role, name, v.Pos)
+		}
+	}
+	if name == "" {
+		m.fail(pos, op, "empty name")
+	}
+	v := m.m.Forward.NewValue(op, dt, shape, pos)
+	v.Role, v.Name = role, name
+	return &Tensor{m, v}
+}
+
+// Input declares a float input fed at every step, e.g.
+// m.Input("x", dsl.F32, dsl.Batch, 784).
+func (m *Model) Input(name string, dt DType, shape ...any) *Tensor {
+	pos := callerPos()
+	if dt != F32 && dt != F64 {
+		m.fail(pos, "input", "dtype must be F32 or F64")
+	}
+	return m.source("input", ir.Input, name, dt, dims(m, pos, "input", shape), pos)
+}
+
+// Labels declares an i32 class-label input.
+func (m *Model) Labels(name string, shape ...any) *Tensor {
+	pos := callerPos()
+	return m.source("input", ir.Input, name, ir.I32, dims(m, pos, "labels", shape), pos)
+}
+
+// Init is a parameter initialiser.
+type Init struct {
+	kind string
+	a, b float64
+}
+
+// Uniform draws from [lo, hi).
+func Uniform(lo, hi float64) Init { return Init{"uniform", lo, hi} }
+
+// Normal draws from N(mean, std²).
+func Normal(mean, std float64) Init { return Init{"normal", mean, std} }
+
+// Const sets every element to v.
+func Const(v float64) Init { return Init{"const", v, 0} }
+
+func (in Init) String() string { return fmt.Sprintf("%s:%g:%g", in.kind, in.a, in.b) }
+
+// Param declares a trainable parameter of static shape.
+func (m *Model) Param(name string, dt DType, init Init, shape ...int) *Tensor {
+	pos := callerPos()
+	var ds []any
+	for _, d := range shape {
+		ds = append(ds, d)
+	}
+	t := m.source("param", ir.Param, name, dt, dims(m, pos, "param", ds), pos)
+	t.v.Attrs.Init = init.String()
+	return t
+}
+
+// Linear is torch.nn.Linear(in, out): y = x Wᵀ + b with W [out,in], both
+// initialised U(-1/√in, 1/√in) as PyTorch does. x may have any rank ≥ 1.
+func (m *Model) Linear(name string, x *Tensor, out int) *Tensor {
+	return m.linear(name, x, out, true, callerPos())
+}
+
+// LinearNoBias is Linear without the bias.
+func (m *Model) LinearNoBias(name string, x *Tensor, out int) *Tensor {
+	return m.linear(name, x, out, false, callerPos())
+}
+
+func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *Tensor {
+	if m.err != nil || x == nil {
+		return m.errTensor(x)
+	}
+	s := x.v.Shape
+	if len(s) == 0 || s[len(s)-1].Sym != "" {
+		m.fail(pos, "linear", "%s: input %s needs a static last dimension", name, s)
+		return x
+	}
+	in := s[len(s)-1].N
+	bound := 1 / math.Sqrt(float64(in))
+	w := m.source("param", ir.Param, name+".weight", x.v.DType, ir.Static(out, in), pos)
+	w.v.Attrs.Init = Uniform(-bound, bound).String()
+	h := x
+	if len(s) > 2 {
+		h = m.op(pos, "reshape", ir.Attrs{Shape: ir.Shape{flatDim(s[:len(s)-1]), ir.D(in)}}, x)
+	}
+	y := m.op(pos, "matmul", ir.Attrs{TransB: true}, h, w)
+	if bias {
+		b := m.source("param", ir.Param, name+".bias", x.v.DType, ir.Static(out), pos)
+		b.v.Attrs.Init = Uniform(-bound, bound).String()
+		y = m.op(pos, "add", ir.Attrs{}, y, b)
+	}
+	if len(s) > 2 {
+		y = m.op(pos, "reshape", ir.Attrs{Shape: append(s[:len(s)-1].Clone(), ir.D(out))}, y)
+	}
+	return y
+}
+
+// flatDim is the product of dims, which must have at most one symbol.
+func flatDim(s ir.Shape) ir.Dim {
+	z := s.Size()
+	if len(z.Syms) == 1 && z.N == 1 {
+		return ir.S(z.Syms[0])
+	}
+	if len(z.Syms) == 0 {
+		return ir.D(int(z.N))
+	}
+	return ir.D(-1)
+}
+
+// Output marks the prediction output (logits).
+func (m *Model) Output(t *Tensor) {
+	if t != nil && m.err == nil {
+		m.m.Output = t.v
+	}
+}
+
+// Loss marks the scalar to minimise.
+func (m *Model) Loss(t *Tensor) {
+	pos := callerPos()
+	if t == nil || m.err != nil {
+		return
+	}
+	if len(t.v.Shape) != 0 {
+		m.fail(pos, "loss", "loss must be a scalar, got %s", t.v.Type())
+		return
+	}
+	m.m.Loss = t.v
+}
+
+// Build returns the declared model, or the first error.
+func (m *Model) Build() (*ir.Model, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	switch {
+	case m.m.Loss == nil:
+		return nil, fmt.Errorf("model %s (%s): no loss: call m.Loss", m.m.Name, m.m.Pos)
+	case m.m.Output == nil:
+		return nil, fmt.Errorf("model %s (%s): no output: call m.Output", m.m.Name, m.m.Pos)
+	case m.m.Optimizer == nil:
+		return nil, fmt.Errorf("model %s (%s): no optimizer: call m.Optimizer", m.m.Name, m.m.Pos)
+	}
+	return m.m, nil
+}
+
+func (m *Model) errTensor(x *Tensor) *Tensor {
+	if x != nil {
+		return x
+	}
+	return &Tensor{m: m, v: &ir.Value{Op: "fill", Shape: ir.Shape{}, DType: ir.F32}}
+}
+
+// op appends an op, running its shape rule now.
+func (m *Model) op(pos ir.Pos, op string, attrs ir.Attrs, args ...*Tensor) *Tensor {
+	if m.err != nil {
+		return m.errTensor(first(args))
+	}
+	vs := make([]*ir.Value, len(args))
+	for i, a := range args {
+		if a == nil {
+			m.fail(pos, op, "argument %d is nil", i)
+			return m.errTensor(nil)
+		}
+		if a.m != m {
+			m.fail(pos, op, "argument %d belongs to another model", i)
+			return a
+		}
+		vs[i] = a.v
+	}
+	m.b.Pos = pos
+	v := m.b.Op(op, attrs, vs...)
+	if m.b.Err != nil && m.err == nil {
+		m.err = m.b.Err
+	}
+	return &Tensor{m, v}
+}
+
+func first(ts []*Tensor) *Tensor {
+	if len(ts) > 0 {
+		return ts[0]
+	}
+	return nil
+}
+
+var (
+	rootOnce sync.Once
+	rootDir  string
+)
+
+// callerPos is the first stack frame outside this package, relative to the
+// module root when one is found.
+func callerPos() ir.Pos {
+	pcs := make([]uintptr, 16)
+	n := goruntime.Callers(2, pcs)
+	frames := goruntime.CallersFrames(pcs[:n])
+	for {
+		fr, more := frames.Next()
+		if !strings.HasPrefix(fr.Function, "github.com/ngen-ml/ngen/dsl.") || strings.HasSuffix(fr.File, "_test.go") {
+			return ir.Pos{File: relToModule(fr.File), Line: fr.Line}
+		}
+		if !more {
+			return ir.Pos{}
+		}
+	}
+}
+
+func relToModule(file string) string {
+	dir := filepath.Dir(file)
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			if rel, err := filepath.Rel(d, file); err == nil {
+				return filepath.ToSlash(rel)
+			}
+			return file
+		}
+		if filepath.Dir(d) == d {
+			return file
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package dsl
+
+import "github.com/ngen-ml/ngen/compiler/ir"
+
+func unary(op string, x *Tensor, attrs ir.Attrs) *Tensor {
+	if x == nil {
+		return nil
+	}
+	return x.m.op(callerPos(), op, attrs, x)
+}
+
+func binary(op string, x, y *Tensor) *Tensor {
+	if x == nil {
+		return nil
+	}
+	return x.m.op(callerPos(), op, ir.Attrs{}, x, y)
+}
+
+// ReLU is max(x, 0).
+func ReLU(x *Tensor) *Tensor { return unary("relu", x, ir.Attrs{}) }
+
+// Sigmoid is 1/(1+e^-x).
+func Sigmoid(x *Tensor) *Tensor { return unary("sigmoid", x, ir.Attrs{}) }
+
+// Tanh is tanh(x).
+func Tanh(x *Tensor) *Tensor { return unary("tanh", x, ir.Attrs{}) }
+
+// GELU is PyTorch's default (erf) GELU.
+func GELU(x *Tensor) *Tensor { return unary("gelu", x, ir.Attrs{}) }
+
+// Exp is e^x.
+func Exp(x *Tensor) *Tensor { return unary("exp", x, ir.Attrs{}) }
+
+// Log is the natural logarithm.
+func Log(x *Tensor) *Tensor { return unary("log", x, ir.Attrs{}) }
+
+// Sqrt is the square root.
+func Sqrt(x *Tensor) *Tensor { return unary("sqrt", x, ir.Attrs{}) }
+
+// Square is x².
+func Square(x *Tensor) *Tensor { return unary("square", x, ir.Attrs{}) }
+
+// Abs is |x|.
+func Abs(x *Tensor) *Tensor { return unary("abs", x, ir.Attrs{}) }
+
+// Neg is -x.
+func Neg(x *Tensor) *Tensor { return unary("neg", x, ir.Attrs{}) }
+
+// Scale is x·f.
+func Scale(x *Tensor, f float64) *Tensor { return unary("scale", x, ir.Attrs{F: f}) }
+
+// AddScalar is x+f.
+func AddScalar(x *Tensor, f float64) *Tensor { return unary("addc", x, ir.Attrs{F: f}) }
+
+// Pow is x^f.
+func Pow(x *Tensor, f float64) *Tensor { return unary("powc", x, ir.Attrs{F: f}) }
+
+// Add is x+y with broadcasting.
+func Add(x, y *Tensor) *Tensor { return binary("add", x, y) }
+
+// Sub is x-y with broadcasting.
+func Sub(x, y *Tensor) *Tensor { return binary("sub", x, y) }
+
+// Mul is x·y with broadcasting.
+func Mul(x, y *Tensor) *Tensor { return binary("mul", x, y) }
+
+// Div is x/y with broadcasting.
+func Div(x, y *Tensor) *Tensor { return binary("div", x, y) }
+
+// MatMul is torch.matmul for operands of rank ≥ 2.
+func MatMul(a, b *Tensor) *Tensor { return MatMulT(a, b, false, false) }
+
+// MatMulT is MatMul with the last two dims of a and/or b transposed.
+func MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
+	if a == nil {
+		return nil
+	}
+	return a.m.op(callerPos(), "matmul", ir.Attrs{TransA: transA, TransB: transB}, a, b)
+}
+
+func reduce(op string, x *Tensor, keepDim bool, axes []int) *Tensor {
+	if x == nil {
+		return nil
+	}
+	return x.m.op(callerPos(), op, ir.Attrs{Axes: axes, KeepDim: keepDim}, x)
+}
+
+// Sum adds over axes (all when none are given).
+func Sum(x *Tensor, keepDim bool, axes ...int) *Tensor { return reduce("sum", x, keepDim, axes) }
+
+// Mean averages over axes (all when none are given).
+func Mean(x *Tensor, keepDim bool, axes ...int) *Tensor { return reduce("mean", x, keepDim, axes) }
+
+// Max is torch.amax over axes (all when none are given).
+func Max(x *Tensor, keepDim bool, axes ...int) *Tensor { return reduce("max", x, keepDim, axes) }
+
+// Reshape views x with new dims (ints or dsl.Batch).
+func Reshape(x *Tensor, shape ...any) *Tensor {
+	if x == nil {
+		return nil
+	}
+	pos := callerPos()
+	return x.m.op(pos, "reshape", ir.Attrs{Shape: dims(x.m, pos, "reshape", shape)}, x)
+}
+
+// Dropout zeroes elements with probability p in training mode and scales
+// the rest by 1/(1-p), as torch.nn.Dropout.
+func Dropout(x *Tensor, p float64) *Tensor {
+	if x == nil {
+		return nil
+	}
+	pos := callerPos()
+	if p < 0 || p >= 1 {
+		x.m.fail(pos, "dropout", "p must be in [0, 1), got %g", p)
+		return x
+	}
+	if p == 0 {
+		return x
+	}
+	x.m.stream++
+	return x.m.op(pos, "dropout", ir.Attrs{F: p, I: x.m.stream}, x)
+}
+
+// CrossEntropy is F.cross_entropy(logits, labels) with mean reduction;
+// logits [..., C], labels [...] i32.
+func CrossEntropy(logits, labels *Tensor) *Tensor {
+	if logits == nil {
+		return nil
+	}
+	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{}, logits, labels)
+}

@@ -1,0 +1,90 @@
+package dsl
+
+import "github.com/ngen-ml/ngen/compiler/ir"
+
+// Optimizer is SGD, Adam or AdamW.
+type Optimizer interface{ lower() (ir.Optimizer, string) }
+
+// SGD is torch.optim.SGD.
+type SGD struct {
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov                             bool
+}
+
+// Adam is torch.optim.Adam; zero Beta1, Beta2 and Eps take PyTorch's
+// defaults (0.9, 0.999, 1e-8).
+type Adam struct{ LR, Beta1, Beta2, Eps, WeightDecay float64 }
+
+// AdamW is torch.optim.AdamW; zero fields take PyTorch's defaults, with
+// WeightDecay 1e-2 unless NoWeightDecay is set.
+type AdamW struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	NoWeightDecay                      bool
+}
+
+func (o SGD) lower() (ir.Optimizer, string) {
+	lo := ir.Optimizer{Kind: "sgd", LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, Nesterov: o.Nesterov, WeightDecay: o.WeightDecay}
+	switch {
+	case o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0):
+		return lo, "Nesterov momentum requires a momentum and zero dampening"
+	case o.Momentum < 0:
+		return lo, "momentum must be ≥ 0"
+	}
+	return lo, ""
+}
+
+func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
+	if b1 == 0 {
+		b1 = 0.9
+	}
+	if b2 == 0 {
+		b2 = 0.999
+	}
+	if eps == 0 {
+		eps = 1e-8
+	}
+	o := ir.Optimizer{Kind: kind, LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: wd}
+	if b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1 {
+		return o, "betas must be in [0, 1)"
+	}
+	if eps < 0 {
+		return o, "eps must be ≥ 0"
+	}
+	return o, ""
+}
+
+func (o Adam) lower() (ir.Optimizer, string) {
+	return adamLike("adam", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+}
+
+func (o AdamW) lower() (ir.Optimizer, string) {
+	wd := o.WeightDecay
+	if wd == 0 && !o.NoWeightDecay {
+		wd = 1e-2
+	}
+	if o.NoWeightDecay {
+		wd = 0
+	}
+	return adamLike("adamw", o.LR, o.Beta1, o.Beta2, o.Eps, wd)
+}
+
+// Optimizer sets the optimizer.
+func (m *Model) Optimizer(o Optimizer) {
+	pos := callerPos()
+	if o == nil {
+		m.fail(pos, "optimizer", "nil optimizer")
+		return
+	}
+	lo, problem := o.lower()
+	if problem == "" && lo.LR <= 0 {
+		problem = "learning rate must be positive"
+	}
+	if problem == "" && lo.WeightDecay < 0 {
+		problem = "weight decay must be ≥ 0"
+	}
+	if problem != "" {
+		m.fail(pos, lo.Kind, "%s", problem)
+		return
+	}
+	m.m.Optimizer = &lo
+}
