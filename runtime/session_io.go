@@ -47,6 +47,9 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 		return err
 	}
 	b := &s.plan.Buffers[i]
+	if rows <= 0 || rows > s.maxEnv["B"] {
+		return fmt.Errorf("%s: input %q: batch of %d rows, want 1..%d (the session's batch size)", s.plan.Model, name, rows, s.maxEnv["B"])
+	}
 	env := map[string]int{}
 	for k, v := range s.maxEnv {
 		env[k] = v
@@ -61,7 +64,7 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 		return fmt.Errorf("%s: input %s: want %s data, got %s", s.plan.Model, name, b.DType, dt)
 	}
 	if int64(n) != want {
-		return fmt.Errorf("%s: input %s has shape %s: a batch of %d needs %d elements, got %d", s.plan.Model, name, b.Shape, rows, want, n)
+		return fmt.Errorf("%s: input %q has shape %s: a batch of %d needs %d elements, got %d", s.plan.Model, name, b.Shape, rows, want, n)
 	}
 	if n == 0 {
 		return nil
@@ -201,14 +204,15 @@ func (s *Session) check(fn string) error {
 	return nil
 }
 
-const checkpointMagic = "NGENCKP1"
+const checkpointMagic = "NGENCKP2"
 
 // Save writes a checkpoint: every parameter and optimizer state buffer by
-// name, the step count and the learning rate.
+// name, the step count, the learning rate and the dropout seed and
+// counter, so a loaded session continues exactly as the saved one would.
 func (s *Session) Save(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	bw.WriteString(checkpointMagic)
-	hdr := []uint64{uint64(s.t), math.Float64bits(s.lr), s.calls}
+	hdr := []uint64{uint64(s.t), math.Float64bits(s.lr), s.calls, s.seed}
 	if err := binary.Write(bw, binary.LittleEndian, hdr); err != nil {
 		return err
 	}
@@ -241,7 +245,7 @@ func (s *Session) Load(r io.Reader) error {
 	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != checkpointMagic {
 		return fmt.Errorf("%s: not an ngen checkpoint", s.plan.Model)
 	}
-	var hdr [3]uint64
+	var hdr [4]uint64
 	if err := binary.Read(br, binary.LittleEndian, &hdr); err != nil {
 		return fmt.Errorf("%s: checkpoint header: %w", s.plan.Model, err)
 	}
@@ -294,6 +298,6 @@ func (s *Session) Load(r io.Reader) error {
 	for i, v := range pending {
 		errs = append(errs, s.writeFloats(i, v))
 	}
-	s.t, s.lr, s.calls = int(hdr[0]), math.Float64frombits(hdr[1]), hdr[2]
+	s.t, s.lr, s.calls, s.seed = int(hdr[0]), math.Float64frombits(hdr[1]), hdr[2], hdr[3]
 	return errors.Join(errs...)
 }
