@@ -172,32 +172,14 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 	bound := 1 / math.Sqrt(float64(in))
 	w := m.source("param", ir.Param, name+".weight", x.v.DType, ir.Static(out, in), pos)
 	w.v.Attrs.Init = Uniform(-bound, bound).String()
-	h := x
-	if len(s) > 2 {
-		h = m.op(pos, "reshape", ir.Attrs{Shape: ir.Shape{flatDim(s[:len(s)-1]), ir.D(in)}}, x)
-	}
-	y := m.op(pos, "matmul", ir.Attrs{TransB: true}, h, w)
+	// Rank > 2 inputs become a batched GEMM with the weight shared.
+	y := m.op(pos, "matmul", ir.Attrs{TransB: true}, x, w)
 	if bias {
 		b := m.source("param", ir.Param, name+".bias", x.v.DType, ir.Static(out), pos)
 		b.v.Attrs.Init = Uniform(-bound, bound).String()
 		y = m.op(pos, "add", ir.Attrs{}, y, b)
 	}
-	if len(s) > 2 {
-		y = m.op(pos, "reshape", ir.Attrs{Shape: append(s[:len(s)-1].Clone(), ir.D(out))}, y)
-	}
 	return y
-}
-
-// flatDim is the product of dims, which must have at most one symbol.
-func flatDim(s ir.Shape) ir.Dim {
-	z := s.Size()
-	if len(z.Syms) == 1 && z.N == 1 {
-		return ir.S(z.Syms[0])
-	}
-	if len(z.Syms) == 0 {
-		return ir.D(int(z.N))
-	}
-	return ir.D(-1)
 }
 
 // Output marks the prediction output (logits).
