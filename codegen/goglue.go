@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"go/format"
 	"go/token"
+	"go/types"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/dave/jennifer/jen"
@@ -17,239 +19,334 @@ const rtPath = "github.com/ngen-ml/ngen/runtime"
 
 // GlueOptions name what the Go glue refers to.
 type GlueOptions struct {
-	Package     string
+	Package     string // Go package name; sanitised again here
 	Source      string // DSL file, for the header
-	CUFile      string // embedded for the GPU backend
-	EntrySymbol string // the C entry point kernels_cpu.go exposes as cpuEntry
-	HasPTX      bool
+	CUFile      string // the .cu embedded for the GPU backend, e.g. "mlp.cu"
+	EntrySymbol string // the C entry point; kernels_cpu.go exposes it as cpuEntry
+	HasPTX      bool   // embed <package>.ptx beside the .cu
 }
 
+// plainFile is what a //go:embed line may name without quoting.
+var plainFile = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+
+// elemType is the Go element type of host slices for each device dtype.
+var elemType = map[runtime.DType]string{runtime.F32: "float32", runtime.F64: "float64", runtime.I32: "int32"}
+
 // GoGlue writes the typed Go package for a plan with jennifer. User names
-// reach it only as string literals or as sanitised identifiers.
+// (inputs, parameters, the model) reach it only inside string literals or as
+// sanitised identifiers, so no declaration can inject code.
 func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
-	f := jen.NewFile(o.Package)
+	pkg := goPackageName(o.Package)
+	if !plainFile.MatchString(o.CUFile) {
+		return nil, fmt.Errorf("go glue: CUDA file name %q is not a plain file name", o.CUFile)
+	}
+	T, ok := elemType[p.DType]
+	if !ok {
+		return nil, fmt.Errorf("go glue: model %q: no Go type for parameter dtype %s", p.Model, p.DType)
+	}
+	planLit, err := literal(reflect.ValueOf(*p))
+	if err != nil {
+		return nil, fmt.Errorf("go glue: model %q: %w", p.Model, err)
+	}
+	g := &glue{plan: p, pkg: pkg, T: T}
+
+	f := jen.NewFile(pkg)
+	f.ImportName(rtPath, "runtime")
 	f.HeaderComment(Header(o.Source))
-	f.PackageComment(fmt.Sprintf("Package %s is the ngen-generated model %q: typed training and\ninference on any runtime.Device. Regenerate with go generate; do not edit.", o.Package, p.Model))
+	// One // comment per line: a block comment could be closed early by a
+	// "*/" in a user-supplied name.
+	for _, l := range []string{
+		fmt.Sprintf("Package %s is the ngen-generated model %s: a typed training and", pkg, oneLine(fmt.Sprintf("%q", p.Model))),
+		"inference API over the compiled plan, running on any runtime.Device",
+		"(runtime/cpu executes the generated CUDA C on the host, runtime/cuda on a GPU).",
+		"",
+		"	m, err := " + pkg + ".New(dev, " + pkg + ".Options{Batch: 128})",
+		"	loss, err := m.Step(inputs...) // forward, backward and optimizer update",
+		"	out, err := m.Predict(inputs...)",
+		"",
+		"Regenerate it with go generate; do not edit.",
+	} {
+		f.PackageComment(strings.TrimRight(l, " "))
+	}
 	f.Anon("embed")
+
+	f.Comment("cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.")
+	f.Comment("")
 	f.Comment("//go:embed " + o.CUFile)
 	f.Var().Id("cudaSource").String()
+	ptx := jen.Lit("")
 	if o.HasPTX {
+		f.Comment("ptx is nvcc's PTX of cudaSource, so the GPU backend can skip NVRTC.")
+		f.Comment("")
 		f.Comment("//go:embed " + strings.TrimSuffix(o.CUFile, ".cu") + ".ptx")
 		f.Var().Id("ptx").String()
+		ptx = jen.Id("ptx")
 	}
-	f.Comment("Plan is the compiled model: buffers, kernels with their launch\ndescriptions, and the steps of each function.")
-	f.Var().Id("Plan").Op("=").Op("&").Add(literal(reflect.ValueOf(*p)))
+	f.Comment("Plan is the compiled model: buffers, kernels with their launch")
+	f.Comment("descriptions, and the steps of each function.")
+	f.Var().Id("Plan").Op("=").Op("&").Add(planLit)
 
-	elem := map[runtime.DType]string{runtime.F32: "float32", runtime.F64: "float64", runtime.I32: "int32"}
-	T := elem[p.DType]
-	fn := func(name string) *runtime.Func {
-		for i := range p.Funcs {
-			if p.Funcs[i].Name == name {
-				return &p.Funcs[i]
-			}
+	f.Comment("module is the kernels in every form a backend may load; cpuEntry is")
+	f.Comment("declared by the cgo file kernels_cpu.go.")
+	f.Func().Id("module").Params().Op("*").Qual(rtPath, "Module").Block(
+		jen.Return(jen.Op("&").Qual(rtPath, "Module").Values(jen.Dict{
+			jen.Id("Name"):     jen.Lit(pkg),
+			jen.Id("Source"):   jen.Id("cudaSource"),
+			jen.Id("PTX"):      ptx,
+			jen.Id("Kernels"):  jen.Id("Plan").Dot("Kernels"),
+			jen.Id("CPUEntry"): jen.Id("cpuEntry"),
+		})),
+	)
+
+	g.constructor(f)
+	if err := g.step(f); err != nil {
+		return nil, err
+	}
+	if err := g.predict(f); err != nil {
+		return nil, err
+	}
+	g.accessors(f)
+
+	var buf strings.Builder
+	if err := f.Render(&buf); err != nil {
+		return nil, fmt.Errorf("go glue: rendering: %w", err)
+	}
+	out, err := format.Source([]byte(buf.String()))
+	if err != nil {
+		return nil, fmt.Errorf("go glue: formatting: %w", err)
+	}
+	return out, nil
+}
+
+type glue struct {
+	plan *runtime.Plan
+	pkg  string
+	T    string // Go element type of parameters and outputs
+}
+
+func (g *glue) fn(name string) *runtime.Func {
+	for i := range g.plan.Funcs {
+		if g.plan.Funcs[i].Name == name {
+			return &g.plan.Funcs[i]
 		}
-		return nil
 	}
+	return nil
+}
 
+func recv(f *jen.File) *jen.Statement { return f.Func().Params(jen.Id("m").Op("*").Id("Model")) }
+
+func ms() *jen.Statement { return jen.Id("m").Dot("s") }
+
+func (g *glue) constructor(f *jen.File) {
 	f.Comment("Options size a model instance.")
 	f.Type().Id("Options").Struct(
-		jen.Id("Batch").Int().Comment("largest batch Step and Predict accept"),
+		jen.Id("Batch").Int().Comment("largest batch Step and Predict accept; must be positive"),
 		jen.Id("Seed").Uint64().Comment("parameter initialisation and dropout"),
 	)
 	f.Comment("Model is one instance of the model on a device.")
 	f.Type().Id("Model").Struct(jen.Id("s").Op("*").Qual(rtPath, "Session"))
 
-	ptx := jen.Lit("")
-	if o.HasPTX {
-		ptx = jen.Id("ptx")
-	}
-	f.Comment("New loads the kernels on dev and initialises the parameters.")
+	f.Comment("New loads the kernels on dev, allocates storage for batches of up to")
+	f.Comment("opts.Batch rows and initialises the parameters as PyTorch would.")
 	f.Func().Id("New").Params(jen.Id("dev").Qual(rtPath, "Device"), jen.Id("opts").Id("Options")).Params(jen.Op("*").Id("Model"), jen.Error()).Block(
-		jen.Id("mod").Op(":=").Op("&").Qual(rtPath, "Module").Values(jen.Dict{
-			jen.Id("Name"):     jen.Lit(o.Package),
-			jen.Id("Source"):   jen.Id("cudaSource"),
-			jen.Id("PTX"):      ptx,
-			jen.Id("Kernels"):  jen.Id("Plan").Dot("Kernels"),
-			jen.Id("CPUEntry"): jen.Id("cpuEntry"),
-		}),
-		jen.List(jen.Id("s"), jen.Err()).Op(":=").Qual(rtPath, "NewSession").Call(jen.Id("dev"), jen.Id("Plan"), jen.Id("mod"),
+		jen.If(jen.Id("opts").Dot("Batch").Op("<=").Lit(0)).Block(
+			jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".New: Options.Batch must be positive, got %d"), jen.Id("opts").Dot("Batch")))),
+		jen.List(jen.Id("s"), jen.Err()).Op(":=").Qual(rtPath, "NewSession").Call(jen.Id("dev"), jen.Id("Plan"), jen.Id("module").Call(),
 			jen.Qual(rtPath, "SessionOptions").Values(jen.Dict{jen.Id("MaxBatch"): jen.Id("opts").Dot("Batch"), jen.Id("Seed"): jen.Id("opts").Dot("Seed")})),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 		jen.Return(jen.Op("&").Id("Model").Values(jen.Dict{jen.Id("s"): jen.Id("s")}), jen.Nil()),
 	)
+}
 
-	// feed writes typed inputs and returns the batch's rows.
-	feed := func(fnName string, ins []runtime.Named, zero func() jen.Code) ([]jen.Code, []jen.Code) {
-		var params, body []jen.Code
-		used := map[string]bool{"m": true, "rows": true, "err": true, "out": true, "loss": true}
-		for i, in := range ins {
-			b := p.Buffers[in.Buf]
-			id := goIdent(in.Name, used)
-			params = append(params, jen.Id(id).Index().Id(elem[b.DType]))
-			per := b.Elems.Mul
-			if i == 0 {
-				body = append(body,
-					jen.If(jen.Len(jen.Id(id)).Op("==").Lit(0).Op("||").Len(jen.Id(id)).Op("%").Lit(int(per)).Op("!=").Lit(0)).Block(
-						jen.Return(zero(), jen.Qual("fmt", "Errorf").Call(jen.Lit(fmt.Sprintf("%s.%s: input %%q has shape %s: got %%d values, not a whole number of rows of %d", p.Model, strings.Title(fnName), b.Shape, per)), jen.Lit(in.Name), jen.Len(jen.Id(id))))),
-					jen.Id("rows").Op(":=").Len(jen.Id(id)).Op("/").Lit(int(per)),
-				)
-			}
-			body = append(body, jen.If(jen.Err().Op(":=").Id("m").Dot("s").Dot("WriteInput").Call(jen.Lit(in.Name), jen.Id(id), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(
-				jen.Return(zero(), jen.Err())))
+// feed declares one typed slice parameter per input of fn and the body that
+// infers the batch's rows from the first batch-sized input and writes every
+// input. zero is the function's zero result besides the error.
+func (g *glue) feed(fn *runtime.Func, method string, zero jen.Code) (params, body []jen.Code, err error) {
+	used := map[string]bool{"m": true, "rows": true, "err": true, "out": true, "loss": true}
+	ids := make([]string, len(fn.Inputs))
+	rowsFrom := -1
+	for i, in := range fn.Inputs {
+		b := g.plan.Buffers[in.Buf]
+		et, ok := elemType[b.DType]
+		if !ok {
+			return nil, nil, fmt.Errorf("go glue: input %q: no Go type for %s", in.Name, b.DType)
 		}
-		return params, body
-	}
-	if st := fn("step"); st != nil && len(st.Inputs) > 0 {
-		params, body := feed("step", st.Inputs, func() jen.Code { return jen.Lit(0) })
-		body = append(body,
-			jen.If(jen.Err().Op(":=").Id("m").Dot("s").Dot("Run").Call(jen.Lit("step"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Id("out").Op(":=").Make(jen.Index().Id(T), jen.Lit(1)),
-			jen.If(jen.Err().Op(":=").Id("m").Dot("s").Dot("Read").Call(jen.Id("m").Dot("lossBuf").Call(), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
-		)
-		f.Comment("Step runs one fused training step (forward, backward, optimizer update)\non a batch and returns the loss. Each input holds whole rows; the batch\nsize is their row count.")
-		f.Func().Params(jen.Id("m").Op("*").Id("Model")).Id("Step").Params(params...).Params(jen.Id(T), jen.Error()).Block(body...)
-		lossBuf := -1
-		for _, o := range st.Outputs {
-			if o.Name == "loss" {
-				lossBuf = o.Buf
-			}
+		ids[i] = goIdent(in.Name, used)
+		params = append(params, jen.Id(ids[i]).Index().Id(et))
+		if rowsFrom < 0 && len(b.Elems.Syms) == 1 && b.Elems.Syms[0] == "B" {
+			rowsFrom = i
 		}
-		f.Func().Params(jen.Id("m").Op("*").Id("Model")).Id("lossBuf").Params().Int().Block(jen.Return(jen.Lit(lossBuf)))
 	}
-	if pr := fn("predict"); pr != nil && len(pr.Inputs) > 0 {
-		params, body := feed("predict", pr.Inputs, func() jen.Code { return jen.Nil() })
-		outBuf := pr.Outputs[0].Buf
+	if rowsFrom < 0 {
+		// No input is batch-sized: the function runs on one "row".
+		body = append(body, jen.Id("rows").Op(":=").Lit(1))
+	} else {
+		in, b := fn.Inputs[rowsFrom], g.plan.Buffers[fn.Inputs[rowsFrom].Buf]
+		x, per := jen.Id(ids[rowsFrom]), int(b.Elems.Mul)
+		// The message is a format string: user text in it must not hold verbs.
+		msg := fmt.Sprintf("%s.%s: input %%q has shape %s: got %%d values, not a positive whole number of rows of %d",
+			g.pkg, method, escapeVerbs(b.Shape), per)
 		body = append(body,
-			jen.If(jen.Err().Op(":=").Id("m").Dot("s").Dot("Run").Call(jen.Lit("predict"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
-			jen.Id("out").Op(":=").Make(jen.Index().Id(T), jen.Id("m").Dot("s").Dot("Elems").Call(jen.Lit(outBuf))),
-			jen.Return(jen.Id("out"), jen.Id("m").Dot("s").Dot("Read").Call(jen.Lit(outBuf), jen.Id("out"))),
+			jen.If(jen.Len(x.Clone()).Op("==").Lit(0).Op("||").Len(x.Clone()).Op("%").Lit(per).Op("!=").Lit(0)).Block(
+				jen.Return(zero, jen.Qual("fmt", "Errorf").Call(jen.Lit(msg), jen.Lit(in.Name), jen.Len(x.Clone())))),
+			jen.Id("rows").Op(":=").Len(x.Clone()).Op("/").Lit(per),
 		)
-		f.Comment("Predict runs the forward pass (in the current train/eval mode) and\nreturns the output for every row.")
-		f.Func().Params(jen.Id("m").Op("*").Id("Model")).Id("Predict").Params(params...).Params(jen.Index().Id(T), jen.Error()).Block(body...)
 	}
-	recv := func() *jen.Statement { return f.Func().Params(jen.Id("m").Op("*").Id("Model")) }
+	for i, in := range fn.Inputs {
+		body = append(body, jen.If(jen.Err().Op(":=").Add(ms()).Dot("WriteInput").Call(jen.Lit(in.Name), jen.Id(ids[i]), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(zero, jen.Err())))
+	}
+	return params, body, nil
+}
+
+func output(fn *runtime.Func, name string) (int, error) {
+	for _, o := range fn.Outputs {
+		if o.Name == name {
+			return o.Buf, nil
+		}
+	}
+	return 0, fmt.Errorf("go glue: function %s has no output %q", fn.Name, name)
+}
+
+func (g *glue) step(f *jen.File) error {
+	st := g.fn("step")
+	if st == nil {
+		return nil
+	}
+	loss, err := output(st, "loss")
+	if err != nil {
+		return err
+	}
+	if lt := g.plan.Buffers[loss].DType; lt != g.plan.DType {
+		return fmt.Errorf("go glue: loss is %s, parameters %s", lt, g.plan.DType)
+	}
+	params, body, err := g.feed(st, "Step", jen.Lit(0))
+	if err != nil {
+		return err
+	}
+	body = append(body,
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Run").Call(jen.Lit("step"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
+		jen.Id("out").Op(":=").Make(jen.Index().Id(g.T), jen.Lit(1)),
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(loss), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
+		jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
+	)
+	f.Comment("Step runs one training step (forward, backward, optimizer update) on a")
+	f.Comment("batch and returns the loss. Each input holds whole rows, row-major; the")
+	f.Comment("batch size is their row count and must not exceed Options.Batch.")
+	recv(f).Id("Step").Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(body...)
+	return nil
+}
+
+func (g *glue) predict(f *jen.File) error {
+	pr := g.fn("predict")
+	if pr == nil {
+		return nil
+	}
+	out, err := output(pr, "output")
+	if err != nil {
+		return err
+	}
+	et, ok := elemType[g.plan.Buffers[out].DType]
+	if !ok {
+		return fmt.Errorf("go glue: output is %s", g.plan.Buffers[out].DType)
+	}
+	params, body, err := g.feed(pr, "Predict", jen.Nil())
+	if err != nil {
+		return err
+	}
+	body = append(body,
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Run").Call(jen.Lit("predict"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.Id("out").Op(":=").Make(jen.Index().Id(et), ms().Dot("Elems").Call(jen.Lit(out))),
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(out), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.Return(jen.Id("out"), jen.Nil()),
+	)
+	f.Comment("Predict runs the forward pass (in the current Train/Eval mode) and")
+	f.Comment("returns the model's output for every row, row-major.")
+	recv(f).Id("Predict").Params(params...).Params(jen.Index().Id(et), jen.Error()).Block(body...)
+	return nil
+}
+
+func (g *glue) accessors(f *jen.File) {
+	T := g.T
 	f.Comment("Train selects training behaviour (dropout on), like torch's model.train().")
-	recv().Id("Train").Params().Block(jen.Id("m").Dot("s").Dot("SetTrain").Call(jen.True()))
+	recv(f).Id("Train").Params().Block(ms().Dot("SetTrain").Call(jen.True()))
 	f.Comment("Eval selects evaluation behaviour (dropout off), like model.eval().")
-	recv().Id("Eval").Params().Block(jen.Id("m").Dot("s").Dot("SetTrain").Call(jen.False()))
-	f.Comment("Training reports the mode.")
-	recv().Id("Training").Params().Bool().Block(jen.Return(jen.Id("m").Dot("s").Dot("Training").Call()))
+	recv(f).Id("Eval").Params().Block(ms().Dot("SetTrain").Call(jen.False()))
+	f.Comment("Training reports whether the model is in training mode.")
+	recv(f).Id("Training").Params().Bool().Block(jen.Return(ms().Dot("Training").Call()))
 	f.Comment("SetLR changes the learning rate of later steps.")
-	recv().Id("SetLR").Params(jen.Id("lr").Float64()).Block(jen.Id("m").Dot("s").Dot("SetLR").Call(jen.Id("lr")))
+	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Block(ms().Dot("SetLR").Call(jen.Id("lr")))
 	f.Comment("Params lists the parameter names in declaration order.")
-	recv().Id("Params").Params().Index().String().Block(jen.Return(jen.Id("m").Dot("s").Dot("Names").Call(jen.Lit("param"))))
+	recv(f).Id("Params").Params().Index().String().Block(jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))
 	for _, acc := range []struct{ name, role, doc string }{
 		{"Param", "param", "Param returns a copy of the named parameter."},
-		{"Grad", "grad", "Grad returns the named parameter's gradient from the last Step."},
+		{"Grad", "grad", "Grad returns a copy of the named parameter's gradient from the last Step."},
 	} {
 		f.Comment(acc.doc)
-		recv().Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(
-			jen.List(jen.Id("i"), jen.Err()).Op(":=").Id("m").Dot("s").Dot("Lookup").Call(jen.Lit(acc.role), jen.Id("name")),
+		recv(f).Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(
+			jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit(acc.role), jen.Id("name")),
 			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
-			jen.Id("out").Op(":=").Make(jen.Index().Id(T), jen.Id("m").Dot("s").Dot("Elems").Call(jen.Id("i"))),
-			jen.Return(jen.Id("out"), jen.Id("m").Dot("s").Dot("Read").Call(jen.Id("i"), jen.Id("out"))),
+			jen.Id("out").Op(":=").Make(jen.Index().Id(T), ms().Dot("Elems").Call(jen.Id("i"))),
+			jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Id("i"), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
+			jen.Return(jen.Id("out"), jen.Nil()),
 		)
 	}
-	f.Comment("SetParam overwrites the named parameter.")
-	recv().Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(
-		jen.List(jen.Id("i"), jen.Err()).Op(":=").Id("m").Dot("s").Dot("Lookup").Call(jen.Lit("param"), jen.Id("name")),
+	f.Comment("SetParam overwrites the named parameter; v must have its element count.")
+	recv(f).Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(
+		jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit("param"), jen.Id("name")),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
 		jen.Id("f").Op(":=").Make(jen.Index().Float64(), jen.Len(jen.Id("v"))),
 		jen.For(jen.List(jen.Id("k"), jen.Id("x")).Op(":=").Range().Id("v")).Block(jen.Id("f").Index(jen.Id("k")).Op("=").Float64().Parens(jen.Id("x"))),
-		jen.Return(jen.Id("m").Dot("s").Dot("WriteFloats").Call(jen.Id("i"), jen.Id("f"))),
+		jen.Return(ms().Dot("WriteFloats").Call(jen.Id("i"), jen.Id("f"))),
 	)
 	f.Comment("Save writes a checkpoint: parameters, optimizer state, step count.")
-	recv().Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(jen.Return(jen.Id("m").Dot("s").Dot("Save").Call(jen.Id("w"))))
+	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))
 	f.Comment("Load restores a checkpoint written by Save; on error nothing changes.")
-	recv().Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(jen.Return(jen.Id("m").Dot("s").Dot("Load").Call(jen.Id("r"))))
+	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))
 	f.Comment("Close frees the model's device memory.")
-	recv().Id("Close").Params().Error().Block(jen.Return(jen.Id("m").Dot("s").Dot("Close").Call()))
+	recv(f).Id("Close").Params().Error().Block(jen.Return(ms().Dot("Close").Call()))
 	f.Comment("Session exposes the underlying runtime session.")
-	recv().Id("Session").Params().Op("*").Qual(rtPath, "Session").Block(jen.Return(jen.Id("m").Dot("s")))
-
-	var buf strings.Builder
-	if err := f.Render(&buf); err != nil {
-		return nil, fmt.Errorf("rendering Go glue: %w", err)
-	}
-	out, err := format.Source([]byte(buf.String()))
-	if err != nil {
-		return nil, fmt.Errorf("formatting Go glue: %w", err)
-	}
-	return out, nil
+	recv(f).Id("Session").Params().Op("*").Qual(rtPath, "Session").Block(jen.Return(ms()))
 }
 
-// goIdent sanitises a user name into a fresh Go identifier.
+// reserved are the identifiers a generated method body uses besides its
+// parameters; an input sanitised to one of them gets a suffix.
+var reserved = map[string]bool{"fmt": true, "io": true, "runtime": true, "embed": true, "cudaSource": true, "ptx": true, "Plan": true, "module": true, "cpuEntry": true}
+
+// goIdent sanitises a user name into a fresh Go identifier: ASCII letters,
+// digits and underscores, not a keyword, not starting with a digit, and not
+// shadowing a predeclared or package-level name the glue uses.
 func goIdent(name string, used map[string]bool) string {
 	id := compiler.Sanitize(name)
-	if token.IsKeyword(id) || id == "_" {
+	if token.IsKeyword(id) || id == "_" || reserved[id] || types.Universe.Lookup(id) != nil {
 		id += "_"
 	}
 	base := id
 	for n := 2; used[id]; n++ {
-		id = fmt.Sprintf("%s%d", base, n)
+		id = fmt.Sprintf("%s_%d", base, n)
 	}
 	used[id] = true
 	return id
 }
 
-// literal renders a value as a Go composite literal, naming runtime types
-// and leaving zero fields out.
-func literal(v reflect.Value) jen.Code {
-	t := v.Type()
-	switch v.Kind() {
-	case reflect.Struct:
-		d := jen.Dict{}
-		for i := 0; i < t.NumField(); i++ {
-			if !t.Field(i).IsExported() || v.Field(i).IsZero() {
-				continue
-			}
-			d[jen.Id(t.Field(i).Name)] = literal(v.Field(i))
-		}
-		return jen.Qual(t.PkgPath(), t.Name()).Values(d)
-	case reflect.Slice, reflect.Array:
-		var items []jen.Code
-		for i := 0; i < v.Len(); i++ {
-			items = append(items, literalElem(v.Index(i)))
-		}
-		if v.Kind() == reflect.Array {
-			return jen.Index(jen.Lit(v.Len())).Add(typeCode(t.Elem())).Values(items...)
-		}
-		return jen.Index().Add(typeCode(t.Elem())).Values(items...)
-	case reflect.String:
-		return jen.Lit(v.String())
-	case reflect.Bool:
-		return jen.Lit(v.Bool())
-	case reflect.Float64:
-		return jen.Lit(v.Float())
-	case reflect.Int, reflect.Int64:
-		if t.PkgPath() != "" {
-			return jen.Qual(t.PkgPath(), t.Name()).Call(jen.Lit(int(v.Int())))
-		}
-		return jen.Lit(int(v.Int()))
+// goPackageName sanitises a package name: lower case, not a keyword.
+func goPackageName(s string) string {
+	id := strings.ToLower(compiler.Sanitize(s))
+	if token.IsKeyword(id) || id == "_" || id == "main" {
+		id += "_"
 	}
-	panic("codegen: no literal for " + t.String())
+	return id
 }
 
-// literalElem leaves the type off struct elements of slices (Go allows it).
-func literalElem(v reflect.Value) jen.Code {
-	if v.Kind() == reflect.Struct {
-		d := jen.Dict{}
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			if !t.Field(i).IsExported() || v.Field(i).IsZero() {
-				continue
-			}
-			d[jen.Id(t.Field(i).Name)] = literal(v.Field(i))
-		}
-		return jen.Values(d)
-	}
-	return literal(v)
-}
+// escapeVerbs makes s safe inside a fmt format string.
+func escapeVerbs(s string) string { return strings.ReplaceAll(s, "%", "%%") }
 
-func typeCode(t reflect.Type) jen.Code {
-	if t.PkgPath() != "" {
-		return jen.Qual(t.PkgPath(), t.Name())
-	}
-	return jen.Id(t.Name())
+// oneLine keeps a user string on one comment line.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '\u2028' || r == '\u2029' || r == '\u0085' {
+			return ' '
+		}
+		return r
+	}, s)
 }

@@ -109,7 +109,7 @@ func (k *kernel) ctx(t, index string) *ops.Ctx {
 // bcastIndex maps a linear index over space to the linear index of a value
 // of shape in that broadcasts to space.
 func (k *kernel) bcastIndex(space, in ir.Shape, idx string) string {
-	if len(in) <= len(space) {
+	if len(in) == len(space) {
 		if s := ir.Shape(space[len(space)-len(in):]); s.Eq(in) {
 			return idx
 		}

@@ -3,67 +3,151 @@ package codegen
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 )
 
-// WriteDir replaces the generated files in dir with files. Every file is
-// first written and synced under a temporary name in dir, then renamed into
-// place, so an error leaves the previous package as it was. Generated files
-// of an earlier run that are no longer produced are removed.
-func WriteDir(dir string, files map[string][]byte) error {
+// WriteDir replaces the generated files in dir with files; it is the only
+// step of code generation that touches the file system.
+//
+// Every file is first written and synced under a temporary name in dir
+// (same file system, so renames are atomic). Then each existing file is
+// moved aside and its replacement renamed into place; if any rename fails,
+// the moved-aside files are put back, so an error leaves dir as it was
+// (and removes dir again if WriteDir created it). Files in dir that carry
+// ngen's generated header but are no longer produced are removed last;
+// other files are never touched.
+func WriteDir(dir string, files map[string][]byte) (err error) {
+	names := FileNames(files)
+	for _, name := range names {
+		if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") || strings.ContainsAny(name, `/\`) {
+			return fmt.Errorf("writing %s: generated file name %q is not a plain file name", dir, name)
+		}
+	}
+	created := false
+	if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+		created = true
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	temps := map[string]string{}
-	cleanup := func() {
+	var temps, backups []string // backups[i] is "" when names[i] is new
+	defer func() {
 		for _, t := range temps {
-			os.Remove(t)
+			if t != "" {
+				os.Remove(t)
+			}
+		}
+		if err != nil && created {
+			os.Remove(dir) // only succeeds if empty, as it was
+		}
+	}()
+	for _, name := range names {
+		if fi, serr := os.Lstat(filepath.Join(dir, name)); serr == nil && !fi.Mode().IsRegular() {
+			return fmt.Errorf("writing %s: %s exists and is not a regular file", dir, name)
+		}
+		t, werr := writeTemp(dir, name, files[name])
+		if werr != nil {
+			return fmt.Errorf("writing %s: %w", filepath.Join(dir, name), werr)
+		}
+		temps = append(temps, t)
+	}
+	// Move old files aside and new ones in; undo everything on failure.
+	rollback := func(done int) {
+		for i := done - 1; i >= 0; i-- {
+			target := filepath.Join(dir, names[i])
+			if backups[i] != "" {
+				os.Rename(backups[i], target)
+			} else {
+				os.Remove(target)
+			}
 		}
 	}
-	for _, name := range FileNames(files) {
-		if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
-			cleanup()
-			return fmt.Errorf("generated file name %q is not a plain file name", name)
+	for i, name := range names {
+		target := filepath.Join(dir, name)
+		backups = append(backups, "")
+		if _, serr := os.Lstat(target); serr == nil {
+			b := temps[i] + ".old"
+			if rerr := rename(target, b); rerr != nil {
+				rollback(i)
+				return rerr
+			}
+			backups[i] = b
 		}
-		f, err := os.CreateTemp(dir, ".ngen-"+name+"-*")
-		if err != nil {
-			cleanup()
-			return err
+		if rerr := rename(temps[i], target); rerr != nil {
+			if backups[i] != "" {
+				os.Rename(backups[i], target)
+			}
+			rollback(i)
+			return rerr
 		}
-		temps[name] = f.Name()
-		_, werr := f.Write(files[name])
-		serr := f.Sync()
-		cerr := f.Close()
-		if werr != nil || serr != nil || cerr != nil {
-			cleanup()
-			return fmt.Errorf("writing %s: %v %v %v", name, werr, serr, cerr)
+		temps[i] = ""
+	}
+	for _, b := range backups {
+		if b != "" {
+			os.Remove(b)
 		}
 	}
-	for _, name := range FileNames(files) {
-		if err := os.Rename(temps[name], filepath.Join(dir, name)); err != nil {
-			cleanup()
-			return err
-		}
-		delete(temps, name)
+	syncDir(dir)
+	return removeStale(dir, files)
+}
+
+// rename is os.Rename; tests make it fail part way.
+var rename = os.Rename
+
+func writeTemp(dir, name string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, ".ngen-"+name+"-*")
+	if err != nil {
+		return "", err
 	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// syncDir makes the renames durable where the platform allows it.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// removeStale deletes regular files in dir that an earlier run generated
+// and this one did not.
+func removeStale(dir string, files map[string][]byte) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, e := range entries {
-		if _, ok := files[e.Name()]; ok || e.IsDir() {
+		if _, ok := files[e.Name()]; ok || !e.Type().IsRegular() {
 			continue
 		}
-		if generatedByNgen(filepath.Join(dir, e.Name())) {
-			os.Remove(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		if generatedByNgen(path) {
+			if err := os.Remove(path); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
+// generatedByNgen reports whether line 1 of the file is ngen's header.
 func generatedByNgen(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {
@@ -71,5 +155,6 @@ func generatedByNgen(path string) bool {
 	}
 	defer f.Close()
 	line, _ := bufio.NewReader(f).ReadBytes('\n')
-	return bytes.HasPrefix(line, []byte("// Code generated by ngen ")) && bytes.HasSuffix(bytes.TrimSpace(line), []byte("DO NOT EDIT."))
+	line = bytes.TrimRight(line, "\r\n")
+	return bytes.HasPrefix(line, []byte("// Code generated by ngen ")) && bytes.HasSuffix(line, []byte(". DO NOT EDIT."))
 }

@@ -26,6 +26,7 @@ var passes = []pass{
 	{name: "derive functions", fn: deriveFuncs, required: true},
 	{name: "autodiff", fn: autodiff, required: true},
 	{name: "lower optimizer", fn: lowerOptimizer, required: true},
+	{name: "fold constants", fn: foldConstants, required: true},
 	{name: "prune", fn: prune, required: true},
 	{name: "fuse", fn: fuse, required: true},
 	{name: "plan memory", fn: planMemory, required: true},
@@ -37,6 +38,8 @@ var passOrder = [][2]string{
 	{"derive functions", "autodiff"},
 	{"autodiff", "lower optimizer"},
 	{"lower optimizer", "fuse"},
+	{"autodiff", "fold constants"},
+	{"fold constants", "fuse"},
 	{"fuse", "plan memory"},
 }
 

@@ -9,6 +9,7 @@ package dsl
 
 import (
 	"fmt"
+	"go/token"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -184,15 +186,25 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 
 // Output marks the prediction output (logits).
 func (m *Model) Output(t *Tensor) {
-	if t != nil && m.err == nil {
-		m.m.Output = t.v
+	pos := callerPos()
+	if t == nil || m.err != nil {
+		return
 	}
+	if t.m != m {
+		m.fail(pos, "output", "tensor belongs to another model")
+		return
+	}
+	m.m.Output = t.v
 }
 
 // Loss marks the scalar to minimise.
 func (m *Model) Loss(t *Tensor) {
 	pos := callerPos()
 	if t == nil || m.err != nil {
+		return
+	}
+	if t.m != m {
+		m.fail(pos, "loss", "tensor belongs to another model")
 		return
 	}
 	if len(t.v.Shape) != 0 {
@@ -207,6 +219,9 @@ func (m *Model) Build() (*ir.Model, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	if err := checkName(m.m.Name); err != nil {
+		return nil, fmt.Errorf("model %q (%s): %v", m.m.Name, m.m.Pos, err)
+	}
 	switch {
 	case m.m.Loss == nil:
 		return nil, fmt.Errorf("model %s (%s): no loss: call m.Loss", m.m.Name, m.m.Pos)
@@ -216,6 +231,19 @@ func (m *Model) Build() (*ir.Model, error) {
 		return nil, fmt.Errorf("model %s (%s): no optimizer: call m.Optimizer", m.m.Name, m.m.Pos)
 	}
 	return m.m, nil
+}
+
+// checkName accepts model names that make a Go package name: the compiler
+// sanitises them (non-identifier characters become _) and lower-cases them.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("empty model name")
+	}
+	pkg := strings.ToLower(compiler.Sanitize(name))
+	if token.IsKeyword(pkg) || pkg == "main" {
+		return fmt.Errorf("name becomes package %q, which Go reserves; pick another", pkg)
+	}
+	return nil
 }
 
 func (m *Model) errTensor(x *Tensor) *Tensor {
@@ -257,10 +285,9 @@ func first(ts []*Tensor) *Tensor {
 	return nil
 }
 
-var (
-	rootOnce sync.Once
-	rootDir  string
-)
+// moduleRoots caches, per source directory, the module root above it ("" if
+// none): every op asks.
+var moduleRoots sync.Map
 
 // callerPos is the first stack frame outside this package, relative to the
 // module root when one is found.
@@ -279,17 +306,30 @@ func callerPos() ir.Pos {
 	}
 }
 
+// relToModule is file relative to the module root above it (found by
+// looking for go.mod upward), or file unchanged when there is none.
 func relToModule(file string) string {
 	dir := filepath.Dir(file)
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			if rel, err := filepath.Rel(d, file); err == nil {
-				return filepath.ToSlash(rel)
+	root, ok := moduleRoots.Load(dir)
+	if !ok {
+		root = ""
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				root = d
+				break
 			}
-			return file
+			if filepath.Dir(d) == d {
+				break
+			}
 		}
-		if filepath.Dir(d) == d {
-			return file
-		}
+		moduleRoots.Store(dir, root)
 	}
+	if root == "" {
+		return file
+	}
+	rel, err := filepath.Rel(root.(string), file)
+	if err != nil {
+		return file
+	}
+	return filepath.ToSlash(rel)
 }

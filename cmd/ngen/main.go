@@ -1,8 +1,8 @@
 // Command ngen compiles models declared with package dsl into fused CUDA C
 // kernels and a typed Go package.
 //
-//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] model.go
-//	ngen report [-fuse=all|none] [-json] [-batch N] model.go
+//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] model.go
+//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] model.go
 //	ngen devices
 //
 // It parses flags and calls the library; the work is in dsl/eval,
@@ -10,6 +10,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ngen-ml/ngen/codegen"
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/dsl/eval"
 	"github.com/ngen-ml/ngen/runtime/cuda/probe"
 )
@@ -65,10 +67,10 @@ func parseFuse(s string) (bool, error) {
 
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
-	out := fs.String("o", "", "output directory (default: generated/ at the module root)")
+	out := fs.String("o", "", "output directory (default: generated/ at the model's module root)")
 	fuse := fuseFlag(fs)
-	suffix := fs.String("suffix", "", "suffix for the generated package names")
-	dump := fs.String("dump", "", "print the IR after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
+	suffix := fs.String("suffix", "", "suffix for the generated package names, e.g. _unfused")
+	dump := fs.String("dump", "", "print the IR to stderr after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
 	batch := fs.Int("batch", 128, "batch size for the planned peak memory")
 	fs.Parse(args)
 	if fs.NArg() != 1 {
@@ -78,13 +80,14 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	models, err := eval.Models(fs.Arg(0))
+	file := fs.Arg(0)
+	models, err := eval.Models(file)
 	if err != nil {
 		return err
 	}
 	dir := *out
 	if dir == "" {
-		if dir, err = moduleRoot(); err != nil {
+		if dir, err = moduleRoot(file); err != nil {
 			return err
 		}
 		dir = filepath.Join(dir, "generated")
@@ -117,12 +120,16 @@ func countKernels(files map[string][]byte) int {
 	return n
 }
 
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module: pass -o")
+// moduleRoot is the root of the module holding file.
+func moduleRoot(file string) (string, error) {
+	cmd := exec.Command("go", "env", "GOMOD")
+	cmd.Dir = filepath.Dir(file)
+	out, err := cmd.Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("%s is not inside a Go module: pass -o", file)
 	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
+	return filepath.Dir(mod), nil
 }
 
 func report(args []string) error {
@@ -139,14 +146,23 @@ func report(args []string) error {
 	if err != nil {
 		return err
 	}
-	models, err := eval.Models(fs.Arg(0))
+	all, err := eval.Models(fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	for _, m := range models {
-		if *name != "" && m.Name != *name {
-			continue
+	var models []*ir.Model
+	for _, m := range all {
+		if *name == "" || m.Name == *name {
+			models = append(models, m)
 		}
+	}
+	switch {
+	case len(models) == 0:
+		return fmt.Errorf("report: %s declares no model named %q", fs.Arg(0), *name)
+	case *asJSON && len(models) > 1:
+		return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
+	}
+	for i, m := range models {
 		p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch})
 		if err != nil {
 			return err
@@ -156,14 +172,15 @@ func report(args []string) error {
 			return err
 		}
 		if *asJSON {
-			if err := r.WriteJSON(os.Stdout); err != nil {
-				return err
+			err = r.WriteJSON(os.Stdout)
+		} else {
+			if i > 0 {
+				fmt.Println()
 			}
-		} else if err := r.WriteText(os.Stdout); err != nil {
-			return err
+			err = r.WriteText(os.Stdout)
 		}
-		if *asJSON && *name == "" && len(models) > 1 {
-			return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -177,13 +194,15 @@ func devices() error {
 		fmt.Println("nvcc: not on PATH (the GPU backend compiles kernels with NVRTC at start-up)")
 	}
 	ds, err := probe.Devices()
-	if err != nil {
-		fmt.Println("no CUDA device:", err)
+	if errors.Is(err, probe.ErrNoDevice) {
+		fmt.Println(err)
 		return nil
 	}
+	if err != nil {
+		return err
+	}
 	for _, d := range ds {
-		fmt.Printf("cuda:%d %s, compute capability %d.%d, %.1f GiB, driver %d.%d\n", d.Ordinal, d.Name, d.Major, d.Minor,
-			float64(d.TotalMem)/(1<<30), d.DriverVersion/1000, d.DriverVersion%1000/10)
+		fmt.Println(d)
 	}
 	return nil
 }

@@ -16,13 +16,6 @@ import (
 // (matmul, bias add, relu, cross-entropy, and the sum reductions of the
 // bias gradients) with central finite differences of the loss.
 func TestGradcheckMLP(t *testing.T) {
-	// Known bug, found by this test at the end of session 1: the first
-	// "step" of a fresh session changes the parameters by more than
-	// lr*grad (repeated identical steps at lr 1e-300 give 1.0979, then
-	// 1.1034, 1.1034), so finite differences disagree by a few percent.
-	// The same first-step effect explains the Save/Load discrepancy.
-	// Remove this skip when it is fixed.
-	t.Skip("known bug: first step of a fresh session perturbs parameters; see the issue 2 note")
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
 		t.Fatal(err)

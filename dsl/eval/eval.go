@@ -1,8 +1,11 @@
-// Package eval evaluates a model file: it loads the file's package with
-// go/packages, finds the exported functions declared in that file that
-// return *dsl.Model, runs them in a throw-away main program and reads the
-// declared models back as JSON. Nothing is written into the user's tree:
-// the main program reaches the module through go run -overlay.
+// Package eval evaluates a model file for the ngen command: it loads the
+// file's package with go/packages, finds the exported functions declared in
+// that file whose type is func() *dsl.Model, runs them in a throw-away main
+// program and reads the declared models back as JSON (ir.Model's JSON
+// form). Nothing is written into the user's tree: the main program reaches
+// the module through go build -overlay.
+//
+// Pipeline: DSL → eval (this package) → IR → passes → kernels → glue → runtime.
 package eval
 
 import (
@@ -10,11 +13,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/types"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strings"
 
@@ -44,11 +49,7 @@ func Models(file string) ([]*ir.Model, error) {
 	}
 	pkg := pkgs[0]
 	if len(pkg.Errors) > 0 {
-		var msgs []string
-		for _, e := range pkg.Errors {
-			msgs = append(msgs, e.Error())
-		}
-		return nil, fmt.Errorf("%s does not compile:\n%s", file, strings.Join(msgs, "\n"))
+		return nil, fmt.Errorf("%s does not compile:\n%s", file, loadErrors(pkg))
 	}
 	if pkg.Name == "main" {
 		return nil, fmt.Errorf("%s: model files must not be in package main", file)
@@ -61,6 +62,39 @@ func Models(file string) ([]*ir.Model, error) {
 		return nil, fmt.Errorf("%s is not inside a Go module", file)
 	}
 	return run(pkg.Module.Dir, pkg.PkgPath, funcs)
+}
+
+// loadErrors lists a package's errors once each: the go command's own
+// report of a type error is dropped when the type checker gave it with a
+// position. Positions are made relative to the module root, as the DSL's.
+func loadErrors(pkg *packages.Package) string {
+	var typed, other []string
+	seen := map[string]bool{}
+	for _, e := range pkg.Errors {
+		pos := e.Pos
+		if pkg.Module != nil && pkg.Module.Dir != "" {
+			if rel, err := filepath.Rel(pkg.Module.Dir, pos); err == nil && !strings.HasPrefix(rel, "..") {
+				pos = filepath.ToSlash(rel)
+			}
+		}
+		msg := e.Msg
+		if pos != "" && pos != "-" {
+			msg = pos + ": " + e.Msg
+		}
+		if seen[msg] {
+			continue
+		}
+		seen[msg] = true
+		if e.Kind == packages.TypeError || e.Kind == packages.ParseError {
+			typed = append(typed, msg)
+		} else {
+			other = append(other, msg)
+		}
+	}
+	if len(typed) > 0 {
+		return strings.Join(typed, "\n")
+	}
+	return strings.Join(other, "\n")
 }
 
 // declarers lists exported funcs of file with the signature
@@ -80,11 +114,11 @@ func declarers(pkg *packages.Package, file string) []string {
 		if sig.Params().Len() != 0 || sig.Results().Len() != 1 || sig.Recv() != nil {
 			continue
 		}
-		ptr, ok := sig.Results().At(0).Type().(*types.Pointer)
+		ptr, ok := types.Unalias(sig.Results().At(0).Type()).(*types.Pointer)
 		if !ok {
 			continue
 		}
-		named, ok := ptr.Elem().(*types.Named)
+		named, ok := types.Unalias(ptr.Elem()).(*types.Named)
 		if !ok || named.Obj().Pkg() == nil || named.Obj().Pkg().Path() != dslPath || named.Obj().Name() != "Model" {
 			continue
 		}
@@ -96,40 +130,101 @@ func declarers(pkg *packages.Package, file string) []string {
 	return names
 }
 
-func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
-	var src bytes.Buffer
-	src.WriteString("package main\n\nimport (\n\t\"encoding/json\"\n\t\"fmt\"\n\t\"os\"\n\n\t\"github.com/ngen-ml/ngen/compiler/ir\"\n")
-	fmt.Fprintf(&src, "\tuser %q\n)\n\nfunc main() {\n\tvar out []*ir.Model\n", pkgPath)
+// mainSrc is the throw-away program: it calls each declaring func, builds
+// the model, and prints the models as JSON on stdout and every DSL error
+// on stderr (exit status 3). User code's own prints go to stderr so they
+// cannot corrupt the JSON.
+func mainSrc(pkgPath string, funcs []string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/dsl"
+
+	user %q
+)
+
+func main() {
+	stdout := os.Stdout
+	os.Stdout = os.Stderr
+	failed := false
+	var out []*ir.Model
+	for _, f := range []func() *dsl.Model{
+`, pkgPath)
 	for _, f := range funcs {
-		fmt.Fprintf(&src, "\tif m, err := user.%s().Build(); err != nil {\n\t\tfmt.Fprintln(os.Stderr, err)\n\t\tos.Exit(3)\n\t} else {\n\t\tout = append(out, m)\n\t}\n", f)
+		fmt.Fprintf(&b, "\t\tuser.%s,\n", f)
 	}
-	src.WriteString("\tif err := json.NewEncoder(os.Stdout).Encode(out); err != nil {\n\t\tfmt.Fprintln(os.Stderr, err)\n\t\tos.Exit(1)\n\t}\n}\n")
+	b.WriteString(`	} {
+		m, err := f().Build()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			failed = true
+			continue
+		}
+		out = append(out, m)
+	}
+	if failed {
+		os.Exit(3)
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+`)
+	return b.Bytes()
+}
+
+// run builds the program with go build -overlay and runs the binary, so
+// that a failure to build (reported with positions), a DSL error (exit
+// status 3) and a panic in user code read differently.
+func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
+	src := mainSrc(pkgPath, funcs)
 	tmp, err := os.MkdirTemp("", "ngen-eval-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	sum := sha256.Sum256(src.Bytes())
-	// The main package must sit inside the module to import it; the
-	// overlay makes the go command see it there without writing it.
+	sum := sha256.Sum256(src)
+	// The main package must sit inside the module to import it. The
+	// overlay makes the go command see it at a path in the module that
+	// does not exist (go build accepts overlaid files in non-existent
+	// directories), so nothing is ever written into the user's tree.
 	virt := filepath.Join(modDir, ".ngen-eval-"+hex.EncodeToString(sum[:6]), "main.go")
 	real := filepath.Join(tmp, "main.go")
-	if err := os.WriteFile(real, src.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(real, src, 0o644); err != nil {
 		return nil, err
 	}
-	ov, _ := json.Marshal(map[string]any{"Replace": map[string]string{virt: real}})
+	ov, err := json.Marshal(map[string]any{"Replace": map[string]string{virt: real}})
+	if err != nil {
+		return nil, err
+	}
 	ovFile := filepath.Join(tmp, "overlay.json")
 	if err := os.WriteFile(ovFile, ov, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "run", "-overlay", ovFile, virt)
+	bin := filepath.Join(tmp, "eval")
+	if goruntime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	build := exec.Command("go", "build", "-overlay", ovFile, "-o", bin, virt)
+	build.Dir = modDir
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building the evaluator for %s: %v\n%s", pkgPath, err, strings.TrimSpace(string(out)))
+	}
+	cmd := exec.Command(bin)
 	cmd.Dir = modDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
-			return nil, fmt.Errorf("%s", msg)
+			return nil, errors.New(msg)
 		}
 		return nil, fmt.Errorf("evaluating %s: %v\n%s", pkgPath, err, msg)
 	}

@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
   const long long n = 512LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a3 = in0[i];
-    float a4 = in1[i];
+    float a4 = in1[(i % (512LL))];
     float v5 = (a3 + a4);
     out0[i] = v5;
   }
@@ -91,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
   const long long n = 256LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a9 = in0[i];
-    float a10 = in1[i];
+    float a10 = in1[(i % (256LL))];
     float v11 = (a9 + a10);
     out0[i] = v11;
   }
@@ -125,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
   const long long n = 10LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a15 = in0[i];
-    float a16 = in1[i];
+    float a16 = in1[(i % (10LL))];
     float v17 = (a15 + a16);
     out0[i] = v17;
   }
@@ -449,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * _
   const long long n = 512LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a2 = in0[i];
-    float a3 = in1[i];
+    float a3 = in1[(i % (512LL))];
     float v4 = (a2 + a3);
     out0[i] = v4;
   }
@@ -483,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
   const long long n = 256LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a8 = in0[i];
-    float a9 = in1[i];
+    float a9 = in1[(i % (256LL))];
     float v10 = (a8 + a9);
     out0[i] = v10;
   }
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * _
   const long long n = 10LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a14 = in0[i];
-    float a15 = in1[i];
+    float a15 = in1[(i % (10LL))];
     float v16 = (a14 + a15);
     out0[i] = v16;
   }

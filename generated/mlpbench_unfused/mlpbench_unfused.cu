@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
   const long long n = 2048LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a3 = in0[i];
-    float a4 = in1[i];
+    float a4 = in1[(i % (2048LL))];
     float v5 = (a3 + a4);
     out0[i] = v5;
   }
@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
   const long long n = 512LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a8 = in0[i];
-    float a9 = in1[i];
+    float a9 = in1[(i % (512LL))];
     float v10 = (a8 + a9);
     out0[i] = v10;
   }
@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
   const long long n = 10LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a13 = in0[i];
-    float a14 = in1[i];
+    float a14 = in1[(i % (10LL))];
     float v15 = (a13 + a14);
     out0[i] = v15;
   }
@@ -405,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * _
   const long long n = 2048LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a2 = in0[i];
-    float a3 = in1[i];
+    float a3 = in1[(i % (2048LL))];
     float v4 = (a2 + a3);
     out0[i] = v4;
   }
@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
   const long long n = 512LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a7 = in0[i];
-    float a8 = in1[i];
+    float a8 = in1[(i % (512LL))];
     float v9 = (a7 + a8);
     out0[i] = v9;
   }
@@ -451,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * _
   const long long n = 10LL * (long long)B;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     float a12 = in0[i];
-    float a13 = in1[i];
+    float a13 = in1[(i % (10LL))];
     float v14 = (a12 + a13);
     out0[i] = v14;
   }

@@ -206,12 +206,12 @@ func TestSaveLoad(t *testing.T) {
 			}
 		}
 	}
-	// Known gap: the next Step after Load differs from the saved session's
-	// in the 4th digit although parameters, optimizer state, step count
-	// and dropout seed match bit for bit; see the issue note.
+	// The checkpoint holds everything a step depends on (parameters,
+	// optimizer state, step count, dropout seed), so the next step is
+	// bit-identical.
 	la, _ := a.Step(x, y)
 	lb, _ := b.Step(x, y)
-	if !close(float64(la), float64(lb), 1e-3, 0) {
+	if la != lb {
 		t.Fatalf("after load: %v vs %v", la, lb)
 	}
 }

@@ -1,0 +1,302 @@
+package jit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/oracle"
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu"
+)
+
+// philox is Philox4x32-10 as codegen/preamble.cuh's ngen_philox keys it:
+// counter (idx lo, idx hi, stream, step lo), key (seed lo, seed hi ^ step
+// hi); it returns the first output word.
+func philox(seed, step uint64, stream uint32, idx uint64) uint32 {
+	c0, c1, c2, c3 := uint32(idx), uint32(idx>>32), stream, uint32(step)
+	k0, k1 := uint32(seed), uint32(seed>>32)^uint32(step>>32)
+	for r := 0; r < 10; r++ {
+		p0 := uint64(0xD2511F53) * uint64(c0)
+		p1 := uint64(0xCD9E8D57) * uint64(c2)
+		c0, c1, c2, c3 = uint32(p1>>32)^c1^k0, uint32(p1), uint32(p0>>32)^c3^k1, uint32(p0)
+		k0 += 0x9E3779B9
+		k1 += 0xBB67AE85
+	}
+	return c0
+}
+
+// keep is ngen_keep: the top 24 bits as a float in [0, 1), compared in
+// float32 with the keep probability 1-p.
+func keep(seed, step uint64, stream uint32, idx uint64, p float64) bool {
+	return float32(philox(seed, step, stream, idx)>>8)*5.9604644775390625e-08 < float32(1-p)
+}
+
+// dropoutMask is the 0/1 mask of n elements for one dropout op in the Run
+// whose call counter is step.
+func dropoutMask(seed, step uint64, stream uint32, n int, p float64) []float64 {
+	m := make([]float64, n)
+	for i := range m {
+		if keep(seed, step, stream, uint64(i), p) {
+			m[i] = 1
+		}
+	}
+	return m
+}
+
+// TestPhiloxKnownAnswers checks the Go Philox against Random123's
+// known-answer vectors (kat_vectors, philox4x32 10), first word.
+func TestPhiloxKnownAnswers(t *testing.T) {
+	if got := philox(0, 0, 0, 0); got != 0x6627e8d5 {
+		t.Errorf("philox(zero key, zero counter) = %#x, want 0x6627e8d5", got)
+	}
+	// Counter and key all ones: step lo 0xffffffff, step hi 0 so that key
+	// word 1 (seed hi ^ step hi) is 0xffffffff.
+	if got := philox(math.MaxUint64, 0xffffffff, 0xffffffff, math.MaxUint64); got != 0x408f276d {
+		t.Errorf("philox(all ones) = %#x, want 0x408f276d", got)
+	}
+}
+
+// TestDropoutMaskMatchesKernels runs dropout over ones in training mode
+// through predict and compares every element with the Go mask, for two
+// successive calls (the step counter is part of the key) and a seed with
+// high bits set.
+func TestDropoutMaskMatchesKernels(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows, cols, p, stream, seed = 6, 37, 0.3, 5, 0x1234_5678_9abc
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(cols))
+	d := b.Op("dropout", ir.Attrs{F: p, I: stream}, x)
+	w := b.Param("w", ir.F32, 1, 1, cols)
+	m := b.Model("dropmask", b.Op("sum", ir.Attrs{}, b.Binary("mul", d, w)), d, ir.Optimizer{Kind: "sgd", LR: 0})
+	for _, fuse := range []bool{true, false} {
+		prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ones := make([]float32, rows*cols)
+		for i := range ones {
+			ones[i] = 1
+		}
+		s.SetTrain(true)
+		for call := uint64(1); call <= 2; call++ {
+			if err := s.WriteInput("x", ones, rows); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("predict", rows); err != nil {
+				t.Fatal(err)
+			}
+			got := readNamed(t, s, "output", "output")
+			want := dropoutMask(seed, call, stream, rows*cols, p)
+			kept := 0
+			for i := range want {
+				want[i] *= float64(float32(1 / (1 - p))) // the kernels scale by the f32 literal
+				if want[i] != 0 {
+					kept++
+				}
+			}
+			// Exact: ones times a constant, or zero.
+			closeTo(t, fmt.Sprintf("fuse=%v call %d dropout(ones)", fuse, call), got, want, 0, 0)
+			if f := float64(kept) / float64(len(want)); math.Abs(f-(1-p)) > 0.1 {
+				t.Errorf("fuse=%v call %d: kept %.2f of elements, want about %.2f", fuse, call, f, 1-p)
+			}
+		}
+		s.Close()
+	}
+}
+
+// mlpOracleModel is in → 23 ReLU Dropout → 17 ReLU Dropout → 10 with
+// cross-entropy, the seed MLP at odd, small widths. Dropout streams are 1
+// and 2.
+var mlpWidths = []int{37, 23, 17, 10}
+
+const mlpDropout = 0.2
+
+func mlpOracleModel(dt ir.DType, opt ir.Optimizer) (*ir.Model, []string) {
+	b := irtest.New()
+	x := b.Input("x", dt, ir.S("B"), ir.D(mlpWidths[0]))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	h := x
+	var layers []string
+	for i, n := range mlpWidths[1:] {
+		name := fmt.Sprintf("fc%d", i+1)
+		layers = append(layers, name)
+		h = b.Linear(name, h, n)
+		if i < len(mlpWidths)-2 {
+			h = b.Op("dropout", ir.Attrs{F: mlpDropout, I: i + 1}, b.Unary("relu", h))
+		}
+	}
+	return b.Model("mlp_oracle", b.Binary("cross_entropy", h, y), h, opt), layers
+}
+
+type tensorJSON struct {
+	Shape []int     `json:"shape"`
+	Data  []float64 `json:"data"`
+}
+
+type mlpRequest struct {
+	DType  string                `json:"dtype"`
+	Layers []string              `json:"layers"`
+	Params map[string]tensorJSON `json:"params"`
+	X      tensorJSON            `json:"x"`
+	Y      []int32               `json:"y"`
+	P      float64               `json:"p"`
+	Masks  [][][]float64         `json:"masks"`
+	Steps  int                   `json:"steps"`
+	LR     float64               `json:"lr"`
+	Beta1  float64               `json:"beta1"`
+	Beta2  float64               `json:"beta2"`
+	Eps    float64               `json:"eps"`
+}
+
+type mlpResult struct {
+	Loss   []float64            `json:"loss"`
+	Grads  map[string][]float64 `json:"grads"`
+	Params map[string][]float64 `json:"params"`
+}
+
+func runTorchMLP(req mlpRequest) (*mlpResult, error) {
+	_, file, _, _ := goruntime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "oracle", "torch_mlp.py")
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(oracle.Python, script)
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("torch_mlp.py: %v\n%s", err, stderr.Bytes())
+	}
+	var res mlpResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("torch_mlp.py: %v", err)
+	}
+	return &res, nil
+}
+
+// TestMLPOracle trains the MLP for three Adam steps from the session's
+// initial weights, with dropout masks computed by the Go Philox, and
+// compares the loss of each step, every gradient of step 1 and every
+// parameter after step 3 with PyTorch doing the same.
+func TestMLPOracle(t *testing.T) {
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows, steps, seed = 7, 3, 11
+	rng := rand.New(rand.NewPCG(21, 22))
+	x := make([]float32, rows*mlpWidths[0])
+	xs := make([]float64, len(x))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+		xs[i] = float64(x[i])
+	}
+	y := make([]int32, rows)
+	for i := range y {
+		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
+	}
+	m, layers := mlpOracleModel(ir.F32, irtest.Adam)
+	for _, fuse := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fuse=%v", fuse), func(t *testing.T) {
+			prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			req := mlpRequest{DType: "f32", Layers: layers, Params: map[string]tensorJSON{},
+				X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, P: mlpDropout, Steps: steps,
+				LR: irtest.Adam.LR, Beta1: irtest.Adam.Beta1, Beta2: irtest.Adam.Beta2, Eps: irtest.Adam.Eps}
+			for _, n := range s.Names("param") {
+				var shape []int
+				if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
+					t.Fatal(err)
+				}
+				req.Params[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
+			}
+			var losses []float64
+			grads := map[string][]float64{}
+			for step := 1; step <= steps; step++ {
+				var masks [][]float64
+				for i, w := range mlpWidths[1 : len(mlpWidths)-1] {
+					masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
+				}
+				req.Masks = append(req.Masks, masks)
+				if err := s.WriteInput("x", x, rows); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.WriteInput("y", y, rows); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Run("step", rows); err != nil {
+					t.Fatal(err)
+				}
+				losses = append(losses, readNamed(t, s, "output", "loss")[0])
+				if step == 1 {
+					for _, n := range s.Names("grad") {
+						grads[n] = readNamed(t, s, "grad", n)
+					}
+				}
+			}
+			want, err := runTorchMLP(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// f32 GEMMs and row sums in a different order from torch's:
+			// rtol 1e-4. atol 1e-6 for the loss and gradients near zero
+			// (their terms are O(1e-2) at these widths).
+			closeTo(t, "loss per step", losses, want.Loss, 1e-4, 1e-6)
+			for n, g := range want.Grads {
+				closeTo(t, "step 1 grad "+n, grads[n], g, 1e-4, 1e-6)
+			}
+			// Adam moves each parameter by about lr = 1e-3 a step whatever
+			// the gradient's size, so a gradient that differs by rounding
+			// moves it slightly differently: atol 1e-6 (1e-3 of one step).
+			for n, p := range want.Params {
+				closeTo(t, "param after 3 steps "+n, readNamed(t, s, "param", n), p, 1e-4, 1e-6)
+			}
+		})
+	}
+}
+
+// shapeJSON turns a buffer's written type, like f32[23,37], into a JSON
+// list.
+func shapeJSON(p *runtime.Plan, name string) string {
+	for _, b := range p.Buffers {
+		if b.Role == "param" && b.Name == name {
+			s := b.Shape
+			for i := range s {
+				if s[i] == '[' {
+					return s[i:]
+				}
+			}
+		}
+	}
+	return "null"
+}

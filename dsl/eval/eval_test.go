@@ -1,0 +1,73 @@
+package eval
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// moduleEntries lists the module root, to check evaluation writes nothing
+// there.
+func moduleEntries(t *testing.T) string {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, " ")
+}
+
+func TestModels(t *testing.T) {
+	before := moduleEntries(t)
+	models, err := Models(filepath.Join("testdata", "good", "model.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range models {
+		got = append(got, m.Name)
+		if m.Source != "dsl/eval/testdata/good/model.go" {
+			t.Errorf("%s: Source = %q", m.Name, m.Source)
+		}
+		if m.Loss == nil || m.Output == nil || m.Optimizer == nil {
+			t.Errorf("%s: incomplete after the JSON round trip: %+v", m.Name, m)
+		}
+	}
+	// Declaration order; unexported, wrongly typed and other files' funcs
+	// are skipped; an alias of *dsl.Model counts.
+	if strings.Join(got, " ") != "tiny second" {
+		t.Fatalf("models %v, want [tiny second]", got)
+	}
+	if w := models[0].Forward.Lookup(2, "fc.weight"); w == nil || w.Shape.String() != "[3,4]" {
+		t.Fatalf("tiny: fc.weight = %v", w)
+	}
+	if after := moduleEntries(t); after != before {
+		t.Fatalf("evaluation wrote into the module:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+func TestModelsErrors(t *testing.T) {
+	for _, tc := range []struct{ dir, want string }{
+		{"shapeerr", "matmul (dsl/eval/testdata/shapeerr/model.go:11): inner dimensions differ: [B,784] × [512,100]"},
+		{"broken", "dsl/eval/testdata/broken/model.go:8:22: cannot use 42"},
+	} {
+		_, err := Models(filepath.Join("testdata", tc.dir, "model.go"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.dir, err, tc.want)
+		}
+		if err != nil && strings.Count(err.Error(), tc.want) != 1 {
+			t.Errorf("%s: error repeated: %v", tc.dir, err)
+		}
+	}
+	if _, err := Models(filepath.Join("testdata", "good", "other_missing.go")); err == nil {
+		t.Errorf("missing file accepted")
+	}
+	if _, err := Models("eval.go"); err == nil || !strings.Contains(err.Error(), "declares no exported func() *dsl.Model") {
+		t.Errorf("file without models: %v", err)
+	}
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""PyTorch oracle for a whole MLP training run.
+
+Reads one JSON request on stdin and writes one JSON result on stdout. Used
+by codegen/jit/mlp_oracle_test.go; run with /usr/bin/python3 (Debian's
+python3-torch 1.13).
+
+Request: {"dtype": "f32"|"f64", "layers": ["fc1", ...], "params": {name:
+{"shape": [...], "data": [...]}}, "x": {...}, "y": [...], "p": dropout
+probability, "masks": [[mask of hidden layer 1, ...] per step] (0/1 lists,
+row-major over [B, width]), "steps": n, "lr", "beta1", "beta2", "eps"}.
+The model is Linear, then ReLU and Dropout after every layer but the last,
+then cross-entropy; dropout multiplies by the given mask and by 1/(1-p),
+as ngen's kernels do.
+
+Result: {"loss": [loss of each step], "grads": {name: gradient at step 1},
+"params": {name: value after all steps}}.
+"""
+
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+FLOAT = {"f32": torch.float32, "f64": torch.float64}
+
+
+def main():
+    req = json.load(sys.stdin)
+    dt = FLOAT[req["dtype"]]
+    layers = req["layers"]
+    params = {}
+    for name, t in req["params"].items():
+        params[name] = torch.tensor(t["data"], dtype=dt).reshape(t["shape"]).requires_grad_(True)
+    x = torch.tensor(req["x"]["data"], dtype=dt).reshape(req["x"]["shape"])
+    y = torch.tensor(req["y"], dtype=torch.long)
+    p = req["p"]
+    scale = 1.0 / (1.0 - p)
+    opt = torch.optim.Adam(list(params.values()), lr=req["lr"],
+                           betas=(req["beta1"], req["beta2"]), eps=req["eps"])
+    losses, grads = [], {}
+    for step in range(req["steps"]):
+        opt.zero_grad()
+        h = x
+        for i, name in enumerate(layers):
+            h = F.linear(h, params[name + ".weight"], params[name + ".bias"])
+            if i < len(layers) - 1:
+                h = torch.relu(h)
+                if p > 0:
+                    m = torch.tensor(req["masks"][step][i], dtype=dt).reshape(h.shape)
+                    h = h * (m * scale)
+        loss = F.cross_entropy(h, y)
+        loss.backward()
+        losses.append(loss.item())
+        if step == 0:
+            grads = {n: t.grad.detach().double().reshape(-1).tolist() for n, t in params.items()}
+        opt.step()
+    out = {"loss": losses, "grads": grads,
+           "params": {n: t.detach().double().reshape(-1).tolist() for n, t in params.items()}}
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
