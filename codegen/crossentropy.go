@@ -10,7 +10,9 @@ import (
 
 // ceKernel renders cross-entropy over the last axis, fused with the
 // elementwise prologue that produces the logits and, when the group holds
-// it, with the gradient: a warp per row finds the max, the logsumexp, adds
+// it, with the gradient: a warp per row (a thread per row when there are
+// at most ceThreadClasses classes, too few to share) finds the max, the
+// logsumexp, adds
 // the row's loss to the mean with one atomic per row and writes
 // dlogits = (softmax - onehot) * g / N. The probabilities are recomputed,
 // never stored. A label out of range raises the status flag the runtime
@@ -35,13 +37,25 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	}
 	t := logits.DType.CType()
 	c := k.ctx(t, "")
-	k.sync = true
+	// lanes threads share a row; with one, no warp reductions are needed,
+	// and the CPU emulation runs the kernel without fibers.
+	lanes := 32
+	if C.N <= ceThreadClasses {
+		lanes = 1
+	}
+	k.sync = lanes > 1
 	w := &k.body
-	const rowsPerBlock = 8
+	const threads = 256
+	rowsPerBlock := threads / lanes
 	fmt.Fprintf(w, "  const long long rows = %s;\n", k.size(labels.Shape))
 	fmt.Fprintf(w, "  const int C = %d;\n", C.N)
-	fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
-	w.WriteString("  const int lane = threadIdx.x & 31;\n")
+	if lanes > 1 {
+		fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
+		w.WriteString("  const int lane = threadIdx.x & 31;\n")
+	} else {
+		fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + threadIdx.x;\n", rowsPerBlock)
+		w.WriteString("  const int lane = 0;\n")
+	}
 	w.WriteString("  if (row >= rows) return;\n")
 	fmt.Fprintf(w, "  const int label = %s[row];\n", in[labels])
 	w.WriteString("  const bool bad = label < 0 || label >= C;\n")
@@ -54,13 +68,20 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		return k.operand(g, logits, in, e, "i", indent, w)
 	}
 	fmt.Fprintf(w, "  %s mx = -INFINITY;\n", t)
-	w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+	loop := fmt.Sprintf("  for (int j = lane; j < C; j += %d) {\n", lanes)
+	w.WriteString(loop)
 	fmt.Fprintf(w, "    mx = %s(mx, %s);\n", c.Math("fmax"), x("    ", "j"))
-	w.WriteString("  }\n  mx = ngen_warp_max(mx);\n")
+	w.WriteString("  }\n")
+	if lanes > 1 {
+		w.WriteString("  mx = ngen_warp_max(mx);\n")
+	}
 	fmt.Fprintf(w, "  %s sum = %s;\n", t, c.Lit(0))
-	w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+	w.WriteString(loop)
 	fmt.Fprintf(w, "    sum += %s(%s - mx);\n", c.Math("exp"), x("    ", "j"))
-	w.WriteString("  }\n  sum = ngen_warp_sum(sum);\n")
+	w.WriteString("  }\n")
+	if lanes > 1 {
+		w.WriteString("  sum = ngen_warp_sum(sum);\n")
+	}
 	fmt.Fprintf(w, "  const %s lse = mx + %s(sum);\n", t, c.Math("log"))
 	if g.Loss != nil {
 		w.WriteString("  if (lane == 0 && !bad) {\n")
@@ -89,7 +110,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 			}
 			fmt.Fprintf(w, "  const %s scale = %s / (%s)rows;\n", t, gexpr, t)
 		}
-		w.WriteString("  for (int j = lane; j < C; j += 32) {\n")
+		w.WriteString(loop)
 		fmt.Fprintf(w, "    const %s xj = %s;\n", t, x("    ", "j"))
 		if g.Grad != nil {
 			fmt.Fprintf(w, "    %s[i] = bad ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], c.Lit(0), c.Math("exp"), c.Lit(1), c.Lit(0))
@@ -100,7 +121,12 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		w.WriteString("  }\n")
 	}
 	z := labels.Shape.Size()
-	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: rowsPerBlock}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
-	k.block = [3]int{32 * rowsPerBlock, 1, 1}
+	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(rowsPerBlock)}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	k.block = [3]int{threads, 1, 1}
 	return k, nil
 }
+
+// ceThreadClasses is the most classes a single thread handles per row; a
+// warp per row would leave most lanes idle and pay for two shuffle
+// reductions. The oracle tests cover both forms.
+const ceThreadClasses = 16

@@ -15,7 +15,8 @@ func elementwiseKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	in, out := k.buffers(p, g)
 	w := &k.body
 	fmt.Fprintf(w, "  const long long n = %s;\n", k.size(g.Space))
-	w.WriteString("  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n")
+	w.WriteString("  NGEN_GRID_STRIDE(i, n) {\n")
+	k.gridStride = true
 	e := k.elementwise(p, g, in, "i", "    ", w)
 	for _, v := range g.Outputs {
 		fmt.Fprintf(w, "    %s[i] = %s;\n", out[v], e[v])

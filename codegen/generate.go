@@ -180,8 +180,11 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 			args = append(args, fmt.Sprintf("NGEN_ARG(l, %s, %d)", t, j))
 		}
 		run := "NGEN_RUN_SIMPLE"
-		if ki.Sync {
+		switch {
+		case ki.Sync:
 			run = "NGEN_RUN_SYNC"
+		case ki.GridStride:
+			run = "NGEN_RUN_SPAN"
 		}
 		fmt.Fprintf(&b, "  case %d: %s(l, %s(%s));\n", i, run, ki.Name, strings.Join(args, ", "))
 	}

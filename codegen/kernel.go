@@ -21,9 +21,11 @@ type kernel struct {
 	byName  map[string]int
 	body    strings.Builder
 	sync    bool
-	grid    [3]runtime.Expr
-	block   [3]int
-	t       string // element type of the group
+	// gridStride: the body is one NGEN_GRID_STRIDE loop (KernelInfo.GridStride).
+	gridStride bool
+	grid       [3]runtime.Expr
+	block      [3]int
+	t          string // element type of the group
 }
 
 type kparam struct {
@@ -263,7 +265,7 @@ func (k *kernel) render() string {
 
 // info is the kernel's launch description for the plan.
 func (k *kernel) info() runtime.KernelInfo {
-	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync}
+	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync, GridStride: k.gridStride}
 	for _, p := range k.params {
 		ki.Params = append(ki.Params, p.ref.Kind)
 	}

@@ -3,6 +3,14 @@
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// NGEN_GRID_STRIDE(i, n) visits every i in [0, n) once across the grid, in
+// elementwise kernels whose iterations are independent: the usual coalesced
+// grid-stride loop. The CPU emulation header defines its own form, which
+// runs each worker's share of the grid as one contiguous span.
+#ifndef NGEN_EMU
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

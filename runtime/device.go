@@ -58,6 +58,11 @@ type KernelInfo struct {
 	// Sync is true when the kernel uses __syncthreads or warp shuffles, so
 	// the CPU backend must run a block's threads as cooperative fibers.
 	Sync bool
+	// GridStride is true when the kernel is one NGEN_GRID_STRIDE loop of
+	// independent iterations, so any partition of the index range gives
+	// the same result: the CPU backend runs each worker's share of the
+	// grid as one contiguous span (NGEN_RUN_SPAN).
+	GridStride bool
 	// Params lists the kernel's parameter kinds in argument order.
 	Params []ArgKind
 }

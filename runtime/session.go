@@ -25,6 +25,7 @@ type Session struct {
 	status   []int32
 	scratch  []byte
 	arenaLen int64
+	prof     *profiler // nil unless SetProfiling(true)
 }
 
 // SessionOptions size a session.
@@ -223,7 +224,7 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // Run executes function name ("step", "predict") on a batch of the given
 // size, which must not exceed the session's batch size.
 func (s *Session) Run(name string, batch int) error {
-	_, f, err := s.fn(name)
+	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
 	}
@@ -237,8 +238,15 @@ func (s *Session) Run(name string, batch int) error {
 		s.t++
 		scal = s.plan.Optimizer.Scalars(s.t, s.lr)
 	}
-	for _, st := range f.Steps {
-		if err := s.exec(&st, scal); err != nil {
+	for i := range f.Steps {
+		st := &f.Steps[i]
+		var err error
+		if s.prof != nil {
+			err = s.timeStep(fi, name, i, st, func() error { return s.exec(st, scal) })
+		} else {
+			err = s.exec(st, scal)
+		}
+		if err != nil {
 			if name == "step" {
 				s.t--
 			}

@@ -29,15 +29,16 @@ func main() {
 		dir     = flag.String("data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
 		save    = flag.String("save", "", "write a checkpoint here after training")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
+		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 	)
 	flag.Parse()
-	if err := run(*name, *epochs, *batch, *seed, *threads, *device, *dir, *save, *quiet); err != nil {
+	if err := run(*name, *epochs, *batch, *seed, *threads, *device, *dir, *save, *quiet, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name string, epochs, batch int, seed uint64, threads int, devName, dir, save string, quiet bool) error {
+func run(name string, epochs, batch int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) error {
 	mk, ok := models[name]
 	if !ok {
 		return fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -65,6 +66,9 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())
 	for epoch := 1; epoch <= epochs; epoch++ {
 		m.Train()
+		if profile && epoch == epochs {
+			m.Session().SetProfiling(true)
+		}
 		var bar *progressbar.ProgressBar
 		if !quiet {
 			bar = progressbar.NewOptions(loader.Len(), progressbar.OptionSetDescription(fmt.Sprintf("epoch %d", epoch)),
@@ -101,6 +105,12 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 		}
 		fmt.Printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
 			epoch, sum/float64(n), 100*acc, float64(trainSet.N)/elapsed.Seconds(), elapsed.Seconds())
+	}
+	if profile {
+		fmt.Printf("\nprofile of epoch %d (training steps and test predictions):\n", epochs)
+		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
+			return err
+		}
 	}
 	if save != "" {
 		f, err := os.CreateTemp(".", ".ckpt-*")

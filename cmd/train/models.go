@@ -17,6 +17,7 @@ type model interface {
 	Eval()
 	Save(w io.Writer) error
 	Close() error
+	Session() *runtime.Session
 }
 
 var models = map[string]func(dev runtime.Device, batch int, seed uint64) (model, error){

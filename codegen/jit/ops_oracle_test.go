@@ -154,6 +154,8 @@ func opGroups() map[string][]opCase {
 		{name: "broadcast_2x1_2x7", op: "broadcast", attrs: ir.Attrs{Shape: ir.Static(2, 7)}, args: []opArg{f(2, 1)}},
 		{name: "cross_entropy_4x7", op: "cross_entropy", args: []opArg{f(4, 7), labels(7, 4)}},
 		{name: "cross_entropy_2x3x5", op: "cross_entropy", args: []opArg{f(2, 3, 5), labels(5, 2, 3)}},
+		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
+		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
 	}
 	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views}
 }

@@ -7,6 +7,14 @@
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// NGEN_GRID_STRIDE(i, n) visits every i in [0, n) once across the grid, in
+// elementwise kernels whose iterations are independent: the usual coalesced
+// grid-stride loop. The CPU emulation header defines its own form, which
+// runs each worker's share of the grid as one contiguous span.
+#ifndef NGEN_EMU
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -57,7 +65,7 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a3 = in0[i];
     float a4 = in1[(i % (512LL))];
     float v5 = (a3 + a4);
@@ -74,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(cons
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
     float a10 = in1[(i % (256LL))];
     float v11 = (a9 + a10);
@@ -92,30 +100,28 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(cons
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     float a16 = in1[(i % (10LL))];
     float v17 = (a15 + a16);
     mx = fmaxf(mx, v17);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     float a16 = in1[(i % (10LL))];
     float v17 = (a15 + a16);
     sum += expf(v17 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
@@ -125,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad
     atomicAdd(out0, (lse - v17) / (float)rows);
   }
   const float scale = 1.0f / (float)rows;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     float a16 = in1[(i % (10LL))];
@@ -214,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd_2(con
 //   v54 = sub <f32[535818]> v36 v53  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
     float v40 = (a38 * 0.90000000000000002f);
     float a37 = in1[i];
@@ -244,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a2 = in0[i];
     float a3 = in1[(i % (512LL))];
     float v4 = (a2 + a3);
@@ -260,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(co
 //   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
     float a9 = in1[(i % (256LL))];
     float v10 = (a8 + a9);
@@ -274,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(co
 //   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:17
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a14 = in0[i];
     float a15 = in1[(i % (10LL))];
     float v16 = (a14 + a15);

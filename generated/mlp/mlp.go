@@ -608,7 +608,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div: 8,
+				Div: 256,
 				Size: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1106,15 +1106,16 @@ var Plan = &runtime.Plan{
 		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
-		Name:   "fc1_bias_relu_dropout_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		GridStride: true,
+		Name:       "fc1_bias_relu_dropout_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
-		Name:   "fc2_bias_relu_dropout_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		GridStride: true,
+		Name:       "fc2_bias_relu_dropout_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:   "fc3_bias_cross_entropy_ce_grad_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
 	}, {
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1125,17 +1126,21 @@ var Plan = &runtime.Plan{
 		Name:   "dropout_relu_bwd_sum_bwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
-		Name:   "optimizer_update",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
+		GridStride: true,
+		Name:       "optimizer_update",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
 	}, {
-		Name:   "fc1_bias_relu_dropout_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		GridStride: true,
+		Name:       "fc1_bias_relu_dropout_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
-		Name:   "fc2_bias_relu_dropout_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		GridStride: true,
+		Name:       "fc2_bias_relu_dropout_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
-		Name:   "fc3_bias_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc3_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}},
 	Model: "mlp",
 	Optimizer: runtime.Optimizer{

@@ -7,6 +7,14 @@
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// NGEN_GRID_STRIDE(i, n) visits every i in [0, n) once across the grid, in
+// elementwise kernels whose iterations are independent: the usual coalesced
+// grid-stride loop. The CPU emulation header defines its own form, which
+// runs each worker's share of the grid as one contiguous span.
+#ifndef NGEN_EMU
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -55,7 +63,7 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a3 = in0[i];
     float a4 = in1[(i % (512LL))];
     float v5 = (a3 + a4);
@@ -67,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
 //   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
     float v6 = fmaxf(a5, 0.0f);
     out0[i] = v6;
@@ -78,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
     float v7 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a6 * 1.25f : 0.0f) : a6);
     out0[i] = v7;
@@ -89,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __re
 //   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
     float a10 = in1[(i % (256LL))];
     float v11 = (a9 + a10);
@@ -101,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
 //   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a11 = in0[i];
     float v12 = fmaxf(a11, 0.0f);
     out0[i] = v12;
@@ -112,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
     float v13 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a12 * 1.25f : 0.0f) : a12);
     out0[i] = v13;
@@ -123,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __
 //   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:17
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a15 = in0[i];
     float a16 = in1[(i % (10LL))];
     float v17 = (a15 + a16);
@@ -136,26 +144,24 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a17 = in0[i];
     mx = fmaxf(mx, a17);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a17 = in0[i];
     sum += expf(a17 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
@@ -169,29 +175,27 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a17 = in0[i];
     mx = fmaxf(mx, a17);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a17 = in0[i];
     sum += expf(a17 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   const float scale = 1.0f / (float)rows;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a17 = in0[i];
     const float xj = a17;
@@ -220,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 //   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a23 = in0[i];
     float v25 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a23 * 1.25f : 0.0f) : a23);
     out0[i] = v25;
@@ -231,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __re
 //   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a25 = in0[i];
     float a12 = in1[i];
     float v26 = (a12 > 0.0f ? a25 : 0.0f);
@@ -260,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 //   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a29 = in0[i];
     float v31 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a29 * 1.25f : 0.0f) : a29);
     out0[i] = v31;
@@ -271,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __
 //   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a31 = in0[i];
     float a6 = in1[i];
     float v32 = (a6 > 0.0f ? a31 : 0.0f);
@@ -300,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 //   v40 = scale <f32[535818]> v38 {f=0.9}  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
     float v40 = (a38 * 0.90000000000000002f);
     out0[i] = v40;
@@ -311,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v41 = scale <f32[535818]> v37 {f=0.09999999999999998}  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a37 = in0[i];
     float v41 = (a37 * 0.099999999999999978f);
     out0[i] = v41;
@@ -322,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 //   v42 = add <f32[535818]> v40 v41  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a40 = in0[i];
     float a41 = in1[i];
     float v42 = (a40 + a41);
@@ -334,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 //   v43 = scale <f32[535818]> v39 {f=0.999}  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a39 = in0[i];
     float v43 = (a39 * 0.999f);
     out0[i] = v43;
@@ -345,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 //   v44 = mul <f32[535818]> v37 v37  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a37 = in0[i];
     float v44 = (a37 * a37);
     out0[i] = v44;
@@ -356,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 //   v45 = scale <f32[535818]> v44 {f=0.0010000000000000009}  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a44 = in0[i];
     float v45 = (a44 * 0.0010000000000000009f);
     out0[i] = v45;
@@ -367,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 //   v46 = add <f32[535818]> v43 v45  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a43 = in0[i];
     float a45 = in1[i];
     float v46 = (a43 + a45);
@@ -379,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 //   v47 = sqrt <f32[535818]> v46  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a46 = in0[i];
     float v47 = sqrtf(a46);
     out0[i] = v47;
@@ -390,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 //   v49 = div <f32[535818]> v47 v48  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a47 = in0[i];
     float v49 = (a47 / s_bc2_sqrt);
     out0[i] = v49;
@@ -401,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 //   v50 = addc <f32[535818]> v49 {f=1e-08}  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a49 = in0[i];
     float v50 = (a49 + 1e-08f);
     out0[i] = v50;
@@ -412,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 //   v52 = div <f32[535818]> v42 v50  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a42 = in0[i];
     float a50 = in1[i];
     float v52 = (a42 / a50);
@@ -424,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 //   v53 = mul <f32[535818]> v51 v52  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a52 = in0[i];
     float v53 = (s_step_size * a52);
     out0[i] = v53;
@@ -435,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 //   v54 = sub <f32[535818]> v36 v53  # models/mlp/model.go:12
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0) {
   const long long n = 535818LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a36 = in0[i];
     float a53 = in1[i];
     float v54 = (a36 - a53);
@@ -447,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 //   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a2 = in0[i];
     float a3 = in1[(i % (512LL))];
     float v4 = (a2 + a3);
@@ -459,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * _
 //   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a4 = in0[i];
     float v5 = fmaxf(a4, 0.0f);
     out0[i] = v5;
@@ -470,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 //   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
     float v6 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a5 * 1.25f : 0.0f) : a5);
     out0[i] = v6;
@@ -481,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __
 //   v10 = add <f32[B,256]> v8 v9  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
     float a9 = in1[(i % (256LL))];
     float v10 = (a8 + a9);
@@ -493,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
 //   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a10 = in0[i];
     float v11 = fmaxf(a10, 0.0f);
     out0[i] = v11;
@@ -504,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 //   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a11 = in0[i];
     float v12 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a11 * 1.25f : 0.0f) : a11);
     out0[i] = v12;
@@ -515,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * 
 //   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:17
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a14 = in0[i];
     float a15 = in1[(i % (10LL))];
     float v16 = (a14 + a15);

@@ -7,6 +7,14 @@
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// NGEN_GRID_STRIDE(i, n) visits every i in [0, n) once across the grid, in
+// elementwise kernels whose iterations are independent: the usual coalesced
+// grid-stride loop. The CPU emulation header defines its own form, which
+// runs each worker's share of the grid as one contiguous span.
+#ifndef NGEN_EMU
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -56,7 +64,7 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a3 = in0[i];
     float a4 = in1[(i % (2048LL))];
     float v5 = (a3 + a4);
@@ -70,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
 //   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
     float a9 = in1[(i % (512LL))];
     float v10 = (a8 + a9);
@@ -86,30 +94,28 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a13 = in0[i];
     float a14 = in1[(i % (10LL))];
     float v15 = (a13 + a14);
     mx = fmaxf(mx, v15);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a13 = in0[i];
     float a14 = in1[(i % (10LL))];
     float v15 = (a13 + a14);
     sum += expf(v15 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
@@ -119,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad
     atomicAdd(out0, (lse - v15) / (float)rows);
   }
   const float scale = 1.0f / (float)rows;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a13 = in0[i];
     float a14 = in1[(i % (10LL))];
@@ -204,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
 //   v50 = sub <f32[3153418]> v32 v49  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a34 = in0[i];
     float v36 = (a34 * 0.90000000000000002f);
     float a33 = in1[i];
@@ -233,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v5 = relu <f32[B,2048]> v4  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a2 = in0[i];
     float a3 = in1[(i % (2048LL))];
     float v4 = (a2 + a3);
@@ -247,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const floa
 //   v10 = relu <f32[B,512]> v9  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
     float a8 = in1[(i % (512LL))];
     float v9 = (a7 + a8);
@@ -260,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const floa
 //   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
     float a13 = in1[(i % (10LL))];
     float v14 = (a12 + a13);

@@ -7,6 +7,14 @@
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// NGEN_GRID_STRIDE(i, n) visits every i in [0, n) once across the grid, in
+// elementwise kernels whose iterations are independent: the usual coalesced
+// grid-stride loop. The CPU emulation header defines its own form, which
+// runs each worker's share of the grid as one contiguous span.
+#ifndef NGEN_EMU
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -55,7 +63,7 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a3 = in0[i];
     float a4 = in1[(i % (2048LL))];
     float v5 = (a3 + a4);
@@ -67,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
 //   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
     float v6 = fmaxf(a5, 0.0f);
     out0[i] = v6;
@@ -78,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 //   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
     float a9 = in1[(i % (512LL))];
     float v10 = (a8 + a9);
@@ -90,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
 //   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a10 = in0[i];
     float v11 = fmaxf(a10, 0.0f);
     out0[i] = v11;
@@ -101,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 //   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a13 = in0[i];
     float a14 = in1[(i % (10LL))];
     float v15 = (a13 + a14);
@@ -114,26 +122,24 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     mx = fmaxf(mx, a15);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     sum += expf(a15 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
@@ -147,29 +153,27 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
+  const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -INFINITY;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     mx = fmaxf(mx, a15);
   }
-  mx = ngen_warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     sum += expf(a15 - mx);
   }
-  sum = ngen_warp_sum(sum);
   const float lse = mx + logf(sum);
   const float scale = 1.0f / (float)rows;
-  for (int j = lane; j < C; j += 32) {
+  for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a15 = in0[i];
     const float xj = a15;
@@ -198,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 //   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a21 = in0[i];
     float a11 = in1[i];
     float v23 = (a11 > 0.0f ? a21 : 0.0f);
@@ -227,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 //   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a26 = in0[i];
     float a6 = in1[i];
     float v28 = (a6 > 0.0f ? a26 : 0.0f);
@@ -256,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 //   v36 = scale <f32[3153418]> v34 {f=0.9}  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a34 = in0[i];
     float v36 = (a34 * 0.90000000000000002f);
     out0[i] = v36;
@@ -267,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v37 = scale <f32[3153418]> v33 {f=0.09999999999999998}  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a33 = in0[i];
     float v37 = (a33 * 0.099999999999999978f);
     out0[i] = v37;
@@ -278,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 //   v38 = add <f32[3153418]> v36 v37  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a36 = in0[i];
     float a37 = in1[i];
     float v38 = (a36 + a37);
@@ -290,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 //   v39 = scale <f32[3153418]> v35 {f=0.999}  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a35 = in0[i];
     float v39 = (a35 * 0.999f);
     out0[i] = v39;
@@ -301,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 //   v40 = mul <f32[3153418]> v33 v33  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a33 = in0[i];
     float v40 = (a33 * a33);
     out0[i] = v40;
@@ -312,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 //   v41 = scale <f32[3153418]> v40 {f=0.0010000000000000009}  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a40 = in0[i];
     float v41 = (a40 * 0.0010000000000000009f);
     out0[i] = v41;
@@ -323,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 //   v42 = add <f32[3153418]> v39 v41  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a39 = in0[i];
     float a41 = in1[i];
     float v42 = (a39 + a41);
@@ -335,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 //   v43 = sqrt <f32[3153418]> v42  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a42 = in0[i];
     float v43 = sqrtf(a42);
     out0[i] = v43;
@@ -346,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 //   v45 = div <f32[3153418]> v43 v44  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a43 = in0[i];
     float v45 = (a43 / s_bc2_sqrt);
     out0[i] = v45;
@@ -357,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 //   v46 = addc <f32[3153418]> v45 {f=1e-08}  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a45 = in0[i];
     float v46 = (a45 + 1e-08f);
     out0[i] = v46;
@@ -368,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 //   v48 = div <f32[3153418]> v38 v46  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
     float a46 = in1[i];
     float v48 = (a38 / a46);
@@ -380,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 //   v49 = mul <f32[3153418]> v47 v48  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a48 = in0[i];
     float v49 = (s_step_size * a48);
     out0[i] = v49;
@@ -391,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 //   v50 = sub <f32[3153418]> v32 v49  # models/mlp/model.go:27
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0) {
   const long long n = 3153418LL;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a32 = in0[i];
     float a49 = in1[i];
     float v50 = (a32 - a49);
@@ -403,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 //   v4 = add <f32[B,2048]> v2 v3  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a2 = in0[i];
     float a3 = in1[(i % (2048LL))];
     float v4 = (a2 + a3);
@@ -415,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * _
 //   v5 = relu <f32[B,2048]> v4  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a4 = in0[i];
     float v5 = fmaxf(a4, 0.0f);
     out0[i] = v5;
@@ -426,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 //   v9 = add <f32[B,512]> v7 v8  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
     float a8 = in1[(i % (512LL))];
     float v9 = (a7 + a8);
@@ -438,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
 //   v10 = relu <f32[B,512]> v9  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
     float v10 = fmaxf(a9, 0.0f);
     out0[i] = v10;
@@ -449,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 //   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 10LL * (long long)B;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+  NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
     float a13 = in1[(i % (10LL))];
     float v14 = (a12 + a13);

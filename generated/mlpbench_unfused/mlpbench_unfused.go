@@ -736,7 +736,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div: 8,
+				Div: 256,
 				Size: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -766,7 +766,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div: 8,
+				Div: 256,
 				Size: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1442,97 +1442,120 @@ var Plan = &runtime.Plan{
 		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
-		Name:   "fc1_bias_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc1_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc2_bias_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc2_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc3_bias_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc3_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "cross_entropy_fwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
 	}, {
 		Name:   "ce_grad_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
 	}, {
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_bwd_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_bwd_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_bwd_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_bwd_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_3",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "optimizer_update",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_4",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_5",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_6",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_7",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_7",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_8",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_8",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_9",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		GridStride: true,
+		Name:       "optimizer_update_9",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
 	}, {
-		Name:   "optimizer_update_10",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_10",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_11",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_11",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "optimizer_update_12",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		GridStride: true,
+		Name:       "optimizer_update_12",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
 	}, {
-		Name:   "optimizer_update_13",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		GridStride: true,
+		Name:       "optimizer_update_13",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
-		Name:   "fc1_bias_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc1_bias_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_fwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc2_bias_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc2_bias_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_fwd_2_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "relu_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc3_bias_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc3_bias_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}},
 	Model: "mlpbench",
 	Optimizer: runtime.Optimizer{

@@ -19,6 +19,10 @@ type testKernel struct {
 	ctypes []string
 }
 
+// spanKernels are the grid-stride kernels, run as contiguous spans
+// (NGEN_RUN_SPAN) as the generator marks its elementwise kernels.
+var spanKernels = map[string]bool{"span_sqrt": true}
+
 // Kernel indices into testKernels.
 const (
 	kAddRelu = iota
@@ -34,6 +38,7 @@ const (
 	kWarpBlockDeadlock
 	kSyncInSimple
 	kMathProbe
+	kSpanSqrt
 )
 
 var testKernels = []testKernel{
@@ -51,6 +56,7 @@ var testKernels = []testKernel{
 	// A barrier kernel wrongly marked Sync=false.
 	kSyncInSimple: {"divergent_sync", false, []string{"float *"}},
 	kMathProbe:    {"math_probe", false, []string{"const float *", "float *", "double *", "unsigned *", "int"}},
+	kSpanSqrt:     {"span_sqrt", false, []string{"const float *", "float *", "long long"}},
 }
 
 func argKind(ctype string) runtime.ArgKind {
@@ -80,14 +86,17 @@ func entrySource(include string, ks []testKernel) (string, []runtime.KernelInfo)
 	infos := make([]runtime.KernelInfo, len(ks))
 	for i, k := range ks {
 		args := make([]string, len(k.ctypes))
-		info := runtime.KernelInfo{Name: k.fn, Sync: k.sync}
+		info := runtime.KernelInfo{Name: k.fn, Sync: k.sync, GridStride: spanKernels[k.fn]}
 		for j, ct := range k.ctypes {
 			args[j] = fmt.Sprintf("NGEN_ARG(l, %s, %d)", ct, j)
 			info.Params = append(info.Params, argKind(ct))
 		}
 		mode := "NGEN_RUN_SIMPLE"
-		if k.sync {
+		switch {
+		case k.sync:
 			mode = "NGEN_RUN_SYNC"
+		case spanKernels[k.fn]:
+			mode = "NGEN_RUN_SPAN"
 		}
 		fmt.Fprintf(&b, "  case %d: %s(l, %s(%s));\n", i, mode, k.fn, strings.Join(args, ", "))
 		infos[i] = info

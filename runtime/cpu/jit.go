@@ -25,7 +25,7 @@ import (
 
 // jitFlags are the compiler flags CompileModule uses; they are part of the
 // cache key.
-var jitFlags = []string{"-std=c++17", "-O2", "-shared", "-fPIC"}
+var jitFlags = []string{"-std=c++17", "-O3", "-shared", "-fPIC"} // -O3 like the generated packages' cgo flags
 
 // CompileModule compiles kernels for the host at run time, for tests and
 // tools; generated packages compile theirs with cgo instead.

@@ -49,3 +49,47 @@ func TestMathProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanSqrt runs a grid-stride kernel in span mode over an odd-sized
+// range split between two workers, with inputs of every float class, and
+// checks that every element was computed once and that the vectorised
+// sqrtf is IEEE sqrt exactly, as CUDA's sqrtf is.
+func TestSpanSqrt(t *testing.T) {
+	d, l := newTestDevice(t)
+	const n = 100003
+	xs := make([]float32, n)
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1, 4, 2, -1, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), math.SmallestNonzeroFloat32, math.MaxFloat32, 1e-40}
+	bits := uint32(12345)
+	for i := range xs {
+		if i < len(specials) {
+			xs[i] = specials[i]
+			continue
+		}
+		bits = bits*1664525 + 1013904223 // any bit pattern: normals, subnormals, NaNs, negatives
+		xs[i] = math.Float32frombits(bits)
+	}
+	sentinel := make([]float32, n)
+	for i := range sentinel {
+		sentinel[i] = 12345
+	}
+	px, py := upload(t, d, xs), upload(t, d, sentinel)
+	launch(t, d, l, kSpanSqrt, runtime.Dim3{X: 7, Y: 1, Z: 1}, runtime.Dim3{X: 128, Y: 1, Z: 1}, 0, px, py, int64(n))
+	ys := download[float32](t, d, py, n)
+	bad := 0
+	for i, x := range xs {
+		want := float32(math.Sqrt(float64(x))) // correctly rounded: double has more than 2*24+2 bits
+		got := ys[i]
+		if math.IsNaN(float64(want)) && math.IsNaN(float64(got)) {
+			continue
+		}
+		if math.Float32bits(got) != math.Float32bits(want) {
+			if bad++; bad <= 5 {
+				t.Errorf("sqrtf(%g [%#08x]) = %g [%#08x], want %g", x, math.Float32bits(x), got, math.Float32bits(got), want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d results differ", bad, n)
+	}
+}

@@ -46,6 +46,27 @@ enum {
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* sqrtf for kernels that the host compiler can vectorise. CUDA's sqrtf is
+ * IEEE-rounded and never sets errno; the C library's may set errno, so g++
+ * keeps every call scalar (and a loop that contains one unvectorised)
+ * unless built with -fno-math-errno, a flag cgo does not accept and that
+ * #pragma GCC optimize does not apply. Instead ngen_sqrtf is declared with
+ * GCC's simd attribute, which promises a 4-lane SSE variant under the
+ * x86-64 vector ABI name _ZGVbN4v_ngen_sqrtf. Both are defined here as weak
+ * aliases (every generated package carries them, and a binary may link
+ * several) of sqrtss and sqrtps, which are exactly rounded like CUDA's
+ * sqrtf. Elsewhere ngen_sqrtf is plain sqrtf. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+extern "C" __attribute__((simd("notinbranch"), const, nothrow)) float ngen_sqrtf(float x);
+extern "C" __attribute__((used)) inline float ngen_sqrtf_1(float x) { return _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(x))); }
+extern "C" __attribute__((used)) inline __m128 ngen_sqrtf_4(__m128 x) { return _mm_sqrt_ps(x); }
+__asm__(".weak ngen_sqrtf\n.set ngen_sqrtf, ngen_sqrtf_1\n"
+        ".weak _ZGVbN4v_ngen_sqrtf\n.set _ZGVbN4v_ngen_sqrtf, ngen_sqrtf_4\n");
+#else
+inline float ngen_sqrtf(float x) { return sqrtf(x); }
+#endif
+
 #define NGEN_ARG(l, T, i) (*(T *)((l)->args[i]))
 
 /* For the kernels included after this header: generated kernels may ignore
@@ -414,6 +435,37 @@ template <class F> int run_simple(const ngen_launch *l, F &&f) {
   return simple_misuse ? NGEN_ERR_SYNC_IN_SIMPLE : NGEN_OK;
 }
 
+/* Grid-stride kernels (elementwise: every index independent of every other)
+ * give the same result under any partition of their index range: on the GPU
+ * the iterations already run in parallel, in no order. So the emulation runs
+ * each worker's share of the grid as one call that walks a contiguous span
+ * with unit stride, instead of one call per thread with stride
+ * gridDim*blockDim. That removes the per-thread overhead and lets the host
+ * compiler vectorise the body. NGEN_GRID_STRIDE (below) iterates
+ * [span_lo(n), span_hi(n)). */
+thread_local long long span_first, span_last, span_blocks; /* blocks [first, last) of span_blocks */
+
+inline long long span_at(long long n, long long b) { return (long long)((__int128)n * b / span_blocks); }
+inline long long span_lo(long long n) { return span_at(n, span_first); }
+inline long long span_hi(long long n) { return span_at(n, span_last); }
+
+template <class F> int run_span(const ngen_launch *l, F &&f) {
+  if (bad_shape(l))
+    return NGEN_ERR_LAUNCH;
+  if (!set_shared(l))
+    return NGEN_ERR_LAUNCH;
+  set_grid(l);
+  cur_block = nullptr;
+  simple_misuse = 0;
+  span_blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
+  span_first = l->block_begin;
+  span_last = l->block_end;
+  set_block(l->block_begin);
+  threadIdx = uint3{0, 0, 0};
+  f();
+  return simple_misuse ? NGEN_ERR_SYNC_IN_SIMPLE : NGEN_OK;
+}
+
 inline void init_fiber(Block *b, int i) {
   Fiber *f = &b->fibers[i];
   f->waiting = 0;
@@ -595,9 +647,10 @@ inline float atomicExch(float *p, float v) {
 
 /* C23 adds rsqrt/rsqrtf to <math.h>; macros keep a newer libc's
  * declarations from making these calls ambiguous. */
-inline float ngen_rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float ngen_rsqrtf(float x) { return 1.0f / ngen_sqrtf(x); }
 inline double ngen_rsqrt(double x) { return 1.0 / sqrt(x); }
 #define rsqrtf ngen_rsqrtf
+#define sqrtf ngen_sqrtf
 #define rsqrt ngen_rsqrt
 /* glibc declares its own __expf etc.; renaming ours avoids ambiguous calls
  * there while still defining them on other C libraries. */
@@ -615,7 +668,7 @@ inline float ngen_tanf(float x) { return tanf(x); }
 #define __tanf ngen_tanf
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
-inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fsqrt_rn(float x) { return ngen_sqrtf(x); }
 inline float __fadd_rn(float x, float y) { return x + y; }
 inline float __fmul_rn(float x, float y) { return x * y; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
@@ -664,6 +717,14 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
 /* The kernel call sits inside a lambda so that each kernel instantiates its
  * own runner, with the kernel inlined into the thread loop. */
 #define NGEN_RUN_SIMPLE(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+/* The CPU form of preamble.cuh's NGEN_GRID_STRIDE: the worker's span, with
+ * unit stride. ivdep states what the GPU form already relies on, that no
+ * iteration depends on another, so g++ vectorises without alias checks
+ * (an optimizer update reads and writes the same buffers in place). */
+#define NGEN_GRID_STRIDE(i, n)                                                           \
+  _Pragma("GCC ivdep") for (long long i = ::ngen_emu::span_lo(n), i##_end = ::ngen_emu::span_hi(n); \
+                            i < i##_end; ++i)
+#define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_span((l), [&]() { call; })
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
 
 #endif /* __cplusplus */

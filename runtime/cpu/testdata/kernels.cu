@@ -143,3 +143,13 @@ __global__ void math_probe(const float *x, float *outf, double *outd, unsigned *
   u[2] = (unsigned)atomicCAS((int *)&u[3], 0, 7);  // returns 0, stores 7 in u[3]
   atomicExch(&u[2], u[2] + 1u);
 }
+
+// An elementwise kernel in the generator's grid-stride form: the emulation
+// runs it as one contiguous span per worker (NGEN_RUN_SPAN), vectorised,
+// with the SSE sqrtf; each result must match IEEE sqrt bit for bit.
+#ifndef NGEN_GRID_STRIDE
+#define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#endif
+__global__ void span_sqrt(const float *x, float *y, long long n) {
+  NGEN_GRID_STRIDE(i, n) { y[i] = sqrtf(x[i]); }
+}
