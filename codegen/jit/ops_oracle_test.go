@@ -9,6 +9,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/compiler/irtest"
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/runtime"
@@ -74,6 +75,7 @@ func opGroups() map[string][]opCase {
 		attrs  ir.Attrs
 	}{
 		{"neg", anySign, ir.Attrs{}},
+		{"copy", anySign, ir.Attrs{}},
 		{"exp", anySign, ir.Attrs{}},
 		{"log", positive, ir.Attrs{}},
 		{"sqrt", positive, ir.Attrs{}},
@@ -529,5 +531,33 @@ func TestSumGradSeed(t *testing.T) {
 		// Exact: the gradient is the broadcast seed, with no arithmetic.
 		closeTo(t, fmt.Sprintf("fuse=%v d sum(x)/dx", fuse), readNamed(t, s, "grad", "x"), []float64{1, 1, 1}, 0, 0)
 		s.Close()
+	}
+}
+
+// gradcheckExempt lists the differentiable ops that have no case of their
+// own in opGroups, with the reason. Every other op with a gradient rule
+// must have at least one case, so a new op cannot skip the oracle and the
+// gradient check.
+var gradcheckExempt = map[string]string{
+	"dropout": "random: checked against PyTorch with the Go Philox masks in TestMLPOracle and TestDropoutMaskMatchesKernels",
+}
+
+// TestOpCoverage checks that every op with a gradient rule is exercised by
+// the per-op oracle and gradient check.
+func TestOpCoverage(t *testing.T) {
+	covered := map[string]bool{}
+	for _, cases := range opGroups() {
+		for _, c := range cases {
+			covered[c.op] = true
+		}
+	}
+	for _, name := range ops.Names() {
+		d := ops.Lookup(name)
+		if d.Grad == nil || covered[name] {
+			continue
+		}
+		if _, ok := gradcheckExempt[name]; !ok {
+			t.Errorf("op %s has a gradient rule but no case in opGroups (add one, or an exemption with the reason)", name)
+		}
 	}
 }
