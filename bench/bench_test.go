@@ -2,7 +2,7 @@
 // batch, optimizer and thread count, and prints the ratio. It is a
 // benchmark, not a timed test:
 //
-//	go test ./bench -run TestVsTorch -v -args -threads 1
+//	go test ./bench -run TestVsTorch -v -args -bench -threads 1 [-model mlpbench]
 package bench
 
 import (
@@ -18,6 +18,7 @@ import (
 
 	"github.com/ngen-ml/ngen/generated/mlpbench"
 	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
+	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
@@ -25,6 +26,7 @@ var (
 	threads = flag.Int("threads", 1, "threads for both ngen and PyTorch")
 	steps   = flag.Int("steps", 30, "timed steps")
 	run     = flag.Bool("bench", false, "run the comparison (off in the normal test suite)")
+	only    = flag.String("model", "", "compare only this model (default: all)")
 )
 
 type stepper interface {
@@ -53,9 +55,34 @@ func timeSteps(t *testing.T, m stepper, x []float32, y []int32) time.Duration {
 	return median(ts)
 }
 
-// TestVsTorch times one training step of the seed benchmark MLP
-// (1024-2048-512-10, batch 128, Adam) in ngen (fused and unfused) and in
-// PyTorch, and prints the ratios.
+// benchCase is one model compared: its generated packages and its peer.
+type benchCase struct {
+	name      string
+	batch     int
+	in        int // input elements per sample
+	fused     func(dev runtime.Device, batch int) (stepper, error)
+	unfused   func(dev runtime.Device, batch int) (stepper, error)
+	torchArgs []string // torch_step.py arguments naming the same model
+	describe  string
+}
+
+var cases = []benchCase{
+	{
+		name: "mlpbench", batch: 128, in: 1024,
+		describe: "MLP 1024-2048-512-10, batch 128, Adam",
+		fused: func(dev runtime.Device, b int) (stepper, error) {
+			return mlpbench.New(dev, mlpbench.Options{Batch: b, Seed: 1})
+		},
+		unfused: func(dev runtime.Device, b int) (stepper, error) {
+			return mlpbench_unfused.New(dev, mlpbench_unfused.Options{Batch: b, Seed: 1})
+		},
+		torchArgs: []string{"--model", "mlp", "--layers", "1024,2048,512,10"},
+	},
+}
+
+// TestVsTorch times one training step of each benchmark model in ngen
+// (fused and unfused) and in PyTorch, in one run with the same thread
+// count, and prints the ratios.
 func TestVsTorch(t *testing.T) {
 	if !*run {
 		t.Skip("benchmark: go test ./bench -run TestVsTorch -v -args -bench -threads N")
@@ -65,49 +92,51 @@ func TestVsTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const B = 128
-	rng := rand.New(rand.NewPCG(1, 1))
-	x := make([]float32, B*1024)
-	y := make([]int32, B)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
+	for i, c := range cases {
+		if *only != "" && c.name != *only {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		x := make([]float32, c.batch*c.in)
+		y := make([]int32, c.batch)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		for i := range y {
+			y[i] = int32(rng.IntN(10))
+		}
+		fused, err := c.fused(dev, c.batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unfused, err := c.unfused(dev, c.batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf := timeSteps(t, fused, x, y)
+		tu := timeSteps(t, unfused, x, y)
+		args := append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(c.batch),
+			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.torchArgs...)
+		out, err := exec.Command("/usr/bin/python3", args...).Output()
+		if err != nil {
+			t.Fatalf("torch: %v", err)
+		}
+		var tr struct {
+			Median float64 `json:"ms_median"`
+			Torch  string  `json:"torch"`
+			BLAS   string  `json:"blas"`
+			CPU    string  `json:"cpu"`
+		}
+		if err := json.Unmarshal(out, &tr); err != nil || tr.Median == 0 {
+			t.Fatalf("torch output %q: %v", out, err)
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		if i == 0 || *only != "" {
+			fmt.Printf("machine: %s, %d thread(s); torch %s (%s)\n", tr.CPU, *threads, tr.Torch, tr.BLAS)
+		}
+		fmt.Printf("%s, median of %d steps:\n", c.describe, *steps)
+		fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch\n", ms(tf), ms(tf)/tr.Median)
+		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch\n", ms(tu), ms(tu)/tr.Median)
+		fmt.Printf("  PyTorch      %7.2f ms\n", tr.Median)
 	}
-	for i := range y {
-		y[i] = int32(rng.IntN(10))
-	}
-	fused, err := mlpbench.New(dev, mlpbench.Options{Batch: B, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unfused, err := mlpbench_unfused.New(dev, mlpbench_unfused.Options{Batch: B, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf := timeSteps(t, fused, x, y)
-	tu := timeSteps(t, unfused, x, y)
-	out, err := exec.Command("/usr/bin/python3", "torch_mlp.py", "--threads", fmt.Sprint(*threads), "--batch", "128",
-		"--steps", fmt.Sprint(*steps), "--warmup", "5", "--layers", "1024,2048,512,10").Output()
-	if err != nil {
-		t.Fatalf("torch: %v", err)
-	}
-	var tr struct {
-		Median float64 `json:"median_ms"`
-		Mean   float64 `json:"ms_per_step"`
-		Torch  string  `json:"torch"`
-		BLAS   string  `json:"blas"`
-		CPU    string  `json:"cpu"`
-	}
-	if err := json.Unmarshal(out, &tr); err != nil {
-		t.Fatalf("torch output %q: %v", out, err)
-	}
-	torch := tr.Median
-	if torch == 0 {
-		torch = tr.Mean
-	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	fmt.Printf("machine: %s, %d thread(s); torch %s (%s)\n", tr.CPU, *threads, tr.Torch, tr.BLAS)
-	fmt.Printf("MLP 1024-2048-512-10, batch 128, Adam, median of %d steps:\n", *steps)
-	fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch\n", ms(tf), ms(tf)/torch)
-	fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch\n", ms(tu), ms(tu)/torch)
-	fmt.Printf("  PyTorch      %7.2f ms\n", torch)
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""Times one PyTorch CPU training step of an MLP, the peer number for ngen's
-MLP benchmark.
+"""Times one PyTorch CPU training step of a seed model, the peer number for
+ngen's benchmark (bench/bench_test.go).
 
 A step is forward, cross-entropy, backward, Adam(lr 1e-3) step and
-zero_grad(set_to_none=True), on Linear+ReLU layers (no ReLU after the last).
-Inputs and labels are fixed random tensors. Prints one JSON line.
+zero_grad(set_to_none=True). --model mlp is Linear+ReLU layers (no ReLU after
+the last) of --layers; convnet and convnet_bn are the seed ConvNets
+(torch_models.py). Inputs and labels are fixed random tensors. Prints one
+JSON line.
 
-    /usr/bin/python3 bench/torch_mlp.py --threads 1 --batch 128 --steps 50 --warmup 5 --layers 1024,2048,512,10
+    /usr/bin/python3 bench/torch_step.py --threads 1 --batch 128 --steps 50 --warmup 5 --layers 1024,2048,512,10
+    /usr/bin/python3 bench/torch_step.py --model convnet --batch 64
 """
 
 import argparse
@@ -19,20 +22,12 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_env  # noqa: E402
-
-
-def mlp(layers):
-    import torch.nn as nn
-    mods = []
-    for i in range(len(layers) - 1):
-        mods.append(nn.Linear(layers[i], layers[i + 1]))
-        if i < len(layers) - 2:
-            mods.append(nn.ReLU())
-    return nn.Sequential(*mods)
+import torch_models  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="mlp", help="mlp (with --layers), convnet or convnet_bn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=50)
@@ -49,10 +44,13 @@ def main():
         p.error("--layers needs at least an input and an output size")
 
     torch.manual_seed(a.seed)
-    model = mlp(layers)
+    if a.model == "mlp":
+        model, shape, classes = torch_models.mlp(layers), [layers[0]], layers[-1]
+    else:
+        (model, shape), classes = torch_models.build(a.model), 10
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(a.batch, layers[0])
-    y = torch.randint(0, layers[-1], (a.batch,))
+    x = torch.randn(a.batch, *shape)
+    y = torch.randint(0, classes, (a.batch,))
 
     def step():
         loss = F.cross_entropy(model(x), y)
@@ -75,7 +73,8 @@ def main():
         "ms_min": round(1e3 * min(times), 4),
         "threads": torch.get_num_threads(),
         "batch": a.batch,
-        "layers": layers,
+        "model": a.model,
+        "layers": layers if a.model == "mlp" else None,
         "steps": a.steps,
         "warmup": a.warmup,
         "torch": torch.__version__,

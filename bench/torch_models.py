@@ -1,0 +1,45 @@
+"""The seed models in PyTorch, shared by the peer scripts (torch_train.py,
+torch_step.py). Each matches its ngen declaration in models/: layer sizes,
+PyTorch's default initialisation, Adam(lr 1e-3) and cross-entropy.
+"""
+
+
+def mlp(layers, dropout=0.0):
+    """Linear layers with ReLU (and dropout, when > 0) between them."""
+    import torch.nn as nn
+    mods = []
+    for i in range(len(layers) - 1):
+        mods.append(nn.Linear(layers[i], layers[i + 1]))
+        if i < len(layers) - 2:
+            mods.append(nn.ReLU())
+            if dropout > 0:
+                mods.append(nn.Dropout(dropout))
+    return nn.Sequential(*mods)
+
+
+def convnet(bn=False):
+    """The seed ConvNet for 1x28x28 input (models/convnet): conv 32 3x3 pad 1,
+    ReLU, maxpool 2, conv 64 3x3 pad 1, ReLU, maxpool 2, fc 128, ReLU, fc 10;
+    with bn, BatchNorm2d after each conv."""
+    import torch.nn as nn
+
+    def block(cin, cout):
+        mods = [nn.Conv2d(cin, cout, 3, padding=1)]
+        if bn:
+            mods.append(nn.BatchNorm2d(cout))
+        return mods + [nn.ReLU(), nn.MaxPool2d(2)]
+
+    return nn.Sequential(*block(1, 32), *block(32, 64), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def build(name, layers=None, dropout=0.0):
+    """A model by the name ngen's train command uses, and its input shape
+    per sample."""
+    if name == "mlp":
+        return mlp(layers or [784, 512, 256, 10], dropout), (layers or [784])[0:1]
+    if name == "mlpbench":
+        return mlp(layers or [1024, 2048, 512, 10]), [(layers or [1024])[0]]
+    if name in ("convnet", "convnet_bn"):
+        return convnet(bn=name == "convnet_bn"), [1, 28, 28]
+    raise SystemExit("unknown model %r (have mlp, mlpbench, convnet, convnet_bn)" % name)
