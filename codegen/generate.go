@@ -25,7 +25,7 @@ var preamble string
 
 // NVCCFlags are the fixed flags every .cu is compiled with; the generated
 // header records them.
-var NVCCFlags = []string{"-O3", "-lineinfo", "--fmad=true", "-Werror", "all-warnings"}
+var NVCCFlags = []string{"-O3", "-lineinfo", "--fmad=true", "--ftz=true", "-Werror", "all-warnings"}
 
 // Options controls generation.
 type Options struct {
