@@ -166,7 +166,29 @@ type exprs map[*ir.Value]string
 func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.Value]string, idx, indent string, w *strings.Builder) exprs {
 	e := exprs{}
 	for _, v := range g.Values {
-		if ops.Lookup(v.Op).Kind != ops.Elementwise {
+		d := ops.Lookup(v.Op)
+		if d.Kind == ops.Gather {
+			args := make([]string, len(v.Args))
+			for i, a := range v.Args {
+				if i < len(d.Indexed) && d.Indexed[i] {
+					ptr, ok := in[a]
+					if !ok {
+						panic(fmt.Sprintf("codegen: kernel %s: %s indexes %s, which is not in global memory", g.Name, v, a))
+					}
+					args[i] = ptr
+					continue
+				}
+				args[i] = k.operand(g, a, in, e, idx, indent, w)
+			}
+			c := k.ctx(v.DType.CType(), idx)
+			out := fmt.Sprintf("v%d", v.ID)
+			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
+				w.WriteString(indent + line + "\n")
+			}
+			e[v] = out
+			continue
+		}
+		if d.Kind != ops.Elementwise {
 			continue
 		}
 		args := make([]string, len(v.Args))

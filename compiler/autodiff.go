@@ -27,8 +27,8 @@ func autodiff(p *Program) error {
 			continue
 		}
 		d := ops.Lookup(v.Op)
-		if d.Kind == ops.Source {
-			continue
+		if d.Kind == ops.Source || isConst(v) {
+			continue // leaves: a constant's gradient goes nowhere
 		}
 		if d.Grad == nil {
 			return fmt.Errorf("%s (%s): op has no gradient rule", v.Op, v.Pos)

@@ -16,7 +16,10 @@ import (
 //   - an elementwise op with no producer to join shares the latest kernel
 //     over the same space (horizontal fusion);
 //   - cross_entropy absorbs the elementwise group producing its logits and
-//     its own gradient ce_grad, so one kernel yields loss and dlogits.
+//     its own gradient ce_grad, so one kernel yields loss and dlogits;
+//   - a gather (pooling, im2col, col2im) joins an elementwise kernel over
+//     its output space when the arguments it indexes are already in memory,
+//     and elementwise consumers join it (pooling backward + ReLU backward).
 //
 // With fusion off every op is its own kernel. A value may join a group only
 // if everything else it reads is computed by an earlier group, which keeps
@@ -98,9 +101,17 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 				}
 			}
 			newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
+		case ops.Gather:
+			if on {
+				if gi := gatherGroup(gs, owner, v, d, ready); gi >= 0 {
+					add(gs[gi], v)
+					continue
+				}
+			}
+			newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
 		case ops.Reduce:
 			x := v.Args[0]
-			if gi, ok := owner[x]; on && ok && gs[gi].Kind == EW && !gs[gi].closed && gs[gi].Space.Eq(x.Shape) {
+			if gi, ok := owner[x]; on && ok && gs[gi].Kind == EW && !gs[gi].closed && gs[gi].Space.Eq(x.Shape) && !hasGather(gs[gi]) {
 				g := gs[gi]
 				g.Kind, g.Root, g.closed = Reduce, v, true
 				add(g, v)
@@ -145,4 +156,54 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 		}
 	}
 	return gs
+}
+
+// gatherGroup picks the open elementwise group over v's space that v may
+// join, or -1: a group that computes none of the arguments v indexes (those
+// are read at other indices, so another kernel must have written them),
+// preferring the group of a same-index argument, else the latest one.
+func gatherGroup(gs []*Group, owner map[*ir.Value]int, v *ir.Value, d *ops.Def, ready func(*ir.Value, int, ...*ir.Value) bool) int {
+	ok := func(gi int) bool {
+		g := gs[gi]
+		if g.closed || g.Kind != EW || !g.Space.Eq(v.Shape) || !ready(v, gi) {
+			return false
+		}
+		for i, a := range v.Args {
+			if i < len(d.Indexed) && d.Indexed[i] {
+				for _, s := range storageOf(a) {
+					if og, has := owner[s]; has && og >= gi {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	}
+	for i, a := range v.Args {
+		if i < len(d.Indexed) && d.Indexed[i] {
+			continue
+		}
+		if gi, has := owner[a]; has && ok(gi) {
+			return gi
+		}
+	}
+	for gi := len(gs) - 1; gi >= 0; gi-- {
+		if ok(gi) {
+			return gi
+		}
+	}
+	return -1
+}
+
+// hasGather reports whether g computes a gather. A reduction does not
+// absorb such a group: the reduce template walks each output's inputs in
+// one thread, and a gather's index arithmetic there serialises what the
+// elementwise template spreads over the whole grid.
+func hasGather(g *Group) bool {
+	for _, v := range g.Values {
+		if kindOf(v) == ops.Gather {
+			return true
+		}
+	}
+	return false
 }

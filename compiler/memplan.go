@@ -244,6 +244,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			i = m.named["param:"+v.Name]
 		case v.Role == ir.State:
 			i = m.persistent("state", v.Name, v.DType, v.Shape)
+			if v.Attrs.Init != "" {
+				m.plan.Buffers[i].Init = parseInit(v.Attrs.Init) // declared state (running statistics); optimizer state starts at zero
+			}
 		default:
 			panic("bufFor: " + v.LongString())
 		}

@@ -146,13 +146,14 @@ func (s *Session) allocate() error {
 	return nil
 }
 
-// initParams draws every parameter on the host from one seeded stream, in
+// initParams draws every parameter (and initialises declared state, such
+// as running statistics) on the host from one seeded stream, in
 // declaration order, so that a seed gives the same model on every backend.
 func (s *Session) initParams() error {
 	rng := rand.New(rand.NewPCG(s.seed, 0x6e67656e))
 	for i := range s.plan.Buffers {
 		b := &s.plan.Buffers[i]
-		if b.Role != "param" || b.Init.Kind == "" {
+		if (b.Role != "param" && b.Role != "state") || b.Init.Kind == "" {
 			continue
 		}
 		n := int(b.Elems.Eval(s.maxEnv))

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ngen-ml/ngen/generated/convnet"
+	"github.com/ngen-ml/ngen/generated/convnet_bn"
 	"github.com/ngen-ml/ngen/generated/mlp"
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -23,6 +25,12 @@ type model interface {
 var models = map[string]func(dev runtime.Device, batch int, seed uint64) (model, error){
 	"mlp": func(dev runtime.Device, batch int, seed uint64) (model, error) {
 		return mlp.New(dev, mlp.Options{Batch: batch, Seed: seed})
+	},
+	"convnet": func(dev runtime.Device, batch int, seed uint64) (model, error) {
+		return convnet.New(dev, convnet.Options{Batch: batch, Seed: seed})
+	},
+	"convnet_bn": func(dev runtime.Device, batch int, seed uint64) (model, error) {
+		return convnet_bn.New(dev, convnet_bn.Options{Batch: batch, Seed: seed})
 	},
 }
 

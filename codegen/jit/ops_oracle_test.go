@@ -159,7 +159,7 @@ func opGroups() map[string][]opCase {
 		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
 		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
 	}
-	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views}
+	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases()}
 }
 
 // opData is the operand, label and grad_output data of every case.
@@ -233,7 +233,7 @@ func buildOpModel(dt ir.DType, cases []opCase, outCase int, seed uint64) (*ir.Mo
 			args = append(args, b.Param(c.argName(j), dt, 1, a.shape...))
 			data.floats[c.argName(j)] = genValues(rng, elems(a.shape), a.domain, dt)
 		}
-		v := b.Op(c.op, c.attrs, args...)
+		v := buildCase(b, c, args)
 		if b.Err != nil {
 			return nil, data, nil, fmt.Errorf("case %s: %v", c.name, b.Err)
 		}
@@ -353,6 +353,9 @@ func oracleAttrs(a ir.Attrs) map[string]any {
 	}
 	if a.TransB {
 		m["transb"] = true
+	}
+	if a.Ints != nil {
+		m["ints"] = a.Ints
 	}
 	if a.Shape != nil {
 		var s []int
@@ -549,6 +552,9 @@ func TestOpCoverage(t *testing.T) {
 	for _, cases := range opGroups() {
 		for _, c := range cases {
 			covered[c.op] = true
+			for _, op := range composites[c.op].uses {
+				covered[op] = true
+			}
 		}
 	}
 	for _, name := range ops.Names() {

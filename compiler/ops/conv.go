@@ -1,0 +1,385 @@
+package ops
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// Convolution and pooling over NCHW tensors, as index-mapping (Gather) ops:
+//
+//   - im2col unfolds the windows of x into columns, so a convolution is a
+//     batched GEMM of the weight with them (the DSL's Conv2d); col2im, its
+//     gradient, folds columns back, each input pixel gathering the columns
+//     that read it (no atomics, deterministic);
+//   - max pooling keeps, per output, the window offset of its maximum as
+//     i32 (maxpool_argmax); maxpool_pick reads the maximum through it, and
+//     the gradient maxpool_bwd routes each output's gradient back through
+//     it, so no mask the size of the input is ever stored;
+//   - avgpool and its gradient.
+//
+// Attrs.Ints is the window [KH, KW, SH, SW, PH, PW, DH, DW, G] (G, the
+// convolution groups, only for im2col/col2im); Attrs.Shape is the input
+// shape for the ops that produce it (col2im, the pooling gradients). C, H
+// and W must be static; N may be the symbolic batch.
+
+// Window is a convolution or pooling window.
+type Window struct {
+	KH, KW, SH, SW, PH, PW, DH, DW, G int
+}
+
+// Ints encodes w for Attrs.Ints.
+func (w Window) Ints() []int { return []int{w.KH, w.KW, w.SH, w.SW, w.PH, w.PW, w.DH, w.DW, w.G} }
+
+func windowOf(v *ir.Value) (Window, error) {
+	a := v.Attrs.Ints
+	if len(a) != 9 {
+		return Window{}, fmt.Errorf("window attribute has %d values, want 9", len(a))
+	}
+	w := Window{a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]}
+	if w.KH < 1 || w.KW < 1 || w.SH < 1 || w.SW < 1 || w.DH < 1 || w.DW < 1 || w.PH < 0 || w.PW < 0 || w.G < 1 {
+		return Window{}, fmt.Errorf("bad window: kernel %dx%d, stride %dx%d, padding %dx%d, dilation %dx%d, groups %d",
+			w.KH, w.KW, w.SH, w.SW, w.PH, w.PW, w.DH, w.DW, w.G)
+	}
+	return w, nil
+}
+
+// Out is the output size along one axis, as torch computes it (floor).
+func (w Window) Out(h, k, s, p, d int) int { return (h+2*p-d*(k-1)-1)/s + 1 }
+
+// imageDims checks x is [N, C, H, W] with static C, H, W.
+func imageDims(op string, s ir.Shape) (c, h, w int, err error) {
+	if len(s) != 4 {
+		return 0, 0, 0, fmt.Errorf("%s needs an N×C×H×W input, got %s", op, s)
+	}
+	for _, d := range s[1:] {
+		if d.Sym != "" {
+			return 0, 0, 0, fmt.Errorf("%s needs static C, H and W, got %s", op, s)
+		}
+	}
+	return s[1].N, s[2].N, s[3].N, nil
+}
+
+// geometry returns the window and the input and output sizes of a
+// windowed op whose input has shape in.
+func geometry(op string, v *ir.Value, in ir.Shape) (w Window, c, h, wd, oh, ow int, err error) {
+	if w, err = windowOf(v); err != nil {
+		return
+	}
+	if c, h, wd, err = imageDims(op, in); err != nil {
+		return
+	}
+	oh, ow = w.Out(h, w.KH, w.SH, w.PH, w.DH), w.Out(wd, w.KW, w.SW, w.PW, w.DW)
+	if oh < 1 || ow < 1 {
+		err = fmt.Errorf("%s: window %dx%d (dilation %dx%d) does not fit the %dx%d input padded by %dx%d",
+			op, w.KH, w.KW, w.DH, w.DW, h, wd, w.PH, w.PW)
+	}
+	if c%w.G != 0 {
+		err = fmt.Errorf("%s: %d channels do not split into %d groups", op, c, w.G)
+	}
+	return
+}
+
+// colShape is im2col's output: [N, K, L], or [N, G, K, L] with groups,
+// where K = C/G·KH·KW and L = OH·OW.
+func colShape(n ir.Dim, w Window, c, oh, ow int) ir.Shape {
+	k := ir.D(c / w.G * w.KH * w.KW)
+	if w.G == 1 {
+		return ir.Shape{n, k, ir.D(oh * ow)}
+	}
+	return ir.Shape{n, ir.D(w.G), k, ir.D(oh * ow)}
+}
+
+func im2colInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	x := v.Args[0]
+	w, c, _, _, oh, ow, err := geometry("im2col", v, x.Shape)
+	if err != nil {
+		return nil, 0, err
+	}
+	return colShape(x.Shape[0], w, c, oh, ow), x.DType, nil
+}
+
+func col2imInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	w, c, _, _, oh, ow, err := geometry("col2im", v, v.Attrs.Shape)
+	if err != nil {
+		return nil, 0, err
+	}
+	if want := colShape(v.Attrs.Shape[0], w, c, oh, ow); !v.Args[0].Shape.Eq(want) {
+		return nil, 0, fmt.Errorf("columns %s do not match image %s (want %s)", v.Args[0].Shape, v.Attrs.Shape, want)
+	}
+	return v.Attrs.Shape.Clone(), v.Args[0].DType, nil
+}
+
+func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.Shape, ir.DType, error) {
+	return func(v *ir.Value) (ir.Shape, ir.DType, error) {
+		x := v.Args[0]
+		if !x.DType.IsFloat() {
+			return nil, 0, fmt.Errorf("%s needs a float input, got %s", op, x.Type())
+		}
+		w, c, _, _, oh, ow, err := geometry(op, v, x.Shape)
+		if err != nil {
+			return nil, 0, err
+		}
+		if w.G != 1 {
+			return nil, 0, fmt.Errorf("%s has no groups", op)
+		}
+		if 2*w.PH > w.KH || 2*w.PW > w.KW {
+			return nil, 0, fmt.Errorf("%s: padding %dx%d must be at most half the kernel %dx%d", op, w.PH, w.PW, w.KH, w.KW)
+		}
+		return ir.Shape{x.Shape[0], ir.D(c), ir.D(oh), ir.D(ow)}, dt(x), nil
+	}
+}
+
+// poolGradInfer types a gradient that maps [N,C,OH,OW] values back to the
+// input shape Attrs.Shape.
+func poolGradInfer(op string) func(v *ir.Value) (ir.Shape, ir.DType, error) {
+	return func(v *ir.Value) (ir.Shape, ir.DType, error) {
+		_, c, _, _, oh, ow, err := geometry(op, v, v.Attrs.Shape)
+		if err != nil {
+			return nil, 0, err
+		}
+		want := ir.Shape{v.Attrs.Shape[0], ir.D(c), ir.D(oh), ir.D(ow)}
+		for _, a := range v.Args {
+			if !a.Shape.Eq(want) {
+				return nil, 0, fmt.Errorf("%s: operand %s, want %s", op, a.Shape, want)
+			}
+		}
+		return v.Attrs.Shape.Clone(), v.Args[0].DType, nil
+	}
+}
+
+func sameDType(x *ir.Value) ir.DType { return x.DType }
+func i32(*ir.Value) ir.DType         { return ir.I32 }
+
+// cg accumulates the lines of a gather template.
+type cg struct{ b strings.Builder }
+
+func (g *cg) f(format string, args ...any) { fmt.Fprintf(&g.b, format+"\n", args...) }
+
+// decode splits the linear index into n and the coordinates of dims
+// (innermost last), declaring each under the given names.
+//
+// Only the leading coordinate (the batch) needs 64 bits: the rest is
+// decoded from the offset within one image in 32-bit arithmetic, which
+// costs a fraction of 64-bit division by a constant.
+func (g *cg) decode(idx string, names []string, dims []int) {
+	per := 1
+	for _, d := range dims {
+		per *= d
+	}
+	g.f("const long long %s = %s / %d;", names[0], idx, per)
+	g.f("int %s_t = (int)(%s - %s * %d);", names[0], idx, names[0], per)
+	for i := len(dims) - 1; i >= 0; i-- {
+		if i == 0 {
+			g.f("const int %s = %s_t;", names[i+1], names[0])
+			continue
+		}
+		g.f("const int %s = %s_t %% %d; %s_t /= %d;", names[i+1], names[0], dims[i], names[0], dims[i])
+	}
+}
+
+func im2colGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("im2col", v, v.Args[0].Shape)
+	cg := &cg{}
+	p := out + "_"
+	k := ch / w.G * w.KH * w.KW
+	if w.G == 1 {
+		cg.decode(c.Index, []string{p + "n", p + "k", p + "l"}, []int{k, oh * ow})
+		cg.f("const int %sg = 0;", p)
+	} else {
+		cg.decode(c.Index, []string{p + "n", p + "g", p + "k", p + "l"}, []int{w.G, k, oh * ow})
+	}
+	cg.f("const int %sc = %sg * %d + %sk / %d;", p, p, ch/w.G, p, w.KH*w.KW)
+	cg.f("const int %sy = (%sl / %d) * %d - %d + (%sk / %d %% %d) * %d;", p, p, ow, w.SH, w.PH, p, w.KW, w.KH, w.DH)
+	cg.f("const int %sx = (%sl %% %d) * %d - %d + (%sk %% %d) * %d;", p, p, ow, w.SW, w.PW, p, w.KW, w.DW)
+	cg.f("const %s %s = (%sy >= 0 && %sy < %d && %sx >= 0 && %sx < %d) ? %s[((%sn * %d + %sc) * %d + %sy) * %d + %sx] : %s;",
+		c.T, out, p, p, h, p, p, wd, a[0], p, ch, p, h, p, wd, p, c.Lit(0))
+	return cg.b.String()
+}
+
+func col2imGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("col2im", v, v.Attrs.Shape)
+	cg := &cg{}
+	p := out + "_"
+	k := ch / w.G * w.KH * w.KW
+	cg.decode(c.Index, []string{p + "n", p + "c", p + "y", p + "x"}, []int{ch, h, wd})
+	cg.f("const int %sg = %sc / %d, %sci = %sc %% %d;", p, p, ch/w.G, p, p, ch/w.G)
+	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
+	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
+	cg.f("  const int ty = %sy + %d - kh * %d;", p, w.PH, w.DH)
+	cg.f("  if (ty < 0 || ty %% %d != 0 || ty / %d >= %d) continue;", w.SH, w.SH, oh)
+	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
+	cg.f("    const int tx = %sx + %d - kw * %d;", p, w.PW, w.DW)
+	cg.f("    if (tx < 0 || tx %% %d != 0 || tx / %d >= %d) continue;", w.SW, w.SW, ow)
+	cg.f("    const int kk = (%sci * %d + kh) * %d + kw, l = (ty / %d) * %d + tx / %d;", p, w.KH, w.KW, w.SH, ow, w.SW)
+	cg.f("    %s += %s[((%sn * %d + %sg) * %d + kk) * %d + l];", out, a[0], p, w.G, p, k, oh*ow)
+	cg.f("  }")
+	cg.f("}")
+	return cg.b.String()
+}
+
+// poolWindow decodes output element idx of a pooling op into (n, c, oy,
+// ox) and declares the linear base of its input channel.
+func poolWindow(cg *cg, p, idx string, ch, h, wd, oh, ow int) {
+	cg.decode(idx, []string{p + "n", p + "c", p + "oy", p + "ox"}, []int{ch, oh, ow})
+	cg.f("const long long %sbase = (%sn * %d + %sc) * %d;", p, p, ch, p, h*wd)
+}
+
+func maxpoolArgmaxGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("maxpool", v, v.Args[0].Shape)
+	t := v.Args[0].DType.CType()
+	cg := &cg{}
+	p := out + "_"
+	poolWindow(cg, p, c.Index, ch, h, wd, oh, ow)
+	// torch's max_pool2d rule: a strictly greater value, or any NaN, takes
+	// the index.
+	cg.f("int %s = -1;", out)
+	cg.f("%s %sm = 0;", t, p)
+	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
+	cg.f("  const int iy = %soy * %d - %d + kh * %d;", p, w.SH, w.PH, w.DH)
+	cg.f("  if (iy < 0 || iy >= %d) continue;", h)
+	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
+	cg.f("    const int ix = %sox * %d - %d + kw * %d;", p, w.SW, w.PW, w.DW)
+	cg.f("    if (ix < 0 || ix >= %d) continue;", wd)
+	cg.f("    const %s x = %s[%sbase + iy * %d + ix];", t, a[0], p, wd)
+	cg.f("    if (%s < 0 || x > %sm || x != x) { %s = kh * %d + kw; %sm = x; }", out, p, out, w.KW, p)
+	cg.f("  }")
+	cg.f("}")
+	return cg.b.String()
+}
+
+func maxpoolPickGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("maxpool", v, v.Args[0].Shape)
+	cg := &cg{}
+	p := out + "_"
+	poolWindow(cg, p, c.Index, ch, h, wd, oh, ow)
+	cg.f("const int %sk = %s;", p, a[1])
+	cg.f("const %s %s = %s[%sbase + (%soy * %d - %d + (%sk / %d) * %d) * %d + %sox * %d - %d + (%sk %% %d) * %d];",
+		c.T, out, a[0], p, p, w.SH, w.PH, p, w.KW, w.DH, wd, p, w.SW, w.PW, p, w.KW, w.DW)
+	return cg.b.String()
+}
+
+// windowsOf opens the loops over the pooling windows that contain input
+// pixel (y, x) of the gradient ops, with the window's linear index in o.
+func windowsOf(cg *cg, p string, w Window, oh, ow int) {
+	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
+	cg.f("  const int ty = %sy + %d - kh * %d;", p, w.PH, w.DH)
+	cg.f("  if (ty < 0 || ty %% %d != 0 || ty / %d >= %d) continue;", w.SH, w.SH, oh)
+	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
+	cg.f("    const int tx = %sx + %d - kw * %d;", p, w.PW, w.DW)
+	cg.f("    if (tx < 0 || tx %% %d != 0 || tx / %d >= %d) continue;", w.SW, w.SW, ow)
+	cg.f("    const long long o = %sobase + (ty / %d) * %d + tx / %d;", p, w.SH, ow, w.SW)
+}
+
+func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("maxpool_bwd", v, v.Attrs.Shape)
+	cg := &cg{}
+	p := out + "_"
+	cg.decode(c.Index, []string{p + "n", p + "c", p + "y", p + "x"}, []int{ch, h, wd})
+	cg.f("const long long %sobase = (%sn * %d + %sc) * %d;", p, p, ch, p, oh*ow)
+	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
+	windowsOf(cg, p, w, oh, ow)
+	cg.f("    if (%s[o] == kh * %d + kw) %s += %s[o];", a[1], w.KW, out, a[0])
+	cg.f("  }")
+	cg.f("}")
+	return cg.b.String()
+}
+
+func avgpoolGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("avgpool", v, v.Args[0].Shape)
+	cg := &cg{}
+	p := out + "_"
+	poolWindow(cg, p, c.Index, ch, h, wd, oh, ow)
+	// count_include_pad, torch's default: padding counts as zeros.
+	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
+	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
+	cg.f("  const int iy = %soy * %d - %d + kh;", p, w.SH, w.PH)
+	cg.f("  if (iy < 0 || iy >= %d) continue;", h)
+	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
+	cg.f("    const int ix = %sox * %d - %d + kw;", p, w.SW, w.PW)
+	cg.f("    if (ix >= 0 && ix < %d) %s += %s[%sbase + iy * %d + ix];", wd, out, a[0], p, wd)
+	cg.f("  }")
+	cg.f("}")
+	cg.f("%s /= %s;", out, c.Lit(float64(w.KH*w.KW)))
+	return cg.b.String()
+}
+
+func avgpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	w, ch, h, wd, oh, ow, _ := geometry("avgpool_bwd", v, v.Attrs.Shape)
+	cg := &cg{}
+	p := out + "_"
+	cg.decode(c.Index, []string{p + "n", p + "c", p + "y", p + "x"}, []int{ch, h, wd})
+	cg.f("const long long %sobase = (%sn * %d + %sc) * %d;", p, p, ch, p, oh*ow)
+	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
+	windowsOf(cg, p, w, oh, ow)
+	cg.f("    %s += %s[o];", out, a[0])
+	cg.f("  }")
+	cg.f("}")
+	cg.f("%s /= %s;", out, c.Lit(float64(w.KH*w.KW)))
+	return cg.b.String()
+}
+
+func init() {
+	withShape := func(v *ir.Value) ir.Attrs {
+		return ir.Attrs{Ints: append([]int(nil), v.Attrs.Ints...), Shape: v.Args[0].Shape.Clone()}
+	}
+	register(
+		&Def{Name: "im2col", Kind: Gather, NArgs: 1, Infer: im2colInfer, Gather: im2colGather, Indexed: []bool{true},
+			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
+				return []*ir.Value{b.Op("col2im", withShape(v), g)}
+			}},
+		// The gradient ops have no gradient of their own: ngen
+		// differentiates once.
+		&Def{Name: "col2im", Kind: Gather, NArgs: 1, Infer: col2imInfer, Gather: col2imGather, Indexed: []bool{true}},
+		&Def{Name: "maxpool_argmax", Kind: Gather, NArgs: 1, Infer: poolInfer("maxpool", i32), Gather: maxpoolArgmaxGather, Indexed: []bool{true}},
+		// maxpool_pick(x, argmax) reads each window's maximum through its
+		// stored offset.
+		&Def{Name: "maxpool_pick", Kind: Gather, NArgs: 2, Infer: poolInfer("maxpool", sameDType), Gather: maxpoolPickGather, Indexed: []bool{true, false},
+			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
+				return []*ir.Value{b.Op("maxpool_bwd", withShape(v), g, v.Args[1]), nil}
+			}},
+		&Def{Name: "maxpool_bwd", Kind: Gather, NArgs: 2, Infer: poolGradInfer("maxpool_bwd"), Gather: maxpoolBwdGather, Indexed: []bool{true, true}},
+		&Def{Name: "avgpool", Kind: Gather, NArgs: 1, Infer: poolInfer("avgpool", sameDType), Gather: avgpoolGather, Indexed: []bool{true},
+			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
+				return []*ir.Value{b.Op("avgpool_bwd", withShape(v), g)}
+			}},
+		&Def{Name: "avgpool_bwd", Kind: Gather, NArgs: 1, Infer: poolGradInfer("avgpool_bwd"), Gather: avgpoolBwdGather, Indexed: []bool{true}},
+	)
+}
+
+// Conv2d lowers torch.nn.functional.conv2d(x, w, bias) to im2col, a
+// batched GEMM with the weight [Co, C/G, KH, KW] and the bias add (bias may
+// be nil). The DSL's Conv2d and the op tests share it.
+func Conv2d(b *Builder, x, w, bias *ir.Value, win Window) *ir.Value {
+	col := b.Op("im2col", ir.Attrs{Ints: win.Ints()}, x)
+	if b.Err != nil {
+		return col
+	}
+	n, c := x.Shape[0], x.Shape[1].N
+	co := w.Shape[0].N
+	k := c / win.G * win.KH * win.KW
+	oh, ow := win.Out(x.Shape[2].N, win.KH, win.SH, win.PH, win.DH), win.Out(x.Shape[3].N, win.KW, win.SW, win.PW, win.DW)
+	var y *ir.Value
+	if win.G == 1 {
+		wm := b.Op("reshape", ir.Attrs{Shape: ir.Static(co, k)}, w)
+		y = b.Op("matmul", ir.Attrs{}, wm, col) // [N, Co, OH·OW]
+	} else {
+		// The GEMM batches over (N, groups); the weight is broadcast over N.
+		wm := b.Op("reshape", ir.Attrs{Shape: ir.Static(win.G, co/win.G, k)}, w)
+		wb := b.Op("broadcast", ir.Attrs{Shape: ir.Shape{n, ir.D(win.G), ir.D(co / win.G), ir.D(k)}}, wm)
+		y = b.Op("matmul", ir.Attrs{}, wb, col) // [N, G, Co/G, OH·OW]
+	}
+	y = b.Op("reshape", ir.Attrs{Shape: ir.Shape{n, ir.D(co), ir.D(oh), ir.D(ow)}}, y)
+	if bias != nil {
+		y = b.Op("add", ir.Attrs{}, y, b.Op("reshape", ir.Attrs{Shape: ir.Static(co, 1, 1)}, bias))
+	}
+	return y
+}
+
+// MaxPool2d lowers torch.nn.functional.max_pool2d: the window offsets of
+// the maxima, then the maxima read through them.
+func MaxPool2d(b *Builder, x *ir.Value, win Window) *ir.Value {
+	attrs := ir.Attrs{Ints: win.Ints()}
+	return b.Op("maxpool_pick", attrs, x, b.Op("maxpool_argmax", attrs, x))
+}

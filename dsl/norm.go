@@ -1,0 +1,101 @@
+package dsl
+
+import (
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// State declares persistent, non-trainable storage (running statistics):
+// saved in checkpoints, initialised by init, changed only by Update.
+func (m *Model) State(name string, dt DType, init Init, shape ...int) *Tensor {
+	pos := callerPos()
+	var ds []any
+	for _, d := range shape {
+		ds = append(ds, d)
+	}
+	t := m.source("state", ir.State, name, dt, dims(m, pos, "state", ds), pos)
+	t.v.Attrs.Init = init.String()
+	return t
+}
+
+// Update writes value into state after every forward pass that computes
+// it (the training step, and Predict), like an in-place update of a
+// buffer in a torch module's forward.
+func (m *Model) Update(state, value *Tensor) {
+	pos := callerPos()
+	if m.err != nil || state == nil || value == nil {
+		return
+	}
+	if state.v.Role != ir.State {
+		m.fail(pos, "update", "%s is not a state tensor", state.v)
+		return
+	}
+	if !state.v.Shape.Eq(value.v.Shape) || state.v.DType != value.v.DType {
+		m.fail(pos, "update", "state %q is %s but the value is %s", state.v.Name, state.v.Type(), value.v.Type())
+		return
+	}
+	for _, u := range m.m.Forward.Updates {
+		if u.State == state.v {
+			m.fail(pos, "update", "state %q updated twice", state.v.Name)
+			return
+		}
+	}
+	m.m.Forward.Updates = append(m.m.Forward.Updates, ir.Update{State: state.v, New: value.v})
+}
+
+// BatchNorm configures BatchNorm2d; zero fields take PyTorch's defaults
+// (momentum 0.1, eps 1e-5).
+type BatchNorm struct {
+	Momentum, Eps float64
+}
+
+// BatchNorm2d is torch.nn.BatchNorm2d(C) on N×C×H×W: in training mode it
+// normalises with the batch's mean and (biased) variance over N, H and W
+// and moves running_mean and running_var (unbiased) by momentum; in eval
+// mode (Model.Eval in the generated package) it normalises with the
+// running statistics. weight starts at 1 and bias at 0.
+func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
+	pos := callerPos()
+	if m.err != nil || x == nil {
+		return m.errTensor(x)
+	}
+	o := BatchNorm{Momentum: 0.1, Eps: 1e-5}
+	if len(opt) > 0 {
+		if opt[0].Momentum != 0 {
+			o.Momentum = opt[0].Momentum
+		}
+		if opt[0].Eps != 0 {
+			o.Eps = opt[0].Eps
+		}
+	}
+	s := x.v.Shape
+	if len(s) != 4 || s[1].Sym != "" {
+		m.fail(pos, "batchnorm2d", "%s: input %s must be N×C×H×W with a static C", name, s)
+		return x
+	}
+	if o.Momentum < 0 || o.Momentum > 1 || o.Eps <= 0 {
+		m.fail(pos, "batchnorm2d", "%s: momentum %g must be in [0, 1] and eps %g positive", name, o.Momentum, o.Eps)
+		return x
+	}
+	c := s[1].N
+	dt := x.v.DType
+	gamma := m.source("param", ir.Param, name+".weight", dt, ir.Static(c), pos)
+	gamma.v.Attrs.Init = Const(1).String()
+	beta := m.source("param", ir.Param, name+".bias", dt, ir.Static(c), pos)
+	beta.v.Attrs.Init = Const(0).String()
+	rm := m.source("state", ir.State, name+".running_mean", dt, ir.Static(c), pos)
+	rm.v.Attrs.Init = Const(0).String()
+	rv := m.source("state", ir.State, name+".running_var", dt, ir.Static(c), pos)
+	rv.v.Attrs.Init = Const(1).String()
+
+	m.b.Pos = pos
+	y, newMean, newVar := ops.BatchNorm2d(m.b, x.v, gamma.v, beta.v, rm.v, rv.v, o.Momentum, o.Eps)
+	if m.b.Err != nil {
+		if m.err == nil {
+			m.err = m.b.Err
+		}
+		return x
+	}
+	m.m.Forward.Updates = append(m.m.Forward.Updates, ir.Update{State: rm.v, New: newMean}, ir.Update{State: rv.v, New: newVar})
+	return &Tensor{m, y}
+}
