@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ngen-ml/ngen/generated/convnet"
+	"github.com/ngen-ml/ngen/generated/convnet_bn"
+	"github.com/ngen-ml/ngen/generated/convnet_bn_unfused"
+	"github.com/ngen-ml/ngen/generated/convnet_unfused"
 	"github.com/ngen-ml/ngen/generated/mlpbench"
 	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
 	"github.com/ngen-ml/ngen/runtime"
@@ -77,6 +81,28 @@ var cases = []benchCase{
 			return mlpbench_unfused.New(dev, mlpbench_unfused.Options{Batch: b, Seed: 1})
 		},
 		torchArgs: []string{"--model", "mlp", "--layers", "1024,2048,512,10"},
+	},
+	{
+		name: "convnet", batch: 64, in: 784,
+		describe: "ConvNet (conv32-pool-conv64-pool-fc128-fc10), batch 64, Adam",
+		fused: func(dev runtime.Device, b int) (stepper, error) {
+			return convnet.New(dev, convnet.Options{Batch: b, Seed: 1})
+		},
+		unfused: func(dev runtime.Device, b int) (stepper, error) {
+			return convnet_unfused.New(dev, convnet_unfused.Options{Batch: b, Seed: 1})
+		},
+		torchArgs: []string{"--model", "convnet"},
+	},
+	{
+		name: "convnet_bn", batch: 64, in: 784,
+		describe: "ConvNet with BatchNorm2d, batch 64, Adam",
+		fused: func(dev runtime.Device, b int) (stepper, error) {
+			return convnet_bn.New(dev, convnet_bn.Options{Batch: b, Seed: 1})
+		},
+		unfused: func(dev runtime.Device, b int) (stepper, error) {
+			return convnet_bn_unfused.New(dev, convnet_bn_unfused.Options{Batch: b, Seed: 1})
+		},
+		torchArgs: []string{"--model", "convnet_bn"},
 	},
 }
 

@@ -51,3 +51,27 @@ func TestNVCC(t *testing.T) {
 		}
 	}
 }
+
+// TestNVCCGenerated compiles every committed generated/*/*.cu with nvcc for
+// sm_80 and sm_90 in one call each, every warning an error.
+func TestNVCCGenerated(t *testing.T) {
+	nvcc, err := exec.LookPath("nvcc")
+	if err != nil {
+		t.Skip("nvcc not on PATH: run the README's test command to install the CUDA toolkit")
+	}
+	files, err := filepath.Glob(filepath.Join("..", "generated", "*", "*.cu"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated .cu files (%v)", err)
+	}
+	for _, cu := range files {
+		t.Run(filepath.Base(cu), func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+				"-c", "-o", filepath.Join(t.TempDir(), "k.o")}, NVCCFlags...)
+			out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Errorf("nvcc %s: %v\n%s", cu, err, out)
+			}
+		})
+	}
+}

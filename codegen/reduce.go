@@ -20,8 +20,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	k := newKernel(p, g)
 	in, out := k.buffers(p, g)
 	r := g.Root
-	space := g.Space
-	axes, _ := ir.NormAxes(r.Attrs.Axes, len(space))
+	space, axes := mergeAxes(g.Space, r.Attrs.Axes)
 	red := map[int]bool{}
 	var kept, reduced ir.Shape
 	for i, d := range space {
@@ -134,4 +133,26 @@ func contains(xs []int, x int) bool {
 		}
 	}
 	return false
+}
+
+// mergeAxes merges runs of adjacent static dimensions that are all reduced
+// or all kept: the linear index is the same, and each merged run costs one
+// division instead of several in the kernel's index arithmetic (the
+// N, H, W of a per-channel statistic become N and H·W).
+func mergeAxes(space ir.Shape, axes []int) (ir.Shape, []int) {
+	norm, _ := ir.NormAxes(axes, len(space))
+	var out ir.Shape
+	var outAxes []int
+	for i, d := range space {
+		red := contains(norm, i)
+		if n := len(out); n > 0 && i > 0 && red == contains(norm, i-1) && d.Sym == "" && out[n-1].Sym == "" {
+			out[n-1] = ir.D(out[n-1].N * d.N)
+			continue
+		}
+		out = append(out, d)
+		if red {
+			outAxes = append(outAxes, len(out)-1)
+		}
+	}
+	return out, outAxes
 }

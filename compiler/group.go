@@ -155,6 +155,7 @@ func groupName(g *Group) string {
 		}
 		op := v.Op
 		for _, a := range v.Args {
+			a = base(a) // a conv bias is a reshaped parameter
 			if a.Role == ir.Param && layer == "" {
 				layer = a.Name
 				if i := strings.LastIndex(layer, "."); i > 0 {

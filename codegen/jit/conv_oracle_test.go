@@ -75,6 +75,7 @@ func visionCases() []opCase {
 		{name: "conv_groups2", op: "conv2d", attrs: win(3, 3, 1, 1, 1, 2), args: []opArg{f(2, 4, 5, 6), f(6, 2, 3, 3), f(6)}},
 		{name: "conv_batch1_k1", op: "conv2d", attrs: win(1, 1, 1, 0, 1, 1), args: []opArg{f(1, 3, 4, 5), f(2, 3, 1, 1), f(2)}},
 		{name: "maxpool_2", op: "max_pool2d", attrs: win(2, 2, 2, 0, 1, 1), args: []opArg{fd(distinct, 2, 3, 6, 4)}},
+		{name: "maxpool_2_floor", op: "max_pool2d", attrs: win(2, 2, 2, 0, 1, 1), args: []opArg{fd(distinct, 2, 2, 7, 5)}},
 		{name: "maxpool_3_s2_p1", op: "max_pool2d", attrs: win(3, 3, 2, 1, 1, 1), args: []opArg{fd(distinct, 1, 2, 7, 5)}},
 		{name: "maxpool_dil2", op: "max_pool2d", attrs: win(2, 2, 1, 0, 2, 1), args: []opArg{fd(distinct, 2, 2, 5, 6)}},
 		{name: "avgpool_2", op: "avgpool", attrs: win(2, 2, 2, 0, 1, 1), args: []opArg{f(2, 3, 6, 4)}},

@@ -272,12 +272,27 @@ func windowsOf(cg *cg, p string, w Window, oh, ow int) {
 	cg.f("    const long long o = %sobase + (ty / %d) * %d + tx / %d;", p, w.SH, ow, w.SW)
 }
 
+// tiled reports whether the windows tile the input: no padding or
+// dilation and stride = kernel, so each input pixel is in at most one.
+func (w Window) tiled() bool {
+	return w.PH == 0 && w.PW == 0 && w.DH == 1 && w.DW == 1 && w.SH == w.KH && w.SW == w.KW
+}
+
 func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	w, ch, h, wd, oh, ow, _ := geometry("maxpool_bwd", v, v.Attrs.Shape)
 	cg := &cg{}
 	p := out + "_"
 	cg.decode(c.Index, []string{p + "n", p + "c", p + "y", p + "x"}, []int{ch, h, wd})
 	cg.f("const long long %sobase = (%sn * %d + %sc) * %d;", p, p, ch, p, oh*ow)
+	if w.tiled() {
+		// The one window holding (y, x), if any (the floor may drop the
+		// last rows and columns).
+		cg.f("const int %soy = %sy / %d, %sox = %sx / %d;", p, p, w.SH, p, p, w.SW)
+		cg.f("const long long %so = %sobase + %soy * %d + %sox;", p, p, p, ow, p)
+		cg.f("const %s %s = (%soy < %d && %sox < %d && %s[%so] == (%sy %% %d) * %d + %sx %% %d) ? %s[%so] : %s;",
+			c.T, out, p, oh, p, ow, a[1], p, p, w.SH, w.KW, p, w.SW, a[0], p, c.Lit(0))
+		return cg.b.String()
+	}
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
 	windowsOf(cg, p, w, oh, ow)
 	cg.f("    if (%s[o] == kh * %d + kw) %s += %s[o];", a[1], w.KW, out, a[0])

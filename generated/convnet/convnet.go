@@ -1894,7 +1894,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_relu_fwd",
+		Name:       "conv1_bias_relu_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -1906,7 +1906,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_relu_fwd_2",
+		Name:       "conv2_bias_relu_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -1961,7 +1961,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_relu_fwd_3",
+		Name:       "conv1_bias_relu_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -1973,7 +1973,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_relu_fwd_2_2",
+		Name:       "conv2_bias_relu_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,

@@ -7,10 +7,10 @@
 extern "C" int ngen_cpu_entry_convnet(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 1: NGEN_RUN_SPAN(l, add_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 1: NGEN_RUN_SPAN(l, conv1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 2: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 3: NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 4: NGEN_RUN_SPAN(l, add_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 4: NGEN_RUN_SPAN(l, conv2_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 5: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 6: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 7: NGEN_RUN_SIMPLE(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
@@ -25,10 +25,10 @@ extern "C" int ngen_cpu_entry_convnet(int k, const ngen_launch *l) {
   case 16: NGEN_RUN_SIMPLE(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 17: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
   case 18: NGEN_RUN_SPAN(l, im2col_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 19: NGEN_RUN_SPAN(l, add_relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 19: NGEN_RUN_SPAN(l, conv1_bias_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 20: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 21: NGEN_RUN_SPAN(l, im2col_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 22: NGEN_RUN_SPAN(l, add_relu_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 22: NGEN_RUN_SPAN(l, conv2_bias_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 23: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 24: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 25: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

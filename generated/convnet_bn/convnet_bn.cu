@@ -77,10 +77,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// add_mean_fwd computes:
+// conv1_bias_mean_fwd computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
 //   v14 = mean <f32[1,32,1,1]> v9 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
@@ -88,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(256) add_mean_fwd(const float * __r
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a7 = in0[i];
       float a8 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v9 = (a7 + a8);
@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd(const floa
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a9 = in0[i];
       float a14 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v15 = (a9 - a14);
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd(const flo
   }
 }
 
-// div_sub_where_train_mul_add_etc_fwd computes:
+// bn1_div_sub_where_train_mul_bias_etc_fwd computes:
 //   v20 = div <f32[B,32,28,28]> v15 v19  # models/convnet/model.go:32
 //   v22 = sub <f32[B,32,28,28]> v9 v21  # models/convnet/model.go:32
 //   v26 = div <f32[B,32,28,28]> v22 v25  # models/convnet/model.go:32
@@ -169,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd(const flo
 //   v29 = mul <f32[B,32,28,28]> v27 v28  # models/convnet/model.go:32
 //   v31 = add <f32[B,32,28,28]> v29 v30  # models/convnet/model.go:32
 //   v43 = relu <f32[B,32,28,28]> v31  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) div_sub_where_train_mul_add_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn1_div_sub_where_train_mul_bias_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B, int s_train) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a15 = in0[i];
@@ -276,10 +276,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// add_mean_fwd_2 computes:
+// conv2_bias_mean_fwd computes:
 //   v53 = add <f32[B,64,14,14]> v51 v52  # models/convnet/model.go:33
 //   v58 = mean <f32[1,64,1,1]> v53 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
@@ -287,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_2(const float * _
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a51 = in0[i];
       float a52 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v53 = (a51 + a52);
@@ -318,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2(const fl
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a53 = in0[i];
       float a58 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v59 = (a53 - a58);
@@ -360,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_2(const f
   }
 }
 
-// div_sub_where_train_mul_add_etc_fwd_2 computes:
+// bn2_div_sub_where_train_mul_bias_etc_fwd computes:
 //   v64 = div <f32[B,64,14,14]> v59 v63  # models/convnet/model.go:33
 //   v66 = sub <f32[B,64,14,14]> v53 v65  # models/convnet/model.go:33
 //   v70 = div <f32[B,64,14,14]> v66 v69  # models/convnet/model.go:33
@@ -368,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_2(const f
 //   v73 = mul <f32[B,64,14,14]> v71 v72  # models/convnet/model.go:33
 //   v75 = add <f32[B,64,14,14]> v73 v74  # models/convnet/model.go:33
 //   v87 = relu <f32[B,64,14,14]> v75  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) div_sub_where_train_mul_add_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn2_div_sub_where_train_mul_bias_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B, int s_train) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a59 = in0[i];
@@ -557,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   }
 }
 
-// maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd computes:
+// bn2_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd computes:
 //   v113 = maxpool_bwd <f32[B,64,14,14]> v112 v88 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v114 = relu_bwd <f32[B,64,14,14]> v113 v87  # models/convnet/model.go:33
 //   v117 = mul <f32[B,64,14,14]> v114 v72  # models/convnet/model.go:33
@@ -568,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 //   v125 = div <f32[B,64,14,14]> v122 v63  # models/convnet/model.go:33
 //   v126 = mul <f32[B,64,14,14]> v125 v64  # models/convnet/model.go:33
 //   v127 = neg <f32[B,64,14,14]> v126  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn2_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     const long long v113_n = i / 12544;
@@ -577,17 +577,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_mul_where
     const int v113_y = v113_n_t % 14; v113_n_t /= 14;
     const int v113_c = v113_n_t;
     const long long v113_obase = (v113_n * 64 + v113_c) * 49;
-    float v113 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v113_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 7) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v113_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 7) continue;
-        const long long o = v113_obase + (ty / 2) * 7 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v113 += in0[o];
-      }
-    }
+    const int v113_oy = v113_y / 2, v113_ox = v113_x / 2;
+    const long long v113_o = v113_obase + v113_oy * 7 + v113_ox;
+    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (v113_y % 2) * 2 + v113_x % 2) ? in0[v113_o] : 0.0f;
     float a87 = in2[i];
     float v114 = (a87 > 0.0f ? v113 : 0.0f);
     float a72 = in3[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
@@ -621,7 +613,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a114 = in0[i];
       { const float x = a114; acc = acc + x; }
     }
@@ -647,7 +639,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a118 = in0[i];
       { const float x = a118; acc = acc + x; }
     }
@@ -673,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a127 = in0[i];
       { const float x = a127; acc = acc + x; }
     }
@@ -719,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a130 = in0[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v131 = a130;
       float v132 = (v131 / (float)(196 * (long long)B));
@@ -758,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a124 = in0[i];
       float a135 = in1[i];
       float v138 = (a124 + a135);
@@ -787,7 +779,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 288LL) + ((o) / 288LL) * (288LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (18432LL);
@@ -824,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
   }
 }
 
-// maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd_2 computes:
+// bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd computes:
 //   v152 = maxpool_bwd <f32[B,32,28,28]> v151 v44 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v153 = relu_bwd <f32[B,32,28,28]> v152 v43  # models/convnet/model.go:32
 //   v156 = mul <f32[B,32,28,28]> v153 v28  # models/convnet/model.go:32
@@ -835,7 +827,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 //   v164 = div <f32[B,32,28,28]> v161 v19  # models/convnet/model.go:32
 //   v165 = mul <f32[B,32,28,28]> v164 v20  # models/convnet/model.go:32
 //   v166 = neg <f32[B,32,28,28]> v165  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     const long long v152_n = i / 25088;
@@ -844,17 +836,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_mul_where
     const int v152_y = v152_n_t % 28; v152_n_t /= 28;
     const int v152_c = v152_n_t;
     const long long v152_obase = (v152_n * 32 + v152_c) * 196;
-    float v152 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v152_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 14) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v152_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 14) continue;
-        const long long o = v152_obase + (ty / 2) * 14 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v152 += in0[o];
-      }
-    }
+    const int v152_oy = v152_y / 2, v152_ox = v152_x / 2;
+    const long long v152_o = v152_obase + v152_oy * 14 + v152_ox;
+    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (v152_y % 2) * 2 + v152_x % 2) ? in0[v152_o] : 0.0f;
     float a43 = in2[i];
     float v153 = (a43 > 0.0f ? v152 : 0.0f);
     float a28 = in3[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
@@ -888,7 +872,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a153 = in0[i];
       { const float x = a153; acc = acc + x; }
     }
@@ -914,7 +898,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a157 = in0[i];
       { const float x = a157; acc = acc + x; }
     }
@@ -940,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a166 = in0[i];
       { const float x = a166; acc = acc + x; }
     }
@@ -986,7 +970,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a169 = in0[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v170 = a169;
       float v171 = (v170 / (float)(784 * (long long)B));
@@ -1025,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a163 = in0[i];
       float a174 = in1[i];
       float v177 = (a163 + a174);
@@ -1054,7 +1038,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 9LL) + ((o) / 9LL) * (9LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (288LL);
@@ -1123,10 +1107,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
   }
 }
 
-// add_mean_fwd_3 computes:
+// conv1_bias_mean_fwd_2 computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
 //   v13 = mean <f32[1,32,1,1]> v8 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
@@ -1134,7 +1118,7 @@ extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_3(const float * _
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a6 = in0[i];
       float a7 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v8 = (a6 + a7);
@@ -1165,7 +1149,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_3(const fl
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a8 = in0[i];
       float a13 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v14 = (a8 - a13);
@@ -1207,7 +1191,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_3(const f
   }
 }
 
-// div_sub_where_train_mul_add_etc_fwd_3 computes:
+// bn1_div_sub_where_train_mul_bias_etc_fwd_2 computes:
 //   v19 = div <f32[B,32,28,28]> v14 v18  # models/convnet/model.go:32
 //   v21 = sub <f32[B,32,28,28]> v8 v20  # models/convnet/model.go:32
 //   v25 = div <f32[B,32,28,28]> v21 v24  # models/convnet/model.go:32
@@ -1215,7 +1199,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_3(const f
 //   v28 = mul <f32[B,32,28,28]> v26 v27  # models/convnet/model.go:32
 //   v30 = add <f32[B,32,28,28]> v28 v29  # models/convnet/model.go:32
 //   v42 = relu <f32[B,32,28,28]> v30  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) div_sub_where_train_mul_add_etc_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn1_div_sub_where_train_mul_bias_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, int B, int s_train) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a14 = in0[i];
@@ -1319,10 +1303,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
   }
 }
 
-// add_mean_fwd_2_2 computes:
+// conv2_bias_mean_fwd_2 computes:
 //   v52 = add <f32[B,64,14,14]> v50 v51  # models/convnet/model.go:33
 //   v57 = mean <f32[1,64,1,1]> v52 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
@@ -1330,7 +1314,7 @@ extern "C" __global__ void __launch_bounds__(256) add_mean_fwd_2_2(const float *
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a50 = in0[i];
       float a51 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v52 = (a50 + a51);
@@ -1361,7 +1345,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2_2(const 
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a52 = in0[i];
       float a57 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v58 = (a52 - a57);
@@ -1403,7 +1387,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_2_2(const
   }
 }
 
-// div_sub_where_train_mul_add_etc_fwd_2_2 computes:
+// bn2_div_sub_where_train_mul_bias_etc_fwd_2 computes:
 //   v63 = div <f32[B,64,14,14]> v58 v62  # models/convnet/model.go:33
 //   v65 = sub <f32[B,64,14,14]> v52 v64  # models/convnet/model.go:33
 //   v69 = div <f32[B,64,14,14]> v65 v68  # models/convnet/model.go:33
@@ -1411,7 +1395,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_sqrt_unbias_fwd_2_2(const
 //   v72 = mul <f32[B,64,14,14]> v70 v71  # models/convnet/model.go:33
 //   v74 = add <f32[B,64,14,14]> v72 v73  # models/convnet/model.go:33
 //   v86 = relu <f32[B,64,14,14]> v74  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) div_sub_where_train_mul_add_etc_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, int B, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) bn2_div_sub_where_train_mul_bias_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, float * __restrict__ out0, int B, int s_train) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a58 = in0[i];

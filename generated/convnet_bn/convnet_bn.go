@@ -3355,7 +3355,7 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "add_mean_fwd",
+		Name:   "conv1_bias_mean_fwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
@@ -3368,7 +3368,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "div_sub_where_train_mul_add_etc_fwd",
+		Name:       "bn1_div_sub_where_train_mul_bias_etc_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3383,7 +3383,7 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "add_mean_fwd_2",
+		Name:   "conv2_bias_mean_fwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
@@ -3396,7 +3396,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "div_sub_where_train_mul_add_etc_fwd_2",
+		Name:       "bn2_div_sub_where_train_mul_bias_etc_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3421,7 +3421,7 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
+		Name:       "bn2_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_2",
@@ -3456,7 +3456,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd_2",
+		Name:       "bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_6",
@@ -3494,7 +3494,7 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "add_mean_fwd_3",
+		Name:   "conv1_bias_mean_fwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
@@ -3507,7 +3507,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "div_sub_where_train_mul_add_etc_fwd_3",
+		Name:       "bn1_div_sub_where_train_mul_bias_etc_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3522,7 +3522,7 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "add_mean_fwd_2_2",
+		Name:   "conv2_bias_mean_fwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
@@ -3535,7 +3535,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "div_sub_where_train_mul_add_etc_fwd_2_2",
+		Name:       "bn2_div_sub_where_train_mul_bias_etc_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,

@@ -77,9 +77,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// add_fwd computes:
+// conv1_bias_fwd computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a9 = in0[i];
       { const float x = a9; acc = acc + x; }
     }
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a16 = in0[i];
       { const float x = a16; acc = acc + x; }
     }
@@ -256,9 +256,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * 
   }
 }
 
-// mul_fwd computes:
+// bn1_mul_fwd computes:
 //   v29 = mul <f32[B,32,28,28]> v27 v28  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a27 = in0[i];
@@ -268,9 +268,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restri
   }
 }
 
-// add_fwd_2 computes:
+// bn1_bias_fwd computes:
 //   v31 = add <f32[B,32,28,28]> v29 v30  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a29 = in0[i];
@@ -313,9 +313,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __re
   }
 }
 
-// add_fwd_3 computes:
+// add_fwd computes:
 //   v36 = add <f32[32]> v34 v35  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a34 = in0[i];
@@ -359,9 +359,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __re
   }
 }
 
-// add_fwd_4 computes:
+// add_fwd_2 computes:
 //   v41 = add <f32[32]> v39 v40  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a39 = in0[i];
@@ -457,9 +457,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// add_fwd_5 computes:
+// conv2_bias_fwd computes:
 //   v53 = add <f32[B,64,14,14]> v51 v52  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a51 = in0[i];
@@ -479,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a53 = in0[i];
       { const float x = a53; acc = acc + x; }
     }
@@ -528,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a60 = in0[i];
       { const float x = a60; acc = acc + x; }
     }
@@ -636,9 +636,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float 
   }
 }
 
-// mul_fwd_2 computes:
+// bn2_mul_fwd computes:
 //   v73 = mul <f32[B,64,14,14]> v71 v72  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a71 = in0[i];
@@ -648,9 +648,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
   }
 }
 
-// add_fwd_6 computes:
+// bn2_bias_fwd computes:
 //   v75 = add <f32[B,64,14,14]> v73 v74  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a73 = in0[i];
@@ -693,9 +693,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_6(const float * __re
   }
 }
 
-// add_fwd_7 computes:
+// add_fwd_3 computes:
 //   v80 = add <f32[64]> v78 v79  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a78 = in0[i];
@@ -739,9 +739,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_8(const float * __re
   }
 }
 
-// add_fwd_8 computes:
+// add_fwd_4 computes:
 //   v85 = add <f32[64]> v83 v84  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a83 = in0[i];
@@ -975,17 +975,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
     const int v113_y = v113_n_t % 14; v113_n_t /= 14;
     const int v113_c = v113_n_t;
     const long long v113_obase = (v113_n * 64 + v113_c) * 49;
-    float v113 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v113_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 7) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v113_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 7) continue;
-        const long long o = v113_obase + (ty / 2) * 7 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v113 += in0[o];
-      }
-    }
+    const int v113_oy = v113_y / 2, v113_ox = v113_x / 2;
+    const long long v113_o = v113_obase + v113_oy * 7 + v113_ox;
+    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (v113_y % 2) * 2 + v113_x % 2) ? in0[v113_o] : 0.0f;
     out0[i] = v113;
   }
 }
@@ -1012,7 +1004,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a114 = in0[i];
       { const float x = a114; acc = acc + x; }
     }
@@ -1028,9 +1020,9 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   }
 }
 
-// mul_bwd computes:
+// bn2_mul_bwd computes:
 //   v117 = mul <f32[B,64,14,14]> v114 v72  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a114 = in0[i];
@@ -1040,9 +1032,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restri
   }
 }
 
-// mul_bwd_2 computes:
+// mul_bwd computes:
 //   v118 = mul <f32[B,64,14,14]> v114 v71  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a114 = in0[i];
@@ -1062,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a118 = in0[i];
       { const float x = a118; acc = acc + x; }
     }
@@ -1124,9 +1116,9 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_2(const float * __rest
   }
 }
 
-// mul_bwd_3 computes:
+// mul_bwd_2 computes:
 //   v126 = mul <f32[B,64,14,14]> v125 v64  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a125 = in0[i];
@@ -1157,7 +1149,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a127 = in0[i];
       { const float x = a127; acc = acc + x; }
     }
@@ -1229,9 +1221,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __re
   }
 }
 
-// mul_bwd_4 computes:
+// mul_bwd_3 computes:
 //   v134 = mul <f32[B,64,14,14]> v133 v59  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a133 = in0[i];
@@ -1274,7 +1266,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a136 = in0[i];
       { const float x = a136; acc = acc + x; }
     }
@@ -1346,7 +1338,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a141 = in0[i];
       { const float x = a141; acc = acc + x; }
     }
@@ -1368,7 +1360,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 288LL) + ((o) / 288LL) * (288LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (18432LL);
@@ -1416,17 +1408,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
     const int v152_y = v152_n_t % 28; v152_n_t /= 28;
     const int v152_c = v152_n_t;
     const long long v152_obase = (v152_n * 32 + v152_c) * 196;
-    float v152 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v152_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 14) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v152_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 14) continue;
-        const long long o = v152_obase + (ty / 2) * 14 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v152 += in0[o];
-      }
-    }
+    const int v152_oy = v152_y / 2, v152_ox = v152_x / 2;
+    const long long v152_o = v152_obase + v152_oy * 14 + v152_ox;
+    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (v152_y % 2) * 2 + v152_x % 2) ? in0[v152_o] : 0.0f;
     out0[i] = v152;
   }
 }
@@ -1453,7 +1437,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a153 = in0[i];
       { const float x = a153; acc = acc + x; }
     }
@@ -1469,9 +1453,9 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   }
 }
 
-// mul_bwd_5 computes:
+// bn1_mul_bwd computes:
 //   v156 = mul <f32[B,32,28,28]> v153 v28  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a153 = in0[i];
@@ -1481,9 +1465,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_5(const float * __rest
   }
 }
 
-// mul_bwd_6 computes:
+// mul_bwd_4 computes:
 //   v157 = mul <f32[B,32,28,28]> v153 v27  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a153 = in0[i];
@@ -1503,7 +1487,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a157 = in0[i];
       { const float x = a157; acc = acc + x; }
     }
@@ -1565,9 +1549,9 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_5(const float * __rest
   }
 }
 
-// mul_bwd_7 computes:
+// mul_bwd_5 computes:
 //   v165 = mul <f32[B,32,28,28]> v164 v20  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a164 = in0[i];
@@ -1598,7 +1582,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a166 = in0[i];
       { const float x = a166; acc = acc + x; }
     }
@@ -1670,9 +1654,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_4(const float * __re
   }
 }
 
-// mul_bwd_8 computes:
+// mul_bwd_6 computes:
 //   v173 = mul <f32[B,32,28,28]> v172 v15  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a172 = in0[i];
@@ -1715,7 +1699,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_12(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a175 = in0[i];
       { const float x = a175; acc = acc + x; }
     }
@@ -1787,7 +1771,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_13(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a180 = in0[i];
       { const float x = a180; acc = acc + x; }
     }
@@ -1809,7 +1793,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 9LL) + ((o) / 9LL) * (9LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (288LL);
@@ -1985,9 +1969,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
   }
 }
 
-// add_fwd_9 computes:
+// conv1_bias_fwd_2 computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_9(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
@@ -2007,7 +1991,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a8 = in0[i];
       { const float x = a8; acc = acc + x; }
     }
@@ -2056,7 +2040,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a15 = in0[i];
       { const float x = a15; acc = acc + x; }
     }
@@ -2164,9 +2148,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7(const float 
   }
 }
 
-// mul_fwd_3 computes:
+// bn1_mul_fwd_2 computes:
 //   v28 = mul <f32[B,32,28,28]> v26 v27  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a26 = in0[i];
@@ -2176,9 +2160,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __rest
   }
 }
 
-// add_fwd_2_2 computes:
+// bn1_bias_fwd_2 computes:
 //   v30 = add <f32[B,32,28,28]> v28 v29  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a28 = in0[i];
@@ -2221,9 +2205,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_2_2(const float * __
   }
 }
 
-// add_fwd_3_2 computes:
+// add_fwd_5 computes:
 //   v35 = add <f32[32]> v33 v34  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a33 = in0[i];
@@ -2267,9 +2251,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_4_2(const float * __
   }
 }
 
-// add_fwd_4_2 computes:
+// add_fwd_2_2 computes:
 //   v40 = add <f32[32]> v38 v39  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
@@ -2365,9 +2349,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
   }
 }
 
-// add_fwd_5_2 computes:
+// conv2_bias_fwd_2 computes:
 //   v52 = add <f32[B,64,14,14]> v50 v51  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_5_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a50 = in0[i];
@@ -2387,7 +2371,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a52 = in0[i];
       { const float x = a52; acc = acc + x; }
     }
@@ -2436,7 +2420,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a59 = in0[i];
       { const float x = a59; acc = acc + x; }
     }
@@ -2544,9 +2528,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4_2(const floa
   }
 }
 
-// mul_fwd_2_2 computes:
+// bn2_mul_fwd_2 computes:
 //   v72 = mul <f32[B,64,14,14]> v70 v71  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
@@ -2556,9 +2540,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_2(const float * __re
   }
 }
 
-// add_fwd_6_2 computes:
+// bn2_bias_fwd_2 computes:
 //   v74 = add <f32[B,64,14,14]> v72 v73  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_6_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a72 = in0[i];
@@ -2601,9 +2585,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_6_2(const float * __
   }
 }
 
-// add_fwd_7_2 computes:
+// add_fwd_3_2 computes:
 //   v79 = add <f32[64]> v77 v78  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_7_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a77 = in0[i];
@@ -2647,9 +2631,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_8_2(const float * __
   }
 }
 
-// add_fwd_8_2 computes:
+// add_fwd_4_2 computes:
 //   v84 = add <f32[64]> v82 v83  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_8_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a82 = in0[i];

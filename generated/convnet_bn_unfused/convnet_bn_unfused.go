@@ -6855,7 +6855,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd",
+		Name:       "conv1_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "mean_fwd",
@@ -6907,11 +6907,11 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_fwd",
+		Name:       "bn1_mul_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_2",
+		Name:       "bn1_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -6927,7 +6927,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_3",
+		Name:       "add_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -6943,7 +6943,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_4",
+		Name:       "add_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -6967,7 +6967,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_5",
+		Name:       "conv2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "mean_fwd_3",
@@ -7019,11 +7019,11 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_fwd_2",
+		Name:       "bn2_mul_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_6",
+		Name:       "bn2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7039,7 +7039,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_7",
+		Name:       "add_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7055,7 +7055,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_8",
+		Name:       "add_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7115,11 +7115,11 @@ var Plan = &runtime.Plan{
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd",
+		Name:       "bn2_mul_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_2",
+		Name:       "mul_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_4",
@@ -7143,7 +7143,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_3",
+		Name:       "mul_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7175,7 +7175,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_4",
+		Name:       "mul_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7230,11 +7230,11 @@ var Plan = &runtime.Plan{
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_5",
+		Name:       "bn1_mul_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_6",
+		Name:       "mul_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_10",
@@ -7258,7 +7258,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_7",
+		Name:       "mul_bwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7290,7 +7290,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_8",
+		Name:       "mul_bwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7385,7 +7385,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_9",
+		Name:       "conv1_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "mean_fwd_5",
@@ -7437,11 +7437,11 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_fwd_3",
+		Name:       "bn1_mul_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_2_2",
+		Name:       "bn1_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7457,7 +7457,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_3_2",
+		Name:       "add_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7473,7 +7473,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_4_2",
+		Name:       "add_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7497,7 +7497,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_5_2",
+		Name:       "conv2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "mean_fwd_3_2",
@@ -7549,11 +7549,11 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_fwd_2_2",
+		Name:       "bn2_mul_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_6_2",
+		Name:       "bn2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7569,7 +7569,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_7_2",
+		Name:       "add_fwd_3_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7585,7 +7585,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_8_2",
+		Name:       "add_fwd_4_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,

@@ -77,9 +77,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// add_fwd computes:
+// conv1_bias_fwd computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
@@ -163,9 +163,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// add_fwd_2 computes:
+// conv2_bias_fwd computes:
 //   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a18 = in0[i];
@@ -387,17 +387,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
     const int v47_y = v47_n_t % 14; v47_n_t /= 14;
     const int v47_c = v47_n_t;
     const long long v47_obase = (v47_n * 64 + v47_c) * 49;
-    float v47 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v47_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 7) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v47_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 7) continue;
-        const long long o = v47_obase + (ty / 2) * 7 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v47 += in0[o];
-      }
-    }
+    const int v47_oy = v47_y / 2, v47_ox = v47_x / 2;
+    const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
+    const float v47 = (v47_oy < 7 && v47_ox < 7 && in1[v47_o] == (v47_y % 2) * 2 + v47_x % 2) ? in0[v47_o] : 0.0f;
     out0[i] = v47;
   }
 }
@@ -424,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     const long long base = (o) * (196LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 14LL) + (((r) / 14LL) % 14LL) * (14LL) + (((r) / 14LL) / 14LL) * (12544LL);
+      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
       float a48 = in0[i];
       { const float x = a48; acc = acc + x; }
     }
@@ -446,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 288LL) + ((o) / 288LL) * (288LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (18432LL);
@@ -494,17 +486,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
     const int v59_y = v59_n_t % 28; v59_n_t /= 28;
     const int v59_c = v59_n_t;
     const long long v59_obase = (v59_n * 32 + v59_c) * 196;
-    float v59 = 0.0f;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int ty = v59_y + 0 - kh * 1;
-      if (ty < 0 || ty % 2 != 0 || ty / 2 >= 14) continue;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int tx = v59_x + 0 - kw * 1;
-        if (tx < 0 || tx % 2 != 0 || tx / 2 >= 14) continue;
-        const long long o = v59_obase + (ty / 2) * 14 + tx / 2;
-        if (in1[o] == kh * 2 + kw) v59 += in0[o];
-      }
-    }
+    const int v59_oy = v59_y / 2, v59_ox = v59_x / 2;
+    const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
+    const float v59 = (v59_oy < 14 && v59_ox < 14 && in1[v59_o] == (v59_y % 2) * 2 + v59_x % 2) ? in0[v59_o] : 0.0f;
     out0[i] = v59;
   }
 }
@@ -531,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     const long long base = (o) * (784LL);
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 28LL) + (((r) / 28LL) % 28LL) * (28LL) + (((r) / 28LL) / 28LL) * (25088LL);
+      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
       float a60 = in0[i];
       { const float x = a60; acc = acc + x; }
     }
@@ -553,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = ((o) % 9LL) + ((o) / 9LL) * (9LL);
+    const long long base = (o);
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (r) * (288LL);
@@ -729,9 +713,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
   }
 }
 
-// add_fwd_3 computes:
+// conv1_bias_fwd_2 computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
@@ -815,9 +799,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
   }
 }
 
-// add_fwd_2_2 computes:
+// conv2_bias_fwd_2 computes:
 //   v19 = add <f32[B,64,14,14]> v17 v18  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a17 = in0[i];

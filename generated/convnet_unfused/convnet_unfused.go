@@ -2581,7 +2581,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd",
+		Name:       "conv1_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -2601,7 +2601,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_2",
+		Name:       "conv2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -2735,7 +2735,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_3",
+		Name:       "conv1_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -2755,7 +2755,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_2_2",
+		Name:       "conv2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,

@@ -7,12 +7,12 @@
 extern "C" int ngen_cpu_entry_convnet_unfused(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 1: NGEN_RUN_SPAN(l, add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 1: NGEN_RUN_SPAN(l, conv1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 2: NGEN_RUN_SPAN(l, relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 3: NGEN_RUN_SPAN(l, maxpool_argmax_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
   case 4: NGEN_RUN_SPAN(l, maxpool_pick_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 5: NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 6: NGEN_RUN_SPAN(l, add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 6: NGEN_RUN_SPAN(l, conv2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 7: NGEN_RUN_SPAN(l, relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 8: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
   case 9: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -47,12 +47,12 @@ extern "C" int ngen_cpu_entry_convnet_unfused(int k, const ngen_launch *l) {
   case 38: NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2)));
   case 39: NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 40: NGEN_RUN_SPAN(l, im2col_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 41: NGEN_RUN_SPAN(l, add_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 41: NGEN_RUN_SPAN(l, conv1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 42: NGEN_RUN_SPAN(l, relu_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 43: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
   case 44: NGEN_RUN_SPAN(l, maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 45: NGEN_RUN_SPAN(l, im2col_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 46: NGEN_RUN_SPAN(l, add_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 46: NGEN_RUN_SPAN(l, conv2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 47: NGEN_RUN_SPAN(l, relu_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 48: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
   case 49: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
