@@ -130,10 +130,12 @@ func (k *kernel) bcastIndex(space, in ir.Shape, idx string) string {
 	if suffix {
 		return fmt.Sprintf("(%s %% (%s))", idx, k.size(in))
 	}
-	// General case: decompose idx into coordinates of space.
+	// General case: decompose idx into coordinates of space, dividing as
+	// unsigned (idx is non-negative), which costs less than signed 64-bit
+	// division by a constant.
 	var terms []string
 	stride := ir.Shape{}
-	rem := idx
+	rem := "(unsigned long long)(" + idx + ")"
 	for i := len(space) - 1; i >= 0; i-- {
 		coord := fmt.Sprintf("((%s) %% %s)", rem, k.dim(space[i]))
 		if i == 0 {
@@ -155,7 +157,7 @@ func (k *kernel) bcastIndex(space, in ir.Shape, idx string) string {
 	if len(terms) == 0 {
 		return "0"
 	}
-	return "(" + strings.Join(terms, " + ") + ")"
+	return "(long long)(" + strings.Join(terms, " + ") + ")"
 }
 
 // prologue emits, for linear index idx over the group's space, loads of

@@ -42,7 +42,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	// offset of a kept / reduced linear index into the input.
 	offset := func(dims []int, idx string) string {
 		var terms []string
-		rem := idx
+		rem := "(unsigned long long)(" + idx + ")" // non-negative: unsigned division is cheaper
 		for j := len(dims) - 1; j >= 0; j-- {
 			d := dims[j]
 			coord := fmt.Sprintf("((%s) %% %s)", rem, k.dim(space[d]))
@@ -60,7 +60,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		if len(terms) == 0 {
 			return "0"
 		}
-		return strings.Join(terms, " + ")
+		return "(long long)(" + strings.Join(terms, " + ") + ")"
 	}
 	var keptAxes, redAxes []int
 	for i := range space {

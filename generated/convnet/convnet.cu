@@ -64,14 +64,14 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v4_n = i / 7056;
-    int v4_n_t = (int)(i - v4_n * 7056);
-    const int v4_l = v4_n_t % 784; v4_n_t /= 784;
-    const int v4_k = v4_n_t;
+    const long long v4_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v4_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v4_n * 7056u);
+    const int v4_l = (int)(v4_n_t % 784u); v4_n_t /= 784u;
+    const int v4_k = (int)v4_n_t;
     const int v4_g = 0;
-    const int v4_c = v4_g * 1 + v4_k / 9;
-    const int v4_y = (v4_l / 28) * 1 - 1 + (v4_k / 3 % 3) * 1;
-    const int v4_x = (v4_l % 28) * 1 - 1 + (v4_k % 3) * 1;
+    const int v4_c = v4_g * 1 + (int)((unsigned)v4_k / 9u);
+    const int v4_y = (int)((unsigned)v4_l / 28u) * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
+    const int v4_x = (int)((unsigned)v4_l % 28u) * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
     const float v4 = (v4_y >= 0 && v4_y < 28 && v4_x >= 0 && v4_x < 28) ? in0[((v4_n * 1 + v4_c) * 28 + v4_y) * 28 + v4_x] : 0.0f;
     out0[i] = v4;
   }
@@ -84,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd(const floa
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
-    float a8 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v9 = (a7 + a8);
     float v10 = fmaxf(v9, 0.0f);
     out0[i] = v10;
@@ -97,11 +97,11 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd(const floa
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v11_n = i / 6272;
-    int v11_n_t = (int)(i - v11_n * 6272);
-    const int v11_ox = v11_n_t % 14; v11_n_t /= 14;
-    const int v11_oy = v11_n_t % 14; v11_n_t /= 14;
-    const int v11_c = v11_n_t;
+    const long long v11_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v11_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v11_n * 6272u);
+    const int v11_ox = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+    const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+    const int v11_c = (int)v11_n_t;
     const long long v11_base = (v11_n * 32 + v11_c) * 784;
     int v11 = -1;
     float v11_m = 0;
@@ -115,14 +115,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v11 < 0 || x > v11_m || x != x) { v11 = kh * 2 + kw; v11_m = x; }
       }
     }
-    const long long v12_n = i / 6272;
-    int v12_n_t = (int)(i - v12_n * 6272);
-    const int v12_ox = v12_n_t % 14; v12_n_t /= 14;
-    const int v12_oy = v12_n_t % 14; v12_n_t /= 14;
-    const int v12_c = v12_n_t;
+    const long long v12_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v12_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v12_n * 6272u);
+    const int v12_ox = (int)(v12_n_t % 14u); v12_n_t /= 14u;
+    const int v12_oy = (int)(v12_n_t % 14u); v12_n_t /= 14u;
+    const int v12_c = (int)v12_n_t;
     const long long v12_base = (v12_n * 32 + v12_c) * 784;
-    const int v12_k = v11;
-    const float v12 = in0[v12_base + (v12_oy * 2 - 0 + (v12_k / 2) * 1) * 28 + v12_ox * 2 - 0 + (v12_k % 2) * 1];
+    const unsigned v12_k = (unsigned)v11;
+    const float v12 = in0[v12_base + (v12_oy * 2 - 0 + (int)(v12_k / 2u) * 1) * 28 + v12_ox * 2 - 0 + (int)(v12_k % 2u) * 1];
     out0[i] = v11;
     out1[i] = v12;
   }
@@ -133,14 +133,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v15_n = i / 56448;
-    int v15_n_t = (int)(i - v15_n * 56448);
-    const int v15_l = v15_n_t % 196; v15_n_t /= 196;
-    const int v15_k = v15_n_t;
+    const long long v15_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v15_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v15_n * 56448u);
+    const int v15_l = (int)(v15_n_t % 196u); v15_n_t /= 196u;
+    const int v15_k = (int)v15_n_t;
     const int v15_g = 0;
-    const int v15_c = v15_g * 32 + v15_k / 9;
-    const int v15_y = (v15_l / 14) * 1 - 1 + (v15_k / 3 % 3) * 1;
-    const int v15_x = (v15_l % 14) * 1 - 1 + (v15_k % 3) * 1;
+    const int v15_c = v15_g * 32 + (int)((unsigned)v15_k / 9u);
+    const int v15_y = (int)((unsigned)v15_l / 14u) * 1 - 1 + (int)((unsigned)v15_k / 3u % 3u) * 1;
+    const int v15_x = (int)((unsigned)v15_l % 14u) * 1 - 1 + (int)((unsigned)v15_k % 3u) * 1;
     const float v15 = (v15_y >= 0 && v15_y < 14 && v15_x >= 0 && v15_x < 14) ? in0[((v15_n * 32 + v15_c) * 14 + v15_y) * 14 + v15_x] : 0.0f;
     out0[i] = v15;
   }
@@ -153,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd(const floa
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a18 = in0[i];
-    float a19 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a19 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v20 = (a18 + a19);
     float v21 = fmaxf(v20, 0.0f);
     out0[i] = v21;
@@ -166,11 +166,11 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd(const floa
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v22_n = i / 3136;
-    int v22_n_t = (int)(i - v22_n * 3136);
-    const int v22_ox = v22_n_t % 7; v22_n_t /= 7;
-    const int v22_oy = v22_n_t % 7; v22_n_t /= 7;
-    const int v22_c = v22_n_t;
+    const long long v22_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v22_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v22_n * 3136u);
+    const int v22_ox = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+    const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+    const int v22_c = (int)v22_n_t;
     const long long v22_base = (v22_n * 64 + v22_c) * 196;
     int v22 = -1;
     float v22_m = 0;
@@ -184,14 +184,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v22 < 0 || x > v22_m || x != x) { v22 = kh * 2 + kw; v22_m = x; }
       }
     }
-    const long long v23_n = i / 3136;
-    int v23_n_t = (int)(i - v23_n * 3136);
-    const int v23_ox = v23_n_t % 7; v23_n_t /= 7;
-    const int v23_oy = v23_n_t % 7; v23_n_t /= 7;
-    const int v23_c = v23_n_t;
+    const long long v23_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v23_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v23_n * 3136u);
+    const int v23_ox = (int)(v23_n_t % 7u); v23_n_t /= 7u;
+    const int v23_oy = (int)(v23_n_t % 7u); v23_n_t /= 7u;
+    const int v23_c = (int)v23_n_t;
     const long long v23_base = (v23_n * 64 + v23_c) * 196;
-    const int v23_k = v22;
-    const float v23 = in0[v23_base + (v23_oy * 2 - 0 + (v23_k / 2) * 1) * 14 + v23_ox * 2 - 0 + (v23_k % 2) * 1];
+    const unsigned v23_k = (unsigned)v22;
+    const float v23 = in0[v23_base + (v23_oy * 2 - 0 + (int)(v23_k / 2u) * 1) * 14 + v23_ox * 2 - 0 + (int)(v23_k % 2u) * 1];
     out0[i] = v22;
     out1[i] = v23;
   }
@@ -265,10 +265,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (10LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a36 = in0[i];
       { const float x = a36; acc = acc + x; }
     }
@@ -283,10 +283,10 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   const long long nout = 128LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (128LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a39 = in0[i];
       float a29 = in1[i];
       float v41 = (a29 > 0.0f ? a39 : 0.0f);
@@ -303,15 +303,15 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v47_n = i / 12544;
-    int v47_n_t = (int)(i - v47_n * 12544);
-    const int v47_x = v47_n_t % 14; v47_n_t /= 14;
-    const int v47_y = v47_n_t % 14; v47_n_t /= 14;
-    const int v47_c = v47_n_t;
+    const long long v47_n = (long long)((unsigned long long)(i) / 12544u);
+    unsigned v47_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v47_n * 12544u);
+    const int v47_x = (int)(v47_n_t % 14u); v47_n_t /= 14u;
+    const int v47_y = (int)(v47_n_t % 14u); v47_n_t /= 14u;
+    const int v47_c = (int)v47_n_t;
     const long long v47_obase = (v47_n * 64 + v47_c) * 49;
-    const int v47_oy = v47_y / 2, v47_ox = v47_x / 2;
+    const int v47_oy = (int)((unsigned)v47_y / 2u), v47_ox = (int)((unsigned)v47_x / 2u);
     const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
-    const float v47 = (v47_oy < 7 && v47_ox < 7 && in1[v47_o] == (v47_y % 2) * 2 + v47_x % 2) ? in0[v47_o] : 0.0f;
+    const float v47 = (v47_oy < 7 && v47_ox < 7 && in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u)) ? in0[v47_o] : 0.0f;
     float a21 = in2[i];
     float v48 = (a21 > 0.0f ? v47 : 0.0f);
     out0[i] = v48;
@@ -325,10 +325,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a48 = in0[i];
       { const float x = a48; acc = acc + x; }
     }
@@ -350,10 +350,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (18432LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a53 = in0[i];
       { const float x = a53; acc = acc + x; }
     }
@@ -366,20 +366,20 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v58_n = i / 6272;
-    int v58_n_t = (int)(i - v58_n * 6272);
-    const int v58_x = v58_n_t % 14; v58_n_t /= 14;
-    const int v58_y = v58_n_t % 14; v58_n_t /= 14;
-    const int v58_c = v58_n_t;
-    const int v58_g = v58_c / 32, v58_ci = v58_c % 32;
+    const long long v58_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v58_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v58_n * 6272u);
+    const int v58_x = (int)(v58_n_t % 14u); v58_n_t /= 14u;
+    const int v58_y = (int)(v58_n_t % 14u); v58_n_t /= 14u;
+    const int v58_c = (int)v58_n_t;
+    const int v58_g = (int)((unsigned)v58_c / 32u), v58_ci = (int)((unsigned)v58_c % 32u);
     float v58 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v58_y + 1 - kh * 1;
-      if (ty < 0 || ty % 1 != 0 || ty / 1 >= 14) continue;
+      if (ty < 0 || (unsigned)ty % 1u != 0 || (unsigned)ty / 1u >= 14u) continue;
       for (int kw = 0; kw < 3; ++kw) {
         const int tx = v58_x + 1 - kw * 1;
-        if (tx < 0 || tx % 1 != 0 || tx / 1 >= 14) continue;
-        const int kk = (v58_ci * 3 + kh) * 3 + kw, l = (ty / 1) * 14 + tx / 1;
+        if (tx < 0 || (unsigned)tx % 1u != 0 || (unsigned)tx / 1u >= 14u) continue;
+        const int kk = (v58_ci * 3 + kh) * 3 + kw, l = (int)((unsigned)ty / 1u) * 14 + (int)((unsigned)tx / 1u);
         v58 += in0[((v58_n * 1 + v58_g) * 288 + kk) * 196 + l];
       }
     }
@@ -393,15 +393,15 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v59_n = i / 25088;
-    int v59_n_t = (int)(i - v59_n * 25088);
-    const int v59_x = v59_n_t % 28; v59_n_t /= 28;
-    const int v59_y = v59_n_t % 28; v59_n_t /= 28;
-    const int v59_c = v59_n_t;
+    const long long v59_n = (long long)((unsigned long long)(i) / 25088u);
+    unsigned v59_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v59_n * 25088u);
+    const int v59_x = (int)(v59_n_t % 28u); v59_n_t /= 28u;
+    const int v59_y = (int)(v59_n_t % 28u); v59_n_t /= 28u;
+    const int v59_c = (int)v59_n_t;
     const long long v59_obase = (v59_n * 32 + v59_c) * 196;
-    const int v59_oy = v59_y / 2, v59_ox = v59_x / 2;
+    const int v59_oy = (int)((unsigned)v59_y / 2u), v59_ox = (int)((unsigned)v59_x / 2u);
     const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
-    const float v59 = (v59_oy < 14 && v59_ox < 14 && in1[v59_o] == (v59_y % 2) * 2 + v59_x % 2) ? in0[v59_o] : 0.0f;
+    const float v59 = (v59_oy < 14 && v59_ox < 14 && in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u)) ? in0[v59_o] : 0.0f;
     float a10 = in2[i];
     float v60 = (a10 > 0.0f ? v59 : 0.0f);
     out0[i] = v60;
@@ -415,10 +415,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a60 = in0[i];
       { const float x = a60; acc = acc + x; }
     }
@@ -440,10 +440,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (288LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a65 = in0[i];
       { const float x = a65; acc = acc + x; }
     }
@@ -496,14 +496,14 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v3_n = i / 7056;
-    int v3_n_t = (int)(i - v3_n * 7056);
-    const int v3_l = v3_n_t % 784; v3_n_t /= 784;
-    const int v3_k = v3_n_t;
+    const long long v3_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v3_n * 7056u);
+    const int v3_l = (int)(v3_n_t % 784u); v3_n_t /= 784u;
+    const int v3_k = (int)v3_n_t;
     const int v3_g = 0;
-    const int v3_c = v3_g * 1 + v3_k / 9;
-    const int v3_y = (v3_l / 28) * 1 - 1 + (v3_k / 3 % 3) * 1;
-    const int v3_x = (v3_l % 28) * 1 - 1 + (v3_k % 3) * 1;
+    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
+    const int v3_y = (int)((unsigned)v3_l / 28u) * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = (int)((unsigned)v3_l % 28u) * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
     const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
     out0[i] = v3;
   }
@@ -516,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd_2(const fl
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
-    float a7 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v8 = (a6 + a7);
     float v9 = fmaxf(v8, 0.0f);
     out0[i] = v9;
@@ -529,11 +529,11 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd_2(const fl
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v10_n = i / 6272;
-    int v10_n_t = (int)(i - v10_n * 6272);
-    const int v10_ox = v10_n_t % 14; v10_n_t /= 14;
-    const int v10_oy = v10_n_t % 14; v10_n_t /= 14;
-    const int v10_c = v10_n_t;
+    const long long v10_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v10_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v10_n * 6272u);
+    const int v10_ox = (int)(v10_n_t % 14u); v10_n_t /= 14u;
+    const int v10_oy = (int)(v10_n_t % 14u); v10_n_t /= 14u;
+    const int v10_c = (int)v10_n_t;
     const long long v10_base = (v10_n * 32 + v10_c) * 784;
     int v10 = -1;
     float v10_m = 0;
@@ -547,14 +547,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v10 < 0 || x > v10_m || x != x) { v10 = kh * 2 + kw; v10_m = x; }
       }
     }
-    const long long v11_n = i / 6272;
-    int v11_n_t = (int)(i - v11_n * 6272);
-    const int v11_ox = v11_n_t % 14; v11_n_t /= 14;
-    const int v11_oy = v11_n_t % 14; v11_n_t /= 14;
-    const int v11_c = v11_n_t;
+    const long long v11_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v11_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v11_n * 6272u);
+    const int v11_ox = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+    const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+    const int v11_c = (int)v11_n_t;
     const long long v11_base = (v11_n * 32 + v11_c) * 784;
-    const int v11_k = v10;
-    const float v11 = in0[v11_base + (v11_oy * 2 - 0 + (v11_k / 2) * 1) * 28 + v11_ox * 2 - 0 + (v11_k % 2) * 1];
+    const unsigned v11_k = (unsigned)v10;
+    const float v11 = in0[v11_base + (v11_oy * 2 - 0 + (int)(v11_k / 2u) * 1) * 28 + v11_ox * 2 - 0 + (int)(v11_k % 2u) * 1];
     out0[i] = v11;
   }
 }
@@ -564,14 +564,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v14_n = i / 56448;
-    int v14_n_t = (int)(i - v14_n * 56448);
-    const int v14_l = v14_n_t % 196; v14_n_t /= 196;
-    const int v14_k = v14_n_t;
+    const long long v14_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v14_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v14_n * 56448u);
+    const int v14_l = (int)(v14_n_t % 196u); v14_n_t /= 196u;
+    const int v14_k = (int)v14_n_t;
     const int v14_g = 0;
-    const int v14_c = v14_g * 32 + v14_k / 9;
-    const int v14_y = (v14_l / 14) * 1 - 1 + (v14_k / 3 % 3) * 1;
-    const int v14_x = (v14_l % 14) * 1 - 1 + (v14_k % 3) * 1;
+    const int v14_c = v14_g * 32 + (int)((unsigned)v14_k / 9u);
+    const int v14_y = (int)((unsigned)v14_l / 14u) * 1 - 1 + (int)((unsigned)v14_k / 3u % 3u) * 1;
+    const int v14_x = (int)((unsigned)v14_l % 14u) * 1 - 1 + (int)((unsigned)v14_k % 3u) * 1;
     const float v14 = (v14_y >= 0 && v14_y < 14 && v14_x >= 0 && v14_x < 14) ? in0[((v14_n * 32 + v14_c) * 14 + v14_y) * 14 + v14_x] : 0.0f;
     out0[i] = v14;
   }
@@ -584,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd_2(const fl
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a17 = in0[i];
-    float a18 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a18 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v19 = (a17 + a18);
     float v20 = fmaxf(v19, 0.0f);
     out0[i] = v20;
@@ -597,11 +597,11 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd_2(const fl
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v21_n = i / 3136;
-    int v21_n_t = (int)(i - v21_n * 3136);
-    const int v21_ox = v21_n_t % 7; v21_n_t /= 7;
-    const int v21_oy = v21_n_t % 7; v21_n_t /= 7;
-    const int v21_c = v21_n_t;
+    const long long v21_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v21_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v21_n * 3136u);
+    const int v21_ox = (int)(v21_n_t % 7u); v21_n_t /= 7u;
+    const int v21_oy = (int)(v21_n_t % 7u); v21_n_t /= 7u;
+    const int v21_c = (int)v21_n_t;
     const long long v21_base = (v21_n * 64 + v21_c) * 196;
     int v21 = -1;
     float v21_m = 0;
@@ -615,14 +615,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v21 < 0 || x > v21_m || x != x) { v21 = kh * 2 + kw; v21_m = x; }
       }
     }
-    const long long v22_n = i / 3136;
-    int v22_n_t = (int)(i - v22_n * 3136);
-    const int v22_ox = v22_n_t % 7; v22_n_t /= 7;
-    const int v22_oy = v22_n_t % 7; v22_n_t /= 7;
-    const int v22_c = v22_n_t;
+    const long long v22_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v22_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v22_n * 3136u);
+    const int v22_ox = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+    const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+    const int v22_c = (int)v22_n_t;
     const long long v22_base = (v22_n * 64 + v22_c) * 196;
-    const int v22_k = v21;
-    const float v22 = in0[v22_base + (v22_oy * 2 - 0 + (v22_k / 2) * 1) * 14 + v22_ox * 2 - 0 + (v22_k % 2) * 1];
+    const unsigned v22_k = (unsigned)v21;
+    const float v22 = in0[v22_base + (v22_oy * 2 - 0 + (int)(v22_k / 2u) * 1) * 14 + v22_ox * 2 - 0 + (int)(v22_k % 2u) * 1];
     out0[i] = v22;
   }
 }

@@ -64,14 +64,14 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v4_n = i / 7056;
-    int v4_n_t = (int)(i - v4_n * 7056);
-    const int v4_l = v4_n_t % 784; v4_n_t /= 784;
-    const int v4_k = v4_n_t;
+    const long long v4_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v4_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v4_n * 7056u);
+    const int v4_l = (int)(v4_n_t % 784u); v4_n_t /= 784u;
+    const int v4_k = (int)v4_n_t;
     const int v4_g = 0;
-    const int v4_c = v4_g * 1 + v4_k / 9;
-    const int v4_y = (v4_l / 28) * 1 - 1 + (v4_k / 3 % 3) * 1;
-    const int v4_x = (v4_l % 28) * 1 - 1 + (v4_k % 3) * 1;
+    const int v4_c = v4_g * 1 + (int)((unsigned)v4_k / 9u);
+    const int v4_y = (int)((unsigned)v4_l / 28u) * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
+    const int v4_x = (int)((unsigned)v4_l % 28u) * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
     const float v4 = (v4_y >= 0 && v4_y < 28 && v4_x >= 0 && v4_x < 28) ? in0[((v4_n * 1 + v4_c) * 28 + v4_y) * 28 + v4_x] : 0.0f;
     out0[i] = v4;
   }
@@ -85,12 +85,12 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd(const floa
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a7 = in0[i];
-      float a8 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v9 = (a7 + a8);
       out0[i] = v9;
       { const float x = v9; acc = acc + x; }
@@ -116,12 +116,12 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd(const floa
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a9 = in0[i];
-      float a14 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      float a14 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v15 = (a9 - a14);
       float v16 = ngen_sq(v15);
       out0[i] = v15;
@@ -173,17 +173,17 @@ extern "C" __global__ void __launch_bounds__(256) bn1_div_sub_where_train_mul_bi
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a15 = in0[i];
-    float a19 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a19 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v20 = (a15 / a19);
     float a9 = in2[i];
-    float a21 = in3[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a21 = in3[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v22 = (a9 - a21);
-    float a25 = in4[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a25 = in4[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v26 = (v22 / a25);
     float v27 = (s_train ? v20 : v26);
-    float a28 = in5[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a28 = in5[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v29 = (v27 * a28);
-    float a30 = in6[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a30 = in6[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v31 = (v29 + a30);
     float v43 = fmaxf(v31, 0.0f);
     out0[i] = v20;
@@ -227,11 +227,11 @@ extern "C" __global__ void __launch_bounds__(256) scale_add_where_train_fwd(cons
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v44_n = i / 6272;
-    int v44_n_t = (int)(i - v44_n * 6272);
-    const int v44_ox = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_oy = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_c = v44_n_t;
+    const long long v44_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v44_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v44_n * 6272u);
+    const int v44_ox = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_c = (int)v44_n_t;
     const long long v44_base = (v44_n * 32 + v44_c) * 784;
     int v44 = -1;
     float v44_m = 0;
@@ -245,14 +245,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v44 < 0 || x > v44_m || x != x) { v44 = kh * 2 + kw; v44_m = x; }
       }
     }
-    const long long v45_n = i / 6272;
-    int v45_n_t = (int)(i - v45_n * 6272);
-    const int v45_ox = v45_n_t % 14; v45_n_t /= 14;
-    const int v45_oy = v45_n_t % 14; v45_n_t /= 14;
-    const int v45_c = v45_n_t;
+    const long long v45_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v45_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v45_n * 6272u);
+    const int v45_ox = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+    const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+    const int v45_c = (int)v45_n_t;
     const long long v45_base = (v45_n * 32 + v45_c) * 784;
-    const int v45_k = v44;
-    const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (v45_k / 2) * 1) * 28 + v45_ox * 2 - 0 + (v45_k % 2) * 1];
+    const unsigned v45_k = (unsigned)v44;
+    const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (int)(v45_k / 2u) * 1) * 28 + v45_ox * 2 - 0 + (int)(v45_k % 2u) * 1];
     out0[i] = v44;
     out1[i] = v45;
   }
@@ -263,14 +263,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v48_n = i / 56448;
-    int v48_n_t = (int)(i - v48_n * 56448);
-    const int v48_l = v48_n_t % 196; v48_n_t /= 196;
-    const int v48_k = v48_n_t;
+    const long long v48_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v48_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v48_n * 56448u);
+    const int v48_l = (int)(v48_n_t % 196u); v48_n_t /= 196u;
+    const int v48_k = (int)v48_n_t;
     const int v48_g = 0;
-    const int v48_c = v48_g * 32 + v48_k / 9;
-    const int v48_y = (v48_l / 14) * 1 - 1 + (v48_k / 3 % 3) * 1;
-    const int v48_x = (v48_l % 14) * 1 - 1 + (v48_k % 3) * 1;
+    const int v48_c = v48_g * 32 + (int)((unsigned)v48_k / 9u);
+    const int v48_y = (int)((unsigned)v48_l / 14u) * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
+    const int v48_x = (int)((unsigned)v48_l % 14u) * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
     const float v48 = (v48_y >= 0 && v48_y < 14 && v48_x >= 0 && v48_x < 14) ? in0[((v48_n * 32 + v48_c) * 14 + v48_y) * 14 + v48_x] : 0.0f;
     out0[i] = v48;
   }
@@ -284,12 +284,12 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd(const floa
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a51 = in0[i];
-      float a52 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v53 = (a51 + a52);
       out0[i] = v53;
       { const float x = v53; acc = acc + x; }
@@ -315,12 +315,12 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2(const fl
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a53 = in0[i];
-      float a58 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      float a58 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v59 = (a53 - a58);
       float v60 = ngen_sq(v59);
       out0[i] = v59;
@@ -372,17 +372,17 @@ extern "C" __global__ void __launch_bounds__(256) bn2_div_sub_where_train_mul_bi
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a59 = in0[i];
-    float a63 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a63 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v64 = (a59 / a63);
     float a53 = in2[i];
-    float a65 = in3[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a65 = in3[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v66 = (a53 - a65);
-    float a69 = in4[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a69 = in4[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v70 = (v66 / a69);
     float v71 = (s_train ? v64 : v70);
-    float a72 = in5[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a72 = in5[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v73 = (v71 * a72);
-    float a74 = in6[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a74 = in6[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v75 = (v73 + a74);
     float v87 = fmaxf(v75, 0.0f);
     out0[i] = v64;
@@ -426,11 +426,11 @@ extern "C" __global__ void __launch_bounds__(256) scale_add_where_train_fwd_2(co
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v88_n = i / 3136;
-    int v88_n_t = (int)(i - v88_n * 3136);
-    const int v88_ox = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_oy = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_c = v88_n_t;
+    const long long v88_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v88_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v88_n * 3136u);
+    const int v88_ox = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_oy = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_c = (int)v88_n_t;
     const long long v88_base = (v88_n * 64 + v88_c) * 196;
     int v88 = -1;
     float v88_m = 0;
@@ -444,14 +444,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v88 < 0 || x > v88_m || x != x) { v88 = kh * 2 + kw; v88_m = x; }
       }
     }
-    const long long v89_n = i / 3136;
-    int v89_n_t = (int)(i - v89_n * 3136);
-    const int v89_ox = v89_n_t % 7; v89_n_t /= 7;
-    const int v89_oy = v89_n_t % 7; v89_n_t /= 7;
-    const int v89_c = v89_n_t;
+    const long long v89_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v89_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v89_n * 3136u);
+    const int v89_ox = (int)(v89_n_t % 7u); v89_n_t /= 7u;
+    const int v89_oy = (int)(v89_n_t % 7u); v89_n_t /= 7u;
+    const int v89_c = (int)v89_n_t;
     const long long v89_base = (v89_n * 64 + v89_c) * 196;
-    const int v89_k = v88;
-    const float v89 = in0[v89_base + (v89_oy * 2 - 0 + (v89_k / 2) * 1) * 14 + v89_ox * 2 - 0 + (v89_k % 2) * 1];
+    const unsigned v89_k = (unsigned)v88;
+    const float v89 = in0[v89_base + (v89_oy * 2 - 0 + (int)(v89_k / 2u) * 1) * 14 + v89_ox * 2 - 0 + (int)(v89_k % 2u) * 1];
     out0[i] = v88;
     out1[i] = v89;
   }
@@ -525,10 +525,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (10LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a102 = in0[i];
       { const float x = a102; acc = acc + x; }
     }
@@ -543,10 +543,10 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   const long long nout = 128LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (128LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a105 = in0[i];
       float a95 = in1[i];
       float v107 = (a95 > 0.0f ? a105 : 0.0f);
@@ -571,26 +571,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 extern "C" __global__ void __launch_bounds__(256) bn2_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v113_n = i / 12544;
-    int v113_n_t = (int)(i - v113_n * 12544);
-    const int v113_x = v113_n_t % 14; v113_n_t /= 14;
-    const int v113_y = v113_n_t % 14; v113_n_t /= 14;
-    const int v113_c = v113_n_t;
+    const long long v113_n = (long long)((unsigned long long)(i) / 12544u);
+    unsigned v113_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v113_n * 12544u);
+    const int v113_x = (int)(v113_n_t % 14u); v113_n_t /= 14u;
+    const int v113_y = (int)(v113_n_t % 14u); v113_n_t /= 14u;
+    const int v113_c = (int)v113_n_t;
     const long long v113_obase = (v113_n * 64 + v113_c) * 49;
-    const int v113_oy = v113_y / 2, v113_ox = v113_x / 2;
+    const int v113_oy = (int)((unsigned)v113_y / 2u), v113_ox = (int)((unsigned)v113_x / 2u);
     const long long v113_o = v113_obase + v113_oy * 7 + v113_ox;
-    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (v113_y % 2) * 2 + v113_x % 2) ? in0[v113_o] : 0.0f;
+    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (int)((unsigned)v113_y % 2u) * 2 + (int)((unsigned)v113_x % 2u)) ? in0[v113_o] : 0.0f;
     float a87 = in2[i];
     float v114 = (a87 > 0.0f ? v113 : 0.0f);
-    float a72 = in3[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a72 = in3[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v117 = (v114 * a72);
     float a71 = in4[i];
     float v118 = (v114 * a71);
     float v122 = (s_train ? v117 : 0.0f);
     float v123 = (s_train ? 0.0f : v117);
-    float a69 = in5[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a69 = in5[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v124 = (v123 / a69);
-    float a63 = in6[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a63 = in6[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v125 = (v122 / a63);
     float a64 = in7[i];
     float v126 = (v125 * a64);
@@ -610,10 +610,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a114 = in0[i];
       { const float x = a114; acc = acc + x; }
     }
@@ -636,10 +636,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a118 = in0[i];
       { const float x = a118; acc = acc + x; }
     }
@@ -662,10 +662,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a127 = in0[i];
       { const float x = a127; acc = acc + x; }
     }
@@ -708,11 +708,11 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
-      float a130 = in0[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
+      float a130 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v131 = a130;
       float v132 = (v131 / (float)(196 * (long long)B));
       float v133 = (v132 * 2.0f);
@@ -747,14 +747,14 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a124 = in0[i];
       float a135 = in1[i];
       float v138 = (a124 + a135);
-      float a137 = in2[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      float a137 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v139 = a137;
       float v140 = (v139 / (float)(196 * (long long)B));
       float v141 = (v138 + v140);
@@ -779,10 +779,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (18432LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a146 = in0[i];
       { const float x = a146; acc = acc + x; }
     }
@@ -795,20 +795,20 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v151_n = i / 6272;
-    int v151_n_t = (int)(i - v151_n * 6272);
-    const int v151_x = v151_n_t % 14; v151_n_t /= 14;
-    const int v151_y = v151_n_t % 14; v151_n_t /= 14;
-    const int v151_c = v151_n_t;
-    const int v151_g = v151_c / 32, v151_ci = v151_c % 32;
+    const long long v151_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v151_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v151_n * 6272u);
+    const int v151_x = (int)(v151_n_t % 14u); v151_n_t /= 14u;
+    const int v151_y = (int)(v151_n_t % 14u); v151_n_t /= 14u;
+    const int v151_c = (int)v151_n_t;
+    const int v151_g = (int)((unsigned)v151_c / 32u), v151_ci = (int)((unsigned)v151_c % 32u);
     float v151 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v151_y + 1 - kh * 1;
-      if (ty < 0 || ty % 1 != 0 || ty / 1 >= 14) continue;
+      if (ty < 0 || (unsigned)ty % 1u != 0 || (unsigned)ty / 1u >= 14u) continue;
       for (int kw = 0; kw < 3; ++kw) {
         const int tx = v151_x + 1 - kw * 1;
-        if (tx < 0 || tx % 1 != 0 || tx / 1 >= 14) continue;
-        const int kk = (v151_ci * 3 + kh) * 3 + kw, l = (ty / 1) * 14 + tx / 1;
+        if (tx < 0 || (unsigned)tx % 1u != 0 || (unsigned)tx / 1u >= 14u) continue;
+        const int kk = (v151_ci * 3 + kh) * 3 + kw, l = (int)((unsigned)ty / 1u) * 14 + (int)((unsigned)tx / 1u);
         v151 += in0[((v151_n * 1 + v151_g) * 288 + kk) * 196 + l];
       }
     }
@@ -830,26 +830,26 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 extern "C" __global__ void __launch_bounds__(256) bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, const float * __restrict__ in6, const float * __restrict__ in7, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, int B, int s_train) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v152_n = i / 25088;
-    int v152_n_t = (int)(i - v152_n * 25088);
-    const int v152_x = v152_n_t % 28; v152_n_t /= 28;
-    const int v152_y = v152_n_t % 28; v152_n_t /= 28;
-    const int v152_c = v152_n_t;
+    const long long v152_n = (long long)((unsigned long long)(i) / 25088u);
+    unsigned v152_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v152_n * 25088u);
+    const int v152_x = (int)(v152_n_t % 28u); v152_n_t /= 28u;
+    const int v152_y = (int)(v152_n_t % 28u); v152_n_t /= 28u;
+    const int v152_c = (int)v152_n_t;
     const long long v152_obase = (v152_n * 32 + v152_c) * 196;
-    const int v152_oy = v152_y / 2, v152_ox = v152_x / 2;
+    const int v152_oy = (int)((unsigned)v152_y / 2u), v152_ox = (int)((unsigned)v152_x / 2u);
     const long long v152_o = v152_obase + v152_oy * 14 + v152_ox;
-    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (v152_y % 2) * 2 + v152_x % 2) ? in0[v152_o] : 0.0f;
+    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (int)((unsigned)v152_y % 2u) * 2 + (int)((unsigned)v152_x % 2u)) ? in0[v152_o] : 0.0f;
     float a43 = in2[i];
     float v153 = (a43 > 0.0f ? v152 : 0.0f);
-    float a28 = in3[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a28 = in3[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v156 = (v153 * a28);
     float a27 = in4[i];
     float v157 = (v153 * a27);
     float v161 = (s_train ? v156 : 0.0f);
     float v162 = (s_train ? 0.0f : v156);
-    float a25 = in5[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a25 = in5[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v163 = (v162 / a25);
-    float a19 = in6[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a19 = in6[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v164 = (v161 / a19);
     float a20 = in7[i];
     float v165 = (v164 * a20);
@@ -869,10 +869,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a153 = in0[i];
       { const float x = a153; acc = acc + x; }
     }
@@ -895,10 +895,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a157 = in0[i];
       { const float x = a157; acc = acc + x; }
     }
@@ -921,10 +921,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a166 = in0[i];
       { const float x = a166; acc = acc + x; }
     }
@@ -967,11 +967,11 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
-      float a169 = in0[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
+      float a169 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v170 = a169;
       float v171 = (v170 / (float)(784 * (long long)B));
       float v172 = (v171 * 2.0f);
@@ -1006,14 +1006,14 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a163 = in0[i];
       float a174 = in1[i];
       float v177 = (a163 + a174);
-      float a176 = in2[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      float a176 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v178 = a176;
       float v179 = (v178 / (float)(784 * (long long)B));
       float v180 = (v177 + v179);
@@ -1038,10 +1038,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (288LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a185 = in0[i];
       { const float x = a185; acc = acc + x; }
     }
@@ -1094,14 +1094,14 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v3_n = i / 7056;
-    int v3_n_t = (int)(i - v3_n * 7056);
-    const int v3_l = v3_n_t % 784; v3_n_t /= 784;
-    const int v3_k = v3_n_t;
+    const long long v3_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v3_n * 7056u);
+    const int v3_l = (int)(v3_n_t % 784u); v3_n_t /= 784u;
+    const int v3_k = (int)v3_n_t;
     const int v3_g = 0;
-    const int v3_c = v3_g * 1 + v3_k / 9;
-    const int v3_y = (v3_l / 28) * 1 - 1 + (v3_k / 3 % 3) * 1;
-    const int v3_x = (v3_l % 28) * 1 - 1 + (v3_k % 3) * 1;
+    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
+    const int v3_y = (int)((unsigned)v3_l / 28u) * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = (int)((unsigned)v3_l % 28u) * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
     const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
     out0[i] = v3;
   }
@@ -1115,12 +1115,12 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd_2(const fl
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a6 = in0[i];
-      float a7 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v8 = (a6 + a7);
       out0[i] = v8;
       { const float x = v8; acc = acc + x; }
@@ -1146,12 +1146,12 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_3(const fl
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a8 = in0[i];
-      float a13 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+      float a13 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v14 = (a8 - a13);
       float v15 = ngen_sq(v14);
       out0[i] = v14;
@@ -1203,17 +1203,17 @@ extern "C" __global__ void __launch_bounds__(256) bn1_div_sub_where_train_mul_bi
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a14 = in0[i];
-    float a18 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a18 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v19 = (a14 / a18);
     float a8 = in2[i];
-    float a20 = in3[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a20 = in3[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v21 = (a8 - a20);
-    float a24 = in4[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a24 = in4[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v25 = (v21 / a24);
     float v26 = (s_train ? v19 : v25);
-    float a27 = in5[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a27 = in5[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v28 = (v26 * a27);
-    float a29 = in6[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a29 = in6[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v30 = (v28 + a29);
     float v42 = fmaxf(v30, 0.0f);
     out0[i] = v42;
@@ -1255,11 +1255,11 @@ extern "C" __global__ void __launch_bounds__(256) scale_add_where_train_fwd_3(co
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v43_n = i / 6272;
-    int v43_n_t = (int)(i - v43_n * 6272);
-    const int v43_ox = v43_n_t % 14; v43_n_t /= 14;
-    const int v43_oy = v43_n_t % 14; v43_n_t /= 14;
-    const int v43_c = v43_n_t;
+    const long long v43_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v43_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v43_n * 6272u);
+    const int v43_ox = (int)(v43_n_t % 14u); v43_n_t /= 14u;
+    const int v43_oy = (int)(v43_n_t % 14u); v43_n_t /= 14u;
+    const int v43_c = (int)v43_n_t;
     const long long v43_base = (v43_n * 32 + v43_c) * 784;
     int v43 = -1;
     float v43_m = 0;
@@ -1273,14 +1273,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v43 < 0 || x > v43_m || x != x) { v43 = kh * 2 + kw; v43_m = x; }
       }
     }
-    const long long v44_n = i / 6272;
-    int v44_n_t = (int)(i - v44_n * 6272);
-    const int v44_ox = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_oy = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_c = v44_n_t;
+    const long long v44_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v44_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v44_n * 6272u);
+    const int v44_ox = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_c = (int)v44_n_t;
     const long long v44_base = (v44_n * 32 + v44_c) * 784;
-    const int v44_k = v43;
-    const float v44 = in0[v44_base + (v44_oy * 2 - 0 + (v44_k / 2) * 1) * 28 + v44_ox * 2 - 0 + (v44_k % 2) * 1];
+    const unsigned v44_k = (unsigned)v43;
+    const float v44 = in0[v44_base + (v44_oy * 2 - 0 + (int)(v44_k / 2u) * 1) * 28 + v44_ox * 2 - 0 + (int)(v44_k % 2u) * 1];
     out0[i] = v44;
   }
 }
@@ -1290,14 +1290,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v47_n = i / 56448;
-    int v47_n_t = (int)(i - v47_n * 56448);
-    const int v47_l = v47_n_t % 196; v47_n_t /= 196;
-    const int v47_k = v47_n_t;
+    const long long v47_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v47_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v47_n * 56448u);
+    const int v47_l = (int)(v47_n_t % 196u); v47_n_t /= 196u;
+    const int v47_k = (int)v47_n_t;
     const int v47_g = 0;
-    const int v47_c = v47_g * 32 + v47_k / 9;
-    const int v47_y = (v47_l / 14) * 1 - 1 + (v47_k / 3 % 3) * 1;
-    const int v47_x = (v47_l % 14) * 1 - 1 + (v47_k % 3) * 1;
+    const int v47_c = v47_g * 32 + (int)((unsigned)v47_k / 9u);
+    const int v47_y = (int)((unsigned)v47_l / 14u) * 1 - 1 + (int)((unsigned)v47_k / 3u % 3u) * 1;
+    const int v47_x = (int)((unsigned)v47_l % 14u) * 1 - 1 + (int)((unsigned)v47_k % 3u) * 1;
     const float v47 = (v47_y >= 0 && v47_y < 14 && v47_x >= 0 && v47_x < 14) ? in0[((v47_n * 32 + v47_c) * 14 + v47_y) * 14 + v47_x] : 0.0f;
     out0[i] = v47;
   }
@@ -1311,12 +1311,12 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd_2(const fl
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a50 = in0[i];
-      float a51 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      float a51 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v52 = (a50 + a51);
       out0[i] = v52;
       { const float x = v52; acc = acc + x; }
@@ -1342,12 +1342,12 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2_2(const 
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a52 = in0[i];
-      float a57 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+      float a57 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v58 = (a52 - a57);
       float v59 = ngen_sq(v58);
       out0[i] = v58;
@@ -1399,17 +1399,17 @@ extern "C" __global__ void __launch_bounds__(256) bn2_div_sub_where_train_mul_bi
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a58 = in0[i];
-    float a62 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a62 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v63 = (a58 / a62);
     float a52 = in2[i];
-    float a64 = in3[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a64 = in3[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v65 = (a52 - a64);
-    float a68 = in4[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a68 = in4[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v69 = (v65 / a68);
     float v70 = (s_train ? v63 : v69);
-    float a71 = in5[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a71 = in5[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v72 = (v70 * a71);
-    float a73 = in6[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a73 = in6[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v74 = (v72 + a73);
     float v86 = fmaxf(v74, 0.0f);
     out0[i] = v86;
@@ -1451,11 +1451,11 @@ extern "C" __global__ void __launch_bounds__(256) scale_add_where_train_fwd_2_2(
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v87_n = i / 3136;
-    int v87_n_t = (int)(i - v87_n * 3136);
-    const int v87_ox = v87_n_t % 7; v87_n_t /= 7;
-    const int v87_oy = v87_n_t % 7; v87_n_t /= 7;
-    const int v87_c = v87_n_t;
+    const long long v87_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v87_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v87_n * 3136u);
+    const int v87_ox = (int)(v87_n_t % 7u); v87_n_t /= 7u;
+    const int v87_oy = (int)(v87_n_t % 7u); v87_n_t /= 7u;
+    const int v87_c = (int)v87_n_t;
     const long long v87_base = (v87_n * 64 + v87_c) * 196;
     int v87 = -1;
     float v87_m = 0;
@@ -1469,14 +1469,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
         if (v87 < 0 || x > v87_m || x != x) { v87 = kh * 2 + kw; v87_m = x; }
       }
     }
-    const long long v88_n = i / 3136;
-    int v88_n_t = (int)(i - v88_n * 3136);
-    const int v88_ox = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_oy = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_c = v88_n_t;
+    const long long v88_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v88_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v88_n * 3136u);
+    const int v88_ox = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_oy = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_c = (int)v88_n_t;
     const long long v88_base = (v88_n * 64 + v88_c) * 196;
-    const int v88_k = v87;
-    const float v88 = in0[v88_base + (v88_oy * 2 - 0 + (v88_k / 2) * 1) * 14 + v88_ox * 2 - 0 + (v88_k % 2) * 1];
+    const unsigned v88_k = (unsigned)v87;
+    const float v88 = in0[v88_base + (v88_oy * 2 - 0 + (int)(v88_k / 2u) * 1) * 14 + v88_ox * 2 - 0 + (int)(v88_k % 2u) * 1];
     out0[i] = v88;
   }
 }

@@ -64,14 +64,14 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v4_n = i / 7056;
-    int v4_n_t = (int)(i - v4_n * 7056);
-    const int v4_l = v4_n_t % 784; v4_n_t /= 784;
-    const int v4_k = v4_n_t;
+    const long long v4_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v4_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v4_n * 7056u);
+    const int v4_l = (int)(v4_n_t % 784u); v4_n_t /= 784u;
+    const int v4_k = (int)v4_n_t;
     const int v4_g = 0;
-    const int v4_c = v4_g * 1 + v4_k / 9;
-    const int v4_y = (v4_l / 28) * 1 - 1 + (v4_k / 3 % 3) * 1;
-    const int v4_x = (v4_l % 28) * 1 - 1 + (v4_k % 3) * 1;
+    const int v4_c = v4_g * 1 + (int)((unsigned)v4_k / 9u);
+    const int v4_y = (int)((unsigned)v4_l / 28u) * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
+    const int v4_x = (int)((unsigned)v4_l % 28u) * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
     const float v4 = (v4_y >= 0 && v4_y < 28 && v4_x >= 0 && v4_x < 28) ? in0[((v4_n * 1 + v4_c) * 28 + v4_y) * 28 + v4_x] : 0.0f;
     out0[i] = v4;
   }
@@ -83,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * _
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
-    float a8 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v9 = (a7 + a8);
     out0[i] = v9;
   }
@@ -96,10 +96,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a9 = in0[i];
       { const float x = a9; acc = acc + x; }
     }
@@ -121,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
-    float a14 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a14 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v15 = (a9 - a14);
     out0[i] = v15;
   }
@@ -145,10 +145,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a16 = in0[i];
       { const float x = a16; acc = acc + x; }
     }
@@ -192,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd(const float * __restri
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a15 = in0[i];
-    float a19 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a19 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v20 = (a15 / a19);
     out0[i] = v20;
   }
@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
-    float a21 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a21 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v22 = (a9 - a21);
     out0[i] = v22;
   }
@@ -238,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_2(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a22 = in0[i];
-    float a25 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a25 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v26 = (a22 / a25);
     out0[i] = v26;
   }
@@ -262,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd(const float * __re
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a27 = in0[i];
-    float a28 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a28 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v29 = (a27 * a28);
     out0[i] = v29;
   }
@@ -274,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_bias_fwd(const float * __r
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a29 = in0[i];
-    float a30 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a30 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v31 = (a29 + a30);
     out0[i] = v31;
   }
@@ -399,11 +399,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v44_n = i / 6272;
-    int v44_n_t = (int)(i - v44_n * 6272);
-    const int v44_ox = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_oy = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_c = v44_n_t;
+    const long long v44_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v44_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v44_n * 6272u);
+    const int v44_ox = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_c = (int)v44_n_t;
     const long long v44_base = (v44_n * 32 + v44_c) * 784;
     int v44 = -1;
     float v44_m = 0;
@@ -427,14 +427,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     int a44 = in1[i];
-    const long long v45_n = i / 6272;
-    int v45_n_t = (int)(i - v45_n * 6272);
-    const int v45_ox = v45_n_t % 14; v45_n_t /= 14;
-    const int v45_oy = v45_n_t % 14; v45_n_t /= 14;
-    const int v45_c = v45_n_t;
+    const long long v45_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v45_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v45_n * 6272u);
+    const int v45_ox = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+    const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+    const int v45_c = (int)v45_n_t;
     const long long v45_base = (v45_n * 32 + v45_c) * 784;
-    const int v45_k = a44;
-    const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (v45_k / 2) * 1) * 28 + v45_ox * 2 - 0 + (v45_k % 2) * 1];
+    const unsigned v45_k = (unsigned)a44;
+    const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (int)(v45_k / 2u) * 1) * 28 + v45_ox * 2 - 0 + (int)(v45_k % 2u) * 1];
     out0[i] = v45;
   }
 }
@@ -444,14 +444,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v48_n = i / 56448;
-    int v48_n_t = (int)(i - v48_n * 56448);
-    const int v48_l = v48_n_t % 196; v48_n_t /= 196;
-    const int v48_k = v48_n_t;
+    const long long v48_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v48_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v48_n * 56448u);
+    const int v48_l = (int)(v48_n_t % 196u); v48_n_t /= 196u;
+    const int v48_k = (int)v48_n_t;
     const int v48_g = 0;
-    const int v48_c = v48_g * 32 + v48_k / 9;
-    const int v48_y = (v48_l / 14) * 1 - 1 + (v48_k / 3 % 3) * 1;
-    const int v48_x = (v48_l % 14) * 1 - 1 + (v48_k % 3) * 1;
+    const int v48_c = v48_g * 32 + (int)((unsigned)v48_k / 9u);
+    const int v48_y = (int)((unsigned)v48_l / 14u) * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
+    const int v48_x = (int)((unsigned)v48_l % 14u) * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
     const float v48 = (v48_y >= 0 && v48_y < 14 && v48_x >= 0 && v48_x < 14) ? in0[((v48_n * 32 + v48_c) * 14 + v48_y) * 14 + v48_x] : 0.0f;
     out0[i] = v48;
   }
@@ -463,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * _
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a51 = in0[i];
-    float a52 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v53 = (a51 + a52);
     out0[i] = v53;
   }
@@ -476,10 +476,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a53 = in0[i];
       { const float x = a53; acc = acc + x; }
     }
@@ -501,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __rest
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a53 = in0[i];
-    float a58 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a58 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v59 = (a53 - a58);
     out0[i] = v59;
   }
@@ -525,10 +525,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a60 = in0[i];
       { const float x = a60; acc = acc + x; }
     }
@@ -572,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_3(const float * __rest
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a59 = in0[i];
-    float a63 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a63 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v64 = (a59 / a63);
     out0[i] = v64;
   }
@@ -584,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __rest
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a53 = in0[i];
-    float a65 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a65 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v66 = (a53 - a65);
     out0[i] = v66;
   }
@@ -618,7 +618,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_4(const float * __rest
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a66 = in0[i];
-    float a69 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a69 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v70 = (a66 / a69);
     out0[i] = v70;
   }
@@ -642,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a71 = in0[i];
-    float a72 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a72 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v73 = (a71 * a72);
     out0[i] = v73;
   }
@@ -654,7 +654,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_bias_fwd(const float * __r
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a73 = in0[i];
-    float a74 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a74 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v75 = (a73 + a74);
     out0[i] = v75;
   }
@@ -779,11 +779,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v88_n = i / 3136;
-    int v88_n_t = (int)(i - v88_n * 3136);
-    const int v88_ox = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_oy = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_c = v88_n_t;
+    const long long v88_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v88_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v88_n * 3136u);
+    const int v88_ox = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_oy = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_c = (int)v88_n_t;
     const long long v88_base = (v88_n * 64 + v88_c) * 196;
     int v88 = -1;
     float v88_m = 0;
@@ -807,14 +807,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     int a88 = in1[i];
-    const long long v89_n = i / 3136;
-    int v89_n_t = (int)(i - v89_n * 3136);
-    const int v89_ox = v89_n_t % 7; v89_n_t /= 7;
-    const int v89_oy = v89_n_t % 7; v89_n_t /= 7;
-    const int v89_c = v89_n_t;
+    const long long v89_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v89_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v89_n * 3136u);
+    const int v89_ox = (int)(v89_n_t % 7u); v89_n_t /= 7u;
+    const int v89_oy = (int)(v89_n_t % 7u); v89_n_t /= 7u;
+    const int v89_c = (int)v89_n_t;
     const long long v89_base = (v89_n * 64 + v89_c) * 196;
-    const int v89_k = a88;
-    const float v89 = in0[v89_base + (v89_oy * 2 - 0 + (v89_k / 2) * 1) * 14 + v89_ox * 2 - 0 + (v89_k % 2) * 1];
+    const unsigned v89_k = (unsigned)a88;
+    const float v89 = in0[v89_base + (v89_oy * 2 - 0 + (int)(v89_k / 2u) * 1) * 14 + v89_ox * 2 - 0 + (int)(v89_k % 2u) * 1];
     out0[i] = v89;
   }
 }
@@ -924,10 +924,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (10LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a102 = in0[i];
       { const float x = a102; acc = acc + x; }
     }
@@ -953,10 +953,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nout = 128LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (128LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a107 = in0[i];
       { const float x = a107; acc = acc + x; }
     }
@@ -969,15 +969,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v113_n = i / 12544;
-    int v113_n_t = (int)(i - v113_n * 12544);
-    const int v113_x = v113_n_t % 14; v113_n_t /= 14;
-    const int v113_y = v113_n_t % 14; v113_n_t /= 14;
-    const int v113_c = v113_n_t;
+    const long long v113_n = (long long)((unsigned long long)(i) / 12544u);
+    unsigned v113_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v113_n * 12544u);
+    const int v113_x = (int)(v113_n_t % 14u); v113_n_t /= 14u;
+    const int v113_y = (int)(v113_n_t % 14u); v113_n_t /= 14u;
+    const int v113_c = (int)v113_n_t;
     const long long v113_obase = (v113_n * 64 + v113_c) * 49;
-    const int v113_oy = v113_y / 2, v113_ox = v113_x / 2;
+    const int v113_oy = (int)((unsigned)v113_y / 2u), v113_ox = (int)((unsigned)v113_x / 2u);
     const long long v113_o = v113_obase + v113_oy * 7 + v113_ox;
-    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (v113_y % 2) * 2 + v113_x % 2) ? in0[v113_o] : 0.0f;
+    const float v113 = (v113_oy < 7 && v113_ox < 7 && in1[v113_o] == (int)((unsigned)v113_y % 2u) * 2 + (int)((unsigned)v113_x % 2u)) ? in0[v113_o] : 0.0f;
     out0[i] = v113;
   }
 }
@@ -1001,10 +1001,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a114 = in0[i];
       { const float x = a114; acc = acc + x; }
     }
@@ -1026,7 +1026,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_mul_bwd(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a114 = in0[i];
-    float a72 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a72 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v117 = (a114 * a72);
     out0[i] = v117;
   }
@@ -1051,10 +1051,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a118 = in0[i];
       { const float x = a118; acc = acc + x; }
     }
@@ -1098,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd(const float * __restri
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a123 = in0[i];
-    float a69 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a69 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v124 = (a123 / a69);
     out0[i] = v124;
   }
@@ -1110,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_2(const float * __rest
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a122 = in0[i];
-    float a63 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a63 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v125 = (a122 / a63);
     out0[i] = v125;
   }
@@ -1146,10 +1146,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a127 = in0[i];
       { const float x = a127; acc = acc + x; }
     }
@@ -1193,7 +1193,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_3(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a130 = in0[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a130 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v131 = a130;
     out0[i] = v131;
   }
@@ -1263,10 +1263,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a136 = in0[i];
       { const float x = a136; acc = acc + x; }
     }
@@ -1299,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a137 = in0[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a137 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v139 = a137;
     out0[i] = v139;
   }
@@ -1335,10 +1335,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a141 = in0[i];
       { const float x = a141; acc = acc + x; }
     }
@@ -1360,10 +1360,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (18432LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a146 = in0[i];
       { const float x = a146; acc = acc + x; }
     }
@@ -1376,20 +1376,20 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v151_n = i / 6272;
-    int v151_n_t = (int)(i - v151_n * 6272);
-    const int v151_x = v151_n_t % 14; v151_n_t /= 14;
-    const int v151_y = v151_n_t % 14; v151_n_t /= 14;
-    const int v151_c = v151_n_t;
-    const int v151_g = v151_c / 32, v151_ci = v151_c % 32;
+    const long long v151_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v151_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v151_n * 6272u);
+    const int v151_x = (int)(v151_n_t % 14u); v151_n_t /= 14u;
+    const int v151_y = (int)(v151_n_t % 14u); v151_n_t /= 14u;
+    const int v151_c = (int)v151_n_t;
+    const int v151_g = (int)((unsigned)v151_c / 32u), v151_ci = (int)((unsigned)v151_c % 32u);
     float v151 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v151_y + 1 - kh * 1;
-      if (ty < 0 || ty % 1 != 0 || ty / 1 >= 14) continue;
+      if (ty < 0 || (unsigned)ty % 1u != 0 || (unsigned)ty / 1u >= 14u) continue;
       for (int kw = 0; kw < 3; ++kw) {
         const int tx = v151_x + 1 - kw * 1;
-        if (tx < 0 || tx % 1 != 0 || tx / 1 >= 14) continue;
-        const int kk = (v151_ci * 3 + kh) * 3 + kw, l = (ty / 1) * 14 + tx / 1;
+        if (tx < 0 || (unsigned)tx % 1u != 0 || (unsigned)tx / 1u >= 14u) continue;
+        const int kk = (v151_ci * 3 + kh) * 3 + kw, l = (int)((unsigned)ty / 1u) * 14 + (int)((unsigned)tx / 1u);
         v151 += in0[((v151_n * 1 + v151_g) * 288 + kk) * 196 + l];
       }
     }
@@ -1402,15 +1402,15 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v152_n = i / 25088;
-    int v152_n_t = (int)(i - v152_n * 25088);
-    const int v152_x = v152_n_t % 28; v152_n_t /= 28;
-    const int v152_y = v152_n_t % 28; v152_n_t /= 28;
-    const int v152_c = v152_n_t;
+    const long long v152_n = (long long)((unsigned long long)(i) / 25088u);
+    unsigned v152_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v152_n * 25088u);
+    const int v152_x = (int)(v152_n_t % 28u); v152_n_t /= 28u;
+    const int v152_y = (int)(v152_n_t % 28u); v152_n_t /= 28u;
+    const int v152_c = (int)v152_n_t;
     const long long v152_obase = (v152_n * 32 + v152_c) * 196;
-    const int v152_oy = v152_y / 2, v152_ox = v152_x / 2;
+    const int v152_oy = (int)((unsigned)v152_y / 2u), v152_ox = (int)((unsigned)v152_x / 2u);
     const long long v152_o = v152_obase + v152_oy * 14 + v152_ox;
-    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (v152_y % 2) * 2 + v152_x % 2) ? in0[v152_o] : 0.0f;
+    const float v152 = (v152_oy < 14 && v152_ox < 14 && in1[v152_o] == (int)((unsigned)v152_y % 2u) * 2 + (int)((unsigned)v152_x % 2u)) ? in0[v152_o] : 0.0f;
     out0[i] = v152;
   }
 }
@@ -1434,10 +1434,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a153 = in0[i];
       { const float x = a153; acc = acc + x; }
     }
@@ -1459,7 +1459,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_mul_bwd(const float * __re
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a153 = in0[i];
-    float a28 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a28 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v156 = (a153 * a28);
     out0[i] = v156;
   }
@@ -1484,10 +1484,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a157 = in0[i];
       { const float x = a157; acc = acc + x; }
     }
@@ -1531,7 +1531,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_4(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a162 = in0[i];
-    float a25 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a25 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v163 = (a162 / a25);
     out0[i] = v163;
   }
@@ -1543,7 +1543,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_5(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a161 = in0[i];
-    float a19 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a19 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v164 = (a161 / a19);
     out0[i] = v164;
   }
@@ -1579,10 +1579,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a166 = in0[i];
       { const float x = a166; acc = acc + x; }
     }
@@ -1626,7 +1626,7 @@ extern "C" __global__ void __launch_bounds__(256) div_bwd_6(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a169 = in0[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a169 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v170 = a169;
     out0[i] = v170;
   }
@@ -1696,10 +1696,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_12(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a175 = in0[i];
       { const float x = a175; acc = acc + x; }
     }
@@ -1732,7 +1732,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a176 = in0[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a176 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v178 = a176;
     out0[i] = v178;
   }
@@ -1768,10 +1768,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_13(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a180 = in0[i];
       { const float x = a180; acc = acc + x; }
     }
@@ -1793,10 +1793,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (288LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a185 = in0[i];
       { const float x = a185; acc = acc + x; }
     }
@@ -1956,14 +1956,14 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 7056LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v3_n = i / 7056;
-    int v3_n_t = (int)(i - v3_n * 7056);
-    const int v3_l = v3_n_t % 784; v3_n_t /= 784;
-    const int v3_k = v3_n_t;
+    const long long v3_n = (long long)((unsigned long long)(i) / 7056u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v3_n * 7056u);
+    const int v3_l = (int)(v3_n_t % 784u); v3_n_t /= 784u;
+    const int v3_k = (int)v3_n_t;
     const int v3_g = 0;
-    const int v3_c = v3_g * 1 + v3_k / 9;
-    const int v3_y = (v3_l / 28) * 1 - 1 + (v3_k / 3 % 3) * 1;
-    const int v3_x = (v3_l % 28) * 1 - 1 + (v3_k % 3) * 1;
+    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
+    const int v3_y = (int)((unsigned)v3_l / 28u) * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = (int)((unsigned)v3_l % 28u) * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
     const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
     out0[i] = v3;
   }
@@ -1975,7 +1975,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float *
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
-    float a7 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v8 = (a6 + a7);
     out0[i] = v8;
   }
@@ -1988,10 +1988,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a8 = in0[i];
       { const float x = a8; acc = acc + x; }
     }
@@ -2013,7 +2013,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_5(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
-    float a13 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a13 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v14 = (a8 - a13);
     out0[i] = v14;
   }
@@ -2037,10 +2037,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
   const long long nred = 784LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (784LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 784LL) + ((r) / 784LL) * (25088LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a15 = in0[i];
       { const float x = a15; acc = acc + x; }
     }
@@ -2084,7 +2084,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_5(const float * __rest
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a14 = in0[i];
-    float a18 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a18 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v19 = (a14 / a18);
     out0[i] = v19;
   }
@@ -2096,7 +2096,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_2_2(const float * __re
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
-    float a20 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a20 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v21 = (a8 - a20);
     out0[i] = v21;
   }
@@ -2130,7 +2130,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_2_2(const float * __re
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a21 = in0[i];
-    float a24 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a24 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v25 = (a21 / a24);
     out0[i] = v25;
   }
@@ -2154,7 +2154,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd_2(const float * __
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a26 = in0[i];
-    float a27 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a27 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v28 = (a26 * a27);
     out0[i] = v28;
   }
@@ -2166,7 +2166,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_bias_fwd_2(const float * _
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a28 = in0[i];
-    float a29 = in1[(((((i) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a29 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
     float v30 = (a28 + a29);
     out0[i] = v30;
   }
@@ -2291,11 +2291,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v43_n = i / 6272;
-    int v43_n_t = (int)(i - v43_n * 6272);
-    const int v43_ox = v43_n_t % 14; v43_n_t /= 14;
-    const int v43_oy = v43_n_t % 14; v43_n_t /= 14;
-    const int v43_c = v43_n_t;
+    const long long v43_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v43_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v43_n * 6272u);
+    const int v43_ox = (int)(v43_n_t % 14u); v43_n_t /= 14u;
+    const int v43_oy = (int)(v43_n_t % 14u); v43_n_t /= 14u;
+    const int v43_c = (int)v43_n_t;
     const long long v43_base = (v43_n * 32 + v43_c) * 784;
     int v43 = -1;
     float v43_m = 0;
@@ -2319,14 +2319,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float
   const long long n = 6272LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     int a43 = in1[i];
-    const long long v44_n = i / 6272;
-    int v44_n_t = (int)(i - v44_n * 6272);
-    const int v44_ox = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_oy = v44_n_t % 14; v44_n_t /= 14;
-    const int v44_c = v44_n_t;
+    const long long v44_n = (long long)((unsigned long long)(i) / 6272u);
+    unsigned v44_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v44_n * 6272u);
+    const int v44_ox = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+    const int v44_c = (int)v44_n_t;
     const long long v44_base = (v44_n * 32 + v44_c) * 784;
-    const int v44_k = a43;
-    const float v44 = in0[v44_base + (v44_oy * 2 - 0 + (v44_k / 2) * 1) * 28 + v44_ox * 2 - 0 + (v44_k % 2) * 1];
+    const unsigned v44_k = (unsigned)a43;
+    const float v44 = in0[v44_base + (v44_oy * 2 - 0 + (int)(v44_k / 2u) * 1) * 28 + v44_ox * 2 - 0 + (int)(v44_k % 2u) * 1];
     out0[i] = v44;
   }
 }
@@ -2336,14 +2336,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 56448LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v47_n = i / 56448;
-    int v47_n_t = (int)(i - v47_n * 56448);
-    const int v47_l = v47_n_t % 196; v47_n_t /= 196;
-    const int v47_k = v47_n_t;
+    const long long v47_n = (long long)((unsigned long long)(i) / 56448u);
+    unsigned v47_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v47_n * 56448u);
+    const int v47_l = (int)(v47_n_t % 196u); v47_n_t /= 196u;
+    const int v47_k = (int)v47_n_t;
     const int v47_g = 0;
-    const int v47_c = v47_g * 32 + v47_k / 9;
-    const int v47_y = (v47_l / 14) * 1 - 1 + (v47_k / 3 % 3) * 1;
-    const int v47_x = (v47_l % 14) * 1 - 1 + (v47_k % 3) * 1;
+    const int v47_c = v47_g * 32 + (int)((unsigned)v47_k / 9u);
+    const int v47_y = (int)((unsigned)v47_l / 14u) * 1 - 1 + (int)((unsigned)v47_k / 3u % 3u) * 1;
+    const int v47_x = (int)((unsigned)v47_l % 14u) * 1 - 1 + (int)((unsigned)v47_k % 3u) * 1;
     const float v47 = (v47_y >= 0 && v47_y < 14 && v47_x >= 0 && v47_x < 14) ? in0[((v47_n * 32 + v47_c) * 14 + v47_y) * 14 + v47_x] : 0.0f;
     out0[i] = v47;
   }
@@ -2355,7 +2355,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float *
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a50 = in0[i];
-    float a51 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a51 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v52 = (a50 + a51);
     out0[i] = v52;
   }
@@ -2368,10 +2368,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a52 = in0[i];
       { const float x = a52; acc = acc + x; }
     }
@@ -2393,7 +2393,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_3_2(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a52 = in0[i];
-    float a57 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a57 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v58 = (a52 - a57);
     out0[i] = v58;
   }
@@ -2417,10 +2417,10 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
   const long long nred = 196LL * (long long)B;
   __shared__ float partial[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (o) * (196LL);
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + ((r) % 196LL) + ((r) / 196LL) * (12544LL);
+      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a59 = in0[i];
       { const float x = a59; acc = acc + x; }
     }
@@ -2464,7 +2464,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_3_2(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a58 = in0[i];
-    float a62 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a62 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v63 = (a58 / a62);
     out0[i] = v63;
   }
@@ -2476,7 +2476,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_4_2(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a52 = in0[i];
-    float a64 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a64 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v65 = (a52 - a64);
     out0[i] = v65;
   }
@@ -2510,7 +2510,7 @@ extern "C" __global__ void __launch_bounds__(256) div_fwd_4_2(const float * __re
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a65 = in0[i];
-    float a68 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a68 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v69 = (a65 / a68);
     out0[i] = v69;
   }
@@ -2534,7 +2534,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd_2(const float * __
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
-    float a71 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a71 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v72 = (a70 * a71);
     out0[i] = v72;
   }
@@ -2546,7 +2546,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_bias_fwd_2(const float * _
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a72 = in0[i];
-    float a73 = in1[(((((i) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a73 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
     float v74 = (a72 + a73);
     out0[i] = v74;
   }
@@ -2671,11 +2671,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    const long long v87_n = i / 3136;
-    int v87_n_t = (int)(i - v87_n * 3136);
-    const int v87_ox = v87_n_t % 7; v87_n_t /= 7;
-    const int v87_oy = v87_n_t % 7; v87_n_t /= 7;
-    const int v87_c = v87_n_t;
+    const long long v87_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v87_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v87_n * 3136u);
+    const int v87_ox = (int)(v87_n_t % 7u); v87_n_t /= 7u;
+    const int v87_oy = (int)(v87_n_t % 7u); v87_n_t /= 7u;
+    const int v87_c = (int)v87_n_t;
     const long long v87_base = (v87_n * 64 + v87_c) * 196;
     int v87 = -1;
     float v87_m = 0;
@@ -2699,14 +2699,14 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const flo
   const long long n = 3136LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     int a87 = in1[i];
-    const long long v88_n = i / 3136;
-    int v88_n_t = (int)(i - v88_n * 3136);
-    const int v88_ox = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_oy = v88_n_t % 7; v88_n_t /= 7;
-    const int v88_c = v88_n_t;
+    const long long v88_n = (long long)((unsigned long long)(i) / 3136u);
+    unsigned v88_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v88_n * 3136u);
+    const int v88_ox = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_oy = (int)(v88_n_t % 7u); v88_n_t /= 7u;
+    const int v88_c = (int)v88_n_t;
     const long long v88_base = (v88_n * 64 + v88_c) * 196;
-    const int v88_k = a87;
-    const float v88 = in0[v88_base + (v88_oy * 2 - 0 + (v88_k / 2) * 1) * 14 + v88_ox * 2 - 0 + (v88_k % 2) * 1];
+    const unsigned v88_k = (unsigned)a87;
+    const float v88 = in0[v88_base + (v88_oy * 2 - 0 + (int)(v88_k / 2u) * 1) * 14 + v88_ox * 2 - 0 + (int)(v88_k % 2u) * 1];
     out0[i] = v88;
   }
 }

@@ -147,10 +147,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (10LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a20 = in0[i];
       { const float x = a20; acc = acc + x; }
     }
@@ -166,10 +166,10 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd(const
   const long long nout = 256LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (256LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (256LL));
       float a23 = in0[i];
       float v25 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a23 * 1.25f : 0.0f) : a23);
       float a12 = in1[i];
@@ -189,10 +189,10 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd_2(con
   const long long nout = 512LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (o);
+    const long long base = (long long)(((unsigned long long)(o)));
     float acc = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (r) * (512LL);
+      const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
       float a29 = in0[i];
       float v31 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a29 * 1.25f : 0.0f) : a29);
       float a6 = in1[i];
