@@ -130,11 +130,3 @@ func (p *Program) String() string {
 	}
 	return b.String()
 }
-
-func prune(p *Program) error {
-	for _, f := range p.Funcs() {
-		f.Prune()
-		f.Renumber()
-	}
-	return nil
-}

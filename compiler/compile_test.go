@@ -38,3 +38,34 @@ func TestCompileBadDump(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// through runs the passes up to and including last, verifying after each,
+// as Compile does.
+func through(t *testing.T, m *ir.Model, last string, fuse bool) *Program {
+	t.Helper()
+	p := &Program{Model: m, Fuse: fuse, RefBatch: 8, Groups: map[*ir.Func][]*Group{}}
+	for _, ps := range passes {
+		if err := ps.fn(p); err != nil {
+			t.Fatalf("pass %s: %v", ps.name, err)
+		}
+		if err := verify(p); err != nil {
+			t.Fatalf("after %s: %v", ps.name, err)
+		}
+		if ps.name == last {
+			return p
+		}
+	}
+	t.Fatalf("no pass %q", last)
+	return nil
+}
+
+// count returns how many values of f have op.
+func count(f *ir.Func, op string) int {
+	n := 0
+	for _, v := range f.Values {
+		if v.Op == op {
+			n++
+		}
+	}
+	return n
+}

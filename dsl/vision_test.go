@@ -1,0 +1,97 @@
+package dsl
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+func convNet(bn bool) *Model {
+	m := NewModel("c")
+	x := m.Input("x", F32, Batch, 1, 28, 28)
+	y := m.Labels("y", Batch)
+	h := m.Conv2d("conv1", x, 8, 3, Conv{Padding: 1})
+	if bn {
+		h = m.BatchNorm2d("bn1", h)
+	}
+	h = MaxPool2d(ReLU(h), 2)
+	logits := m.Linear("fc", Flatten(h), 10)
+	m.Output(logits)
+	m.Loss(CrossEntropy(logits, y))
+	m.Optimizer(Adam{LR: 1e-3})
+	return m
+}
+
+func TestVisionShapes(t *testing.T) {
+	im, err := convNet(true).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := im.Output.Shape.String(); got != "[B,10]" {
+		t.Errorf("logits %s", got)
+	}
+	params, states := 0, 0
+	for _, v := range im.Forward.Values {
+		switch v.Role {
+		case ir.Param:
+			params++
+		case ir.State:
+			states++
+		}
+	}
+	// conv weight and bias, bn weight and bias, fc weight and bias.
+	if params != 6 || states != 2 || len(im.Forward.Updates) != 2 {
+		t.Errorf("%d params, %d state buffers, %d updates", params, states, len(im.Forward.Updates))
+	}
+	// Updates survive the trip from the evaluated DSL to ngen build.
+	data, err := json.Marshal(im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back ir.Model
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Forward.Updates) != 2 || back.Forward.Updates[0].State.Name != "bn1.running_mean" {
+		t.Errorf("updates after JSON: %+v", back.Forward.Updates)
+	}
+}
+
+func TestVisionErrorsNameTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   string
+		want string
+		decl func(m *Model, x *Tensor) (*Tensor, int)
+	}{
+		{"channels not divisible by groups", "conv2d", "divisible by groups", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", x, 4, 3, Conv{Groups: 2}), l
+		}},
+		{"kernel larger than the padded input", "im2col", "does not fit", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", x, 4, 31), l
+		}},
+		{"pool padding over half the kernel", "maxpool_argmax", "at most half", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return MaxPool2d(x, 2, Pool{Padding: 2}), l
+		}},
+		{"batch norm of a matrix", "batchnorm2d", "must be N×C×H×W", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.BatchNorm2d("bn", Flatten(x)), l
+		}},
+	} {
+		m := NewModel("bad")
+		x := m.Input("x", F32, Batch, 3, 28, 28)
+		h, l := tc.decl(m, x)
+		m.Loss(Sum(h, false))
+		_, err := m.Build()
+		pos := fmt.Sprintf("dsl/vision_test.go:%d", l)
+		if err == nil || !strings.Contains(err.Error(), tc.op) || !strings.Contains(err.Error(), pos) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %s at %s: %s", tc.name, err, tc.op, pos, tc.want)
+		}
+	}
+}
