@@ -23,16 +23,24 @@ import (
 //go:embed preamble.cuh
 var preamble string
 
-// NVCCFlags are the fixed flags every .cu is compiled with; the generated
-// header records them.
-var NVCCFlags = []string{"-O3", "-lineinfo", "--fmad=true", "--ftz=true", "-Werror", "all-warnings"}
+// NVCCFlags are the fixed flags every .cu is compiled with (by ngen build
+// into the committed fatbin and PTX, by the tests with warnings as errors,
+// and by NVRTC at run time); the generated header records them. fmad: a*b+c
+// may contract to an FMA; ftz: single-precision denormals flush to zero (the
+// CPU emulation does the same). There is no -lineinfo: it embeds the build
+// directory, so committed binaries would differ from machine to machine.
+var NVCCFlags = []string{"-O3", "--fmad=true", "--ftz=true"}
+
+// NVCCWarnFlags turn every nvcc warning into an error, for the tests.
+var NVCCWarnFlags = []string{"-Werror", "all-warnings"}
 
 // Options controls generation.
 type Options struct {
 	Package string // Go package name (sanitised again here)
 	Source  string // the DSL file, for the generated-code header
-	// PTX is nvcc's compute_80 PTX for the .cu, when nvcc was available.
-	PTX []byte
+	// PTX is nvcc's compute_80 PTX for the .cu and Fatbin its sm_80 and
+	// sm_90 images plus that PTX, when nvcc was available (codegen/nvcc).
+	PTX, Fatbin []byte
 }
 
 // Kernels renders the program's kernels and completes the plan's launch
@@ -247,7 +255,11 @@ func Generate(p *compiler.Program, opts Options) (map[string][]byte, error) {
 	if len(opts.PTX) > 0 {
 		files[pkg+".ptx"] = opts.PTX
 	}
-	glue, err := GoGlue(plan, GlueOptions{Package: pkg, Source: p.Model.Source, CUFile: cuFile, EntrySymbol: entry, HasPTX: len(opts.PTX) > 0})
+	if len(opts.Fatbin) > 0 {
+		files[pkg+".fatbin"] = opts.Fatbin
+	}
+	glue, err := GoGlue(plan, GlueOptions{Package: pkg, Source: p.Model.Source, CUFile: cuFile, EntrySymbol: entry,
+		HasPTX: len(opts.PTX) > 0, HasFatbin: len(opts.Fatbin) > 0})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ type GlueOptions struct {
 	CUFile      string // the .cu embedded for the GPU backend, e.g. "mlp.cu"
 	EntrySymbol string // the C entry point; kernels_cpu.go exposes it as cpuEntry
 	HasPTX      bool   // embed <package>.ptx beside the .cu
+	HasFatbin   bool   // embed <package>.fatbin beside the .cu
 }
 
 // plainFile is what a //go:embed line may name without quoting.
@@ -82,6 +83,15 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 		f.Var().Id("ptx").String()
 		ptx = jen.Id("ptx")
 	}
+	fatbin := jen.Nil()
+	if o.HasFatbin {
+		f.Comment("fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,")
+		f.Comment("which the GPU backend loads as is.")
+		f.Comment("")
+		f.Comment("//go:embed " + strings.TrimSuffix(o.CUFile, ".cu") + ".fatbin")
+		f.Var().Id("fatbin").Index().Byte()
+		fatbin = jen.Id("fatbin")
+	}
 	f.Comment("Plan is the compiled model: buffers, kernels with their launch")
 	f.Comment("descriptions, and the steps of each function.")
 	f.Var().Id("Plan").Op("=").Op("&").Add(planLit)
@@ -93,6 +103,7 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 			jen.Id("Name"):     jen.Lit(pkg),
 			jen.Id("Source"):   jen.Id("cudaSource"),
 			jen.Id("PTX"):      ptx,
+			jen.Id("Fatbin"):   fatbin,
 			jen.Id("Kernels"):  jen.Id("Plan").Dot("Kernels"),
 			jen.Id("CPUEntry"): jen.Id("cpuEntry"),
 		})),
@@ -311,7 +322,7 @@ func (g *glue) accessors(f *jen.File) {
 
 // reserved are the identifiers a generated method body uses besides its
 // parameters; an input sanitised to one of them gets a suffix.
-var reserved = map[string]bool{"fmt": true, "io": true, "runtime": true, "embed": true, "cudaSource": true, "ptx": true, "Plan": true, "module": true, "cpuEntry": true}
+var reserved = map[string]bool{"fmt": true, "io": true, "runtime": true, "embed": true, "cudaSource": true, "ptx": true, "fatbin": true, "Plan": true, "module": true, "cpuEntry": true}
 
 // goIdent sanitises a user name into a fresh Go identifier: ASCII letters,
 // digits and underscores, not a keyword, not starting with a digit, and not

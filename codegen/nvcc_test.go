@@ -41,7 +41,7 @@ func TestNVCC(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, arch := range []string{"sm_80", "sm_90"} {
-				args := append([]string{"-arch=" + arch, "-c", "-o", filepath.Join(dir, arch+".o")}, NVCCFlags...)
+				args := append(append([]string{"-arch=" + arch, "-c", "-o", filepath.Join(dir, arch+".o")}, NVCCFlags...), NVCCWarnFlags...)
 				args = append(args, cu)
 				out, err := exec.Command(nvcc, args...).CombinedOutput()
 				if err != nil || len(out) > 0 {
@@ -67,7 +67,7 @@ func TestNVCCGenerated(t *testing.T) {
 		t.Run(filepath.Base(cu), func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-				"-c", "-o", filepath.Join(t.TempDir(), "k.o")}, NVCCFlags...)
+				"-c", "-o", filepath.Join(t.TempDir(), "k.o")}, append(NVCCFlags, NVCCWarnFlags...)...)
 			out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
 			if err != nil || len(out) > 0 {
 				t.Errorf("nvcc %s: %v\n%s", cu, err, out)

@@ -138,13 +138,26 @@ func removeStale(dir string, files map[string][]byte) error {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		if generatedByNgen(path) {
+		// A fatbin is binary and cannot carry the header; ngen writes it
+		// only beside its own .cu.
+		if generatedByNgen(path) || (strings.HasSuffix(e.Name(), ".fatbin") && hasGeneratedCU(dir)) {
 			if err := os.Remove(path); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// hasGeneratedCU reports whether dir holds a .cu that ngen generated.
+func hasGeneratedCU(dir string) bool {
+	cus, _ := filepath.Glob(filepath.Join(dir, "*.cu"))
+	for _, c := range cus {
+		if generatedByNgen(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // generatedByNgen reports whether line 1 of the file is ngen's header.

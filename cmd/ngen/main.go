@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/codegen/nvcc"
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/dsl/eval"
@@ -98,9 +99,23 @@ func build(args []string) error {
 			return err
 		}
 		pkg := strings.ToLower(compiler.Sanitize(m.Name + *suffix))
-		files, err := codegen.Generate(p, codegen.Options{Package: pkg, Source: m.Source})
+		opts := codegen.Options{Package: pkg, Source: m.Source}
+		files, err := codegen.Generate(p, opts)
 		if err != nil {
 			return err
+		}
+		bins, note, err := nvcc.ForPackage(filepath.Join(dir, pkg), pkg, codegen.Header(m.Source), string(files[pkg+".cu"]))
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			fmt.Fprintf(os.Stderr, "ngen: %s: %s\n", pkg, note)
+		}
+		if bins != nil {
+			opts.PTX, opts.Fatbin = bins.PTX, bins.Fatbin
+			if files, err = codegen.Generate(p, opts); err != nil {
+				return err
+			}
 		}
 		if err := codegen.WriteDir(filepath.Join(dir, pkg), files); err != nil {
 			return err

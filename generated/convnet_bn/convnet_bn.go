@@ -23,6 +23,17 @@ import (
 //go:embed convnet_bn.cu
 var cudaSource string
 
+// ptx is nvcc's PTX of cudaSource, so the GPU backend can skip NVRTC.
+//
+//go:embed convnet_bn.ptx
+var ptx string
+
+// fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,
+// which the GPU backend loads as is.
+//
+//go:embed convnet_bn.fatbin
+var fatbin []byte
+
 // Plan is the compiled model: buffers, kernels with their launch
 // descriptions, and the steps of each function.
 var Plan = &runtime.Plan{
@@ -3571,9 +3582,10 @@ var Plan = &runtime.Plan{
 func module() *runtime.Module {
 	return &runtime.Module{
 		CPUEntry: cpuEntry,
+		Fatbin:   fatbin,
 		Kernels:  Plan.Kernels,
 		Name:     "convnet_bn",
-		PTX:      "",
+		PTX:      ptx,
 		Source:   cudaSource,
 	}
 }

@@ -23,6 +23,17 @@ import (
 //go:embed convnet_bn_unfused.cu
 var cudaSource string
 
+// ptx is nvcc's PTX of cudaSource, so the GPU backend can skip NVRTC.
+//
+//go:embed convnet_bn_unfused.ptx
+var ptx string
+
+// fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,
+// which the GPU backend loads as is.
+//
+//go:embed convnet_bn_unfused.fatbin
+var fatbin []byte
+
 // Plan is the compiled model: buffers, kernels with their launch
 // descriptions, and the steps of each function.
 var Plan = &runtime.Plan{
@@ -7633,9 +7644,10 @@ var Plan = &runtime.Plan{
 func module() *runtime.Module {
 	return &runtime.Module{
 		CPUEntry: cpuEntry,
+		Fatbin:   fatbin,
 		Kernels:  Plan.Kernels,
 		Name:     "convnet_bn_unfused",
-		PTX:      "",
+		PTX:      ptx,
 		Source:   cudaSource,
 	}
 }

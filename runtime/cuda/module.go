@@ -161,7 +161,9 @@ func compileNVRTC(name, source string, major, minor int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("NVRTC: version: %v", err)
 	}
-	opts := []string{"--gpu-architecture=" + nvrtcArch(major, minor, nvMajor, nvMinor)}
+	// The semantic flags of codegen.NVCCFlags (fmad contraction, denormals
+	// flushed to zero), so NVRTC builds compute what nvcc's do.
+	opts := []string{"--gpu-architecture=" + nvrtcArch(major, minor, nvMajor, nvMinor), "--fmad=true", "--ftz=true"}
 	h := sha256.New()
 	fmt.Fprintf(h, "nvrtc %d.%d %q\n%s", nvMajor, nvMinor, opts, source)
 	key := hex.EncodeToString(h.Sum(nil))

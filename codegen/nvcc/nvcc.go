@@ -1,0 +1,226 @@
+// Package nvcc compiles a generated .cu ahead of time with NVIDIA's nvcc,
+// when it is on PATH: a fatbin with sm_80 and sm_90 code plus compute_80
+// PTX (which newer devices JIT-compile), and the PTX as text. It sits
+// beside the pure generator (codegen.Generate) and is called by ngen build;
+// the GPU backend loads what it produces from the generated package.
+//
+// Results are cached by content hash (nvcc's version, the flags, the
+// source) under os.UserCacheDir()/ngen/nvcc, and a generated directory
+// whose PTX records the same hash is reused as is, so an unchanged model is
+// never recompiled. The flags leave out -lineinfo, which embeds the build
+// directory: the same source then gives byte-identical files on every
+// machine with the same nvcc, which keeps the committed generated/ tree
+// stable.
+package nvcc
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/ngen-ml/ngen/codegen"
+)
+
+// Result is nvcc's output for one .cu.
+type Result struct {
+	Fatbin []byte
+	PTX    []byte // begins with ngen's header and a line recording the hash
+	Hash   string
+	Cached bool // found in the cache or the existing directory
+}
+
+// Version returns nvcc's version line, or an error when nvcc is not on PATH.
+func Version() (string, error) {
+	path, err := exec.LookPath("nvcc")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("nvcc --version: %v", err)
+	}
+	// The line that nvcc also writes into the PTX header.
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "Cuda compilation tools, ") {
+			return strings.TrimSpace(l), nil
+		}
+	}
+	return "", fmt.Errorf("nvcc --version: no version line in %q", out)
+}
+
+// ForPackage gives the fatbin and PTX for the generated package in dir
+// whose .cu is source: compiled (or cached) when nvcc is on PATH, or dir's
+// up-to-date files when it is not. A nil Result with a note means there
+// are none, and the GPU backend will compile with NVRTC at run time.
+func ForPackage(dir, pkg, header, source string) (*Result, string, error) {
+	version, err := Version()
+	if err != nil {
+		if r := Existing(dir, pkg, "", source); r != nil {
+			return r, "nvcc not on PATH: kept the up-to-date fatbin and PTX", nil
+		}
+		return nil, "nvcc not on PATH: no fatbin or PTX; the GPU backend will compile the kernels with NVRTC at start-up", nil
+	}
+	r, err := Compile(version, source, header, dir, pkg)
+	if err != nil {
+		return nil, "", err
+	}
+	return r, "", nil
+}
+
+// fatbinArgs and ptxArgs are the fixed targets.
+var (
+	fatbinArgs = []string{"-fatbin", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_80,code=compute_80"}
+	ptxArgs    = []string{"-ptx", "-arch=compute_80"}
+)
+
+// Hash is the cache key of source compiled by the given nvcc.
+func Hash(version, source string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%q\n%q\n%q\n", version, codegen.NVCCFlags, fatbinArgs, ptxArgs)
+	h.Write([]byte(source))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hashLine is line 2 of the PTX file.
+func hashLine(hash string) string { return "// ngen nvcc input sha256 " + hash }
+
+// Compile returns the fatbin and PTX of source, the .cu that ngen writes
+// as dir/name.cu (named so in nvcc's output and messages). It reuses dir's
+// files when their recorded hash matches, then the cache, and runs nvcc
+// otherwise.
+func Compile(version, source, header, dir, name string) (*Result, error) {
+	hash := Hash(version, source)
+	if r := existing(dir, name, hash); r != nil {
+		return r, nil
+	}
+	cache := ""
+	if base, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(base, "ngen", "nvcc", hash)
+		fb, err1 := os.ReadFile(filepath.Join(cache, name+".fatbin"))
+		ptx, err2 := os.ReadFile(filepath.Join(cache, name+".ptx"))
+		if err1 == nil && err2 == nil && len(fb) > 0 && len(ptx) > 0 {
+			return &Result{Fatbin: fb, PTX: ptx, Hash: hash, Cached: true}, nil
+		}
+	}
+	tmp, err := os.MkdirTemp("", "ngen-nvcc-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	cu := filepath.Join(tmp, name+".cu")
+	if err := os.WriteFile(cu, []byte(source), 0o644); err != nil {
+		return nil, err
+	}
+	run := func(out string, args []string) ([]byte, error) {
+		all := append(append(append([]string{}, args...), codegen.NVCCFlags...), "-o", out, name+".cu")
+		cmd := exec.Command("nvcc", all...)
+		cmd.Dir = tmp
+		msg, err := cmd.CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("nvcc %s: %v\n%s", strings.Join(all, " "), err, msg)
+		}
+		return os.ReadFile(filepath.Join(tmp, out))
+	}
+	fb, err := run("k.fatbin", fatbinArgs)
+	if err != nil {
+		return nil, err
+	}
+	ptx, err := run("k.ptx", ptxArgs)
+	if err != nil {
+		return nil, err
+	}
+	ptx = append([]byte(header+"\n"+hashLine(hash)+"\n"), ptx...)
+	r := &Result{Fatbin: fb, PTX: ptx, Hash: hash}
+	if cache != "" {
+		// Best effort: a cache that cannot be written only costs time.
+		if os.MkdirAll(cache, 0o755) == nil {
+			writeAtomic(filepath.Join(cache, name+".fatbin"), fb)
+			writeAtomic(filepath.Join(cache, name+".ptx"), ptx)
+		}
+	}
+	return r, nil
+}
+
+// Existing returns dir's fatbin and PTX when the PTX records hash, for a
+// machine without nvcc that regenerates an unchanged model.
+func Existing(dir, name, version, source string) *Result {
+	hash, ok := recordedHash(filepath.Join(dir, name+".ptx"))
+	if !ok {
+		return nil
+	}
+	// Without nvcc the version is unknown: trust the recorded hash if the
+	// source part matches what was compiled, which the hash of the
+	// recorded version checks.
+	v := recordedVersion(dir, name)
+	if version != "" {
+		v = version
+	}
+	if Hash(v, source) != hash {
+		return nil
+	}
+	return existing(dir, name, hash)
+}
+
+func existing(dir, name, hash string) *Result {
+	if got, ok := recordedHash(filepath.Join(dir, name+".ptx")); !ok || got != hash {
+		return nil
+	}
+	fb, err1 := os.ReadFile(filepath.Join(dir, name+".fatbin"))
+	ptx, err2 := os.ReadFile(filepath.Join(dir, name+".ptx"))
+	if err1 != nil || err2 != nil || len(fb) == 0 {
+		return nil
+	}
+	return &Result{Fatbin: fb, PTX: ptx, Hash: hash, Cached: true}
+}
+
+// recordedHash reads line 2 of a PTX file ngen wrote.
+func recordedHash(path string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	if !sc.Scan() {
+		return "", false
+	}
+	h, ok := strings.CutPrefix(sc.Text(), "// ngen nvcc input sha256 ")
+	return h, ok
+}
+
+// recordedVersion finds nvcc's version line in the PTX's own header
+// ("// Cuda compilation tools, release 11.8, V11.8.89").
+func recordedVersion(dir, name string) string {
+	data, err := os.ReadFile(filepath.Join(dir, name+".ptx"))
+	if err != nil {
+		return ""
+	}
+	for _, l := range bytes.Split(data[:min(len(data), 2048)], []byte("\n")) {
+		if s, ok := strings.CutPrefix(string(l), "// Cuda compilation tools, "); ok {
+			return "Cuda compilation tools, " + s
+		}
+	}
+	return ""
+}
+
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
