@@ -23,6 +23,9 @@ fi
 
 echo "== build everything behind -tags cuda (no GPU here: compile only)"
 go test -tags cuda -run '^$' ./...
+# The GPU backend's own tests: without a device each GPU test skips with
+# one line; NVRTC, caching and the GPU suite's comparison harness still run.
+go test -tags cuda ./runtime/cuda/...
 
 echo "== tests"
 go test -count=1 -timeout 30m ./...

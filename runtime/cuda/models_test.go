@@ -1,0 +1,238 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ngen-ml/ngen/generated/convnet"
+	"github.com/ngen-ml/ngen/generated/convnet_bn"
+	"github.com/ngen-ml/ngen/generated/convnet_bn_unfused"
+	"github.com/ngen-ml/ngen/generated/convnet_unfused"
+	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/generated/mlp_unfused"
+	"github.com/ngen-ml/ngen/generated/mlpbench"
+	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu"
+)
+
+// The GPU suite: every generated model's training step on the GPU against
+// the CPU backend (which runs the same CUDA C on the host), and the fused
+// plan against the unfused one on the GPU. Without a device each test
+// skips with one line (newDevice).
+
+// model is what every generated package offers.
+type model interface {
+	Step(x []float32, y []int32) (float32, error)
+	Params() []string
+	Param(name string) ([]float32, error)
+	Grad(name string) ([]float32, error)
+	Close() error
+}
+
+type genModel struct {
+	name    string
+	in      int // input elements per sample
+	batch   int
+	fused   func(dev runtime.Device, batch int) (model, error)
+	unfused func(dev runtime.Device, batch int) (model, error)
+}
+
+// To add a model: one row, its fused and unfused packages.
+var genModels = []genModel{
+	{"mlp", 784, 32,
+		func(d runtime.Device, b int) (model, error) { return mlp.New(d, mlp.Options{Batch: b, Seed: 7}) },
+		func(d runtime.Device, b int) (model, error) {
+			return mlp_unfused.New(d, mlp_unfused.Options{Batch: b, Seed: 7})
+		}},
+	{"mlpbench", 1024, 32,
+		func(d runtime.Device, b int) (model, error) {
+			return mlpbench.New(d, mlpbench.Options{Batch: b, Seed: 7})
+		},
+		func(d runtime.Device, b int) (model, error) {
+			return mlpbench_unfused.New(d, mlpbench_unfused.Options{Batch: b, Seed: 7})
+		}},
+	{"convnet", 784, 16,
+		func(d runtime.Device, b int) (model, error) {
+			return convnet.New(d, convnet.Options{Batch: b, Seed: 7})
+		},
+		func(d runtime.Device, b int) (model, error) {
+			return convnet_unfused.New(d, convnet_unfused.Options{Batch: b, Seed: 7})
+		}},
+	{"convnet_bn", 784, 16,
+		func(d runtime.Device, b int) (model, error) {
+			return convnet_bn.New(d, convnet_bn.Options{Batch: b, Seed: 7})
+		},
+		func(d runtime.Device, b int) (model, error) {
+			return convnet_bn_unfused.New(d, convnet_bn_unfused.Options{Batch: b, Seed: 7})
+		}},
+}
+
+func modelBatch(n, in int) ([]float32, []int32) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	x := make([]float32, n*in)
+	y := make([]int32, n)
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	for i := range y {
+		y[i] = int32(rng.IntN(10))
+	}
+	return x, y
+}
+
+// compareSteps runs 3 steps of a and b on one batch and compares the loss
+// of each, every gradient, and the parameters after each step. Adam moves
+// every parameter by about lr·sign(gradient) whatever its size, so where
+// the first gradient is rounding noise (below 1e-3 of the largest), the two
+// sides may step apart by up to 2·3·lr; those elements get that bound.
+func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
+	t.Helper()
+	x, y := modelBatch(batch, in)
+	noise := map[string][]bool{}
+	for step := 1; step <= 3; step++ {
+		la, err := a.Step(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Step(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(float64(la-lb)) > atol+rtol*math.Abs(float64(lb)) {
+			t.Fatalf("step %d: loss %v vs %v", step, la, lb)
+		}
+		grads := map[string][2][]float32{}
+		gmax := 0.0
+		for _, name := range a.Params() {
+			ga, err1 := a.Grad(name)
+			gb, err2 := b.Grad(name)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			grads[name] = [2][]float32{ga, gb}
+			for _, v := range gb {
+				gmax = math.Max(gmax, math.Abs(float64(v)))
+			}
+		}
+		for _, name := range a.Params() {
+			g := grads[name]
+			if step == 1 {
+				noise[name] = make([]bool, len(g[1]))
+			}
+			for i := range g[0] {
+				if step == 1 {
+					noise[name][i] = math.Abs(float64(g[1][i])) < 1e-3*gmax
+				}
+				if step == 1 && math.Abs(float64(g[0][i]-g[1][i])) > atol+rtol*math.Abs(float64(g[1][i]))+1e-4*gmax {
+					t.Fatalf("step %d: grad %s[%d] %v vs %v", step, name, i, g[0][i], g[1][i])
+				}
+			}
+			pa, err1 := a.Param(name)
+			pb, err2 := b.Param(name)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			for i := range pa {
+				tol := atol + rtol*math.Abs(float64(pb[i]))
+				if noise[name][i] {
+					tol = 6e-3
+				}
+				if math.Abs(float64(pa[i]-pb[i])) > tol {
+					t.Fatalf("step %d: param %s[%d] %v vs %v", step, name, i, pa[i], pb[i])
+				}
+			}
+		}
+	}
+}
+
+// TestModelsGPUvsCPU: the GPU contracts a*b+c into FMAs (--fmad=true) and
+// cuBLAS picks its own summation order, where the CPU backend does
+// neither, so f32 results agree to rtol 1e-3, atol 1e-5, and first-step
+// gradients to 1e-4 of the largest gradient (see compareSteps for Adam).
+func TestModelsGPUvsCPU(t *testing.T) {
+	gpu := newDevice(t)
+	host, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	for _, m := range genModels {
+		for _, fused := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fused=%v", m.name, fused), func(t *testing.T) {
+				mk := m.fused
+				if !fused {
+					mk = m.unfused
+				}
+				a, err := mk(gpu, m.batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close()
+				b, err := mk(host, m.batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				compareSteps(t, a, b, m.in, m.batch, 1e-3, 1e-5)
+			})
+		}
+	}
+}
+
+// TestModelsFusedVsUnfusedGPU runs the fused and unfused plans of each
+// model on the GPU: the same arithmetic in different kernel groupings
+// (and reduction splits), rtol 1e-4, atol 1e-6.
+func TestModelsFusedVsUnfusedGPU(t *testing.T) {
+	gpu := newDevice(t)
+	for _, m := range genModels {
+		t.Run(m.name, func(t *testing.T) {
+			a, err := m.fused(gpu, m.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := m.unfused(gpu, m.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			compareSteps(t, a, b, m.in, m.batch, 1e-4, 1e-6)
+		})
+	}
+}
+
+// TestCompareStepsHarness runs the suite's comparison without a GPU, on
+// two CPU devices with different thread counts (different reduction
+// splits), so the harness itself is exercised wherever the tests run.
+func TestCompareStepsHarness(t *testing.T) {
+	one, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	two, err := cpu.New(cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	for _, m := range genModels {
+		t.Run(m.name, func(t *testing.T) {
+			a, err := m.fused(one, m.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := m.fused(two, m.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			compareSteps(t, a, b, m.in, m.batch, 1e-4, 1e-6)
+		})
+	}
+}
