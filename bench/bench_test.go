@@ -122,15 +122,7 @@ func TestVsTorch(t *testing.T) {
 		if *only != "" && c.name != *only {
 			continue
 		}
-		rng := rand.New(rand.NewPCG(1, 1))
-		x := make([]float32, c.batch*c.in)
-		y := make([]int32, c.batch)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		for i := range y {
-			y[i] = int32(rng.IntN(10))
-		}
+		x, y := input(c)
 		fused, err := c.fused(dev, c.batch)
 		if err != nil {
 			t.Fatal(err)
@@ -165,4 +157,18 @@ func TestVsTorch(t *testing.T) {
 		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch\n", ms(tu), ms(tu)/tr.Median)
 		fmt.Printf("  PyTorch      %7.2f ms\n", tr.Median)
 	}
+}
+
+// input is a fixed random batch for c.
+func input(c benchCase) ([]float32, []int32) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	x := make([]float32, c.batch*c.in)
+	y := make([]int32, c.batch)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for i := range y {
+		y[i] = int32(rng.IntN(10))
+	}
+	return x, y
 }

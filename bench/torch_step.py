@@ -28,6 +28,7 @@ import torch_models  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp", help="mlp (with --layers), convnet or convnet_bn")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (exits 3 with a reason when PyTorch has no CUDA device)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=50)
@@ -48,9 +49,15 @@ def main():
         model, shape, classes = torch_models.mlp(layers), [layers[0]], layers[-1]
     else:
         (model, shape), classes = torch_models.build(a.model), 10
+    if a.device != "cpu":
+        if not torch.cuda.is_available():
+            print("PyTorch %s has no CUDA device" % torch.__version__, file=sys.stderr)
+            sys.exit(3)
+        model = model.to(a.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(a.batch, *shape)
-    y = torch.randint(0, classes, (a.batch,))
+    x = torch.randn(a.batch, *shape).to(a.device)
+    y = torch.randint(0, classes, (a.batch,)).to(a.device)
+    sync = torch.cuda.synchronize if a.device != "cpu" else (lambda: None)
 
     def step():
         loss = F.cross_entropy(model(x), y)
@@ -63,8 +70,10 @@ def main():
         step()
     times = []
     for _ in range(a.steps):
+        sync()
         t0 = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - t0)
 
     print(json.dumps({
@@ -74,6 +83,7 @@ def main():
         "threads": torch.get_num_threads(),
         "batch": a.batch,
         "model": a.model,
+        "device": a.device,
         "layers": layers if a.model == "mlp" else None,
         "steps": a.steps,
         "warmup": a.warmup,

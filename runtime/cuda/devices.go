@@ -48,3 +48,22 @@ func Devices() ([]Info, error) {
 	}
 	return infos, nil
 }
+
+// PeakBandwidth is the device's theoretical memory bandwidth in bytes per
+// second: twice (double data rate) the memory clock times the bus width,
+// the figure achieved GB/s is judged against.
+func (d *Device) PeakBandwidth() (float64, error) {
+	dev, err := cu.GetDevice(d.info.Ordinal)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: cuDeviceGet(%d): %v", d.info.Ordinal, err)
+	}
+	khz, err := dev.Attribute(cu.MemoryClockRate)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: memory clock: %v", err)
+	}
+	bits, err := dev.Attribute(cu.GlobalMemoryBusWidth)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: memory bus width: %v", err)
+	}
+	return 2 * float64(khz) * 1e3 * float64(bits) / 8, nil
+}
