@@ -6,6 +6,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 )
 
 // reduceKernel renders a reduction over any axes with its fused
@@ -32,9 +33,27 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		}
 	}
 	t := r.DType.CType()
-	init, combine := k.ctx(t, "").Lit(0), "acc + x"
-	if r.Op == "max" {
-		init, combine = "-INFINITY", k.ctx(t, "").Math("fmax")+"(acc, x)"
+	// Every reduction of the group (siblings over the same space and axes
+	// share the pass): its accumulator, start value, combine and shuffle.
+	type acc struct {
+		v                      *ir.Value
+		name, init, comb, warp string
+	}
+	var accs []acc
+	for _, v := range g.Values {
+		if kindOf(v) != ops.Reduce {
+			continue
+		}
+		a := acc{v: v, name: fmt.Sprintf("acc%d", len(accs)), init: k.ctx(t, "").Lit(0), warp: "ngen_warp_sum"}
+		a.comb = a.name + " + x"
+		if v.Op == "max" {
+			a.init, a.comb, a.warp = "-INFINITY", k.ctx(t, "").Math("fmax")+"("+a.name+", x)", "ngen_warp_max"
+		}
+		accs = append(accs, a)
+	}
+	isRoot := map[*ir.Value]bool{}
+	for _, a := range accs {
+		isRoot[a.v] = true
 	}
 	w := &k.body
 	fmt.Fprintf(w, "  const long long nout = %s;\n", k.size(kept))
@@ -73,50 +92,65 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	body := func(indent string) {
 		fmt.Fprintf(w, "%sconst long long i = base + %s;\n", indent, offset(redAxes, "r"))
 		e := k.elementwise(p, g, in, "i", indent, w)
-		x := k.operand(g, r.Args[0], in, e, "i", indent, w)
+		var xs []string
+		for _, a := range accs {
+			xs = append(xs, k.operand(g, a.v.Args[0], in, e, "i", indent, w))
+		}
 		for _, v := range g.Outputs {
-			if v != r {
+			if !isRoot[v] {
 				fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
 			}
 		}
-		fmt.Fprintf(w, "%s{ const %s x = %s; acc = %s; }\n", indent, t, x, combine)
+		for j, a := range accs {
+			fmt.Fprintf(w, "%s{ const %s x = %s; %s = %s; }\n", indent, t, xs[j], a.name, a.comb)
+		}
 	}
-	finish := "acc"
-	if r.Op == "mean" {
-		finish = fmt.Sprintf("acc / (%s)nred", t)
+	finish := func(a acc) string {
+		if a.v.Op == "mean" {
+			return fmt.Sprintf("%s / (%s)nred", a.name, t)
+		}
+		return a.name
 	}
 	innerKept := len(space) > 0 && !red[len(space)-1]
 	if innerKept {
 		w.WriteString("  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {\n")
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
-		fmt.Fprintf(w, "    %s acc = %s;\n", t, init)
+		for _, a := range accs {
+			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+		}
 		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
 		body("      ")
 		w.WriteString("    }\n")
-		fmt.Fprintf(w, "    %s[o] = %s;\n", out[r], finish)
+		for _, a := range accs {
+			fmt.Fprintf(w, "    %s[o] = %s;\n", out[a.v], finish(a))
+		}
 		w.WriteString("  }\n")
 		k.grid = gridFor(kept, k.block[0])
 		return k
 	}
 	k.sync = true
-	op := "ngen_warp_sum"
-	if r.Op == "max" {
-		op = "ngen_warp_max"
+	for j := range accs {
+		fmt.Fprintf(w, "  __shared__ %s partial%d[32];\n", t, j)
 	}
-	fmt.Fprintf(w, "  __shared__ %s partial[32];\n", t)
 	w.WriteString("  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {\n")
 	fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
-	fmt.Fprintf(w, "    %s acc = %s;\n", t, init)
+	for _, a := range accs {
+		fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+	}
 	w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
 	body("      ")
 	w.WriteString("    }\n")
-	fmt.Fprintf(w, "    acc = %s(acc);\n", op)
-	w.WriteString("    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;\n")
+	for j, a := range accs {
+		fmt.Fprintf(w, "    %s = %s(%s);\n", a.name, a.warp, a.name)
+		fmt.Fprintf(w, "    if ((threadIdx.x & 31) == 0) partial%d[threadIdx.x >> 5] = %s;\n", j, a.name)
+	}
 	w.WriteString("    __syncthreads();\n")
 	w.WriteString("    if (threadIdx.x < 32) {\n")
-	fmt.Fprintf(w, "      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : %s;\n", init)
-	fmt.Fprintf(w, "      acc = %s(acc);\n", op)
-	fmt.Fprintf(w, "      if (threadIdx.x == 0) %s[o] = %s;\n", out[r], finish)
+	for j, a := range accs {
+		fmt.Fprintf(w, "      %s = threadIdx.x < (blockDim.x + 31) / 32 ? partial%d[threadIdx.x] : %s;\n", a.name, j, a.init)
+		fmt.Fprintf(w, "      %s = %s(%s);\n", a.name, a.warp, a.name)
+		fmt.Fprintf(w, "      if (threadIdx.x == 0) %s[o] = %s;\n", out[a.v], finish(a))
+	}
 	w.WriteString("    }\n")
 	w.WriteString("    __syncthreads();\n")
 	w.WriteString("  }\n")
@@ -156,3 +190,5 @@ func mergeAxes(space ir.Shape, axes []int) (ir.Shape, []int) {
 	}
 	return out, outAxes
 }
+
+func kindOf(v *ir.Value) ops.Kind { return ops.Lookup(v.Op).Kind }

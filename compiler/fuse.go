@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"fmt"
+
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -12,7 +14,9 @@ import (
 //     the optimizer update over the flat parameter vector becomes one
 //     multi-tensor kernel;
 //   - a reduction absorbs the elementwise group that produces its input
-//     (activation backward + bias-gradient reduction);
+//     (activation backward + bias-gradient reduction), and reductions over
+//     the same space and axes share one pass (batch norm's statistics and
+//     its backward sums);
 //   - an elementwise op with no producer to join shares the latest kernel
 //     over the same space (horizontal fusion);
 //   - cross_entropy absorbs the elementwise group producing its logits and
@@ -117,6 +121,12 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 				add(g, v)
 				continue
 			}
+			if on {
+				if gi := siblingReduce(gs, v, ready); gi >= 0 {
+					add(gs[gi], v)
+					continue
+				}
+			}
 			newGroup(&Group{Kind: Reduce, Space: x.Shape, Root: v, closed: true}, v)
 		case ops.MatMul:
 			newGroup(&Group{Kind: Gemm, Space: v.Shape, Root: v, closed: true}, v)
@@ -206,4 +216,22 @@ func hasGather(g *Group) bool {
 		}
 	}
 	return false
+}
+
+// siblingReduce picks a reduction group v can join: same iteration space,
+// same reduced axes, and v's input already computed (by an earlier kernel
+// or inside that one), so one pass over the input serves both.
+func siblingReduce(gs []*Group, v *ir.Value, ready func(*ir.Value, int, ...*ir.Value) bool) int {
+	axes, _ := ir.NormAxes(v.Attrs.Axes, len(v.Args[0].Shape))
+	for gi := len(gs) - 1; gi >= 0; gi-- {
+		g := gs[gi]
+		if g.Kind != Reduce || !g.Space.Eq(v.Args[0].Shape) || !ready(v, gi) {
+			continue
+		}
+		ga, _ := ir.NormAxes(g.Root.Attrs.Axes, len(g.Space))
+		if fmt.Sprint(ga) == fmt.Sprint(axes) {
+			return gi
+		}
+	}
+	return -1
 }

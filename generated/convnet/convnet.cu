@@ -266,13 +266,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a36 = in0[i];
-      { const float x = a36; acc = acc + x; }
+      { const float x = a36; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -284,16 +284,16 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a39 = in0[i];
       float a29 = in1[i];
       float v41 = (a29 > 0.0f ? a39 : 0.0f);
       out0[i] = v41;
-      { const float x = v41; acc = acc + x; }
+      { const float x = v41; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 
@@ -323,22 +323,22 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a48 = in0[i];
-      { const float x = a48; acc = acc + x; }
+      { const float x = a48; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -351,13 +351,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a53 = in0[i];
-      { const float x = a53; acc = acc + x; }
+      { const float x = a53; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -413,22 +413,22 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a60 = in0[i];
-      { const float x = a60; acc = acc + x; }
+      { const float x = a60; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -441,13 +441,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a65 = in0[i];
-      { const float x = a65; acc = acc + x; }
+      { const float x = a65; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 

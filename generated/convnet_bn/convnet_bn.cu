@@ -83,25 +83,25 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a7 = in0[i];
       float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v9 = (a7 + a8);
       out0[i] = v9;
-      { const float x = v9; acc = acc + x; }
+      { const float x = v9; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -114,10 +114,10 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd(const floa
 extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a9 = in0[i];
@@ -125,15 +125,15 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd(const floa
       float v15 = (a9 - a14);
       float v16 = ngen_sq(v15);
       out0[i] = v15;
-      { const float x = v16; acc = acc + x; }
+      { const float x = v16; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -282,25 +282,25 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a51 = in0[i];
       float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v53 = (a51 + a52);
       out0[i] = v53;
-      { const float x = v53; acc = acc + x; }
+      { const float x = v53; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -313,10 +313,10 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd(const floa
 extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a53 = in0[i];
@@ -324,15 +324,15 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2(const fl
       float v59 = (a53 - a58);
       float v60 = ngen_sq(v59);
       out0[i] = v59;
-      { const float x = v60; acc = acc + x; }
+      { const float x = v60; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -526,13 +526,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a102 = in0[i];
-      { const float x = a102; acc = acc + x; }
+      { const float x = a102; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -544,16 +544,16 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a105 = in0[i];
       float a95 = in1[i];
       float v107 = (a95 > 0.0f ? a105 : 0.0f);
       out0[i] = v107;
-      { const float x = v107; acc = acc + x; }
+      { const float x = v107; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 
@@ -605,77 +605,45 @@ extern "C" __global__ void __launch_bounds__(256) bn2_maxpool_bwd_relu_bwd_mul_w
 
 // sum_bwd_2 computes:
 //   v115 = sum <f32[1,64,1,1]> v114 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+//   v119 = sum <f32[1,64,1,1]> v118 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+//   v128 = sum <f32[1,64,1,1]> v127 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
+  __shared__ float partial1[32];
+  __shared__ float partial2[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
+    float acc1 = 0.0f;
+    float acc2 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a114 = in0[i];
-      { const float x = a114; acc = acc + x; }
+      float a118 = in1[i];
+      float a127 = in2[i];
+      { const float x = a114; acc0 = acc0 + x; }
+      { const float x = a118; acc1 = acc1 + x; }
+      { const float x = a127; acc2 = acc2 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    acc2 = ngen_warp_sum(acc2);
+    if ((threadIdx.x & 31) == 0) partial2[threadIdx.x >> 5] = acc2;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_3 computes:
-//   v119 = sum <f32[1,64,1,1]> v118 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a118 = in0[i];
-      { const float x = a118; acc = acc + x; }
-    }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_4 computes:
-//   v128 = sum <f32[1,64,1,1]> v127 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a127 = in0[i];
-      { const float x = a127; acc = acc + x; }
-    }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) out1[o] = acc1;
+      acc2 = threadIdx.x < (blockDim.x + 31) / 32 ? partial2[threadIdx.x] : 0.0f;
+      acc2 = ngen_warp_sum(acc2);
+      if (threadIdx.x == 0) out2[o] = acc2;
     }
     __syncthreads();
   }
@@ -706,10 +674,10 @@ extern "C" __global__ void __launch_bounds__(256) scale_div_bwd(const float * __
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_add_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a130 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
@@ -722,15 +690,15 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
       float v135 = (a125 + v134);
       float v136 = (-v135);
       out0[i] = v135;
-      { const float x = v136; acc = acc + x; }
+      { const float x = v136; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
   }
@@ -745,10 +713,10 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
 extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a124 = in0[i];
@@ -759,34 +727,34 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
       float v140 = (v139 / (float)(196 * (long long)B));
       float v141 = (v138 + v140);
       out0[i] = v141;
-      { const float x = v141; acc = acc + x; }
+      { const float x = v141; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
   }
 }
 
-// sum_bwd_5 computes:
+// sum_bwd_3 computes:
 //   v148 = sum <f32[1,64,288]> v146 {axes=[0] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a146 = in0[i];
-      { const float x = a146; acc = acc + x; }
+      { const float x = a146; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -862,79 +830,47 @@ extern "C" __global__ void __launch_bounds__(256) bn1_maxpool_bwd_relu_bwd_mul_w
   }
 }
 
-// sum_bwd_6 computes:
+// sum_bwd_4 computes:
 //   v154 = sum <f32[1,32,1,1]> v153 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+//   v158 = sum <f32[1,32,1,1]> v157 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
+  __shared__ float partial1[32];
+  __shared__ float partial2[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
+    float acc1 = 0.0f;
+    float acc2 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a153 = in0[i];
-      { const float x = a153; acc = acc + x; }
+      float a157 = in1[i];
+      float a166 = in2[i];
+      { const float x = a153; acc0 = acc0 + x; }
+      { const float x = a157; acc1 = acc1 + x; }
+      { const float x = a166; acc2 = acc2 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    acc2 = ngen_warp_sum(acc2);
+    if ((threadIdx.x & 31) == 0) partial2[threadIdx.x >> 5] = acc2;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_7 computes:
-//   v158 = sum <f32[1,32,1,1]> v157 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a157 = in0[i];
-      { const float x = a157; acc = acc + x; }
-    }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_8 computes:
-//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a166 = in0[i];
-      { const float x = a166; acc = acc + x; }
-    }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) out1[o] = acc1;
+      acc2 = threadIdx.x < (blockDim.x + 31) / 32 ? partial2[threadIdx.x] : 0.0f;
+      acc2 = ngen_warp_sum(acc2);
+      if (threadIdx.x == 0) out2[o] = acc2;
     }
     __syncthreads();
   }
@@ -965,10 +901,10 @@ extern "C" __global__ void __launch_bounds__(256) scale_div_bwd_2(const float * 
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_add_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a169 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
@@ -981,15 +917,15 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
       float v174 = (a164 + v173);
       float v175 = (-v174);
       out0[i] = v174;
-      { const float x = v175; acc = acc + x; }
+      { const float x = v175; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
   }
@@ -1004,10 +940,10 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_mul_a
 extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a163 = in0[i];
@@ -1018,34 +954,34 @@ extern "C" __global__ void __launch_bounds__(256) add_broadcast_divcount_sum_bwd
       float v179 = (v178 / (float)(784 * (long long)B));
       float v180 = (v177 + v179);
       out0[i] = v180;
-      { const float x = v180; acc = acc + x; }
+      { const float x = v180; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
   }
 }
 
-// sum_bwd_9 computes:
+// sum_bwd_5 computes:
 //   v186 = sum <f32[1,32,9]> v185 {axes=[0] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a185 = in0[i];
-      { const float x = a185; acc = acc + x; }
+      { const float x = a185; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -1113,25 +1049,25 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a6 = in0[i];
       float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
       float v8 = (a6 + a7);
       out0[i] = v8;
-      { const float x = v8; acc = acc + x; }
+      { const float x = v8; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -1144,10 +1080,10 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_mean_fwd_2(const fl
 extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a8 = in0[i];
@@ -1155,15 +1091,15 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_3(const fl
       float v14 = (a8 - a13);
       float v15 = ngen_sq(v14);
       out0[i] = v14;
-      { const float x = v15; acc = acc + x; }
+      { const float x = v15; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -1309,25 +1245,25 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a50 = in0[i];
       float a51 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
       float v52 = (a50 + a51);
       out0[i] = v52;
-      { const float x = v52; acc = acc + x; }
+      { const float x = v52; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -1340,10 +1276,10 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_mean_fwd_2(const fl
 extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a52 = in0[i];
@@ -1351,15 +1287,15 @@ extern "C" __global__ void __launch_bounds__(256) sub_square_mean_fwd_2_2(const 
       float v58 = (a52 - a57);
       float v59 = ngen_sq(v58);
       out0[i] = v58;
-      { const float x = v59; acc = acc + x; }
+      { const float x = v59; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out1[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }

@@ -343,7 +343,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 45},
+		Live:  [2]int{0, 41},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -400,7 +400,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{3, 43},
+		Live:  [2]int{3, 39},
 		Name:  "step.v15",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -419,13 +419,13 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{4, 42},
+		Live:  [2]int{4, 38},
 		Name:  "step.v19",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{4, 38},
+		Live:  [2]int{4, 36},
 		Name:  "step.v25",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
@@ -461,7 +461,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{5, 38},
+		Live:  [2]int{5, 36},
 		Name:  "step.v20",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -470,7 +470,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{5, 38},
+		Live:  [2]int{5, 36},
 		Name:  "step.v27",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -479,7 +479,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{5, 38},
+		Live:  [2]int{5, 36},
 		Name:  "step.v43",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -503,7 +503,7 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{7, 38},
+		Live:  [2]int{7, 36},
 		Name:  "step.v44",
 		Role:  "temp",
 		Shape: "i32[B,32,14,14]",
@@ -521,7 +521,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{8, 34},
+		Live:  [2]int{8, 32},
 		Name:  "step.v48",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -578,7 +578,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{11, 32},
+		Live:  [2]int{11, 30},
 		Name:  "step.v59",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -597,7 +597,7 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[1,64,1,1]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{12, 31},
+		Live:  [2]int{12, 29},
 		Name:  "step.v63",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
@@ -808,7 +808,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 29},
+		Live:  [2]int{27, 28},
 		Name:  "step.v118",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -817,7 +817,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 33},
+		Live:  [2]int{27, 31},
 		Name:  "step.v124",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -826,7 +826,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 32},
+		Live:  [2]int{27, 30},
 		Name:  "step.v125",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -835,19 +835,19 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 30},
+		Live:  [2]int{27, 28},
 		Name:  "step.v127",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{30, 31},
+		Live:  [2]int{28, 29},
 		Name:  "step.v128",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{31, 32},
+		Live:  [2]int{29, 30},
 		Name:  "step.v130",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
@@ -856,13 +856,13 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{32, 33},
+		Live:  [2]int{30, 31},
 		Name:  "step.v135",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{32, 33},
+		Live:  [2]int{30, 31},
 		Name:  "step.v137",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
@@ -871,7 +871,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{33, 35},
+		Live:  [2]int{31, 33},
 		Name:  "step.v141",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -890,7 +890,7 @@ var Plan = &runtime.Plan{
 			Mul:  18432,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{34, 36},
+		Live:  [2]int{32, 34},
 		Name:  "step.v146",
 		Role:  "temp",
 		Shape: "f32[B,64,288]",
@@ -899,7 +899,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{35, 37},
+		Live:  [2]int{33, 35},
 		Name:  "step.v147",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -908,7 +908,7 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{37, 38},
+		Live:  [2]int{35, 36},
 		Name:  "step.v151",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
@@ -917,7 +917,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{38, 39},
+		Live:  [2]int{36, 37},
 		Name:  "step.v153",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -926,7 +926,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{38, 40},
+		Live:  [2]int{36, 37},
 		Name:  "step.v157",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -935,7 +935,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{38, 44},
+		Live:  [2]int{36, 40},
 		Name:  "step.v163",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -944,7 +944,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{38, 43},
+		Live:  [2]int{36, 39},
 		Name:  "step.v164",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -953,19 +953,19 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{38, 41},
+		Live:  [2]int{36, 37},
 		Name:  "step.v166",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{41, 42},
+		Live:  [2]int{37, 38},
 		Name:  "step.v167",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{42, 43},
+		Live:  [2]int{38, 39},
 		Name:  "step.v169",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
@@ -974,13 +974,13 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{43, 44},
+		Live:  [2]int{39, 40},
 		Name:  "step.v174",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{43, 44},
+		Live:  [2]int{39, 40},
 		Name:  "step.v176",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
@@ -989,7 +989,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{44, 45},
+		Live:  [2]int{40, 41},
 		Name:  "step.v180",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -1008,7 +1008,7 @@ var Plan = &runtime.Plan{
 			Mul:  288,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{45, 46},
+		Live:  [2]int{41, 42},
 		Name:  "step.v185",
 		Role:  "temp",
 		Shape: "f32[B,32,9]",
@@ -2227,7 +2227,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "maxpool_bwd+relu_bwd+mul+mul+where_train+where_train+div+div+mul+neg",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 91}, {Buf: 17}, {
+			Args: []runtime.ArgRef{{Buf: 91}, {Buf: 92}, {Buf: 95}, {Buf: 17}, {Buf: 15}, {Buf: 96}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2236,8 +2236,20 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}},
@@ -2247,51 +2259,7 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 19,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 92}, {Buf: 15}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 95}, {Buf: 96}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
-			Ops:    "sum",
+			Ops:    "sum+sum+sum",
 		}, {
 			Args:  []runtime.ArgRef{{Buf: 96}, {Buf: 67}, {Buf: 97}},
 			Block: [3]int{256, 1, 1},
@@ -2302,7 +2270,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
+			Kernel: 20,
 			Ops:    "scale+div",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 64}, {Buf: 94}, {Buf: 98}, {Buf: 99}, {
@@ -2345,7 +2313,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 21,
 			Ops:    "broadcast+divcount+scale+mul+add+neg+sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 93}, {Buf: 98}, {Buf: 99}, {Buf: 100}, {Buf: 13}, {
@@ -2382,7 +2350,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 24,
+			Kernel: 22,
 			Ops:    "add+broadcast+divcount+add+sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2466,7 +2434,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 25,
+			Kernel: 23,
 			Ops:    "sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {
@@ -2490,7 +2458,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 26,
+			Kernel: 24,
 			Ops:    "col2im",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 104}, {Buf: 55}, {Buf: 52}, {Buf: 48}, {Buf: 51}, {Buf: 45}, {Buf: 44}, {Buf: 50}, {Buf: 105}, {Buf: 106}, {Buf: 107}, {Buf: 108}, {Buf: 109}, {
@@ -2564,10 +2532,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 27,
+			Kernel: 25,
 			Ops:    "maxpool_bwd+relu_bwd+mul+mul+where_train+where_train+div+div+mul+neg",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 106}, {Buf: 109}, {Buf: 9}, {Buf: 7}, {Buf: 110}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2576,52 +2544,20 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 28,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 106}, {Buf: 7}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
+			}, {
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 29,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 109}, {Buf: 110}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
+			}, {
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}},
+			}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}},
@@ -2630,8 +2566,8 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 30,
-			Ops:    "sum",
+			Kernel: 26,
+			Ops:    "sum+sum+sum",
 		}, {
 			Args:  []runtime.ArgRef{{Buf: 110}, {Buf: 44}, {Buf: 111}},
 			Block: [3]int{256, 1, 1},
@@ -2642,7 +2578,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 31,
+			Kernel: 27,
 			Ops:    "scale+div",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 41}, {Buf: 108}, {Buf: 112}, {Buf: 113}, {
@@ -2685,7 +2621,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 32,
+			Kernel: 28,
 			Ops:    "broadcast+divcount+scale+mul+add+neg+sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 107}, {Buf: 112}, {Buf: 113}, {Buf: 114}, {Buf: 5}, {
@@ -2722,7 +2658,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 33,
+			Kernel: 29,
 			Ops:    "add+broadcast+divcount+add+sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2777,7 +2713,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 34,
+			Kernel: 30,
 			Ops:    "sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 1}, {Buf: 31}, {}, {Buf: 30}, {Buf: 31}, {}, {
@@ -2797,7 +2733,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 35,
+			Kernel: 31,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
 	}, {
@@ -2832,7 +2768,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 36,
+			Kernel: 32,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -2888,7 +2824,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 37,
+			Kernel: 33,
 			Ops:    "add+mean",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 124}, {Buf: 125}, {Buf: 126}, {
@@ -2919,7 +2855,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 38,
+			Kernel: 34,
 			Ops:    "sub+square+mean",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 127}, {Buf: 128}, {Buf: 129}, {Buf: 130}, {
@@ -2935,7 +2871,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 39,
+			Kernel: 35,
 			Ops:    "addc+sqrt+addc+sqrt+unbias",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 128}, {Buf: 123}, {Buf: 131}, {Buf: 129}, {Buf: 132}, {Buf: 133}, {Buf: 134}, {
@@ -2985,7 +2921,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 40,
+			Kernel: 36,
 			Ops:    "div+sub+div+where_train+mul+add+relu",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 135}, {Buf: 27}, {Buf: 136}, {Buf: 26}, {Buf: 27}, {
@@ -3001,7 +2937,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 41,
+			Kernel: 37,
 			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 137}, {
@@ -3025,7 +2961,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 42,
+			Kernel: 38,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 137}, {Buf: 138}, {
@@ -3049,7 +2985,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 43,
+			Kernel: 39,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -3105,7 +3041,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 44,
+			Kernel: 40,
 			Ops:    "add+mean",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 144}, {Buf: 145}, {Buf: 146}, {
@@ -3136,7 +3072,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 45,
+			Kernel: 41,
 			Ops:    "sub+square+mean",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 146}, {Buf: 147}, {Buf: 148}, {Buf: 149}, {Buf: 150}, {
@@ -3152,7 +3088,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 46,
+			Kernel: 42,
 			Ops:    "addc+sqrt+addc+sqrt+unbias",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 148}, {Buf: 143}, {Buf: 151}, {Buf: 149}, {Buf: 152}, {Buf: 153}, {Buf: 154}, {
@@ -3202,7 +3138,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 47,
+			Kernel: 43,
 			Ops:    "div+sub+div+where_train+mul+add+relu",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 155}, {Buf: 29}, {Buf: 156}, {Buf: 28}, {Buf: 29}, {
@@ -3218,7 +3154,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 48,
+			Kernel: 44,
 			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 157}, {
@@ -3242,7 +3178,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 49,
+			Kernel: 45,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3301,7 +3237,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 50,
+			Kernel: 46,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3357,7 +3293,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 51,
+			Kernel: 47,
 			Ops:    "add",
 		}},
 	}},
@@ -3436,15 +3372,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_4",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
@@ -3459,7 +3387,7 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_5",
+		Name:   "sum_bwd_3",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3470,16 +3398,8 @@ var Plan = &runtime.Plan{
 		Name:       "bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_6",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_7",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_8",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "sum_bwd_4",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
@@ -3494,7 +3414,7 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_9",
+		Name:   "sum_bwd_5",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,

@@ -94,22 +94,22 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * _
 extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a9 = in0[i];
-      { const float x = a9; acc = acc + x; }
+      { const float x = a9; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -143,22 +143,22 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a16 = in0[i];
-      { const float x = a16; acc = acc + x; }
+      { const float x = a16; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -474,22 +474,22 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * _
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a53 = in0[i];
-      { const float x = a53; acc = acc + x; }
+      { const float x = a53; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -523,22 +523,22 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __r
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a60 = in0[i];
-      { const float x = a60; acc = acc + x; }
+      { const float x = a60; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -925,13 +925,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a102 = in0[i];
-      { const float x = a102; acc = acc + x; }
+      { const float x = a102; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -954,13 +954,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
       float a107 = in0[i];
-      { const float x = a107; acc = acc + x; }
+      { const float x = a107; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -999,22 +999,22 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a114 = in0[i];
-      { const float x = a114; acc = acc + x; }
+      { const float x = a114; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1049,22 +1049,22 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a118 = in0[i];
-      { const float x = a118; acc = acc + x; }
+      { const float x = a118; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1144,22 +1144,22 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a127 = in0[i];
-      { const float x = a127; acc = acc + x; }
+      { const float x = a127; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1261,22 +1261,22 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a136 = in0[i];
-      { const float x = a136; acc = acc + x; }
+      { const float x = a136; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1333,22 +1333,22 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a141 = in0[i];
-      { const float x = a141; acc = acc + x; }
+      { const float x = a141; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1361,13 +1361,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
       float a146 = in0[i];
-      { const float x = a146; acc = acc + x; }
+      { const float x = a146; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -1432,22 +1432,22 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a153 = in0[i];
-      { const float x = a153; acc = acc + x; }
+      { const float x = a153; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1482,22 +1482,22 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_4(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a157 = in0[i];
-      { const float x = a157; acc = acc + x; }
+      { const float x = a157; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1577,22 +1577,22 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd_3(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a166 = in0[i];
-      { const float x = a166; acc = acc + x; }
+      { const float x = a166; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1694,22 +1694,22 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd_4(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a175 = in0[i];
-      { const float x = a175; acc = acc + x; }
+      { const float x = a175; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1766,22 +1766,22 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_6(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a180 = in0[i];
-      { const float x = a180; acc = acc + x; }
+      { const float x = a180; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
   }
@@ -1794,13 +1794,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
       float a185 = in0[i];
-      { const float x = a185; acc = acc + x; }
+      { const float x = a185; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -1986,22 +1986,22 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float *
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a8 = in0[i];
-      { const float x = a8; acc = acc + x; }
+      { const float x = a8; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -2035,22 +2035,22 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __r
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
       float a15 = in0[i];
-      { const float x = a15; acc = acc + x; }
+      { const float x = a15; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -2366,22 +2366,22 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float *
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a52 = in0[i];
-      { const float x = a52; acc = acc + x; }
+      { const float x = a52; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }
@@ -2415,22 +2415,22 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_2_2(const float * _
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial[32];
+  __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
       const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
       float a59 = in0[i];
-      { const float x = a59; acc = acc + x; }
+      { const float x = a59; acc0 = acc0 + x; }
     }
-    acc = ngen_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-      acc = ngen_warp_sum(acc);
-      if (threadIdx.x == 0) out0[o] = acc / (float)nred;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
     }
     __syncthreads();
   }

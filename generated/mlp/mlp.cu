@@ -148,13 +148,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a20 = in0[i];
-      { const float x = a20; acc = acc + x; }
+      { const float x = a20; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -167,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd(const
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (256LL));
       float a23 = in0[i];
@@ -175,9 +175,9 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd(const
       float a12 = in1[i];
       float v26 = (a12 > 0.0f ? v25 : 0.0f);
       out0[i] = v26;
-      { const float x = v26; acc = acc + x; }
+      { const float x = v26; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 
@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd_2(con
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
       float a29 = in0[i];
@@ -198,9 +198,9 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd_2(con
       float a6 = in1[i];
       float v32 = (a6 > 0.0f ? v31 : 0.0f);
       out0[i] = v32;
-      { const float x = v32; acc = acc + x; }
+      { const float x = v32; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 

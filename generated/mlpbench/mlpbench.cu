@@ -142,13 +142,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a18 = in0[i];
-      { const float x = a18; acc = acc + x; }
+      { const float x = a18; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -160,16 +160,16 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
       float a21 = in0[i];
       float a11 = in1[i];
       float v23 = (a11 > 0.0f ? a21 : 0.0f);
       out0[i] = v23;
-      { const float x = v23; acc = acc + x; }
+      { const float x = v23; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 
@@ -181,16 +181,16 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (2048LL));
       float a26 = in0[i];
       float a6 = in1[i];
       float v28 = (a6 > 0.0f ? a26 : 0.0f);
       out0[i] = v28;
-      { const float x = v28; acc = acc + x; }
+      { const float x = v28; acc0 = acc0 + x; }
     }
-    out1[o] = acc;
+    out1[o] = acc0;
   }
 }
 

@@ -188,13 +188,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
       float a18 = in0[i];
-      { const float x = a18; acc = acc + x; }
+      { const float x = a18; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -217,13 +217,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
       float a23 = in0[i];
-      { const float x = a23; acc = acc + x; }
+      { const float x = a23; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
@@ -246,13 +246,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
     const long long base = (long long)(((unsigned long long)(o)));
-    float acc = 0.0f;
+    float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (2048LL));
       float a28 = in0[i];
-      { const float x = a28; acc = acc + x; }
+      { const float x = a28; acc0 = acc0 + x; }
     }
-    out0[o] = acc;
+    out0[o] = acc0;
   }
 }
 
