@@ -44,17 +44,27 @@ var passOrder = [][2]string{
 }
 
 func init() {
+	if err := checkOrder(passes, passOrder); err != nil {
+		panic(err)
+	}
+}
+
+// checkOrder reports the first constraint "a before b" that ps breaks,
+// including one that names a pass ps lacks (a renamed pass must not
+// silently drop its constraints).
+func checkOrder(ps []pass, order [][2]string) error {
 	at := map[string]int{}
-	for i, p := range passes {
+	for i, p := range ps {
 		at[p.name] = i
 	}
-	for _, c := range passOrder {
+	for _, c := range order {
 		a, ok1 := at[c[0]]
 		b, ok2 := at[c[1]]
 		if !ok1 || !ok2 || a >= b {
-			panic(fmt.Sprintf("compiler: pass %q must run before %q", c[0], c[1]))
+			return fmt.Errorf("compiler: pass %q must run before %q", c[0], c[1])
 		}
 	}
+	return nil
 }
 
 // PassNames lists the passes in order, with the names -dump accepts.

@@ -160,10 +160,7 @@ type mlpRequest struct {
 	P      float64               `json:"p"`
 	Masks  [][][]float64         `json:"masks"`
 	Steps  int                   `json:"steps"`
-	LR     float64               `json:"lr"`
-	Beta1  float64               `json:"beta1"`
-	Beta2  float64               `json:"beta2"`
-	Eps    float64               `json:"eps"`
+	Opt    ir.Optimizer          `json:"optimizer"`
 }
 
 type mlpResult struct {
@@ -193,10 +190,11 @@ func runTorchMLP(req mlpRequest) (*mlpResult, error) {
 	return &res, nil
 }
 
-// TestMLPOracle trains the MLP for three Adam steps from the session's
-// initial weights, with dropout masks computed by the Go Philox, and
-// compares the loss of each step, every gradient of step 1 and every
-// parameter after step 3 with PyTorch doing the same.
+// TestMLPOracle trains the MLP for three steps of each optimizer from the
+// session's initial weights, with dropout masks computed by the Go Philox,
+// and compares the loss of each step, every gradient of step 1 and every
+// parameter after step 3 with PyTorch doing the same (torch.optim.Adam,
+// AdamW, and SGD with momentum, dampening, Nesterov and weight decay).
 func TestMLPOracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
@@ -218,70 +216,83 @@ func TestMLPOracle(t *testing.T) {
 	for i := range y {
 		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
 	}
-	m, layers := mlpOracleModel(ir.F32, irtest.Adam)
-	for _, fuse := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fuse=%v", fuse), func(t *testing.T) {
-			prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			req := mlpRequest{DType: "f32", Layers: layers, Params: map[string]tensorJSON{},
-				X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, P: mlpDropout, Steps: steps,
-				LR: irtest.Adam.LR, Beta1: irtest.Adam.Beta1, Beta2: irtest.Adam.Beta2, Eps: irtest.Adam.Eps}
-			for _, n := range s.Names("param") {
-				var shape []int
-				if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
+	type optCase struct {
+		name string
+		opt  ir.Optimizer
+		fuse []bool
+	}
+	for _, oc := range []optCase{
+		{"adam", irtest.Adam, []bool{true, false}},
+		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}},
+		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}},
+		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}},
+		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}},
+	} {
+		m, layers := mlpOracleModel(ir.F32, oc.opt)
+		for _, fuse := range oc.fuse {
+			t.Run(fmt.Sprintf("%s/fuse=%v", oc.name, fuse), func(t *testing.T) {
+				prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+				if err != nil {
 					t.Fatal(err)
 				}
-				req.Params[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
-			}
-			var losses []float64
-			grads := map[string][]float64{}
-			for step := 1; step <= steps; step++ {
-				var masks [][]float64
-				for i, w := range mlpWidths[1 : len(mlpWidths)-1] {
-					masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
-				}
-				req.Masks = append(req.Masks, masks)
-				if err := s.WriteInput("x", x, rows); err != nil {
+				s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := s.WriteInput("y", y, rows); err != nil {
-					t.Fatal(err)
+				defer s.Close()
+				req := mlpRequest{DType: "f32", Layers: layers, Params: map[string]tensorJSON{},
+					X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, P: mlpDropout, Steps: steps,
+					Opt: oc.opt}
+				for _, n := range s.Names("param") {
+					var shape []int
+					if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
+						t.Fatal(err)
+					}
+					req.Params[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
 				}
-				if err := s.Run("step", rows); err != nil {
-					t.Fatal(err)
-				}
-				losses = append(losses, readNamed(t, s, "output", "loss")[0])
-				if step == 1 {
-					for _, n := range s.Names("grad") {
-						grads[n] = readNamed(t, s, "grad", n)
+				var losses []float64
+				grads := map[string][]float64{}
+				for step := 1; step <= steps; step++ {
+					var masks [][]float64
+					for i, w := range mlpWidths[1 : len(mlpWidths)-1] {
+						masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
+					}
+					req.Masks = append(req.Masks, masks)
+					if err := s.WriteInput("x", x, rows); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.WriteInput("y", y, rows); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Run("step", rows); err != nil {
+						t.Fatal(err)
+					}
+					losses = append(losses, readNamed(t, s, "output", "loss")[0])
+					if step == 1 {
+						for _, n := range s.Names("grad") {
+							grads[n] = readNamed(t, s, "grad", n)
+						}
 					}
 				}
-			}
-			want, err := runTorchMLP(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// f32 GEMMs and row sums in a different order from torch's:
-			// rtol 1e-4. atol 1e-6 for the loss and gradients near zero
-			// (their terms are O(1e-2) at these widths).
-			closeTo(t, "loss per step", losses, want.Loss, 1e-4, 1e-6)
-			for n, g := range want.Grads {
-				closeTo(t, "step 1 grad "+n, grads[n], g, 1e-4, 1e-6)
-			}
-			// Adam moves each parameter by about lr = 1e-3 a step whatever
-			// the gradient's size, so a gradient that differs by rounding
-			// moves it slightly differently: atol 1e-6 (1e-3 of one step).
-			for n, p := range want.Params {
-				closeTo(t, "param after 3 steps "+n, readNamed(t, s, "param", n), p, 1e-4, 1e-6)
-			}
-		})
+				want, err := runTorchMLP(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// f32 GEMMs and row sums in a different order from torch's:
+				// rtol 1e-4. atol 1e-6 for the loss and gradients near zero
+				// (their terms are O(1e-2) at these widths).
+				closeTo(t, "loss per step", losses, want.Loss, 1e-4, 1e-6)
+				for n, g := range want.Grads {
+					closeTo(t, "step 1 grad "+n, grads[n], g, 1e-4, 1e-6)
+				}
+				// Adam moves each parameter by about lr = 1e-3 a step whatever
+				// the gradient's size, so a gradient that differs by rounding
+				// moves it slightly differently: atol 1e-6 (1e-3 of one step).
+				for n, p := range want.Params {
+					closeTo(t, "param after 3 steps "+n, readNamed(t, s, "param", n), p, 1e-4, 1e-6)
+				}
+			})
+		}
 	}
 }
 

@@ -1,16 +1,23 @@
 // Package nvcc compiles a generated .cu ahead of time with NVIDIA's nvcc,
-// when it is on PATH: a fatbin with sm_80 and sm_90 code plus compute_80
-// PTX (which newer devices JIT-compile), and the PTX as text. It sits
-// beside the pure generator (codegen.Generate) and is called by ngen build;
-// the GPU backend loads what it produces from the generated package.
+// when it is on PATH: compute_80 PTX with line information, and a fatbin
+// built from exactly that PTX (SASS for sm_80 and sm_90, plus the PTX,
+// which newer devices JIT-compile). It sits beside the pure generator
+// (codegen.Generate) and is called by ngen build; the GPU backend loads
+// what it produces from the generated package.
 //
 // Results are cached by content hash (nvcc's version, the flags, the
 // source) under os.UserCacheDir()/ngen/nvcc, and a generated directory
 // whose PTX records the same hash is reused as is, so an unchanged model is
-// never recompiled. The flags leave out -lineinfo, which embeds the build
-// directory: the same source then gives byte-identical files on every
-// machine with the same nvcc, which keeps the committed generated/ tree
-// stable.
+// never recompiled.
+//
+// The committed output must be byte-identical on every machine with the
+// same nvcc (CI regenerates and diffs it). -lineinfo puts the build
+// directory into the PTX twice: as the path of the .cu, and hashed into the
+// names of the CUDA headers' internal functions in the debug strings. So
+// cicc is told a relative source path (which fixes the hash), the .cu's
+// .file line is made relative, and the fatbin is assembled from that PTX,
+// not from the .cu. Compile checks that no trace of the build directory is
+// left.
 package nvcc
 
 import (
@@ -23,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/ngen-ml/ngen/codegen"
@@ -74,10 +82,14 @@ func ForPackage(dir, pkg, header, source string) (*Result, string, error) {
 	return r, "", nil
 }
 
-// fatbinArgs and ptxArgs are the fixed targets.
+// ptxArgs and fatbinArgs are the fixed targets. The sm_90 SASS comes from
+// the compute_80 PTX, like the sm_80 SASS, so the committed PTX is the
+// source of every image in the fatbin. --orig_src_path_name is what cicc
+// hashes into internal names; nvcc passes the absolute path, and cicc
+// takes the last one given.
 var (
-	fatbinArgs = []string{"-fatbin", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_80,code=compute_80"}
-	ptxArgs    = []string{"-ptx", "-arch=compute_80"}
+	ptxArgs    = []string{"-ptx", "-arch=compute_80", "-Xcicc", "--orig_src_path_name", "-Xcicc", "<name>.cu"}
+	fatbinArgs = []string{"-fatbin", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_80,code=sm_90", "-gencode=arch=compute_80,code=compute_80"}
 )
 
 // Hash is the cache key of source compiled by the given nvcc.
@@ -109,34 +121,10 @@ func Compile(version, source, header, dir, name string) (*Result, error) {
 			return &Result{Fatbin: fb, PTX: ptx, Hash: hash, Cached: true}, nil
 		}
 	}
-	tmp, err := os.MkdirTemp("", "ngen-nvcc-")
+	fb, ptx, err := build(source, header, name, hash)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	cu := filepath.Join(tmp, name+".cu")
-	if err := os.WriteFile(cu, []byte(source), 0o644); err != nil {
-		return nil, err
-	}
-	run := func(out string, args []string) ([]byte, error) {
-		all := append(append(append([]string{}, args...), codegen.NVCCFlags...), "-o", out, name+".cu")
-		cmd := exec.Command("nvcc", all...)
-		cmd.Dir = tmp
-		msg, err := cmd.CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("nvcc %s: %v\n%s", strings.Join(all, " "), err, msg)
-		}
-		return os.ReadFile(filepath.Join(tmp, out))
-	}
-	fb, err := run("k.fatbin", fatbinArgs)
-	if err != nil {
-		return nil, err
-	}
-	ptx, err := run("k.ptx", ptxArgs)
-	if err != nil {
-		return nil, err
-	}
-	ptx = append([]byte(header+"\n"+hashLine(hash)+"\n"), ptx...)
 	r := &Result{Fatbin: fb, PTX: ptx, Hash: hash}
 	if cache != "" {
 		// Best effort: a cache that cannot be written only costs time.
@@ -146,6 +134,81 @@ func Compile(version, source, header, dir, name string) (*Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// build runs nvcc in a temporary directory: the .cu to PTX, then that PTX
+// (with ngen's header) to the fatbin.
+func build(source, header, name, hash string) (fatbin, ptx []byte, err error) {
+	tmp, err := os.MkdirTemp("", "ngen-nvcc-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(tmp)
+	// cicc resolves the source path against the working directory, which
+	// the kernel reports with symlinks resolved.
+	if real, err := filepath.EvalSymlinks(tmp); err == nil {
+		tmp = real
+	}
+	if err := os.WriteFile(filepath.Join(tmp, name+".cu"), []byte(source), 0o644); err != nil {
+		return nil, nil, err
+	}
+	run := func(args ...string) error {
+		cmd := exec.Command("nvcc", args...)
+		cmd.Dir = tmp
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nvcc %s: %v\n%s", strings.Join(args, " "), err, msg)
+		}
+		return nil
+	}
+	var args []string
+	for _, a := range ptxArgs {
+		args = append(args, strings.ReplaceAll(a, "<name>", name))
+	}
+	args = append(append(args, codegen.NVCCFlags...), "-o", "raw.ptx", name+".cu")
+	if err := run(args...); err != nil {
+		return nil, nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(tmp, "raw.ptx"))
+	if err != nil {
+		return nil, nil, err
+	}
+	ptx = append([]byte(header+"\n"+hashLine(hash)+"\n"), relativeFiles(raw, tmp)...)
+	if bytes.Contains(ptx, []byte(tmp)) || bytes.Contains(ptx, []byte(filepath.Base(tmp))) {
+		return nil, nil, fmt.Errorf("nvcc: the PTX of %s.cu still names the build directory %s, so it would differ from machine to machine", name, tmp)
+	}
+	// The fatbin's PTX image is the file ngen commits, header included.
+	if err := os.WriteFile(filepath.Join(tmp, name+".ptx"), ptx, 0o644); err != nil {
+		return nil, nil, err
+	}
+	args = append(append(append([]string{}, fatbinArgs...), codegen.NVCCFlags...), "-o", name+".fatbin", name+".ptx")
+	if err := run(args...); err != nil {
+		return nil, nil, err
+	}
+	fatbin, err = os.ReadFile(filepath.Join(tmp, name+".fatbin"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if bytes.Contains(fatbin, []byte(filepath.Base(tmp))) {
+		return nil, nil, fmt.Errorf("nvcc: the fatbin of %s.cu names the build directory %s, so it would differ from machine to machine", name, tmp)
+	}
+	return fatbin, ptx, nil
+}
+
+// fileLineRE matches a PTX .file directive (line information's file table).
+var fileLineRE = regexp.MustCompile(`(?m)^(\s*\.file\s+\d+\s+")([^"]*)"`)
+
+// relativeFiles makes the .file paths under dir relative to it: the .cu
+// becomes "<name>.cu", which a profiler resolves against generated/<name>.
+func relativeFiles(ptx []byte, dir string) []byte {
+	prefix := dir + string(filepath.Separator)
+	return fileLineRE.ReplaceAllFunc(ptx, func(m []byte) []byte {
+		sub := fileLineRE.FindSubmatch(m)
+		path, ok := strings.CutPrefix(string(sub[2]), prefix)
+		if !ok {
+			return m
+		}
+		return []byte(string(sub[1]) + path + `"`)
+	})
 }
 
 // Existing returns dir's fatbin and PTX when the PTX records hash, for a

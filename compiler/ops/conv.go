@@ -124,6 +124,10 @@ func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.S
 		if w.G != 1 {
 			return nil, 0, fmt.Errorf("%s has no groups", op)
 		}
+		// torch's avg_pool2d has no dilation, and its template steps by 1.
+		if op == "avgpool" && (w.DH != 1 || w.DW != 1) {
+			return nil, 0, fmt.Errorf("avgpool has no dilation, got %dx%d", w.DH, w.DW)
+		}
 		if 2*w.PH > w.KH || 2*w.PW > w.KW {
 			return nil, 0, fmt.Errorf("%s: padding %dx%d must be at most half the kernel %dx%d", op, w.PH, w.PW, w.KH, w.KW)
 		}
@@ -374,6 +378,12 @@ func Conv2d(b *Builder, x, w, bias *ir.Value, win Window) *ir.Value {
 	if b.Err != nil {
 		return col
 	}
+	// Checked here rather than left to the reshape and GEMM below, whose
+	// errors would name ops the user never wrote.
+	if err := convOperands(x, w, bias, win); err != nil {
+		b.Err = fmt.Errorf("conv2d (%s): %v", b.Pos, err)
+		return col
+	}
 	n, c := x.Shape[0], x.Shape[1].N
 	co := w.Shape[0].N
 	k := c / win.G * win.KH * win.KW
@@ -393,6 +403,27 @@ func Conv2d(b *Builder, x, w, bias *ir.Value, win Window) *ir.Value {
 		y = b.Op("add", ir.Attrs{}, y, b.Op("reshape", ir.Attrs{Shape: ir.Static(co, 1, 1)}, bias))
 	}
 	return y
+}
+
+// convOperands checks the weight is [Co, C/G, KH, KW] for x's C channels
+// and the window, and the bias [Co], all of x's dtype.
+func convOperands(x, w, bias *ir.Value, win Window) error {
+	c := x.Shape[1].N // static: im2col accepted x
+	if w.DType != x.DType || (bias != nil && bias.DType != x.DType) {
+		return fmt.Errorf("input %s, weight %s and bias must share a dtype", x.Type(), w.Type())
+	}
+	if len(w.Shape) != 4 || w.Shape[0].Sym != "" || w.Shape[0].N%win.G != 0 {
+		return fmt.Errorf("weight %s must be [Cout, Cin/groups, KH, KW] with Cout divisible by groups %d", w.Shape, win.G)
+	}
+	co := w.Shape[0].N
+	if want := ir.Static(co, c/win.G, win.KH, win.KW); !w.Shape.Eq(want) {
+		return fmt.Errorf("weight %s does not fit input %s with groups %d and kernel %dx%d: want %s",
+			w.Shape, x.Shape, win.G, win.KH, win.KW, want)
+	}
+	if bias != nil && !bias.Shape.Eq(ir.Static(co)) {
+		return fmt.Errorf("bias %s, want [%d]", bias.Shape, co)
+	}
+	return nil
 }
 
 // MaxPool2d lowers torch.nn.functional.max_pool2d: the window offsets of

@@ -32,28 +32,48 @@ func init() {
 // output and the new running mean and variance (moved by momentum in
 // training mode, unchanged in eval mode), for the caller to write back.
 // The DSL's BatchNorm2d and the op tests share it.
+//
+// The lowering is shaped for two passes over x forward and two backward:
+//   - statistics of the shifted data d = x - running_mean: the sums of d
+//     and d² read only x and rm, so they are sibling reductions that fuse
+//     into one pass; shifting by the running mean keeps var = E[d²] - E[d]²
+//     free of the cancellation the unshifted E[x²] - E[x]² suffers in f32
+//     once the running mean tracks the batch mean (and no worse at the
+//     first step, when it is 0);
+//   - everything per channel (mean, variance, scale, shift, the running
+//     updates) is one small [C] kernel, and the normalisation is
+//     y = d·a + b with a = weight·rstd and b = bias - shift·a [C], one
+//     elementwise pass that a following ReLU joins;
+//   - autodiff of that form needs only sum(dy) and sum(dy·d), siblings
+//     over dy's space (one pass), then one elementwise pass for dx.
+//
+// where_train picks the batch or running statistics per channel, so the
+// [N,C,H,W] arithmetic is the same in both modes.
 func BatchNorm2d(b *Builder, x, gamma, beta, rm, rv *ir.Value, momentum, eps float64) (y, newMean, newVar *ir.Value) {
 	c := x.Shape[1].N
 	op := func(name string, attrs ir.Attrs, args ...*ir.Value) *ir.Value { return b.Op(name, attrs, args...) }
+	none := ir.Attrs{}
 	chan4 := ir.Attrs{Shape: ir.Static(1, c, 1, 1)}
-	chan1 := ir.Attrs{Shape: ir.Static(c)}
-	stat := ir.Attrs{Axes: []int{0, 2, 3}, KeepDim: true}
-	mean := op("mean", stat, x)
-	xc := op("sub", ir.Attrs{}, x, mean)
-	variance := op("mean", stat, op("square", ir.Attrs{}, xc)) // biased, for normalising
-	norm := func(centred, v *ir.Value) *ir.Value {
-		return op("div", ir.Attrs{}, centred, op("sqrt", ir.Attrs{}, op("addc", ir.Attrs{F: eps}, v)))
-	}
-	train := norm(xc, variance)
-	eval := norm(op("sub", ir.Attrs{}, x, op("reshape", chan4, rm)), op("reshape", chan4, rv))
-	xhat := op("where_train", ir.Attrs{}, train, eval)
-	y = op("add", ir.Attrs{}, op("mul", ir.Attrs{}, xhat, op("reshape", chan4, gamma)), op("reshape", chan4, beta))
-	// running = (1-momentum)·running + momentum·batch, in training mode only;
-	// the running variance is the unbiased one.
-	move := func(run, batch *ir.Value) *ir.Value {
-		moved := op("add", ir.Attrs{}, op("scale", ir.Attrs{F: 1 - momentum}, run), op("scale", ir.Attrs{F: momentum}, batch))
-		return op("where_train", ir.Attrs{}, moved, run)
-	}
+	stat := ir.Attrs{Axes: []int{0, 2, 3}} // per channel, [C]
+	d := op("sub", none, x, op("reshape", chan4, rm))
+	sq := op("square", none, d)
+	s1 := op("mean", stat, d) // batch mean - running mean
+	s2 := op("mean", stat, sq)
+	// Biased variance for normalising; rounding may leave it a hair
+	// below zero for a constant channel, which relu clamps.
+	variance := op("relu", none, op("sub", none, s2, op("square", none, s1)))
+	rstd := func(v *ir.Value) *ir.Value { return op("powc", ir.Attrs{F: -0.5}, op("addc", ir.Attrs{F: eps}, v)) }
+	zero := op("fill", ir.Attrs{F: 0, Shape: ir.Static(c), Str: x.DType.String()})
+	shift := op("where_train", none, s1, zero) // x - mean = d - shift
+	a := op("mul", none, gamma, op("where_train", none, rstd(variance), rstd(rv)))
+	bias := op("sub", none, beta, op("mul", none, shift, a))
+	y = op("add", none, op("mul", none, d, op("reshape", chan4, a)), op("reshape", chan4, bias))
+	// running = (1-momentum)·running + momentum·batch, in training mode
+	// only; the batch mean is rm + s1, and running_var tracks the unbiased
+	// variance, as in PyTorch.
+	newMean = op("where_train", none, op("add", none, rm, op("scale", ir.Attrs{F: momentum}, s1)), rm)
 	unbiased := op("unbias", ir.Attrs{Axes: []int{0, 2, 3}, Shape: x.Shape.Clone()}, variance)
-	return y, move(rm, op("reshape", chan1, mean)), move(rv, op("reshape", chan1, unbiased))
+	moved := op("add", none, op("scale", ir.Attrs{F: 1 - momentum}, rv), op("scale", ir.Attrs{F: momentum}, unbiased))
+	newVar = op("where_train", none, moved, rv)
+	return y, newMean, newVar
 }

@@ -39,8 +39,17 @@ def main():
     y = torch.tensor(req["y"], dtype=torch.long)
     p = req["p"]
     scale = 1.0 / (1.0 - p)
-    opt = torch.optim.Adam(list(params.values()), lr=req["lr"],
-                           betas=(req["beta1"], req["beta2"]), eps=req["eps"])
+    o = req["optimizer"]  # ir.Optimizer's JSON
+    ps = list(params.values())
+    kind = o["kind"]
+    if kind == "sgd":
+        opt = torch.optim.SGD(ps, lr=o["lr"], momentum=o.get("momentum", 0), dampening=o.get("dampening", 0),
+                              weight_decay=o.get("weight_decay", 0), nesterov=o.get("nesterov", False))
+    elif kind in ("adam", "adamw"):
+        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+        opt = cls(ps, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o.get("weight_decay", 0))
+    else:
+        raise SystemExit("torch_mlp.py: unknown optimizer %r" % kind)
     losses, grads = [], {}
     for step in range(req["steps"]):
         opt.zero_grad()
