@@ -9,9 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
 	"testing"
-	"text/tabwriter"
+	"time"
 
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cuda"
@@ -19,26 +18,30 @@ import (
 
 // TestGPU is the GPU benchmark mode, for a machine with a device:
 //
-//	go test -tags cuda ./bench -run TestGPU -v -args -bench [-model convnet]
+//	go test -tags cuda ./bench -run TestGPU -v -args -bench [-model convnet] [-steps 30]
 //
-// For each benchmark model it prints the fused training step's median time,
-// then every kernel's and GEMM's average time and achieved bandwidth (the
-// plan's bytes moved per launch over its time) against the device's peak,
-// and the same step in PyTorch on the same GPU when PyTorch has CUDA.
+// For each benchmark model it prints the fused and unfused training steps'
+// median wall time, then every kernel's and GEMM's GPU time (CUDA events)
+// and achieved bandwidth (the plan's bytes per launch over that time)
+// against the device's peak, and the same step in PyTorch on the same GPU
+// when PyTorch has CUDA.
 func TestGPU(t *testing.T) {
 	if !*run {
 		t.Skip("benchmark: go test -tags cuda ./bench -run TestGPU -v -args -bench")
 	}
+	if err := cuda.Available(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
 	dev, err := cuda.New(cuda.Options{})
 	if err != nil {
-		t.Skipf("no GPU: %v", err)
+		t.Fatal(err)
 	}
 	defer dev.Close()
 	peak, err := dev.PeakBandwidth()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("device: %s, peak memory bandwidth %.0f GB/s\n", dev.Name(), peak/1e9)
+	fmt.Printf("device: %s, peak memory bandwidth %.0f GB/s (memory clock × bus width × 2)\n", dev.Name(), peak/1e9)
 	for _, c := range cases {
 		if *only != "" && c.name != *only {
 			continue
@@ -48,47 +51,78 @@ func TestGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		step := timeSteps(t, m, x, y) // Step reads the loss back: each step is synchronised
-		fmt.Printf("\n%s: ngen fused step %.3f ms (median of %d)\n", c.describe, float64(step.Microseconds())/1000, *steps)
-		s := m.(interface{ Session() *runtime.Session }).Session()
-		s.SetProfiling(true)
-		for i := 0; i < *steps; i++ {
-			if _, err := m.Step(x, y); err != nil {
-				t.Fatal(err)
-			}
+		u, err := c.unfused(dev, c.batch)
+		if err != nil {
+			t.Fatal(err)
 		}
-		printKernels(s.Profile(), peak)
-		s.SetProfiling(false)
+		// Step reads the loss back, so each timed step ends synchronised.
+		step, ustep := timeSteps(t, m, x, y), timeSteps(t, u, x, y)
+		closeModel(t, u)
+		fmt.Printf("\n%s, median of %d steps:\n", c.describe, *steps)
+		fmt.Printf("  ngen fused   %8.3f ms\n  ngen unfused %8.3f ms\n", ms(step), ms(ustep))
+		rows, err := profileGPU(dev, m, x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeModel(t, m)
 		torch, err := torchGPU(c)
-		switch {
-		case err != nil:
+		if err != nil {
 			fmt.Printf("  PyTorch on the GPU: not measured: %v\n", err)
-		default:
-			fmt.Printf("  PyTorch on the same GPU: %.3f ms; ngen/PyTorch %.2fx\n", torch, float64(step.Microseconds())/1000/torch)
+		} else {
+			fmt.Printf("  PyTorch      %8.3f ms (%s, same GPU); ngen fused/PyTorch %.2fx\n", torch.Median, torch.Torch, ms(step)/torch.Median)
+		}
+		fmt.Println("  fused step, per launch (GPU time from CUDA events):")
+		if err := writeRows(os.Stdout, rows, peak, step); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
-// printKernels prints the training step's launches, slowest first, with
-// the share of the device's peak bandwidth each achieves.
-func printKernels(ts []runtime.StepTime, peak float64) {
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Total > ts[j].Total })
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  kernel\tavg µs\tGB/s\t% of peak\tGFLOP/s\t")
-	for _, k := range ts {
-		if k.Func != "step" {
-			continue
-		}
-		sec := k.Total.Seconds()
-		avg := sec / float64(max(k.Calls, 1))
-		gbs := float64(k.Bytes) / sec
-		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%.1f%%\t%.1f\t\n", k.Name, avg*1e6, gbs/1e9, 100*gbs/peak, float64(k.Flops)/sec/1e9)
+// profileGPU runs *steps training steps with the session's profile (for
+// each step's bytes and FLOPs) and the device's event timing both on.
+func profileGPU(dev *cuda.Device, m stepper, x []float32, y []int32) ([]kernelRow, error) {
+	s := m.(interface{ Session() *runtime.Session }).Session()
+	s.SetProfiling(true)
+	defer s.SetProfiling(false)
+	if err := dev.SetEventTiming(true); err != nil {
+		return nil, err
 	}
-	tw.Flush()
+	defer dev.SetEventTiming(false)
+	for i := 0; i < *steps; i++ {
+		if _, err := m.Step(x, y); err != nil {
+			return nil, err
+		}
+	}
+	lts, err := dev.EventTimes()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(lts))
+	times := make([]time.Duration, len(lts))
+	for i, lt := range lts {
+		names[i], times[i] = lt.Name, lt.Time
+	}
+	return eventRows(s.Profile(), names, times)
 }
 
-// torchGPU times the same step in PyTorch on the GPU, in milliseconds.
-func torchGPU(c benchCase) (float64, error) {
+func closeModel(t *testing.T, m stepper) {
+	if c, ok := m.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// torchResult is what torch_step.py prints that the report uses.
+type torchResult struct {
+	Median float64 `json:"ms_median"`
+	Torch  string  `json:"torch"`
+	GPU    string  `json:"gpu"`
+}
+
+// torchGPU times the same step in PyTorch on the GPU.
+func torchGPU(c benchCase) (torchResult, error) {
+	var tr torchResult
 	args := append([]string{"torch_step.py", "--device", "cuda", "--batch", fmt.Sprint(c.batch),
 		"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.torchArgs...)
 	cmd := exec.Command("/usr/bin/python3", args...)
@@ -97,16 +131,16 @@ func torchGPU(c benchCase) (float64, error) {
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 {
-			return 0, errors.New(string(bytes.TrimSpace(stderr.Bytes())))
+		if errors.As(err, &ee) && ee.ExitCode() == 3 { // no CUDA in this PyTorch: a reason, not a failure
+			return tr, errors.New(string(bytes.TrimSpace(stderr.Bytes())))
 		}
-		return 0, fmt.Errorf("torch_step.py: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	var tr struct {
-		Median float64 `json:"ms_median"`
+		return tr, fmt.Errorf("torch_step.py: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	if err := json.Unmarshal(out, &tr); err != nil || tr.Median == 0 {
-		return 0, fmt.Errorf("torch output %q: %v", out, err)
+		return tr, fmt.Errorf("torch output %q: %v", out, err)
 	}
-	return tr.Median, nil
+	if tr.GPU != "" {
+		tr.Torch += " on " + tr.GPU
+	}
+	return tr, nil
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Times one PyTorch CPU training step of a seed model, the peer number for
-ngen's benchmark (bench/bench_test.go).
+"""Times one PyTorch training step of a seed model on the CPU (or, with
+--device cuda, the GPU), the peer number for ngen's benchmarks
+(bench/bench_test.go, bench/gpu_test.go).
 
 A step is forward, cross-entropy, backward, Adam(lr 1e-3) step and
 zero_grad(set_to_none=True). --model mlp is Linear+ReLU layers (no ReLU after
@@ -10,6 +11,7 @@ JSON line.
 
     /usr/bin/python3 bench/torch_step.py --threads 1 --batch 128 --steps 50 --warmup 5 --layers 1024,2048,512,10
     /usr/bin/python3 bench/torch_step.py --model convnet --batch 64
+    /usr/bin/python3 bench/torch_step.py --model convnet --batch 64 --device cuda
 """
 
 import argparse
@@ -84,6 +86,7 @@ def main():
         "batch": a.batch,
         "model": a.model,
         "device": a.device,
+        "gpu": torch.cuda.get_device_name(torch.device(a.device)) if a.device != "cpu" else None,
         "layers": layers if a.model == "mlp" else None,
         "steps": a.steps,
         "warmup": a.warmup,

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Trains a seed model on Fashion-MNIST with PyTorch on the CPU: the peer for
-ngen's end-to-end training run.
+"""Trains a seed model on Fashion-MNIST with PyTorch on the CPU (or, with
+--device cuda, on the GPU): the peer for ngen's end-to-end training run.
 
 --model mlp (the default) is 784 -> 512 ReLU Dropout -> 256 ReLU Dropout ->
 10 (--layers and --dropout change it); --model convnet and convnet_bn are the
@@ -12,6 +12,7 @@ Prints one JSON line per epoch.
 
     /usr/bin/python3 bench/torch_train.py --epochs 5 --batch 64 --threads 1 --seed 0
     /usr/bin/python3 bench/torch_train.py --model convnet --epochs 3 --batch 64 --threads 1
+    /usr/bin/python3 bench/torch_train.py --model convnet --device cuda   # the peer of cmd/train -device cuda
 """
 
 import argparse
@@ -65,6 +66,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--layers", default="784,512,256,10")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (exits 3 with a reason when PyTorch has no CUDA device)")
     p.add_argument("--data", default=DEFAULT_DIR, help="directory with the Fashion-MNIST IDX .gz files")
     a = p.parse_args()
     layers = [int(s) for s in a.layers.split(",")]
@@ -85,13 +87,21 @@ def main():
     else:
         model, shape = torch_models.build(a.model)
         xtr, xte = xtr.reshape(-1, *shape), xte.reshape(-1, *shape)
+    if a.device != "cpu":
+        if not torch.cuda.is_available():
+            print("PyTorch %s has no CUDA device" % torch.__version__, file=sys.stderr)
+            sys.exit(3)
+        # The whole data set fits on any GPU; batches are then sliced there,
+        # as ngen's trainer copies each batch once.
+        model = model.to(a.device)
+        xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     shuffle = torch.Generator().manual_seed(a.seed)
 
     n = len(xtr)
     for epoch in range(1, a.epochs + 1):
         model.train()
-        order = torch.randperm(n, generator=shuffle)
+        order = torch.randperm(n, generator=shuffle).to(a.device)
         total, batches = 0.0, 0
         t0 = time.perf_counter()
         for s in range(0, n, a.batch):
@@ -118,6 +128,7 @@ def main():
             "batch": a.batch,
             "seed": a.seed,
             "model": a.model,
+            "device": a.device,
         }), flush=True)
 
 

@@ -13,8 +13,10 @@ import (
 // WriteDir replaces the generated files in dir with files; it is the only
 // step of code generation that touches the file system.
 //
-// Every file is first written and synced under a temporary name in dir
-// (same file system, so renames are atomic). Then each existing file is
+// A file whose content is already in place is left alone (a regenerated,
+// unchanged model touches nothing). Every other file is first written and
+// synced under a temporary name in dir (same file system, so renames are
+// atomic). Then each existing file is
 // moved aside and its replacement renamed into place; if any rename fails,
 // the moved-aside files are put back, so an error leaves dir as it was
 // (and removes dir again if WriteDir created it). Files in dir that carry
@@ -35,6 +37,7 @@ func WriteDir(dir string, files map[string][]byte) (err error) {
 		return err
 	}
 	var temps, backups []string // backups[i] is "" when names[i] is new
+	unchanged := make([]bool, len(names))
 	defer func() {
 		for _, t := range temps {
 			if t != "" {
@@ -45,9 +48,14 @@ func WriteDir(dir string, files map[string][]byte) (err error) {
 			os.Remove(dir) // only succeeds if empty, as it was
 		}
 	}()
-	for _, name := range names {
+	for i, name := range names {
 		if fi, serr := os.Lstat(filepath.Join(dir, name)); serr == nil && !fi.Mode().IsRegular() {
 			return fmt.Errorf("writing %s: %s exists and is not a regular file", dir, name)
+		}
+		if old, rerr := os.ReadFile(filepath.Join(dir, name)); rerr == nil && bytes.Equal(old, files[name]) {
+			unchanged[i] = true
+			temps = append(temps, "")
+			continue
 		}
 		t, werr := writeTemp(dir, name, files[name])
 		if werr != nil {
@@ -59,6 +67,9 @@ func WriteDir(dir string, files map[string][]byte) (err error) {
 	rollback := func(done int) {
 		for i := done - 1; i >= 0; i-- {
 			target := filepath.Join(dir, names[i])
+			if unchanged[i] {
+				continue
+			}
 			if backups[i] != "" {
 				os.Rename(backups[i], target)
 			} else {
@@ -69,6 +80,9 @@ func WriteDir(dir string, files map[string][]byte) (err error) {
 	for i, name := range names {
 		target := filepath.Join(dir, name)
 		backups = append(backups, "")
+		if unchanged[i] {
+			continue
+		}
 		if _, serr := os.Lstat(target); serr == nil {
 			b := temps[i] + ".old"
 			if rerr := rename(target, b); rerr != nil {

@@ -39,6 +39,54 @@ func TestCompileBadDump(t *testing.T) {
 	}
 }
 
+// TestPassOrder: the table is in the order the passes need, and the check
+// at init would catch a reordering or a renamed pass.
+func TestPassOrder(t *testing.T) {
+	want := "infer_shapes derive_functions autodiff lower_optimizer fold_constants prune fuse plan_memory"
+	if got := strings.Join(PassNames(), " "); got != want {
+		t.Errorf("passes %s, want %s", got, want)
+	}
+	if err := checkOrder(passes, passOrder); err != nil {
+		t.Fatal(err)
+	}
+	swapped := append([]pass(nil), passes...)
+	swapped[2], swapped[3] = swapped[3], swapped[2] // lower optimizer before autodiff
+	if err := checkOrder(swapped, passOrder); err == nil || !strings.Contains(err.Error(), `"autodiff" must run before "lower optimizer"`) {
+		t.Errorf("swapped passes: %v", err)
+	}
+	if err := checkOrder(passes[1:], passOrder); err == nil || !strings.Contains(err.Error(), "infer shapes") {
+		t.Errorf("missing pass: %v", err)
+	}
+}
+
+// TestCompileDumpOne: a prefix dumps after the one pass it names.
+func TestCompileDumpOne(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := Compile(testMLP(6, 5, 3, 0, adam), Options{Fuse: true, Dump: "fuse", DumpTo: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if strings.Count(out, "# after ") != 1 || !strings.HasPrefix(out, "# after fuse\n") || !strings.Contains(out, "kernel 0 ") {
+		t.Errorf("dump=fuse printed:\n%s", out)
+	}
+}
+
+// TestCompileErrorNamesPass: an invalid IR after a pass is reported with
+// the pass's name, so a broken pass is found at once.
+func TestCompileErrorNamesPass(t *testing.T) {
+	saved := passes
+	defer func() { passes = saved }()
+	passes = append([]pass(nil), passes[:4]...)
+	passes = append(passes, pass{name: "break shapes", required: true, fn: func(p *Program) error {
+		p.Step.Values[len(p.Step.Values)-1].Shape = ir.Static(7)
+		return nil
+	}})
+	_, err := Compile(testMLP(6, 5, 3, 0, adam), Options{})
+	if err == nil || !strings.Contains(err.Error(), `after pass "break shapes"`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
 // through runs the passes up to and including last, verifying after each,
 // as Compile does.
 func through(t *testing.T, m *ir.Model, last string, fuse bool) *Program {

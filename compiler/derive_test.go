@@ -1,25 +1,82 @@
 package compiler
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
 
 func TestDeriveFuncs(t *testing.T) {
-	p := through(t, testMLP(6, 5, 3, 0.2, adam), "derive functions", true)
-	if p.Step == nil || p.Step.Outputs["loss"] == nil {
-		t.Fatal("no step function with a loss output")
+	m := testMLP(6, 5, 3, 0.2, adam)
+	forward := m.Forward.Print()
+	p := through(t, m, "derive functions", true)
+	if p.Step == nil || p.Predict == nil {
+		t.Fatalf("step %v, predict %v", p.Step, p.Predict)
 	}
-	if p.Predict == nil || p.Predict.Outputs["output"] == nil {
-		t.Fatal("no predict function with an output")
+	if fs := p.Funcs(); len(fs) != 2 || fs[0] != p.Step || fs[1] != p.Predict {
+		t.Errorf("Funcs() = %v, want step then predict (the plan's order)", fs)
+	}
+	// The step returns the loss and nothing else yet: gradients and
+	// updates are later passes' work.
+	loss := p.Step.Outputs["loss"]
+	if len(p.Step.Outputs) != 1 || loss == nil || loss.Op != "cross_entropy" || len(loss.Shape) != 0 {
+		t.Errorf("step outputs %v, want only the scalar cross_entropy loss", p.Step.Outputs)
+	}
+	if len(p.Step.Grads) != 0 || len(p.Step.Updates) != 0 {
+		t.Errorf("step has %d gradients and %d updates before autodiff", len(p.Step.Grads), len(p.Step.Updates))
+	}
+	if names(p.Step.Inputs()) != "x y" || len(p.Step.Params()) != 4 {
+		t.Errorf("step inputs %q, %d params", names(p.Step.Inputs()), len(p.Step.Params()))
 	}
 	// Predict stops at the logits: no loss, no labels.
+	out := p.Predict.Outputs["output"]
+	if len(p.Predict.Outputs) != 1 || out == nil || !out.Shape.Eq(ir.Shape{ir.S("B"), ir.D(3)}) {
+		t.Errorf("predict outputs %v, want the [B,3] logits", p.Predict.Outputs)
+	}
 	if n := count(p.Predict, "cross_entropy"); n != 0 {
 		t.Errorf("predict computes cross_entropy %d times", n)
 	}
-	for _, v := range p.Predict.Inputs() {
-		if v.Name == "y" {
-			t.Error("predict takes the labels")
-		}
+	if names(p.Predict.Inputs()) != "x" {
+		t.Errorf("predict takes %q, want only x", names(p.Predict.Inputs()))
 	}
 	if count(p.Step, "dropout") != 1 || count(p.Predict, "dropout") != 1 {
 		t.Error("both functions keep dropout (the train flag decides at run time)")
 	}
+	// The functions are copies: later passes rewrite them, and the
+	// declared model must stay as the user wrote it.
+	fwd := map[*ir.Value]bool{}
+	for _, v := range m.Forward.Values {
+		fwd[v] = true
+	}
+	for _, f := range p.Funcs() {
+		for _, v := range f.Values {
+			if fwd[v] {
+				t.Fatalf("%s shares %s with the forward function", f.Name, v)
+			}
+		}
+	}
+	through(t, m, "plan memory", true)
+	if m.Forward.Print() != forward {
+		t.Error("compiling changed the declared forward function")
+	}
+}
+
+// A model without an output (a loss only) has nothing to predict.
+func TestDeriveNoOutput(t *testing.T) {
+	m := testMLP(6, 5, 3, 0, adam)
+	m.Output = nil
+	if p := through(t, m, "derive functions", true); p.Predict != nil || len(p.Funcs()) != 1 {
+		t.Errorf("predict derived without an output: %v", p.Predict)
+	}
+}
+
+func names(vs []*ir.Value) string {
+	s := ""
+	for i, v := range vs {
+		if i > 0 {
+			s += " "
+		}
+		s += v.Name
+	}
+	return s
 }

@@ -1,8 +1,6 @@
 package compiler
 
 import (
-	"fmt"
-
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -15,8 +13,9 @@ import (
 //     multi-tensor kernel;
 //   - a reduction absorbs the elementwise group that produces its input
 //     (activation backward + bias-gradient reduction), and reductions over
-//     the same space and axes share one pass (batch norm's statistics and
-//     its backward sums);
+//     the same space and axes share one pass with the elementwise ops that
+//     feed them (batch norm's statistics and its backward sums;
+//     reduce_siblings.go);
 //   - an elementwise op with no producer to join shares the latest kernel
 //     over the same space (horizontal fusion);
 //   - cross_entropy absorbs the elementwise group producing its logits and
@@ -72,6 +71,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 		}
 		return true
 	}
+	users := usersOf(f)
 	for _, v := range f.Values {
 		d := ops.Lookup(v.Op)
 		if d.Kind == ops.Source || d.Kind == ops.View || isConst(v) {
@@ -88,6 +88,14 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 					}
 					if gi > best && ready(v, gi) {
 						best = gi
+					}
+				}
+				// Feeding a sibling reduction beats joining a producer
+				// that holds a gather, which no reduction absorbs.
+				if best < 0 || hasGather(gs[best]) {
+					if gi := prologueGroup(gs, users, v, ready); gi >= 0 {
+						add(gs[gi], v)
+						continue
 					}
 				}
 				// With no producer to join, fuse horizontally with the
@@ -122,7 +130,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 				continue
 			}
 			if on {
-				if gi := siblingReduce(gs, v, ready); gi >= 0 {
+				if gi := siblingReduce(gs, owner, v, ready); gi >= 0 {
 					add(gs[gi], v)
 					continue
 				}
@@ -216,22 +224,4 @@ func hasGather(g *Group) bool {
 		}
 	}
 	return false
-}
-
-// siblingReduce picks a reduction group v can join: same iteration space,
-// same reduced axes, and v's input already computed (by an earlier kernel
-// or inside that one), so one pass over the input serves both.
-func siblingReduce(gs []*Group, v *ir.Value, ready func(*ir.Value, int, ...*ir.Value) bool) int {
-	axes, _ := ir.NormAxes(v.Attrs.Axes, len(v.Args[0].Shape))
-	for gi := len(gs) - 1; gi >= 0; gi-- {
-		g := gs[gi]
-		if g.Kind != Reduce || !g.Space.Eq(v.Args[0].Shape) || !ready(v, gi) {
-			continue
-		}
-		ga, _ := ir.NormAxes(g.Root.Attrs.Axes, len(g.Space))
-		if fmt.Sprint(ga) == fmt.Sprint(axes) {
-			return gi
-		}
-	}
-	return -1
 }

@@ -13,7 +13,7 @@ import (
 // (elementwise, sum, broadcast, views), not matmul or cross-entropy, which
 // codegen's tests check end to end against PyTorch.
 type interp struct {
-	env  map[string]int         // symbol bindings ("B")
+	env  map[string]int          // symbol bindings ("B")
 	vals map[*ir.Value][]float64 // row-major data; seeded values are leaves
 }
 
@@ -70,18 +70,18 @@ func unravel(k int, s []int) []int {
 }
 
 var pointwise = map[string]func(a []float64, attr ir.Attrs) float64{
-	"add":      func(a []float64, _ ir.Attrs) float64 { return a[0] + a[1] },
-	"sub":      func(a []float64, _ ir.Attrs) float64 { return a[0] - a[1] },
-	"mul":      func(a []float64, _ ir.Attrs) float64 { return a[0] * a[1] },
-	"div":      func(a []float64, _ ir.Attrs) float64 { return a[0] / a[1] },
-	"neg":      func(a []float64, _ ir.Attrs) float64 { return -a[0] },
-	"exp":      func(a []float64, _ ir.Attrs) float64 { return math.Exp(a[0]) },
-	"sqrt":     func(a []float64, _ ir.Attrs) float64 { return math.Sqrt(a[0]) },
-	"square":   func(a []float64, _ ir.Attrs) float64 { return a[0] * a[0] },
-	"relu":     func(a []float64, _ ir.Attrs) float64 { return math.Max(a[0], 0) },
-	"copy":     func(a []float64, _ ir.Attrs) float64 { return a[0] },
-	"scale":    func(a []float64, at ir.Attrs) float64 { return a[0] * at.F },
-	"addc":     func(a []float64, at ir.Attrs) float64 { return a[0] + at.F },
+	"add":    func(a []float64, _ ir.Attrs) float64 { return a[0] + a[1] },
+	"sub":    func(a []float64, _ ir.Attrs) float64 { return a[0] - a[1] },
+	"mul":    func(a []float64, _ ir.Attrs) float64 { return a[0] * a[1] },
+	"div":    func(a []float64, _ ir.Attrs) float64 { return a[0] / a[1] },
+	"neg":    func(a []float64, _ ir.Attrs) float64 { return -a[0] },
+	"exp":    func(a []float64, _ ir.Attrs) float64 { return math.Exp(a[0]) },
+	"sqrt":   func(a []float64, _ ir.Attrs) float64 { return math.Sqrt(a[0]) },
+	"square": func(a []float64, _ ir.Attrs) float64 { return a[0] * a[0] },
+	"relu":   func(a []float64, _ ir.Attrs) float64 { return math.Max(a[0], 0) },
+	"copy":   func(a []float64, _ ir.Attrs) float64 { return a[0] },
+	"scale":  func(a []float64, at ir.Attrs) float64 { return a[0] * at.F },
+	"addc":   func(a []float64, at ir.Attrs) float64 { return a[0] + at.F },
 	"relu_bwd": func(a []float64, _ ir.Attrs) float64 {
 		if a[1] > 0 {
 			return a[0]

@@ -55,27 +55,40 @@ func siblingReduce(gs []*Group, owner map[*ir.Value]int, v *ir.Value, ready func
 
 // prologueGroup picks the reduction group that elementwise v joins as part
 // of its prologue, or -1: v must lie in the group's space, read none of
-// its reductions, and feed (through elementwise ops) a reduction over the
-// same axes, which will then join as a sibling. Computing v where its
-// reduction runs saves storing it, as the reduction absorbing its
-// producer does for the first reduction of a group.
-func prologueGroup(gs []*Group, owner map[*ir.Value]int, users map[*ir.Value][]*ir.Value, v *ir.Value, ready func(*ir.Value, int, ...*ir.Value) bool) int {
-	ok := func(gi int) bool {
-		g := gs[gi]
-		return g.Kind == Reduce && !hasGather(g) && g.Space.Eq(v.Shape) && ready(v, gi) && !readsReduction(g, v) &&
-			feedsReduction(g, v, users, map[*ir.Value]bool{})
-	}
-	for _, a := range v.Args {
-		if gi, has := owner[a]; has && ok(gi) {
-			return gi
-		}
-	}
+// its reductions but some operand the group computes or reads already,
+// and feed (through elementwise ops) a reduction over the same axes, which
+// will then join as a sibling. Computing v where its reduction runs saves
+// storing it, as the reduction absorbing its producer does for the first
+// reduction of a group. (An op reading nothing the group touches, such as
+// the autodiff seed broadcast, is better left to fuse with its consumer.)
+func prologueGroup(gs []*Group, users map[*ir.Value][]*ir.Value, v *ir.Value, ready func(*ir.Value, int, ...*ir.Value) bool) int {
 	for gi := len(gs) - 1; gi >= 0; gi-- {
-		if ok(gi) {
+		g := gs[gi]
+		if g.Kind == Reduce && !hasGather(g) && g.Space.Eq(v.Shape) && ready(v, gi) && !readsReduction(g, v) &&
+			sharesOperand(g, v) && feedsReduction(g, v, users, map[*ir.Value]bool{}) {
 			return gi
 		}
 	}
 	return -1
+}
+
+// sharesOperand reports whether g computes or reads one of v's
+// (non-constant) arguments, so that v adds no new stream over memory.
+func sharesOperand(g *Group, v *ir.Value) bool {
+	for _, a := range v.Args {
+		if isConst(a) || a.Role == ir.Scalar {
+			continue
+		}
+		if g.has(a) {
+			return true
+		}
+		for _, m := range g.Values {
+			if slices.Contains(m.Args, a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // readsReduction reports whether v reads one of g's reductions, whose

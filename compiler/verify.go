@@ -96,10 +96,13 @@ func verifyGroups(f *ir.Func, gs []*Group) error {
 		if !ok {
 			return fmt.Errorf("%s is in no kernel", v.LongString())
 		}
-		// A kernel may only read values of earlier kernels.
+		// A kernel may only read values of earlier kernels, including
+		// through a flat view (the update reads each gradient that way).
 		for _, a := range v.Args {
-			if ag, ok := owner[base(a)]; ok && ag > gi {
-				return fmt.Errorf("%s in kernel %d reads %s from later kernel %d", v, gi, a, ag)
+			for _, s := range storageOf(a) {
+				if ag, ok := owner[s]; ok && ag > gi {
+					return fmt.Errorf("%s in kernel %d reads %s from later kernel %d", v, gi, s, ag)
+				}
 			}
 		}
 	}

@@ -71,13 +71,49 @@ func TestVisionErrorsNameTheLine(t *testing.T) {
 			l := line() + 1
 			return m.Conv2d("c", x, 4, 3, Conv{Groups: 2}), l
 		}},
-		{"kernel larger than the padded input", "im2col", "does not fit", func(m *Model, x *Tensor) (*Tensor, int) {
+		{"output channels not divisible by groups", "conv2d", "divisible by groups", func(m *Model, x *Tensor) (*Tensor, int) {
 			l := line() + 1
-			return m.Conv2d("c", x, 4, 31), l
+			return m.Conv2d("c", x, 4, 3, Conv{Groups: 3}), l
 		}},
-		{"pool padding over half the kernel", "maxpool_argmax", "at most half", func(m *Model, x *Tensor) (*Tensor, int) {
+		{"kernel larger than the padded input", "conv2d", "window 31x31 (dilation 1x1) does not fit the 28x28 input padded by 1x1", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", x, 4, 31, Conv{Padding: 1}), l
+		}},
+		{"dilated kernel larger than the input", "conv2d", "does not fit", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", x, 4, 5, Conv{Dilation: 7}), l
+		}},
+		{"conv of a matrix", "conv2d", "must be N×C×H×W", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", Flatten(x), 4, 3), l
+		}},
+		// A later layer's channels cannot mismatch: Conv2d sizes its
+		// weight from its input (compiler/ops tests the IR-level check).
+		{"second conv after a pool too small for its kernel", "conv2d", "does not fit the 7x7 input", func(m *Model, x *Tensor) (*Tensor, int) {
+			h := MaxPool2d(m.Conv2d("c1", x, 4, 3, Conv{Padding: 1}), 4)
+			l := line() + 1
+			return m.Conv2d("c2", h, 8, 9), l
+		}},
+		{"pool padding over half the kernel", "maxpool2d", "at most half", func(m *Model, x *Tensor) (*Tensor, int) {
 			l := line() + 1
 			return MaxPool2d(x, 2, Pool{Padding: 2}), l
+		}},
+		{"pool window larger than the input", "maxpool2d", "does not fit", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return MaxPool2d(x, 29), l
+		}},
+		{"avgpool window larger than the input", "avgpool", "does not fit", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return AvgPool2d(x, 29, Pool{Stride: 2}), l
+		}},
+		{"avgpool with dilation", "avgpool", "no dilation", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return AvgPool2d(x, 2, Pool{Dilation: 2}), l
+		}},
+		{"flatten of a vector", "flatten", "rank ≥ 2", func(m *Model, x *Tensor) (*Tensor, int) {
+			v := m.Input("v", F32, Batch)
+			l := line() + 1
+			return Flatten(v), l
 		}},
 		{"batch norm of a matrix", "batchnorm2d", "must be N×C×H×W", func(m *Model, x *Tensor) (*Tensor, int) {
 			l := line() + 1

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,5 +33,65 @@ func TestBuild(t *testing.T) {
 	}
 	if err := build([]string{"-o", out, filepath.Join("..", "..", "dsl", "eval", "testdata", "shapeerr", "model.go")}); err == nil || !strings.Contains(err.Error(), "model.go:11") {
 		t.Errorf("shape error: %v", err)
+	}
+}
+
+// TestBuildNVCC: with nvcc, build writes the fatbin and PTX and the Go
+// package embeds them; without nvcc, a rebuild keeps them while their
+// recorded hash matches the .cu and drops them (and the embedding) once it
+// does not.
+func TestBuildNVCC(t *testing.T) {
+	if _, err := exec.LookPath("nvcc"); err != nil {
+		t.Skip("nvcc not on PATH: run the README's test command to install the CUDA toolkit")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	out := t.TempDir()
+	model := filepath.Join("..", "..", "dsl", "eval", "testdata", "good", "model.go")
+	dir := filepath.Join(out, "tiny")
+	embeds := func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "tiny.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(b), "//go:embed tiny.fatbin") && strings.Contains(string(b), "//go:embed tiny.ptx")
+	}
+	if err := build([]string{"-o", out, model}); err != nil {
+		t.Fatal(err)
+	}
+	fatbin, err1 := os.ReadFile(filepath.Join(dir, "tiny.fatbin"))
+	ptx, err2 := os.ReadFile(filepath.Join(dir, "tiny.ptx"))
+	if err1 != nil || err2 != nil || !embeds() {
+		t.Fatalf("with nvcc: fatbin %v, PTX %v, embedded %v", err1, err2, embeds())
+	}
+
+	// An nvcc that fails comes first on PATH: ngen must do without it (an
+	// empty PATH would hide the go command that loading the model needs).
+	fake := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "nvcc"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := build([]string{"-o", out, model}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "tiny.fatbin")); !bytes.Equal(b, fatbin) || !embeds() {
+		t.Fatal("without nvcc, the up-to-date fatbin was not kept")
+	}
+
+	// The PTX now records another input: stale, so it goes.
+	stale := bytes.Replace(ptx, []byte("// ngen nvcc input sha256 "), []byte("// ngen nvcc input sha256 0"), 1)
+	if err := os.WriteFile(filepath.Join(dir, "tiny.ptx"), stale, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := build([]string{"-o", out, model}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tiny.fatbin", "tiny.ptx"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("stale %s kept (%v)", f, err)
+		}
+	}
+	if embeds() {
+		t.Error("tiny.go still embeds the removed files")
 	}
 }

@@ -11,13 +11,15 @@
 // never recompiled.
 //
 // The committed output must be byte-identical on every machine with the
-// same nvcc (CI regenerates and diffs it). -lineinfo puts the build
-// directory into the PTX twice: as the path of the .cu, and hashed into the
-// names of the CUDA headers' internal functions in the debug strings. So
-// cicc is told a relative source path (which fixes the hash), the .cu's
-// .file line is made relative, and the fatbin is assembled from that PTX,
-// not from the .cu. Compile checks that no trace of the build directory is
-// left.
+// same nvcc (CI regenerates and diffs it), and -lineinfo lets the build
+// machine in three ways: the .cu's absolute path in the PTX's file table;
+// that path hashed into the names of the CUDA headers' internal functions in
+// the debug strings; and, in the fatbin, the modification time of every
+// file in that table that ptxas can find. So cicc is told a relative
+// source path (which fixes the hash), the file table keeps base names
+// only, and the fatbin is assembled from that PTX in a directory where
+// none of those files exist. Compile checks that the build directory left
+// no trace, and the test that two builds in different directories agree.
 package nvcc
 
 import (
@@ -70,10 +72,14 @@ func Version() (string, error) {
 func ForPackage(dir, pkg, header, source string) (*Result, string, error) {
 	version, err := Version()
 	if err != nil {
-		if r := Existing(dir, pkg, "", source); r != nil {
-			return r, "nvcc not on PATH: kept the up-to-date fatbin and PTX", nil
+		why := "nvcc not on PATH"
+		if !errors.Is(err, exec.ErrNotFound) {
+			why = err.Error()
 		}
-		return nil, "nvcc not on PATH: no fatbin or PTX; the GPU backend will compile the kernels with NVRTC at start-up", nil
+		if r := Existing(dir, pkg, "", source); r != nil {
+			return r, why + ": kept the up-to-date fatbin and PTX", nil
+		}
+		return nil, why + ": no fatbin or PTX; the GPU backend will compile the kernels with NVRTC at start-up", nil
 	}
 	r, err := Compile(version, source, header, dir, pkg)
 	if err != nil {
@@ -144,17 +150,12 @@ func build(source, header, name, hash string) (fatbin, ptx []byte, err error) {
 		return nil, nil, err
 	}
 	defer os.RemoveAll(tmp)
-	// cicc resolves the source path against the working directory, which
-	// the kernel reports with symlinks resolved.
-	if real, err := filepath.EvalSymlinks(tmp); err == nil {
-		tmp = real
-	}
 	if err := os.WriteFile(filepath.Join(tmp, name+".cu"), []byte(source), 0o644); err != nil {
 		return nil, nil, err
 	}
-	run := func(args ...string) error {
+	run := func(dir string, args ...string) error {
 		cmd := exec.Command("nvcc", args...)
-		cmd.Dir = tmp
+		cmd.Dir = dir
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("nvcc %s: %v\n%s", strings.Join(args, " "), err, msg)
 		}
@@ -165,26 +166,32 @@ func build(source, header, name, hash string) (fatbin, ptx []byte, err error) {
 		args = append(args, strings.ReplaceAll(a, "<name>", name))
 	}
 	args = append(append(args, codegen.NVCCFlags...), "-o", "raw.ptx", name+".cu")
-	if err := run(args...); err != nil {
+	if err := run(tmp, args...); err != nil {
 		return nil, nil, err
 	}
 	raw, err := os.ReadFile(filepath.Join(tmp, "raw.ptx"))
 	if err != nil {
 		return nil, nil, err
 	}
-	ptx = append([]byte(header+"\n"+hashLine(hash)+"\n"), relativeFiles(raw, tmp)...)
-	if bytes.Contains(ptx, []byte(tmp)) || bytes.Contains(ptx, []byte(filepath.Base(tmp))) {
-		return nil, nil, fmt.Errorf("nvcc: the PTX of %s.cu still names the build directory %s, so it would differ from machine to machine", name, tmp)
+	ptx = append([]byte(header+"\n"+hashLine(hash)+"\n"), baseFileNames(raw)...)
+	if bytes.Contains(ptx, []byte(filepath.Base(tmp))) {
+		return nil, nil, fmt.Errorf("nvcc: the PTX of %s.cu names the build directory %s, so it would differ from machine to machine", name, tmp)
 	}
-	// The fatbin's PTX image is the file ngen commits, header included.
-	if err := os.WriteFile(filepath.Join(tmp, name+".ptx"), ptx, 0o644); err != nil {
+	// ptxas records the modification time of every .file it can find, so
+	// the fatbin is assembled where none can be found. Its PTX image is the
+	// file ngen commits, header included.
+	asm := filepath.Join(tmp, "fatbin")
+	if err := os.Mkdir(asm, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(asm, name+".ptx"), ptx, 0o644); err != nil {
 		return nil, nil, err
 	}
 	args = append(append(append([]string{}, fatbinArgs...), codegen.NVCCFlags...), "-o", name+".fatbin", name+".ptx")
-	if err := run(args...); err != nil {
+	if err := run(asm, args...); err != nil {
 		return nil, nil, err
 	}
-	fatbin, err = os.ReadFile(filepath.Join(tmp, name+".fatbin"))
+	fatbin, err = os.ReadFile(filepath.Join(asm, name+".fatbin"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -197,17 +204,15 @@ func build(source, header, name, hash string) (fatbin, ptx []byte, err error) {
 // fileLineRE matches a PTX .file directive (line information's file table).
 var fileLineRE = regexp.MustCompile(`(?m)^(\s*\.file\s+\d+\s+")([^"]*)"`)
 
-// relativeFiles makes the .file paths under dir relative to it: the .cu
-// becomes "<name>.cu", which a profiler resolves against generated/<name>.
-func relativeFiles(ptx []byte, dir string) []byte {
-	prefix := dir + string(filepath.Separator)
+// baseFileNames reduces every .file path to its base name: the .cu becomes
+// "<name>.cu", which a profiler resolves against generated/<name>, and the
+// CUDA headers that inlined code comes from lose their install directory,
+// so nothing about the machine (paths, or the files' modification times,
+// which ptxas looks up) reaches the binaries.
+func baseFileNames(ptx []byte) []byte {
 	return fileLineRE.ReplaceAllFunc(ptx, func(m []byte) []byte {
 		sub := fileLineRE.FindSubmatch(m)
-		path, ok := strings.CutPrefix(string(sub[2]), prefix)
-		if !ok {
-			return m
-		}
-		return []byte(string(sub[1]) + path + `"`)
+		return []byte(string(sub[1]) + filepath.Base(string(sub[2])) + `"`)
 	})
 }
 

@@ -3,13 +3,19 @@ package nvcc
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
-const src = `extern "C" __global__ void scale2(float *x, int n) {
+// src calls atomics, whose code the CUDA headers supply, so their paths
+// enter the line information too.
+const src = `extern "C" __global__ void scale2(float *x, int *count, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= 2.0f;
+  if (i == 0) atomicAdd(count, 1);
 }
 `
 
@@ -34,6 +40,16 @@ func TestCompile(t *testing.T) {
 	if !bytes.Contains(a.PTX, []byte(".entry scale2")) {
 		t.Error("PTX lacks the kernel")
 	}
+	// -lineinfo, with the .cu named relative to its package directory.
+	if !bytes.Contains(a.PTX, []byte("\t.file\t1 \"k.cu\"")) || !bytes.Contains(a.PTX, []byte("\t.loc\t1 ")) {
+		t.Error("PTX lacks line information for k.cu")
+	}
+	if !bytes.Contains(a.PTX, []byte("atomic_functions.hpp\"")) || bytes.Contains(a.PTX, []byte("/usr/")) {
+		t.Error("PTX lacks the headers' base names, or names a directory")
+	}
+	checkImages(t, a.Fatbin)
+	// ptxas would record the .cu's modification time, to the second.
+	time.Sleep(1100 * time.Millisecond)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	b, err := Compile(version, src, header, t.TempDir(), "k")
 	if err != nil {
@@ -54,5 +70,32 @@ func TestCompile(t *testing.T) {
 	}
 	if r := Existing(dir, "k", "", src+"// changed\n"); r != nil {
 		t.Error("outputs of an older source accepted")
+	}
+}
+
+// checkImages lists the fatbin's images with cuobjdump: SASS for sm_80 and
+// sm_90 and compute_80 PTX, and nothing else.
+func checkImages(t *testing.T, fatbin []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "k.fatbin")
+	if err := os.WriteFile(path, fatbin, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, flag := range []string{"-lelf", "-lptx"} {
+		out, err := exec.Command("cuobjdump", flag, path).CombinedOutput()
+		if err != nil {
+			t.Skipf("cuobjdump %s: %v %s", flag, err, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			// "ELF file    1: k.sm_90.cubin"
+			if _, name, ok := strings.Cut(l, ": "); ok {
+				_, image, _ := strings.Cut(name, ".")
+				got = append(got, image)
+			}
+		}
+	}
+	if want := "sm_90.cubin sm_80.cubin sm_80.ptx"; strings.Join(got, " ") != want {
+		t.Errorf("fatbin images %q, want %q", got, want)
 	}
 }

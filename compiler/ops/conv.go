@@ -45,8 +45,17 @@ func windowOf(v *ir.Value) (Window, error) {
 	return w, nil
 }
 
-// Out is the output size along one axis, as torch computes it (floor).
-func (w Window) Out(h, k, s, p, d int) int { return (h+2*p-d*(k-1)-1)/s + 1 }
+// Out is the output size along one axis, as torch computes it (floor);
+// below 1 when the window does not fit. Go's division truncates toward
+// zero, which would turn a window a little larger than the padded input
+// into one output.
+func (w Window) Out(h, k, s, p, d int) int {
+	span := h + 2*p - d*(k-1) - 1
+	if span < 0 {
+		return 0
+	}
+	return span/s + 1
+}
 
 // imageDims checks x is [N, C, H, W] with static C, H, W.
 func imageDims(op string, s ir.Shape) (c, h, w int, err error) {
@@ -93,7 +102,7 @@ func colShape(n ir.Dim, w Window, c, oh, ow int) ir.Shape {
 
 func im2colInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	x := v.Args[0]
-	w, c, _, _, oh, ow, err := geometry("im2col", v, x.Shape)
+	w, c, _, _, oh, ow, err := geometry(v.Op, v, x.Shape)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -117,7 +126,7 @@ func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.S
 		if !x.DType.IsFloat() {
 			return nil, 0, fmt.Errorf("%s needs a float input, got %s", op, x.Type())
 		}
-		w, c, _, _, oh, ow, err := geometry(op, v, x.Shape)
+		w, c, h, wd, oh, ow, err := geometry(op, v, x.Shape)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -131,8 +140,29 @@ func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.S
 		if 2*w.PH > w.KH || 2*w.PW > w.KW {
 			return nil, 0, fmt.Errorf("%s: padding %dx%d must be at most half the kernel %dx%d", op, w.PH, w.PW, w.KH, w.KW)
 		}
+		// A dilated window can fall wholly in the padding; its maximum
+		// would have no offset to store.
+		if op != "avgpool" && (!windowsTouch(h, w.KH, w.SH, w.PH, w.DH, oh) || !windowsTouch(wd, w.KW, w.SW, w.PW, w.DW, ow)) {
+			return nil, 0, fmt.Errorf("%s: a window %dx%d (dilation %dx%d) lies wholly in the padding of the %dx%d input", op, w.KH, w.KW, w.DH, w.DW, h, wd)
+		}
 		return ir.Shape{x.Shape[0], ir.D(c), ir.D(oh), ir.D(ow)}, dt(x), nil
 	}
+}
+
+// windowsTouch reports whether each of the out windows along an axis of
+// size h reads at least one input element.
+func windowsTouch(h, k, s, p, d, out int) bool {
+	for o := 0; o < out; o++ {
+		touch := false
+		for i := 0; i < k && !touch; i++ {
+			y := o*s - p + i*d
+			touch = y >= 0 && y < h
+		}
+		if !touch {
+			return false
+		}
+	}
+	return true
 }
 
 // poolGradInfer types a gradient that maps [N,C,OH,OW] values back to the
@@ -374,14 +404,17 @@ func init() {
 // batched GEMM with the weight [Co, C/G, KH, KW] and the bias add (bias may
 // be nil). The DSL's Conv2d and the op tests share it.
 func Conv2d(b *Builder, x, w, bias *ir.Value, win Window) *ir.Value {
-	col := b.Op("im2col", ir.Attrs{Ints: win.Ints()}, x)
-	if b.Err != nil {
-		return col
+	// Operands are checked here rather than left to im2col, the reshape
+	// and the GEMM, whose errors would name ops the user never wrote.
+	attrs := ir.Attrs{Ints: win.Ints()}
+	if _, _, err := im2colInfer(&ir.Value{Op: "conv2d", Args: []*ir.Value{x}, Attrs: attrs}); err != nil {
+		return layerError(b, "conv2d", x, err)
 	}
-	// Checked here rather than left to the reshape and GEMM below, whose
-	// errors would name ops the user never wrote.
 	if err := convOperands(x, w, bias, win); err != nil {
-		b.Err = fmt.Errorf("conv2d (%s): %v", b.Pos, err)
+		return layerError(b, "conv2d", x, err)
+	}
+	col := b.Op("im2col", attrs, x)
+	if b.Err != nil {
 		return col
 	}
 	n, c := x.Shape[0], x.Shape[1].N
@@ -430,5 +463,17 @@ func convOperands(x, w, bias *ir.Value, win Window) error {
 // the maxima, then the maxima read through them.
 func MaxPool2d(b *Builder, x *ir.Value, win Window) *ir.Value {
 	attrs := ir.Attrs{Ints: win.Ints()}
+	if _, _, err := poolInfer("maxpool2d", i32)(&ir.Value{Op: "maxpool2d", Args: []*ir.Value{x}, Attrs: attrs}); err != nil {
+		return layerError(b, "maxpool2d", x, err)
+	}
 	return b.Op("maxpool_pick", attrs, x, b.Op("maxpool_argmax", attrs, x))
+}
+
+// layerError keeps the first error of b, naming the layer the user wrote,
+// and returns x in place of the layer's result.
+func layerError(b *Builder, op string, x *ir.Value, err error) *ir.Value {
+	if b.Err == nil {
+		b.Err = fmt.Errorf("%s (%s): %v", op, b.Pos, err)
+	}
+	return x
 }

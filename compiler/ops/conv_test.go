@@ -62,7 +62,7 @@ func TestVisionErrors(t *testing.T) {
 		{"groups mismatch", ir.Static(4, 4, 3, 3), nil, Window{3, 3, 1, 1, 0, 0, 1, 1, 2}, "want [4,2,3,3]"},
 		{"cout not divisible", ir.Static(3, 2, 3, 3), nil, Window{3, 3, 1, 1, 0, 0, 1, 1, 2}, "Cout divisible by groups 2"},
 		{"bias mismatch", ir.Static(3, 4, 3, 3), ir.Static(4), Window{3, 3, 1, 1, 0, 0, 1, 1, 1}, "conv2d (model.go:7): bias [4], want [3]"},
-		{"kernel larger than padded input", ir.Static(3, 4, 9, 9), nil, Window{9, 9, 1, 1, 1, 1, 1, 1, 1}, "im2col (model.go:7): im2col: window 9x9 (dilation 1x1) does not fit the 6x6 input padded by 1x1"},
+		{"kernel larger than padded input", ir.Static(3, 4, 9, 9), nil, Window{9, 9, 1, 1, 1, 1, 1, 1, 1}, "conv2d (model.go:7): conv2d: window 9x9 (dilation 1x1) does not fit the 6x6 input padded by 1x1"},
 		{"dilated kernel too large", ir.Static(3, 4, 3, 3), nil, Window{3, 3, 1, 1, 0, 0, 3, 3, 1}, "does not fit"},
 		{"channels not divisible", ir.Static(3, 1, 3, 3), nil, Window{3, 3, 1, 1, 0, 0, 1, 1, 3}, "4 channels do not split into 3 groups"},
 	} {
@@ -83,7 +83,8 @@ func TestVisionErrors(t *testing.T) {
 	}{
 		{"avgpool", Window{3, 3, 1, 1, 0, 0, 2, 2, 1}, "avgpool has no dilation"},
 		{"avgpool", Window{2, 2, 2, 2, 2, 2, 1, 1, 1}, "at most half the kernel"},
-		{"maxpool_argmax", Window{7, 7, 1, 1, 0, 0, 1, 1, 1}, "does not fit the 6x6 input"},
+		// Stride 7: the span -1 must not truncate to one output.
+		{"maxpool_argmax", Window{7, 7, 7, 7, 0, 0, 1, 1, 1}, "does not fit the 6x6 input"},
 		{"maxpool_argmax", Window{2, 2, 2, 2, 0, 0, 1, 1, 2}, "has no groups"},
 	} {
 		b := newBuilder()
@@ -91,5 +92,17 @@ func TestVisionErrors(t *testing.T) {
 		if b.Err == nil || !strings.Contains(b.Err.Error(), tc.want) || !strings.Contains(b.Err.Error(), "(model.go:7)") {
 			t.Errorf("%s %v: err = %v, want %q", tc.op, tc.win, b.Err, tc.want)
 		}
+	}
+	// On 2 rows, the window rows -1 and 2 are both padding: torch would
+	// return -inf with no index.
+	b := newBuilder()
+	MaxPool2d(b, param(b, ir.F32, ir.Static(1, 1, 2, 5)), Window{2, 1, 1, 1, 1, 0, 3, 1, 1})
+	if want := "maxpool2d (model.go:7): maxpool2d: a window 2x1 (dilation 3x1) lies wholly in the padding"; b.Err == nil || !strings.Contains(b.Err.Error(), want) {
+		t.Errorf("all-padding window: err = %v, want %q", b.Err, want)
+	}
+	b = newBuilder()
+	MaxPool2d(b, param(b, ir.F32, ir.Static(2, 4)), Window{2, 2, 2, 2, 0, 0, 1, 1, 1})
+	if want := "maxpool2d (model.go:7): maxpool2d needs an N×C×H×W input"; b.Err == nil || !strings.Contains(b.Err.Error(), want) {
+		t.Errorf("maxpool2d of a matrix: err = %v, want %q", b.Err, want)
 	}
 }

@@ -343,7 +343,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 41},
+		Live:  [2]int{0, 35},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -381,130 +381,100 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[32,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{2, 5},
-		Name:  "step.v9",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{2, 6},
-		Name:  "step.v14",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v14",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{3, 39},
+		Live:  [2]int{2, 34},
 		Name:  "step.v15",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{3, 4},
+		Live:  [2]int{2, 33},
 		Name:  "step.v17",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		AliasOf:   27,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v23",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{4, 38},
-		Name:  "step.v19",
+		Live:  [2]int{2, 3},
+		Name:  "step.v18",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{4, 36},
-		Name:  "step.v25",
+		Live:  [2]int{3, 33},
+		Name:  "step.v21",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{4, 6},
-		Name:  "step.v32",
+		Live:  [2]int{3, 33},
+		Name:  "step.v23",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		AliasOf:   26,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v21",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		AliasOf:   6,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v28",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		AliasOf:   8,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v30",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{5, 36},
-		Name:  "step.v20",
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 33},
+		Name:  "step.v28",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{5, 36},
-		Name:  "step.v27",
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 33},
+		Name:  "step.v29",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{5, 36},
-		Name:  "step.v43",
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 4},
+		Name:  "step.v31",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		AliasOf:   40,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v33",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[32]",
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 33},
+		Name:  "step.v178",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		AliasOf:   46,
 		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v38",
+		Name:      "step.v32",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[32]",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		AliasOf:   47,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v34",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{4, 31},
+		Name:  "step.v44",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
 	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{7, 36},
-		Name:  "step.v44",
+		Live:  [2]int{5, 31},
+		Name:  "step.v45",
 		Role:  "temp",
 		Shape: "i32[B,32,14,14]",
 	}, {
@@ -512,8 +482,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{7, 8},
-		Name:  "step.v45",
+		Live:  [2]int{5, 6},
+		Name:  "step.v46",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -521,14 +491,14 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{8, 32},
-		Name:  "step.v48",
+		Live:  [2]int{6, 27},
+		Name:  "step.v49",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
 		AliasOf:   10,
 		Elems:     runtime.Size{Mul: 18432},
-		Name:      "step.v49",
+		Name:      "step.v50",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,288]",
@@ -537,100 +507,31 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{9, 10},
-		Name:  "step.v50",
+		Live:  [2]int{7, 8},
+		Name:  "step.v51",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 59,
+		AliasOf: 56,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v51",
+		Name:      "step.v52",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,14,14]",
 	}, {
 		AliasOf:   12,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v52",
+		Name:      "step.v53",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{10, 13},
-		Name:  "step.v53",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{10, 14},
-		Name:  "step.v58",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{11, 30},
-		Name:  "step.v59",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{11, 12},
-		Name:  "step.v61",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		AliasOf:   29,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v67",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{12, 29},
-		Name:  "step.v63",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{12, 27},
-		Name:  "step.v69",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{12, 14},
-		Name:  "step.v76",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
 		AliasOf:   28,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v65",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		AliasOf:   14,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v72",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		AliasOf:   16,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v74",
+		Name:      "step.v59",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
@@ -639,50 +540,89 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{13, 27},
-		Name:  "step.v64",
+		Live:  [2]int{8, 26},
+		Name:  "step.v60",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{13, 27},
-		Name:  "step.v71",
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{8, 25},
+		Name:  "step.v62",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{13, 27},
-		Name:  "step.v87",
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{8, 9},
+		Name:  "step.v63",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
-		AliasOf:   63,
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 25},
+		Name:  "step.v66",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 25},
+		Name:  "step.v68",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 25},
+		Name:  "step.v73",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 25},
+		Name:  "step.v74",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 10},
+		Name:  "step.v76",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 25},
+		Name:  "step.v132",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   66,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v77",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   69,
+		AliasOf:   67,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v82",
+		Name:      "step.v79",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{10, 23},
+		Name:  "step.v89",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
 	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{15, 27},
-		Name:  "step.v88",
+		Live:  [2]int{11, 23},
+		Name:  "step.v90",
 		Role:  "temp",
 		Shape: "i32[B,64,7,7]",
 	}, {
@@ -690,17 +630,17 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{15, 26},
-		Name:  "step.v89",
+		Live:  [2]int{11, 22},
+		Name:  "step.v91",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 79,
+		AliasOf: 73,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v90",
+		Name:      "step.v92",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,3136]",
@@ -709,8 +649,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{16, 17},
-		Name:  "step.v92",
+		Live:  [2]int{12, 13},
+		Name:  "step.v94",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -718,8 +658,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{17, 24},
-		Name:  "step.v95",
+		Live:  [2]int{13, 20},
+		Name:  "step.v97",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -727,8 +667,8 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{18, 20},
-		Name:  "step.v97",
+		Live:  [2]int{14, 16},
+		Name:  "step.v99",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}, {
@@ -746,8 +686,8 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{20, 23},
-		Name:  "step.v102",
+		Live:  [2]int{16, 19},
+		Name:  "step.v104",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}, {
@@ -762,8 +702,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{22, 24},
-		Name:  "step.v105",
+		Live:  [2]int{18, 20},
+		Name:  "step.v107",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -771,8 +711,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{24, 26},
-		Name:  "step.v107",
+		Live:  [2]int{20, 22},
+		Name:  "step.v109",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -780,17 +720,17 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{25, 27},
-		Name:  "step.v110",
+		Live:  [2]int{21, 23},
+		Name:  "step.v112",
 		Role:  "temp",
 		Shape: "f32[B,3136]",
 	}, {
-		AliasOf: 89,
+		AliasOf: 83,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v112",
+		Name:      "step.v114",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,7,7]",
@@ -799,8 +739,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 28},
-		Name:  "step.v114",
+		Live:  [2]int{23, 24},
+		Name:  "step.v116",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -808,80 +748,72 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 28},
-		Name:  "step.v118",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{27, 31},
-		Name:  "step.v124",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{27, 30},
-		Name:  "step.v125",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{27, 28},
-		Name:  "step.v127",
+		Live:  [2]int{24, 26},
+		Name:  "step.v119",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{28, 29},
-		Name:  "step.v128",
+		Live:  [2]int{24, 25},
+		Name:  "step.v121",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
 	}, {
+		AliasOf:   17,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v118",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64]",
+	}, {
+		AliasOf:   87,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v122",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64]",
+	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{29, 30},
-		Name:  "step.v130",
+		Live:  [2]int{25, 26},
+		Name:  "step.v136",
 		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{25, 26},
+		Name:  "step.v140",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   90,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v141",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		AliasOf:   91,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v144",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{30, 31},
-		Name:  "step.v135",
+		Live:  [2]int{26, 28},
+		Name:  "step.v150",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{30, 31},
-		Name:  "step.v137",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
+		AliasOf: 94,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{31, 33},
-		Name:  "step.v141",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf: 100,
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Name:      "step.v145",
+		Name:      "step.v154",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,196]",
@@ -890,8 +822,8 @@ var Plan = &runtime.Plan{
 			Mul:  18432,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{32, 34},
-		Name:  "step.v146",
+		Live:  [2]int{27, 29},
+		Name:  "step.v155",
 		Role:  "temp",
 		Shape: "f32[B,64,288]",
 	}, {
@@ -899,8 +831,8 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{33, 35},
-		Name:  "step.v147",
+		Live:  [2]int{28, 30},
+		Name:  "step.v156",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
@@ -908,8 +840,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{35, 36},
-		Name:  "step.v151",
+		Live:  [2]int{30, 31},
+		Name:  "step.v160",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -917,8 +849,8 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{36, 37},
-		Name:  "step.v153",
+		Live:  [2]int{31, 32},
+		Name:  "step.v162",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
@@ -926,80 +858,72 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{36, 37},
-		Name:  "step.v157",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{36, 40},
-		Name:  "step.v163",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{36, 39},
-		Name:  "step.v164",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{36, 37},
-		Name:  "step.v166",
+		Live:  [2]int{32, 34},
+		Name:  "step.v165",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{37, 38},
+		Live:  [2]int{32, 33},
 		Name:  "step.v167",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
 	}, {
+		AliasOf:   9,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v164",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32]",
+	}, {
+		AliasOf:   101,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v168",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32]",
+	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{38, 39},
-		Name:  "step.v169",
+		Live:  [2]int{33, 34},
+		Name:  "step.v182",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{33, 34},
+		Name:  "step.v186",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   104,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v187",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		AliasOf:   105,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v190",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{39, 40},
-		Name:  "step.v174",
+		Live:  [2]int{34, 35},
+		Name:  "step.v196",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{39, 40},
-		Name:  "step.v176",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
+		AliasOf: 108,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{40, 41},
-		Name:  "step.v180",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf: 114,
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Name:      "step.v184",
+		Name:      "step.v200",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,32,784]",
@@ -1008,8 +932,8 @@ var Plan = &runtime.Plan{
 			Mul:  288,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{41, 42},
-		Name:  "step.v185",
+		Live:  [2]int{35, 36},
+		Name:  "step.v201",
 		Role:  "temp",
 		Shape: "f32[B,32,9]",
 	}, {
@@ -1049,7 +973,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 120,
+		AliasOf: 114,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1066,85 +990,61 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[32,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{2, 5},
-		Name:  "predict.v8",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{Mul: 32},
-		Func:  1,
-		Live:  [2]int{2, 6},
-		Name:  "predict.v13",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict.v13",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{3, 5},
+		Live:  [2]int{2, 4},
 		Name:  "predict.v14",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{3, 4},
+		Live:  [2]int{2, 3},
 		Name:  "predict.v16",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		AliasOf:   27,
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{2, 3},
+		Name:  "predict.v17",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{3, 4},
+		Name:  "predict.v28",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{3, 4},
+		Name:  "predict.v30",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   121,
 		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v22",
+		Name:      "predict.v31",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
-		Func:  1,
-		Live:  [2]int{4, 5},
-		Name:  "predict.v18",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 32},
-		Func:  1,
-		Live:  [2]int{4, 5},
-		Name:  "predict.v24",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 32},
-		Func:  1,
-		Live:  [2]int{4, 6},
-		Name:  "predict.v31",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		AliasOf:   26,
+		AliasOf:   122,
 		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v20",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		AliasOf:   6,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v27",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		AliasOf:   8,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v29",
+		Name:      "predict.v33",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
@@ -1154,32 +1054,18 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{5, 7},
-		Name:  "predict.v42",
+		Live:  [2]int{4, 5},
+		Name:  "predict.v43",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   124,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v32",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[32]",
-	}, {
-		AliasOf:   130,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v37",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[32]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{7, 8},
-		Name:  "predict.v44",
+		Live:  [2]int{5, 6},
+		Name:  "predict.v45",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -1188,14 +1074,14 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{8, 9},
-		Name:  "predict.v47",
+		Live:  [2]int{6, 7},
+		Name:  "predict.v48",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
 		AliasOf:   10,
 		Elems:     runtime.Size{Mul: 18432},
-		Name:      "predict.v48",
+		Name:      "predict.v49",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,288]",
@@ -1205,107 +1091,31 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{9, 10},
-		Name:  "predict.v49",
+		Live:  [2]int{7, 8},
+		Name:  "predict.v50",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 140,
+		AliasOf: 129,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Name:      "predict.v50",
+		Name:      "predict.v51",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,14,14]",
 	}, {
 		AliasOf:   12,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v51",
+		Name:      "predict.v52",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{10, 13},
-		Name:  "predict.v52",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{10, 14},
-		Name:  "predict.v57",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{11, 13},
-		Name:  "predict.v58",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{11, 12},
-		Name:  "predict.v60",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		AliasOf:   29,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v66",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{12, 13},
-		Name:  "predict.v62",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{12, 13},
-		Name:  "predict.v68",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{12, 14},
-		Name:  "predict.v75",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
 		AliasOf:   28,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v64",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		AliasOf:   14,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v71",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		AliasOf:   16,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v73",
+		Name:      "predict.v58",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
@@ -1315,41 +1125,79 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{13, 15},
-		Name:  "predict.v86",
+		Live:  [2]int{8, 10},
+		Name:  "predict.v59",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   144,
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{8, 9},
+		Name:  "predict.v61",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{8, 9},
+		Name:  "predict.v62",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{9, 10},
+		Name:  "predict.v73",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{9, 10},
+		Name:  "predict.v75",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   136,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v76",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   150,
+		AliasOf:   137,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v81",
+		Name:      "predict.v78",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{10, 11},
+		Name:  "predict.v88",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{15, 16},
-		Name:  "predict.v88",
+		Live:  [2]int{11, 12},
+		Name:  "predict.v90",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 157,
+		AliasOf: 141,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "predict.v89",
+		Name:      "predict.v91",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,3136]",
@@ -1359,8 +1207,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{16, 17},
-		Name:  "predict.v91",
+		Live:  [2]int{12, 13},
+		Name:  "predict.v93",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -1369,8 +1217,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{17, 18},
-		Name:  "predict.v94",
+		Live:  [2]int{13, 14},
+		Name:  "predict.v96",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -1379,13 +1227,13 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{18, 19},
-		Name:  "predict.v96",
+		Live:  [2]int{14, 15},
+		Name:  "predict.v98",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  86,
+		Buf:  80,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
@@ -1403,7 +1251,7 @@ var Plan = &runtime.Plan{
 			Buf:  33,
 			Name: "x",
 		}, {
-			Buf:  84,
+			Buf:  78,
 			Name: "y",
 		}},
 		Name: "step",
@@ -1463,7 +1311,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 39}, {Buf: 40}, {
+			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 39}, {Buf: 40}, {Buf: 41}, {Buf: 42}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1472,39 +1320,17 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}, {
+			}, {Mul: 128}, {Mul: 128}, {
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}},
+			}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 1,
-			Ops:    "add+mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 40}, {Buf: 41}, {Buf: 42}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
+			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
@@ -1519,61 +1345,43 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 2,
-			Ops:    "sub+square+mean",
+			Kernel: 1,
+			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 43}, {Buf: 44}, {Buf: 45}, {Buf: 46}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 42}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 43}, {Buf: 44}, {Buf: 45}, {Buf: 46}, {Buf: 47}, {Buf: 26}, {Buf: 27}, {Buf: 48}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 64}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 64}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 128}, {Mul: 32}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 3,
-			Ops:    "addc+sqrt+addc+sqrt+unbias",
+			Kernel: 2,
+			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train+powc+scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 44}, {Buf: 39}, {Buf: 47}, {Buf: 45}, {Buf: 48}, {Buf: 49}, {Buf: 50}, {Buf: 51}, {Buf: 52}, {
+			Args: []runtime.ArgRef{{Buf: 40}, {Buf: 49}, {Buf: 50}, {Buf: 51}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
+			}, {Mul: 128}, {Mul: 128}, {
 				Mul:  100352,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
@@ -1591,26 +1399,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 4,
-			Ops:    "div+sub+div+where_train+mul+add+relu",
+			Kernel: 3,
+			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 53}, {Buf: 27}, {Buf: 54}, {Buf: 26}, {Buf: 27}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 5,
-			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 55}, {Buf: 56}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 52}, {Buf: 53}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1634,10 +1426,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 6,
+			Kernel: 4,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 56}, {Buf: 57}, {
+			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 54}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1658,7 +1450,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 7,
+			Kernel: 5,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -1673,15 +1465,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     58,
+				A:     55,
 				Alpha: 1.0,
-				B:     57,
+				B:     54,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      59,
+				C:      56,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -1689,7 +1481,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 61}, {Buf: 62}, {Buf: 63}, {
+			Args: []runtime.ArgRef{{Buf: 57}, {Buf: 58}, {Buf: 59}, {Buf: 60}, {Buf: 61}, {Buf: 62}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1698,39 +1490,17 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
+			}, {Mul: 256}, {Mul: 256}, {
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}},
+			}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 8,
-			Ops:    "add+mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 62}, {Buf: 63}, {Buf: 64}, {Buf: 65}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
+			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
@@ -1745,61 +1515,43 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 9,
-			Ops:    "sub+square+mean",
+			Kernel: 6,
+			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 65}, {Buf: 66}, {Buf: 67}, {Buf: 68}, {Buf: 69}, {
+			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 62}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 63}, {Buf: 64}, {Buf: 65}, {Buf: 66}, {Buf: 67}, {Buf: 28}, {Buf: 29}, {Buf: 68}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 128}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 128}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 256}, {Mul: 64}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 10,
-			Ops:    "addc+sqrt+addc+sqrt+unbias",
+			Kernel: 7,
+			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train+powc+scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 64}, {Buf: 67}, {Buf: 62}, {Buf: 70}, {Buf: 68}, {Buf: 71}, {Buf: 72}, {Buf: 73}, {Buf: 74}, {Buf: 75}, {
+			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 69}, {Buf: 70}, {Buf: 71}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
+			}, {Mul: 256}, {Mul: 256}, {
 				Mul:  50176,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
@@ -1817,26 +1569,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 11,
-			Ops:    "div+sub+div+where_train+mul+add+relu",
+			Kernel: 8,
+			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 76}, {Buf: 29}, {Buf: 77}, {Buf: 28}, {Buf: 29}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 12,
-			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 78}, {Buf: 79}, {
+			Args: []runtime.ArgRef{{Buf: 71}, {Buf: 72}, {Buf: 73}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1860,7 +1596,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 13,
+			Kernel: 9,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1875,11 +1611,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     80,
+				A:     74,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     81,
+				C:     75,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -1891,7 +1627,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 81}, {Buf: 20}, {Buf: 82}, {
+			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 20}, {Buf: 76}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1919,7 +1655,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 14,
+			Kernel: 10,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1934,11 +1670,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     82,
+				A:     76,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     83,
+				C:     77,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1952,9 +1688,9 @@ var Plan = &runtime.Plan{
 		}, {
 			Buf:  32,
 			Kind: runtime.MemsetStep,
-			Ops:  "zero v100",
+			Ops:  "zero v102",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 83}, {Buf: 24}, {Buf: 84}, {Buf: 32}, {Buf: 85}, {Buf: 86}, {
+			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 24}, {Buf: 78}, {Buf: 32}, {Buf: 79}, {Buf: 80}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1987,10 +1723,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 15,
+			Kernel: 11,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 85}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 79}, {Buf: 25}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2009,7 +1745,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 10},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 16,
+			Kernel: 12,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2024,11 +1760,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     85,
+				A:     79,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     87,
+				C:     81,
 				K:     runtime.Size{Mul: 10},
 				M: runtime.Size{
 					Mul:  1,
@@ -2051,9 +1787,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     85,
+				A:     79,
 				Alpha: 1.0,
-				B:     82,
+				B:     76,
 				Batch: runtime.Size{Mul: 1},
 				C:     23,
 				K: runtime.Size{
@@ -2067,7 +1803,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 87}, {Buf: 82}, {Buf: 88}, {Buf: 21}, {
+			Args: []runtime.ArgRef{{Buf: 81}, {Buf: 76}, {Buf: 82}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2095,7 +1831,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 17,
+			Kernel: 13,
 			Ops:    "relu_bwd+sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2110,11 +1846,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     88,
+				A:     82,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     89,
+				C:     83,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -2137,9 +1873,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     88,
+				A:     82,
 				Alpha: 1.0,
-				B:     80,
+				B:     74,
 				Batch: runtime.Size{Mul: 1},
 				C:     19,
 				K: runtime.Size{
@@ -2153,14 +1889,10 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 90}, {Buf: 78}, {Buf: 75}, {Buf: 71}, {Buf: 74}, {Buf: 68}, {Buf: 67}, {Buf: 73}, {Buf: 91}, {Buf: 92}, {Buf: 93}, {Buf: 94}, {Buf: 95}, {
+			Args: []runtime.ArgRef{{Buf: 84}, {Buf: 72}, {Buf: 71}, {Buf: 85}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -2172,47 +1904,11 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}},
@@ -2224,10 +1920,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 18,
-			Ops:    "maxpool_bwd+relu_bwd+mul+mul+where_train+where_train+div+div+mul+neg",
+			Kernel: 14,
+			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 91}, {Buf: 92}, {Buf: 95}, {Buf: 17}, {Buf: 15}, {Buf: 96}, {
+			Args: []runtime.ArgRef{{Buf: 85}, {Buf: 69}, {Buf: 60}, {Buf: 17}, {Buf: 86}, {Buf: 87}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2236,96 +1932,7 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 19,
-			Ops:    "sum+sum+sum",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 96}, {Buf: 67}, {Buf: 97}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
-			Ops:    "scale+div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 64}, {Buf: 94}, {Buf: 98}, {Buf: 99}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
-			Ops:    "broadcast+divcount+scale+mul+add+neg+sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 93}, {Buf: 98}, {Buf: 99}, {Buf: 100}, {Buf: 13}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
+			}, {Mul: 256}, {
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {Mul: 256}, {
@@ -2350,8 +1957,70 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
-			Ops:    "add+broadcast+divcount+add+sum",
+			Kernel: 15,
+			Ops:    "sum+mul+mul+sum",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 88}, {Buf: 66}, {Buf: 64}, {Buf: 89}, {Buf: 65}, {Buf: 14}, {Buf: 68}, {Buf: 63}, {Buf: 61}, {Buf: 15}, {Buf: 90}, {Buf: 91}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 16,
+			Ops:    "neg+mul+mul+add+mul+mul+where_train+mul+where_train+relu_bwd+neg+scale+mul+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 92}, {Buf: 93}, {Buf: 86}, {Buf: 60}, {Buf: 94}, {Buf: 13}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 17,
+			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  50176,
@@ -2368,16 +2037,16 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     101,
+				A:     95,
 				Alpha: 1.0,
-				B:     57,
+				B:     54,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      102,
+				C:      96,
 				K:      runtime.Size{Mul: 196},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 288},
@@ -2398,15 +2067,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     58,
+				A:     55,
 				Alpha: 1.0,
-				B:     101,
+				B:     95,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      103,
+				C:      97,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -2415,7 +2084,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 11}, {
+			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 11}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2434,10 +2103,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 18,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {
+			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 98}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2458,17 +2127,13 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 24,
+			Kernel: 19,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 104}, {Buf: 55}, {Buf: 52}, {Buf: 48}, {Buf: 51}, {Buf: 45}, {Buf: 44}, {Buf: 50}, {Buf: 105}, {Buf: 106}, {Buf: 107}, {Buf: 108}, {Buf: 109}, {
+			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 52}, {Buf: 51}, {Buf: 99}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -2480,47 +2145,11 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}},
@@ -2532,10 +2161,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 25,
-			Ops:    "maxpool_bwd+relu_bwd+mul+mul+where_train+where_train+div+div+mul+neg",
+			Kernel: 20,
+			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 106}, {Buf: 109}, {Buf: 9}, {Buf: 7}, {Buf: 110}, {
+			Args: []runtime.ArgRef{{Buf: 99}, {Buf: 49}, {Buf: 40}, {Buf: 9}, {Buf: 100}, {Buf: 101}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2544,96 +2173,7 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 26,
-			Ops:    "sum+sum+sum",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 110}, {Buf: 44}, {Buf: 111}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 27,
-			Ops:    "scale+div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 41}, {Buf: 108}, {Buf: 112}, {Buf: 113}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 28,
-			Ops:    "broadcast+divcount+scale+mul+add+neg+sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 107}, {Buf: 112}, {Buf: 113}, {Buf: 114}, {Buf: 5}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
+			}, {Mul: 128}, {
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {Mul: 128}, {
@@ -2658,8 +2198,70 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 29,
-			Ops:    "add+broadcast+divcount+add+sum",
+			Kernel: 21,
+			Ops:    "sum+mul+mul+sum",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 46}, {Buf: 44}, {Buf: 103}, {Buf: 45}, {Buf: 6}, {Buf: 48}, {Buf: 43}, {Buf: 41}, {Buf: 7}, {Buf: 104}, {Buf: 105}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 22,
+			Ops:    "neg+mul+mul+add+mul+mul+where_train+mul+where_train+relu_bwd+neg+scale+mul+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 106}, {Buf: 107}, {Buf: 100}, {Buf: 40}, {Buf: 108}, {Buf: 5}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 23,
+			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  100352,
@@ -2676,7 +2278,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     115,
+				A:     109,
 				Alpha: 1.0,
 				B:     34,
 				Batch: runtime.Size{
@@ -2685,7 +2287,7 @@ var Plan = &runtime.Plan{
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      116,
+				C:      110,
 				K:      runtime.Size{Mul: 784},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 9},
@@ -2694,7 +2296,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 3}, {
+			Args: []runtime.ArgRef{{Buf: 110}, {Buf: 3}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2713,7 +2315,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 30,
+			Kernel: 24,
 			Ops:    "sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 1}, {Buf: 31}, {}, {Buf: 30}, {Buf: 31}, {}, {
@@ -2733,7 +2335,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 31,
+			Kernel: 25,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
 	}, {
@@ -2743,11 +2345,11 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  117,
+			Buf:  111,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 118}, {
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 112}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2768,7 +2370,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 32,
+			Kernel: 26,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -2783,15 +2385,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     119,
+				A:     113,
 				Alpha: 1.0,
-				B:     118,
+				B:     112,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      120,
+				C:      114,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -2799,7 +2401,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 122}, {Buf: 123}, {Buf: 124}, {
+			Args: []runtime.ArgRef{{Buf: 115}, {Buf: 116}, {Buf: 117}, {Buf: 118}, {Buf: 119}, {Buf: 120}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2808,39 +2410,17 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}, {
+			}, {Mul: 128}, {Mul: 128}, {
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}},
+			}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 33,
-			Ops:    "add+mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 124}, {Buf: 125}, {Buf: 126}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
+			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
@@ -2855,55 +2435,43 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 34,
-			Ops:    "sub+square+mean",
+			Kernel: 27,
+			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 127}, {Buf: 128}, {Buf: 129}, {Buf: 130}, {
+			Args: []runtime.ArgRef{{Buf: 119}, {Buf: 120}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 121}, {Buf: 122}, {Buf: 26}, {Buf: 27}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 64}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 64}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 35,
-			Ops:    "addc+sqrt+addc+sqrt+unbias",
+			Kernel: 28,
+			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 128}, {Buf: 123}, {Buf: 131}, {Buf: 129}, {Buf: 132}, {Buf: 133}, {Buf: 134}, {
+			Args: []runtime.ArgRef{{Buf: 118}, {Buf: 123}, {Buf: 124}, {Buf: 125}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  100352,
 				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {
+			}, {Mul: 128}, {Mul: 128}, {
 				Mul:  100352,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
@@ -2921,26 +2489,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 36,
-			Ops:    "div+sub+div+where_train+mul+add+relu",
+			Kernel: 29,
+			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 135}, {Buf: 27}, {Buf: 136}, {Buf: 26}, {Buf: 27}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 37,
-			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 137}, {
+			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 126}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2961,10 +2513,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 38,
+			Kernel: 30,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 137}, {Buf: 138}, {
+			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 127}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2985,7 +2537,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 39,
+			Kernel: 31,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -3000,15 +2552,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     139,
+				A:     128,
 				Alpha: 1.0,
-				B:     138,
+				B:     127,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      140,
+				C:      129,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -3016,7 +2568,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 141}, {Buf: 142}, {Buf: 143}, {Buf: 144}, {
+			Args: []runtime.ArgRef{{Buf: 130}, {Buf: 131}, {Buf: 132}, {Buf: 133}, {Buf: 134}, {Buf: 135}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3025,39 +2577,17 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
+			}, {Mul: 256}, {Mul: 256}, {
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}},
+			}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 40,
-			Ops:    "add+mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 144}, {Buf: 145}, {Buf: 146}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
+			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
@@ -3072,55 +2602,43 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 41,
-			Ops:    "sub+square+mean",
+			Kernel: 32,
+			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 146}, {Buf: 147}, {Buf: 148}, {Buf: 149}, {Buf: 150}, {
+			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 135}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 136}, {Buf: 137}, {Buf: 28}, {Buf: 29}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 128}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 128}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 42,
-			Ops:    "addc+sqrt+addc+sqrt+unbias",
+			Kernel: 33,
+			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 148}, {Buf: 143}, {Buf: 151}, {Buf: 149}, {Buf: 152}, {Buf: 153}, {Buf: 154}, {
+			Args: []runtime.ArgRef{{Buf: 133}, {Buf: 138}, {Buf: 139}, {Buf: 140}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {
+			}, {Mul: 256}, {Mul: 256}, {
 				Mul:  50176,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
@@ -3138,26 +2656,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 43,
-			Ops:    "div+sub+div+where_train+mul+add+relu",
+			Kernel: 34,
+			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 155}, {Buf: 29}, {Buf: 156}, {Buf: 28}, {Buf: 29}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 44,
-			Ops:    "scale+scale+add+where_train+scale+scale+add+where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 157}, {
+			Args: []runtime.ArgRef{{Buf: 140}, {Buf: 141}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3178,7 +2680,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 45,
+			Kernel: 35,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3193,11 +2695,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     158,
+				A:     142,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     159,
+				C:     143,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -3209,7 +2711,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 159}, {Buf: 20}, {Buf: 160}, {
+			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 20}, {Buf: 144}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3237,7 +2739,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 46,
+			Kernel: 36,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3252,11 +2754,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     160,
+				A:     144,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     161,
+				C:     145,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -3268,7 +2770,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 24}, {Buf: 117}, {
+			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 24}, {Buf: 111}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3293,7 +2795,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 47,
+			Kernel: 37,
 			Ops:    "add",
 		}},
 	}},
@@ -3302,25 +2804,17 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "conv1_bias_mean_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sub_square_mean_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "conv1_bias_sub_square_mean_fwd",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "addc_sqrt_unbias_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "bn1_square_sub_relu_where_train_addc_etc_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn1_div_sub_where_train_mul_bias_etc_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_add_where_train_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "mul_add_relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "maxpool_argmax_maxpool_pick_fwd",
@@ -3330,25 +2824,17 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "conv2_bias_mean_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sub_square_mean_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "conv2_bias_sub_square_mean_fwd",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "addc_sqrt_unbias_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "bn2_square_sub_relu_where_train_addc_etc_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn2_div_sub_where_train_mul_bias_etc_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_add_where_train_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "mul_add_relu_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "maxpool_argmax_maxpool_pick_fwd_2",
@@ -3368,26 +2854,22 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn2_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
+		Name:       "maxpool_bwd_relu_bwd_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_2",
+		Name:   "sum_mul_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "scale_div_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Name:       "bn2_neg_mul_add_where_train_relu_bwd_etc_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "broadcast_divcount_scale_mul_add_etc_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "broadcast_divcount_add_scale_mul_etc_bwd",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "add_broadcast_divcount_sum_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_3",
+		Name:   "sum_bwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3395,26 +2877,22 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn1_maxpool_bwd_relu_bwd_mul_where_train_div_etc_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
+		Name:       "maxpool_bwd_relu_bwd_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_4",
+		Name:   "sum_mul_bwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "scale_div_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Name:       "bn1_neg_mul_add_where_train_relu_bwd_etc_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "broadcast_divcount_scale_mul_add_etc_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "broadcast_divcount_add_scale_mul_etc_bwd_2",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "add_broadcast_divcount_sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sum_bwd_5",
+		Name:   "sum_bwd_3",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -3425,25 +2903,17 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "conv1_bias_mean_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sub_square_mean_fwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "conv1_bias_sub_square_mean_fwd_2",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "addc_sqrt_unbias_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "bn1_square_sub_relu_where_train_addc_etc_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn1_div_sub_where_train_mul_bias_etc_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_add_where_train_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "mul_add_relu_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "maxpool_argmax_maxpool_pick_fwd_3",
@@ -3453,25 +2923,17 @@ var Plan = &runtime.Plan{
 		Name:       "im2col_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "conv2_bias_mean_fwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		Name:   "sub_square_mean_fwd_2_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:   "conv2_bias_sub_square_mean_fwd_2",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "addc_sqrt_unbias_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "bn2_square_sub_relu_where_train_addc_etc_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn2_div_sub_where_train_mul_bias_etc_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_add_where_train_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "mul_add_relu_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "maxpool_argmax_maxpool_pick_fwd_2_2",
@@ -3574,8 +3036,8 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.Run("predict", rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(117))
-	if err := m.s.Read(117, out); err != nil {
+	out := make([]float32, m.s.Elems(111))
+	if err := m.s.Read(111, out); err != nil {
 		return nil, err
 	}
 	return out, nil

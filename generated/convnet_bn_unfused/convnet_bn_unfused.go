@@ -343,7 +343,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 131},
+		Live:  [2]int{0, 145},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -385,22 +385,23 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{2, 10},
+		Live:  [2]int{2, 3},
 		Name:  "step.v9",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{3, 19},
-		Name:  "step.v14",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v14",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{4, 122},
+		Live:  [2]int{3, 142},
 		Name:  "step.v15",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -409,176 +410,160 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{5, 6},
+		Live:  [2]int{4, 6},
 		Name:  "step.v16",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{6, 17},
+		Live:  [2]int{5, 134},
 		Name:  "step.v17",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{6, 8},
+		Name:  "step.v18",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{7, 8},
-		Name:  "step.v18",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{8, 118},
 		Name:  "step.v19",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{9, 114},
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{8, 9},
 		Name:  "step.v20",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   26,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v21",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{10, 13},
-		Name:  "step.v22",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   27,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v23",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{11, 12},
+		Live:  [2]int{9, 131},
+		Name:  "step.v21",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{10, 122},
+		Name:  "step.v23",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{11, 127},
 		Name:  "step.v24",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{12, 112},
+		Live:  [2]int{12, 15},
 		Name:  "step.v25",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{13, 14},
 		Name:  "step.v26",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{14, 108},
-		Name:  "step.v27",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   6,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v28",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{15, 16},
-		Name:  "step.v29",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   8,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v30",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{16, 26},
-		Name:  "step.v31",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{17, 23},
-		Name:  "step.v32",
+		Live:  [2]int{14, 15},
+		Name:  "step.v27",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{15, 124},
+		Name:  "step.v28",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{16, 121},
+		Name:  "step.v29",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{17, 18},
+		Name:  "step.v30",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{18, 20},
-		Name:  "step.v34",
+		Name:  "step.v31",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   40,
+		AliasOf:   54,
 		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v33",
+		Name:      "step.v32",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[32]",
+		Shape:     "f32[1,32,1,1]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
 		Live:  [2]int{19, 20},
+		Name:  "step.v33",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf:   56,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v34",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{20, 29},
 		Name:  "step.v35",
 		Role:  "temp",
-		Shape: "f32[32]",
+		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{20, 21},
+		Live:  [2]int{21, 22},
 		Name:  "step.v36",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{22, 24},
+		Live:  [2]int{22, 23},
+		Name:  "step.v37",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{24, 26},
 		Name:  "step.v39",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   58,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "step.v38",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[32]",
-	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{23, 24},
+		Live:  [2]int{25, 27},
 		Name:  "step.v40",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{24, 25},
+		Live:  [2]int{26, 27},
 		Name:  "step.v41",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{27, 28},
+		Name:  "step.v42",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
@@ -586,8 +571,8 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{26, 105},
-		Name:  "step.v43",
+		Live:  [2]int{29, 115},
+		Name:  "step.v44",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
@@ -596,8 +581,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{27, 104},
-		Name:  "step.v44",
+		Live:  [2]int{30, 114},
+		Name:  "step.v45",
 		Role:  "temp",
 		Shape: "i32[B,32,14,14]",
 	}, {
@@ -605,8 +590,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{28, 29},
-		Name:  "step.v45",
+		Live:  [2]int{31, 32},
+		Name:  "step.v46",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -614,14 +599,14 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{29, 100},
-		Name:  "step.v48",
+		Live:  [2]int{32, 110},
+		Name:  "step.v49",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
 		AliasOf:   10,
 		Elems:     runtime.Size{Mul: 18432},
-		Name:      "step.v49",
+		Name:      "step.v50",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,288]",
@@ -630,8 +615,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{30, 31},
-		Name:  "step.v50",
+		Live:  [2]int{33, 34},
+		Name:  "step.v51",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
@@ -640,14 +625,14 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v51",
+		Name:      "step.v52",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,14,14]",
 	}, {
 		AliasOf:   12,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v52",
+		Name:      "step.v53",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,1,1]",
@@ -656,65 +641,14 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{31, 39},
-		Name:  "step.v53",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{32, 48},
-		Name:  "step.v58",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{33, 91},
-		Name:  "step.v59",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
 		Live:  [2]int{34, 35},
-		Name:  "step.v60",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{35, 46},
-		Name:  "step.v61",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{36, 37},
-		Name:  "step.v62",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{37, 87},
-		Name:  "step.v63",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{38, 83},
-		Name:  "step.v64",
+		Name:  "step.v54",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		AliasOf:   28,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v65",
+		Name:      "step.v59",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
@@ -723,36 +657,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{39, 42},
-		Name:  "step.v66",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf:   29,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v67",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{40, 41},
-		Name:  "step.v68",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{41, 81},
-		Name:  "step.v69",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{42, 43},
-		Name:  "step.v70",
+		Live:  [2]int{35, 107},
+		Name:  "step.v60",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -760,96 +666,160 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{43, 77},
-		Name:  "step.v71",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf:   14,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v72",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{44, 45},
-		Name:  "step.v73",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf:   16,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v74",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{45, 55},
-		Name:  "step.v75",
+		Live:  [2]int{36, 38},
+		Name:  "step.v61",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{46, 52},
-		Name:  "step.v76",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{47, 49},
-		Name:  "step.v78",
+		Live:  [2]int{37, 99},
+		Name:  "step.v62",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   76,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v77",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[64]",
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{38, 40},
+		Name:  "step.v63",
+		Role:  "temp",
+		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{48, 49},
-		Name:  "step.v79",
+		Live:  [2]int{39, 40},
+		Name:  "step.v64",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{40, 41},
+		Name:  "step.v65",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{41, 96},
+		Name:  "step.v66",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{42, 87},
+		Name:  "step.v68",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{43, 92},
+		Name:  "step.v69",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{44, 47},
+		Name:  "step.v70",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{45, 46},
+		Name:  "step.v71",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{46, 47},
+		Name:  "step.v72",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{47, 89},
+		Name:  "step.v73",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{48, 86},
+		Name:  "step.v74",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{49, 50},
-		Name:  "step.v80",
+		Name:  "step.v75",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{51, 53},
-		Name:  "step.v83",
+		Live:  [2]int{50, 52},
+		Name:  "step.v76",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   94,
+		AliasOf:   90,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "step.v82",
+		Name:      "step.v77",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{51, 52},
+		Name:  "step.v78",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf:   92,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v79",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{52, 61},
+		Name:  "step.v80",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{52, 53},
+		Live:  [2]int{53, 54},
+		Name:  "step.v81",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{54, 55},
+		Name:  "step.v82",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{56, 58},
 		Name:  "step.v84",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{53, 54},
+		Live:  [2]int{57, 59},
 		Name:  "step.v85",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{58, 59},
+		Name:  "step.v86",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{59, 60},
+		Name:  "step.v87",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
@@ -857,8 +827,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{55, 74},
-		Name:  "step.v87",
+		Live:  [2]int{61, 80},
+		Name:  "step.v89",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -867,8 +837,8 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{56, 73},
-		Name:  "step.v88",
+		Live:  [2]int{62, 79},
+		Name:  "step.v90",
 		Role:  "temp",
 		Shape: "i32[B,64,7,7]",
 	}, {
@@ -876,8 +846,8 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{57, 72},
-		Name:  "step.v89",
+		Live:  [2]int{63, 78},
+		Name:  "step.v91",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
@@ -886,7 +856,7 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v90",
+		Name:      "step.v92",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,3136]",
@@ -895,16 +865,7 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{58, 59},
-		Name:  "step.v92",
-		Role:  "temp",
-		Shape: "f32[B,128]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  128,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{59, 60},
+		Live:  [2]int{64, 65},
 		Name:  "step.v94",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -913,8 +874,17 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{60, 69},
-		Name:  "step.v95",
+		Live:  [2]int{65, 66},
+		Name:  "step.v96",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{66, 75},
+		Name:  "step.v97",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -922,8 +892,8 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{61, 62},
-		Name:  "step.v97",
+		Live:  [2]int{67, 68},
+		Name:  "step.v99",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}, {
@@ -931,8 +901,8 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{62, 65},
-		Name:  "step.v99",
+		Live:  [2]int{68, 71},
+		Name:  "step.v101",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}, {
@@ -957,8 +927,8 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{65, 68},
-		Name:  "step.v102",
+		Live:  [2]int{71, 74},
+		Name:  "step.v104",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}, {
@@ -966,8 +936,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{67, 69},
-		Name:  "step.v105",
+		Live:  [2]int{73, 75},
+		Name:  "step.v107",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -975,8 +945,8 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{69, 72},
-		Name:  "step.v107",
+		Live:  [2]int{75, 78},
+		Name:  "step.v109",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -984,8 +954,8 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{71, 73},
-		Name:  "step.v110",
+		Live:  [2]int{77, 79},
+		Name:  "step.v112",
 		Role:  "temp",
 		Shape: "f32[B,3136]",
 	}, {
@@ -994,7 +964,7 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v112",
+		Name:      "step.v114",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,7,7]",
@@ -1003,8 +973,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{73, 74},
-		Name:  "step.v113",
+		Live:  [2]int{79, 80},
+		Name:  "step.v115",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -1012,8 +982,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{74, 77},
-		Name:  "step.v114",
+		Live:  [2]int{80, 83},
+		Name:  "step.v116",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -1021,53 +991,8 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{76, 80},
-		Name:  "step.v117",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{77, 78},
-		Name:  "step.v118",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{79, 82},
-		Name:  "step.v122",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{80, 81},
-		Name:  "step.v123",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{81, 95},
-		Name:  "step.v124",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{82, 92},
-		Name:  "step.v125",
+		Live:  [2]int{82, 105},
+		Name:  "step.v119",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -1076,139 +1001,212 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Live:  [2]int{83, 84},
-		Name:  "step.v126",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{84, 85},
-		Name:  "step.v127",
+		Name:  "step.v120",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{85, 86},
-		Name:  "step.v128",
+		Live:  [2]int{84, 88},
+		Name:  "step.v121",
 		Role:  "temp",
 		Shape: "f32[1,64,1,1]",
 	}, {
+		AliasOf:   17,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v118",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64]",
+	}, {
 		Elems: runtime.Size{Mul: 64},
-		Live:  [2]int{86, 87},
-		Name:  "step.v129",
+		Live:  [2]int{85, 87},
+		Name:  "step.v123",
 		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{86, 95},
+		Name:  "step.v124",
+		Role:  "temp",
+		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{87, 88},
+		Name:  "step.v125",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   123,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v122",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{88, 90},
+		Name:  "step.v126",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{90, 91},
+		Name:  "step.v128",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{91, 94},
 		Name:  "step.v130",
 		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{88, 89},
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{92, 93},
 		Name:  "step.v131",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{89, 90},
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{93, 94},
 		Name:  "step.v132",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{90, 91},
-		Name:  "step.v133",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{91, 92},
-		Name:  "step.v134",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{92, 95},
-		Name:  "step.v135",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{93, 94},
-		Name:  "step.v136",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{94, 96},
+		Name:  "step.v133",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{95, 100},
+		Name:  "step.v135",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{96, 101},
+		Name:  "step.v136",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{97, 98},
 		Name:  "step.v137",
 		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{95, 98},
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{98, 99},
 		Name:  "step.v138",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{96, 97},
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{99, 100},
 		Name:  "step.v139",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{97, 98},
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{100, 103},
 		Name:  "step.v140",
 		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   136,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v141",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{98, 101},
-		Name:  "step.v141",
+		Live:  [2]int{101, 102},
+		Name:  "step.v142",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf: 142,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v145",
+		Live:  [2]int{102, 106},
+		Name:  "step.v143",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf:   140,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "step.v144",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{103, 104},
+		Name:  "step.v145",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{104, 105},
+		Name:  "step.v146",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{105, 108},
+		Name:  "step.v147",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{106, 107},
+		Name:  "step.v148",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{107, 108},
+		Name:  "step.v149",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{108, 111},
+		Name:  "step.v150",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf: 150,
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Name:      "step.v154",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,196]",
@@ -1217,8 +1215,8 @@ var Plan = &runtime.Plan{
 			Mul:  18432,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{100, 102},
-		Name:  "step.v146",
+		Live:  [2]int{110, 112},
+		Name:  "step.v155",
 		Role:  "temp",
 		Shape: "f32[B,64,288]",
 	}, {
@@ -1226,8 +1224,8 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{101, 103},
-		Name:  "step.v147",
+		Live:  [2]int{111, 113},
+		Name:  "step.v156",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
@@ -1235,8 +1233,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{103, 104},
-		Name:  "step.v151",
+		Live:  [2]int{113, 114},
+		Name:  "step.v160",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -1244,43 +1242,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{104, 105},
-		Name:  "step.v152",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{105, 108},
-		Name:  "step.v153",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{107, 111},
-		Name:  "step.v156",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{108, 109},
-		Name:  "step.v157",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{110, 113},
+		Live:  [2]int{114, 115},
 		Name:  "step.v161",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -1289,7 +1251,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{111, 112},
+		Live:  [2]int{115, 118},
 		Name:  "step.v162",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -1298,25 +1260,7 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{112, 126},
-		Name:  "step.v163",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{113, 123},
-		Name:  "step.v164",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{114, 115},
+		Live:  [2]int{117, 140},
 		Name:  "step.v165",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -1325,131 +1269,213 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{115, 116},
+		Live:  [2]int{118, 119},
 		Name:  "step.v166",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{116, 117},
+		Live:  [2]int{119, 123},
 		Name:  "step.v167",
 		Role:  "temp",
 		Shape: "f32[1,32,1,1]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{117, 118},
-		Name:  "step.v168",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		AliasOf:   9,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v164",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{118, 119},
+		Live:  [2]int{120, 122},
 		Name:  "step.v169",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{119, 120},
-		Name:  "step.v170",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{120, 121},
-		Name:  "step.v171",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{121, 122},
-		Name:  "step.v172",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{122, 123},
-		Name:  "step.v173",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{123, 126},
-		Name:  "step.v174",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{124, 125},
-		Name:  "step.v175",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
-		Live:  [2]int{125, 127},
+		Live:  [2]int{121, 130},
+		Name:  "step.v170",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{122, 123},
+		Name:  "step.v171",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   159,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v168",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{123, 125},
+		Name:  "step.v172",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{125, 126},
+		Name:  "step.v174",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{126, 129},
 		Name:  "step.v176",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{126, 129},
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{127, 128},
 		Name:  "step.v177",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{127, 128},
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{128, 129},
 		Name:  "step.v178",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{128, 129},
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{129, 131},
 		Name:  "step.v179",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{130, 135},
+		Name:  "step.v181",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{131, 136},
+		Name:  "step.v182",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{132, 133},
+		Name:  "step.v183",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{133, 134},
+		Name:  "step.v184",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{134, 135},
+		Name:  "step.v185",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{135, 138},
+		Name:  "step.v186",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   172,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v187",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{129, 131},
-		Name:  "step.v180",
+		Live:  [2]int{136, 137},
+		Name:  "step.v188",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 170,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Name:      "step.v184",
+		Live:  [2]int{137, 141},
+		Name:  "step.v189",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf:   176,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "step.v190",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{138, 139},
+		Name:  "step.v191",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{139, 140},
+		Name:  "step.v192",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{140, 143},
+		Name:  "step.v193",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{141, 142},
+		Name:  "step.v194",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{142, 143},
+		Name:  "step.v195",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{143, 145},
+		Name:  "step.v196",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf: 186,
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Name:      "step.v200",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,32,784]",
@@ -1458,68 +1484,68 @@ var Plan = &runtime.Plan{
 			Mul:  288,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{131, 132},
-		Name:  "step.v185",
+		Live:  [2]int{145, 146},
+		Name:  "step.v201",
 		Role:  "temp",
 		Shape: "f32[B,32,9]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{133, 135},
-		Name:  "step.v193",
+		Live:  [2]int{147, 149},
+		Name:  "step.v209",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{134, 135},
-		Name:  "step.v194",
+		Live:  [2]int{148, 149},
+		Name:  "step.v210",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{136, 139},
-		Name:  "step.v196",
+		Live:  [2]int{150, 153},
+		Name:  "step.v212",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{137, 138},
-		Name:  "step.v197",
+		Live:  [2]int{151, 152},
+		Name:  "step.v213",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{138, 139},
-		Name:  "step.v198",
+		Live:  [2]int{152, 153},
+		Name:  "step.v214",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{140, 141},
-		Name:  "step.v200",
+		Live:  [2]int{154, 155},
+		Name:  "step.v216",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{141, 142},
-		Name:  "step.v202",
+		Live:  [2]int{155, 156},
+		Name:  "step.v218",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{142, 143},
-		Name:  "step.v203",
+		Live:  [2]int{156, 157},
+		Name:  "step.v219",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{143, 144},
-		Name:  "step.v205",
+		Live:  [2]int{157, 158},
+		Name:  "step.v221",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{144, 145},
-		Name:  "step.v206",
+		Live:  [2]int{158, 159},
+		Name:  "step.v222",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
@@ -1559,7 +1585,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 186,
+		AliasOf: 202,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1581,24 +1607,24 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{2, 10},
+		Live:  [2]int{2, 3},
 		Name:  "predict.v8",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
-		Func:  1,
-		Live:  [2]int{3, 19},
-		Name:  "predict.v13",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict.v13",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{4, 9},
+		Live:  [2]int{3, 19},
 		Name:  "predict.v14",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
@@ -1608,194 +1634,182 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{5, 6},
+		Live:  [2]int{4, 6},
 		Name:  "predict.v15",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{6, 17},
+		Live:  [2]int{5, 21},
 		Name:  "predict.v16",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{6, 8},
+		Name:  "predict.v17",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{7, 8},
-		Name:  "predict.v17",
+		Name:  "predict.v18",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{8, 9},
-		Name:  "predict.v18",
-		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{9, 14},
 		Name:  "predict.v19",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		AliasOf:   26,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v20",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{10, 13},
-		Name:  "predict.v21",
+		Live:  [2]int{9, 24},
+		Name:  "predict.v20",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		AliasOf:   27,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v22",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{10, 17},
+		Name:  "predict.v22",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{11, 12},
 		Name:  "predict.v23",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{12, 13},
+		Live:  [2]int{12, 15},
 		Name:  "predict.v24",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{13, 14},
 		Name:  "predict.v25",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{14, 15},
 		Name:  "predict.v26",
 		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   6,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v27",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{15, 16},
-		Name:  "predict.v28",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		AliasOf:   8,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v29",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,32,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{16, 26},
-		Name:  "predict.v30",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{17, 23},
-		Name:  "predict.v31",
+		Live:  [2]int{15, 16},
+		Name:  "predict.v27",
 		Role:  "temp",
-		Shape: "f32[1,32,1,1]",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{16, 19},
+		Name:  "predict.v28",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{17, 18},
+		Name:  "predict.v29",
+		Role:  "temp",
+		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
 		Live:  [2]int{18, 20},
-		Name:  "predict.v33",
+		Name:  "predict.v30",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   190,
+		AliasOf:   220,
 		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v32",
+		Name:      "predict.v31",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[32]",
+		Shape:     "f32[1,32,1,1]",
 	}, {
-		Elems: runtime.Size{Mul: 32},
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
 		Func:  1,
 		Live:  [2]int{19, 20},
+		Name:  "predict.v32",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf:   222,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict.v33",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{20, 29},
 		Name:  "predict.v34",
 		Role:  "temp",
-		Shape: "f32[32]",
+		Shape: "f32[B,32,28,28]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{20, 21},
+		Live:  [2]int{21, 22},
 		Name:  "predict.v35",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{22, 24},
+		Live:  [2]int{22, 23},
+		Name:  "predict.v36",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{24, 26},
 		Name:  "predict.v38",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   208,
-		Elems:     runtime.Size{Mul: 32},
-		Name:      "predict.v37",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[32]",
-	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{23, 24},
+		Live:  [2]int{25, 27},
 		Name:  "predict.v39",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
 		Func:  1,
-		Live:  [2]int{24, 25},
+		Live:  [2]int{26, 27},
 		Name:  "predict.v40",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  1,
+		Live:  [2]int{27, 28},
+		Name:  "predict.v41",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
@@ -1804,8 +1818,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{26, 28},
-		Name:  "predict.v42",
+		Live:  [2]int{29, 31},
+		Name:  "predict.v43",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
@@ -1815,8 +1829,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{27, 28},
-		Name:  "predict.v43",
+		Live:  [2]int{30, 31},
+		Name:  "predict.v44",
 		Role:  "temp",
 		Shape: "i32[B,32,14,14]",
 	}, {
@@ -1825,8 +1839,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{28, 29},
-		Name:  "predict.v44",
+		Live:  [2]int{31, 32},
+		Name:  "predict.v45",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -1835,14 +1849,14 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{29, 30},
-		Name:  "predict.v47",
+		Live:  [2]int{32, 33},
+		Name:  "predict.v48",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
 	}, {
 		AliasOf:   10,
 		Elems:     runtime.Size{Mul: 18432},
-		Name:      "predict.v48",
+		Name:      "predict.v49",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,288]",
@@ -1852,24 +1866,24 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{30, 31},
-		Name:  "predict.v49",
+		Live:  [2]int{33, 34},
+		Name:  "predict.v50",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 222,
+		AliasOf: 238,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Name:      "predict.v50",
+		Name:      "predict.v51",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,64,14,14]",
 	}, {
 		AliasOf:   12,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v51",
+		Name:      "predict.v52",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[64,1,1]",
@@ -1879,72 +1893,14 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{31, 39},
-		Name:  "predict.v52",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{32, 48},
-		Name:  "predict.v57",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{33, 38},
-		Name:  "predict.v58",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
 		Live:  [2]int{34, 35},
-		Name:  "predict.v59",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{35, 46},
-		Name:  "predict.v60",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{36, 37},
-		Name:  "predict.v61",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{37, 38},
-		Name:  "predict.v62",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{38, 43},
-		Name:  "predict.v63",
+		Name:  "predict.v53",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
 		AliasOf:   28,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v64",
+		Name:      "predict.v58",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
@@ -1954,146 +1910,192 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{39, 42},
-		Name:  "predict.v65",
+		Live:  [2]int{35, 51},
+		Name:  "predict.v59",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   29,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v66",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{36, 38},
+		Name:  "predict.v60",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{37, 53},
+		Name:  "predict.v61",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{38, 40},
+		Name:  "predict.v62",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{39, 40},
+		Name:  "predict.v63",
+		Role:  "temp",
+		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
 		Live:  [2]int{40, 41},
-		Name:  "predict.v67",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{41, 42},
-		Name:  "predict.v68",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{42, 43},
-		Name:  "predict.v69",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{43, 44},
-		Name:  "predict.v70",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf:   14,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v71",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{44, 45},
-		Name:  "predict.v72",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		AliasOf:   16,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v73",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{45, 55},
-		Name:  "predict.v74",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{46, 52},
-		Name:  "predict.v75",
-		Role:  "temp",
-		Shape: "f32[1,64,1,1]",
-	}, {
-		Elems: runtime.Size{Mul: 64},
-		Func:  1,
-		Live:  [2]int{47, 49},
-		Name:  "predict.v77",
+		Name:  "predict.v64",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   226,
-		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v76",
-		Placement: runtime.Alias,
-		Role:      "view",
-		Shape:     "f32[64]",
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{41, 56},
+		Name:  "predict.v65",
+		Role:  "temp",
+		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
-		Live:  [2]int{48, 49},
-		Name:  "predict.v78",
+		Live:  [2]int{42, 49},
+		Name:  "predict.v67",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{43, 44},
+		Name:  "predict.v68",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{44, 47},
+		Name:  "predict.v69",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{45, 46},
+		Name:  "predict.v70",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{46, 47},
+		Name:  "predict.v71",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{47, 48},
+		Name:  "predict.v72",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{48, 51},
+		Name:  "predict.v73",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
 		Live:  [2]int{49, 50},
-		Name:  "predict.v79",
+		Name:  "predict.v74",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
-		Live:  [2]int{51, 53},
-		Name:  "predict.v82",
+		Live:  [2]int{50, 52},
+		Name:  "predict.v75",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   244,
+		AliasOf:   256,
 		Elems:     runtime.Size{Mul: 64},
-		Name:      "predict.v81",
+		Name:      "predict.v76",
 		Placement: runtime.Alias,
 		Role:      "view",
-		Shape:     "f32[64]",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{51, 52},
+		Name:  "predict.v77",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf:   258,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict.v78",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{52, 61},
+		Name:  "predict.v79",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
-		Live:  [2]int{52, 53},
+		Live:  [2]int{53, 54},
+		Name:  "predict.v80",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{54, 55},
+		Name:  "predict.v81",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{56, 58},
 		Name:  "predict.v83",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
 		Func:  1,
-		Live:  [2]int{53, 54},
+		Live:  [2]int{57, 59},
 		Name:  "predict.v84",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{58, 59},
+		Name:  "predict.v85",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  1,
+		Live:  [2]int{59, 60},
+		Name:  "predict.v86",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
@@ -2102,8 +2104,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{55, 57},
-		Name:  "predict.v86",
+		Live:  [2]int{61, 63},
+		Name:  "predict.v88",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
@@ -2113,8 +2115,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{56, 57},
-		Name:  "predict.v87",
+		Live:  [2]int{62, 63},
+		Name:  "predict.v89",
 		Role:  "temp",
 		Shape: "i32[B,64,7,7]",
 	}, {
@@ -2123,17 +2125,17 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{57, 58},
-		Name:  "predict.v88",
+		Live:  [2]int{63, 64},
+		Name:  "predict.v90",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 255,
+		AliasOf: 271,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Name:      "predict.v89",
+		Name:      "predict.v91",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,3136]",
@@ -2143,17 +2145,7 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{58, 59},
-		Name:  "predict.v91",
-		Role:  "temp",
-		Shape: "f32[B,128]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  128,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{59, 60},
+		Live:  [2]int{64, 65},
 		Name:  "predict.v93",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -2163,8 +2155,18 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{60, 61},
-		Name:  "predict.v94",
+		Live:  [2]int{65, 66},
+		Name:  "predict.v95",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  1,
+		Live:  [2]int{66, 67},
+		Name:  "predict.v96",
 		Role:  "temp",
 		Shape: "f32[B,128]",
 	}, {
@@ -2173,8 +2175,8 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{61, 62},
-		Name:  "predict.v96",
+		Live:  [2]int{67, 68},
+		Name:  "predict.v98",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}},
@@ -2291,28 +2293,6 @@ var Plan = &runtime.Plan{
 			Kernel: 1,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 40}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 2,
-			Ops:    "mean",
-		}, {
 			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 40}, {Buf: 41}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
@@ -2338,7 +2318,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 3,
+			Kernel: 2,
 			Ops:    "sub",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 42}, {
@@ -2366,10 +2346,32 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 4,
+			Kernel: 3,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 43}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 43}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 4,
+			Ops:    "mean",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 44}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2391,7 +2393,7 @@ var Plan = &runtime.Plan{
 			Kernel: 5,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 44}},
+			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 45}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2401,9 +2403,21 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 6,
-			Ops:    "addc",
+			Ops:    "square",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 44}, {Buf: 45}},
+			Args:  []runtime.ArgRef{{Buf: 44}, {Buf: 45}, {Buf: 46}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 7,
+			Ops:    "sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 46}, {Buf: 47}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2412,66 +2426,25 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 7,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 45}, {Buf: 46}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 8,
-			Ops:    "div",
+			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 47}, {Buf: 48}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 48}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 9,
-			Ops:    "sub",
+			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 50}},
+			Args:  []runtime.ArgRef{{Buf: 47}, {Buf: 49}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2483,174 +2456,58 @@ var Plan = &runtime.Plan{
 			Kernel: 10,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 50}, {Buf: 51}},
+			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 50}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
+			Flops: runtime.Sum{{Mul: 128}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 11,
-			Ops:    "sqrt",
+			Ops:    "powc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 48}, {Buf: 51}, {Buf: 52}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 51}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 12,
-			Ops:    "div",
+			Ops:    "addc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 52}, {Buf: 53}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
+			Args:  []runtime.ArgRef{{Buf: 51}, {Buf: 52}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 13,
+			Ops:    "powc",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 50}, {Buf: 52}, {Buf: 53}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 13,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 54}, {Buf: 55}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 14,
-			Ops:    "mul",
+			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 55}, {Buf: 56}, {Buf: 57}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 15,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 58}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 16,
-			Ops:    "unbias",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 59}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 17,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 60}, {Buf: 61}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 18,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 59}, {Buf: 61}, {Buf: 62}},
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 53}, {Buf: 54}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2659,7 +2516,111 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 15,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 48}, {Buf: 54}, {Buf: 55}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 16,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 55}, {Buf: 56}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 17,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 57}, {Buf: 58}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 18,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 59}, {Buf: 60}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 19,
+			Ops:    "add",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 61}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 20,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 61}, {Buf: 62}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 21,
 			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 62}, {Buf: 26}, {Buf: 26}, {
@@ -2674,10 +2635,26 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
+			Kernel: 22,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 63}},
+			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 63}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 23,
+			Ops:    "unbias",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 64}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2686,10 +2663,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
+			Kernel: 24,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 64}, {Buf: 65}},
+			Args:  []runtime.ArgRef{{Buf: 63}, {Buf: 65}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2698,10 +2675,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
+			Kernel: 25,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 63}, {Buf: 65}, {Buf: 66}},
+			Args:  []runtime.ArgRef{{Buf: 64}, {Buf: 65}, {Buf: 66}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2710,7 +2687,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 26,
 			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 66}, {Buf: 27}, {Buf: 27}, {
@@ -2725,10 +2702,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 24,
+			Kernel: 27,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 57}, {Buf: 67}, {
+			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 67}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2753,7 +2730,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 25,
+			Kernel: 28,
 			Ops:    "relu",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 67}, {Buf: 68}, {
@@ -2777,7 +2754,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 26,
+			Kernel: 29,
 			Ops:    "maxpool_argmax",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 67}, {Buf: 68}, {Buf: 69}, {
@@ -2804,7 +2781,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 27,
+			Kernel: 30,
 			Ops:    "maxpool_pick",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 69}, {Buf: 70}, {
@@ -2828,7 +2805,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 28,
+			Kernel: 31,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -2884,30 +2861,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 29,
+			Kernel: 32,
 			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 76}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 30,
-			Ops:    "mean",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 76}, {Buf: 77}, {
 				Buf:    -1,
@@ -2934,7 +2889,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 31,
+			Kernel: 33,
 			Ops:    "sub",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 78}, {
@@ -2962,10 +2917,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 32,
+			Kernel: 34,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 78}, {Buf: 79}, {
+			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 79}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2984,34 +2939,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 33,
+			Kernel: 35,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 79}, {Buf: 80}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 34,
-			Ops:    "addc",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 80}, {Buf: 81}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 35,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 81}, {Buf: 82}, {
+			Args: []runtime.ArgRef{{Buf: 78}, {Buf: 80}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3020,56 +2951,34 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
+			}, {Mul: 256}},
 			Flops: runtime.Sum{{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 36,
-			Ops:    "div",
+			Ops:    "mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 83}, {Buf: 84}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 37,
-			Ops:    "sub",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 86}},
+			Args:  []runtime.ArgRef{{Buf: 79}, {Buf: 81}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 37,
+			Ops:    "square",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 80}, {Buf: 81}, {Buf: 82}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
@@ -3077,9 +2986,9 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 38,
-			Ops:    "addc",
+			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 86}, {Buf: 87}},
+			Args:  []runtime.ArgRef{{Buf: 82}, {Buf: 83}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3089,140 +2998,24 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 39,
-			Ops:    "sqrt",
+			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 84}, {Buf: 87}, {Buf: 88}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 40,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 82}, {Buf: 88}, {Buf: 89}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
+			Args: []runtime.ArgRef{{Buf: 79}, {Buf: 84}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 41,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 89}, {Buf: 90}, {Buf: 91}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 42,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 91}, {Buf: 92}, {Buf: 93}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 43,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 79}, {Buf: 94}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 128}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 44,
-			Ops:    "unbias",
+			Kernel: 40,
+			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 95}},
+			Args:  []runtime.ArgRef{{Buf: 83}, {Buf: 85}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3231,12 +3024,63 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 45,
-			Ops:    "scale",
+			Kernel: 41,
+			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 96}, {Buf: 97}},
+			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 86}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 42,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 87}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 43,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 87}, {Buf: 88}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 44,
+			Ops:    "powc",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 86}, {Buf: 88}, {Buf: 89}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 45,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 89}, {Buf: 90}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
 			Grid: [3]runtime.Expr{{
 				Div:  256,
@@ -3244,9 +3088,9 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 46,
-			Ops:    "scale",
+			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 95}, {Buf: 97}, {Buf: 98}},
+			Args:  []runtime.ArgRef{{Buf: 84}, {Buf: 90}, {Buf: 91}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3256,6 +3100,98 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 47,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 91}, {Buf: 92}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 48,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 93}, {Buf: 94}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 49,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 94}, {Buf: 95}, {Buf: 96}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 50,
+			Ops:    "add",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 79}, {Buf: 97}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 51,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 97}, {Buf: 98}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 52,
 			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 28}, {Buf: 28}, {
@@ -3270,10 +3206,26 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 48,
+			Kernel: 53,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 99}},
+			Args: []runtime.ArgRef{{Buf: 83}, {Buf: 99}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 54,
+			Ops:    "unbias",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 100}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3282,10 +3234,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 49,
+			Kernel: 55,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 100}, {Buf: 101}},
+			Args:  []runtime.ArgRef{{Buf: 99}, {Buf: 101}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3294,10 +3246,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 50,
+			Kernel: 56,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 99}, {Buf: 101}, {Buf: 102}},
+			Args:  []runtime.ArgRef{{Buf: 100}, {Buf: 101}, {Buf: 102}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3306,7 +3258,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 51,
+			Kernel: 57,
 			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 29}, {Buf: 29}, {
@@ -3321,10 +3273,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 52,
+			Kernel: 58,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 93}, {Buf: 103}, {
+			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 103}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3349,7 +3301,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 53,
+			Kernel: 59,
 			Ops:    "relu",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {
@@ -3373,7 +3325,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 54,
+			Kernel: 60,
 			Ops:    "maxpool_argmax",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {Buf: 105}, {
@@ -3400,7 +3352,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 55,
+			Kernel: 61,
 			Ops:    "maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3456,7 +3408,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 56,
+			Kernel: 62,
 			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 108}, {Buf: 109}, {
@@ -3484,7 +3436,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 57,
+			Kernel: 63,
 			Ops:    "relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3540,12 +3492,12 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 58,
+			Kernel: 64,
 			Ops:    "add",
 		}, {
 			Buf:  32,
 			Kind: runtime.MemsetStep,
-			Ops:  "zero v100",
+			Ops:  "zero v102",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 112}, {Buf: 32}, {Buf: 113}, {
 				Buf:    -1,
@@ -3571,7 +3523,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 59,
+			Kernel: 65,
 			Ops:    "cross_entropy",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 112}, {Buf: 114}, {Buf: 113}, {
@@ -3601,7 +3553,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 60,
+			Kernel: 66,
 			Ops:    "ce_grad",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 114}, {Buf: 25}, {
@@ -3623,7 +3575,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 10},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 61,
+			Kernel: 67,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3709,7 +3661,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 62,
+			Kernel: 68,
 			Ops:    "relu_bwd",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 21}, {
@@ -3731,7 +3683,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 63,
+			Kernel: 69,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -3813,7 +3765,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 64,
+			Kernel: 70,
 			Ops:    "maxpool_bwd",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 119}, {Buf: 103}, {Buf: 120}, {
@@ -3844,7 +3796,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 65,
+			Kernel: 71,
 			Ops:    "relu_bwd",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 17}, {
@@ -3866,175 +3818,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 66,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 90}, {Buf: 121}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 67,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 89}, {Buf: 122}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 68,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 122}, {Buf: 15}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 69,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 123}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 70,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 124}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 71,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 87}, {Buf: 125}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 72,
-			Ops:    "div",
+			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 81}, {Buf: 126}, {
+			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 93}, {Buf: 121}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4060,9 +3847,9 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 73,
-			Ops:    "div",
+			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 82}, {Buf: 127}, {
+			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 77}, {Buf: 122}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4093,35 +3880,7 @@ var Plan = &runtime.Plan{
 			Kernel: 74,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 127}, {Buf: 128}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 75,
-			Ops:    "neg",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 128}, {Buf: 129}, {
+			Args: []runtime.ArgRef{{Buf: 122}, {Buf: 123}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4140,10 +3899,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 76,
+			Kernel: 75,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 130}},
+			Args:  []runtime.ArgRef{{Buf: 124}, {Buf: 125}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4152,10 +3911,22 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 77,
-			Ops:    "scale",
+			Kernel: 76,
+			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 130}, {Buf: 81}, {Buf: 131}},
+			Args:  []runtime.ArgRef{{Buf: 125}, {Buf: 90}, {Buf: 126}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 77,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 125}, {Buf: 84}, {Buf: 127}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4165,229 +3936,171 @@ var Plan = &runtime.Plan{
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 78,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 131}, {Buf: 132}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 79,
-			Ops:    "broadcast",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 132}, {Buf: 133}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 80,
-			Ops:    "divcount",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 133}, {Buf: 134}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 81,
-			Ops:    "scale",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 77}, {Buf: 135}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 82,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 135}, {Buf: 136}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 128}, {Buf: 127}, {Buf: 129}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 83,
+			Kernel: 79,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 136}, {Buf: 137}, {
+			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 89}, {Buf: 15}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 80,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 14}, {Buf: 130}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 81,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 130}, {Buf: 131}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 82,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 132}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 83,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 132}, {Buf: 133}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 84,
-			Ops:    "neg",
+			Ops:    "scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 137}, {Buf: 138}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 131}, {Buf: 133}, {Buf: 134}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
 			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
+				Div:  256,
+				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 85,
-			Ops:    "sum",
+			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 136}, {Buf: 139}, {
+			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 135}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 86,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 134}, {Buf: 83}, {Buf: 136}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 87,
+			Ops:    "relu_bwd",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 136}, {Buf: 137}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 88,
+			Ops:    "neg",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 137}, {Buf: 138}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 89,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 138}, {Buf: 79}, {Buf: 139}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 90,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 135}, {Buf: 139}, {Buf: 140}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 91,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 138}, {Buf: 140}, {
+			Args: []runtime.ArgRef{{Buf: 141}, {Buf: 142}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4405,10 +4118,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 87,
+			Kernel: 92,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 140}, {Buf: 141}, {
+			Args: []runtime.ArgRef{{Buf: 142}, {Buf: 143}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4433,10 +4146,59 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 88,
+			Kernel: 93,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 139}, {Buf: 141}, {Buf: 142}, {
+			Args: []runtime.ArgRef{{Buf: 144}, {Buf: 145}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 94,
+			Ops:    "broadcast",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 146}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 95,
+			Ops:    "divcount",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 146}, {Buf: 147}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4464,10 +4226,100 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 89,
+			Kernel: 96,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 142}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 148}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 97,
+			Ops:    "scale",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 77}, {Buf: 149}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 98,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 147}, {Buf: 149}, {Buf: 150}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 99,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 150}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4486,7 +4338,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 90,
+			Kernel: 100,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -4504,7 +4356,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     143,
+				A:     151,
 				Alpha: 1.0,
 				B:     70,
 				Batch: runtime.Size{
@@ -4513,7 +4365,7 @@ var Plan = &runtime.Plan{
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      144,
+				C:      152,
 				K:      runtime.Size{Mul: 196},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 288},
@@ -4536,13 +4388,13 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     71,
 				Alpha: 1.0,
-				B:     143,
+				B:     151,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      145,
+				C:      153,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -4551,7 +4403,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 144}, {Buf: 11}, {
+			Args: []runtime.ArgRef{{Buf: 152}, {Buf: 11}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4570,10 +4422,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 91,
+			Kernel: 101,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 146}, {
+			Args: []runtime.ArgRef{{Buf: 153}, {Buf: 154}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4594,10 +4446,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 92,
+			Kernel: 102,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 146}, {Buf: 68}, {Buf: 147}, {
+			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 68}, {Buf: 155}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4611,283 +4463,6 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 93,
-			Ops:    "maxpool_bwd",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 147}, {Buf: 67}, {Buf: 148}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 94,
-			Ops:    "relu_bwd",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 9}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 95,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 54}, {Buf: 149}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 96,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 53}, {Buf: 150}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 97,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 150}, {Buf: 7}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 98,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 149}, {Buf: 151}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 99,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 149}, {Buf: 152}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 100,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 152}, {Buf: 51}, {Buf: 153}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 101,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 151}, {Buf: 45}, {Buf: 154}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 102,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 46}, {Buf: 155}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -4899,15 +4474,18 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 103,
-			Ops:    "mul",
+			Ops:    "maxpool_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 155}, {Buf: 156}, {
+			Args: []runtime.ArgRef{{Buf: 155}, {Buf: 67}, {Buf: 156}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
@@ -4927,9 +4505,9 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 104,
-			Ops:    "neg",
+			Ops:    "relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 157}, {
+			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 9}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4951,7 +4529,88 @@ var Plan = &runtime.Plan{
 			Kernel: 105,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 157}, {Buf: 158}},
+			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 57}, {Buf: 157}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 106,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 41}, {Buf: 158}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 107,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 158}, {Buf: 159}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 108,
+			Ops:    "sum",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 160}, {Buf: 161}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -4960,10 +4619,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 106,
-			Ops:    "scale",
+			Kernel: 109,
+			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 158}, {Buf: 45}, {Buf: 159}},
+			Args:  []runtime.ArgRef{{Buf: 161}, {Buf: 54}, {Buf: 162}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -4972,230 +4631,184 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 107,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 159}, {Buf: 160}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 108,
-			Ops:    "broadcast",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 160}, {Buf: 161}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 109,
-			Ops:    "divcount",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 162}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 110,
-			Ops:    "scale",
+			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 162}, {Buf: 41}, {Buf: 163}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 161}, {Buf: 48}, {Buf: 163}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 111,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 163}, {Buf: 164}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 164}, {Buf: 163}, {Buf: 165}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 112,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 164}, {Buf: 165}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 53}, {Buf: 7}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 113,
-			Ops:    "neg",
+			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 165}, {Buf: 166}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
+			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 6}, {Buf: 166}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
 			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
+				Div:  256,
+				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 114,
-			Ops:    "sum",
+			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 153}, {Buf: 164}, {Buf: 167}, {
+			Args: []runtime.ArgRef{{Buf: 166}, {Buf: 167}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 115,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 168}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 116,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 168}, {Buf: 169}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 117,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 167}, {Buf: 169}, {Buf: 170}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 118,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 162}, {Buf: 171}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 119,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 170}, {Buf: 47}, {Buf: 172}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 120,
+			Ops:    "relu_bwd",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 172}, {Buf: 173}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 121,
+			Ops:    "neg",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 173}, {Buf: 174}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 122,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 174}, {Buf: 43}, {Buf: 175}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 123,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 171}, {Buf: 175}, {Buf: 176}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 124,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 166}, {Buf: 168}, {
+			Args: []runtime.ArgRef{{Buf: 177}, {Buf: 178}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5213,10 +4826,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 116,
+			Kernel: 125,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 168}, {Buf: 169}, {
+			Args: []runtime.ArgRef{{Buf: 178}, {Buf: 179}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5241,10 +4854,59 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 117,
+			Kernel: 126,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 167}, {Buf: 169}, {Buf: 170}, {
+			Args: []runtime.ArgRef{{Buf: 180}, {Buf: 181}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 127,
+			Ops:    "broadcast",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 181}, {Buf: 182}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 128,
+			Ops:    "divcount",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 157}, {Buf: 182}, {Buf: 183}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5272,10 +4934,100 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 118,
+			Kernel: 129,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 170}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 179}, {Buf: 184}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 130,
+			Ops:    "scale",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 184}, {Buf: 41}, {Buf: 185}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 131,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 183}, {Buf: 185}, {Buf: 186}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 132,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 186}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5294,7 +5046,7 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 119,
+			Kernel: 133,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -5312,7 +5064,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     171,
+				A:     187,
 				Alpha: 1.0,
 				B:     34,
 				Batch: runtime.Size{
@@ -5321,7 +5073,7 @@ var Plan = &runtime.Plan{
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      172,
+				C:      188,
 				K:      runtime.Size{Mul: 784},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 9},
@@ -5330,7 +5082,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 172}, {Buf: 3}, {
+			Args: []runtime.ArgRef{{Buf: 188}, {Buf: 3}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5349,10 +5101,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 120,
+			Kernel: 134,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 173}},
+			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 189}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5361,10 +5113,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 121,
+			Kernel: 135,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 174}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 190}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5373,10 +5125,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 122,
+			Kernel: 136,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 173}, {Buf: 174}, {Buf: 30}},
+			Args:  []runtime.ArgRef{{Buf: 189}, {Buf: 190}, {Buf: 30}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5385,10 +5137,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 123,
+			Kernel: 137,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 175}},
+			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 191}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5397,10 +5149,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 124,
+			Kernel: 138,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 176}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 192}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5409,10 +5161,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 125,
+			Kernel: 139,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 176}, {Buf: 177}},
+			Args:  []runtime.ArgRef{{Buf: 192}, {Buf: 193}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5421,10 +5173,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 126,
+			Kernel: 140,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 175}, {Buf: 177}, {Buf: 31}},
+			Args:  []runtime.ArgRef{{Buf: 191}, {Buf: 193}, {Buf: 31}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5433,10 +5185,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 127,
+			Kernel: 141,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 178}},
+			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 194}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5445,10 +5197,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 128,
+			Kernel: 142,
 			Ops:    "sqrt",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 178}, {Buf: 179}, {
+			Args: []runtime.ArgRef{{Buf: 194}, {Buf: 195}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "bc2_sqrt",
@@ -5461,10 +5213,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 129,
+			Kernel: 143,
 			Ops:    "div",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 179}, {Buf: 180}},
+			Args:  []runtime.ArgRef{{Buf: 195}, {Buf: 196}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5473,10 +5225,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 130,
+			Kernel: 144,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 180}, {Buf: 181}},
+			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 196}, {Buf: 197}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5485,10 +5237,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 131,
+			Kernel: 145,
 			Ops:    "div",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 181}, {Buf: 182}, {
+			Args: []runtime.ArgRef{{Buf: 197}, {Buf: 198}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
@@ -5501,10 +5253,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 132,
+			Kernel: 146,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{}, {Buf: 182}, {}},
+			Args:  []runtime.ArgRef{{}, {Buf: 198}, {}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5513,7 +5265,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 133,
+			Kernel: 147,
 			Ops:    "sub",
 		}},
 	}, {
@@ -5523,11 +5275,11 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  183,
+			Buf:  199,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 184}, {
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 200}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5548,7 +5300,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 134,
+			Kernel: 148,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -5563,15 +5315,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     185,
+				A:     201,
 				Alpha: 1.0,
-				B:     184,
+				B:     200,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      186,
+				C:      202,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -5579,326 +5331,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 187}, {Buf: 188}, {Buf: 189}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 135,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 189}, {Buf: 190}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 136,
-			Ops:    "mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 189}, {Buf: 190}, {Buf: 191}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 137,
-			Ops:    "sub",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 191}, {Buf: 192}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 138,
-			Ops:    "square",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 192}, {Buf: 193}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 139,
-			Ops:    "mean",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 193}, {Buf: 194}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 140,
-			Ops:    "addc",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 194}, {Buf: 195}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 141,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 191}, {Buf: 195}, {Buf: 196}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 142,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 189}, {Buf: 197}, {Buf: 198}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 143,
-			Ops:    "sub",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 199}, {Buf: 200}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 144,
-			Ops:    "addc",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 200}, {Buf: 201}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 145,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 198}, {Buf: 201}, {Buf: 202}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 146,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 196}, {Buf: 202}, {Buf: 203}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 147,
-			Ops:    "where_train",
-		}, {
 			Args: []runtime.ArgRef{{Buf: 203}, {Buf: 204}, {Buf: 205}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 148,
-			Ops:    "mul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 205}, {Buf: 206}, {Buf: 207}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5926,125 +5359,35 @@ var Plan = &runtime.Plan{
 			Kernel: 149,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 193}, {Buf: 208}, {
+			Args: []runtime.ArgRef{{Buf: 205}, {Buf: 206}, {Buf: 207}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 64}},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 150,
-			Ops:    "unbias",
+			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 209}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 151,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 210}, {Buf: 211}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 152,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 209}, {Buf: 211}, {Buf: 212}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 153,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 212}, {Buf: 26}, {Buf: 26}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 154,
-			Ops:    "where_train",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 213}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 155,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 214}, {Buf: 215}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 156,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 213}, {Buf: 215}, {Buf: 216}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Flops: runtime.Sum{{Mul: 32}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 157,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 216}, {Buf: 27}, {Buf: 27}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 158,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 217}, {
+			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 208}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6069,34 +5412,418 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 159,
+			Kernel: 151,
+			Ops:    "square",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 209}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 152,
+			Ops:    "mean",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 208}, {Buf: 210}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 153,
+			Ops:    "mean",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 209}, {Buf: 211}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 154,
+			Ops:    "square",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 210}, {Buf: 211}, {Buf: 212}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 155,
+			Ops:    "sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 212}, {Buf: 213}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 156,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 217}, {Buf: 218}, {
+			Args: []runtime.ArgRef{{Buf: 209}, {Buf: 214}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  6272,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 157,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 213}, {Buf: 215}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 158,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 215}, {Buf: 216}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 159,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 217}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 160,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 217}, {Buf: 218}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 161,
+			Ops:    "powc",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 216}, {Buf: 218}, {Buf: 219}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 162,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 219}, {Buf: 220}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 163,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 214}, {Buf: 220}, {Buf: 221}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 164,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 221}, {Buf: 222}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 165,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 223}, {Buf: 224}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 166,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 224}, {Buf: 225}, {Buf: 226}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 167,
+			Ops:    "add",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 209}, {Buf: 227}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 168,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 227}, {Buf: 228}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 169,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 228}, {Buf: 26}, {Buf: 26}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 170,
+			Ops:    "where_train",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 213}, {Buf: 229}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 171,
+			Ops:    "unbias",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 230}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 172,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 229}, {Buf: 231}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 173,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 230}, {Buf: 231}, {Buf: 232}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 174,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 232}, {Buf: 27}, {Buf: 27}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 175,
+			Ops:    "where_train",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 226}, {Buf: 233}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 176,
+			Ops:    "relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 233}, {Buf: 234}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  6272,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 177,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 217}, {Buf: 218}, {Buf: 219}, {
+			Args: []runtime.ArgRef{{Buf: 233}, {Buf: 234}, {Buf: 235}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6120,10 +5847,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 161,
+			Kernel: 178,
 			Ops:    "maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 219}, {Buf: 220}, {
+			Args: []runtime.ArgRef{{Buf: 235}, {Buf: 236}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6144,7 +5871,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 162,
+			Kernel: 179,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -6159,312 +5886,21 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     221,
+				A:     237,
 				Alpha: 1.0,
-				B:     220,
+				B:     236,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      222,
+				C:      238,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 223}, {Buf: 224}, {Buf: 225}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 163,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 225}, {Buf: 226}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 164,
-			Ops:    "mean",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 225}, {Buf: 226}, {Buf: 227}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 165,
-			Ops:    "sub",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 227}, {Buf: 228}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 166,
-			Ops:    "square",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 228}, {Buf: 229}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 167,
-			Ops:    "mean",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 229}, {Buf: 230}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 168,
-			Ops:    "addc",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 230}, {Buf: 231}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 169,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 227}, {Buf: 231}, {Buf: 232}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 170,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 225}, {Buf: 233}, {Buf: 234}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 171,
-			Ops:    "sub",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 235}, {Buf: 236}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 172,
-			Ops:    "addc",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 236}, {Buf: 237}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 173,
-			Ops:    "sqrt",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 234}, {Buf: 237}, {Buf: 238}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 174,
-			Ops:    "div",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 232}, {Buf: 238}, {Buf: 239}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 175,
-			Ops:    "where_train",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 239}, {Buf: 240}, {Buf: 241}, {
 				Buf:    -1,
@@ -6491,8 +5927,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 176,
-			Ops:    "mul",
+			Kernel: 180,
+			Ops:    "add",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 241}, {Buf: 242}, {Buf: 243}, {
 				Buf:    -1,
@@ -6519,128 +5955,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 177,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 229}, {Buf: 244}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 128}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 178,
-			Ops:    "unbias",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 245}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 179,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 246}, {Buf: 247}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 180,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 245}, {Buf: 247}, {Buf: 248}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 181,
-			Ops:    "add",
+			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 248}, {Buf: 28}, {Buf: 28}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 182,
-			Ops:    "where_train",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 249}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 183,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 250}, {Buf: 251}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 184,
-			Ops:    "scale",
-		}, {
-			Args:  []runtime.ArgRef{{Buf: 249}, {Buf: 251}, {Buf: 252}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Flops: runtime.Sum{{Mul: 64}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 185,
-			Ops:    "add",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 252}, {Buf: 29}, {Buf: 29}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 186,
-			Ops:    "where_train",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 253}, {
+			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 244}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6665,34 +5983,418 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 182,
+			Ops:    "square",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 245}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 183,
+			Ops:    "mean",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 244}, {Buf: 246}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 184,
+			Ops:    "mean",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 245}, {Buf: 247}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 185,
+			Ops:    "square",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 246}, {Buf: 247}, {Buf: 248}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 186,
+			Ops:    "sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 248}, {Buf: 249}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 187,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 253}, {Buf: 254}, {
+			Args: []runtime.ArgRef{{Buf: 245}, {Buf: 250}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
-				Scalar: "B",
+				Scalar: "train",
 			}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  3136,
-					Syms: []string{"B"},
-				},
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 188,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 249}, {Buf: 251}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 189,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 251}, {Buf: 252}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 190,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 253}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 191,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 253}, {Buf: 254}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 192,
+			Ops:    "powc",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 252}, {Buf: 254}, {Buf: 255}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 193,
+			Ops:    "where_train",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 255}, {Buf: 256}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 194,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 250}, {Buf: 256}, {Buf: 257}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 195,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 257}, {Buf: 258}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 196,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 259}, {Buf: 260}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 197,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 260}, {Buf: 261}, {Buf: 262}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 198,
+			Ops:    "add",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 245}, {Buf: 263}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 199,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 263}, {Buf: 264}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 200,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 264}, {Buf: 28}, {Buf: 28}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 201,
+			Ops:    "where_train",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 249}, {Buf: 265}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 202,
+			Ops:    "unbias",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 266}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 203,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 265}, {Buf: 267}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 204,
+			Ops:    "scale",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 266}, {Buf: 267}, {Buf: 268}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 205,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 268}, {Buf: 29}, {Buf: 29}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 206,
+			Ops:    "where_train",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 262}, {Buf: 269}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 207,
+			Ops:    "relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 269}, {Buf: 270}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  3136,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 208,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 253}, {Buf: 254}, {Buf: 255}, {
+			Args: []runtime.ArgRef{{Buf: 269}, {Buf: 270}, {Buf: 271}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6716,7 +6418,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 189,
+			Kernel: 209,
 			Ops:    "maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -6731,11 +6433,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     256,
+				A:     272,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     257,
+				C:     273,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -6747,7 +6449,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 257}, {Buf: 20}, {Buf: 258}, {
+			Args: []runtime.ArgRef{{Buf: 273}, {Buf: 20}, {Buf: 274}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6772,10 +6474,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 190,
+			Kernel: 210,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 258}, {Buf: 259}, {
+			Args: []runtime.ArgRef{{Buf: 274}, {Buf: 275}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6800,7 +6502,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 191,
+			Kernel: 211,
 			Ops:    "relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -6815,11 +6517,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     259,
+				A:     275,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     260,
+				C:     276,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -6831,7 +6533,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 260}, {Buf: 24}, {Buf: 183}, {
+			Args: []runtime.ArgRef{{Buf: 276}, {Buf: 24}, {Buf: 199}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6856,7 +6558,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 192,
+			Kernel: 212,
 			Ops:    "add",
 		}},
 	}},
@@ -6869,10 +6571,6 @@ var Plan = &runtime.Plan{
 		Name:       "conv1_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "mean_fwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
 		GridStride: true,
 		Name:       "sub_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -6881,76 +6579,72 @@ var Plan = &runtime.Plan{
 		Name:       "square_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
+		Name:   "mean_fwd",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:   true,
+	}, {
 		Name:   "mean_fwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
+	}, {
+		GridStride: true,
+		Name:       "square_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "addc_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd",
+		Name:       "powc_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "sub_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "addc_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_2",
+		Name:       "powc_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "bn1_mul_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "bn1_bias_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "unbias_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "where_train_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Name:       "bn1_mul_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_4",
+		Name:       "mul_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn1_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -6962,7 +6656,27 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "relu_fwd",
+		Name:       "unbias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -6981,60 +6695,88 @@ var Plan = &runtime.Plan{
 		Name:       "conv2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "mean_fwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
 		GridStride: true,
 		Name:       "sub_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "square_fwd_2",
+		Name:       "square_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:   "mean_fwd_3",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:   true,
 	}, {
 		Name:   "mean_fwd_4",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
+		Name:       "square_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
 		Name:       "addc_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_3",
+		Name:       "powc_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "sub_fwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "addc_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_4",
+		Name:       "powc_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "div_fwd_4",
+		Name:       "where_train_fwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "bn2_mul_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn2_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn2_bias_fwd",
+		Name:       "add_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_7",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7050,31 +6792,15 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_3",
+		Name:       "add_fwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "where_train_fwd_5",
+		Name:       "where_train_fwd_8",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "add_fwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "relu_fwd_2",
+		Name:       "relu_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7090,7 +6816,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "relu_fwd_3",
+		Name:       "relu_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7126,11 +6852,11 @@ var Plan = &runtime.Plan{
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "bn2_mul_bwd",
+		Name:       "mul_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd",
+		Name:       "mul_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd_4",
@@ -7138,39 +6864,67 @@ var Plan = &runtime.Plan{
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "where_train_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "div_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "div_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "mul_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
 		Name:       "neg_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn2_mul_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_5",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
+		GridStride: true,
+		Name:       "powc_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "scale_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "div_bwd_3",
+		Name:       "mul_bwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_bwd_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "neg_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "scale_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_7",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7180,30 +6934,6 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "divcount_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "mul_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "add_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "neg_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		Name:   "sum_bwd_6",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		GridStride: true,
-		Name:       "add_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "broadcast_bwd_2",
@@ -7217,11 +6947,23 @@ var Plan = &runtime.Plan{
 		Name:       "add_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_7",
+		GridStride: true,
+		Name:       "scale_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_8",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:   "sum_bwd_5",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_8",
+		Name:   "sum_bwd_6",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7233,59 +6975,87 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "relu_bwd_bwd_3",
+		Name:       "relu_bwd_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_9",
+		Name:   "sum_bwd_7",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
-		Name:       "bn1_mul_bwd",
+		Name:       "mul_bwd_9",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "mul_bwd_4",
+		Name:       "mul_bwd_10",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_10",
+		Name:   "sum_bwd_8",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
-	}, {
-		GridStride: true,
-		Name:       "where_train_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "div_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "div_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "mul_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "neg_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		Name:   "sum_bwd_11",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		GridStride: true,
-		Name:       "scale_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "div_bwd_6",
+		Name:       "mul_bwd_11",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_12",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_13",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn1_mul_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "powc_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "scale_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_14",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_bwd_bwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "neg_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "scale_bwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_15",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7297,30 +7067,6 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "scale_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "mul_bwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "add_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "neg_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		Name:   "sum_bwd_12",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
-		GridStride: true,
-		Name:       "add_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
 		Name:       "broadcast_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
@@ -7329,14 +7075,26 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "add_bwd_6",
+		Name:       "add_bwd_7",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_13",
+		GridStride: true,
+		Name:       "scale_bwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "mul_bwd_16",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_bwd_8",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:   "sum_bwd_9",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_14",
+		Name:   "sum_bwd_10",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7399,88 +7157,80 @@ var Plan = &runtime.Plan{
 		Name:       "conv1_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "mean_fwd_5",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
 		GridStride: true,
 		Name:       "sub_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "square_fwd_3",
+		Name:       "square_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:   "mean_fwd_5",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:   true,
 	}, {
 		Name:   "mean_fwd_2_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
+		Name:       "square_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_9",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
 		Name:       "addc_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_5",
+		Name:       "powc_fwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "sub_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "addc_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_2_2",
+		Name:       "powc_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "bn1_mul_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "bn1_bias_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "unbias_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "add_fwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "where_train_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_3_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Name:       "bn1_mul_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_4_2",
+		Name:       "mul_fwd_5",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn1_sub_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_7",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_7",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
@@ -7492,7 +7242,27 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "relu_fwd_4",
+		Name:       "unbias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_2_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_3_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_3_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_4_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7511,60 +7281,88 @@ var Plan = &runtime.Plan{
 		Name:       "conv2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "mean_fwd_3_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
-	}, {
 		GridStride: true,
 		Name:       "sub_fwd_3_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "square_fwd_2_2",
+		Name:       "square_fwd_3_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:   "mean_fwd_3_2",
+		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:   true,
 	}, {
 		Name:   "mean_fwd_4_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
 		GridStride: true,
+		Name:       "square_fwd_4_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_4_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_3_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_5_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
 		Name:       "addc_fwd_3_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_3_2",
+		Name:       "powc_fwd_3_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "div_fwd_3_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "sub_fwd_4_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "addc_fwd_4_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "sqrt_fwd_4_2",
+		Name:       "powc_fwd_4_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "div_fwd_4_2",
+		Name:       "where_train_fwd_6_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd_4_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "bn2_mul_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_3_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn2_sub_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_4_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "bn2_bias_fwd_2",
+		Name:       "add_fwd_4_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "scale_fwd_4_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_5_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "where_train_fwd_7_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7580,31 +7378,15 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "add_fwd_3_2",
+		Name:       "add_fwd_6_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "where_train_fwd_5_2",
+		Name:       "where_train_fwd_8_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "scale_fwd_7_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "scale_fwd_8_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "add_fwd_4_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
-	}, {
-		GridStride: true,
-		Name:       "where_train_fwd_6_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "relu_fwd_2_2",
+		Name:       "relu_fwd_4_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7620,7 +7402,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "relu_fwd_3_2",
+		Name:       "relu_fwd_5_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
@@ -7716,8 +7498,8 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.Run("predict", rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(183))
-	if err := m.s.Read(183, out); err != nil {
+	out := make([]float32, m.s.Elems(199))
+	if err := m.s.Read(199, out); err != nil {
 		return nil, err
 	}
 	return out, nil

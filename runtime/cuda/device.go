@@ -56,6 +56,7 @@ type Device struct {
 	mem        allocator
 	stage      staging
 	lastKernel string // for errors that surface at Sync
+	timer      timer  // CUDA-event timing of launches and GEMMs (timing.go)
 }
 
 var _ runtime.Device = (*Device)(nil)
@@ -130,6 +131,7 @@ func (d *Device) release() error {
 		errs = append(errs, d.stream.Synchronize())
 	}
 	d.stage.release()
+	errs = append(errs, d.timer.release())
 	d.mem.releaseAll()
 	if d.blas != nil {
 		errs = append(errs, d.blas.Close())

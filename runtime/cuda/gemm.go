@@ -38,27 +38,34 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	}
 	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
 	es := uintptr(g.DType.Size())
+	// Timed on the device's stream: cuBLAS's legacy stream is ordered with
+	// it, so the pair of events brackets the whole batch.
 	return d.do(func() error {
-		for i := range g.Batch {
-			a := uintptr(g.A) + uintptr(i*g.StrideA)*es
-			b := uintptr(g.B) + uintptr(i*g.StrideB)*es
-			c := uintptr(g.C) + uintptr(i*g.StrideC)*es
-			if g.DType == runtime.F32 {
-				d.blas.Sgemm(tb, ta, g.N, g.M, g.K, float32(g.Alpha), devSlice[float32](b), g.LDB,
-					devSlice[float32](a), g.LDA, float32(g.Beta), devSlice[float32](c), g.LDC)
-			} else {
-				d.blas.Dgemm(tb, ta, g.N, g.M, g.K, g.Alpha, devSlice[float64](b), g.LDB,
-					devSlice[float64](a), g.LDA, g.Beta, devSlice[float64](c), g.LDC)
-			}
-			if err := d.blas.Err(); err != nil {
-				// cu/blas keeps the first error and skips every later
-				// call; a fresh handle makes the device usable again.
-				d.resetBLAS()
-				return fmt.Errorf("cuda: gemm %s %dx%dx%d batch entry %d: %v", g.DType, g.M, g.N, g.K, i, err)
-			}
-		}
-		return nil
+		return d.timer.around(d.stream, "gemm", func() error { return d.gemmBatch(g, ta, tb, es) })
 	})
+}
+
+// gemmBatch enqueues g on the device thread.
+func (d *Device) gemmBatch(g runtime.GemmArgs, ta, tb blas.Transpose, es uintptr) error {
+	for i := range g.Batch {
+		a := uintptr(g.A) + uintptr(i*g.StrideA)*es
+		b := uintptr(g.B) + uintptr(i*g.StrideB)*es
+		c := uintptr(g.C) + uintptr(i*g.StrideC)*es
+		if g.DType == runtime.F32 {
+			d.blas.Sgemm(tb, ta, g.N, g.M, g.K, float32(g.Alpha), devSlice[float32](b), g.LDB,
+				devSlice[float32](a), g.LDA, float32(g.Beta), devSlice[float32](c), g.LDC)
+		} else {
+			d.blas.Dgemm(tb, ta, g.N, g.M, g.K, g.Alpha, devSlice[float64](b), g.LDB,
+				devSlice[float64](a), g.LDA, g.Beta, devSlice[float64](c), g.LDC)
+		}
+		if err := d.blas.Err(); err != nil {
+			// cu/blas keeps the first error and skips every later
+			// call; a fresh handle makes the device usable again.
+			d.resetBLAS()
+			return fmt.Errorf("cuda: gemm %s %dx%dx%d batch entry %d: %v", g.DType, g.M, g.N, g.K, i, err)
+		}
+	}
+	return nil
 }
 
 // resetBLAS replaces the cuBLAS handle, on the device thread.

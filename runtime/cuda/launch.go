@@ -67,12 +67,14 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 		kernelParams[i] = unsafe.Pointer(&slots[i])
 	}
 	return d.do(func() error {
-		err := fn.fn.Launch(grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes, d.stream, kernelParams)
-		if err != nil {
-			return fmt.Errorf("cuda: launch %s (grid %v, block %v, %d shared bytes): %v", fn.info.Name, grid, block, sharedBytes, err)
-		}
-		d.lastKernel = fn.info.Name
-		return nil
+		return d.timer.around(d.stream, fn.info.Name, func() error {
+			err := fn.fn.Launch(grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes, d.stream, kernelParams)
+			if err != nil {
+				return fmt.Errorf("cuda: launch %s (grid %v, block %v, %d shared bytes): %v", fn.info.Name, grid, block, sharedBytes, err)
+			}
+			d.lastKernel = fn.info.Name
+			return nil
+		})
 	})
 }
 

@@ -161,9 +161,10 @@ func compileNVRTC(name, source string, major, minor int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("NVRTC: version: %v", err)
 	}
-	// The semantic flags of codegen.NVCCFlags (fmad contraction, denormals
-	// flushed to zero), so NVRTC builds compute what nvcc's do.
-	opts := []string{"--gpu-architecture=" + nvrtcArch(major, minor, nvMajor, nvMinor), "--fmad=true", "--ftz=true"}
+	// The flags of codegen.NVCCFlags: fmad contraction and denormals flushed
+	// to zero, so NVRTC builds compute what nvcc's do, and line information
+	// for profilers. (-O3 is nvcc's host optimisation; NVRTC has no host code.)
+	opts := []string{"--gpu-architecture=" + nvrtcArch(major, minor, nvMajor, nvMinor), "--fmad=true", "--ftz=true", "--generate-line-info"}
 	h := sha256.New()
 	fmt.Fprintf(h, "nvrtc %d.%d %q\n%s", nvMajor, nvMinor, opts, source)
 	key := hex.EncodeToString(h.Sum(nil))

@@ -78,6 +78,20 @@ def _linear(attrs, x, w, b=None):
 
 
 # One row per op: its PyTorch function of (attrs, *inputs).
+def _batch_norm2d_steps(attrs, x1, x2, xe, w, b):
+    """torch.nn.BatchNorm2d's buffers: training-mode passes over x1 and x2
+    move running_mean and running_var (momentum 0.1, unbiased variance),
+    then an eval-mode pass normalises xe with them. Returns running_mean,
+    running_var and the eval output, flattened and concatenated."""
+    c = x1.shape[1]
+    rm = torch.zeros(c, dtype=x1.dtype)
+    rv = torch.ones(c, dtype=x1.dtype)
+    for x in (x1, x2):
+        F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+    y = F.batch_norm(xe, rm, rv, w, b, training=False, eps=1e-5)
+    return torch.cat([rm, rv, y.reshape(-1)])
+
+
 OPS = {
     "neg": lambda a, x: torch.neg(x),
     "copy": lambda a, x: x.clone(),
@@ -108,9 +122,13 @@ OPS = {
     "conv2d": _conv2d,
     "max_pool2d": _max_pool2d,
     "avgpool": _avgpool,
+    "relu_max_pool2d": lambda a, x: _max_pool2d(a, torch.relu(x)),
+    "relu_avgpool": lambda a, x: _avgpool(a, torch.relu(x)),
+    "relu_conv2d": lambda a, x, w, b: _conv2d(a, torch.relu(x), w, b),
     # The op tests run in training mode, where where_train is its first operand.
     "where_train": lambda a, x, y: x + 0 * y,
     "batch_norm2d": lambda a, x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-5),
+    "batch_norm2d_steps": _batch_norm2d_steps,
 }
 
 
