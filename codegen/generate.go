@@ -125,6 +125,9 @@ func gemmStep(p *compiler.Program, g *compiler.Group, st *runtime.Step) error {
 		BatchA: len(a.Shape) > 2, BatchB: len(b.Shape) > 2,
 		Alpha: 1,
 	}
+	if g.SumBatch != nil {
+		st.Gemm.C, st.Gemm.SumBatch = p.BufOf[g.SumBatch], true
+	}
 	return nil
 }
 

@@ -20,6 +20,9 @@ import (
 //     over the same space (horizontal fusion);
 //   - cross_entropy absorbs the elementwise group producing its logits and
 //     its own gradient ce_grad, so one kernel yields loss and dlogits;
+//   - a GEMM batched over samples whose only use is a sum over those
+//     samples (a convolution's weight gradient) accumulates into the sum
+//     directly, so the per-sample products are never stored;
 //   - a gather (pooling, im2col, col2im) joins an elementwise kernel over
 //     its output space when the arguments it indexes are already in memory,
 //     and elementwise consumers join it (pooling backward + ReLU backward).
@@ -36,6 +39,7 @@ func fuse(p *Program) error {
 }
 
 func fuseFunc(f *ir.Func, on bool) []*Group {
+	uses := f.Uses()
 	var gs []*Group
 	owner := map[*ir.Value]int{}
 	add := func(g *Group, v *ir.Value) {
@@ -123,6 +127,11 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 			newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
 		case ops.Reduce:
 			x := v.Args[0]
+			if gi, ok := owner[x]; on && ok && batchSum(gs[gi], v, uses) {
+				gs[gi].SumBatch = v
+				add(gs[gi], v)
+				continue
+			}
 			if gi, ok := owner[x]; on && ok && gs[gi].Kind == EW && !gs[gi].closed && gs[gi].Space.Eq(x.Shape) && !hasGather(gs[gi]) {
 				g := gs[gi]
 				g.Kind, g.Root, g.closed = Reduce, v, true
@@ -224,4 +233,23 @@ func hasGather(g *Group) bool {
 		}
 	}
 	return false
+}
+
+// batchSum reports whether reduction v sums exactly the batch dims of
+// gemm group g's product, and nothing else reads the product.
+func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
+	x := v.Args[0]
+	if g.Kind != Gemm || g.Root != x || g.SumBatch != nil || v.Op != "sum" || len(uses[x]) != 1 || len(x.Shape) < 3 {
+		return false
+	}
+	axes, err := ir.NormAxes(v.Attrs.Axes, len(x.Shape))
+	if err != nil || len(axes) != len(x.Shape)-2 {
+		return false
+	}
+	for i, ax := range axes {
+		if ax != i {
+			return false
+		}
+	}
+	return true
 }

@@ -26,6 +26,9 @@ func (k GroupKind) String() string { return groupKindNames[k] }
 type Group struct {
 	Kind   GroupKind
 	Values []*ir.Value
+	// SumBatch marks a Gemm group that also holds the sum of its product
+	// over the batch dims: the GEMM accumulates into the sum's storage.
+	SumBatch *ir.Value
 	// Space is the iteration shape: the output of an elementwise group, the
 	// input of a reduction, the logits of cross-entropy.
 	Space ir.Shape

@@ -322,6 +322,12 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			lb := resolve(g.Loss)
 			steps = append(steps, runtime.Step{Kind: runtime.MemsetStep, Buf: lb, Ops: "zero " + g.Loss.String()})
 		}
+		if g.SumBatch != nil {
+			// The GEMM accumulates the batch's products into the sum; its
+			// storage is live from the memset on.
+			touch(resolve(g.SumBatch), len(steps))
+			steps = append(steps, runtime.Step{Kind: runtime.MemsetStep, Buf: resolve(g.SumBatch), Ops: "zero " + g.SumBatch.String()})
+		}
 		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, Bytes: bytes}
 		if g.Kind == Gemm {
 			st.Kind = runtime.GemmStep

@@ -171,6 +171,10 @@ type Gemm struct {
 	Batch          Size
 	BatchA, BatchB bool
 	Alpha, Beta    float64
+	// SumBatch accumulates every batch's product into one C (the plan
+	// zeroes C first): Σ_b op(A_b)·op(B_b), a weight gradient summed over
+	// the samples without storing the per-sample products.
+	SumBatch bool
 }
 
 // Check is a run-time check the session performs after a function.

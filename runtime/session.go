@@ -314,6 +314,9 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		if g.BatchB {
 			ga.StrideB = k * n
 		}
+		if g.SumBatch {
+			ga.StrideC, ga.Beta = 0, 1 // C was zeroed by the preceding memset step
+		}
 		return d.Gemm(ga)
 	case MemsetStep:
 		b := &s.plan.Buffers[st.Buf]

@@ -344,23 +344,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   }
 }
 
-// sum_bwd_3 computes:
-//   v55 = sum <f32[1,64,288]> v53 {axes=[0] keepdim}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 18432LL;
-  const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
-      float a53 = in0[i];
-      { const float x = a53; acc0 = acc0 + x; }
-    }
-    out0[o] = acc0;
-  }
-}
-
 // col2im_bwd computes:
 //   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -408,9 +391,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
   }
 }
 
-// sum_bwd_4 computes:
+// sum_bwd_3 computes:
 //   v61 = sum <f32[1,32,1,1]> v60 {axes=[0 2 3] keepdim}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
@@ -431,23 +414,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
       if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
-  }
-}
-
-// sum_bwd_5 computes:
-//   v66 = sum <f32[1,32,9]> v65 {axes=[0] keepdim}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 288LL;
-  const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
-      float a65 = in0[i];
-      { const float x = a65; acc0 = acc0 + x; }
-    }
-    out0[o] = acc0;
   }
 }
 

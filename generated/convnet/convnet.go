@@ -239,7 +239,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 27},
+		Live:  [2]int{0, 28},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -309,7 +309,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{4, 21},
+		Live:  [2]int{4, 22},
 		Name:  "step.v15",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -479,7 +479,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{19, 22},
+		Live:  [2]int{19, 23},
 		Name:  "step.v48",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -495,19 +495,10 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[B,64,196]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  18432,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{21, 23},
-		Name:  "step.v53",
-		Role:  "temp",
-		Shape: "f32[B,64,288]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{22, 24},
+		Live:  [2]int{23, 24},
 		Name:  "step.v54",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -525,12 +516,12 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{25, 27},
+		Live:  [2]int{25, 28},
 		Name:  "step.v60",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 54,
+		AliasOf: 53,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -539,15 +530,6 @@ var Plan = &runtime.Plan{
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,32,784]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  288,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{27, 28},
-		Name:  "step.v65",
-		Role:  "temp",
-		Shape: "f32[B,32,9]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -585,7 +567,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 60,
+		AliasOf: 58,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -649,7 +631,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 67,
+		AliasOf: 65,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -686,7 +668,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 71,
+		AliasOf: 69,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -1319,16 +1301,17 @@ var Plan = &runtime.Plan{
 			Kernel: 11,
 			Ops:    "sum",
 		}, {
+			Buf:  7,
+			Kind: runtime.MemsetStep,
+			Ops:  "zero v55",
+		}, {
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
 				Mul:  225792,
 				Syms: []string{"B"},
-			}, {
-				Mul:  73728,
-				Syms: []string{"B"},
-			}},
+			}, {Mul: 73728}},
 			Flops: runtime.Sum{{
 				Mul:  7225344,
 				Syms: []string{"B"},
@@ -1341,16 +1324,17 @@ var Plan = &runtime.Plan{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
-				BatchA: true,
-				BatchB: true,
-				C:      51,
-				K:      runtime.Size{Mul: 196},
-				M:      runtime.Size{Mul: 64},
-				N:      runtime.Size{Mul: 288},
-				TransB: true,
+				BatchA:   true,
+				BatchB:   true,
+				C:        7,
+				K:        runtime.Size{Mul: 196},
+				M:        runtime.Size{Mul: 64},
+				N:        runtime.Size{Mul: 288},
+				SumBatch: true,
+				TransB:   true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul",
+			Ops:  "matmul+sum",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
 				Mul:  50176,
@@ -1372,7 +1356,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      52,
+				C:      51,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -1381,29 +1365,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 7}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  73728,
-				Syms: []string{"B"},
-			}, {Mul: 73728}},
-			Flops: runtime.Sum{{
-				Mul:  18432,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 18432},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 12,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 53}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 52}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1424,10 +1386,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 13,
+			Kernel: 12,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 28}, {Buf: 27}, {Buf: 54}, {
+			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 28}, {Buf: 27}, {Buf: 53}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1458,10 +1420,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 14,
+			Kernel: 13,
 			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 54}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1480,8 +1442,12 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 15,
+			Kernel: 14,
 			Ops:    "sum",
+		}, {
+			Buf:  3,
+			Kind: runtime.MemsetStep,
+			Ops:  "zero v66",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  100352,
@@ -1489,54 +1455,30 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  28224,
 				Syms: []string{"B"},
-			}, {
-				Mul:  1152,
-				Syms: []string{"B"},
-			}},
+			}, {Mul: 1152}},
 			Flops: runtime.Sum{{
 				Mul:  451584,
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     55,
+				A:     54,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
-				BatchA: true,
-				BatchB: true,
-				C:      56,
-				K:      runtime.Size{Mul: 784},
-				M:      runtime.Size{Mul: 32},
-				N:      runtime.Size{Mul: 9},
-				TransB: true,
+				BatchA:   true,
+				BatchB:   true,
+				C:        3,
+				K:        runtime.Size{Mul: 784},
+				M:        runtime.Size{Mul: 32},
+				N:        runtime.Size{Mul: 9},
+				SumBatch: true,
+				TransB:   true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 56}, {Buf: 3}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  1152,
-				Syms: []string{"B"},
-			}, {Mul: 1152}},
-			Flops: runtime.Sum{{
-				Mul:  288,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 288},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 16,
-			Ops:    "sum",
+			Ops:  "matmul+sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 1}, {Buf: 19}, {}, {Buf: 18}, {Buf: 19}, {}, {
 				Buf:    -1,
@@ -1555,7 +1497,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421642},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 17,
+			Kernel: 15,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
 	}, {
@@ -1565,11 +1507,11 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  57,
+			Buf:  55,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 58}, {
+			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 56}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1590,7 +1532,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 18,
+			Kernel: 16,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -1605,15 +1547,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     59,
+				A:     57,
 				Alpha: 1.0,
-				B:     58,
+				B:     56,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      60,
+				C:      58,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -1621,7 +1563,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 62}, {Buf: 63}, {
+			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 60}, {Buf: 61}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1649,10 +1591,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 19,
+			Kernel: 17,
 			Ops:    "add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 63}, {Buf: 64}, {
+			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 62}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1673,10 +1615,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
+			Kernel: 18,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 64}, {Buf: 65}, {
+			Args: []runtime.ArgRef{{Buf: 62}, {Buf: 63}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1697,7 +1639,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
+			Kernel: 19,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -1712,15 +1654,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     66,
+				A:     64,
 				Alpha: 1.0,
-				B:     65,
+				B:     63,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      67,
+				C:      65,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -1728,7 +1670,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 68}, {Buf: 69}, {Buf: 70}, {
+			Args: []runtime.ArgRef{{Buf: 66}, {Buf: 67}, {Buf: 68}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1756,10 +1698,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
+			Kernel: 20,
 			Ops:    "add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 70}, {Buf: 71}, {
+			Args: []runtime.ArgRef{{Buf: 68}, {Buf: 69}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1780,7 +1722,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 21,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1795,11 +1737,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     72,
+				A:     70,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     73,
+				C:     71,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -1811,7 +1753,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 73}, {Buf: 12}, {Buf: 74}, {
+			Args: []runtime.ArgRef{{Buf: 71}, {Buf: 12}, {Buf: 72}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1839,7 +1781,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 24,
+			Kernel: 22,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1854,11 +1796,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     74,
+				A:     72,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     75,
+				C:     73,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1870,7 +1812,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 16}, {Buf: 57}, {
+			Args: []runtime.ArgRef{{Buf: 73}, {Buf: 16}, {Buf: 55}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1895,7 +1837,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 25,
+			Kernel: 23,
 			Ops:    "add",
 		}},
 	}},
@@ -1945,9 +1887,6 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
 		GridStride: true,
 		Name:       "col2im_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1956,12 +1895,9 @@ var Plan = &runtime.Plan{
 		Name:       "maxpool_bwd_relu_bwd_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_4",
+		Name:   "sum_bwd_3",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
-	}, {
-		Name:   "sum_bwd_5",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
@@ -2088,8 +2024,8 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.Run("predict", rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(57))
-	if err := m.s.Read(57, out); err != nil {
+	out := make([]float32, m.s.Elems(55))
+	if err := m.s.Read(55, out); err != nil {
 		return nil, err
 	}
 	return out, nil

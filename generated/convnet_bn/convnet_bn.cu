@@ -677,23 +677,6 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
   }
 }
 
-// sum_bwd_2 computes:
-//   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 18432LL;
-  const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (18432LL));
-      float a155 = in0[i];
-      { const float x = a155; acc0 = acc0 + x; }
-    }
-    out0[o] = acc0;
-  }
-}
-
 // col2im_bwd computes:
 //   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -873,23 +856,6 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
       if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
-  }
-}
-
-// sum_bwd_3 computes:
-//   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 288LL;
-  const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (288LL));
-      float a201 = in0[i];
-      { const float x = a201; acc0 = acc0 + x; }
-    }
-    out0[o] = acc0;
   }
 }
 

@@ -343,7 +343,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 35},
+		Live:  [2]int{0, 36},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -491,7 +491,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{6, 27},
+		Live:  [2]int{6, 28},
 		Name:  "step.v49",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -803,7 +803,7 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{26, 28},
+		Live:  [2]int{26, 29},
 		Name:  "step.v150",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
@@ -819,19 +819,10 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[B,64,196]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  18432,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{27, 29},
-		Name:  "step.v155",
-		Role:  "temp",
-		Shape: "f32[B,64,288]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{28, 30},
+		Live:  [2]int{29, 30},
 		Name:  "step.v156",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -876,7 +867,7 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[32]",
 	}, {
-		AliasOf:   101,
+		AliasOf:   100,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v168",
 		Placement: runtime.Alias,
@@ -895,14 +886,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   104,
+		AliasOf:   103,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v187",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   105,
+		AliasOf:   104,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v190",
 		Placement: runtime.Alias,
@@ -913,12 +904,12 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{34, 35},
+		Live:  [2]int{34, 36},
 		Name:  "step.v196",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 108,
+		AliasOf: 107,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -927,15 +918,6 @@ var Plan = &runtime.Plan{
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[B,32,784]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  288,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{35, 36},
-		Name:  "step.v201",
-		Role:  "temp",
-		Shape: "f32[B,32,9]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -973,7 +955,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 114,
+		AliasOf: 112,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1035,14 +1017,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   121,
+		AliasOf:   119,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v31",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   122,
+		AliasOf:   120,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v33",
 		Placement: runtime.Alias,
@@ -1096,7 +1078,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 129,
+		AliasOf: 127,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -1158,14 +1140,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   136,
+		AliasOf:   134,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v76",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   137,
+		AliasOf:   135,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v78",
 		Placement: runtime.Alias,
@@ -1192,7 +1174,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 141,
+		AliasOf: 139,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2022,16 +2004,17 @@ var Plan = &runtime.Plan{
 			Kernel: 17,
 			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
 		}, {
+			Buf:  11,
+			Kind: runtime.MemsetStep,
+			Ops:  "zero v157",
+		}, {
 			Bytes: runtime.Sum{{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
 				Mul:  225792,
 				Syms: []string{"B"},
-			}, {
-				Mul:  73728,
-				Syms: []string{"B"},
-			}},
+			}, {Mul: 73728}},
 			Flops: runtime.Sum{{
 				Mul:  7225344,
 				Syms: []string{"B"},
@@ -2044,16 +2027,17 @@ var Plan = &runtime.Plan{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
-				BatchA: true,
-				BatchB: true,
-				C:      96,
-				K:      runtime.Size{Mul: 196},
-				M:      runtime.Size{Mul: 64},
-				N:      runtime.Size{Mul: 288},
-				TransB: true,
+				BatchA:   true,
+				BatchB:   true,
+				C:        11,
+				K:        runtime.Size{Mul: 196},
+				M:        runtime.Size{Mul: 64},
+				N:        runtime.Size{Mul: 288},
+				SumBatch: true,
+				TransB:   true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul",
+			Ops:  "matmul+sum",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
 				Mul:  50176,
@@ -2075,7 +2059,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      97,
+				C:      96,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -2084,29 +2068,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 11}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  73728,
-				Syms: []string{"B"},
-			}, {Mul: 73728}},
-			Flops: runtime.Sum{{
-				Mul:  18432,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 18432},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 18,
-			Ops:    "sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 98}, {
+			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 97}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2127,10 +2089,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 19,
+			Kernel: 18,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 52}, {Buf: 51}, {Buf: 99}, {
+			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 52}, {Buf: 51}, {Buf: 98}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2161,10 +2123,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
+			Kernel: 19,
 			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 99}, {Buf: 49}, {Buf: 40}, {Buf: 9}, {Buf: 100}, {Buf: 101}, {
+			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 49}, {Buf: 40}, {Buf: 9}, {Buf: 99}, {Buf: 100}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2198,10 +2160,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
+			Kernel: 20,
 			Ops:    "sum+mul+mul+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 46}, {Buf: 44}, {Buf: 103}, {Buf: 45}, {Buf: 6}, {Buf: 48}, {Buf: 43}, {Buf: 41}, {Buf: 7}, {Buf: 104}, {Buf: 105}, {
+			Args: []runtime.ArgRef{{Buf: 101}, {Buf: 46}, {Buf: 44}, {Buf: 102}, {Buf: 45}, {Buf: 6}, {Buf: 48}, {Buf: 43}, {Buf: 41}, {Buf: 7}, {Buf: 103}, {Buf: 104}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2214,10 +2176,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
+			Kernel: 21,
 			Ops:    "neg+mul+mul+add+mul+mul+where_train+mul+where_train+relu_bwd+neg+scale+mul+add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 106}, {Buf: 107}, {Buf: 100}, {Buf: 40}, {Buf: 108}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 106}, {Buf: 99}, {Buf: 40}, {Buf: 107}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2260,8 +2222,12 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 22,
 			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
+		}, {
+			Buf:  3,
+			Kind: runtime.MemsetStep,
+			Ops:  "zero v202",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  100352,
@@ -2269,54 +2235,30 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  28224,
 				Syms: []string{"B"},
-			}, {
-				Mul:  1152,
-				Syms: []string{"B"},
-			}},
+			}, {Mul: 1152}},
 			Flops: runtime.Sum{{
 				Mul:  451584,
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     109,
+				A:     108,
 				Alpha: 1.0,
 				B:     34,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
-				BatchA: true,
-				BatchB: true,
-				C:      110,
-				K:      runtime.Size{Mul: 784},
-				M:      runtime.Size{Mul: 32},
-				N:      runtime.Size{Mul: 9},
-				TransB: true,
+				BatchA:   true,
+				BatchB:   true,
+				C:        3,
+				K:        runtime.Size{Mul: 784},
+				M:        runtime.Size{Mul: 32},
+				N:        runtime.Size{Mul: 9},
+				SumBatch: true,
+				TransB:   true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 110}, {Buf: 3}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  1152,
-				Syms: []string{"B"},
-			}, {Mul: 1152}},
-			Flops: runtime.Sum{{
-				Mul:  288,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 288},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 24,
-			Ops:    "sum",
+			Ops:  "matmul+sum",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 1}, {Buf: 31}, {}, {Buf: 30}, {Buf: 31}, {}, {
 				Buf:    -1,
@@ -2335,7 +2277,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421834},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 25,
+			Kernel: 23,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
 	}, {
@@ -2345,11 +2287,11 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  111,
+			Buf:  109,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 112}, {
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 110}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2370,7 +2312,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 26,
+			Kernel: 24,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -2385,15 +2327,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     113,
+				A:     111,
 				Alpha: 1.0,
-				B:     112,
+				B:     110,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      114,
+				C:      112,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -2401,7 +2343,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 115}, {Buf: 116}, {Buf: 117}, {Buf: 118}, {Buf: 119}, {Buf: 120}, {
+			Args: []runtime.ArgRef{{Buf: 113}, {Buf: 114}, {Buf: 115}, {Buf: 116}, {Buf: 117}, {Buf: 118}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2435,10 +2377,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 27,
+			Kernel: 25,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 119}, {Buf: 120}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 121}, {Buf: 122}, {Buf: 26}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 117}, {Buf: 118}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 119}, {Buf: 120}, {Buf: 26}, {Buf: 27}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2455,10 +2397,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 32},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 28,
+			Kernel: 26,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 118}, {Buf: 123}, {Buf: 124}, {Buf: 125}, {
+			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 121}, {Buf: 122}, {Buf: 123}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2489,10 +2431,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 29,
+			Kernel: 27,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 126}, {
+			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 124}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2513,10 +2455,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 30,
+			Kernel: 28,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 127}, {
+			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 125}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2537,7 +2479,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 31,
+			Kernel: 29,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -2552,15 +2494,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     128,
+				A:     126,
 				Alpha: 1.0,
-				B:     127,
+				B:     125,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      129,
+				C:      127,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -2568,7 +2510,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 130}, {Buf: 131}, {Buf: 132}, {Buf: 133}, {Buf: 134}, {Buf: 135}, {
+			Args: []runtime.ArgRef{{Buf: 128}, {Buf: 129}, {Buf: 130}, {Buf: 131}, {Buf: 132}, {Buf: 133}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2602,10 +2544,10 @@ var Plan = &runtime.Plan{
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 32,
+			Kernel: 30,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 135}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 136}, {Buf: 137}, {Buf: 28}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 132}, {Buf: 133}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 134}, {Buf: 135}, {Buf: 28}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2622,10 +2564,10 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 64},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 33,
+			Kernel: 31,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 133}, {Buf: 138}, {Buf: 139}, {Buf: 140}, {
+			Args: []runtime.ArgRef{{Buf: 131}, {Buf: 136}, {Buf: 137}, {Buf: 138}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2656,10 +2598,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 34,
+			Kernel: 32,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 140}, {Buf: 141}, {
+			Args: []runtime.ArgRef{{Buf: 138}, {Buf: 139}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2680,7 +2622,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 35,
+			Kernel: 33,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2695,11 +2637,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     142,
+				A:     140,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     143,
+				C:     141,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -2711,7 +2653,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 20}, {Buf: 144}, {
+			Args: []runtime.ArgRef{{Buf: 141}, {Buf: 20}, {Buf: 142}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2739,7 +2681,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 36,
+			Kernel: 34,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -2754,11 +2696,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     144,
+				A:     142,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     145,
+				C:     143,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -2770,7 +2712,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 24}, {Buf: 111}, {
+			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 24}, {Buf: 109}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2795,7 +2737,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 37,
+			Kernel: 35,
 			Ops:    "add",
 		}},
 	}},
@@ -2869,9 +2811,6 @@ var Plan = &runtime.Plan{
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
 	}, {
-		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
 		GridStride: true,
 		Name:       "col2im_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -2891,9 +2830,6 @@ var Plan = &runtime.Plan{
 		Name:   "broadcast_divcount_add_scale_mul_etc_bwd_2",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 		Sync:   true,
-	}, {
-		Name:   "sum_bwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
@@ -3036,8 +2972,8 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.Run("predict", rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(111))
-	if err := m.s.Read(111, out); err != nil {
+	out := make([]float32, m.s.Elems(109))
+	if err := m.s.Read(109, out); err != nil {
 		return nil, err
 	}
 	return out, nil
