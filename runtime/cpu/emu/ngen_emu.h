@@ -425,16 +425,22 @@ inline bool set_shared(const ngen_launch *l) {
   return true;
 }
 
-/* A plain loop over the threads: kernels without barriers need no fibers. */
-template <class F> int run_simple(const ngen_launch *l, F &&f) {
-  ngen_flush_denormals ftz;
-  if (bad_shape(l))
-    return NGEN_ERR_LAUNCH;
-  if (!set_shared(l))
-    return NGEN_ERR_LAUNCH;
+/* begin_fiberless sets up a launch whose threads run without fibers
+ * (run_simple, run_span); false means a bad launch. */
+inline bool begin_fiberless(const ngen_launch *l) {
+  if (bad_shape(l) || !set_shared(l))
+    return false;
   set_grid(l);
   cur_block = nullptr;
   simple_misuse = 0;
+  return true;
+}
+
+/* A plain loop over the threads: kernels without barriers need no fibers. */
+template <class F> int run_simple(const ngen_launch *l, F &&f) {
+  ngen_flush_denormals ftz;
+  if (!begin_fiberless(l))
+    return NGEN_ERR_LAUNCH;
   const unsigned bx = l->block[0], by = l->block[1], bz = l->block[2];
   for (long long id = l->block_begin; id < l->block_end; id++) {
     set_block(id);
@@ -472,13 +478,8 @@ inline long long span_hi(long long n) { return span_at(n, span_last); }
 
 template <class F> int run_span(const ngen_launch *l, F &&f) {
   ngen_flush_denormals ftz;
-  if (bad_shape(l))
+  if (!begin_fiberless(l))
     return NGEN_ERR_LAUNCH;
-  if (!set_shared(l))
-    return NGEN_ERR_LAUNCH;
-  set_grid(l);
-  cur_block = nullptr;
-  simple_misuse = 0;
   span_blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
   span_first = l->block_begin;
   span_last = l->block_end;
