@@ -202,11 +202,13 @@ func report(args []string) error {
 }
 
 func devices() error {
-	if out, err := exec.Command("nvcc", "--version").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		fmt.Println("nvcc:", lines[len(lines)-1])
-	} else {
+	switch v, err := nvcc.Version(); {
+	case err == nil:
+		fmt.Println("nvcc:", v)
+	case errors.Is(err, exec.ErrNotFound):
 		fmt.Println("nvcc: not on PATH (the GPU backend compiles kernels with NVRTC at start-up)")
+	default:
+		fmt.Printf("nvcc: %v (the GPU backend compiles kernels with NVRTC at start-up)\n", err)
 	}
 	ds, err := probe.Devices()
 	if errors.Is(err, probe.ErrNoDevice) {
