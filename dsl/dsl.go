@@ -140,12 +140,22 @@ func (in Init) String() string { return fmt.Sprintf("%s:%g:%g", in.kind, in.a, i
 
 // Param declares a trainable parameter of static shape.
 func (m *Model) Param(name string, dt DType, init Init, shape ...int) *Tensor {
-	pos := callerPos()
-	var ds []any
-	for _, d := range shape {
-		ds = append(ds, d)
+	return m.declare(ir.Param, name, dt, init, ir.Static(shape...), callerPos())
+}
+
+// declare adds a parameter or state tensor with its initialiser: the
+// storage that layers create (weights, biases, running statistics).
+func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir.Shape, pos ir.Pos) *Tensor {
+	op := "param"
+	if role == ir.State {
+		op = "state"
 	}
-	t := m.source("param", ir.Param, name, dt, dims(m, pos, "param", ds), pos)
+	for _, d := range shape {
+		if d.N <= 0 {
+			m.fail(pos, op, "dimension %d must be positive", d.N)
+		}
+	}
+	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()
 	return t
 }
@@ -172,13 +182,11 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 	}
 	in := s[len(s)-1].N
 	bound := 1 / math.Sqrt(float64(in))
-	w := m.source("param", ir.Param, name+".weight", x.v.DType, ir.Static(out, in), pos)
-	w.v.Attrs.Init = Uniform(-bound, bound).String()
+	w := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, in), pos)
 	// Rank > 2 inputs become a batched GEMM with the weight shared.
 	y := m.op(pos, "matmul", ir.Attrs{TransB: true}, x, w)
 	if bias {
-		b := m.source("param", ir.Param, name+".bias", x.v.DType, ir.Static(out), pos)
-		b.v.Attrs.Init = Uniform(-bound, bound).String()
+		b := m.declare(ir.Param, name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos)
 		y = m.op(pos, "add", ir.Attrs{}, y, b)
 	}
 	return y

@@ -8,24 +8,21 @@ import (
 // State declares persistent, non-trainable storage (running statistics):
 // saved in checkpoints, initialised by init, changed only by Update.
 func (m *Model) State(name string, dt DType, init Init, shape ...int) *Tensor {
-	pos := callerPos()
-	var ds []any
-	for _, d := range shape {
-		ds = append(ds, d)
-	}
-	t := m.source("state", ir.State, name, dt, dims(m, pos, "state", ds), pos)
-	t.v.Attrs.Init = init.String()
-	return t
+	return m.declare(ir.State, name, dt, init, ir.Static(shape...), callerPos())
 }
 
 // Update writes value into state after every forward pass that computes
 // it (the training step, and Predict), like an in-place update of a
 // buffer in a torch module's forward.
 func (m *Model) Update(state, value *Tensor) {
-	pos := callerPos()
 	if m.err != nil || state == nil || value == nil {
 		return
 	}
+	m.update(callerPos(), state, value)
+}
+
+// update checks and records one state update.
+func (m *Model) update(pos ir.Pos, state, value *Tensor) {
 	if state.v.Role != ir.State {
 		m.fail(pos, "update", "%s is not a state tensor", state.v)
 		return
@@ -79,14 +76,10 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 	}
 	c := s[1].N
 	dt := x.v.DType
-	gamma := m.source("param", ir.Param, name+".weight", dt, ir.Static(c), pos)
-	gamma.v.Attrs.Init = Const(1).String()
-	beta := m.source("param", ir.Param, name+".bias", dt, ir.Static(c), pos)
-	beta.v.Attrs.Init = Const(0).String()
-	rm := m.source("state", ir.State, name+".running_mean", dt, ir.Static(c), pos)
-	rm.v.Attrs.Init = Const(0).String()
-	rv := m.source("state", ir.State, name+".running_var", dt, ir.Static(c), pos)
-	rv.v.Attrs.Init = Const(1).String()
+	gamma := m.declare(ir.Param, name+".weight", dt, Const(1), ir.Static(c), pos)
+	beta := m.declare(ir.Param, name+".bias", dt, Const(0), ir.Static(c), pos)
+	rm := m.declare(ir.State, name+".running_mean", dt, Const(0), ir.Static(c), pos)
+	rv := m.declare(ir.State, name+".running_var", dt, Const(1), ir.Static(c), pos)
 
 	m.b.Pos = pos
 	y, newMean, newVar := ops.BatchNorm2d(m.b, x.v, gamma.v, beta.v, rm.v, rv.v, o.Momentum, o.Eps)
@@ -96,6 +89,7 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 		}
 		return x
 	}
-	m.m.Forward.Updates = append(m.m.Forward.Updates, ir.Update{State: rm.v, New: newMean}, ir.Update{State: rv.v, New: newVar})
+	m.update(pos, rm, &Tensor{m, newMean})
+	m.update(pos, rv, &Tensor{m, newVar})
 	return &Tensor{m, y}
 }

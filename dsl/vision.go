@@ -59,13 +59,10 @@ func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Te
 	}
 	k := c / w.G * kernel * kernel
 	bound := 1 / math.Sqrt(float64(k))
-	wt := m.source("param", ir.Param, name+".weight", x.v.DType, ir.Static(out, c/w.G, kernel, kernel), pos)
-	wt.v.Attrs.Init = Uniform(-bound, bound).String()
+	wt := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, c/w.G, kernel, kernel), pos)
 	var bias *ir.Value
 	if !o.NoBias {
-		b := m.source("param", ir.Param, name+".bias", x.v.DType, ir.Static(out), pos)
-		b.v.Attrs.Init = Uniform(-bound, bound).String()
-		bias = b.v
+		bias = m.declare(ir.Param, name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos).v
 	}
 	m.b.Pos = pos
 	y := ops.Conv2d(m.b, x.v, wt.v, bias, w)
