@@ -133,7 +133,7 @@ func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.S
 		if w.G != 1 {
 			return nil, 0, fmt.Errorf("%s has no groups", op)
 		}
-		// torch's avg_pool2d has no dilation, and its template steps by 1.
+		// torch's avg_pool2d has no dilation (nor does the template).
 		if op == "avgpool" && (w.DH != 1 || w.DW != 1) {
 			return nil, 0, fmt.Errorf("avgpool has no dilation, got %dx%d", w.DH, w.DW)
 		}
@@ -273,12 +273,7 @@ func maxpoolArgmaxGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// the index.
 	cg.f("int %s = -1;", out)
 	cg.f("%s %sm = 0;", t, p)
-	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
-	cg.f("  const int iy = %soy * %d - %d + kh * %d;", p, w.SH, w.PH, w.DH)
-	cg.f("  if (iy < 0 || iy >= %d) continue;", h)
-	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
-	cg.f("    const int ix = %sox * %d - %d + kw * %d;", p, w.SW, w.PW, w.DW)
-	cg.f("    if (ix < 0 || ix >= %d) continue;", wd)
+	windowIn(cg, p, w, h, wd)
 	cg.f("    const %s x = %s[%sbase + iy * %d + ix];", t, a[0], p, wd)
 	cg.f("    if (%s < 0 || x > %sm || x != x) { %s = kh * %d + kw; %sm = x; }", out, p, out, w.KW, p)
 	cg.f("  }")
@@ -295,6 +290,17 @@ func maxpoolPickGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("const %s %s = %s[%sbase + (%soy * %d - %d + (int)(%sk / %du) * %d) * %d + %sox * %d - %d + (int)(%sk %% %du) * %d];",
 		c.T, out, a[0], p, p, w.SH, w.PH, p, w.KW, w.DH, wd, p, w.SW, w.PW, p, w.KW, w.DW)
 	return cg.b.String()
+}
+
+// windowIn opens the loops over the input pixels (iy, ix) of output
+// (oy, ox)'s window that lie inside the image (padding reads as nothing).
+func windowIn(cg *cg, p string, w Window, h, wd int) {
+	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
+	cg.f("  const int iy = %soy * %d - %d + kh * %d;", p, w.SH, w.PH, w.DH)
+	cg.f("  if (iy < 0 || iy >= %d) continue;", h)
+	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
+	cg.f("    const int ix = %sox * %d - %d + kw * %d;", p, w.SW, w.PW, w.DW)
+	cg.f("    if (ix < 0 || ix >= %d) continue;", wd)
 }
 
 // windowsOf opens the loops over the pooling windows that contain input
@@ -345,12 +351,8 @@ func avgpoolGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	poolWindow(cg, p, c.Index, ch, h, wd, oh, ow)
 	// count_include_pad, torch's default: padding counts as zeros.
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
-	cg.f("for (int kh = 0; kh < %d; ++kh) {", w.KH)
-	cg.f("  const int iy = %soy * %d - %d + kh;", p, w.SH, w.PH)
-	cg.f("  if (iy < 0 || iy >= %d) continue;", h)
-	cg.f("  for (int kw = 0; kw < %d; ++kw) {", w.KW)
-	cg.f("    const int ix = %sox * %d - %d + kw;", p, w.SW, w.PW)
-	cg.f("    if (ix >= 0 && ix < %d) %s += %s[%sbase + iy * %d + ix];", wd, out, a[0], p, wd)
+	windowIn(cg, p, w, h, wd) // no dilation: poolInfer rejects it for avgpool
+	cg.f("    %s += %s[%sbase + iy * %d + ix];", out, a[0], p, wd)
 	cg.f("  }")
 	cg.f("}")
 	cg.f("%s /= %s;", out, c.Lit(float64(w.KH*w.KW)))
