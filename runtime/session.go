@@ -22,8 +22,6 @@ type Session struct {
 	calls    uint64
 	train    bool
 	lr       float64
-	status   []int32
-	scratch  []byte
 	arenaLen int64
 	prof     *profiler // nil unless SetProfiling(true)
 }
