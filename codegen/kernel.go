@@ -23,7 +23,10 @@ type kernel struct {
 	sync    bool
 	// gridStride: the body is one NGEN_GRID_STRIDE loop (KernelInfo.GridStride).
 	gridStride bool
-	grid       [3]runtime.Expr
+	// rowLen, when non-zero, is the row length of the kernel's
+	// NGEN_GRID_STRIDE_ROWS loop (row r, column j).
+	rowLen int
+	grid   [3]runtime.Expr
 	block      [3]int
 	t          string // element type of the group
 }
@@ -100,12 +103,16 @@ func (k *kernel) size(s ir.Shape) string {
 
 // ctx is the ops expression context for this kernel.
 func (k *kernel) ctx(t, index string) *ops.Ctx {
-	return &ops.Ctx{T: t, Index: index, Scalar: func(name, ctype string) string {
+	c := &ops.Ctx{T: t, Index: index, Scalar: func(name, ctype string) string {
 		if ctype == "" {
 			ctype = t
 		}
 		return k.scalar(name, ctype)
 	}}
+	if k.rowLen > 0 {
+		c.Row, c.Col, c.RowLen = "r", "j", k.rowLen
+	}
+	return c
 }
 
 // bcastIndex maps a linear index over space to the linear index of a value
@@ -167,6 +174,14 @@ type exprs map[*ir.Value]string
 
 func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.Value]string, idx, indent string, w *strings.Builder) exprs {
 	e := exprs{}
+	member := map[*ir.Value]bool{}
+	for _, v := range g.Values {
+		member[v] = true
+	}
+	memberName := func(v *ir.Value) (string, bool) {
+		s, ok := e[v]
+		return s, ok && member[v]
+	}
 	for _, v := range g.Values {
 		d := ops.Lookup(v.Op)
 		if d.Kind == ops.Gather {
@@ -183,6 +198,7 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 				args[i] = k.operand(g, a, in, e, idx, indent, w)
 			}
 			c := k.ctx(v.DType.CType(), idx)
+			c.Member = memberName
 			out := fmt.Sprintf("v%d", v.ID)
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
 				w.WriteString(indent + line + "\n")
@@ -222,7 +238,13 @@ func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string
 		panic(fmt.Sprintf("codegen: kernel %s: %s is neither member nor input", g.Name, a))
 	}
 	name := fmt.Sprintf("a%d", a.ID)
-	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, k.bcastIndex(g.Space, a.Shape, idx))
+	at := k.bcastIndex(g.Space, a.Shape, idx)
+	if k.rowLen > 0 && at != idx && at != "0" {
+		if ri, ok := k.rowIndex(g.Space, a.Shape, k.rowLen); ok {
+			at = ri
+		}
+	}
+	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, at)
 	e[a] = name
 	return name
 }

@@ -7,8 +7,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }

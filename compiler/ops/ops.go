@@ -52,6 +52,17 @@ type Def struct {
 	// name when Indexed[i], else the argument's value at the same index.
 	Gather  func(c *Ctx, v *ir.Value, args []string, out string) string
 	Indexed []bool
+	// RowLen is the row length a Gather op's template iterates best in
+	// (see Ctx.Row); nil means the last dimension of its result.
+	RowLen func(v *ir.Value) int
+}
+
+// GatherRowLen is the row length op v's gather template prefers.
+func GatherRowLen(v *ir.Value) int {
+	if d := table[v.Op]; d != nil && d.RowLen != nil {
+		return d.RowLen(v)
+	}
+	return v.Shape[len(v.Shape)-1].N
 }
 
 var table = map[string]*Def{}
@@ -96,8 +107,18 @@ type Ctx struct {
 	T string // C element type of the value being computed
 	// Index is the C expression of the linear output index (long long).
 	Index string
+	// Row and Col, when set, are the C names of the kernel's loop over
+	// rows of RowLen elements (NGEN_GRID_STRIDE_ROWS): Index is
+	// Row*RowLen + Col, Col counts up fastest and row-invariant work can
+	// leave the inner loop. A gather template whose preferred row length
+	// (Def.RowLen) is RowLen uses them; others decode Index.
+	Row, Col string
+	RowLen   int
 	// Scalar returns the C name of a runtime scalar kernel parameter.
 	Scalar func(name string, ctype string) string
+	// Member returns the C name of v when the kernel computes v itself
+	// (so a template may reuse what v's template declared), else false.
+	Member func(v *ir.Value) (string, bool)
 }
 
 // Math returns the C math function name for the context's type

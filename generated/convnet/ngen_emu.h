@@ -62,8 +62,13 @@ enum {
 extern "C" __attribute__((simd("notinbranch"), const, nothrow)) float ngen_sqrtf(float x);
 extern "C" __attribute__((used)) inline float ngen_sqrtf_1(float x) { return _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(x))); }
 extern "C" __attribute__((used)) inline __m128 ngen_sqrtf_4(__m128 x) { return _mm_sqrt_ps(x); }
+extern "C" __attribute__((used, target("avx"))) inline __m256 ngen_sqrtf_8(__m256 x) { return _mm256_sqrt_ps(x); }
+extern "C" __attribute__((used, target("avx512f"))) inline __m512 ngen_sqrtf_16(__m512 x) { return _mm512_sqrt_ps(x); }
 __asm__(".weak ngen_sqrtf\n.set ngen_sqrtf, ngen_sqrtf_1\n"
-        ".weak _ZGVbN4v_ngen_sqrtf\n.set _ZGVbN4v_ngen_sqrtf, ngen_sqrtf_4\n");
+        ".weak _ZGVbN4v_ngen_sqrtf\n.set _ZGVbN4v_ngen_sqrtf, ngen_sqrtf_4\n"
+        ".weak _ZGVcN8v_ngen_sqrtf\n.set _ZGVcN8v_ngen_sqrtf, ngen_sqrtf_8\n"
+        ".weak _ZGVdN8v_ngen_sqrtf\n.set _ZGVdN8v_ngen_sqrtf, ngen_sqrtf_8\n"
+        ".weak _ZGVeN16v_ngen_sqrtf\n.set _ZGVeN16v_ngen_sqrtf, ngen_sqrtf_16\n");
 #else
 inline float ngen_sqrtf(float x) { return sqrtf(x); }
 #endif
@@ -749,6 +754,11 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
 #define NGEN_GRID_STRIDE(i, n)                                                           \
   _Pragma("GCC ivdep") for (long long i = ::ngen_emu::span_lo(n), i##_end = ::ngen_emu::span_hi(n); \
                             i < i##_end; ++i)
+/* The CPU form of NGEN_GRID_STRIDE_ROWS: the worker's span of rows, each
+ * an inner loop over its columns. */
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                          \
+  for (long long r = ::ngen_emu::span_lo(rows), r##_end = ::ngen_emu::span_hi(rows); r < r##_end; ++r) \
+  _Pragma("GCC ivdep") for (int j = 0; j < (int)(w); ++j)
 #define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_span((l), [&]() { call; })
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
 

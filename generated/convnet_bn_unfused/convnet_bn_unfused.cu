@@ -11,8 +11,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
@@ -62,16 +73,18 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 // im2col_fwd computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 7056LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v4_n = (long long)((unsigned long long)(i) / 7056u);
-    unsigned v4_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v4_n * 7056u);
-    const int v4_l = (int)(v4_n_t % 784u); v4_n_t /= 784u;
+  const long long rows = 252LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v4_j = j;
+    const long long v4_n = (long long)((unsigned long long)(r) / 252u);
+    unsigned v4_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v4_n * 252u);
+    const int v4_oy = (int)(v4_n_t % 28u); v4_n_t /= 28u;
     const int v4_k = (int)v4_n_t;
     const int v4_g = 0;
     const int v4_c = v4_g * 1 + (int)((unsigned)v4_k / 9u);
-    const int v4_y = (int)((unsigned)v4_l / 28u) * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
-    const int v4_x = (int)((unsigned)v4_l % 28u) * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
+    const int v4_y = v4_oy * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
+    const int v4_x = v4_j * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
     const float v4 = (v4_y >= 0 && v4_y < 28 && v4_x >= 0 && v4_x < 28) ? in0[((v4_n * 1 + v4_c) * 28 + v4_y) * 28 + v4_x] : 0.0f;
     out0[i] = v4;
   }
@@ -80,10 +93,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 // conv1_bias_fwd computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a7 = in0[i];
-    float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a8 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v9 = (a7 + a8);
     out0[i] = v9;
   }
@@ -92,10 +106,11 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * _
 // sub_fwd computes:
 //   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a9 = in0[i];
-    float a14 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a14 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v15 = (a9 - a14);
     out0[i] = v15;
   }
@@ -304,10 +319,11 @@ extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd(const float * __re
 // mul_fwd_2 computes:
 //   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a15 = in0[i];
-    float a32 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a32 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v33 = (a15 * a32);
     out0[i] = v33;
   }
@@ -316,10 +332,11 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
 // add_fwd computes:
 //   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a33 = in0[i];
-    float a34 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a34 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v35 = (a33 + a34);
     out0[i] = v35;
   }
@@ -431,24 +448,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 // maxpool_argmax_fwd computes:
 //   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v45_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v45_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v45_n * 6272u);
-    const int v45_ox = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v45_j = j;
+    const long long v45_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
     const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
     const int v45_c = (int)v45_n_t;
+    const int v45_ox = v45_j;
     const long long v45_base = (v45_n * 32 + v45_c) * 784;
     int v45 = -1;
     float v45_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v45_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 28) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v45_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 28) continue;
-        const float x = in0[v45_base + iy * 28 + ix];
-        if (v45 < 0 || x > v45_m || x != x) { v45 = kh * 2 + kw; v45_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v45_base + iy * 28 + ix] : 0;
+        if (ok && (v45 < 0 || x > v45_m || x != x)) { v45 = kh * 2 + kw; v45_m = x; }
       }
     }
     out0[i] = v45;
@@ -458,14 +477,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 // maxpool_pick_fwd computes:
 //   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
     int a45 = in1[i];
-    const long long v46_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v46_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v46_n * 6272u);
-    const int v46_ox = (int)(v46_n_t % 14u); v46_n_t /= 14u;
+    const int v46_j = j;
+    const long long v46_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v46_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v46_n * 448u);
     const int v46_oy = (int)(v46_n_t % 14u); v46_n_t /= 14u;
     const int v46_c = (int)v46_n_t;
+    const int v46_ox = v46_j;
     const long long v46_base = (v46_n * 32 + v46_c) * 784;
     const unsigned v46_k = (unsigned)a45;
     const float v46 = in0[v46_base + (v46_oy * 2 - 0 + (int)(v46_k / 2u) * 1) * 28 + v46_ox * 2 - 0 + (int)(v46_k % 2u) * 1];
@@ -476,16 +497,18 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
 // im2col_fwd_2 computes:
 //   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 56448LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v49_n = (long long)((unsigned long long)(i) / 56448u);
-    unsigned v49_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v49_n * 56448u);
-    const int v49_l = (int)(v49_n_t % 196u); v49_n_t /= 196u;
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v49_j = j;
+    const long long v49_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v49_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v49_n * 4032u);
+    const int v49_oy = (int)(v49_n_t % 14u); v49_n_t /= 14u;
     const int v49_k = (int)v49_n_t;
     const int v49_g = 0;
     const int v49_c = v49_g * 32 + (int)((unsigned)v49_k / 9u);
-    const int v49_y = (int)((unsigned)v49_l / 14u) * 1 - 1 + (int)((unsigned)v49_k / 3u % 3u) * 1;
-    const int v49_x = (int)((unsigned)v49_l % 14u) * 1 - 1 + (int)((unsigned)v49_k % 3u) * 1;
+    const int v49_y = v49_oy * 1 - 1 + (int)((unsigned)v49_k / 3u % 3u) * 1;
+    const int v49_x = v49_j * 1 - 1 + (int)((unsigned)v49_k % 3u) * 1;
     const float v49 = (v49_y >= 0 && v49_y < 14 && v49_x >= 0 && v49_x < 14) ? in0[((v49_n * 32 + v49_c) * 14 + v49_y) * 14 + v49_x] : 0.0f;
     out0[i] = v49;
   }
@@ -494,10 +517,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 // conv2_bias_fwd computes:
 //   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a52 = in0[i];
-    float a53 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a53 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v54 = (a52 + a53);
     out0[i] = v54;
   }
@@ -506,10 +530,11 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * _
 // sub_fwd_3 computes:
 //   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a54 = in0[i];
-    float a59 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a59 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v60 = (a54 - a59);
     out0[i] = v60;
   }
@@ -718,10 +743,11 @@ extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd(const float * __re
 // mul_fwd_4 computes:
 //   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a60 = in0[i];
-    float a77 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a77 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v78 = (a60 * a77);
     out0[i] = v78;
   }
@@ -730,10 +756,11 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __rest
 // add_fwd_4 computes:
 //   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a78 = in0[i];
-    float a79 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a79 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v80 = (a78 + a79);
     out0[i] = v80;
   }
@@ -845,24 +872,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 // maxpool_argmax_fwd_2 computes:
 //   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v90_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v90_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v90_n * 3136u);
-    const int v90_ox = (int)(v90_n_t % 7u); v90_n_t /= 7u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v90_j = j;
+    const long long v90_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
     const int v90_oy = (int)(v90_n_t % 7u); v90_n_t /= 7u;
     const int v90_c = (int)v90_n_t;
+    const int v90_ox = v90_j;
     const long long v90_base = (v90_n * 64 + v90_c) * 196;
     int v90 = -1;
     float v90_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v90_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 14) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v90_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 14) continue;
-        const float x = in0[v90_base + iy * 14 + ix];
-        if (v90 < 0 || x > v90_m || x != x) { v90 = kh * 2 + kw; v90_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v90_base + iy * 14 + ix] : 0;
+        if (ok && (v90 < 0 || x > v90_m || x != x)) { v90 = kh * 2 + kw; v90_m = x; }
       }
     }
     out0[i] = v90;
@@ -872,14 +901,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 // maxpool_pick_fwd_2 computes:
 //   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
     int a90 = in1[i];
-    const long long v91_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v91_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v91_n * 3136u);
-    const int v91_ox = (int)(v91_n_t % 7u); v91_n_t /= 7u;
+    const int v91_j = j;
+    const long long v91_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v91_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v91_n * 448u);
     const int v91_oy = (int)(v91_n_t % 7u); v91_n_t /= 7u;
     const int v91_c = (int)v91_n_t;
+    const int v91_ox = v91_j;
     const long long v91_base = (v91_n * 64 + v91_c) * 196;
     const unsigned v91_k = (unsigned)a90;
     const float v91 = in0[v91_base + (v91_oy * 2 - 0 + (int)(v91_k / 2u) * 1) * 14 + v91_ox * 2 - 0 + (int)(v91_k % 2u) * 1];
@@ -890,10 +921,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
 // fc1_bias_fwd computes:
 //   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:34
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
     float a94 = in0[i];
-    float a95 = in1[(i % (128LL))];
+    float a95 = in1[(0) * 128LL + j];
     float v96 = (a94 + a95);
     out0[i] = v96;
   }
@@ -913,10 +945,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
 // fc2_bias_fwd computes:
 //   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a99 = in0[i];
-    float a100 = in1[(i % (10LL))];
+    float a100 = in1[(0) * 10LL + j];
     float v101 = (a99 + a100);
     out0[i] = v101;
   }
@@ -1035,17 +1068,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // maxpool_bwd_bwd computes:
 //   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v115_n = (long long)((unsigned long long)(i) / 12544u);
-    unsigned v115_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v115_n * 12544u);
-    const int v115_x = (int)(v115_n_t % 14u); v115_n_t /= 14u;
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v115_j = j;
+    const long long v115_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v115_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v115_n * 896u);
     const int v115_y = (int)(v115_n_t % 14u); v115_n_t /= 14u;
     const int v115_c = (int)v115_n_t;
+    const int v115_x = v115_j;
     const long long v115_obase = (v115_n * 64 + v115_c) * 49;
     const int v115_oy = (int)((unsigned)v115_y / 2u), v115_ox = (int)((unsigned)v115_x / 2u);
     const long long v115_o = v115_obase + v115_oy * 7 + v115_ox;
-    const float v115 = (v115_oy < 7 && v115_ox < 7 && in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u)) ? in0[v115_o] : 0.0f;
+    const float v115 = (in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u)) ? in0[v115_o] : 0.0f;
     out0[i] = v115;
   }
 }
@@ -1091,10 +1126,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 // mul_bwd computes:
 //   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a116 = in0[i];
-    float a77 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a77 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v119 = (a116 * a77);
     out0[i] = v119;
   }
@@ -1326,9 +1362,10 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 // broadcast_bwd computes:
 //   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a141 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a141 = in0[(long long)((((unsigned long long)(r)) % 64LL))];
     float v142 = a141;
     out0[i] = v142;
   }
@@ -1348,9 +1385,10 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __r
 // broadcast_bwd_2 computes:
 //   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a144 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a144 = in0[(long long)((((unsigned long long)(r)) % 64LL))];
     float v145 = a144;
     out0[i] = v145;
   }
@@ -1460,23 +1498,24 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 // col2im_bwd computes:
 //   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v160_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v160_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v160_n * 6272u);
-    const int v160_x = (int)(v160_n_t % 14u); v160_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v160_j = j;
+    const long long v160_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v160_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v160_n * 448u);
     const int v160_y = (int)(v160_n_t % 14u); v160_n_t /= 14u;
     const int v160_c = (int)v160_n_t;
-    const int v160_g = (int)((unsigned)v160_c / 32u), v160_ci = (int)((unsigned)v160_c % 32u);
+    const int v160_g = 0, v160_ci = v160_c;
     float v160 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v160_y + 1 - kh * 1;
-      if (ty < 0 || (unsigned)ty % 1u != 0 || (unsigned)ty / 1u >= 14u) continue;
+      const bool oky = ty >= 0 && (unsigned)ty / 1u < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v160_x + 1 - kw * 1;
-        if (tx < 0 || (unsigned)tx % 1u != 0 || (unsigned)tx / 1u >= 14u) continue;
-        const int kk = (v160_ci * 3 + kh) * 3 + kw, l = (int)((unsigned)ty / 1u) * 14 + (int)((unsigned)tx / 1u);
-        v160 += in0[((v160_n * 1 + v160_g) * 288 + kk) * 196 + l];
+        const int tx = v160_j + 1 - kw * 1;
+        const bool ok = oky && tx >= 0 && (unsigned)tx / 1u < 14u;
+        const int kk = (v160_ci * 3 + kh) * 3 + kw;
+        v160 += ok ? in0[((v160_n * 1 + v160_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
     out0[i] = v160;
@@ -1486,17 +1525,19 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 // maxpool_bwd_bwd_2 computes:
 //   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v161_n = (long long)((unsigned long long)(i) / 25088u);
-    unsigned v161_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v161_n * 25088u);
-    const int v161_x = (int)(v161_n_t % 28u); v161_n_t /= 28u;
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v161_j = j;
+    const long long v161_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v161_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v161_n * 896u);
     const int v161_y = (int)(v161_n_t % 28u); v161_n_t /= 28u;
     const int v161_c = (int)v161_n_t;
+    const int v161_x = v161_j;
     const long long v161_obase = (v161_n * 32 + v161_c) * 196;
     const int v161_oy = (int)((unsigned)v161_y / 2u), v161_ox = (int)((unsigned)v161_x / 2u);
     const long long v161_o = v161_obase + v161_oy * 14 + v161_ox;
-    const float v161 = (v161_oy < 14 && v161_ox < 14 && in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u)) ? in0[v161_o] : 0.0f;
+    const float v161 = (in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u)) ? in0[v161_o] : 0.0f;
     out0[i] = v161;
   }
 }
@@ -1542,10 +1583,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 // mul_bwd_9 computes:
 //   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) mul_bwd_9(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a162 = in0[i];
-    float a32 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a32 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v165 = (a162 * a32);
     out0[i] = v165;
   }
@@ -1777,9 +1819,10 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_6(const float * __rest
 // broadcast_bwd_3 computes:
 //   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a187 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a187 = in0[(long long)((((unsigned long long)(r)) % 32LL))];
     float v188 = a187;
     out0[i] = v188;
   }
@@ -1799,9 +1842,10 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd_3(const float * _
 // broadcast_bwd_4 computes:
 //   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a190 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a190 = in0[(long long)((((unsigned long long)(r)) % 32LL))];
     float v191 = a190;
     out0[i] = v191;
   }
@@ -2058,16 +2102,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 // im2col_fwd_3 computes:
 //   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 7056LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v3_n = (long long)((unsigned long long)(i) / 7056u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v3_n * 7056u);
-    const int v3_l = (int)(v3_n_t % 784u); v3_n_t /= 784u;
+  const long long rows = 252LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v3_j = j;
+    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
+    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
     const int v3_k = (int)v3_n_t;
     const int v3_g = 0;
     const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = (int)((unsigned)v3_l / 28u) * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = (int)((unsigned)v3_l % 28u) * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
+    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
     const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
     out0[i] = v3;
   }
@@ -2076,10 +2122,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
 // conv1_bias_fwd_2 computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a6 = in0[i];
-    float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v8 = (a6 + a7);
     out0[i] = v8;
   }
@@ -2088,10 +2135,11 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float *
 // sub_fwd_5 computes:
 //   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a8 = in0[i];
-    float a13 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a13 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v14 = (a8 - a13);
     out0[i] = v14;
   }
@@ -2300,10 +2348,11 @@ extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd_2(const float * __
 // mul_fwd_2_2 computes:
 //   v32 = mul <f32[B,32,28,28]> v14 v31  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a14 = in0[i];
-    float a31 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a31 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v32 = (a14 * a31);
     out0[i] = v32;
   }
@@ -2312,10 +2361,11 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_2(const float * __re
 // add_fwd_7 computes:
 //   v34 = add <f32[B,32,28,28]> v32 v33  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) add_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a32 = in0[i];
-    float a33 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a33 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v34 = (a32 + a33);
     out0[i] = v34;
   }
@@ -2427,24 +2477,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 // maxpool_argmax_fwd_3 computes:
 //   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v44_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v44_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v44_n * 6272u);
-    const int v44_ox = (int)(v44_n_t % 14u); v44_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v44_j = j;
+    const long long v44_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v44_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v44_n * 448u);
     const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
     const int v44_c = (int)v44_n_t;
+    const int v44_ox = v44_j;
     const long long v44_base = (v44_n * 32 + v44_c) * 784;
     int v44 = -1;
     float v44_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v44_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 28) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v44_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 28) continue;
-        const float x = in0[v44_base + iy * 28 + ix];
-        if (v44 < 0 || x > v44_m || x != x) { v44 = kh * 2 + kw; v44_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v44_base + iy * 28 + ix] : 0;
+        if (ok && (v44 < 0 || x > v44_m || x != x)) { v44 = kh * 2 + kw; v44_m = x; }
       }
     }
     out0[i] = v44;
@@ -2454,14 +2506,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const flo
 // maxpool_pick_fwd_3 computes:
 //   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
     int a44 = in1[i];
-    const long long v45_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v45_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v45_n * 6272u);
-    const int v45_ox = (int)(v45_n_t % 14u); v45_n_t /= 14u;
+    const int v45_j = j;
+    const long long v45_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
     const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
     const int v45_c = (int)v45_n_t;
+    const int v45_ox = v45_j;
     const long long v45_base = (v45_n * 32 + v45_c) * 784;
     const unsigned v45_k = (unsigned)a44;
     const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (int)(v45_k / 2u) * 1) * 28 + v45_ox * 2 - 0 + (int)(v45_k % 2u) * 1];
@@ -2472,16 +2526,18 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float
 // im2col_fwd_2_2 computes:
 //   v48 = im2col <f32[B,288,196]> v45 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 56448LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v48_n = (long long)((unsigned long long)(i) / 56448u);
-    unsigned v48_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v48_n * 56448u);
-    const int v48_l = (int)(v48_n_t % 196u); v48_n_t /= 196u;
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v48_j = j;
+    const long long v48_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v48_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v48_n * 4032u);
+    const int v48_oy = (int)(v48_n_t % 14u); v48_n_t /= 14u;
     const int v48_k = (int)v48_n_t;
     const int v48_g = 0;
     const int v48_c = v48_g * 32 + (int)((unsigned)v48_k / 9u);
-    const int v48_y = (int)((unsigned)v48_l / 14u) * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
-    const int v48_x = (int)((unsigned)v48_l % 14u) * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
+    const int v48_y = v48_oy * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
+    const int v48_x = v48_j * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
     const float v48 = (v48_y >= 0 && v48_y < 14 && v48_x >= 0 && v48_x < 14) ? in0[((v48_n * 32 + v48_c) * 14 + v48_y) * 14 + v48_x] : 0.0f;
     out0[i] = v48;
   }
@@ -2490,10 +2546,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
 // conv2_bias_fwd_2 computes:
 //   v53 = add <f32[B,64,14,14]> v51 v52  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a51 = in0[i];
-    float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a52 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v53 = (a51 + a52);
     out0[i] = v53;
   }
@@ -2502,10 +2559,11 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float *
 // sub_fwd_3_2 computes:
 //   v59 = sub <f32[B,64,14,14]> v53 v58  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a53 = in0[i];
-    float a58 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a58 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v59 = (a53 - a58);
     out0[i] = v59;
   }
@@ -2714,10 +2772,11 @@ extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd_2(const float * __
 // mul_fwd_4_2 computes:
 //   v77 = mul <f32[B,64,14,14]> v59 v76  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a59 = in0[i];
-    float a76 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a76 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v77 = (a59 * a76);
     out0[i] = v77;
   }
@@ -2726,10 +2785,11 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_4_2(const float * __re
 // add_fwd_4_2 computes:
 //   v79 = add <f32[B,64,14,14]> v77 v78  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a77 = in0[i];
-    float a78 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a78 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v79 = (a77 + a78);
     out0[i] = v79;
   }
@@ -2841,24 +2901,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4_2(const float * __r
 // maxpool_argmax_fwd_2_2 computes:
 //   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v89_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v89_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v89_n * 3136u);
-    const int v89_ox = (int)(v89_n_t % 7u); v89_n_t /= 7u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v89_j = j;
+    const long long v89_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v89_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v89_n * 448u);
     const int v89_oy = (int)(v89_n_t % 7u); v89_n_t /= 7u;
     const int v89_c = (int)v89_n_t;
+    const int v89_ox = v89_j;
     const long long v89_base = (v89_n * 64 + v89_c) * 196;
     int v89 = -1;
     float v89_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v89_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 14) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v89_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 14) continue;
-        const float x = in0[v89_base + iy * 14 + ix];
-        if (v89 < 0 || x > v89_m || x != x) { v89 = kh * 2 + kw; v89_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v89_base + iy * 14 + ix] : 0;
+        if (ok && (v89 < 0 || x > v89_m || x != x)) { v89 = kh * 2 + kw; v89_m = x; }
       }
     }
     out0[i] = v89;
@@ -2868,14 +2930,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const f
 // maxpool_pick_fwd_2_2 computes:
 //   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
     int a89 = in1[i];
-    const long long v90_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v90_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v90_n * 3136u);
-    const int v90_ox = (int)(v90_n_t % 7u); v90_n_t /= 7u;
+    const int v90_j = j;
+    const long long v90_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
     const int v90_oy = (int)(v90_n_t % 7u); v90_n_t /= 7u;
     const int v90_c = (int)v90_n_t;
+    const int v90_ox = v90_j;
     const long long v90_base = (v90_n * 64 + v90_c) * 196;
     const unsigned v90_k = (unsigned)a89;
     const float v90 = in0[v90_base + (v90_oy * 2 - 0 + (int)(v90_k / 2u) * 1) * 14 + v90_ox * 2 - 0 + (int)(v90_k % 2u) * 1];
@@ -2886,10 +2950,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const flo
 // fc1_bias_fwd_2 computes:
 //   v95 = add <f32[B,128]> v93 v94  # models/convnet/model.go:34
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
     float a93 = in0[i];
-    float a94 = in1[(i % (128LL))];
+    float a94 = in1[(0) * 128LL + j];
     float v95 = (a93 + a94);
     out0[i] = v95;
   }
@@ -2909,10 +2974,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5_2(const float * __r
 // fc2_bias_fwd_2 computes:
 //   v100 = add <f32[B,10]> v98 v99  # models/convnet/model.go:35
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a98 = in0[i];
-    float a99 = in1[(i % (10LL))];
+    float a99 = in1[(0) * 10LL + j];
     float v100 = (a98 + a99);
     out0[i] = v100;
   }

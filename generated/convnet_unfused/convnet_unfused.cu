@@ -11,8 +11,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
@@ -62,16 +73,18 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 // im2col_fwd computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 7056LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v4_n = (long long)((unsigned long long)(i) / 7056u);
-    unsigned v4_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v4_n * 7056u);
-    const int v4_l = (int)(v4_n_t % 784u); v4_n_t /= 784u;
+  const long long rows = 252LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v4_j = j;
+    const long long v4_n = (long long)((unsigned long long)(r) / 252u);
+    unsigned v4_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v4_n * 252u);
+    const int v4_oy = (int)(v4_n_t % 28u); v4_n_t /= 28u;
     const int v4_k = (int)v4_n_t;
     const int v4_g = 0;
     const int v4_c = v4_g * 1 + (int)((unsigned)v4_k / 9u);
-    const int v4_y = (int)((unsigned)v4_l / 28u) * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
-    const int v4_x = (int)((unsigned)v4_l % 28u) * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
+    const int v4_y = v4_oy * 1 - 1 + (int)((unsigned)v4_k / 3u % 3u) * 1;
+    const int v4_x = v4_j * 1 - 1 + (int)((unsigned)v4_k % 3u) * 1;
     const float v4 = (v4_y >= 0 && v4_y < 28 && v4_x >= 0 && v4_x < 28) ? in0[((v4_n * 1 + v4_c) * 28 + v4_y) * 28 + v4_x] : 0.0f;
     out0[i] = v4;
   }
@@ -80,10 +93,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 // conv1_bias_fwd computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a7 = in0[i];
-    float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a8 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v9 = (a7 + a8);
     out0[i] = v9;
   }
@@ -103,24 +117,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 // maxpool_argmax_fwd computes:
 //   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v11_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v11_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v11_n * 6272u);
-    const int v11_ox = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v11_j = j;
+    const long long v11_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v11_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v11_n * 448u);
     const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
     const int v11_c = (int)v11_n_t;
+    const int v11_ox = v11_j;
     const long long v11_base = (v11_n * 32 + v11_c) * 784;
     int v11 = -1;
     float v11_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v11_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 28) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v11_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 28) continue;
-        const float x = in0[v11_base + iy * 28 + ix];
-        if (v11 < 0 || x > v11_m || x != x) { v11 = kh * 2 + kw; v11_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v11_base + iy * 28 + ix] : 0;
+        if (ok && (v11 < 0 || x > v11_m || x != x)) { v11 = kh * 2 + kw; v11_m = x; }
       }
     }
     out0[i] = v11;
@@ -130,14 +146,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 // maxpool_pick_fwd computes:
 //   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
     int a11 = in1[i];
-    const long long v12_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v12_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v12_n * 6272u);
-    const int v12_ox = (int)(v12_n_t % 14u); v12_n_t /= 14u;
+    const int v12_j = j;
+    const long long v12_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v12_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v12_n * 448u);
     const int v12_oy = (int)(v12_n_t % 14u); v12_n_t /= 14u;
     const int v12_c = (int)v12_n_t;
+    const int v12_ox = v12_j;
     const long long v12_base = (v12_n * 32 + v12_c) * 784;
     const unsigned v12_k = (unsigned)a11;
     const float v12 = in0[v12_base + (v12_oy * 2 - 0 + (int)(v12_k / 2u) * 1) * 28 + v12_ox * 2 - 0 + (int)(v12_k % 2u) * 1];
@@ -148,16 +166,18 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
 // im2col_fwd_2 computes:
 //   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 56448LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v15_n = (long long)((unsigned long long)(i) / 56448u);
-    unsigned v15_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v15_n * 56448u);
-    const int v15_l = (int)(v15_n_t % 196u); v15_n_t /= 196u;
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v15_j = j;
+    const long long v15_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v15_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v15_n * 4032u);
+    const int v15_oy = (int)(v15_n_t % 14u); v15_n_t /= 14u;
     const int v15_k = (int)v15_n_t;
     const int v15_g = 0;
     const int v15_c = v15_g * 32 + (int)((unsigned)v15_k / 9u);
-    const int v15_y = (int)((unsigned)v15_l / 14u) * 1 - 1 + (int)((unsigned)v15_k / 3u % 3u) * 1;
-    const int v15_x = (int)((unsigned)v15_l % 14u) * 1 - 1 + (int)((unsigned)v15_k % 3u) * 1;
+    const int v15_y = v15_oy * 1 - 1 + (int)((unsigned)v15_k / 3u % 3u) * 1;
+    const int v15_x = v15_j * 1 - 1 + (int)((unsigned)v15_k % 3u) * 1;
     const float v15 = (v15_y >= 0 && v15_y < 14 && v15_x >= 0 && v15_x < 14) ? in0[((v15_n * 32 + v15_c) * 14 + v15_y) * 14 + v15_x] : 0.0f;
     out0[i] = v15;
   }
@@ -166,10 +186,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 // conv2_bias_fwd computes:
 //   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a18 = in0[i];
-    float a19 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a19 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v20 = (a18 + a19);
     out0[i] = v20;
   }
@@ -189,24 +210,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 // maxpool_argmax_fwd_2 computes:
 //   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v22_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v22_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v22_n * 3136u);
-    const int v22_ox = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v22_j = j;
+    const long long v22_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v22_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v22_n * 448u);
     const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
     const int v22_c = (int)v22_n_t;
+    const int v22_ox = v22_j;
     const long long v22_base = (v22_n * 64 + v22_c) * 196;
     int v22 = -1;
     float v22_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v22_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 14) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v22_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 14) continue;
-        const float x = in0[v22_base + iy * 14 + ix];
-        if (v22 < 0 || x > v22_m || x != x) { v22 = kh * 2 + kw; v22_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v22_base + iy * 14 + ix] : 0;
+        if (ok && (v22 < 0 || x > v22_m || x != x)) { v22 = kh * 2 + kw; v22_m = x; }
       }
     }
     out0[i] = v22;
@@ -216,14 +239,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 // maxpool_pick_fwd_2 computes:
 //   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
     int a22 = in1[i];
-    const long long v23_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v23_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v23_n * 3136u);
-    const int v23_ox = (int)(v23_n_t % 7u); v23_n_t /= 7u;
+    const int v23_j = j;
+    const long long v23_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v23_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v23_n * 448u);
     const int v23_oy = (int)(v23_n_t % 7u); v23_n_t /= 7u;
     const int v23_c = (int)v23_n_t;
+    const int v23_ox = v23_j;
     const long long v23_base = (v23_n * 64 + v23_c) * 196;
     const unsigned v23_k = (unsigned)a22;
     const float v23 = in0[v23_base + (v23_oy * 2 - 0 + (int)(v23_k / 2u) * 1) * 14 + v23_ox * 2 - 0 + (int)(v23_k % 2u) * 1];
@@ -234,10 +259,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
 // fc1_bias_fwd computes:
 //   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:19
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
     float a26 = in0[i];
-    float a27 = in1[(i % (128LL))];
+    float a27 = in1[(0) * 128LL + j];
     float v28 = (a26 + a27);
     out0[i] = v28;
   }
@@ -257,10 +283,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 // fc2_bias_fwd computes:
 //   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:20
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a31 = in0[i];
-    float a32 = in1[(i % (10LL))];
+    float a32 = in1[(0) * 10LL + j];
     float v33 = (a31 + a32);
     out0[i] = v33;
   }
@@ -379,17 +406,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // maxpool_bwd_bwd computes:
 //   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v47_n = (long long)((unsigned long long)(i) / 12544u);
-    unsigned v47_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v47_n * 12544u);
-    const int v47_x = (int)(v47_n_t % 14u); v47_n_t /= 14u;
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v47_j = j;
+    const long long v47_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v47_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v47_n * 896u);
     const int v47_y = (int)(v47_n_t % 14u); v47_n_t /= 14u;
     const int v47_c = (int)v47_n_t;
+    const int v47_x = v47_j;
     const long long v47_obase = (v47_n * 64 + v47_c) * 49;
     const int v47_oy = (int)((unsigned)v47_y / 2u), v47_ox = (int)((unsigned)v47_x / 2u);
     const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
-    const float v47 = (v47_oy < 7 && v47_ox < 7 && in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u)) ? in0[v47_o] : 0.0f;
+    const float v47 = (in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u)) ? in0[v47_o] : 0.0f;
     out0[i] = v47;
   }
 }
@@ -452,23 +481,24 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 // col2im_bwd computes:
 //   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v58_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v58_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v58_n * 6272u);
-    const int v58_x = (int)(v58_n_t % 14u); v58_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v58_j = j;
+    const long long v58_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v58_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v58_n * 448u);
     const int v58_y = (int)(v58_n_t % 14u); v58_n_t /= 14u;
     const int v58_c = (int)v58_n_t;
-    const int v58_g = (int)((unsigned)v58_c / 32u), v58_ci = (int)((unsigned)v58_c % 32u);
+    const int v58_g = 0, v58_ci = v58_c;
     float v58 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v58_y + 1 - kh * 1;
-      if (ty < 0 || (unsigned)ty % 1u != 0 || (unsigned)ty / 1u >= 14u) continue;
+      const bool oky = ty >= 0 && (unsigned)ty / 1u < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v58_x + 1 - kw * 1;
-        if (tx < 0 || (unsigned)tx % 1u != 0 || (unsigned)tx / 1u >= 14u) continue;
-        const int kk = (v58_ci * 3 + kh) * 3 + kw, l = (int)((unsigned)ty / 1u) * 14 + (int)((unsigned)tx / 1u);
-        v58 += in0[((v58_n * 1 + v58_g) * 288 + kk) * 196 + l];
+        const int tx = v58_j + 1 - kw * 1;
+        const bool ok = oky && tx >= 0 && (unsigned)tx / 1u < 14u;
+        const int kk = (v58_ci * 3 + kh) * 3 + kw;
+        v58 += ok ? in0[((v58_n * 1 + v58_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
     out0[i] = v58;
@@ -478,17 +508,19 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 // maxpool_bwd_bwd_2 computes:
 //   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v59_n = (long long)((unsigned long long)(i) / 25088u);
-    unsigned v59_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v59_n * 25088u);
-    const int v59_x = (int)(v59_n_t % 28u); v59_n_t /= 28u;
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v59_j = j;
+    const long long v59_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v59_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v59_n * 896u);
     const int v59_y = (int)(v59_n_t % 28u); v59_n_t /= 28u;
     const int v59_c = (int)v59_n_t;
+    const int v59_x = v59_j;
     const long long v59_obase = (v59_n * 32 + v59_c) * 196;
     const int v59_oy = (int)((unsigned)v59_y / 2u), v59_ox = (int)((unsigned)v59_x / 2u);
     const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
-    const float v59 = (v59_oy < 14 && v59_ox < 14 && in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u)) ? in0[v59_o] : 0.0f;
+    const float v59 = (in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u)) ? in0[v59_o] : 0.0f;
     out0[i] = v59;
   }
 }
@@ -698,16 +730,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 // im2col_fwd_3 computes:
 //   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 7056LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v3_n = (long long)((unsigned long long)(i) / 7056u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v3_n * 7056u);
-    const int v3_l = (int)(v3_n_t % 784u); v3_n_t /= 784u;
+  const long long rows = 252LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v3_j = j;
+    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
+    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
     const int v3_k = (int)v3_n_t;
     const int v3_g = 0;
     const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = (int)((unsigned)v3_l / 28u) * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = (int)((unsigned)v3_l % 28u) * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
+    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
     const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
     out0[i] = v3;
   }
@@ -716,10 +750,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
 // conv1_bias_fwd_2 computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
     float a6 = in0[i];
-    float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v8 = (a6 + a7);
     out0[i] = v8;
   }
@@ -739,24 +774,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 // maxpool_argmax_fwd_3 computes:
 //   v10 = maxpool_argmax <i32[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v10_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v10_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v10_n * 6272u);
-    const int v10_ox = (int)(v10_n_t % 14u); v10_n_t /= 14u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v10_j = j;
+    const long long v10_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v10_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v10_n * 448u);
     const int v10_oy = (int)(v10_n_t % 14u); v10_n_t /= 14u;
     const int v10_c = (int)v10_n_t;
+    const int v10_ox = v10_j;
     const long long v10_base = (v10_n * 32 + v10_c) * 784;
     int v10 = -1;
     float v10_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v10_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 28) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v10_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 28) continue;
-        const float x = in0[v10_base + iy * 28 + ix];
-        if (v10 < 0 || x > v10_m || x != x) { v10 = kh * 2 + kw; v10_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v10_base + iy * 28 + ix] : 0;
+        if (ok && (v10 < 0 || x > v10_m || x != x)) { v10 = kh * 2 + kw; v10_m = x; }
       }
     }
     out0[i] = v10;
@@ -766,14 +803,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const flo
 // maxpool_pick_fwd_3 computes:
 //   v11 = maxpool_pick <f32[B,32,14,14]> v9 v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 6272LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
     int a10 = in1[i];
-    const long long v11_n = (long long)((unsigned long long)(i) / 6272u);
-    unsigned v11_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v11_n * 6272u);
-    const int v11_ox = (int)(v11_n_t % 14u); v11_n_t /= 14u;
+    const int v11_j = j;
+    const long long v11_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v11_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v11_n * 448u);
     const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
     const int v11_c = (int)v11_n_t;
+    const int v11_ox = v11_j;
     const long long v11_base = (v11_n * 32 + v11_c) * 784;
     const unsigned v11_k = (unsigned)a10;
     const float v11 = in0[v11_base + (v11_oy * 2 - 0 + (int)(v11_k / 2u) * 1) * 28 + v11_ox * 2 - 0 + (int)(v11_k % 2u) * 1];
@@ -784,16 +823,18 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float
 // im2col_fwd_2_2 computes:
 //   v14 = im2col <f32[B,288,196]> v11 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 56448LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v14_n = (long long)((unsigned long long)(i) / 56448u);
-    unsigned v14_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v14_n * 56448u);
-    const int v14_l = (int)(v14_n_t % 196u); v14_n_t /= 196u;
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v14_j = j;
+    const long long v14_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v14_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v14_n * 4032u);
+    const int v14_oy = (int)(v14_n_t % 14u); v14_n_t /= 14u;
     const int v14_k = (int)v14_n_t;
     const int v14_g = 0;
     const int v14_c = v14_g * 32 + (int)((unsigned)v14_k / 9u);
-    const int v14_y = (int)((unsigned)v14_l / 14u) * 1 - 1 + (int)((unsigned)v14_k / 3u % 3u) * 1;
-    const int v14_x = (int)((unsigned)v14_l % 14u) * 1 - 1 + (int)((unsigned)v14_k % 3u) * 1;
+    const int v14_y = v14_oy * 1 - 1 + (int)((unsigned)v14_k / 3u % 3u) * 1;
+    const int v14_x = v14_j * 1 - 1 + (int)((unsigned)v14_k % 3u) * 1;
     const float v14 = (v14_y >= 0 && v14_y < 14 && v14_x >= 0 && v14_x < 14) ? in0[((v14_n * 32 + v14_c) * 14 + v14_y) * 14 + v14_x] : 0.0f;
     out0[i] = v14;
   }
@@ -802,10 +843,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
 // conv2_bias_fwd_2 computes:
 //   v19 = add <f32[B,64,14,14]> v17 v18  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
     float a17 = in0[i];
-    float a18 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+    float a18 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v19 = (a17 + a18);
     out0[i] = v19;
   }
@@ -825,24 +867,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 // maxpool_argmax_fwd_2_2 computes:
 //   v21 = maxpool_argmax <i32[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    const long long v21_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v21_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v21_n * 3136u);
-    const int v21_ox = (int)(v21_n_t % 7u); v21_n_t /= 7u;
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v21_j = j;
+    const long long v21_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v21_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v21_n * 448u);
     const int v21_oy = (int)(v21_n_t % 7u); v21_n_t /= 7u;
     const int v21_c = (int)v21_n_t;
+    const int v21_ox = v21_j;
     const long long v21_base = (v21_n * 64 + v21_c) * 196;
     int v21 = -1;
     float v21_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
       const int iy = v21_oy * 2 - 0 + kh * 1;
-      if (iy < 0 || iy >= 14) continue;
+      const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v21_ox * 2 - 0 + kw * 1;
-        if (ix < 0 || ix >= 14) continue;
-        const float x = in0[v21_base + iy * 14 + ix];
-        if (v21 < 0 || x > v21_m || x != x) { v21 = kh * 2 + kw; v21_m = x; }
+        const bool ok = oky;
+        const float x = (ok) ? in0[v21_base + iy * 14 + ix] : 0;
+        if (ok && (v21 < 0 || x > v21_m || x != x)) { v21 = kh * 2 + kw; v21_m = x; }
       }
     }
     out0[i] = v21;
@@ -852,14 +896,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const f
 // maxpool_pick_fwd_2_2 computes:
 //   v22 = maxpool_pick <f32[B,64,7,7]> v20 v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 3136LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
     int a21 = in1[i];
-    const long long v22_n = (long long)((unsigned long long)(i) / 3136u);
-    unsigned v22_n_t = (unsigned)((unsigned long long)(i) - (unsigned long long)v22_n * 3136u);
-    const int v22_ox = (int)(v22_n_t % 7u); v22_n_t /= 7u;
+    const int v22_j = j;
+    const long long v22_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v22_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v22_n * 448u);
     const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
     const int v22_c = (int)v22_n_t;
+    const int v22_ox = v22_j;
     const long long v22_base = (v22_n * 64 + v22_c) * 196;
     const unsigned v22_k = (unsigned)a21;
     const float v22 = in0[v22_base + (v22_oy * 2 - 0 + (int)(v22_k / 2u) * 1) * 14 + v22_ox * 2 - 0 + (int)(v22_k % 2u) * 1];
@@ -870,10 +916,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const flo
 // fc1_bias_fwd_2 computes:
 //   v27 = add <f32[B,128]> v25 v26  # models/convnet/model.go:19
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
     float a25 = in0[i];
-    float a26 = in1[(i % (128LL))];
+    float a26 = in1[(0) * 128LL + j];
     float v27 = (a25 + a26);
     out0[i] = v27;
   }
@@ -893,10 +940,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __r
 // fc2_bias_fwd_2 computes:
 //   v32 = add <f32[B,10]> v30 v31  # models/convnet/model.go:20
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a30 = in0[i];
-    float a31 = in1[(i % (10LL))];
+    float a31 = in1[(0) * 10LL + j];
     float v32 = (a30 + a31);
     out0[i] = v32;
   }

@@ -11,8 +11,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
@@ -64,10 +75,11 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a3 = in0[i];
-    float a4 = in1[(i % (512LL))];
+    float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
     float v6 = fmaxf(v5, 0.0f);
     float v7 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? v6 * 1.25f : 0.0f) : v6);
@@ -81,10 +93,11 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(cons
 //   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
+    const long long i = r * 256LL + j;
     float a9 = in0[i];
-    float a10 = in1[(i % (256LL))];
+    float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
     float v12 = fmaxf(v11, 0.0f);
     float v13 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? v12 * 1.25f : 0.0f) : v12);
@@ -249,10 +262,11 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
 //   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a2 = in0[i];
-    float a3 = in1[(i % (512LL))];
+    float a3 = in1[(0) * 512LL + j];
     float v4 = (a2 + a3);
     float v5 = fmaxf(v4, 0.0f);
     float v6 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? v5 * 1.25f : 0.0f) : v5);
@@ -265,10 +279,11 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(co
 //   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:16
 //   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
+    const long long i = r * 256LL + j;
     float a8 = in0[i];
-    float a9 = in1[(i % (256LL))];
+    float a9 = in1[(0) * 256LL + j];
     float v10 = (a8 + a9);
     float v11 = fmaxf(v10, 0.0f);
     float v12 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? v11 * 1.25f : 0.0f) : v11);
@@ -279,10 +294,11 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(co
 // fc3_bias_fwd computes:
 //   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:17
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a14 = in0[i];
-    float a15 = in1[(i % (10LL))];
+    float a15 = in1[(0) * 10LL + j];
     float v16 = (a14 + a15);
     out0[i] = v16;
   }

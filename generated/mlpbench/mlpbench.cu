@@ -11,8 +11,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
@@ -63,10 +74,11 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 //   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
 //   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 2048LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
     float a3 = in0[i];
-    float a4 = in1[(i % (2048LL))];
+    float a4 = in1[(0) * 2048LL + j];
     float v5 = (a3 + a4);
     float v6 = fmaxf(v5, 0.0f);
     out0[i] = v6;
@@ -77,10 +89,11 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
 //   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
 //   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a8 = in0[i];
-    float a9 = in1[(i % (512LL))];
+    float a9 = in1[(0) * 512LL + j];
     float v10 = (a8 + a9);
     float v11 = fmaxf(v10, 0.0f);
     out0[i] = v11;
@@ -238,10 +251,11 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v4 = add <f32[B,2048]> v2 v3  # models/mlp/model.go:30
 //   v5 = relu <f32[B,2048]> v4  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 2048LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
     float a2 = in0[i];
-    float a3 = in1[(i % (2048LL))];
+    float a3 = in1[(0) * 2048LL + j];
     float v4 = (a2 + a3);
     float v5 = fmaxf(v4, 0.0f);
     out0[i] = v5;
@@ -252,10 +266,11 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const floa
 //   v9 = add <f32[B,512]> v7 v8  # models/mlp/model.go:31
 //   v10 = relu <f32[B,512]> v9  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a7 = in0[i];
-    float a8 = in1[(i % (512LL))];
+    float a8 = in1[(0) * 512LL + j];
     float v9 = (a7 + a8);
     float v10 = fmaxf(v9, 0.0f);
     out0[i] = v10;
@@ -265,10 +280,11 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const floa
 // fc3_bias_fwd computes:
 //   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a12 = in0[i];
-    float a13 = in1[(i % (10LL))];
+    float a13 = in1[(0) * 10LL + j];
     float v14 = (a12 + a13);
     out0[i] = v14;
   }

@@ -11,8 +11,19 @@
 // elementwise kernels whose iterations are independent: the usual coalesced
 // grid-stride loop. The CPU emulation header defines its own form, which
 // runs each worker's share of the grid as one contiguous span.
+//
+// NGEN_GRID_STRIDE_ROWS(r, j, rows, w) visits the same elements as rows of
+// w: every row r in [0, rows) and column j in [0, w), element r*w + j. On
+// the GPU it is the same grid-stride loop over elements; the emulation runs
+// each worker's rows with an inner loop over j, so what depends on r alone
+// leaves the inner loop.
 #ifndef NGEN_EMU
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
+  for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
+       r##_e += (long long)gridDim.x * blockDim.x)                                                               \
+    for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
+      for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
@@ -62,10 +73,11 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 // fc1_bias_fwd computes:
 //   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 2048LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
     float a3 = in0[i];
-    float a4 = in1[(i % (2048LL))];
+    float a4 = in1[(0) * 2048LL + j];
     float v5 = (a3 + a4);
     out0[i] = v5;
   }
@@ -85,10 +97,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 // fc2_bias_fwd computes:
 //   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a8 = in0[i];
-    float a9 = in1[(i % (512LL))];
+    float a9 = in1[(0) * 512LL + j];
     float v10 = (a8 + a9);
     out0[i] = v10;
   }
@@ -108,10 +121,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 // fc3_bias_fwd computes:
 //   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a13 = in0[i];
-    float a14 = in1[(i % (10LL))];
+    float a14 = in1[(0) * 10LL + j];
     float v15 = (a13 + a14);
     out0[i] = v15;
   }
@@ -406,10 +420,11 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 // fc1_bias_fwd_2 computes:
 //   v4 = add <f32[B,2048]> v2 v3  # models/mlp/model.go:30
 extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 2048LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
     float a2 = in0[i];
-    float a3 = in1[(i % (2048LL))];
+    float a3 = in1[(0) * 2048LL + j];
     float v4 = (a2 + a3);
     out0[i] = v4;
   }
@@ -429,10 +444,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 // fc2_bias_fwd_2 computes:
 //   v9 = add <f32[B,512]> v7 v8  # models/mlp/model.go:31
 extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
     float a7 = in0[i];
-    float a8 = in1[(i % (512LL))];
+    float a8 = in1[(0) * 512LL + j];
     float v9 = (a7 + a8);
     out0[i] = v9;
   }
@@ -452,10 +468,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 // fc3_bias_fwd_2 computes:
 //   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 10LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
     float a12 = in0[i];
-    float a13 = in1[(i % (10LL))];
+    float a13 = in1[(0) * 10LL + j];
     float v14 = (a12 + a13);
     out0[i] = v14;
   }

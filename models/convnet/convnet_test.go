@@ -137,12 +137,20 @@ func TestFusedMatchesUnfused(t *testing.T) {
 					// weight gradients, batch statistics) are split
 					// differently between fused and unfused kernels, and
 					// Adam divides by sqrt(v) of gradients near zero:
-					// rtol 1e-4, atol 1e-6.
+					// rtol 1e-4, atol 1e-6. A gradient at that noise level
+					// (a convolution's bias before batch norm, whose true
+					// gradient is zero) gets Adam steps of any size up to
+					// lr in either direction, so such a parameter may differ
+					// by up to 2·lr per step taken.
 					for i := range ga {
 						if !close(float64(ga[i]), float64(gb[i]), 1e-4, 1e-6) {
 							t.Fatalf("step %d: grad %s[%d] %v vs %v", step, name, i, ga[i], gb[i])
 						}
-						if !close(float64(pa[i]), float64(pb[i]), 1e-4, 1e-6) {
+						patol := 1e-6
+						if math.Abs(float64(ga[i])) < 1e-6 && math.Abs(float64(gb[i])) < 1e-6 {
+							patol = 2 * 1e-3 * float64(step)
+						}
+						if !close(float64(pa[i]), float64(pb[i]), 1e-4, patol) {
 							t.Fatalf("step %d: param %s[%d] %v vs %v", step, name, i, pa[i], pb[i])
 						}
 					}
@@ -151,8 +159,16 @@ func TestFusedMatchesUnfused(t *testing.T) {
 			if v.bn {
 				for _, n := range []string{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"} {
 					sa, sb := state(t, a, n), state(t, b, n)
+					// The running mean moves with the convolution's bias,
+					// whose noise-level gradient (above) may move it by up to
+					// 2·lr per step: momentum 0.1 of 3 such steps. The
+					// variance does not depend on the bias.
+					atol := 1e-7
+					if strings.HasSuffix(n, "mean") {
+						atol = 0.1 * 2 * 1e-3 * 3
+					}
 					for i := range sa {
-						if !close(sa[i], sb[i], 1e-5, 1e-7) {
+						if !close(sa[i], sb[i], 1e-5, atol) {
 							t.Fatalf("%s[%d] %v vs %v", n, i, sa[i], sb[i])
 						}
 					}
