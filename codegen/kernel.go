@@ -27,8 +27,8 @@ type kernel struct {
 	// NGEN_GRID_STRIDE_ROWS loop (row r, column j).
 	rowLen int
 	grid   [3]runtime.Expr
-	block      [3]int
-	t          string // element type of the group
+	block  [3]int
+	t      string // element type of the group
 }
 
 type kparam struct {
