@@ -89,8 +89,8 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			keptAxes = append(keptAxes, i)
 		}
 	}
-	body := func(indent string) {
-		fmt.Fprintf(w, "%sconst long long i = base + %s;\n", indent, offset(redAxes, "r"))
+	body := func(indent, at string) {
+		fmt.Fprintf(w, "%sconst long long i = %s;\n", indent, at)
 		e := k.elementwise(p, g, in, "i", indent, w)
 		var xs []string
 		for _, a := range accs {
@@ -119,7 +119,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 		}
 		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
-		body("      ")
+		body("      ", "base + "+offset(redAxes, "r"))
 		w.WriteString("    }\n")
 		for _, a := range accs {
 			fmt.Fprintf(w, "    %s[o] = %s;\n", out[a.v], finish(a))
@@ -137,9 +137,21 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	for _, a := range accs {
 		fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 	}
-	w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
-	body("      ")
-	w.WriteString("    }\n")
+	if last := space[len(space)-1]; len(redAxes) >= 2 && last.Sym == "" && last.N >= k.block[0]/2 {
+		// The threads stride over the innermost (contiguous) reduced axis
+		// inside a loop over the others: no division per element, and
+		// reads stay coalesced.
+		fmt.Fprintf(w, "    for (long long ro = 0; ro < nred / %dLL; ++ro) {\n", last.N)
+		fmt.Fprintf(w, "      const long long base_o = base + %s;\n", offset(redAxes[:len(redAxes)-1], "ro"))
+		fmt.Fprintf(w, "      for (long long ri = threadIdx.x; ri < %dLL; ri += blockDim.x) {\n", last.N)
+		body("        ", "base_o + ri")
+		w.WriteString("      }\n")
+		w.WriteString("    }\n")
+	} else {
+		w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
+		body("      ", "base + "+offset(redAxes, "r"))
+		w.WriteString("    }\n")
+	}
 	for j, a := range accs {
 		fmt.Fprintf(w, "    %s = %s(%s);\n", a.name, a.warp, a.name)
 		fmt.Fprintf(w, "    if ((threadIdx.x & 31) == 0) partial%d[threadIdx.x >> 5] = %s;\n", j, a.name)

@@ -474,6 +474,13 @@ func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 			in = append(in, fmt.Sprintf("%sox < %d", p, ow))
 		}
 		hit := fmt.Sprintf("%s[%so] == %s * %d + %s", a[1], p, umod(p+"y", w.SH), w.KW, umod(p+"x", w.SW))
+		if len(in) == 0 {
+			// Every pixel has its window: load the gradient
+			// unconditionally and select, which compiles without a branch.
+			cg.f("const %s %sg = %s[%so];", c.T, p, a[0], p)
+			cg.f("const %s %s = %s ? %sg : %s;", c.T, out, hit, p, c.Lit(0))
+			return cg.b.String()
+		}
 		cg.f("const %s %s = %s;", c.T, out, masked(all(append(in, hit)...), fmt.Sprintf("%s[%so]", a[0], p), c.Lit(0)))
 		return cg.b.String()
 	}

@@ -93,7 +93,11 @@ func init() {
 			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("mul", b.Scale(g, 2), v.Args[0]) }),
 		unary("abs", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fabs") + "(" + x + ")" },
 			gradOfInput("abs_bwd")),
-		unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fmax") + "(" + x + ", " + c.Lit(0) + ")" },
+		// A select, not fmaxf: NaN propagates as in torch.relu, and the
+		// host compiler vectorises it (fmaxf's NaN rule keeps it scalar).
+		unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string {
+			return "(" + x + " <= " + c.Lit(0) + " ? " + c.Lit(0) + " : " + x + ")"
+		},
 			gradOf("relu_bwd")),
 		unary("sigmoid", 4, func(c *Ctx, v *ir.Value, x string) string {
 			return "(" + c.Lit(1) + " / (" + c.Lit(1) + " + " + c.Math("exp") + "(-" + x + ")))"

@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd(const floa
     float a7 = in0[i];
     float a8 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v9 = (a7 + a8);
-    float v10 = fmaxf(v9, 0.0f);
+    float v10 = (v9 <= 0.0f ? 0.0f : v9);
     out0[i] = v10;
   }
 }
@@ -167,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd(const floa
     float a18 = in0[i];
     float a19 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v20 = (a18 + a19);
-    float v21 = fmaxf(v20, 0.0f);
+    float v21 = (v20 <= 0.0f ? 0.0f : v20);
     out0[i] = v21;
   }
 }
@@ -214,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
     float a26 = in0[i];
     float a27 = in1[(0) * 128LL + j];
     float v28 = (a26 + a27);
-    float v29 = fmaxf(v28, 0.0f);
+    float v29 = (v28 <= 0.0f ? 0.0f : v28);
     out0[i] = v29;
   }
 }
@@ -321,7 +321,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
     const long long v47_obase = (v47_n * 64 + v47_c) * 49;
     const int v47_oy = (int)((unsigned)v47_y / 2u), v47_ox = (int)((unsigned)v47_x / 2u);
     const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
-    const float v47 = (in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u)) ? in0[v47_o] : 0.0f;
+    const float v47_g = in0[v47_o];
+    const float v47 = in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u) ? v47_g : 0.0f;
     float a21 = in2[i];
     float v48 = (a21 > 0.0f ? v47 : 0.0f);
     out0[i] = v48;
@@ -337,10 +338,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a48 = in0[i];
-      { const float x = a48; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a48 = in0[i];
+        { const float x = a48; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -397,7 +401,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
     const long long v59_obase = (v59_n * 32 + v59_c) * 196;
     const int v59_oy = (int)((unsigned)v59_y / 2u), v59_ox = (int)((unsigned)v59_x / 2u);
     const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
-    const float v59 = (in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u)) ? in0[v59_o] : 0.0f;
+    const float v59_g = in0[v59_o];
+    const float v59 = in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u) ? v59_g : 0.0f;
     float a10 = in2[i];
     float v60 = (a10 > 0.0f ? v59 : 0.0f);
     out0[i] = v60;
@@ -413,10 +418,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a60 = in0[i];
-      { const float x = a60; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a60 = in0[i];
+        { const float x = a60; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -500,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd_2(const fl
     float a6 = in0[i];
     float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v8 = (a6 + a7);
-    float v9 = fmaxf(v8, 0.0f);
+    float v9 = (v8 <= 0.0f ? 0.0f : v8);
     out0[i] = v9;
   }
 }
@@ -566,7 +574,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd_2(const fl
     float a17 = in0[i];
     float a18 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v19 = (a17 + a18);
-    float v20 = fmaxf(v19, 0.0f);
+    float v20 = (v19 <= 0.0f ? 0.0f : v19);
     out0[i] = v20;
   }
 }
@@ -612,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const floa
     float a25 = in0[i];
     float a26 = in1[(0) * 128LL + j];
     float v27 = (a25 + a26);
-    float v28 = fmaxf(v27, 0.0f);
+    float v28 = (v27 <= 0.0f ? 0.0f : v27);
     out0[i] = v28;
   }
 }

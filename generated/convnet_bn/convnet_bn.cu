@@ -105,17 +105,20 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a7 = in0[i];
-      float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v9 = (a7 + a8);
-      float a14 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v15 = (v9 - a14);
-      float v16 = ngen_sq(v15);
-      out0[i] = v15;
-      { const float x = v15; acc0 = acc0 + x; }
-      { const float x = v16; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a7 = in0[i];
+        float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v9 = (a7 + a8);
+        float a14 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v15 = (v9 - a14);
+        float v16 = ngen_sq(v15);
+        out0[i] = v15;
+        { const float x = v15; acc0 = acc0 + x; }
+        { const float x = v16; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -164,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_trai
     float v19 = ngen_sq(a17);
     float a18 = in1[i];
     float v20 = (a18 - v19);
-    float v21 = fmaxf(v20, 0.0f);
+    float v21 = (v20 <= 0.0f ? 0.0f : v20);
     float v23 = (s_train ? a17 : 0.0f);
     float v24 = (v21 + 1.0000000000000001e-05f);
     float v25 = powf(v24, -0.5f);
@@ -212,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float *
     float v33 = (a15 * a32);
     float a34 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
     float v35 = (v33 + a34);
-    float v44 = fmaxf(v35, 0.0f);
+    float v44 = (v35 <= 0.0f ? 0.0f : v35);
     out0[i] = v44;
   }
 }
@@ -284,17 +287,20 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a52 = in0[i];
-      float a53 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v54 = (a52 + a53);
-      float a59 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v60 = (v54 - a59);
-      float v61 = ngen_sq(v60);
-      out0[i] = v60;
-      { const float x = v60; acc0 = acc0 + x; }
-      { const float x = v61; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a52 = in0[i];
+        float a53 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v54 = (a52 + a53);
+        float a59 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v60 = (v54 - a59);
+        float v61 = ngen_sq(v60);
+        out0[i] = v60;
+        { const float x = v60; acc0 = acc0 + x; }
+        { const float x = v61; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -343,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_trai
     float v64 = ngen_sq(a62);
     float a63 = in1[i];
     float v65 = (a63 - v64);
-    float v66 = fmaxf(v65, 0.0f);
+    float v66 = (v65 <= 0.0f ? 0.0f : v65);
     float v68 = (s_train ? a62 : 0.0f);
     float v69 = (v66 + 1.0000000000000001e-05f);
     float v70 = powf(v69, -0.5f);
@@ -391,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float
     float v78 = (a60 * a77);
     float a79 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
     float v80 = (v78 + a79);
-    float v89 = fmaxf(v80, 0.0f);
+    float v89 = (v80 <= 0.0f ? 0.0f : v80);
     out0[i] = v89;
   }
 }
@@ -438,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
     float a94 = in0[i];
     float a95 = in1[(0) * 128LL + j];
     float v96 = (a94 + a95);
-    float v97 = fmaxf(v96, 0.0f);
+    float v97 = (v96 <= 0.0f ? 0.0f : v96);
     out0[i] = v97;
   }
 }
@@ -545,7 +551,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
     const long long v115_obase = (v115_n * 64 + v115_c) * 49;
     const int v115_oy = (int)((unsigned)v115_y / 2u), v115_ox = (int)((unsigned)v115_x / 2u);
     const long long v115_o = v115_obase + v115_oy * 7 + v115_ox;
-    const float v115 = (in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u)) ? in0[v115_o] : 0.0f;
+    const float v115_g = in0[v115_o];
+    const float v115 = in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u) ? v115_g : 0.0f;
     float a89 = in2[i];
     float v116 = (a89 > 0.0f ? v115 : 0.0f);
     out0[i] = v116;
@@ -566,16 +573,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a116 = in0[i];
-      float a77 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v119 = (a116 * a77);
-      float a60 = in2[i];
-      float v120 = (a116 * a60);
-      out1[i] = v119;
-      { const float x = a116; acc0 = acc0 + x; }
-      { const float x = v120; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a116 = in0[i];
+        float a77 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v119 = (a116 * a77);
+        float a60 = in2[i];
+        float v120 = (a116 * a60);
+        out1[i] = v119;
+        { const float x = a116; acc0 = acc0 + x; }
+        { const float x = v120; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -658,22 +668,25 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a141 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v142 = a141;
-      float v143 = (v142 / (float)(196 * (long long)B));
-      float a144 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v145 = a144;
-      float v146 = (v145 / (float)(196 * (long long)B));
-      float a119 = in2[i];
-      float v147 = (a119 + v146);
-      float v148 = (v143 * 2.0f);
-      float a60 = in3[i];
-      float v149 = (v148 * a60);
-      float v150 = (v147 + v149);
-      out0[i] = v150;
-      { const float x = v150; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a141 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v142 = a141;
+        float v143 = (v142 / (float)(196 * (long long)B));
+        float a144 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v145 = a144;
+        float v146 = (v145 / (float)(196 * (long long)B));
+        float a119 = in2[i];
+        float v147 = (a119 + v146);
+        float v148 = (v143 * 2.0f);
+        float a60 = in3[i];
+        float v149 = (v148 * a60);
+        float v150 = (v147 + v149);
+        out0[i] = v150;
+        { const float x = v150; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -730,7 +743,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
     const long long v161_obase = (v161_n * 32 + v161_c) * 196;
     const int v161_oy = (int)((unsigned)v161_y / 2u), v161_ox = (int)((unsigned)v161_x / 2u);
     const long long v161_o = v161_obase + v161_oy * 14 + v161_ox;
-    const float v161 = (in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u)) ? in0[v161_o] : 0.0f;
+    const float v161_g = in0[v161_o];
+    const float v161 = in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u) ? v161_g : 0.0f;
     float a44 = in2[i];
     float v162 = (a44 > 0.0f ? v161 : 0.0f);
     out0[i] = v162;
@@ -751,16 +765,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a162 = in0[i];
-      float a32 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v165 = (a162 * a32);
-      float a15 = in2[i];
-      float v166 = (a162 * a15);
-      out1[i] = v165;
-      { const float x = a162; acc0 = acc0 + x; }
-      { const float x = v166; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a162 = in0[i];
+        float a32 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v165 = (a162 * a32);
+        float a15 = in2[i];
+        float v166 = (a162 * a15);
+        out1[i] = v165;
+        { const float x = a162; acc0 = acc0 + x; }
+        { const float x = v166; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -843,22 +860,25 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a187 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v188 = a187;
-      float v189 = (v188 / (float)(784 * (long long)B));
-      float a190 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v191 = a190;
-      float v192 = (v191 / (float)(784 * (long long)B));
-      float a165 = in2[i];
-      float v193 = (a165 + v192);
-      float v194 = (v189 * 2.0f);
-      float a15 = in3[i];
-      float v195 = (v194 * a15);
-      float v196 = (v193 + v195);
-      out0[i] = v196;
-      { const float x = v196; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a187 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v188 = a187;
+        float v189 = (v188 / (float)(784 * (long long)B));
+        float a190 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v191 = a190;
+        float v192 = (v191 / (float)(784 * (long long)B));
+        float a165 = in2[i];
+        float v193 = (a165 + v192);
+        float v194 = (v189 * 2.0f);
+        float a15 = in3[i];
+        float v195 = (v194 * a15);
+        float v196 = (v193 + v195);
+        out0[i] = v196;
+        { const float x = v196; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -947,17 +967,20 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a6 = in0[i];
-      float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v8 = (a6 + a7);
-      float a13 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-      float v14 = (v8 - a13);
-      float v15 = ngen_sq(v14);
-      out0[i] = v14;
-      { const float x = v14; acc0 = acc0 + x; }
-      { const float x = v15; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a6 = in0[i];
+        float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v8 = (a6 + a7);
+        float a13 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
+        float v14 = (v8 - a13);
+        float v15 = ngen_sq(v14);
+        out0[i] = v14;
+        { const float x = v14; acc0 = acc0 + x; }
+        { const float x = v15; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1004,7 +1027,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_trai
     float v18 = ngen_sq(a16);
     float a17 = in1[i];
     float v19 = (a17 - v18);
-    float v20 = fmaxf(v19, 0.0f);
+    float v20 = (v19 <= 0.0f ? 0.0f : v19);
     float v22 = (s_train ? a16 : 0.0f);
     float v23 = (v20 + 1.0000000000000001e-05f);
     float v24 = powf(v23, -0.5f);
@@ -1046,7 +1069,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_3(const float
     float v32 = (a14 * a31);
     float a33 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
     float v34 = (v32 + a33);
-    float v43 = fmaxf(v34, 0.0f);
+    float v43 = (v34 <= 0.0f ? 0.0f : v34);
     out0[i] = v43;
   }
 }
@@ -1117,17 +1140,20 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a51 = in0[i];
-      float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v53 = (a51 + a52);
-      float a58 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-      float v59 = (v53 - a58);
-      float v60 = ngen_sq(v59);
-      out0[i] = v59;
-      { const float x = v59; acc0 = acc0 + x; }
-      { const float x = v60; acc1 = acc1 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a51 = in0[i];
+        float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v53 = (a51 + a52);
+        float a58 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
+        float v59 = (v53 - a58);
+        float v60 = ngen_sq(v59);
+        out0[i] = v59;
+        { const float x = v59; acc0 = acc0 + x; }
+        { const float x = v60; acc1 = acc1 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1174,7 +1200,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_trai
     float v63 = ngen_sq(a61);
     float a62 = in1[i];
     float v64 = (a62 - v63);
-    float v65 = fmaxf(v64, 0.0f);
+    float v65 = (v64 <= 0.0f ? 0.0f : v64);
     float v67 = (s_train ? a61 : 0.0f);
     float v68 = (v65 + 1.0000000000000001e-05f);
     float v69 = powf(v68, -0.5f);
@@ -1216,7 +1242,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2_2(const flo
     float v77 = (a59 * a76);
     float a78 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
     float v79 = (v77 + a78);
-    float v88 = fmaxf(v79, 0.0f);
+    float v88 = (v79 <= 0.0f ? 0.0f : v79);
     out0[i] = v88;
   }
 }
@@ -1262,7 +1288,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const floa
     float a93 = in0[i];
     float a94 = in1[(0) * 128LL + j];
     float v95 = (a93 + a94);
-    float v96 = fmaxf(v95, 0.0f);
+    float v96 = (v95 <= 0.0f ? 0.0f : v95);
     out0[i] = v96;
   }
 }

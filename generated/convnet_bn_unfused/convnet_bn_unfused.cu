@@ -136,10 +136,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a15 = in0[i];
-      { const float x = a15; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a15 = in0[i];
+        { const float x = a15; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -162,10 +165,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a16 = in0[i];
-      { const float x = a16; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a16 = in0[i];
+        { const float x = a16; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -208,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a20 = in0[i];
-    float v21 = fmaxf(a20, 0.0f);
+    float v21 = (a20 <= 0.0f ? 0.0f : a20);
     out0[i] = v21;
   }
 }
@@ -440,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a35 = in0[i];
-    float v44 = fmaxf(a35, 0.0f);
+    float v44 = (a35 <= 0.0f ? 0.0f : a35);
     out0[i] = v44;
   }
 }
@@ -560,10 +566,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a60 = in0[i];
-      { const float x = a60; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a60 = in0[i];
+        { const float x = a60; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -586,10 +595,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a61 = in0[i];
-      { const float x = a61; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a61 = in0[i];
+        { const float x = a61; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -632,7 +644,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a65 = in0[i];
-    float v66 = fmaxf(a65, 0.0f);
+    float v66 = (a65 <= 0.0f ? 0.0f : a65);
     out0[i] = v66;
   }
 }
@@ -864,7 +876,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a80 = in0[i];
-    float v89 = fmaxf(a80, 0.0f);
+    float v89 = (a80 <= 0.0f ? 0.0f : a80);
     out0[i] = v89;
   }
 }
@@ -937,7 +949,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a96 = in0[i];
-    float v97 = fmaxf(a96, 0.0f);
+    float v97 = (a96 <= 0.0f ? 0.0f : a96);
     out0[i] = v97;
   }
 }
@@ -1080,7 +1092,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
     const long long v115_obase = (v115_n * 64 + v115_c) * 49;
     const int v115_oy = (int)((unsigned)v115_y / 2u), v115_ox = (int)((unsigned)v115_x / 2u);
     const long long v115_o = v115_obase + v115_oy * 7 + v115_ox;
-    const float v115 = (in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u)) ? in0[v115_o] : 0.0f;
+    const float v115_g = in0[v115_o];
+    const float v115 = in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u) ? v115_g : 0.0f;
     out0[i] = v115;
   }
 }
@@ -1106,10 +1119,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a116 = in0[i];
-      { const float x = a116; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a116 = in0[i];
+        { const float x = a116; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1157,10 +1173,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a120 = in0[i];
-      { const float x = a120; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a120 = in0[i];
+        { const float x = a120; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1461,10 +1480,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a150 = in0[i];
-      { const float x = a150; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a150 = in0[i];
+        { const float x = a150; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1537,7 +1559,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
     const long long v161_obase = (v161_n * 32 + v161_c) * 196;
     const int v161_oy = (int)((unsigned)v161_y / 2u), v161_ox = (int)((unsigned)v161_x / 2u);
     const long long v161_o = v161_obase + v161_oy * 14 + v161_ox;
-    const float v161 = (in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u)) ? in0[v161_o] : 0.0f;
+    const float v161_g = in0[v161_o];
+    const float v161 = in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u) ? v161_g : 0.0f;
     out0[i] = v161;
   }
 }
@@ -1563,10 +1586,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a162 = in0[i];
-      { const float x = a162; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a162 = in0[i];
+        { const float x = a162; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1614,10 +1640,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a166 = in0[i];
-      { const float x = a166; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a166 = in0[i];
+        { const float x = a166; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1918,10 +1947,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a196 = in0[i];
-      { const float x = a196; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a196 = in0[i];
+        { const float x = a196; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2165,10 +2197,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a14 = in0[i];
-      { const float x = a14; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a14 = in0[i];
+        { const float x = a14; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2191,10 +2226,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a15 = in0[i];
-      { const float x = a15; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a15 = in0[i];
+        { const float x = a15; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2237,7 +2275,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_6(const float * __res
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a19 = in0[i];
-    float v20 = fmaxf(a19, 0.0f);
+    float v20 = (a19 <= 0.0f ? 0.0f : a19);
     out0[i] = v20;
   }
 }
@@ -2469,7 +2507,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a34 = in0[i];
-    float v43 = fmaxf(a34, 0.0f);
+    float v43 = (a34 <= 0.0f ? 0.0f : a34);
     out0[i] = v43;
   }
 }
@@ -2589,10 +2627,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a59 = in0[i];
-      { const float x = a59; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a59 = in0[i];
+        { const float x = a59; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2615,10 +2656,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a60 = in0[i];
-      { const float x = a60; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a60 = in0[i];
+        { const float x = a60; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2661,7 +2705,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __r
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a64 = in0[i];
-    float v65 = fmaxf(a64, 0.0f);
+    float v65 = (a64 <= 0.0f ? 0.0f : a64);
     out0[i] = v65;
   }
 }
@@ -2893,7 +2937,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4_2(const float * __r
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a79 = in0[i];
-    float v88 = fmaxf(a79, 0.0f);
+    float v88 = (a79 <= 0.0f ? 0.0f : a79);
     out0[i] = v88;
   }
 }
@@ -2966,7 +3010,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5_2(const float * __r
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a95 = in0[i];
-    float v96 = fmaxf(a95, 0.0f);
+    float v96 = (a95 <= 0.0f ? 0.0f : a95);
     out0[i] = v96;
   }
 }

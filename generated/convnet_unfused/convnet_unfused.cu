@@ -109,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
-    float v10 = fmaxf(a9, 0.0f);
+    float v10 = (a9 <= 0.0f ? 0.0f : a9);
     out0[i] = v10;
   }
 }
@@ -202,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a20 = in0[i];
-    float v21 = fmaxf(a20, 0.0f);
+    float v21 = (a20 <= 0.0f ? 0.0f : a20);
     out0[i] = v21;
   }
 }
@@ -275,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a28 = in0[i];
-    float v29 = fmaxf(a28, 0.0f);
+    float v29 = (a28 <= 0.0f ? 0.0f : a28);
     out0[i] = v29;
   }
 }
@@ -418,7 +418,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
     const long long v47_obase = (v47_n * 64 + v47_c) * 49;
     const int v47_oy = (int)((unsigned)v47_y / 2u), v47_ox = (int)((unsigned)v47_x / 2u);
     const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
-    const float v47 = (in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u)) ? in0[v47_o] : 0.0f;
+    const float v47_g = in0[v47_o];
+    const float v47 = in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u) ? v47_g : 0.0f;
     out0[i] = v47;
   }
 }
@@ -444,10 +445,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 196LL) + (((unsigned long long)(r)) / 196LL) * (12544LL));
-      float a48 = in0[i];
-      { const float x = a48; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a48 = in0[i];
+        { const float x = a48; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -520,7 +524,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
     const long long v59_obase = (v59_n * 32 + v59_c) * 196;
     const int v59_oy = (int)((unsigned)v59_y / 2u), v59_ox = (int)((unsigned)v59_x / 2u);
     const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
-    const float v59 = (in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u)) ? in0[v59_o] : 0.0f;
+    const float v59_g = in0[v59_o];
+    const float v59 = in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u) ? v59_g : 0.0f;
     out0[i] = v59;
   }
 }
@@ -546,10 +551,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 784LL) + (((unsigned long long)(r)) / 784LL) * (25088LL));
-      float a60 = in0[i];
-      { const float x = a60; acc0 = acc0 + x; }
+    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
+        const long long i = base_o + ri;
+        float a60 = in0[i];
+        { const float x = a60; acc0 = acc0 + x; }
+      }
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -766,7 +774,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
-    float v9 = fmaxf(a8, 0.0f);
+    float v9 = (a8 <= 0.0f ? 0.0f : a8);
     out0[i] = v9;
   }
 }
@@ -859,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a19 = in0[i];
-    float v20 = fmaxf(a19, 0.0f);
+    float v20 = (a19 <= 0.0f ? 0.0f : a19);
     out0[i] = v20;
   }
 }
@@ -932,7 +940,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __r
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a27 = in0[i];
-    float v28 = fmaxf(a27, 0.0f);
+    float v28 = (a27 <= 0.0f ? 0.0f : a27);
     out0[i] = v28;
   }
 }

@@ -56,14 +56,15 @@ enum {
  * x86-64 vector ABI name _ZGVbN4v_ngen_sqrtf. Both are defined here as weak
  * aliases (every generated package carries them, and a binary may link
  * several) of sqrtss and sqrtps, which are exactly rounded like CUDA's
- * sqrtf. Elsewhere ngen_sqrtf is plain sqrtf. */
+ * sqrtf; the AVX and AVX-512 variants serve builds with -mavx or
+ * -march=native in CGO_CXXFLAGS. Elsewhere ngen_sqrtf is plain sqrtf. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 extern "C" __attribute__((simd("notinbranch"), const, nothrow)) float ngen_sqrtf(float x);
 extern "C" __attribute__((used)) inline float ngen_sqrtf_1(float x) { return _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(x))); }
 extern "C" __attribute__((used)) inline __m128 ngen_sqrtf_4(__m128 x) { return _mm_sqrt_ps(x); }
 extern "C" __attribute__((used, target("avx"))) inline __m256 ngen_sqrtf_8(__m256 x) { return _mm256_sqrt_ps(x); }
-extern "C" __attribute__((used, target("avx512f"))) inline __m512 ngen_sqrtf_16(__m512 x) { return _mm512_sqrt_ps(x); }
+extern "C" __attribute__((used, target("avx512f"))) inline __m512 ngen_sqrtf_16(__m512 x) { return _mm512_mask_sqrt_ps(x, (__mmask16)-1, x); }
 __asm__(".weak ngen_sqrtf\n.set ngen_sqrtf, ngen_sqrtf_1\n"
         ".weak _ZGVbN4v_ngen_sqrtf\n.set _ZGVbN4v_ngen_sqrtf, ngen_sqrtf_4\n"
         ".weak _ZGVcN8v_ngen_sqrtf\n.set _ZGVcN8v_ngen_sqrtf, ngen_sqrtf_8\n"

@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(cons
     float a3 = in0[i];
     float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
-    float v6 = fmaxf(v5, 0.0f);
+    float v6 = (v5 <= 0.0f ? 0.0f : v5);
     float v7 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? v6 * 1.25f : 0.0f) : v6);
     out0[i] = v6;
     out1[i] = v7;
@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(cons
     float a9 = in0[i];
     float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
-    float v12 = fmaxf(v11, 0.0f);
+    float v12 = (v11 <= 0.0f ? 0.0f : v11);
     float v13 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? v12 * 1.25f : 0.0f) : v12);
     out0[i] = v12;
     out1[i] = v13;
@@ -268,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(co
     float a2 = in0[i];
     float a3 = in1[(0) * 512LL + j];
     float v4 = (a2 + a3);
-    float v5 = fmaxf(v4, 0.0f);
+    float v5 = (v4 <= 0.0f ? 0.0f : v4);
     float v6 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? v5 * 1.25f : 0.0f) : v5);
     out0[i] = v6;
   }
@@ -285,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(co
     float a8 = in0[i];
     float a9 = in1[(0) * 256LL + j];
     float v10 = (a8 + a9);
-    float v11 = fmaxf(v10, 0.0f);
+    float v11 = (v10 <= 0.0f ? 0.0f : v10);
     float v12 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? v11 * 1.25f : 0.0f) : v11);
     out0[i] = v12;
   }

@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
-    float v6 = fmaxf(a5, 0.0f);
+    float v6 = (a5 <= 0.0f ? 0.0f : a5);
     out0[i] = v6;
   }
 }
@@ -124,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a11 = in0[i];
-    float v12 = fmaxf(a11, 0.0f);
+    float v12 = (a11 <= 0.0f ? 0.0f : a11);
     out0[i] = v12;
   }
 }
@@ -480,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a4 = in0[i];
-    float v5 = fmaxf(a4, 0.0f);
+    float v5 = (a4 <= 0.0f ? 0.0f : a4);
     out0[i] = v5;
   }
 }
@@ -515,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a10 = in0[i];
-    float v11 = fmaxf(a10, 0.0f);
+    float v11 = (a10 <= 0.0f ? 0.0f : a10);
     out0[i] = v11;
   }
 }

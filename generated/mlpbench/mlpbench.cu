@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
     float a3 = in0[i];
     float a4 = in1[(0) * 2048LL + j];
     float v5 = (a3 + a4);
-    float v6 = fmaxf(v5, 0.0f);
+    float v6 = (v5 <= 0.0f ? 0.0f : v5);
     out0[i] = v6;
   }
 }
@@ -95,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float 
     float a8 = in0[i];
     float a9 = in1[(0) * 512LL + j];
     float v10 = (a8 + a9);
-    float v11 = fmaxf(v10, 0.0f);
+    float v11 = (v10 <= 0.0f ? 0.0f : v10);
     out0[i] = v11;
   }
 }
@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const floa
     float a2 = in0[i];
     float a3 = in1[(0) * 2048LL + j];
     float v4 = (a2 + a3);
-    float v5 = fmaxf(v4, 0.0f);
+    float v5 = (v4 <= 0.0f ? 0.0f : v4);
     out0[i] = v5;
   }
 }
@@ -272,7 +272,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const floa
     float a7 = in0[i];
     float a8 = in1[(0) * 512LL + j];
     float v9 = (a7 + a8);
-    float v10 = fmaxf(v9, 0.0f);
+    float v10 = (v9 <= 0.0f ? 0.0f : v9);
     out0[i] = v10;
   }
 }
