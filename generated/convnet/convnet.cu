@@ -37,6 +37,10 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// Butterfly reductions over a warp: every lane ends with the result. The
+// CPU emulation header defines them with one warp barrier and the same
+// butterfly order, so both give the same bits.
+#ifndef NGEN_EMU
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -48,6 +52,7 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
   }
   return v;
 }
+#endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
 // keys dropout masks by (seed, step, stream) and counts by element index,

@@ -13,6 +13,11 @@
 #ifndef NGEN_EMU_H
 #define NGEN_EMU_H
 
+/* Code included after this header knows it runs under the emulation. */
+#ifndef NGEN_EMU
+#define NGEN_EMU 1
+#endif
+
 typedef struct ngen_launch {
   unsigned grid[3], block[3];
   int shared_bytes;
@@ -161,6 +166,8 @@ struct Warp {
   int live, arrived;
   unsigned seq; /* parity picks the exchange buffer of the next shuffle */
   unsigned long long xchg[2][32];
+  unsigned reduced;              /* seq of the reduction in result (warp_butterfly) */
+  unsigned long long result[32]; /* its per-lane results */
 };
 
 struct Block {
@@ -556,6 +563,7 @@ template <class F> int run_sync(const ngen_launch *l, F &&f) {
       b.warps[w].live = n - w * 32 < 32 ? n - w * 32 : 32;
       b.warps[w].arrived = 0;
       b.warps[w].seq = 0;
+      b.warps[w].reduced = 0; /* seq is 1 or more after a barrier */
     }
     b.qhead = 0;
     b.qlen = 0;
@@ -578,7 +586,53 @@ template <class F> int run_sync(const ngen_launch *l, F &&f) {
   return status;
 }
 
+/* A warp's butterfly reduction (codegen's ngen_warp_sum and ngen_warp_max)
+ * in one warp barrier instead of five shuffles, each of which switches
+ * every fiber of the warp: the lanes publish their values, and the first
+ * lane to run after the barrier computes every lane's result with the GPU
+ * form's steps (xor 16, 8, 4, 2, 1; a lane whose partner is beyond the
+ * block combines with its own value, which a shuffle from there returns),
+ * which the others read. The next reduction of the warp overwrites them
+ * only after every lane has arrived at it, so after every lane has read. */
+template <class T, class Op> inline T warp_butterfly(T v, Op op) {
+  static_assert(sizeof(T) <= 8, "warp reduction of a type wider than 8 bytes");
+  Block *b = cur_block;
+  if (!b) {
+    simple_misuse = 1;
+    return v;
+  }
+  int lane = b->cur % 32, base = b->cur - lane;
+  Warp *wp = &b->warps[b->cur / 32];
+  unsigned long long *buf = wp->xchg[wp->seq & 1];
+  memcpy(&buf[lane], &v, sizeof(T));
+  warp_barrier(b);
+  if (wp->reduced != wp->seq) {
+    int n = b->nthreads - base < 32 ? b->nthreads - base : 32;
+    T x[32], y[32];
+    for (int l = 0; l < n; l++)
+      memcpy(&x[l], &buf[l], sizeof(T));
+    for (int o = 16; o > 0; o >>= 1) {
+      for (int l = 0; l < n; l++)
+        y[l] = op(x[l], x[(l ^ o) < n ? l ^ o : l]);
+      memcpy(x, y, sizeof(T) * n);
+    }
+    for (int l = 0; l < n; l++)
+      memcpy(&wp->result[l], &x[l], sizeof(T));
+    wp->reduced = wp->seq;
+  }
+  T r;
+  memcpy(&r, &wp->result[lane], sizeof(T));
+  return r;
+}
+
 } // namespace ngen_emu
+
+template <typename T> inline T ngen_warp_sum(T v) {
+  return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return a + b; });
+}
+template <typename T> inline T ngen_warp_max(T v) {
+  return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return b > a ? b : a; });
+}
 
 /* ---- CUDA device API ------------------------------------------------ */
 

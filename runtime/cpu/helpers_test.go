@@ -39,6 +39,7 @@ const (
 	kSyncInSimple
 	kMathProbe
 	kSpanSqrt
+	kWarpReduceProbe
 )
 
 var testKernels = []testKernel{
@@ -54,9 +55,10 @@ var testKernels = []testKernel{
 	kDivergentSync:     {"divergent_sync", true, []string{"float *"}},
 	kWarpBlockDeadlock: {"warp_block_deadlock", true, []string{"float *"}},
 	// A barrier kernel wrongly marked Sync=false.
-	kSyncInSimple: {"divergent_sync", false, []string{"float *"}},
-	kMathProbe:    {"math_probe", false, []string{"const float *", "float *", "double *", "unsigned *", "int"}},
-	kSpanSqrt:     {"span_sqrt", false, []string{"const float *", "float *", "long long"}},
+	kSyncInSimple:    {"divergent_sync", false, []string{"float *"}},
+	kMathProbe:       {"math_probe", false, []string{"const float *", "float *", "double *", "unsigned *", "int"}},
+	kSpanSqrt:        {"span_sqrt", false, []string{"const float *", "float *", "long long"}},
+	kWarpReduceProbe: {"warp_reduce_probe", true, []string{"const float *", "float *"}},
 }
 
 func argKind(ctype string) runtime.ArgKind {

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -126,6 +127,47 @@ func TestShuffleProbe(t *testing.T) {
 		if lane+2 < live && outd[tid] != 0.5*float64(tid+2) {
 			t.Errorf("thread %d: double __shfl_down_sync = %v, want %v", tid, outd[tid], 0.5*float64(tid+2))
 		}
+	}
+}
+
+// TestWarpReductions checks the emulation's one-barrier ngen_warp_sum and
+// ngen_warp_max against the shuffle butterfly they stand for, bit for bit,
+// in a block whose last warp is partial, over two blocks and two
+// reductions in a row.
+func TestWarpReductions(t *testing.T) {
+	d, l := newTestDevice(t)
+	const threads = 72 // the third warp has 8 lanes
+	x := make([]float32, threads)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i)*1.7)) * float32(1+i%7)
+	}
+	x[40] = float32(math.NaN()) // the max rule (u > v) must treat NaN alike
+	px, pout := upload(t, d, x), upload(t, d, make([]float32, 8*threads))
+	launch(t, d, l, kWarpReduceProbe, runtime.Dim3{X: 2, Y: 1, Z: 1}, runtime.Dim3{X: threads, Y: 1, Z: 1}, 0, px, pout)
+	out := download[float32](t, d, pout, 8*threads)
+	for tid := range threads {
+		for k := 0; k < 2; k++ {
+			o := out[8*tid+4*k : 8*tid+4*k+4]
+			if math.Float32bits(o[0]) != math.Float32bits(o[1]) {
+				t.Errorf("thread %d, reduction %d: ngen_warp_sum %v, shuffles %v", tid, k, o[0], o[1])
+			}
+			if math.Float32bits(o[2]) != math.Float32bits(o[3]) {
+				t.Errorf("thread %d, reduction %d: ngen_warp_max %v, shuffles %v", tid, k, o[2], o[3])
+			}
+		}
+	}
+	var want float32 // lane 0's sum of the first warp, in butterfly order
+	lanes := append([]float32(nil), x[:32]...)
+	for o := 16; o > 0; o >>= 1 {
+		next := make([]float32, 32)
+		for l := range lanes {
+			next[l] = lanes[l] + lanes[l^o]
+		}
+		lanes = next
+	}
+	want = lanes[0]
+	if out[0] != want {
+		t.Errorf("first warp's sum %v, want %v", out[0], want)
 	}
 }
 

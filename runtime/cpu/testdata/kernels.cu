@@ -69,6 +69,43 @@ __global__ void shuffle_probe(int *out, double *outd) {
   outd[t] = __shfl_down_sync(0xffffffffu, 0.5 * t, 2);
 }
 
+// codegen's warp reductions (preamble.cuh; the emulation header has its
+// own form under NGEN_EMU, which this checks against the shuffle form).
+#ifndef NGEN_EMU
+template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+#endif
+
+// Per thread: ngen_warp_sum, the same butterfly by shuffles, ngen_warp_max
+// and its shuffle form, twice in a row (the second of -x) so consecutive
+// reductions must not see each other's results.
+__global__ void warp_reduce_probe(const float *x, float *out) {
+  const int t = threadIdx.x;
+  for (int k = 0; k < 2; k++) {
+    const float v = k == 0 ? x[t] : -x[t];
+    float s = v, m = v;
+    for (int o = 16; o > 0; o >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+      const float u = __shfl_xor_sync(0xffffffffu, m, o);
+      m = u > m ? u : m;
+    }
+    float *o = out + 8 * t + 4 * k;
+    o[0] = ngen_warp_sum(v);
+    o[1] = s;
+    o[2] = ngen_warp_max(v);
+    o[3] = m;
+  }
+}
+
 // Threads past n return before the barrier; the rest must still pass it.
 __global__ void early_exit_sync(int *out, int n) {
   __shared__ int s[1024];
