@@ -26,9 +26,12 @@ type kernel struct {
 	// rowLen, when non-zero, is the row length of the kernel's
 	// NGEN_GRID_STRIDE_ROWS loop (row r, column j).
 	rowLen int
-	grid   [3]runtime.Expr
-	block  [3]int
-	t      string // element type of the group
+	// keptIndex, in a reduction, gives the index of an input that is
+	// constant along every reduced axis in terms of the kept index o.
+	keptIndex func(in ir.Shape) (string, bool)
+	grid      [3]runtime.Expr
+	block     [3]int
+	t         string // element type of the group
 }
 
 type kparam struct {
@@ -242,6 +245,11 @@ func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string
 	if k.rowLen > 0 && at != idx && at != "0" {
 		if ri, ok := k.rowIndex(g.Space, a.Shape, k.rowLen); ok {
 			at = ri
+		}
+	}
+	if k.keptIndex != nil && at != idx && at != "0" {
+		if ki, ok := k.keptIndex(a.Shape); ok {
+			at = ki
 		}
 	}
 	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, at)

@@ -32,6 +32,33 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			kept = append(kept, d)
 		}
 	}
+	// An input constant along the reduced axes (a per-channel statistic
+	// or parameter) is indexed by the kept index o, which the inner loops
+	// do not change.
+	norm, _ := ir.NormAxes(r.Attrs.Axes, len(g.Space))
+	var keptOrig ir.Shape
+	var keptPos []int
+	for i, d := range g.Space {
+		if !contains(norm, i) {
+			keptOrig, keptPos = append(keptOrig, d), append(keptPos, i)
+		}
+	}
+	k.keptIndex = func(in ir.Shape) (string, bool) {
+		if len(in) > len(g.Space) {
+			return "", false
+		}
+		pad := padTo(in, len(g.Space))
+		for _, ax := range norm {
+			if pad[ax] != ir.D(1) {
+				return "", false
+			}
+		}
+		var inKept ir.Shape
+		for _, i := range keptPos {
+			inKept = append(inKept, pad[i])
+		}
+		return k.bcastIndex(keptOrig, inKept, "o"), true
+	}
 	t := r.DType.CType()
 	// Every reduction of the group (siblings over the same space and axes
 	// share the pass): its accumulator, start value, combine and shuffle.
@@ -139,12 +166,22 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	}
 	if last := space[len(space)-1]; len(redAxes) >= 2 && last.Sym == "" && last.N >= k.block[0]/2 {
 		// The threads stride over the innermost (contiguous) reduced axis
-		// inside a loop over the others: no division per element, and
-		// reads stay coalesced.
+		// inside a loop over the others: no division per element. Each
+		// thread takes vec adjacent elements at a time (when they divide
+		// the axis): a warp still reads one contiguous span, and the CPU
+		// emulation, which runs a block's threads one after another,
+		// touches each cache line from fewer of them.
+		vec := 1
+		if last.N%reduceVec == 0 {
+			vec = reduceVec
+		}
 		fmt.Fprintf(w, "    for (long long ro = 0; ro < nred / %dLL; ++ro) {\n", last.N)
 		fmt.Fprintf(w, "      const long long base_o = base + %s;\n", offset(redAxes[:len(redAxes)-1], "ro"))
-		fmt.Fprintf(w, "      for (long long ri = threadIdx.x; ri < %dLL; ri += blockDim.x) {\n", last.N)
-		body("        ", "base_o + ri")
+		fmt.Fprintf(w, "      for (long long rv = (long long)threadIdx.x * %d; rv < %dLL; rv += (long long)blockDim.x * %d) {\n", vec, last.N, vec)
+		fmt.Fprintf(w, "        for (int ri_v = 0; ri_v < %d; ++ri_v) {\n", vec)
+		fmt.Fprintf(w, "          const long long ri = rv + ri_v;\n")
+		body("          ", "base_o + ri")
+		w.WriteString("        }\n")
 		w.WriteString("      }\n")
 		w.WriteString("    }\n")
 	} else {
@@ -171,6 +208,10 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	k.grid[0].Size.Mul, k.grid[0].Size.Syms, k.grid[0].Div, k.grid[0].Max = z.N, z.Syms, 1, 1<<16
 	return k
 }
+
+// reduceVec is how many adjacent elements a reduction thread takes at a
+// time along a contiguous reduced axis.
+const reduceVec = 4
 
 func contains(xs []int, x int) bool {
 	for _, y := range xs {

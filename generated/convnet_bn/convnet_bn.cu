@@ -112,17 +112,20 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a7 = in0[i];
-        float a8 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v9 = (a7 + a8);
-        float a14 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v15 = (v9 - a14);
-        float v16 = ngen_sq(v15);
-        out0[i] = v15;
-        { const float x = v15; acc0 = acc0 + x; }
-        { const float x = v16; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a7 = in0[i];
+          float a8 = in1[o];
+          float v9 = (a7 + a8);
+          float a14 = in2[o];
+          float v15 = (v9 - a14);
+          float v16 = ngen_sq(v15);
+          out0[i] = v15;
+          { const float x = v15; acc0 = acc0 + x; }
+          { const float x = v16; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -294,17 +297,20 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a52 = in0[i];
-        float a53 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v54 = (a52 + a53);
-        float a59 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v60 = (v54 - a59);
-        float v61 = ngen_sq(v60);
-        out0[i] = v60;
-        { const float x = v60; acc0 = acc0 + x; }
-        { const float x = v61; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a52 = in0[i];
+          float a53 = in1[o];
+          float v54 = (a52 + a53);
+          float a59 = in2[o];
+          float v60 = (v54 - a59);
+          float v61 = ngen_sq(v60);
+          out0[i] = v60;
+          { const float x = v60; acc0 = acc0 + x; }
+          { const float x = v61; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -580,16 +586,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a116 = in0[i];
-        float a77 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v119 = (a116 * a77);
-        float a60 = in2[i];
-        float v120 = (a116 * a60);
-        out1[i] = v119;
-        { const float x = a116; acc0 = acc0 + x; }
-        { const float x = v120; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a116 = in0[i];
+          float a77 = in1[o];
+          float v119 = (a116 * a77);
+          float a60 = in2[i];
+          float v120 = (a116 * a60);
+          out1[i] = v119;
+          { const float x = a116; acc0 = acc0 + x; }
+          { const float x = v120; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -675,22 +684,25 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a141 = in0[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v142 = a141;
-        float v143 = (v142 / (float)(196 * (long long)B));
-        float a144 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v145 = a144;
-        float v146 = (v145 / (float)(196 * (long long)B));
-        float a119 = in2[i];
-        float v147 = (a119 + v146);
-        float v148 = (v143 * 2.0f);
-        float a60 = in3[i];
-        float v149 = (v148 * a60);
-        float v150 = (v147 + v149);
-        out0[i] = v150;
-        { const float x = v150; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a141 = in0[o];
+          float v142 = a141;
+          float v143 = (v142 / (float)(196 * (long long)B));
+          float a144 = in1[o];
+          float v145 = a144;
+          float v146 = (v145 / (float)(196 * (long long)B));
+          float a119 = in2[i];
+          float v147 = (a119 + v146);
+          float v148 = (v143 * 2.0f);
+          float a60 = in3[i];
+          float v149 = (v148 * a60);
+          float v150 = (v147 + v149);
+          out0[i] = v150;
+          { const float x = v150; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -772,16 +784,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a162 = in0[i];
-        float a32 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v165 = (a162 * a32);
-        float a15 = in2[i];
-        float v166 = (a162 * a15);
-        out1[i] = v165;
-        { const float x = a162; acc0 = acc0 + x; }
-        { const float x = v166; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a162 = in0[i];
+          float a32 = in1[o];
+          float v165 = (a162 * a32);
+          float a15 = in2[i];
+          float v166 = (a162 * a15);
+          out1[i] = v165;
+          { const float x = a162; acc0 = acc0 + x; }
+          { const float x = v166; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -867,22 +882,25 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a187 = in0[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v188 = a187;
-        float v189 = (v188 / (float)(784 * (long long)B));
-        float a190 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v191 = a190;
-        float v192 = (v191 / (float)(784 * (long long)B));
-        float a165 = in2[i];
-        float v193 = (a165 + v192);
-        float v194 = (v189 * 2.0f);
-        float a15 = in3[i];
-        float v195 = (v194 * a15);
-        float v196 = (v193 + v195);
-        out0[i] = v196;
-        { const float x = v196; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a187 = in0[o];
+          float v188 = a187;
+          float v189 = (v188 / (float)(784 * (long long)B));
+          float a190 = in1[o];
+          float v191 = a190;
+          float v192 = (v191 / (float)(784 * (long long)B));
+          float a165 = in2[i];
+          float v193 = (a165 + v192);
+          float v194 = (v189 * 2.0f);
+          float a15 = in3[i];
+          float v195 = (v194 * a15);
+          float v196 = (v193 + v195);
+          out0[i] = v196;
+          { const float x = v196; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -974,17 +992,20 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a6 = in0[i];
-        float a7 = in1[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v8 = (a6 + a7);
-        float a13 = in2[(long long)((((((unsigned long long)(i)) / 28LL) / 28LL) % 32LL) * (1LL))];
-        float v14 = (v8 - a13);
-        float v15 = ngen_sq(v14);
-        out0[i] = v14;
-        { const float x = v14; acc0 = acc0 + x; }
-        { const float x = v15; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a6 = in0[i];
+          float a7 = in1[o];
+          float v8 = (a6 + a7);
+          float a13 = in2[o];
+          float v14 = (v8 - a13);
+          float v15 = ngen_sq(v14);
+          out0[i] = v14;
+          { const float x = v14; acc0 = acc0 + x; }
+          { const float x = v15; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1147,17 +1168,20 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     float acc1 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a51 = in0[i];
-        float a52 = in1[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v53 = (a51 + a52);
-        float a58 = in2[(long long)((((((unsigned long long)(i)) / 14LL) / 14LL) % 64LL) * (1LL))];
-        float v59 = (v53 - a58);
-        float v60 = ngen_sq(v59);
-        out0[i] = v59;
-        { const float x = v59; acc0 = acc0 + x; }
-        { const float x = v60; acc1 = acc1 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a51 = in0[i];
+          float a52 = in1[o];
+          float v53 = (a51 + a52);
+          float a58 = in2[o];
+          float v59 = (v53 - a58);
+          float v60 = ngen_sq(v59);
+          out0[i] = v59;
+          { const float x = v59; acc0 = acc0 + x; }
+          { const float x = v60; acc1 = acc1 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);

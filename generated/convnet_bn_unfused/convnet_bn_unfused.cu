@@ -143,10 +143,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a15 = in0[i];
-        { const float x = a15; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a15 = in0[i];
+          { const float x = a15; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -172,10 +175,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a16 = in0[i];
-        { const float x = a16; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a16 = in0[i];
+          { const float x = a16; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -573,10 +579,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a60 = in0[i];
-        { const float x = a60; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a60 = in0[i];
+          { const float x = a60; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -602,10 +611,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a61 = in0[i];
-        { const float x = a61; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a61 = in0[i];
+          { const float x = a61; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1126,10 +1138,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a116 = in0[i];
-        { const float x = a116; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a116 = in0[i];
+          { const float x = a116; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1180,10 +1195,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a120 = in0[i];
-        { const float x = a120; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a120 = in0[i];
+          { const float x = a120; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1487,10 +1505,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a150 = in0[i];
-        { const float x = a150; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a150 = in0[i];
+          { const float x = a150; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1593,10 +1614,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a162 = in0[i];
-        { const float x = a162; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a162 = in0[i];
+          { const float x = a162; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1647,10 +1671,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a166 = in0[i];
-        { const float x = a166; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a166 = in0[i];
+          { const float x = a166; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -1954,10 +1981,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a196 = in0[i];
-        { const float x = a196; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a196 = in0[i];
+          { const float x = a196; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -2204,10 +2234,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a14 = in0[i];
-        { const float x = a14; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a14 = in0[i];
+          { const float x = a14; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -2233,10 +2266,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a15 = in0[i];
-        { const float x = a15; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a15 = in0[i];
+          { const float x = a15; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -2634,10 +2670,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a59 = in0[i];
-        { const float x = a59; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a59 = in0[i];
+          { const float x = a59; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -2663,10 +2702,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a60 = in0[i];
-        { const float x = a60; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a60 = in0[i];
+          { const float x = a60; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);

@@ -452,10 +452,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 196LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long ri = threadIdx.x; ri < 196LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a48 = in0[i];
-        { const float x = a48; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a48 = in0[i];
+          { const float x = a48; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
@@ -558,10 +561,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     float acc0 = 0.0f;
     for (long long ro = 0; ro < nred / 784LL; ++ro) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long ri = threadIdx.x; ri < 784LL; ri += blockDim.x) {
-        const long long i = base_o + ri;
-        float a60 = in0[i];
-        { const float x = a60; acc0 = acc0 + x; }
+      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a60 = in0[i];
+          { const float x = a60; acc0 = acc0 + x; }
+        }
       }
     }
     acc0 = ngen_warp_sum(acc0);
