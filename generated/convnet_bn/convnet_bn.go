@@ -468,7 +468,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -476,7 +476,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{5, 31},
 		Name:  "step.v45",
 		Role:  "temp",
-		Shape: "i32[B,32,14,14]",
+		Shape: "u8[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -616,7 +616,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -624,7 +624,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{11, 23},
 		Name:  "step.v90",
 		Role:  "temp",
-		Shape: "i32[B,64,7,7]",
+		Shape: "u8[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -1394,7 +1394,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -1564,7 +1564,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -1881,7 +1881,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -2102,7 +2102,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,

@@ -576,7 +576,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -584,7 +584,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{30, 114},
 		Name:  "step.v45",
 		Role:  "temp",
-		Shape: "i32[B,32,14,14]",
+		Shape: "u8[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -832,7 +832,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -840,7 +840,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{62, 79},
 		Name:  "step.v90",
 		Role:  "temp",
-		Shape: "i32[B,64,7,7]",
+		Shape: "u8[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -1823,7 +1823,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -1832,7 +1832,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{30, 31},
 		Name:  "predict.v44",
 		Role:  "temp",
-		Shape: "i32[B,32,14,14]",
+		Shape: "u8[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -2109,7 +2109,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.I32,
+		DType: runtime.U8,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2118,7 +2118,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{62, 63},
 		Name:  "predict.v89",
 		Role:  "temp",
-		Shape: "i32[B,64,7,7]",
+		Shape: "u8[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -2743,7 +2743,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -2767,7 +2767,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -3314,7 +3314,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -3338,7 +3338,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -3751,7 +3751,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -4459,7 +4459,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
@@ -5809,7 +5809,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -5833,7 +5833,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -6380,7 +6380,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -6404,7 +6404,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
