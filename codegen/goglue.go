@@ -173,7 +173,7 @@ func (g *glue) constructor(f *jen.File) {
 // infers the batch's rows from the first batch-sized input and writes every
 // input. zero is the function's zero result besides the error.
 func (g *glue) feed(fn *runtime.Func, method string, zero jen.Code) (params, body []jen.Code, err error) {
-	used := map[string]bool{"m": true, "rows": true, "err": true, "out": true, "loss": true}
+	used := map[string]bool{"m": true, "rows": true, "err": true, "out": true, "loss": true, "fn": true, "buf": true}
 	ids := make([]string, len(fn.Inputs))
 	rowsFrom := -1
 	for i, in := range fn.Inputs {
@@ -265,10 +265,24 @@ func (g *glue) predict(f *jen.File) error {
 	if err != nil {
 		return err
 	}
+	// In eval mode the plan's predict_eval, when it has one, skips what
+	// only training mode reads.
+	body = append(body, jen.List(jen.Id("fn"), jen.Id("buf")).Op(":=").List(jen.Lit("predict"), jen.Lit(out)))
+	if pe := g.fn("predict_eval"); pe != nil {
+		outE, err := output(pe, "output")
+		if err != nil {
+			return err
+		}
+		if g.plan.Buffers[outE].DType != g.plan.Buffers[out].DType {
+			return fmt.Errorf("go glue: predict and predict_eval outputs differ in type")
+		}
+		body = append(body, jen.If(jen.Op("!").Add(ms()).Dot("Training").Call()).Block(
+			jen.List(jen.Id("fn"), jen.Id("buf")).Op("=").List(jen.Lit("predict_eval"), jen.Lit(outE))))
+	}
 	body = append(body,
-		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Run").Call(jen.Lit("predict"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
-		jen.Id("out").Op(":=").Make(jen.Index().Id(et), ms().Dot("Elems").Call(jen.Lit(out))),
-		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(out), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Run").Call(jen.Id("fn"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.Id("out").Op(":=").Make(jen.Index().Id(et), ms().Dot("Elems").Call(jen.Id("buf"))),
+		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Id("buf"), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 		jen.Return(jen.Id("out"), jen.Nil()),
 	)
 	f.Comment("Predict runs the forward pass (in the current Train/Eval mode) and")

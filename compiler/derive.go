@@ -2,8 +2,11 @@ package compiler
 
 import "github.com/ngen-ml/ngen/compiler/ir"
 
-// deriveFuncs makes the training step and the predict function from the
-// declared forward function.
+// deriveFuncs makes the training step and the predict functions from the
+// declared forward function. Predict runs in whichever mode the session is
+// in (the train flag, as torch's model.train()/eval()); when the forward
+// reads that flag, predict_eval is predict specialised to eval mode, which
+// the generated API runs instead in eval mode.
 func deriveFuncs(p *Program) error {
 	m := p.Model
 	step, sm := m.Forward.Clone("step")
@@ -15,6 +18,50 @@ func deriveFuncs(p *Program) error {
 		pred.Prune()
 		pred.Renumber()
 		p.Predict = pred
+		p.PredictEval = evalOnly(pred)
 	}
 	return nil
+}
+
+// evalOnly returns a copy of f in eval mode, or nil when f does not read
+// the train flag: where_train takes its eval operand and dropout passes
+// its input through, so what only training mode reads (batch statistics,
+// dropout masks) is pruned, and state updates that become no-ops are
+// dropped.
+func evalOnly(f *ir.Func) *ir.Func {
+	g, _ := f.Clone("predict_eval")
+	repl := map[*ir.Value]*ir.Value{}
+	resolve := func(v *ir.Value) *ir.Value {
+		if r, ok := repl[v]; ok {
+			return r
+		}
+		return v
+	}
+	for _, v := range g.Values {
+		for i, a := range v.Args {
+			v.Args[i] = resolve(a)
+		}
+		switch v.Op {
+		case "where_train":
+			repl[v] = v.Args[1]
+		case "dropout":
+			repl[v] = v.Args[0]
+		}
+	}
+	if len(repl) == 0 {
+		return nil
+	}
+	for k, v := range g.Outputs {
+		g.Outputs[k] = resolve(v)
+	}
+	var ups []ir.Update
+	for _, u := range g.Updates {
+		if n := resolve(u.New); n != u.State {
+			ups = append(ups, ir.Update{State: u.State, New: n})
+		}
+	}
+	g.Updates = ups
+	g.Prune()
+	g.Renumber()
+	return g
 }

@@ -13,8 +13,8 @@ func TestDeriveFuncs(t *testing.T) {
 	if p.Step == nil || p.Predict == nil {
 		t.Fatalf("step %v, predict %v", p.Step, p.Predict)
 	}
-	if fs := p.Funcs(); len(fs) != 2 || fs[0] != p.Step || fs[1] != p.Predict {
-		t.Errorf("Funcs() = %v, want step then predict (the plan's order)", fs)
+	if fs := p.Funcs(); len(fs) != 3 || fs[0] != p.Step || fs[1] != p.Predict || fs[2] != p.PredictEval {
+		t.Errorf("Funcs() = %v, want step, predict, predict_eval (the plan's order)", fs)
 	}
 	// The step returns the loss and nothing else yet: gradients and
 	// updates are later passes' work.
@@ -40,7 +40,12 @@ func TestDeriveFuncs(t *testing.T) {
 		t.Errorf("predict takes %q, want only x", names(p.Predict.Inputs()))
 	}
 	if count(p.Step, "dropout") != 1 || count(p.Predict, "dropout") != 1 {
-		t.Error("both functions keep dropout (the train flag decides at run time)")
+		t.Error("step and predict keep dropout (the train flag decides at run time)")
+	}
+	// predict_eval is predict in eval mode: no dropout, same output.
+	if pe := p.PredictEval; pe == nil || count(pe, "dropout") != 0 || len(pe.Values) != len(p.Predict.Values)-1 ||
+		!pe.Outputs["output"].Shape.Eq(out.Shape) || names(pe.Inputs()) != "x" {
+		t.Errorf("predict_eval: %v", pe)
 	}
 	// The functions are copies: later passes rewrite them, and the
 	// declared model must stay as the user wrote it.
@@ -67,6 +72,13 @@ func TestDeriveNoOutput(t *testing.T) {
 	m.Output = nil
 	if p := through(t, m, "derive functions", true); p.Predict != nil || len(p.Funcs()) != 1 {
 		t.Errorf("predict derived without an output: %v", p.Predict)
+	}
+}
+
+// A forward that never reads the train flag needs no eval form.
+func TestDeriveNoEvalForm(t *testing.T) {
+	if p := through(t, testMLP(6, 5, 3, 0, adam), "derive functions", true); p.PredictEval != nil {
+		t.Errorf("predict_eval derived for a model without dropout or batch norm:\n%s", p.PredictEval.Print())
 	}
 }
 

@@ -12,7 +12,10 @@ type Program struct {
 	Model   *ir.Model
 	Step    *ir.Func // forward + backward + optimizer update
 	Predict *ir.Func // forward to the model's output
-	Fuse    bool
+	// PredictEval is Predict specialised to eval mode, when the forward
+	// reads the train flag (batch norm, dropout); nil otherwise.
+	PredictEval *ir.Func
+	Fuse        bool
 	// Groups holds each function's kernels in execution order (set by the
 	// fuse pass).
 	Groups map[*ir.Func][]*Group
@@ -28,7 +31,7 @@ type Program struct {
 // Funcs lists the program's functions in plan order.
 func (p *Program) Funcs() []*ir.Func {
 	var out []*ir.Func
-	for _, f := range []*ir.Func{p.Step, p.Predict} {
+	for _, f := range []*ir.Func{p.Step, p.Predict, p.PredictEval} {
 		if f != nil {
 			out = append(out, f)
 		}

@@ -1213,6 +1213,273 @@ var Plan = &runtime.Plan{
 		Name:  "predict.v98",
 		Role:  "temp",
 		Shape: "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  7056,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{0, 1},
+		Name:  "predict_eval.v3",
+		Role:  "temp",
+		Shape: "f32[B,9,784]",
+	}, {
+		AliasOf:   2,
+		Elems:     runtime.Size{Mul: 288},
+		Name:      "predict_eval.v4",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32,9]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{1, 2},
+		Name:  "predict_eval.v5",
+		Role:  "temp",
+		Shape: "f32[B,32,784]",
+	}, {
+		AliasOf: 147,
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v6",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,32,28,28]",
+	}, {
+		AliasOf:   4,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v7",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32,1,1]",
+	}, {
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v13",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{2, 4},
+		Name:  "predict_eval.v14",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{3, 4},
+		Name:  "predict_eval.v18",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{3, 4},
+		Name:  "predict_eval.v20",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   152,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v21",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		AliasOf:   153,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v23",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{4, 5},
+		Name:  "predict_eval.v25",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  6272,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{5, 6},
+		Name:  "predict_eval.v27",
+		Role:  "temp",
+		Shape: "f32[B,32,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  56448,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{6, 7},
+		Name:  "predict_eval.v30",
+		Role:  "temp",
+		Shape: "f32[B,288,196]",
+	}, {
+		AliasOf:   10,
+		Elems:     runtime.Size{Mul: 18432},
+		Name:      "predict_eval.v31",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64,288]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{7, 8},
+		Name:  "predict_eval.v32",
+		Role:  "temp",
+		Shape: "f32[B,64,196]",
+	}, {
+		AliasOf: 160,
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v33",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,64,14,14]",
+	}, {
+		AliasOf:   12,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v34",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64,1,1]",
+	}, {
+		AliasOf:   28,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v40",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{8, 10},
+		Name:  "predict_eval.v41",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{9, 10},
+		Name:  "predict_eval.v45",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{9, 10},
+		Name:  "predict_eval.v47",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   165,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v48",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		AliasOf:   166,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v50",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{10, 11},
+		Name:  "predict_eval.v52",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{11, 12},
+		Name:  "predict_eval.v54",
+		Role:  "temp",
+		Shape: "f32[B,64,7,7]",
+	}, {
+		AliasOf: 170,
+		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v55",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,3136]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{12, 13},
+		Name:  "predict_eval.v57",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{13, 14},
+		Name:  "predict_eval.v60",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{14, 15},
+		Name:  "predict_eval.v62",
+		Role:  "temp",
+		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
 		Buf:  80,
@@ -2740,6 +3007,438 @@ var Plan = &runtime.Plan{
 			Kernel: 35,
 			Ops:    "add",
 		}},
+	}, {
+		Inputs: []runtime.Named{{
+			Buf:  33,
+			Name: "x",
+		}},
+		Name: "predict_eval",
+		Outputs: []runtime.Named{{
+			Buf:  144,
+			Name: "output",
+		}},
+		Steps: []runtime.Step{{
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 145}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  3136,
+				Syms: []string{"B"},
+			}, {
+				Mul:  28224,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  7056,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 36,
+			Ops:    "im2col",
+		}, {
+			Bytes: runtime.Sum{{Mul: 1152}, {
+				Mul:  28224,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  451584,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     146,
+				Alpha: 1.0,
+				B:     145,
+				Batch: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				BatchB: true,
+				C:      147,
+				K:      runtime.Size{Mul: 9},
+				M:      runtime.Size{Mul: 32},
+				N:      runtime.Size{Mul: 784},
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 149}, {Buf: 150}, {Buf: 151}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 37,
+			Ops:    "add+sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 152}, {Buf: 153}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 38,
+			Ops:    "addc+powc+mul+mul+sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 151}, {Buf: 154}, {Buf: 155}, {Buf: 156}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 39,
+			Ops:    "mul+add+relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 157}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  6272,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 40,
+			Ops:    "maxpool_argmax+maxpool_pick",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 157}, {Buf: 158}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  225792,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  56448,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 41,
+			Ops:    "im2col",
+		}, {
+			Bytes: runtime.Sum{{Mul: 73728}, {
+				Mul:  225792,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  7225344,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     159,
+				Alpha: 1.0,
+				B:     158,
+				Batch: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				BatchB: true,
+				C:      160,
+				K:      runtime.Size{Mul: 288},
+				M:      runtime.Size{Mul: 64},
+				N:      runtime.Size{Mul: 196},
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 162}, {Buf: 163}, {Buf: 164}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 42,
+			Ops:    "add+sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 165}, {Buf: 166}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 43,
+			Ops:    "addc+powc+mul+mul+sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 164}, {Buf: 167}, {Buf: 168}, {Buf: 169}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 44,
+			Ops:    "mul+add+relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 169}, {Buf: 170}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  3136,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 45,
+			Ops:    "maxpool_argmax+maxpool_pick",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {Mul: 1605632}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  802816,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     171,
+				Alpha: 1.0,
+				B:     18,
+				Batch: runtime.Size{Mul: 1},
+				C:     172,
+				K:     runtime.Size{Mul: 3136},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 128},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 172}, {Buf: 20}, {Buf: 173}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {Mul: 512}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  128,
+				Syms: []string{"B"},
+			}, {
+				Mul:  128,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  128,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 46,
+			Ops:    "add+relu",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {Mul: 5120}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  2560,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     173,
+				Alpha: 1.0,
+				B:     22,
+				Batch: runtime.Size{Mul: 1},
+				C:     174,
+				K:     runtime.Size{Mul: 128},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 10},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 174}, {Buf: 24}, {Buf: 144}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  40,
+				Syms: []string{"B"},
+			}, {Mul: 40}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  10,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  10,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 47,
+			Ops:    "add",
+		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
@@ -2882,6 +3581,54 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "im2col_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "conv1_bias_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "bn1_addc_powc_mul_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_add_relu_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_argmax_maxpool_pick_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "im2col_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "conv2_bias_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "bn2_addc_powc_mul_sub_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_add_relu_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_argmax_maxpool_pick_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc1_bias_relu_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc2_bias_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}},
 	Model: "convnet_bn",
 	Optimizer: runtime.Optimizer{
@@ -2969,11 +3716,15 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	if err := m.s.Run("predict", rows); err != nil {
+	fn, buf := "predict", 109
+	if !m.s.Training() {
+		fn, buf = "predict_eval", 144
+	}
+	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(109))
-	if err := m.s.Read(109, out); err != nil {
+	out := make([]float32, m.s.Elems(buf))
+	if err := m.s.Read(buf, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -42,6 +42,18 @@ extern "C" int ngen_cpu_entry_convnet_bn(int k, const ngen_launch *l) {
   case 33: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 34: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 35: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 36: NGEN_RUN_SPAN(l, im2col_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 37: NGEN_RUN_SPAN(l, conv1_bias_sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 38: NGEN_RUN_SPAN(l, bn1_addc_powc_mul_sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4)));
+  case 39: NGEN_RUN_SPAN(l, mul_add_relu_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 40: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 41: NGEN_RUN_SPAN(l, im2col_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 42: NGEN_RUN_SPAN(l, conv2_bias_sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 43: NGEN_RUN_SPAN(l, bn2_addc_powc_mul_sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4)));
+  case 44: NGEN_RUN_SPAN(l, mul_add_relu_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 45: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 46: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 47: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   }
   return -1;
 }

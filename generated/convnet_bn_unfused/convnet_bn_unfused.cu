@@ -3075,3 +3075,418 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
   }
 }
 
+// im2col_fwd_4 computes:
+//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) im2col_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long rows = 252LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v3_j = j;
+    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
+    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
+    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
+    const int v3_k = (int)v3_n_t;
+    const int v3_g = 0;
+    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
+    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
+    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
+    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
+    out0[i] = v3;
+  }
+}
+
+// conv1_bias_fwd_3 computes:
+//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a6 = in0[i];
+    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v8 = (a6 + a7);
+    out0[i] = v8;
+  }
+}
+
+// sub_fwd_6 computes:
+//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a8 = in0[i];
+    float a13 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v14 = (a8 - a13);
+    out0[i] = v14;
+  }
+}
+
+// addc_fwd_6 computes:
+//   v16 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) addc_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a12 = in0[i];
+    float v16 = (a12 + 1.0000000000000001e-05f);
+    out0[i] = v16;
+  }
+}
+
+// powc_fwd_6 computes:
+//   v17 = powc <f32[32]> v16 {f=-0.5}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) powc_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a16 = in0[i];
+    float v17 = powf(a16, -0.5f);
+    out0[i] = v17;
+  }
+}
+
+// bn1_mul_fwd_3 computes:
+//   v18 = mul <f32[32]> v9 v17  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a9 = in0[i];
+    float a17 = in1[i];
+    float v18 = (a9 * a17);
+    out0[i] = v18;
+  }
+}
+
+// mul_fwd_6 computes:
+//   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a18 = in0[i];
+    float v19 = (0.0f * a18);
+    out0[i] = v19;
+  }
+}
+
+// bn1_sub_fwd_3 computes:
+//   v20 = sub <f32[32]> v10 v19  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a10 = in0[i];
+    float a19 = in1[i];
+    float v20 = (a10 - a19);
+    out0[i] = v20;
+  }
+}
+
+// mul_fwd_2_3 computes:
+//   v22 = mul <f32[B,32,28,28]> v14 v21  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a14 = in0[i];
+    float a21 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v22 = (a14 * a21);
+    out0[i] = v22;
+  }
+}
+
+// add_fwd_8 computes:
+//   v24 = add <f32[B,32,28,28]> v22 v23  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) add_fwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    float a22 = in0[i];
+    float a23 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v24 = (a22 + a23);
+    out0[i] = v24;
+  }
+}
+
+// relu_fwd_7 computes:
+//   v25 = relu <f32[B,32,28,28]> v24  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a24 = in0[i];
+    float v25 = (a24 <= 0.0f ? 0.0f : a24);
+    out0[i] = v25;
+  }
+}
+
+// maxpool_argmax_fwd_4 computes:
+//   v26 = maxpool_argmax <u8[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_4(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v26_j = j;
+    const long long v26_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v26_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v26_n * 448u);
+    const int v26_oy = (int)(v26_n_t % 14u); v26_n_t /= 14u;
+    const int v26_c = (int)v26_n_t;
+    const int v26_ox = v26_j;
+    const long long v26_base = (v26_n * 32 + v26_c) * 784;
+    int v26 = -1;
+    float v26_m = 0;
+    for (int kh = 0; kh < 2; ++kh) {
+      const int iy = v26_oy * 2 - 0 + kh * 1;
+      const bool oky = true;
+      for (int kw = 0; kw < 2; ++kw) {
+        const int ix = v26_ox * 2 - 0 + kw * 1;
+        const bool ok = oky;
+        const float x = (ok) ? in0[v26_base + iy * 28 + ix] : 0;
+        if (ok && (v26 < 0 || x > v26_m || x != x)) { v26 = kh * 2 + kw; v26_m = x; }
+      }
+    }
+    out0[i] = v26;
+  }
+}
+
+// maxpool_pick_fwd_4 computes:
+//   v27 = maxpool_pick <f32[B,32,14,14]> v25 v26 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_4(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    unsigned char a26 = in1[i];
+    const int v27_j = j;
+    const long long v27_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v27_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v27_n * 448u);
+    const int v27_oy = (int)(v27_n_t % 14u); v27_n_t /= 14u;
+    const int v27_c = (int)v27_n_t;
+    const int v27_ox = v27_j;
+    const long long v27_base = (v27_n * 32 + v27_c) * 784;
+    const unsigned v27_k = (unsigned)a26;
+    const float v27 = in0[v27_base + (v27_oy * 2 - 0 + (int)(v27_k / 2u) * 1) * 28 + v27_ox * 2 - 0 + (int)(v27_k % 2u) * 1];
+    out0[i] = v27;
+  }
+}
+
+// im2col_fwd_2_3 computes:
+//   v30 = im2col <f32[B,288,196]> v27 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v30_j = j;
+    const long long v30_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v30_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v30_n * 4032u);
+    const int v30_oy = (int)(v30_n_t % 14u); v30_n_t /= 14u;
+    const int v30_k = (int)v30_n_t;
+    const int v30_g = 0;
+    const int v30_c = v30_g * 32 + (int)((unsigned)v30_k / 9u);
+    const int v30_y = v30_oy * 1 - 1 + (int)((unsigned)v30_k / 3u % 3u) * 1;
+    const int v30_x = v30_j * 1 - 1 + (int)((unsigned)v30_k % 3u) * 1;
+    const float v30 = (v30_y >= 0 && v30_y < 14 && v30_x >= 0 && v30_x < 14) ? in0[((v30_n * 32 + v30_c) * 14 + v30_y) * 14 + v30_x] : 0.0f;
+    out0[i] = v30;
+  }
+}
+
+// conv2_bias_fwd_3 computes:
+//   v35 = add <f32[B,64,14,14]> v33 v34  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a33 = in0[i];
+    float a34 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v35 = (a33 + a34);
+    out0[i] = v35;
+  }
+}
+
+// sub_fwd_2_3 computes:
+//   v41 = sub <f32[B,64,14,14]> v35 v40  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a35 = in0[i];
+    float a40 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v41 = (a35 - a40);
+    out0[i] = v41;
+  }
+}
+
+// addc_fwd_2_3 computes:
+//   v43 = addc <f32[64]> v39 {f=1e-05}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) addc_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a39 = in0[i];
+    float v43 = (a39 + 1.0000000000000001e-05f);
+    out0[i] = v43;
+  }
+}
+
+// powc_fwd_2_3 computes:
+//   v44 = powc <f32[64]> v43 {f=-0.5}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) powc_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a43 = in0[i];
+    float v44 = powf(a43, -0.5f);
+    out0[i] = v44;
+  }
+}
+
+// bn2_mul_fwd_3 computes:
+//   v45 = mul <f32[64]> v36 v44  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a36 = in0[i];
+    float a44 = in1[i];
+    float v45 = (a36 * a44);
+    out0[i] = v45;
+  }
+}
+
+// mul_fwd_3_3 computes:
+//   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_3_3(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a45 = in0[i];
+    float v46 = (0.0f * a45);
+    out0[i] = v46;
+  }
+}
+
+// bn2_sub_fwd_3 computes:
+//   v47 = sub <f32[64]> v37 v46  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a37 = in0[i];
+    float a46 = in1[i];
+    float v47 = (a37 - a46);
+    out0[i] = v47;
+  }
+}
+
+// mul_fwd_4_3 computes:
+//   v49 = mul <f32[B,64,14,14]> v41 v48  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_4_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a41 = in0[i];
+    float a48 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v49 = (a41 * a48);
+    out0[i] = v49;
+  }
+}
+
+// add_fwd_2_3 computes:
+//   v51 = add <f32[B,64,14,14]> v49 v50  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) add_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a49 = in0[i];
+    float a50 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v51 = (a49 + a50);
+    out0[i] = v51;
+  }
+}
+
+// relu_fwd_2_3 computes:
+//   v52 = relu <f32[B,64,14,14]> v51  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a51 = in0[i];
+    float v52 = (a51 <= 0.0f ? 0.0f : a51);
+    out0[i] = v52;
+  }
+}
+
+// maxpool_argmax_fwd_2_3 computes:
+//   v53 = maxpool_argmax <u8[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_3(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v53_j = j;
+    const long long v53_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v53_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v53_n * 448u);
+    const int v53_oy = (int)(v53_n_t % 7u); v53_n_t /= 7u;
+    const int v53_c = (int)v53_n_t;
+    const int v53_ox = v53_j;
+    const long long v53_base = (v53_n * 64 + v53_c) * 196;
+    int v53 = -1;
+    float v53_m = 0;
+    for (int kh = 0; kh < 2; ++kh) {
+      const int iy = v53_oy * 2 - 0 + kh * 1;
+      const bool oky = true;
+      for (int kw = 0; kw < 2; ++kw) {
+        const int ix = v53_ox * 2 - 0 + kw * 1;
+        const bool ok = oky;
+        const float x = (ok) ? in0[v53_base + iy * 14 + ix] : 0;
+        if (ok && (v53 < 0 || x > v53_m || x != x)) { v53 = kh * 2 + kw; v53_m = x; }
+      }
+    }
+    out0[i] = v53;
+  }
+}
+
+// maxpool_pick_fwd_2_3 computes:
+//   v54 = maxpool_pick <f32[B,64,7,7]> v52 v53 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_3(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    unsigned char a53 = in1[i];
+    const int v54_j = j;
+    const long long v54_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v54_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v54_n * 448u);
+    const int v54_oy = (int)(v54_n_t % 7u); v54_n_t /= 7u;
+    const int v54_c = (int)v54_n_t;
+    const int v54_ox = v54_j;
+    const long long v54_base = (v54_n * 64 + v54_c) * 196;
+    const unsigned v54_k = (unsigned)a53;
+    const float v54 = in0[v54_base + (v54_oy * 2 - 0 + (int)(v54_k / 2u) * 1) * 14 + v54_ox * 2 - 0 + (int)(v54_k % 2u) * 1];
+    out0[i] = v54;
+  }
+}
+
+// fc1_bias_fwd_3 computes:
+//   v59 = add <f32[B,128]> v57 v58  # models/convnet/model.go:34
+extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
+    float a57 = in0[i];
+    float a58 = in1[(0) * 128LL + j];
+    float v59 = (a57 + a58);
+    out0[i] = v59;
+  }
+}
+
+// relu_fwd_3_3 computes:
+//   v60 = relu <f32[B,128]> v59  # models/convnet/model.go:34
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 128LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a59 = in0[i];
+    float v60 = (a59 <= 0.0f ? 0.0f : a59);
+    out0[i] = v60;
+  }
+}
+
+// fc2_bias_fwd_3 computes:
+//   v64 = add <f32[B,10]> v62 v63  # models/convnet/model.go:35
+extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
+    float a62 = in0[i];
+    float a63 = in1[(0) * 10LL + j];
+    float v64 = (a62 + a63);
+    out0[i] = v64;
+  }
+}
+

@@ -2179,6 +2179,407 @@ var Plan = &runtime.Plan{
 		Name:  "predict.v98",
 		Role:  "temp",
 		Shape: "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  7056,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{0, 1},
+		Name:  "predict_eval.v3",
+		Role:  "temp",
+		Shape: "f32[B,9,784]",
+	}, {
+		AliasOf:   2,
+		Elems:     runtime.Size{Mul: 288},
+		Name:      "predict_eval.v4",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32,9]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{1, 2},
+		Name:  "predict_eval.v5",
+		Role:  "temp",
+		Shape: "f32[B,32,784]",
+	}, {
+		AliasOf: 280,
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v6",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,32,28,28]",
+	}, {
+		AliasOf:   4,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v7",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{2, 3},
+		Name:  "predict_eval.v8",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf:   26,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v13",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{3, 9},
+		Name:  "predict_eval.v14",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{4, 5},
+		Name:  "predict_eval.v16",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{5, 6},
+		Name:  "predict_eval.v17",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{6, 9},
+		Name:  "predict_eval.v18",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{7, 8},
+		Name:  "predict_eval.v19",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Func:  2,
+		Live:  [2]int{8, 10},
+		Name:  "predict_eval.v20",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		AliasOf:   288,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v21",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{9, 10},
+		Name:  "predict_eval.v22",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		AliasOf:   290,
+		Elems:     runtime.Size{Mul: 32},
+		Name:      "predict_eval.v23",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,32,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{10, 11},
+		Name:  "predict_eval.v24",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  25088,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{11, 13},
+		Name:  "predict_eval.v25",
+		Role:  "temp",
+		Shape: "f32[B,32,28,28]",
+	}, {
+		DType: runtime.U8,
+		Elems: runtime.Size{
+			Mul:  6272,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{12, 13},
+		Name:  "predict_eval.v26",
+		Role:  "temp",
+		Shape: "u8[B,32,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  6272,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{13, 14},
+		Name:  "predict_eval.v27",
+		Role:  "temp",
+		Shape: "f32[B,32,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  56448,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{14, 15},
+		Name:  "predict_eval.v30",
+		Role:  "temp",
+		Shape: "f32[B,288,196]",
+	}, {
+		AliasOf:   10,
+		Elems:     runtime.Size{Mul: 18432},
+		Name:      "predict_eval.v31",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64,288]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{15, 16},
+		Name:  "predict_eval.v32",
+		Role:  "temp",
+		Shape: "f32[B,64,196]",
+	}, {
+		AliasOf: 300,
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v33",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,64,14,14]",
+	}, {
+		AliasOf:   12,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v34",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{16, 17},
+		Name:  "predict_eval.v35",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf:   28,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v40",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{17, 23},
+		Name:  "predict_eval.v41",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{18, 19},
+		Name:  "predict_eval.v43",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{19, 20},
+		Name:  "predict_eval.v44",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{20, 23},
+		Name:  "predict_eval.v45",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{21, 22},
+		Name:  "predict_eval.v46",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Func:  2,
+		Live:  [2]int{22, 24},
+		Name:  "predict_eval.v47",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		AliasOf:   308,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v48",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{23, 24},
+		Name:  "predict_eval.v49",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		AliasOf:   310,
+		Elems:     runtime.Size{Mul: 64},
+		Name:      "predict_eval.v50",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[1,64,1,1]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{24, 25},
+		Name:  "predict_eval.v51",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  12544,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{25, 27},
+		Name:  "predict_eval.v52",
+		Role:  "temp",
+		Shape: "f32[B,64,14,14]",
+	}, {
+		DType: runtime.U8,
+		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{26, 27},
+		Name:  "predict_eval.v53",
+		Role:  "temp",
+		Shape: "u8[B,64,7,7]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{27, 28},
+		Name:  "predict_eval.v54",
+		Role:  "temp",
+		Shape: "f32[B,64,7,7]",
+	}, {
+		AliasOf: 317,
+		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Name:      "predict_eval.v55",
+		Placement: runtime.Alias,
+		Role:      "view",
+		Shape:     "f32[B,3136]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{28, 29},
+		Name:  "predict_eval.v57",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{29, 30},
+		Name:  "predict_eval.v59",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  128,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{30, 31},
+		Name:  "predict_eval.v60",
+		Role:  "temp",
+		Shape: "f32[B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{31, 32},
+		Name:  "predict_eval.v62",
+		Role:  "temp",
+		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
 		Buf:  113,
@@ -6561,6 +6962,763 @@ var Plan = &runtime.Plan{
 			Kernel: 212,
 			Ops:    "add",
 		}},
+	}, {
+		Inputs: []runtime.Named{{
+			Buf:  33,
+			Name: "x",
+		}},
+		Name: "predict_eval",
+		Outputs: []runtime.Named{{
+			Buf:  277,
+			Name: "output",
+		}},
+		Steps: []runtime.Step{{
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 278}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  3136,
+				Syms: []string{"B"},
+			}, {
+				Mul:  28224,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  7056,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 213,
+			Ops:    "im2col",
+		}, {
+			Bytes: runtime.Sum{{Mul: 1152}, {
+				Mul:  28224,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  451584,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     279,
+				Alpha: 1.0,
+				B:     278,
+				Batch: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				BatchB: true,
+				C:      280,
+				K:      runtime.Size{Mul: 9},
+				M:      runtime.Size{Mul: 32},
+				N:      runtime.Size{Mul: 784},
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 281}, {Buf: 282}, {Buf: 283}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 214,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 283}, {Buf: 284}, {Buf: 285}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 215,
+			Ops:    "sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 286}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 216,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 286}, {Buf: 287}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 128}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 217,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 287}, {Buf: 288}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 218,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 288}, {Buf: 289}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 219,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 289}, {Buf: 290}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
+			Flops: runtime.Sum{{Mul: 32}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 220,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 285}, {Buf: 291}, {Buf: 292}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 221,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 292}, {Buf: 293}, {Buf: 294}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 222,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 294}, {Buf: 295}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  100352,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  25088,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 223,
+			Ops:    "relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 295}, {Buf: 296}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  6272,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  6272,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 224,
+			Ops:    "maxpool_argmax",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 295}, {Buf: 296}, {Buf: 297}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {
+				Mul:  6272,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  6272,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 225,
+			Ops:    "maxpool_pick",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 297}, {Buf: 298}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  225792,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  56448,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 226,
+			Ops:    "im2col",
+		}, {
+			Bytes: runtime.Sum{{Mul: 73728}, {
+				Mul:  225792,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  7225344,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     299,
+				Alpha: 1.0,
+				B:     298,
+				Batch: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				BatchB: true,
+				C:      300,
+				K:      runtime.Size{Mul: 288},
+				M:      runtime.Size{Mul: 64},
+				N:      runtime.Size{Mul: 196},
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 301}, {Buf: 302}, {Buf: 303}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 227,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 303}, {Buf: 304}, {Buf: 305}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 228,
+			Ops:    "sub",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 306}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 229,
+			Ops:    "addc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 306}, {Buf: 307}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 256}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 230,
+			Ops:    "powc",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 307}, {Buf: 308}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 231,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 308}, {Buf: 309}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 232,
+			Ops:    "mul",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 309}, {Buf: 310}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
+			Flops: runtime.Sum{{Mul: 64}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 233,
+			Ops:    "sub",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 305}, {Buf: 311}, {Buf: 312}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 234,
+			Ops:    "mul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 312}, {Buf: 313}, {Buf: 314}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {Mul: 256}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 235,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 314}, {Buf: 315}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  50176,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  12544,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 236,
+			Ops:    "relu",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 315}, {Buf: 316}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  3136,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  3136,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 237,
+			Ops:    "maxpool_argmax",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 315}, {Buf: 316}, {Buf: 317}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  50176,
+				Syms: []string{"B"},
+			}, {
+				Mul:  3136,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  3136,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 238,
+			Ops:    "maxpool_pick",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {Mul: 1605632}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  802816,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     318,
+				Alpha: 1.0,
+				B:     18,
+				Batch: runtime.Size{Mul: 1},
+				C:     319,
+				K:     runtime.Size{Mul: 3136},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 128},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 319}, {Buf: 20}, {Buf: 320}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {Mul: 512}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  128,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  128,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 239,
+			Ops:    "add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 320}, {Buf: 321}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  128,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  128,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 240,
+			Ops:    "relu",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {Mul: 5120}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  2560,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     321,
+				Alpha: 1.0,
+				B:     22,
+				Batch: runtime.Size{Mul: 1},
+				C:     322,
+				K:     runtime.Size{Mul: 128},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 10},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 322}, {Buf: 24}, {Buf: 277}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  40,
+				Syms: []string{"B"},
+			}, {Mul: 40}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  10,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  10,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 241,
+			Ops:    "add",
+		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
@@ -7408,6 +8566,122 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "im2col_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "conv1_bias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "addc_fwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "powc_fwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn1_mul_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn1_sub_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_8",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_7",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_argmax_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_pick_fwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "im2col_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "conv2_bias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "sub_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "addc_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "powc_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn2_mul_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_3_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "bn2_sub_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "mul_fwd_4_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "add_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_argmax_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "maxpool_pick_fwd_2_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc1_bias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "relu_fwd_3_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc2_bias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}},
 	Model: "convnet_bn",
 	Optimizer: runtime.Optimizer{
@@ -7495,11 +8769,15 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	if err := m.s.Run("predict", rows); err != nil {
+	fn, buf := "predict", 199
+	if !m.s.Training() {
+		fn, buf = "predict_eval", 277
+	}
+	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(199))
-	if err := m.s.Read(199, out); err != nil {
+	out := make([]float32, m.s.Elems(buf))
+	if err := m.s.Read(buf, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -219,6 +219,35 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 210: NGEN_RUN_SPAN(l, fc1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 211: NGEN_RUN_SPAN(l, relu_fwd_5_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 212: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 213: NGEN_RUN_SPAN(l, im2col_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 214: NGEN_RUN_SPAN(l, conv1_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 215: NGEN_RUN_SPAN(l, sub_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 216: NGEN_RUN_SPAN(l, addc_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 217: NGEN_RUN_SPAN(l, powc_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 218: NGEN_RUN_SPAN(l, bn1_mul_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 219: NGEN_RUN_SPAN(l, mul_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 220: NGEN_RUN_SPAN(l, bn1_sub_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 221: NGEN_RUN_SPAN(l, mul_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 222: NGEN_RUN_SPAN(l, add_fwd_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 223: NGEN_RUN_SPAN(l, relu_fwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 224: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
+  case 225: NGEN_RUN_SPAN(l, maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 226: NGEN_RUN_SPAN(l, im2col_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 227: NGEN_RUN_SPAN(l, conv2_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 228: NGEN_RUN_SPAN(l, sub_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 229: NGEN_RUN_SPAN(l, addc_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 230: NGEN_RUN_SPAN(l, powc_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 231: NGEN_RUN_SPAN(l, bn2_mul_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 232: NGEN_RUN_SPAN(l, mul_fwd_3_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  case 233: NGEN_RUN_SPAN(l, bn2_sub_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 234: NGEN_RUN_SPAN(l, mul_fwd_4_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 235: NGEN_RUN_SPAN(l, add_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 236: NGEN_RUN_SPAN(l, relu_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 237: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
+  case 238: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 239: NGEN_RUN_SPAN(l, fc1_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 240: NGEN_RUN_SPAN(l, relu_fwd_3_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 241: NGEN_RUN_SPAN(l, fc2_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   }
   return -1;
 }

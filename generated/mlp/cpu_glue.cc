@@ -16,6 +16,9 @@ extern "C" int ngen_cpu_entry_mlp(int k, const ngen_launch *l) {
   case 7: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6)));
   case 8: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6)));
   case 9: NGEN_RUN_SPAN(l, fc3_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 10: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 11: NGEN_RUN_SPAN(l, fc2_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 12: NGEN_RUN_SPAN(l, fc3_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   }
   return -1;
 }

@@ -309,3 +309,46 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
   }
 }
 
+// fc1_bias_relu_fwd computes:
+//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
+//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
+extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
+    float a2 = in0[i];
+    float a3 = in1[(0) * 512LL + j];
+    float v4 = (a2 + a3);
+    float v5 = (v4 <= 0.0f ? 0.0f : v4);
+    out0[i] = v5;
+  }
+}
+
+// fc2_bias_relu_fwd computes:
+//   v9 = add <f32[B,256]> v7 v8  # models/mlp/model.go:16
+//   v10 = relu <f32[B,256]> v9  # models/mlp/model.go:16
+extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
+    const long long i = r * 256LL + j;
+    float a7 = in0[i];
+    float a8 = in1[(0) * 256LL + j];
+    float v9 = (a7 + a8);
+    float v10 = (v9 <= 0.0f ? 0.0f : v9);
+    out0[i] = v10;
+  }
+}
+
+// fc3_bias_fwd_2 computes:
+//   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:17
+extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
+    const long long i = r * 10LL + j;
+    float a12 = in0[i];
+    float a13 = in1[(0) * 10LL + j];
+    float v14 = (a12 + a13);
+    out0[i] = v14;
+  }
+}
+

@@ -378,6 +378,65 @@ var Plan = &runtime.Plan{
 		Name:  "predict.v14",
 		Role:  "temp",
 		Shape: "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,10]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  512,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{0, 1},
+		Name:  "predict_eval.v2",
+		Role:  "temp",
+		Shape: "f32[B,512]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  512,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{1, 2},
+		Name:  "predict_eval.v5",
+		Role:  "temp",
+		Shape: "f32[B,512]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  256,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{2, 3},
+		Name:  "predict_eval.v7",
+		Role:  "temp",
+		Shape: "f32[B,256]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  256,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{3, 4},
+		Name:  "predict_eval.v10",
+		Role:  "temp",
+		Shape: "f32[B,256]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  10,
+			Syms: []string{"B"},
+		},
+		Func:  2,
+		Live:  [2]int{4, 5},
+		Name:  "predict_eval.v12",
+		Role:  "temp",
+		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
 		Buf:  27,
@@ -1115,6 +1174,191 @@ var Plan = &runtime.Plan{
 			Kernel: 9,
 			Ops:    "add",
 		}},
+	}, {
+		Inputs: []runtime.Named{{
+			Buf:  17,
+			Name: "x",
+		}},
+		Name: "predict_eval",
+		Outputs: []runtime.Named{{
+			Buf:  38,
+			Name: "output",
+		}},
+		Steps: []runtime.Step{{
+			Bytes: runtime.Sum{{
+				Mul:  3136,
+				Syms: []string{"B"},
+			}, {Mul: 1605632}, {
+				Mul:  2048,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  802816,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     17,
+				Alpha: 1.0,
+				B:     2,
+				Batch: runtime.Size{Mul: 1},
+				C:     39,
+				K:     runtime.Size{Mul: 784},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 512},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 4}, {Buf: 40}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  2048,
+				Syms: []string{"B"},
+			}, {Mul: 2048}, {
+				Mul:  2048,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  512,
+				Syms: []string{"B"},
+			}, {
+				Mul:  512,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  512,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 10,
+			Ops:    "add+relu",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  2048,
+				Syms: []string{"B"},
+			}, {Mul: 524288}, {
+				Mul:  1024,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  262144,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     40,
+				Alpha: 1.0,
+				B:     6,
+				Batch: runtime.Size{Mul: 1},
+				C:     41,
+				K:     runtime.Size{Mul: 512},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 256},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 8}, {Buf: 42}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  1024,
+				Syms: []string{"B"},
+			}, {Mul: 1024}, {
+				Mul:  1024,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  256,
+				Syms: []string{"B"},
+			}, {
+				Mul:  256,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  256,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 11,
+			Ops:    "add+relu",
+		}, {
+			Bytes: runtime.Sum{{
+				Mul:  1024,
+				Syms: []string{"B"},
+			}, {Mul: 10240}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  5120,
+				Syms: []string{"B"},
+			}},
+			Gemm: runtime.Gemm{
+				A:     42,
+				Alpha: 1.0,
+				B:     10,
+				Batch: runtime.Size{Mul: 1},
+				C:     43,
+				K:     runtime.Size{Mul: 256},
+				M: runtime.Size{
+					Mul:  1,
+					Syms: []string{"B"},
+				},
+				N:      runtime.Size{Mul: 10},
+				TransB: true,
+			},
+			Kind: runtime.GemmStep,
+			Ops:  "matmul",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 12}, {Buf: 38}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  40,
+				Syms: []string{"B"},
+			}, {Mul: 40}, {
+				Mul:  40,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  10,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  10,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 12,
+			Ops:    "add",
+		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
@@ -1151,6 +1395,18 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc1_bias_relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc2_bias_relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "fc3_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}},
 	Model: "mlp",
@@ -1239,11 +1495,15 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	if err := m.s.Run("predict", rows); err != nil {
+	fn, buf := "predict", 32
+	if !m.s.Training() {
+		fn, buf = "predict_eval", 38
+	}
+	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(32))
-	if err := m.s.Read(32, out); err != nil {
+	out := make([]float32, m.s.Elems(buf))
+	if err := m.s.Read(buf, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -42,6 +42,11 @@ extern "C" int ngen_cpu_entry_mlp_unfused(int k, const ngen_launch *l) {
   case 33: NGEN_RUN_SPAN(l, relu_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 34: NGEN_RUN_SPAN(l, dropout_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5)));
   case 35: NGEN_RUN_SPAN(l, fc3_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 36: NGEN_RUN_SPAN(l, fc1_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 37: NGEN_RUN_SPAN(l, relu_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 38: NGEN_RUN_SPAN(l, fc2_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 39: NGEN_RUN_SPAN(l, relu_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 40: NGEN_RUN_SPAN(l, fc3_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   }
   return -1;
 }

@@ -1125,11 +1125,12 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	if err := m.s.Run("predict", rows); err != nil {
+	fn, buf := "predict", 30
+	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
-	out := make([]float32, m.s.Elems(30))
-	if err := m.s.Read(30, out); err != nil {
+	out := make([]float32, m.s.Elems(buf))
+	if err := m.s.Read(buf, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -237,6 +237,12 @@ func TestBatchNormModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p2, _ := m.Predict(x)
+	// Predict in eval mode runs predict_eval, the predict function
+	// specialised to eval mode; the general one, run with the train flag
+	// off, must agree.
+	if got := runPredict(t, m.Session(), "predict", 8); !allClose(got, p2, 1e-6) {
+		t.Fatalf("eval-mode predict and predict_eval differ: %v vs %v", got[:4], p2[:4])
+	}
 	m2, err := convnet_bn.New(dev, convnet_bn.Options{Batch: 8, Seed: 9})
 	if err != nil {
 		t.Fatal(err)
@@ -408,4 +414,36 @@ func TestConvNetOracle(t *testing.T) {
 			check("eval logits", logits, want.EvalLogits, 1e-3, atol)
 		})
 	}
+}
+
+// runPredict runs plan function fn on the batch already written and reads
+// its output.
+func runPredict(t *testing.T, s *runtime.Session, fn string, rows int) []float32 {
+	t.Helper()
+	if err := s.Run(fn, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range s.Plan().Funcs {
+		if f.Name == fn {
+			out := make([]float32, s.Elems(f.Outputs[0].Buf))
+			if err := s.Read(f.Outputs[0].Buf, out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+	}
+	t.Fatalf("plan has no function %s", fn)
+	return nil
+}
+
+func allClose(a, b []float32, tol float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !close(float64(a[i]), float64(b[i]), tol, tol) {
+			return false
+		}
+	}
+	return true
 }
