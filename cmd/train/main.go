@@ -1,14 +1,24 @@
 // Command train trains a generated ngen model on Fashion-MNIST: the
 // README's main job. It prints a progress bar, the running loss, and the
-// test accuracy and throughput after every epoch.
+// test accuracy and throughput after every epoch. With -torch it then runs
+// PyTorch's training of the same model, data and recipe
+// (bench/torch_train.py, same epochs, batch, seed and threads) and prints
+// both runs side by side.
 //
 //	go run ./cmd/train -model mlp -epochs 5
+//	go run ./cmd/train -model convnet -epochs 3 -threads 1 -torch
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -30,38 +40,87 @@ func main() {
 		save    = flag.String("save", "", "write a checkpoint here after training")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
+		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
+		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
 	)
 	flag.Parse()
-	if err := run(*name, *epochs, *batch, *seed, *threads, *device, *dir, *save, *quiet, *profile); err != nil {
+	ours, err := run(*name, *epochs, *batch, *seed, *threads, *device, *dir, *save, *quiet, *profile)
+	if err == nil && *torch {
+		err = compare(ours, *script, *name, *epochs, *batch, *seed, *threads, *dir)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name string, epochs, batch int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) error {
+// epochResult is one epoch of a run, ngen's or PyTorch's.
+type epochResult struct {
+	Epoch     int     `json:"epoch"`
+	Acc       float64 `json:"test_acc"`
+	Loss      float64 `json:"train_loss"`
+	PerSecond float64 `json:"samples_per_s"`
+}
+
+// compare runs the PyTorch peer on the same model, data and recipe and
+// prints its epochs beside ours. It runs after ngen's training, not beside
+// it, so the two do not share the cores.
+func compare(ours []epochResult, script, name string, epochs, batch int, seed uint64, threads int, dir string) error {
+	if threads <= 0 {
+		threads = goruntime.NumCPU()
+	}
+	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
+	cmd := exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(epochs),
+		"--batch", strconv.Itoa(batch), "--seed", strconv.FormatUint(seed, 10), "--threads", strconv.Itoa(threads), "--data", dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("PyTorch peer %s: %w", script, err)
+	}
+	var theirs []epochResult
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r epochResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("PyTorch peer %s printed %q: %w", script, line, err)
+		}
+		theirs = append(theirs, r)
+	}
+	if len(theirs) != len(ours) {
+		return fmt.Errorf("PyTorch peer %s ran %d epochs, ngen %d", script, len(theirs), len(ours))
+	}
+	fmt.Printf("%5s  %10s  %10s  %10s  %10s  %12s  %12s\n", "epoch", "ngen acc", "torch acc", "ngen loss", "torch loss", "ngen smp/s", "torch smp/s")
+	for i, a := range ours {
+		b := theirs[i]
+		fmt.Printf("%5d  %9.2f%%  %9.2f%%  %10.4f  %10.4f  %12.0f  %12.0f\n", a.Epoch, 100*a.Acc, 100*b.Acc, a.Loss, b.Loss, a.PerSecond, b.PerSecond)
+	}
+	return nil
+}
+
+func run(name string, epochs, batch int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
-		return fmt.Errorf("unknown model %q (have %s)", name, modelNames())
+		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
 	}
 	trainSet, err := data.LoadFashionMNIST(dir, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	testSet, err := data.LoadFashionMNIST(dir, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dev, err := runtime.OpenDevice(devName, threads)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer dev.Close()
 	m, err := mk(dev, batch, seed)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer m.Close()
 	loader := data.NewLoader(trainSet, batch, true, seed)
+	var results []epochResult
 	fmt.Printf("model %s on %s: %d train / %d test images, batch %d, %d steps per epoch\n",
 		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())
 	for epoch := 1; epoch <= epochs; epoch++ {
@@ -85,7 +144,7 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 			}
 			loss, err := m.Step(x, y)
 			if err != nil {
-				return fmt.Errorf("epoch %d step %d: %w", epoch, n+1, err)
+				return nil, fmt.Errorf("epoch %d step %d: %w", epoch, n+1, err)
 			}
 			sum += float64(loss)
 			n++
@@ -101,36 +160,39 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 		}
 		acc, err := accuracy(m, testSet, batch)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fmt.Printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
 			epoch, sum/float64(n), 100*acc, float64(trainSet.N)/elapsed.Seconds(), elapsed.Seconds())
+		results = append(results, epochResult{epoch, acc, sum / float64(n), float64(trainSet.N) / elapsed.Seconds()})
 	}
 	if profile {
 		fmt.Printf("\nprofile of epoch %d (training steps and test predictions):\n", epochs)
 		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if save != "" {
-		f, err := os.CreateTemp(".", ".ckpt-*")
+		// Written beside the destination and renamed over it, so a
+		// failure leaves any earlier checkpoint whole.
+		f, err := os.CreateTemp(filepath.Dir(save), ".ckpt-*")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := m.Save(f); err != nil {
 			f.Close()
 			os.Remove(f.Name())
-			return err
+			return nil, err
 		}
 		if err := f.Close(); err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.Rename(f.Name(), save); err != nil {
-			return err
+			return nil, err
 		}
 		fmt.Println("saved", save)
 	}
-	return nil
+	return results, nil
 }
 
 // accuracy evaluates in eval mode over the whole set.
