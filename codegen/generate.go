@@ -215,7 +215,7 @@ func kernelParamTypes(plan *runtime.Plan, i int) []string {
 			}
 			for j, a := range st.Args {
 				if a.Buf >= 0 {
-					types[j] = map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double", runtime.I32: "int", runtime.U8: "unsigned char"}[plan.Buffers[a.Buf].DType] + " *"
+					types[j] = map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double", runtime.I32: "int"}[plan.Buffers[a.Buf].DType] + " *"
 				}
 			}
 		}

@@ -31,7 +31,7 @@ type GlueOptions struct {
 var plainFile = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 
 // elemType is the Go element type of host slices for each device dtype.
-var elemType = map[runtime.DType]string{runtime.F32: "float32", runtime.F64: "float64", runtime.I32: "int32", runtime.U8: "uint8"}
+var elemType = map[runtime.DType]string{runtime.F32: "float32", runtime.F64: "float64", runtime.I32: "int32"}
 
 // GoGlue writes the typed Go package for a plan with jennifer. User names
 // (inputs, parameters, the model) reach it only inside string literals or as

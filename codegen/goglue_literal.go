@@ -19,7 +19,7 @@ import (
 // the plan literal. Keys are typed values, so a renumbering in runtime
 // cannot make a name lie; an unlisted value prints as a conversion.
 var constNames = map[any]string{
-	runtime.F32: "F32", runtime.F64: "F64", runtime.I32: "I32", runtime.U8: "U8",
+	runtime.F32: "F32", runtime.F64: "F64", runtime.I32: "I32",
 	runtime.Arena: "Arena", runtime.Persistent: "Persistent", runtime.Alias: "Alias",
 	runtime.LaunchStep: "LaunchStep", runtime.GemmStep: "GemmStep", runtime.MemsetStep: "MemsetStep", runtime.CopyStep: "CopyStep",
 	runtime.ArgPtr: "ArgPtr", runtime.ArgI32: "ArgI32", runtime.ArgI64: "ArgI64", runtime.ArgU64: "ArgU64", runtime.ArgF32: "ArgF32", runtime.ArgF64: "ArgF64",

@@ -84,8 +84,6 @@ func rtDType(d ir.DType) runtime.DType {
 		return runtime.F64
 	case ir.I32:
 		return runtime.I32
-	case ir.U8:
-		return runtime.U8
 	}
 	return runtime.F32
 }

@@ -27,7 +27,6 @@ const (
 	F32 DType = iota
 	F64
 	I32
-	U8 // internal to a plan (max-pooling offsets)
 )
 
 // Size is the element size in bytes.
@@ -35,8 +34,6 @@ func (d DType) Size() int {
 	switch d {
 	case F64:
 		return 8
-	case U8:
-		return 1
 	default:
 		return 4
 	}
@@ -50,8 +47,6 @@ func (d DType) String() string {
 		return "f64"
 	case I32:
 		return "i32"
-	case U8:
-		return "u8"
 	}
 	return fmt.Sprintf("dtype(%d)", int(d))
 }

@@ -122,14 +122,6 @@ func (s *Session) ReadFloats(i int) ([]float64, error) {
 		for k, v := range tmp {
 			out[k] = float64(v)
 		}
-	case U8:
-		tmp := make([]uint8, n)
-		if err := s.dev.CopyToHost(unsafe.Pointer(&tmp[0]), s.ptrs[i], int64(n)); err != nil {
-			return nil, err
-		}
-		for k, v := range tmp {
-			out[k] = float64(v)
-		}
 	}
 	return out, nil
 }

@@ -19,9 +19,6 @@ const (
 	F32 DType = iota
 	F64
 	I32
-	// U8 holds small non-negative integers internal to a plan (a max
-	// pooling window's offset of its maximum); no source has it.
-	U8
 )
 
 func (d DType) String() string {
@@ -32,19 +29,14 @@ func (d DType) String() string {
 		return "f64"
 	case I32:
 		return "i32"
-	case U8:
-		return "u8"
 	}
 	return fmt.Sprintf("dtype%d", int(d))
 }
 
 // Size in bytes.
 func (d DType) Size() int {
-	switch d {
-	case F64:
+	if d == F64 {
 		return 8
-	case U8:
-		return 1
 	}
 	return 4
 }
@@ -59,15 +51,13 @@ func (d DType) CType() string {
 		return "double"
 	case I32:
 		return "int"
-	case U8:
-		return "unsigned char"
 	}
 	return "float"
 }
 
 // ParseDType is the inverse of String.
 func ParseDType(s string) (DType, error) {
-	for _, d := range []DType{F32, F64, I32, U8} {
+	for _, d := range []DType{F32, F64, I32} {
 		if d.String() == s {
 			return d, nil
 		}

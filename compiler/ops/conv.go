@@ -13,8 +13,8 @@ import (
 //     batched GEMM of the weight with them (the DSL's Conv2d); col2im, its
 //     gradient, folds columns back, each input pixel gathering the columns
 //     that read it (no atomics, deterministic);
-//   - max pooling keeps, per output, the window offset of its maximum, in
-//     one byte for windows of up to 256 taps (maxpool_argmax); maxpool_pick reads the maximum through it, and
+//   - max pooling keeps, per output, the window offset of its maximum as
+//     i32 (maxpool_argmax); maxpool_pick reads the maximum through it, and
 //     the gradient maxpool_bwd routes each output's gradient back through
 //     it, so no mask the size of the input is ever stored;
 //   - avgpool and its gradient.
@@ -120,7 +120,7 @@ func col2imInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	return v.Attrs.Shape.Clone(), v.Args[0].DType, nil
 }
 
-func poolInfer(op string, dt func(x *ir.Value, w Window) ir.DType) func(v *ir.Value) (ir.Shape, ir.DType, error) {
+func poolInfer(op string, dt func(x *ir.Value) ir.DType) func(v *ir.Value) (ir.Shape, ir.DType, error) {
 	return func(v *ir.Value) (ir.Shape, ir.DType, error) {
 		x := v.Args[0]
 		if !x.DType.IsFloat() {
@@ -145,7 +145,7 @@ func poolInfer(op string, dt func(x *ir.Value, w Window) ir.DType) func(v *ir.Va
 		if op != "avgpool" && (!windowsTouch(h, w.KH, w.SH, w.PH, w.DH, oh) || !windowsTouch(wd, w.KW, w.SW, w.PW, w.DW, ow)) {
 			return nil, 0, fmt.Errorf("%s: a window %dx%d (dilation %dx%d) lies wholly in the padding of the %dx%d input", op, w.KH, w.KW, w.DH, w.DW, h, wd)
 		}
-		return ir.Shape{x.Shape[0], ir.D(c), ir.D(oh), ir.D(ow)}, dt(x, w), nil
+		return ir.Shape{x.Shape[0], ir.D(c), ir.D(oh), ir.D(ow)}, dt(x), nil
 	}
 }
 
@@ -183,16 +183,8 @@ func poolGradInfer(op string) func(v *ir.Value) (ir.Shape, ir.DType, error) {
 	}
 }
 
-func sameDType(x *ir.Value, _ Window) ir.DType { return x.DType }
-
-// offsetType is the type of a max-pooling window's offset of its maximum:
-// one byte while the window has at most 256 taps.
-func offsetType(_ *ir.Value, w Window) ir.DType {
-	if w.KH*w.KW <= 256 {
-		return ir.U8
-	}
-	return ir.I32
-}
+func sameDType(x *ir.Value) ir.DType { return x.DType }
+func i32(*ir.Value) ir.DType         { return ir.I32 }
 
 // cg accumulates the lines of a gather template.
 type cg struct{ b strings.Builder }
@@ -541,7 +533,7 @@ func init() {
 		// The gradient ops have no gradient of their own: ngen
 		// differentiates once.
 		&Def{Name: "col2im", Kind: Gather, NArgs: 1, Infer: col2imInfer, Gather: col2imGather, Indexed: []bool{true}},
-		&Def{Name: "maxpool_argmax", Kind: Gather, NArgs: 1, Infer: poolInfer("maxpool", offsetType), Gather: maxpoolArgmaxGather, Indexed: []bool{true}},
+		&Def{Name: "maxpool_argmax", Kind: Gather, NArgs: 1, Infer: poolInfer("maxpool", i32), Gather: maxpoolArgmaxGather, Indexed: []bool{true}},
 		// maxpool_pick(x, argmax) reads each window's maximum through its
 		// stored offset.
 		&Def{Name: "maxpool_pick", Kind: Gather, NArgs: 2, Infer: poolInfer("maxpool", sameDType), Gather: maxpoolPickGather, Indexed: []bool{true, false},
@@ -620,7 +612,7 @@ func convOperands(x, w, bias *ir.Value, win Window) error {
 // the maxima, then the maxima read through them.
 func MaxPool2d(b *Builder, x *ir.Value, win Window) *ir.Value {
 	attrs := ir.Attrs{Ints: win.Ints()}
-	if _, _, err := poolInfer("maxpool2d", offsetType)(&ir.Value{Op: "maxpool2d", Args: []*ir.Value{x}, Attrs: attrs}); err != nil {
+	if _, _, err := poolInfer("maxpool2d", i32)(&ir.Value{Op: "maxpool2d", Args: []*ir.Value{x}, Attrs: attrs}); err != nil {
 		return layerError(b, "maxpool2d", x, err)
 	}
 	return b.Op("maxpool_pick", attrs, x, b.Op("maxpool_argmax", attrs, x))

@@ -111,9 +111,9 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd(const floa
 }
 
 // maxpool_argmax_maxpool_pick_fwd computes:
-//   v11 = maxpool_argmax <u8[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 //   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, unsigned char * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -178,9 +178,9 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd(const floa
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2 computes:
-//   v22 = maxpool_argmax <u8[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 //   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -313,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 // maxpool_bwd_relu_bwd_bwd computes:
 //   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 //   v48 = relu_bwd <f32[B,64,14,14]> v47 v21  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -396,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 // maxpool_bwd_relu_bwd_bwd_2 computes:
 //   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 //   v60 = relu_bwd <f32[B,32,28,28]> v59 v10  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
@@ -525,7 +525,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd_2(const fl
 }
 
 // maxpool_argmax_maxpool_pick_fwd_3 computes:
-//   v10 = maxpool_argmax <u8[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v10 = maxpool_argmax <i32[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 //   v11 = maxpool_pick <f32[B,32,14,14]> v9 v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -591,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd_2(const fl
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2_2 computes:
-//   v21 = maxpool_argmax <u8[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v21 = maxpool_argmax <i32[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 //   v22 = maxpool_pick <f32[B,64,7,7]> v20 v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;

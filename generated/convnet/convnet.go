@@ -286,7 +286,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -294,7 +294,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{3, 25},
 		Name:  "step.v11",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -356,7 +356,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -364,7 +364,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{7, 19},
 		Name:  "step.v22",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -828,7 +828,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -938,7 +938,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -1255,7 +1255,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -1399,7 +1399,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,

@@ -229,9 +229,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float *
 }
 
 // maxpool_argmax_maxpool_pick_fwd computes:
-//   v45 = maxpool_argmax <u8[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, unsigned char * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -414,9 +414,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2 computes:
-//   v90 = maxpool_argmax <u8[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -549,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 // maxpool_bwd_relu_bwd_bwd computes:
 //   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -747,7 +747,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 // maxpool_bwd_relu_bwd_bwd_2 computes:
 //   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
@@ -1101,7 +1101,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_3(const float
 }
 
 // maxpool_argmax_maxpool_pick_fwd_3 computes:
-//   v44 = maxpool_argmax <u8[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -1277,7 +1277,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2_2(const flo
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2_2 computes:
-//   v89 = maxpool_argmax <u8[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -1412,7 +1412,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_4(const float
 }
 
 // maxpool_argmax_maxpool_pick_fwd_4 computes:
-//   v26 = maxpool_argmax <u8[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v26 = maxpool_argmax <i32[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v27 = maxpool_pick <f32[B,32,14,14]> v25 v26 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -1519,7 +1519,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2_3(const flo
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2_3 computes:
-//   v53 = maxpool_argmax <u8[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v53 = maxpool_argmax <i32[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v54 = maxpool_pick <f32[B,64,7,7]> v52 v53 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;

@@ -468,7 +468,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -476,7 +476,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{5, 31},
 		Name:  "step.v45",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -616,7 +616,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -624,7 +624,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{11, 23},
 		Name:  "step.v90",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -1661,7 +1661,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -1831,7 +1831,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -2148,7 +2148,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -2369,7 +2369,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,

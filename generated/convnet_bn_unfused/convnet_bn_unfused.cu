@@ -463,8 +463,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // maxpool_argmax_fwd computes:
-//   v45 = maxpool_argmax <u8[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -493,11 +493,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 
 // maxpool_pick_fwd computes:
 //   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    unsigned char a45 = in1[i];
+    int a45 = in1[i];
     const int v46_j = j;
     const long long v46_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v46_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v46_n * 448u);
@@ -899,8 +899,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 }
 
 // maxpool_argmax_fwd_2 computes:
-//   v90 = maxpool_argmax <u8[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -929,11 +929,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 
 // maxpool_pick_fwd_2 computes:
 //   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    unsigned char a90 = in1[i];
+    int a90 = in1[i];
     const int v91_j = j;
     const long long v91_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v91_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v91_n * 448u);
@@ -1096,7 +1096,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // maxpool_bwd_bwd computes:
 //   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -1572,7 +1572,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 
 // maxpool_bwd_bwd_2 computes:
 //   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
@@ -2554,8 +2554,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 }
 
 // maxpool_argmax_fwd_3 computes:
-//   v44 = maxpool_argmax <u8[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -2584,11 +2584,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const flo
 
 // maxpool_pick_fwd_3 computes:
 //   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    unsigned char a44 = in1[i];
+    int a44 = in1[i];
     const int v45_j = j;
     const long long v45_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
@@ -2990,8 +2990,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4_2(const float * __r
 }
 
 // maxpool_argmax_fwd_2_2 computes:
-//   v89 = maxpool_argmax <u8[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -3020,11 +3020,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const f
 
 // maxpool_pick_fwd_2_2 computes:
 //   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    unsigned char a89 = in1[i];
+    int a89 = in1[i];
     const int v90_j = j;
     const long long v90_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
@@ -3216,8 +3216,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_7(const float * __res
 }
 
 // maxpool_argmax_fwd_4 computes:
-//   v26 = maxpool_argmax <u8[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_4(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v26 = maxpool_argmax <i32[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_4(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -3246,11 +3246,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_4(const flo
 
 // maxpool_pick_fwd_4 computes:
 //   v27 = maxpool_pick <f32[B,32,14,14]> v25 v26 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_4(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_4(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    unsigned char a26 = in1[i];
+    int a26 = in1[i];
     const int v27_j = j;
     const long long v27_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v27_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v27_n * 448u);
@@ -3405,8 +3405,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_3(const float * __r
 }
 
 // maxpool_argmax_fwd_2_3 computes:
-//   v53 = maxpool_argmax <u8[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_3(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v53 = maxpool_argmax <i32[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -3435,11 +3435,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_3(const f
 
 // maxpool_pick_fwd_2_3 computes:
 //   v54 = maxpool_pick <f32[B,64,7,7]> v52 v53 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_3(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    unsigned char a53 = in1[i];
+    int a53 = in1[i];
     const int v54_j = j;
     const long long v54_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v54_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v54_n * 448u);

@@ -576,7 +576,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -584,7 +584,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{30, 114},
 		Name:  "step.v45",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -832,7 +832,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -840,7 +840,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{62, 79},
 		Name:  "step.v90",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -1823,7 +1823,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -1832,7 +1832,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{30, 31},
 		Name:  "predict.v44",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -2109,7 +2109,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2118,7 +2118,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{62, 63},
 		Name:  "predict.v89",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -2339,7 +2339,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -2348,7 +2348,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{12, 13},
 		Name:  "predict_eval.v26",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -2510,7 +2510,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2519,7 +2519,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{26, 27},
 		Name:  "predict_eval.v53",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -3144,7 +3144,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -3168,7 +3168,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -3715,7 +3715,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -3739,7 +3739,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -4152,7 +4152,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -4860,7 +4860,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
@@ -6210,7 +6210,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -6234,7 +6234,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -6781,7 +6781,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -6805,7 +6805,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -7235,7 +7235,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -7259,7 +7259,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -7538,7 +7538,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -7562,7 +7562,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,

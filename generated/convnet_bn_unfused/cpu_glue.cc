@@ -35,8 +35,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 26: NGEN_RUN_SPAN(l, add_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 27: NGEN_RUN_SPAN(l, where_train_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 28: NGEN_RUN_SPAN(l, relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 29: NGEN_RUN_SPAN(l, maxpool_argmax_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 30: NGEN_RUN_SPAN(l, maxpool_pick_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 29: NGEN_RUN_SPAN(l, maxpool_argmax_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 30: NGEN_RUN_SPAN(l, maxpool_pick_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 31: NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 32: NGEN_RUN_SPAN(l, conv2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 33: NGEN_RUN_SPAN(l, sub_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -66,8 +66,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 57: NGEN_RUN_SPAN(l, add_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 58: NGEN_RUN_SPAN(l, where_train_fwd_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 59: NGEN_RUN_SPAN(l, relu_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 60: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 61: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 60: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 61: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 62: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 63: NGEN_RUN_SPAN(l, relu_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 64: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -76,7 +76,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 67: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 68: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 69: NGEN_RUN_SIMPLE(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 70: NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 70: NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 71: NGEN_RUN_SPAN(l, relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 72: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 73: NGEN_RUN_SPAN(l, mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -109,7 +109,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 100: NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 101: NGEN_RUN_SIMPLE(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 102: NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 103: NGEN_RUN_SPAN(l, maxpool_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 103: NGEN_RUN_SPAN(l, maxpool_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 104: NGEN_RUN_SPAN(l, relu_bwd_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 105: NGEN_RUN_SYNC(l, sum_bwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 106: NGEN_RUN_SPAN(l, mul_bwd_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -183,8 +183,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 174: NGEN_RUN_SPAN(l, add_fwd_3_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 175: NGEN_RUN_SPAN(l, where_train_fwd_4_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 176: NGEN_RUN_SPAN(l, relu_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 177: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 178: NGEN_RUN_SPAN(l, maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 177: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 178: NGEN_RUN_SPAN(l, maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 179: NGEN_RUN_SPAN(l, im2col_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 180: NGEN_RUN_SPAN(l, conv2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 181: NGEN_RUN_SPAN(l, sub_fwd_3_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -214,8 +214,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 205: NGEN_RUN_SPAN(l, add_fwd_6_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 206: NGEN_RUN_SPAN(l, where_train_fwd_8_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 207: NGEN_RUN_SPAN(l, relu_fwd_4_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 208: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 209: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 208: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 209: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 210: NGEN_RUN_SPAN(l, fc1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 211: NGEN_RUN_SPAN(l, relu_fwd_5_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 212: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -230,8 +230,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 221: NGEN_RUN_SPAN(l, mul_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 222: NGEN_RUN_SPAN(l, add_fwd_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 223: NGEN_RUN_SPAN(l, relu_fwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 224: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 225: NGEN_RUN_SPAN(l, maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 224: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 225: NGEN_RUN_SPAN(l, maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 226: NGEN_RUN_SPAN(l, im2col_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 227: NGEN_RUN_SPAN(l, conv2_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 228: NGEN_RUN_SPAN(l, sub_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -243,8 +243,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused(int k, const ngen_launch *l) {
   case 234: NGEN_RUN_SPAN(l, mul_fwd_4_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 235: NGEN_RUN_SPAN(l, add_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 236: NGEN_RUN_SPAN(l, relu_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 237: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, int, 2)));
-  case 238: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, unsigned char *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 237: NGEN_RUN_SPAN(l, maxpool_argmax_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, int, 2)));
+  case 238: NGEN_RUN_SPAN(l, maxpool_pick_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 239: NGEN_RUN_SPAN(l, fc1_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 240: NGEN_RUN_SPAN(l, relu_fwd_3_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 241: NGEN_RUN_SPAN(l, fc2_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -120,8 +120,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // maxpool_argmax_fwd computes:
-//   v11 = maxpool_argmax <u8[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -150,11 +150,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 
 // maxpool_pick_fwd computes:
 //   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    unsigned char a11 = in1[i];
+    int a11 = in1[i];
     const int v12_j = j;
     const long long v12_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v12_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v12_n * 448u);
@@ -213,8 +213,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // maxpool_argmax_fwd_2 computes:
-//   v22 = maxpool_argmax <u8[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -243,11 +243,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 
 // maxpool_pick_fwd_2 computes:
 //   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    unsigned char a22 = in1[i];
+    int a22 = in1[i];
     const int v23_j = j;
     const long long v23_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v23_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v23_n * 448u);
@@ -410,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // maxpool_bwd_bwd computes:
 //   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -519,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 
 // maxpool_bwd_bwd_2 computes:
 //   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
@@ -791,8 +791,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 }
 
 // maxpool_argmax_fwd_3 computes:
-//   v10 = maxpool_argmax <u8[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v10 = maxpool_argmax <i32[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -821,11 +821,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const flo
 
 // maxpool_pick_fwd_3 computes:
 //   v11 = maxpool_pick <f32[B,32,14,14]> v9 v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    unsigned char a10 = in1[i];
+    int a10 = in1[i];
     const int v11_j = j;
     const long long v11_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v11_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v11_n * 448u);
@@ -884,8 +884,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 }
 
 // maxpool_argmax_fwd_2_2 computes:
-//   v21 = maxpool_argmax <u8[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, unsigned char * __restrict__ out0, int B) {
+//   v21 = maxpool_argmax <i32[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -914,11 +914,11 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const f
 
 // maxpool_pick_fwd_2_2 computes:
 //   v22 = maxpool_pick <f32[B,64,7,7]> v20 v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const unsigned char * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    unsigned char a21 = in1[i];
+    int a21 = in1[i];
     const int v22_j = j;
     const long long v22_n = (long long)((unsigned long long)(r) / 448u);
     unsigned v22_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v22_n * 448u);

@@ -295,7 +295,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -303,7 +303,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{4, 34},
 		Name:  "step.v11",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -374,7 +374,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -382,7 +382,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{10, 27},
 		Name:  "step.v22",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -736,7 +736,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
@@ -745,7 +745,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{4, 5},
 		Name:  "predict.v10",
 		Role:  "temp",
-		Shape: "u8[B,32,14,14]",
+		Shape: "i32[B,32,14,14]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6272,
@@ -821,7 +821,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		DType: runtime.U8,
+		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -830,7 +830,7 @@ var Plan = &runtime.Plan{
 		Live:  [2]int{10, 11},
 		Name:  "predict.v21",
 		Role:  "temp",
-		Shape: "u8[B,64,7,7]",
+		Shape: "i32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  3136,
@@ -1043,7 +1043,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1067,7 +1067,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -1202,7 +1202,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1226,7 +1226,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
@@ -1639,7 +1639,7 @@ var Plan = &runtime.Plan{
 				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
@@ -1827,7 +1827,7 @@ var Plan = &runtime.Plan{
 				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
@@ -2245,7 +2245,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -2269,7 +2269,7 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {
-				Mul:  6272,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}, {
 				Mul:  25088,
@@ -2404,7 +2404,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -2428,7 +2428,7 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {
-				Mul:  3136,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}, {
 				Mul:  12544,
