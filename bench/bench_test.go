@@ -24,6 +24,7 @@ import (
 	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
+	"github.com/ngen-ml/ngen/runtime/data"
 )
 
 var (
@@ -68,6 +69,9 @@ type benchCase struct {
 	unfused   func(dev runtime.Device, batch int) (stepper, error)
 	torchArgs []string // torch_step.py arguments naming the same model
 	describe  string
+	// images: step on the first batch of Fashion-MNIST's training set
+	// (both sides), not on random inputs.
+	images bool
 }
 
 var cases = []benchCase{
@@ -91,7 +95,7 @@ var cases = []benchCase{
 		unfused: func(dev runtime.Device, b int) (stepper, error) {
 			return convnet_unfused.New(dev, convnet_unfused.Options{Batch: b, Seed: 1})
 		},
-		torchArgs: []string{"--model", "convnet"},
+		torchArgs: []string{"--model", "convnet"}, images: true,
 	},
 	{
 		name: "convnet_bn", batch: 64, in: 784,
@@ -102,7 +106,7 @@ var cases = []benchCase{
 		unfused: func(dev runtime.Device, b int) (stepper, error) {
 			return convnet_bn_unfused.New(dev, convnet_bn_unfused.Options{Batch: b, Seed: 1})
 		},
-		torchArgs: []string{"--model", "convnet_bn"},
+		torchArgs: []string{"--model", "convnet_bn"}, images: true,
 	},
 }
 
@@ -122,7 +126,7 @@ func TestVsTorch(t *testing.T) {
 		if *only != "" && c.name != *only {
 			continue
 		}
-		x, y := input(c)
+		x, y := input(t, c)
 		fused, err := c.fused(dev, c.batch)
 		if err != nil {
 			t.Fatal(err)
@@ -135,6 +139,9 @@ func TestVsTorch(t *testing.T) {
 		tu := timeSteps(t, unfused, x, y)
 		args := append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(c.batch),
 			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.torchArgs...)
+		if c.images {
+			args = append(args, "--data", data.DefaultFashionMNISTDir)
+		}
 		out, err := exec.Command("/usr/bin/python3", args...).Output()
 		if err != nil {
 			t.Fatalf("torch: %v", err)
@@ -150,7 +157,11 @@ func TestVsTorch(t *testing.T) {
 		}
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		if i == 0 || *only != "" {
-			fmt.Printf("machine: %s, %d thread(s); torch %s (%s)\n", tr.CPU, *threads, tr.Torch, tr.BLAS)
+			core := "OpenBLAS picks its kernels"
+			if c := os.Getenv("OPENBLAS_CORETYPE"); c != "" {
+				core = "OPENBLAS_CORETYPE=" + c
+			}
+			fmt.Printf("machine: %s, %d thread(s); torch %s (%s); %s\n", tr.CPU, *threads, tr.Torch, tr.BLAS, core)
 		}
 		fmt.Printf("%s, median of %d steps:\n", c.describe, *steps)
 		fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch\n", ms(tf), ms(tf)/tr.Median)
@@ -159,8 +170,16 @@ func TestVsTorch(t *testing.T) {
 	}
 }
 
-// input is a fixed random batch for c.
-func input(c benchCase) ([]float32, []int32) {
+// input is c's batch: the first Fashion-MNIST training images, or fixed
+// random inputs.
+func input(t *testing.T, c benchCase) ([]float32, []int32) {
+	if c.images {
+		ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds.X[:c.batch*c.in], ds.Y[:c.batch]
+	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	x := make([]float32, c.batch*c.in)
 	y := make([]int32, c.batch)

@@ -37,6 +37,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--layers", default="1024,2048,512,10")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="", help="Fashion-MNIST directory: step on its first --batch training images and labels "
+                   "(what ngen's benchmark feeds) instead of random inputs")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import torch
@@ -57,8 +59,17 @@ def main():
             sys.exit(3)
         model = model.to(a.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(a.batch, *shape).to(a.device)
-    y = torch.randint(0, classes, (a.batch,)).to(a.device)
+    if a.data:
+        # Real images matter: on random normal inputs PyTorch 1.13's CPU
+        # ReLU backward and max pooling run several times slower than on
+        # images (measured here), which would flatter ngen.
+        from torch_train import load
+        xs, ys = load(a.data, True)
+        x = torch.from_numpy(xs[:a.batch].copy()).reshape(a.batch, *shape).to(a.device)
+        y = torch.from_numpy(ys[:a.batch].copy()).to(a.device)
+    else:
+        x = torch.randn(a.batch, *shape).to(a.device)
+        y = torch.randint(0, classes, (a.batch,)).to(a.device)
     sync = torch.cuda.synchronize if a.device != "cpu" else (lambda: None)
 
     def step():
