@@ -171,13 +171,21 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		// the axis): a warp still reads one contiguous span, and the CPU
 		// emulation, which runs a block's threads one after another,
 		// touches each cache line from fewer of them.
+		//
+		// When a row of the inner axis needs fewer threads than the block
+		// has, the block covers several rows at once (rpass of them, with
+		// rthreads threads each), so no thread walks the outer loop idle.
 		vec := 1
 		if last.N%reduceVec == 0 {
 			vec = reduceVec
 		}
-		fmt.Fprintf(w, "    for (long long ro = 0; ro < nred / %dLL; ++ro) {\n", last.N)
+		rthreads := min((last.N+vec-1)/vec, k.block[0])
+		fmt.Fprintf(w, "    const long long rthreads = %dLL < (long long)blockDim.x ? %dLL : (long long)blockDim.x;\n", rthreads, rthreads)
+		w.WriteString("    const long long rpass = (long long)blockDim.x / rthreads;\n")
+		w.WriteString("    const long long rt = (long long)threadIdx.x % rthreads;\n")
+		w.WriteString("    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / " + fmt.Sprint(last.N) + "LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {\n")
 		fmt.Fprintf(w, "      const long long base_o = base + %s;\n", offset(redAxes[:len(redAxes)-1], "ro"))
-		fmt.Fprintf(w, "      for (long long rv = (long long)threadIdx.x * %d; rv < %dLL; rv += (long long)blockDim.x * %d) {\n", vec, last.N, vec)
+		fmt.Fprintf(w, "      for (long long rv = rt * %d; rv < %dLL; rv += rthreads * %d) {\n", vec, last.N, vec)
 		fmt.Fprintf(w, "        for (int ri_v = 0; ri_v < %d; ++ri_v) {\n", vec)
 		fmt.Fprintf(w, "          const long long ri = rv + ri_v;\n")
 		body("          ", "base_o + ri")

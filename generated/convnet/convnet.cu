@@ -343,9 +343,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
-    for (long long ro = 0; ro < nred / 196LL; ++ro) {
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = (long long)threadIdx.x * 4; rv < 196LL; rv += (long long)blockDim.x * 4) {
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -426,9 +429,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
-    for (long long ro = 0; ro < nred / 784LL; ++ro) {
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = (long long)threadIdx.x * 4; rv < 784LL; rv += (long long)blockDim.x * 4) {
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
