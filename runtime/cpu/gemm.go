@@ -3,12 +3,24 @@ package cpu
 /*
 #cgo LDFLAGS: -lopenblas
 #include <stdint.h>
+#include <stdlib.h>
 #include <cblas.h>
 
 static void ngen_sgemm(int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
                        uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
 	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
 	            m, n, k, alpha, (const float *)a, lda, (const float *)b, ldb, beta, (float *)c, ldc);
+}
+// ngen_add_into adds the packed m×n partial product p into c (leading
+// dimension ldc), elements of es bytes (4: float, 8: double).
+static void ngen_add_into(uintptr_t c, int ldc, uintptr_t p, int m, int n, int es) {
+	for (int r = 0; r < m; r++)
+		for (int j = 0; j < n; j++) {
+			if (es == 4)
+				((float *)c)[(long long)r * ldc + j] += ((const float *)p)[(long long)r * n + j];
+			else
+				((double *)c)[(long long)r * ldc + j] += ((const double *)p)[(long long)r * n + j];
+		}
 }
 static void ngen_dgemm(int ta, int tb, int m, int n, int k, double alpha, uintptr_t a, int lda,
                        uintptr_t b, int ldb, double beta, uintptr_t c, int ldc) {
@@ -21,6 +33,8 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"sync"
+	"unsafe"
 
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -44,6 +58,51 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	if g.M == 0 || g.N == 0 {
 		return nil
 	}
+	if d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1) {
+		d.gemmSplit(g)
+		return nil
+	}
+	gemmSeq(g)
+	return nil
+}
+
+// gemmSplit runs a batch of products with the batch split across the
+// device's threads, each product on one OpenBLAS thread: a convolution's
+// per-image GEMMs are too small for OpenBLAS to share one between threads
+// efficiently (two threads ran the ConvNet step slower than one). A batch
+// summed into one C (StrideC 0, beta 1) gives each thread past the first
+// its own zeroed partial sum, added into C at the end: the order of the
+// sum depends on the thread count, as the kernels' reductions may.
+func (d *Device) gemmSplit(g runtime.GemmArgs) {
+	nw := min(d.threads, g.Batch)
+	setBLASThreads(1)
+	defer setBLASThreads(d.threads)
+	es := uintptr(g.DType.Size())
+	sum := g.StrideC == 0
+	parts := make([]unsafe.Pointer, nw)
+	var wg sync.WaitGroup
+	for w := range nw {
+		lo, hi := g.Batch*w/nw, g.Batch*(w+1)/nw
+		sub := g
+		sub.Batch = hi - lo
+		sub.A = g.A + runtime.Ptr(uintptr(lo*g.StrideA)*es)
+		sub.B = g.B + runtime.Ptr(uintptr(lo*g.StrideB)*es)
+		sub.C = g.C + runtime.Ptr(uintptr(lo*g.StrideC)*es)
+		if sum && w > 0 {
+			parts[w] = C.calloc(C.size_t(g.M*g.N), C.size_t(es))
+			sub.C, sub.LDC = runtime.Ptr(uintptr(parts[w])), g.N
+		}
+		wg.Go(func() { gemmSeq(sub) })
+	}
+	wg.Wait()
+	for w := 1; sum && w < nw; w++ {
+		C.ngen_add_into(C.uintptr_t(uintptr(g.C)), C.int(g.LDC), C.uintptr_t(uintptr(parts[w])), C.int(g.M), C.int(g.N), C.int(es))
+		C.free(parts[w])
+	}
+}
+
+// gemmSeq runs g's products one after another on the calling thread.
+func gemmSeq(g runtime.GemmArgs) {
 	ta, tb := cbool(g.TransA), cbool(g.TransB)
 	es := uintptr(g.DType.Size())
 	for i := range g.Batch {
@@ -58,7 +117,6 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 				b, C.int(g.LDB), C.double(g.Beta), c, C.int(g.LDC))
 		}
 	}
-	return nil
 }
 
 func cbool(t runtime.Transpose) C.int {

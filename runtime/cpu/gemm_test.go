@@ -137,3 +137,42 @@ func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int)
 	}
 	return v
 }
+
+// TestGemmSumBatch checks a batch of products summed into one C (StrideC
+// 0, beta 1, as a convolution's weight gradient runs) on one thread and
+// split across three, where each thread past the first sums into its own
+// partial.
+func TestGemmSumBatch(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const m, n, k, batch = 6, 4, 5, 7
+	ldc := n + 2
+	a, b, c := randVec(r, batch*m*k), randVec(r, batch*k*n), randVec(r, m*ldc)
+	want := append([]float64(nil), c...)
+	for i := range batch {
+		naiveGemm(false, false, m, n, k, 1, a[i*m*k:], k, b[i*k*n:], n, 1, want, ldc)
+	}
+	for _, threads := range []int{1, 3} {
+		for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
+			d, err := New(Options{Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa, pb, pc := uploadAs(t, d, dt, a), uploadAs(t, d, dt, b), uploadAs(t, d, dt, c)
+			if err := d.Gemm(runtime.GemmArgs{DType: dt, M: m, N: n, K: k, Alpha: 1, Beta: 1, A: pa, B: pb, C: pc, LDC: ldc,
+				Batch: batch, StrideA: m * k, StrideB: k * n, StrideC: 0}); err != nil {
+				t.Fatal(err)
+			}
+			got := downloadAs(t, d, dt, pc, len(c))
+			tol := 1e-12
+			if dt == runtime.F32 {
+				tol = 1e-4 // seven f32 products of k=5 summed in another order
+			}
+			for i := range got {
+				if math.Abs(got[i]-want[i]) > tol {
+					t.Fatalf("%d threads, %s: C[%d] = %v, want %v", threads, dt, i, got[i], want[i])
+				}
+			}
+			d.Close()
+		}
+	}
+}
