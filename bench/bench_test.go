@@ -138,10 +138,7 @@ func TestVsTorch(t *testing.T) {
 		tf := timeSteps(t, fused, x, y)
 		tu := timeSteps(t, unfused, x, y)
 		args := append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(c.batch),
-			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.torchArgs...)
-		if c.images {
-			args = append(args, "--data", data.DefaultFashionMNISTDir)
-		}
+			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.peerArgs()...)
 		out, err := exec.Command("/usr/bin/python3", args...).Output()
 		if err != nil {
 			t.Fatalf("torch: %v", err)
@@ -168,6 +165,15 @@ func TestVsTorch(t *testing.T) {
 		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch\n", ms(tu), ms(tu)/tr.Median)
 		fmt.Printf("  PyTorch      %7.2f ms\n", tr.Median)
 	}
+}
+
+// peerArgs are torch_step.py's arguments for c's model and input.
+func (c benchCase) peerArgs() []string {
+	a := append([]string(nil), c.torchArgs...)
+	if c.images {
+		a = append(a, "--data", data.DefaultFashionMNISTDir)
+	}
+	return a
 }
 
 // input is c's batch: the first Fashion-MNIST training images, or fixed

@@ -46,7 +46,7 @@ func TestGPU(t *testing.T) {
 		if *only != "" && c.name != *only {
 			continue
 		}
-		x, y := input(c)
+		x, y := input(t, c)
 		m, err := c.fused(dev, c.batch)
 		if err != nil {
 			t.Fatal(err)
@@ -124,7 +124,7 @@ type torchResult struct {
 func torchGPU(c benchCase) (torchResult, error) {
 	var tr torchResult
 	args := append([]string{"torch_step.py", "--device", "cuda", "--batch", fmt.Sprint(c.batch),
-		"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.torchArgs...)
+		"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.peerArgs()...)
 	cmd := exec.Command("/usr/bin/python3", args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
