@@ -71,7 +71,7 @@ var _ runtime.Device = (*Device)(nil)
 var errClosed = errors.New("cpu: device is closed")
 
 // New returns a CPU device. It also sets OpenBLAS's thread count, which is
-// process-wide.
+// process-wide, to one: the device splits GEMMs between its own threads.
 func New(opts Options) (*Device, error) {
 	if opts.Threads < 0 {
 		return nil, fmt.Errorf("cpu: Options.Threads = %d, want >= 0", opts.Threads)
@@ -81,7 +81,7 @@ func New(opts Options) (*Device, error) {
 		n = goruntime.NumCPU()
 	}
 	d := &Device{threads: n, allocs: make(map[runtime.Ptr]int64)}
-	setBLASThreads(n)
+	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
 	d.launch.start(n)
 	return d, nil
 }

@@ -39,8 +39,8 @@ import (
 	"github.com/ngen-ml/ngen/runtime"
 )
 
-// setBLASThreads sizes OpenBLAS's pool like the kernel workers, so a GEMM
-// uses the same cores a launch would.
+// setBLASThreads sizes OpenBLAS's own thread pool (see gemmSplit: the
+// device keeps it at one).
 func setBLASThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order with
@@ -58,25 +58,52 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	if g.M == 0 || g.N == 0 {
 		return nil
 	}
-	if d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1) {
+	switch {
+	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
 		d.gemmSplit(g)
-		return nil
+	case d.threads > 1 && g.M >= 2*d.threads:
+		d.gemmRows(g)
+	default:
+		gemmSeq(g)
 	}
-	gemmSeq(g)
 	return nil
 }
 
+// gemmRows runs each product with the rows of C split across the device's
+// threads, one OpenBLAS call per share.
+func (d *Device) gemmRows(g runtime.GemmArgs) {
+	nw := d.threads
+	es := uintptr(g.DType.Size())
+	var wg sync.WaitGroup
+	for w := range nw {
+		lo, hi := g.M*w/nw, g.M*(w+1)/nw
+		sub := g
+		sub.M = hi - lo
+		// Row lo of op(A): row lo of A, or column lo when A is transposed.
+		if g.TransA {
+			sub.A = g.A + runtime.Ptr(uintptr(lo)*es)
+		} else {
+			sub.A = g.A + runtime.Ptr(uintptr(lo*g.LDA)*es)
+		}
+		sub.C = g.C + runtime.Ptr(uintptr(lo*g.LDC)*es)
+		wg.Go(func() { gemmSeq(sub) })
+	}
+	wg.Wait()
+}
+
+// The device runs OpenBLAS single-threaded and shares GEMMs between its
+// own threads: by batch (gemmSplit) or by rows of C (gemmRows). OpenBLAS's
+// own pool shares each small per-image GEMM of a convolution badly, and
+// its idle threads spin on the cores the kernel workers need: at two
+// threads the ConvNet step was slower than at one.
+
 // gemmSplit runs a batch of products with the batch split across the
-// device's threads, each product on one OpenBLAS thread: a convolution's
-// per-image GEMMs are too small for OpenBLAS to share one between threads
-// efficiently (two threads ran the ConvNet step slower than one). A batch
+// device's threads. A batch
 // summed into one C (StrideC 0, beta 1) gives each thread past the first
 // its own zeroed partial sum, added into C at the end: the order of the
 // sum depends on the thread count, as the kernels' reductions may.
 func (d *Device) gemmSplit(g runtime.GemmArgs) {
 	nw := min(d.threads, g.Batch)
-	setBLASThreads(1)
-	defer setBLASThreads(d.threads)
 	es := uintptr(g.DType.Size())
 	sum := g.StrideC == 0
 	parts := make([]unsafe.Pointer, nw)
