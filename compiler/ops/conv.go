@@ -288,7 +288,11 @@ func hitsWindow(t string, n, s, p, kn, d, out int) string {
 		cs = append(cs, fmt.Sprintf("(unsigned)%s %% %du == 0", t, s))
 	}
 	if n-1+p >= out*s {
-		cs = append(cs, fmt.Sprintf("(unsigned)%s / %du < %du", t, s, out))
+		if s == 1 {
+			cs = append(cs, fmt.Sprintf("(unsigned)%s < %du", t, out))
+		} else {
+			cs = append(cs, fmt.Sprintf("(unsigned)%s / %du < %du", t, s, out))
+		}
 	}
 	return all(cs...)
 }

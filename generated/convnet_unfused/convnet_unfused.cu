@@ -508,10 +508,10 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
     float v58 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
       const int ty = v58_y + 1 - kh * 1;
-      const bool oky = ty >= 0 && (unsigned)ty / 1u < 14u;
+      const bool oky = ty >= 0 && (unsigned)ty < 14u;
       for (int kw = 0; kw < 3; ++kw) {
         const int tx = v58_j + 1 - kw * 1;
-        const bool ok = oky && tx >= 0 && (unsigned)tx / 1u < 14u;
+        const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
         const int kk = (v58_ci * 3 + kh) * 3 + kw;
         v58 += ok ? in0[((v58_n * 1 + v58_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
