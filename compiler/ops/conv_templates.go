@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -231,7 +232,7 @@ func maxpoolPickGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// Picked through an argmax this kernel computes from the same input:
 	// the maximum is already in a register.
 	if am := v.Args[1]; am.Op == "maxpool_argmax" && am.Args[0] == v.Args[0] && c.Member != nil {
-		if name, ok := c.Member(am); ok && equalInts(am.Attrs.Ints, v.Attrs.Ints) {
+		if name, ok := c.Member(am); ok && slices.Equal(am.Attrs.Ints, v.Attrs.Ints) {
 			cg.f("const %s %s = %s_m;", c.T, out, name)
 			return cg.b.String()
 		}
@@ -241,18 +242,6 @@ func maxpoolPickGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("const %s %s = %s[%sbase + (%soy * %d - %d + (int)(%sk / %du) * %d) * %d + %sox * %d - %d + (int)(%sk %% %du) * %d];",
 		c.T, out, a[0], p, p, w.SH, w.PH, p, w.KW, w.DH, wd, p, w.SW, w.PW, p, w.KW, w.DW)
 	return cg.b.String()
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // inputRow decodes the row of a pooling gradient's output element (an

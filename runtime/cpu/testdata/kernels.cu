@@ -3,6 +3,13 @@
 // backend runs it through ngen_emu.h, so each test checks the emulation
 // against the semantics a GPU would give.
 
+// On the GPU (nvcc), codegen's device helpers, as every generated .cu
+// starts with them; under the emulation its header defines what the tests
+// use (ngen_warp_sum and ngen_warp_max in one warp barrier).
+#ifndef NGEN_EMU
+#include "../../../codegen/preamble.cuh"
+#endif
+
 #ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) \
   extern __shared__ unsigned char ngen_dynamic_smem_[]; \
@@ -68,22 +75,6 @@ __global__ void shuffle_probe(int *out, double *outd) {
   o[3] = __shfl_xor_sync(0xffffffffu, t, 5);
   outd[t] = __shfl_down_sync(0xffffffffu, 0.5 * t, 2);
 }
-
-// codegen's warp reductions (preamble.cuh; the emulation header has its
-// own form under NGEN_EMU, which this checks against the shuffle form).
-#ifndef NGEN_EMU
-template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    T u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = u > v ? u : v;
-  }
-  return v;
-}
-#endif
 
 // Per thread: ngen_warp_sum, the same butterfly by shuffles, ngen_warp_max
 // and its shuffle form, twice in a row (the second of -x) so consecutive
