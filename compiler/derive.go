@@ -1,6 +1,9 @@
 package compiler
 
-import "github.com/ngen-ml/ngen/compiler/ir"
+import (
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
 
 // deriveFuncs makes the training step and the predict functions from the
 // declared forward function. Predict runs in whichever mode the session is
@@ -24,8 +27,8 @@ func deriveFuncs(p *Program) error {
 }
 
 // evalOnly returns a copy of f in eval mode, or nil when f does not read
-// the train flag: where_train takes its eval operand and dropout passes
-// its input through, so what only training mode reads (batch statistics,
+// the train flag: each op that reads it becomes the argument its row
+// names (Def.InEval: where_train's eval operand, dropout's input), so what only training mode reads (batch statistics,
 // dropout masks) is pruned, and state updates that become no-ops are
 // dropped.
 func evalOnly(f *ir.Func) *ir.Func {
@@ -41,11 +44,10 @@ func evalOnly(f *ir.Func) *ir.Func {
 		for i, a := range v.Args {
 			v.Args[i] = resolve(a)
 		}
-		switch v.Op {
-		case "where_train":
-			repl[v] = v.Args[1]
-		case "dropout":
-			repl[v] = v.Args[0]
+		if d := ops.Lookup(v.Op); d != nil && d.InEval != nil {
+			if a := d.InEval(v); a != nil {
+				repl[v] = a
+			}
 		}
 	}
 	if len(repl) == 0 {

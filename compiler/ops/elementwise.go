@@ -125,9 +125,9 @@ func init() {
 		// by 1/(1-F), in training mode only. The mask comes from Philox
 		// keyed by (seed, step, stream I) at the element's linear index, so
 		// the backward op and every backend draw the same mask.
-		unary("dropout", 3, func(c *Ctx, v *ir.Value, x string) string {
+		inEval(unary("dropout", 3, func(c *Ctx, v *ir.Value, x string) string {
 			return dropoutExpr(c, v, x)
-		}, func(b *Builder, v, g *ir.Value) *ir.Value { return b.Op("dropout", v.Attrs, g) }),
+		}, func(b *Builder, v, g *ir.Value) *ir.Value { return b.Op("dropout", v.Attrs, g) }), 0),
 		// fill is the constant F of shape Attrs.Shape and dtype Attrs.Str.
 		// Kernels inline it, so it never needs storage of its own.
 		&Def{Name: "fill", Kind: Elementwise, NArgs: 0, Flops: 0,

@@ -9,12 +9,12 @@ func init() {
 		// where_train(a, b) is a in training mode and b in eval mode: the
 		// runtime's train flag, which dropout also reads, selects batch
 		// or running statistics.
-		binary("where_train", 0, func(c *Ctx, x, y string) string {
+		inEval(binary("where_train", 0, func(c *Ctx, x, y string) string {
 			return "(" + c.Scalar("train", "int") + " ? " + x + " : " + y + ")"
 		}, func(b *Builder, v, g *ir.Value) (*ir.Value, *ir.Value) {
 			zero := b.Op("fill", ir.Attrs{F: 0, Shape: g.Shape.Clone(), Str: g.DType.String()})
 			return b.Op("where_train", ir.Attrs{}, g, zero), b.Op("where_train", ir.Attrs{}, zero, g)
-		}),
+		}), 1),
 		// unbias(x) = x·n/(n-1), n the element count of Attrs.Axes of
 		// Attrs.Shape (maybe symbolic): the unbiased variance that
 		// running_var tracks, as in PyTorch. Not differentiated: it only

@@ -52,9 +52,24 @@ type Def struct {
 	// name when Indexed[i], else the argument's value at the same index.
 	Gather  func(c *Ctx, v *ir.Value, args []string, out string) string
 	Indexed []bool
+	// InEval, for an op that reads the train flag, returns the argument
+	// the op equals in eval mode, or nil where that does not hold (an
+	// argument broadcast to a larger shape). Nil for other ops.
+	InEval func(v *ir.Value) *ir.Value
 	// RowLen is the row length a Gather op's template iterates best in
 	// (see Ctx.Row); nil means the last dimension of its result.
 	RowLen func(v *ir.Value) int
+}
+
+// inEval sets d.InEval to argument i, where its shape is v's.
+func inEval(d *Def, i int) *Def {
+	d.InEval = func(v *ir.Value) *ir.Value {
+		if a := v.Args[i]; a.Shape.Eq(v.Shape) && a.DType == v.DType {
+			return a
+		}
+		return nil
+	}
+	return d
 }
 
 // GatherRowLen is the row length op v's gather template prefers.
