@@ -139,19 +139,7 @@ func TestVsTorch(t *testing.T) {
 		tu := timeSteps(t, unfused, x, y)
 		args := append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(c.batch),
 			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.peerArgs()...)
-		out, err := exec.Command("/usr/bin/python3", args...).Output()
-		if err != nil {
-			t.Fatalf("torch: %v", err)
-		}
-		var tr struct {
-			Median float64 `json:"ms_median"`
-			Torch  string  `json:"torch"`
-			BLAS   string  `json:"blas"`
-			CPU    string  `json:"cpu"`
-		}
-		if err := json.Unmarshal(out, &tr); err != nil || tr.Median == 0 {
-			t.Fatalf("torch output %q: %v", out, err)
-		}
+		tr, alloc := runPeer(t, args)
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		if i == 0 || *only != "" {
 			core := "OpenBLAS picks its kernels"
@@ -163,8 +151,54 @@ func TestVsTorch(t *testing.T) {
 		fmt.Printf("%s, median of %d steps:\n", c.describe, *steps)
 		fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch\n", ms(tf), ms(tf)/tr.Median)
 		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch\n", ms(tu), ms(tu)/tr.Median)
-		fmt.Printf("  PyTorch      %7.2f ms\n", tr.Median)
+		fmt.Printf("  PyTorch      %7.2f ms  (glibc malloc %s)\n", tr.Median, alloc)
 	}
+}
+
+// peerResult is what torch_step.py prints.
+type peerResult struct {
+	Median float64 `json:"ms_median"`
+	Torch  string  `json:"torch"`
+	BLAS   string  `json:"blas"`
+	CPU    string  `json:"cpu"`
+}
+
+// peerAllocs are the malloc settings the peer runs under; the benchmark
+// keeps the faster. PyTorch frees and reallocates its large tensors every
+// step: on this VM, memory that glibc hands back to the kernel is slow to
+// fault in again (free page reporting), which made PyTorch's MLP step five
+// times slower by default. Keeping freed memory mends the MLP but slowed
+// the ConvNets, so neither setting alone gives PyTorch its best.
+var peerAllocs = []struct {
+	name string
+	env  []string
+}{
+	{"default", nil},
+	{"keeping freed memory", []string{"MALLOC_MMAP_THRESHOLD_=4294967296", "MALLOC_TRIM_THRESHOLD_=4294967296"}},
+}
+
+// runPeer runs torch_step.py under each of peerAllocs and returns the
+// faster result and the setting that gave it.
+func runPeer(t *testing.T, args []string) (peerResult, string) {
+	t.Helper()
+	var best peerResult
+	var bestAlloc string
+	for _, a := range peerAllocs {
+		cmd := exec.Command("/usr/bin/python3", args...)
+		cmd.Env = append(os.Environ(), a.env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("torch: %v", err)
+		}
+		var tr peerResult
+		if err := json.Unmarshal(out, &tr); err != nil || tr.Median == 0 {
+			t.Fatalf("torch output %q: %v", out, err)
+		}
+		if bestAlloc == "" || tr.Median < best.Median {
+			best, bestAlloc = tr, a.name
+		}
+	}
+	return best, bestAlloc
 }
 
 // peerArgs are torch_step.py's arguments for c's model and input.

@@ -23,6 +23,8 @@ type kernel struct {
 	sync    bool
 	// gridStride: the body is one NGEN_GRID_STRIDE loop (KernelInfo.GridStride).
 	gridStride bool
+	// soloBlocks: the kernel runs with one-thread blocks too (KernelInfo.SoloBlocks).
+	soloBlocks bool
 	// rowLen, when non-zero, is the row length of the kernel's
 	// NGEN_GRID_STRIDE_ROWS loop (row r, column j).
 	rowLen int
@@ -319,7 +321,7 @@ func (k *kernel) render() string {
 
 // info is the kernel's launch description for the plan.
 func (k *kernel) info() runtime.KernelInfo {
-	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync, GridStride: k.gridStride}
+	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync, GridStride: k.gridStride, SoloBlocks: k.soloBlocks}
 	for _, p := range k.params {
 		ki.Params = append(ki.Params, p.ref.Kind)
 	}

@@ -116,7 +116,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			keptAxes = append(keptAxes, i)
 		}
 	}
-	body := func(indent, at string) {
+	body := func(indent, at string, accs []acc) {
 		fmt.Fprintf(w, "%sconst long long i = %s;\n", indent, at)
 		e := k.elementwise(p, g, in, "i", indent, w)
 		var xs []string
@@ -146,7 +146,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 		}
 		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
-		body("      ", "base + "+offset(redAxes, "r"))
+		body("      ", "base + "+offset(redAxes, "r"), accs)
 		w.WriteString("    }\n")
 		for _, a := range accs {
 			fmt.Fprintf(w, "    %s[o] = %s;\n", out[a.v], finish(a))
@@ -155,7 +155,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		k.grid = gridFor(kept, k.block[0])
 		return k
 	}
-	k.sync = true
+	k.sync, k.soloBlocks = true, true
 	for j := range accs {
 		fmt.Fprintf(w, "  __shared__ %s partial%d[32];\n", t, j)
 	}
@@ -180,23 +180,49 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			vec = reduceVec
 		}
 		rthreads := min((last.N+vec-1)/vec, k.block[0])
+		// Each of the vec lanes has its own accumulators, summed at the
+		// end: the adds of one lane do not wait on another's, and the CPU
+		// emulation turns the lanes into one vector add.
+		lanes := make([]acc, len(accs))
+		for j, a := range accs {
+			l := a
+			l.name = a.name + "_l[ri_v]"
+			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
+			lanes[j] = l
+			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
+			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) %s_l[ri_v] = %s;\n", vec, a.name, a.init)
+		}
 		fmt.Fprintf(w, "    const long long rthreads = %dLL < (long long)blockDim.x ? %dLL : (long long)blockDim.x;\n", rthreads, rthreads)
 		w.WriteString("    const long long rpass = (long long)blockDim.x / rthreads;\n")
 		w.WriteString("    const long long rt = (long long)threadIdx.x % rthreads;\n")
 		w.WriteString("    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / " + fmt.Sprint(last.N) + "LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {\n")
 		fmt.Fprintf(w, "      const long long base_o = base + %s;\n", offset(redAxes[:len(redAxes)-1], "ro"))
 		fmt.Fprintf(w, "      for (long long rv = rt * %d; rv < %dLL; rv += rthreads * %d) {\n", vec, last.N, vec)
+		fmt.Fprintf(w, "        #pragma unroll\n")
 		fmt.Fprintf(w, "        for (int ri_v = 0; ri_v < %d; ++ri_v) {\n", vec)
 		fmt.Fprintf(w, "          const long long ri = rv + ri_v;\n")
-		body("          ", "base_o + ri")
+		body("          ", "base_o + ri", lanes)
 		w.WriteString("        }\n")
 		w.WriteString("      }\n")
 		w.WriteString("    }\n")
+		for _, a := range accs {
+			x := a.name + "_l[ri_v]"
+			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) { const %s x = %s; %s = %s; }\n", vec, t, x, a.name, a.comb)
+		}
 	} else {
 		w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
-		body("      ", "base + "+offset(redAxes, "r"))
+		body("      ", "base + "+offset(redAxes, "r"), accs)
 		w.WriteString("    }\n")
 	}
+	// A block of one thread (the CPU backend's launch, KernelInfo.SoloBlocks)
+	// holds the whole result already: the warp combination below assumes
+	// full warps.
+	w.WriteString("    if (blockDim.x == 1) {\n")
+	for _, a := range accs {
+		fmt.Fprintf(w, "      %s[o] = %s;\n", out[a.v], finish(a))
+	}
+	w.WriteString("      continue;\n")
+	w.WriteString("    }\n")
 	for j, a := range accs {
 		fmt.Fprintf(w, "    %s = %s(%s);\n", a.name, a.warp, a.name)
 		fmt.Fprintf(w, "    if ((threadIdx.x & 31) == 0) partial%d[threadIdx.x >> 5] = %s;\n", j, a.name)

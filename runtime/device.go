@@ -63,6 +63,13 @@ type KernelInfo struct {
 	// the same result: the CPU backend runs each worker's share of the
 	// grid as one contiguous span (NGEN_RUN_SPAN).
 	GridStride bool
+	// SoloBlocks is true when the kernel computes the same values with
+	// blocks of one thread as with the block it is launched with (its
+	// loops stride by blockDim.x, and a one-thread block skips the
+	// block-wide combination): the CPU backend launches it so, and each
+	// block runs as one fiber that walks its share in vectorisable loops
+	// instead of hundreds of fibers taking a few elements each.
+	SoloBlocks bool
 	// Params lists the kernel's parameter kinds in argument order.
 	Params []ArgKind
 }

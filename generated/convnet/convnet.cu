@@ -343,19 +343,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a48 = in0[i];
-          { const float x = a48; acc0 = acc0 + x; }
+          { const float x = a48; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -429,19 +437,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a60 = in0[i];
-          { const float x = a60; acc0 = acc0 + x; }
+          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;

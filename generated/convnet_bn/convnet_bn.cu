@@ -110,12 +110,17 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -126,10 +131,17 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
           float v15 = (v9 - a14);
           float v16 = ngen_sq(v15);
           out0[i] = v15;
-          { const float x = v15; acc0 = acc0 + x; }
-          { const float x = v16; acc1 = acc1 + x; }
+          { const float x = v15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v16; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0 / (float)nred;
+      out2[o] = acc1 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -298,12 +310,17 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -314,10 +331,17 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
           float v60 = (v54 - a59);
           float v61 = ngen_sq(v60);
           out0[i] = v60;
-          { const float x = v60; acc0 = acc0 + x; }
-          { const float x = v61; acc1 = acc1 + x; }
+          { const float x = v60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v61; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0 / (float)nred;
+      out2[o] = acc1 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -590,12 +614,17 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -605,10 +634,17 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
           float a60 = in2[i];
           float v120 = (a116 * a60);
           out1[i] = v119;
-          { const float x = a116; acc0 = acc0 + x; }
-          { const float x = v120; acc1 = acc1 + x; }
+          { const float x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v120; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      out2[o] = acc1;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -691,12 +727,15 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -713,9 +752,14 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
           float v149 = (v148 * a60);
           float v150 = (v147 + v149);
           out0[i] = v150;
-          { const float x = v150; acc0 = acc0 + x; }
+          { const float x = v150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -794,12 +838,17 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -809,10 +858,17 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
           float a15 = in2[i];
           float v166 = (a162 * a15);
           out1[i] = v165;
-          { const float x = a162; acc0 = acc0 + x; }
-          { const float x = v166; acc1 = acc1 + x; }
+          { const float x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v166; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      out2[o] = acc1;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -895,12 +951,15 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -917,9 +976,14 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
           float v195 = (v194 * a15);
           float v196 = (v193 + v195);
           out0[i] = v196;
-          { const float x = v196; acc0 = acc0 + x; }
+          { const float x = v196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1008,12 +1072,17 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -1024,10 +1093,17 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
           float v14 = (v8 - a13);
           float v15 = ngen_sq(v14);
           out0[i] = v14;
-          { const float x = v14; acc0 = acc0 + x; }
-          { const float x = v15; acc1 = acc1 + x; }
+          { const float x = v14; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v15; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0 / (float)nred;
+      out2[o] = acc1 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1187,12 +1263,17 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc1 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    float acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
@@ -1203,10 +1284,17 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
           float v59 = (v53 - a58);
           float v60 = ngen_sq(v59);
           out0[i] = v59;
-          { const float x = v59; acc0 = acc0 + x; }
-          { const float x = v60; acc1 = acc1 + x; }
+          { const float x = v59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v60; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = acc0 / (float)nred;
+      out2[o] = acc1 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;

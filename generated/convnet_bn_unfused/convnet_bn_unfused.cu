@@ -141,19 +141,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a15 = in0[i];
-          { const float x = a15; acc0 = acc0 + x; }
+          { const float x = a15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -176,19 +184,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a16 = in0[i];
-          { const float x = a16; acc0 = acc0 + x; }
+          { const float x = a16; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -583,19 +599,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a60 = in0[i];
-          { const float x = a60; acc0 = acc0 + x; }
+          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -618,19 +642,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a61 = in0[i];
-          { const float x = a61; acc0 = acc0 + x; }
+          { const float x = a61; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1148,19 +1180,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a116 = in0[i];
-          { const float x = a116; acc0 = acc0 + x; }
+          { const float x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1208,19 +1248,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a120 = in0[i];
-          { const float x = a120; acc0 = acc0 + x; }
+          { const float x = a120; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1521,19 +1569,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a150 = in0[i];
-          { const float x = a150; acc0 = acc0 + x; }
+          { const float x = a150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1633,19 +1689,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a162 = in0[i];
-          { const float x = a162; acc0 = acc0 + x; }
+          { const float x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -1693,19 +1757,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a166 = in0[i];
-          { const float x = a166; acc0 = acc0 + x; }
+          { const float x = a166; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2006,19 +2078,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a196 = in0[i];
-          { const float x = a196; acc0 = acc0 + x; }
+          { const float x = a196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2262,19 +2342,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a14 = in0[i];
-          { const float x = a14; acc0 = acc0 + x; }
+          { const float x = a14; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2297,19 +2385,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a15 = in0[i];
-          { const float x = a15; acc0 = acc0 + x; }
+          { const float x = a15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2704,19 +2800,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a59 = in0[i];
-          { const float x = a59; acc0 = acc0 + x; }
+          { const float x = a59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
@@ -2739,19 +2843,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
     for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
           float a60 = in0[i];
-          { const float x = a60; acc0 = acc0 + x; }
+          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = acc0 / (float)nred;
+      continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;

@@ -62,7 +62,11 @@ var variants = []variant{
 }
 
 func device(t *testing.T) runtime.Device {
-	dev, err := cpu.New(cpu.Options{})
+	return deviceOpts(t, cpu.Options{})
+}
+
+func deviceOpts(t *testing.T, opts cpu.Options) runtime.Device {
+	dev, err := cpu.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,72 +118,79 @@ func TestFusedMatchesUnfused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			x, y := batch(8, 2)
-			for step := 1; step <= 3; step++ {
-				la, err := a.Step(x, y)
-				if err != nil {
-					t.Fatal(err)
-				}
-				lb, err := b.Step(x, y)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Per-row atomicAdd of the loss in any order: rtol 1e-6.
-				if !close(float64(la), float64(lb), 1e-6, 0) {
-					t.Fatalf("step %d: loss %v vs %v", step, la, lb)
-				}
-				for _, name := range a.Params() {
-					ga, _ := a.Grad(name)
-					gb, _ := b.Grad(name)
-					pa, _ := a.Param(name)
-					pb, _ := b.Param(name)
-					// The same arithmetic, but sums over the batch (bias and
-					// weight gradients, batch statistics) are split
-					// differently between fused and unfused kernels, and
-					// Adam divides by sqrt(v) of gradients near zero:
-					// rtol 1e-4, atol 1e-6. A gradient at that noise level
-					// (a convolution's bias before batch norm, whose true
-					// gradient is zero) gets Adam steps of any size up to
-					// lr in either direction, so such a parameter may differ
-					// by up to 2·lr per step taken.
-					for i := range ga {
-						if !close(float64(ga[i]), float64(gb[i]), 1e-4, 1e-6) {
-							t.Fatalf("step %d: grad %s[%d] %v vs %v", step, name, i, ga[i], gb[i])
-						}
-						patol := 1e-6
-						if math.Abs(float64(ga[i])) < 1e-6 && math.Abs(float64(gb[i])) < 1e-6 {
-							patol = 2 * 1e-3 * float64(step)
-						}
-						if !close(float64(pa[i]), float64(pb[i]), 1e-4, patol) {
-							t.Fatalf("step %d: param %s[%d] %v vs %v", step, name, i, pa[i], pb[i])
-						}
-					}
-				}
-			}
-			if v.bn {
-				for _, n := range []string{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"} {
-					sa, sb := state(t, a, n), state(t, b, n)
-					// The running mean moves with the convolution's bias,
-					// whose noise-level gradient (above) may move it by up to
-					// 2·lr per step: momentum 0.1 of 3 such steps. The
-					// variance does not depend on the bias.
-					atol := 1e-7
-					if strings.HasSuffix(n, "mean") {
-						atol = 0.1 * 2 * 1e-3 * 3
-					}
-					for i := range sa {
-						if !close(sa[i], sb[i], 1e-5, atol) {
-							t.Fatalf("%s[%d] %v vs %v", n, i, sa[i], sb[i])
-						}
-					}
-				}
-			}
+			// Per-row atomicAdd of the loss in any order: rtol 1e-6.
+			matchSteps(t, a, b, v.bn, 3, 1e-6)
 			fused, unfused := launches(a.Session().Plan()), launches(b.Session().Plan())
 			if fused >= unfused {
 				t.Fatalf("fused plan launches %d kernels, unfused %d", fused, unfused)
 			}
 			t.Logf("kernels per step: fused %d, unfused %d", fused, unfused)
 		})
+	}
+}
+
+// matchSteps trains a and b for steps steps on one batch and compares the
+// losses (to rtol lossTol), gradients, parameters and running statistics.
+func matchSteps(t *testing.T, a, b model, bn bool, steps int, lossTol float64) {
+	t.Helper()
+	x, y := batch(8, 2)
+	for step := 1; step <= steps; step++ {
+		la, err := a.Step(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Step(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !close(float64(la), float64(lb), lossTol, 0) {
+			t.Fatalf("step %d: loss %v vs %v", step, la, lb)
+		}
+		for _, name := range a.Params() {
+			ga, _ := a.Grad(name)
+			gb, _ := b.Grad(name)
+			pa, _ := a.Param(name)
+			pb, _ := b.Param(name)
+			// The same arithmetic, but sums over the batch (bias and
+			// weight gradients, batch statistics) are split
+			// differently between fused and unfused kernels, and
+			// Adam divides by sqrt(v) of gradients near zero:
+			// rtol 1e-4, atol 1e-6. A gradient at that noise level
+			// (a convolution's bias before batch norm, whose true
+			// gradient is zero) gets Adam steps of any size up to
+			// lr in either direction, so such a parameter may differ
+			// by up to 2·lr per step taken.
+			for i := range ga {
+				if !close(float64(ga[i]), float64(gb[i]), 1e-4, 1e-6) {
+					t.Fatalf("step %d: grad %s[%d] %v vs %v", step, name, i, ga[i], gb[i])
+				}
+				patol := 1e-6
+				if math.Abs(float64(ga[i])) < 1e-6 && math.Abs(float64(gb[i])) < 1e-6 {
+					patol = 2 * 1e-3 * float64(step)
+				}
+				if !close(float64(pa[i]), float64(pb[i]), 1e-4, patol) {
+					t.Fatalf("step %d: param %s[%d] %v vs %v", step, name, i, pa[i], pb[i])
+				}
+			}
+		}
+	}
+	if bn {
+		for _, n := range []string{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"} {
+			sa, sb := state(t, a, n), state(t, b, n)
+			// The running mean moves with the convolution's bias,
+			// whose noise-level gradient (above) may move it by up to
+			// 2·lr per step: momentum 0.1 of such steps. The
+			// variance does not depend on the bias.
+			atol := 1e-7
+			if strings.HasSuffix(n, "mean") {
+				atol = 0.1 * 2 * 1e-3 * float64(steps)
+			}
+			for i := range sa {
+				if !close(sa[i], sb[i], 1e-5, atol) {
+					t.Fatalf("%s[%d] %v vs %v", n, i, sa[i], sb[i])
+				}
+			}
+		}
 	}
 }
 
@@ -200,6 +211,39 @@ func launches(p *runtime.Plan) int {
 // TestBatchNormModes checks the train/eval switch: training steps move
 // the running statistics, eval-mode passes leave them alone and normalise
 // with them, and a checkpoint carries them.
+// The reductions run with one-thread blocks on the CPU
+// (KernelInfo.SoloBlocks); the GPU's 256-thread blocks must give the same
+// training steps.
+func TestGPUBlocks(t *testing.T) {
+	solo, gpu := device(t), deviceOpts(t, cpu.Options{GPUBlocks: true})
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			a, err := v.fused(solo, 8, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := v.fused(gpu, 8, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			// The batch statistics are summed in another order, and
+			// batch norm divides by their spread: rtol 2e-5. With batch
+			// norm, one step: the convolutions' biases before it have
+			// gradients of rounding noise, whose signs differ between the
+			// two orders, so Adam's first step moves them by ±lr, and the
+			// next steps' rounding differs more than the tolerances allow
+			// (fused and unfused kernels share their reduction orders).
+			steps := 3
+			if v.bn {
+				steps = 1
+			}
+			matchSteps(t, a, b, v.bn, steps, 2e-5)
+		})
+	}
+}
+
 func TestBatchNormModes(t *testing.T) {
 	dev := device(t)
 	m, err := convnet_bn.New(dev, convnet_bn.Options{Batch: 8, Seed: 1})

@@ -12,7 +12,9 @@
 // (Options.Threads), each run by one cgo call. Within a block, kernels
 // without barriers run as a plain loop over threads; kernels that use
 // __syncthreads or warp shuffles (KernelInfo.Sync) run each thread as a
-// fiber.
+// fiber. Kernels that give the same values with one-thread blocks
+// (KernelInfo.SoloBlocks: the reductions) are launched so, unless
+// Options.GPUBlocks is set.
 //
 // Generated packages build the entry into themselves with cgo; tests and
 // tools can compile kernels at run time with CompileModule.
@@ -51,12 +53,18 @@ type Options struct {
 	// Threads is how many OS threads run blocks in parallel, and how many
 	// OpenBLAS uses for Gemm. 0 means runtime.NumCPU().
 	Threads int
+	// GPUBlocks launches every kernel with the block its launch asks for,
+	// as a GPU would. By default, kernels marked KernelInfo.SoloBlocks
+	// (the reductions) run with one-thread blocks, several times faster
+	// here; tests set GPUBlocks to run the GPU's launch shapes too.
+	GPUBlocks bool
 }
 
 // Device runs kernels on the host. Its methods are safe for concurrent use;
 // launches are serialised, as on a single CUDA stream.
 type Device struct {
-	threads int
+	threads   int
+	gpuBlocks bool
 
 	mu     sync.Mutex // guards everything below
 	closed bool
@@ -80,7 +88,7 @@ func New(opts Options) (*Device, error) {
 	if n == 0 {
 		n = goruntime.NumCPU()
 	}
-	d := &Device{threads: n, allocs: make(map[runtime.Ptr]int64)}
+	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks, allocs: make(map[runtime.Ptr]int64)}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
 	d.launch.start(n)
 	return d, nil

@@ -1,15 +1,22 @@
 package cpu
 
 /*
-#cgo LDFLAGS: -lopenblas
+#cgo LDFLAGS: -lopenblas -ldnnl -lgomp
 #include <stdint.h>
 #include <stdlib.h>
 #include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
 
-static void ngen_sgemm(int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
-                       uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-	            m, n, k, alpha, (const float *)a, lda, (const float *)b, ldb, beta, (float *)c, ldc);
+// ngen_sgemm runs one f32 product with oneDNN's sgemm (row-major, like
+// cblas) on the calling thread: oneDNN's OpenMP team is sized to one here,
+// per thread, since the device shares GEMMs between its own threads.
+static int ngen_sgemm(int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
+                      uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
+	if (omp_get_max_threads() != 1)
+		omp_set_num_threads(1);
+	return (int)dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, (const float *)a, lda,
+	                       (const float *)b, ldb, beta, (float *)c, ldc);
 }
 // ngen_add_into adds the packed m×n partial product p into c (leading
 // dimension ldc), elements of es bytes (4: float, 8: double).
@@ -31,6 +38,7 @@ static void ngen_dgemm(int ta, int tb, int m, int n, int k, double alpha, uintpt
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -39,13 +47,13 @@ import (
 	"github.com/ngen-ml/ngen/runtime"
 )
 
-// setBLASThreads sizes OpenBLAS's own thread pool (see gemmSplit: the
-// device keeps it at one).
+// setBLASThreads sizes OpenBLAS's own thread pool, used for f64 products
+// (see gemmSplit: the device keeps it at one).
 func setBLASThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
 
-// Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order with
-// OpenBLAS, once per batch entry. A leading dimension of 0 means the matrix
-// is packed (its row length).
+// Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order, once
+// per batch entry: f32 with oneDNN's sgemm, f64 with OpenBLAS's dgemm. A
+// leading dimension of 0 means the matrix is packed (its row length).
 func (d *Device) Gemm(g runtime.GemmArgs) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -58,22 +66,27 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	if g.M == 0 || g.N == 0 {
 		return nil
 	}
+	var err error
 	switch {
 	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
-		d.gemmSplit(g)
+		err = d.gemmSplit(g)
 	case d.threads > 1 && g.M >= 2*d.threads:
-		d.gemmRows(g)
+		err = d.gemmRows(g)
 	default:
-		gemmSeq(g)
+		err = gemmSeq(g)
+	}
+	if err != nil {
+		return fmt.Errorf("cpu: gemm %s %dx%dx%d: %v", g.DType, g.M, g.N, g.K, err)
 	}
 	return nil
 }
 
 // gemmRows runs each product with the rows of C split across the device's
-// threads, one OpenBLAS call per share.
-func (d *Device) gemmRows(g runtime.GemmArgs) {
+// threads, one library call per share.
+func (d *Device) gemmRows(g runtime.GemmArgs) error {
 	nw := d.threads
 	es := uintptr(g.DType.Size())
+	errs := make([]error, nw)
 	var wg sync.WaitGroup
 	for w := range nw {
 		lo, hi := g.M*w/nw, g.M*(w+1)/nw
@@ -86,27 +99,35 @@ func (d *Device) gemmRows(g runtime.GemmArgs) {
 			sub.A = g.A + runtime.Ptr(uintptr(lo*g.LDA)*es)
 		}
 		sub.C = g.C + runtime.Ptr(uintptr(lo*g.LDC)*es)
-		wg.Go(func() { gemmSeq(sub) })
+		wg.Go(func() { errs[w] = gemmSeq(sub) })
 	}
 	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// The device runs OpenBLAS single-threaded and shares GEMMs between its
-// own threads: by batch (gemmSplit) or by rows of C (gemmRows). OpenBLAS's
-// own pool shares each small per-image GEMM of a convolution badly, and
-// its idle threads spin on the cores the kernel workers need: at two
-// threads the ConvNet step was slower than at one.
+// The device runs each library call single-threaded and shares GEMMs
+// between its own threads: by batch (gemmSplit) or by rows of C
+// (gemmRows). OpenBLAS's own pool shared each small per-image GEMM of a
+// convolution badly, and its idle threads spin on the cores the kernel
+// workers need: at two threads the ConvNet step was slower than at one.
+//
+// f32 products go to oneDNN's sgemm (the library PyTorch's CPU build runs
+// its convolutions on): it picks its kernels by the CPU it finds, AVX-512
+// where there is one, while OpenBLAS may be pinned to older ones by
+// OPENBLAS_CORETYPE. On the ConvNet's shapes, under the AVX2 pin, it
+// takes about half OpenBLAS's time (docs/PERF.md).
 
 // gemmSplit runs a batch of products with the batch split across the
 // device's threads. A batch
 // summed into one C (StrideC 0, beta 1) gives each thread past the first
 // its own zeroed partial sum, added into C at the end: the order of the
 // sum depends on the thread count, as the kernels' reductions may.
-func (d *Device) gemmSplit(g runtime.GemmArgs) {
+func (d *Device) gemmSplit(g runtime.GemmArgs) error {
 	nw := min(d.threads, g.Batch)
 	es := uintptr(g.DType.Size())
 	sum := g.StrideC == 0
 	parts := make([]unsafe.Pointer, nw)
+	errs := make([]error, nw)
 	var wg sync.WaitGroup
 	for w := range nw {
 		lo, hi := g.Batch*w/nw, g.Batch*(w+1)/nw
@@ -119,17 +140,18 @@ func (d *Device) gemmSplit(g runtime.GemmArgs) {
 			parts[w] = C.calloc(C.size_t(g.M*g.N), C.size_t(es))
 			sub.C, sub.LDC = runtime.Ptr(uintptr(parts[w])), g.N
 		}
-		wg.Go(func() { gemmSeq(sub) })
+		wg.Go(func() { errs[w] = gemmSeq(sub) })
 	}
 	wg.Wait()
 	for w := 1; sum && w < nw; w++ {
 		C.ngen_add_into(C.uintptr_t(uintptr(g.C)), C.int(g.LDC), C.uintptr_t(uintptr(parts[w])), C.int(g.M), C.int(g.N), C.int(es))
 		C.free(parts[w])
 	}
+	return errors.Join(errs...)
 }
 
 // gemmSeq runs g's products one after another on the calling thread.
-func gemmSeq(g runtime.GemmArgs) {
+func gemmSeq(g runtime.GemmArgs) error {
 	ta, tb := cbool(g.TransA), cbool(g.TransB)
 	es := uintptr(g.DType.Size())
 	for i := range g.Batch {
@@ -137,13 +159,17 @@ func gemmSeq(g runtime.GemmArgs) {
 		b := C.uintptr_t(uintptr(g.B) + uintptr(i*g.StrideB)*es)
 		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*es)
 		if g.DType == runtime.F32 {
-			C.ngen_sgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
+			st := C.ngen_sgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
 				b, C.int(g.LDB), C.float(g.Beta), c, C.int(g.LDC))
+			if st != 0 {
+				return fmt.Errorf("oneDNN sgemm failed (dnnl_status_t %d)", st)
+			}
 		} else {
 			C.ngen_dgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.double(g.Alpha), a, C.int(g.LDA),
 				b, C.int(g.LDB), C.double(g.Beta), c, C.int(g.LDC))
 		}
 	}
+	return nil
 }
 
 func cbool(t runtime.Transpose) C.int {

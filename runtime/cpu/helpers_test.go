@@ -23,6 +23,9 @@ type testKernel struct {
 // (NGEN_RUN_SPAN) as the generator marks its elementwise kernels.
 var spanKernels = map[string]bool{"span_sqrt": true}
 
+// soloKernels are marked KernelInfo.SoloBlocks.
+var soloKernels = map[string]bool{"block_width": true}
+
 // Kernel indices into testKernels.
 const (
 	kAddRelu = iota
@@ -40,6 +43,7 @@ const (
 	kMathProbe
 	kSpanSqrt
 	kWarpReduceProbe
+	kBlockWidth
 )
 
 var testKernels = []testKernel{
@@ -59,6 +63,7 @@ var testKernels = []testKernel{
 	kMathProbe:       {"math_probe", false, []string{"const float *", "float *", "double *", "unsigned *", "int"}},
 	kSpanSqrt:        {"span_sqrt", false, []string{"const float *", "float *", "long long"}},
 	kWarpReduceProbe: {"warp_reduce_probe", true, []string{"const float *", "float *"}},
+	kBlockWidth:      {"block_width", true, []string{"int *"}},
 }
 
 func argKind(ctype string) runtime.ArgKind {
@@ -88,7 +93,7 @@ func entrySource(include string, ks []testKernel) (string, []runtime.KernelInfo)
 	infos := make([]runtime.KernelInfo, len(ks))
 	for i, k := range ks {
 		args := make([]string, len(k.ctypes))
-		info := runtime.KernelInfo{Name: k.fn, Sync: k.sync, GridStride: spanKernels[k.fn]}
+		info := runtime.KernelInfo{Name: k.fn, Sync: k.sync, GridStride: spanKernels[k.fn], SoloBlocks: soloKernels[k.fn]}
 		for j, ct := range k.ctypes {
 			args[j] = fmt.Sprintf("NGEN_ARG(l, %s, %d)", ct, j)
 			info.Params = append(info.Params, argKind(ct))
@@ -136,7 +141,12 @@ func testModule(t testing.TB) *runtime.Module {
 // one-core machine blocks run on two OS threads at once.
 func newTestDevice(t testing.TB) (*Device, runtime.Loaded) {
 	t.Helper()
-	d, err := New(Options{Threads: 2})
+	return newTestDeviceOpts(t, Options{Threads: 2})
+}
+
+func newTestDeviceOpts(t testing.TB, opts Options) (*Device, runtime.Loaded) {
+	t.Helper()
+	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

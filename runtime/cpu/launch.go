@@ -111,6 +111,9 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 			return fmt.Errorf("cpu: launch %s: arg %d: %v", fn.info.Name, i, err)
 		}
 	}
+	if fn.info.SoloBlocks && !d.gpuBlocks {
+		block = runtime.Dim3{X: 1, Y: 1, Z: 1}
+	}
 	status := s.run(fn.mod.mod.CPUEntry, fn.index, grid, block, sharedBytes)
 	if status != 0 {
 		return fmt.Errorf("cpu: launch %s: %s", fn.info.Name, statusText(status, fn.info.Sync))

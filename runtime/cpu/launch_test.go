@@ -307,3 +307,23 @@ func TestMemStats(t *testing.T) {
 		t.Error("Alloc after Close succeeded")
 	}
 }
+
+// A SoloBlocks kernel runs with one-thread blocks, unless the device was
+// asked for the GPU's launch shapes.
+func TestSoloBlocks(t *testing.T) {
+	for _, gpu := range []bool{false, true} {
+		d, l := newTestDeviceOpts(t, Options{Threads: 2, GPUBlocks: gpu})
+		const grid = 5
+		pout := upload(t, d, make([]int32, grid))
+		launch(t, d, l, kBlockWidth, runtime.Dim3{X: grid, Y: 1, Z: 1}, runtime.Dim3{X: 256, Y: 1, Z: 1}, 0, pout)
+		want := int32(1)
+		if gpu {
+			want = 256
+		}
+		for b, w := range download[int32](t, d, pout, grid) {
+			if w != want {
+				t.Errorf("GPUBlocks %v: block %d ran %d wide, want %d", gpu, b, w, want)
+			}
+		}
+	}
+}

@@ -181,3 +181,12 @@ __global__ void math_probe(const float *x, float *outf, double *outd, unsigned *
 __global__ void span_sqrt(const float *x, float *y, long long n) {
   NGEN_GRID_STRIDE(i, n) { y[i] = sqrtf(x[i]); }
 }
+
+// Records each block's width: marked KernelInfo.SoloBlocks in the tests,
+// the CPU backend launches it with one-thread blocks unless
+// Options.GPUBlocks asks for the launch's own.
+__global__ void block_width(int *out) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = blockDim.x;
+}
