@@ -6,7 +6,7 @@
 // threadIdx, __syncthreads, warp shuffles and atomics), together with an
 // entry function int ngen_cpu_entry(int kernel, const ngen_launch *l) that
 // runs a range of a kernel's blocks. Device memory is C heap memory, so
-// kernels get raw host pointers; GEMMs go to OpenBLAS.
+// kernels get raw host pointers; GEMMs go to oneDNN (f32) and OpenBLAS (f64).
 //
 // A launch splits the grid's blocks into one contiguous range per thread
 // (Options.Threads), each run by one cgo call. Within a block, kernels
@@ -51,7 +51,7 @@ import (
 // Options configures a CPU device.
 type Options struct {
 	// Threads is how many OS threads run blocks in parallel, and how many
-	// OpenBLAS uses for Gemm. 0 means runtime.NumCPU().
+	// share each Gemm. 0 means runtime.NumCPU().
 	Threads int
 	// GPUBlocks launches every kernel with the block its launch asks for,
 	// as a GPU would. By default, kernels marked KernelInfo.SoloBlocks
