@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -13,8 +14,9 @@ import (
 // elementwise prologue. Each input element is visited once, so prologue
 // values used elsewhere (the activation gradient next to the bias
 // gradient) are stored in the same pass. Two strategies:
-//   - the innermost axis is kept: a thread per output element walks the
-//     reduced axes (reads stay coalesced across threads; no barriers);
+//   - the innermost axis is kept: a thread per output element, or per
+//     reduceVec adjacent ones, walks the reduced axes (reads stay
+//     coalesced across threads; no barriers);
 //   - the innermost axis is reduced: a block per output element, threads
 //     stride over it and combine by warp shuffles and shared memory.
 func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
@@ -139,6 +141,49 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		return a.name
 	}
 	innerKept := len(space) > 0 && !red[len(space)-1]
+	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceVec == 0 {
+		// Each thread takes reduceVec adjacent outputs (one row of the
+		// innermost axis holds whole groups of them): a warp still reads
+		// one contiguous span per reduced index, and the CPU emulation,
+		// which runs a block's threads one after another, turns the
+		// group into one vector operation per reduced index instead of
+		// walking a column per output.
+		vec := reduceVec
+		fmt.Fprintf(w, "  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * %d; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * %d) {\n", vec, vec)
+		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
+		lanes := make([]acc, len(accs))
+		for j, a := range accs {
+			l := a
+			l.name = a.name + "_l[ov]"
+			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
+			lanes[j] = l
+			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
+			fmt.Fprintf(w, "    for (int ov = 0; ov < %d; ++ov) %s_l[ov] = %s;\n", vec, a.name, a.init)
+		}
+		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
+		w.WriteString("      #pragma unroll\n")
+		fmt.Fprintf(w, "      for (int ov = 0; ov < %d; ++ov) {\n", vec)
+		// o, for the per-output operands (keptIndex), only where the
+		// body reads one: nvcc warns of an unused variable.
+		outer, lane := w, &strings.Builder{}
+		w = lane
+		body("        ", "base + ov + "+offset(redAxes, "r"), lanes)
+		w = outer
+		if usesO.MatchString(lane.String()) {
+			w.WriteString("        const long long o = o0 + ov;\n")
+		}
+		w.WriteString(lane.String())
+		w.WriteString("      }\n")
+		w.WriteString("    }\n")
+		fmt.Fprintf(w, "    for (int ov = 0; ov < %d; ++ov) {\n", vec)
+		for j, a := range accs {
+			fmt.Fprintf(w, "      %s[o0 + ov] = %s;\n", out[a.v], finish(lanes[j]))
+		}
+		w.WriteString("    }\n")
+		w.WriteString("  }\n")
+		k.grid = gridFor(kept, k.block[0]*vec)
+		return k
+	}
 	if innerKept {
 		w.WriteString("  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {\n")
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
@@ -242,6 +287,9 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	k.grid[0].Size.Mul, k.grid[0].Size.Syms, k.grid[0].Div, k.grid[0].Max = z.N, z.Syms, 1, 1<<16
 	return k
 }
+
+// usesO matches a read of the output index o.
+var usesO = regexp.MustCompile(`\bo\b`)
 
 // reduceVec is how many adjacent elements a reduction thread takes at a
 // time along a contiguous reduced axis.

@@ -295,18 +295,24 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (128LL));
-      float a39 = in0[i];
-      float a29 = in1[i];
-      float v41 = (a29 > 0.0f ? a39 : 0.0f);
-      out0[i] = v41;
-      { const float x = v41; acc0 = acc0 + x; }
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (128LL));
+        float a39 = in0[i];
+        float a29 = in1[i];
+        float v41 = (a29 > 0.0f ? a39 : 0.0f);
+        out0[i] = v41;
+        { const float x = v41; acc0_l[ov] = acc0_l[ov] + x; }
+      }
     }
-    out1[o] = acc0;
+    for (int ov = 0; ov < 4; ++ov) {
+      out1[o0 + ov] = acc0_l[ov];
+    }
   }
 }
 

@@ -1567,7 +1567,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1786,7 +1786,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1945,7 +1945,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},

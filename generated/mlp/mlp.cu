@@ -183,19 +183,25 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long nout = 256LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (256LL));
-      float a23 = in0[i];
-      float v25 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a23 * 1.25f : 0.0f) : a23);
-      float a12 = in1[i];
-      float v26 = (a12 > 0.0f ? v25 : 0.0f);
-      out0[i] = v26;
-      { const float x = v26; acc0 = acc0 + x; }
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (256LL));
+        float a23 = in0[i];
+        float v25 = (s_train ? (ngen_keep(s_seed, s_step, 2u, i, 0.80000000000000004f) ? a23 * 1.25f : 0.0f) : a23);
+        float a12 = in1[i];
+        float v26 = (a12 > 0.0f ? v25 : 0.0f);
+        out0[i] = v26;
+        { const float x = v26; acc0_l[ov] = acc0_l[ov] + x; }
+      }
     }
-    out1[o] = acc0;
+    for (int ov = 0; ov < 4; ++ov) {
+      out1[o0 + ov] = acc0_l[ov];
+    }
   }
 }
 
@@ -206,19 +212,25 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd(const
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
-      float a29 = in0[i];
-      float v31 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a29 * 1.25f : 0.0f) : a29);
-      float a6 = in1[i];
-      float v32 = (a6 > 0.0f ? v31 : 0.0f);
-      out0[i] = v32;
-      { const float x = v32; acc0 = acc0 + x; }
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (512LL));
+        float a29 = in0[i];
+        float v31 = (s_train ? (ngen_keep(s_seed, s_step, 1u, i, 0.80000000000000004f) ? a29 * 1.25f : 0.0f) : a29);
+        float a6 = in1[i];
+        float v32 = (a6 > 0.0f ? v31 : 0.0f);
+        out0[i] = v32;
+        { const float x = v32; acc0_l[ov] = acc0_l[ov] + x; }
+      }
     }
-    out1[o] = acc0;
+    for (int ov = 0; ov < 4; ++ov) {
+      out1[o0 + ov] = acc0_l[ov];
+    }
   }
 }
 

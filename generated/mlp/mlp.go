@@ -803,7 +803,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 256},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -904,7 +904,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},

@@ -234,15 +234,21 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (512LL));
-      float a23 = in0[i];
-      { const float x = a23; acc0 = acc0 + x; }
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (512LL));
+        float a23 = in0[i];
+        { const float x = a23; acc0_l[ov] = acc0_l[ov] + x; }
+      }
     }
-    out0[o] = acc0;
+    for (int ov = 0; ov < 4; ++ov) {
+      out0[o0 + ov] = acc0_l[ov];
+    }
   }
 }
 
@@ -263,15 +269,21 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 2048LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
-    float acc0 = 0.0f;
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
     for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (2048LL));
-      float a28 = in0[i];
-      { const float x = a28; acc0 = acc0 + x; }
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (2048LL));
+        float a28 = in0[i];
+        { const float x = a28; acc0_l[ov] = acc0_l[ov] + x; }
+      }
     }
-    out0[o] = acc0;
+    for (int ov = 0; ov < 4; ++ov) {
+      out0[o0 + ov] = acc0_l[ov];
+    }
   }
 }
 

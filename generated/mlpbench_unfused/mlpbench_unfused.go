@@ -909,7 +909,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1017,7 +1017,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  256,
+				Div:  1024,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 2048},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
