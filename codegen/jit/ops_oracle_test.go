@@ -429,7 +429,9 @@ func groupNames(groups map[string][]opCase) []string {
 
 // TestOpsOracle runs every case in f32, fused and unfused, and compares the
 // forward values, the loss, every operand gradient and the predict output
-// with PyTorch 1.13 on the same data.
+// with PyTorch 1.13 on the same data. The unfused runs launch every kernel
+// with the GPU's block (cpu.Options.GPUBlocks), the fused ones with the CPU
+// backend's one-thread blocks for reductions, so both shapes meet the oracle.
 func TestOpsOracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
@@ -439,6 +441,11 @@ func TestOpsOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	gpuShapes, err := cpu.New(cpu.Options{GPUBlocks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpuShapes.Close()
 	groups := opGroups()
 	type built struct {
 		m      *ir.Model
@@ -471,7 +478,11 @@ func TestOpsOracle(t *testing.T) {
 		cases, bm := groups[name], models[name]
 		for _, fuse := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fuse=%v", name, fuse), func(t *testing.T) {
-				s := opSession(t, dev, bm.m, fuse, bm.data)
+				d := dev
+				if !fuse {
+					d = gpuShapes
+				}
+				s := opSession(t, d, bm.m, fuse, bm.data)
 				defer s.Close()
 				got := runOps(t, s)
 				wantLoss, scale := 0.0, 0.0
