@@ -140,6 +140,20 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		}
 		return a.name
 	}
+	// laneAccs declares vec lane accumulators per reduction, indexed by
+	// the loop variable idx, and returns them in accs' order.
+	laneAccs := func(idx string, vec int) []acc {
+		lanes := make([]acc, len(accs))
+		for j, a := range accs {
+			l := a
+			l.name = a.name + "_l[" + idx + "]"
+			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
+			lanes[j] = l
+			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
+			fmt.Fprintf(w, "    for (int %s = 0; %s < %d; ++%s) %s_l[%s] = %s;\n", idx, idx, vec, idx, a.name, idx, a.init)
+		}
+		return lanes
+	}
 	innerKept := len(space) > 0 && !red[len(space)-1]
 	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceVec == 0 {
 		// Each thread takes reduceVec adjacent outputs (one row of the
@@ -151,15 +165,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		vec := reduceVec
 		fmt.Fprintf(w, "  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * %d; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * %d) {\n", vec, vec)
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
-		lanes := make([]acc, len(accs))
-		for j, a := range accs {
-			l := a
-			l.name = a.name + "_l[ov]"
-			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
-			lanes[j] = l
-			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
-			fmt.Fprintf(w, "    for (int ov = 0; ov < %d; ++ov) %s_l[ov] = %s;\n", vec, a.name, a.init)
-		}
+		lanes := laneAccs("ov", vec)
 		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
 		w.WriteString("      #pragma unroll\n")
 		fmt.Fprintf(w, "      for (int ov = 0; ov < %d; ++ov) {\n", vec)
@@ -228,15 +234,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		// Each of the vec lanes has its own accumulators, summed at the
 		// end: the adds of one lane do not wait on another's, and the CPU
 		// emulation turns the lanes into one vector add.
-		lanes := make([]acc, len(accs))
-		for j, a := range accs {
-			l := a
-			l.name = a.name + "_l[ri_v]"
-			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
-			lanes[j] = l
-			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
-			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) %s_l[ri_v] = %s;\n", vec, a.name, a.init)
-		}
+		lanes := laneAccs("ri_v", vec)
 		fmt.Fprintf(w, "    const long long rthreads = %dLL < (long long)blockDim.x ? %dLL : (long long)blockDim.x;\n", rthreads, rthreads)
 		w.WriteString("    const long long rpass = (long long)blockDim.x / rthreads;\n")
 		w.WriteString("    const long long rt = (long long)threadIdx.x % rthreads;\n")
