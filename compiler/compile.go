@@ -23,6 +23,7 @@ type pass struct {
 // passes is the pipeline, in order.
 var passes = []pass{
 	{name: "infer shapes", fn: inferShapes, required: true},
+	{name: "pool first", fn: poolFirst},
 	{name: "derive functions", fn: deriveFuncs, required: true},
 	{name: "autodiff", fn: autodiff, required: true},
 	{name: "lower optimizer", fn: lowerOptimizer, required: true},
@@ -35,6 +36,8 @@ var passes = []pass{
 // passOrder lists constraints "a before b", checked at init.
 var passOrder = [][2]string{
 	{"infer shapes", "autodiff"},
+	{"infer shapes", "pool first"},
+	{"pool first", "derive functions"},
 	{"derive functions", "autodiff"},
 	{"autodiff", "lower optimizer"},
 	{"lower optimizer", "fuse"},

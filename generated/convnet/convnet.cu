@@ -95,49 +95,39 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// conv1_bias_relu_fwd computes:
-//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:17
-//   v10 = relu <f32[B,32,28,28]> v9  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a7 = in0[i];
-    float a8 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v9 = (a7 + a8);
-    float v10 = (v9 <= 0.0f ? 0.0f : v9);
-    out0[i] = v10;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd computes:
-//   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
+// conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd computes:
+//   v9 = maxpool_argmax <i32[B,32,14,14]> v7 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v10 = maxpool_pick <f32[B,32,14,14]> v7 v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v11 = add <f32[B,32,14,14]> v10 v8  # models/convnet/model.go:17
+//   v12 = relu <f32[B,32,14,14]> v11  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v11_j = j;
-    const long long v11_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v11_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v11_n * 448u);
-    const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
-    const int v11_c = (int)v11_n_t;
-    const int v11_ox = v11_j;
-    const long long v11_base = (v11_n * 32 + v11_c) * 784;
-    int v11 = -1;
-    float v11_m = 0;
+    const int v9_j = j;
+    const long long v9_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v9_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v9_n * 448u);
+    const int v9_oy = (int)(v9_n_t % 14u); v9_n_t /= 14u;
+    const int v9_c = (int)v9_n_t;
+    const int v9_ox = v9_j;
+    const long long v9_base = (v9_n * 32 + v9_c) * 784;
+    int v9 = -1;
+    float v9_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v11_oy * 2 - 0 + kh * 1;
+      const int iy = v9_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v11_ox * 2 - 0 + kw * 1;
+        const int ix = v9_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v11_base + iy * 28 + ix] : 0;
-        if (ok && (v11 < 0 || x > v11_m || x != x)) { v11 = kh * 2 + kw; v11_m = x; }
+        const float x = (ok) ? in0[v9_base + iy * 28 + ix] : 0;
+        if (ok && (v9 < 0 || x > v9_m || x != x)) { v9 = kh * 2 + kw; v9_m = x; }
       }
     }
-    const float v12 = v11_m;
-    out0[i] = v11;
+    const float v10 = v9_m;
+    float a8 = in1[(long long)(((((unsigned long long)(r)) / 14LL) % 32LL) * (1LL))];
+    float v11 = (v10 + a8);
+    float v12 = (v11 <= 0.0f ? 0.0f : v11);
+    out0[i] = v9;
     out1[i] = v12;
   }
 }
@@ -162,49 +152,39 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// conv2_bias_relu_fwd computes:
-//   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:18
-//   v21 = relu <f32[B,64,14,14]> v20  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a18 = in0[i];
-    float a19 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v20 = (a18 + a19);
-    float v21 = (v20 <= 0.0f ? 0.0f : v20);
-    out0[i] = v21;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_2 computes:
-//   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
+// conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd computes:
+//   v20 = maxpool_argmax <i32[B,64,7,7]> v18 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v21 = maxpool_pick <f32[B,64,7,7]> v18 v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v22 = add <f32[B,64,7,7]> v21 v19  # models/convnet/model.go:18
+//   v23 = relu <f32[B,64,7,7]> v22  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    const int v22_j = j;
-    const long long v22_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v22_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v22_n * 448u);
-    const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
-    const int v22_c = (int)v22_n_t;
-    const int v22_ox = v22_j;
-    const long long v22_base = (v22_n * 64 + v22_c) * 196;
-    int v22 = -1;
-    float v22_m = 0;
+    const int v20_j = j;
+    const long long v20_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v20_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v20_n * 448u);
+    const int v20_oy = (int)(v20_n_t % 7u); v20_n_t /= 7u;
+    const int v20_c = (int)v20_n_t;
+    const int v20_ox = v20_j;
+    const long long v20_base = (v20_n * 64 + v20_c) * 196;
+    int v20 = -1;
+    float v20_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v22_oy * 2 - 0 + kh * 1;
+      const int iy = v20_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v22_ox * 2 - 0 + kw * 1;
+        const int ix = v20_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v22_base + iy * 14 + ix] : 0;
-        if (ok && (v22 < 0 || x > v22_m || x != x)) { v22 = kh * 2 + kw; v22_m = x; }
+        const float x = (ok) ? in0[v20_base + iy * 14 + ix] : 0;
+        if (ok && (v20 < 0 || x > v20_m || x != x)) { v20 = kh * 2 + kw; v20_m = x; }
       }
     }
-    const float v23 = v22_m;
-    out0[i] = v22;
+    const float v21 = v20_m;
+    float a19 = in1[(long long)(((((unsigned long long)(r)) / 7LL) % 64LL) * (1LL))];
+    float v22 = (v21 + a19);
+    float v23 = (v22 <= 0.0f ? 0.0f : v22);
+    out0[i] = v20;
     out1[i] = v23;
   }
 }
@@ -316,59 +296,26 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
   }
 }
 
-// maxpool_bwd_relu_bwd_bwd computes:
-//   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v48 = relu_bwd <f32[B,64,14,14]> v47 v21  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 896LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v47_j = j;
-    const long long v47_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v47_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v47_n * 896u);
-    const int v47_y = (int)(v47_n_t % 14u); v47_n_t /= 14u;
-    const int v47_c = (int)v47_n_t;
-    const int v47_x = v47_j;
-    const long long v47_obase = (v47_n * 64 + v47_c) * 49;
-    const int v47_oy = (int)((unsigned)v47_y / 2u), v47_ox = (int)((unsigned)v47_x / 2u);
-    const long long v47_o = v47_obase + v47_oy * 7 + v47_ox;
-    const float v47_g = in0[v47_o];
-    const float v47 = in1[v47_o] == (int)((unsigned)v47_y % 2u) * 2 + (int)((unsigned)v47_x % 2u) ? v47_g : 0.0f;
-    float a21 = in2[i];
-    float v48 = (a21 > 0.0f ? v47 : 0.0f);
-    out0[i] = v48;
-  }
-}
-
-// sum_bwd_2 computes:
-//   v49 = sum <f32[1,64,1,1]> v48 {axes=[0 2 3] keepdim}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// relu_bwd_sum_bwd_2 computes:
+//   v47 = relu_bwd <f32[B,64,7,7]> v46 v23  # models/convnet/model.go:18
+//   v48 = sum <f32[1,64,1,1]> v47 {axes=[0 2 3] keepdim}  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
+  const long long nred = 49LL * (long long)B;
   __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    const long long base = (long long)(((unsigned long long)(o)) * (49LL));
     float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a48 = in0[i];
-          { const float x = a48; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
+    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
+      const long long i = base + (long long)((((unsigned long long)(r)) % 49LL) + (((unsigned long long)(r)) / 49LL) * (3136LL));
+      float a46 = in0[i];
+      float a23 = in1[i];
+      float v47 = (a23 > 0.0f ? a46 : 0.0f);
+      out0[i] = v47;
+      { const float x = v47; acc0 = acc0 + x; }
     }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
-      out0[o] = acc0;
+      out1[o] = acc0;
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
@@ -377,15 +324,37 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) out1[o] = acc0;
     }
     __syncthreads();
   }
 }
 
-// col2im_bwd computes:
+// maxpool_bwd_bwd computes:
+//   v50 = maxpool_bwd <f32[B,64,14,14]> v47 v20 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v50_j = j;
+    const long long v50_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v50_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v50_n * 896u);
+    const int v50_y = (int)(v50_n_t % 14u); v50_n_t /= 14u;
+    const int v50_c = (int)v50_n_t;
+    const int v50_x = v50_j;
+    const long long v50_obase = (v50_n * 64 + v50_c) * 49;
+    const int v50_oy = (int)((unsigned)v50_y / 2u), v50_ox = (int)((unsigned)v50_x / 2u);
+    const long long v50_o = v50_obase + v50_oy * 7 + v50_ox;
+    const float v50_g = in0[v50_o];
+    const float v50 = in1[v50_o] == (int)((unsigned)v50_y % 2u) * 2 + (int)((unsigned)v50_x % 2u) ? v50_g : 0.0f;
+    out0[i] = v50;
+  }
+}
+
+// col2im_relu_bwd_bwd computes:
 //   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+//   v59 = relu_bwd <f32[B,32,14,14]> v58 v12  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) col2im_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
@@ -406,57 +375,35 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
         v58 += ok ? in0[((v58_n * 1 + v58_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
-    out0[i] = v58;
+    float a12 = in1[i];
+    float v59 = (a12 > 0.0f ? v58 : 0.0f);
+    out0[i] = v59;
   }
 }
 
-// maxpool_bwd_relu_bwd_bwd_2 computes:
-//   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v60 = relu_bwd <f32[B,32,28,28]> v59 v10  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 896LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v59_j = j;
-    const long long v59_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v59_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v59_n * 896u);
-    const int v59_y = (int)(v59_n_t % 28u); v59_n_t /= 28u;
-    const int v59_c = (int)v59_n_t;
-    const int v59_x = v59_j;
-    const long long v59_obase = (v59_n * 32 + v59_c) * 196;
-    const int v59_oy = (int)((unsigned)v59_y / 2u), v59_ox = (int)((unsigned)v59_x / 2u);
-    const long long v59_o = v59_obase + v59_oy * 14 + v59_ox;
-    const float v59_g = in0[v59_o];
-    const float v59 = in1[v59_o] == (int)((unsigned)v59_y % 2u) * 2 + (int)((unsigned)v59_x % 2u) ? v59_g : 0.0f;
-    float a10 = in2[i];
-    float v60 = (a10 > 0.0f ? v59 : 0.0f);
-    out0[i] = v60;
-  }
-}
-
-// sum_bwd_3 computes:
-//   v61 = sum <f32[1,32,1,1]> v60 {axes=[0 2 3] keepdim}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// sum_bwd_2 computes:
+//   v60 = sum <f32[1,32,1,1]> v59 {axes=[0 2 3] keepdim}  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
+  const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
     float acc0_l[4];
     for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (6272LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a60 = in0[i];
-          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a59 = in0[i];
+          { const float x = a59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -474,6 +421,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
       if (threadIdx.x == 0) out0[o] = acc0;
     }
     __syncthreads();
+  }
+}
+
+// maxpool_bwd_bwd_2 computes:
+//   v62 = maxpool_bwd <f32[B,32,28,28]> v59 v9 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 896LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
+    const long long i = r * 28LL + j;
+    const int v62_j = j;
+    const long long v62_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v62_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v62_n * 896u);
+    const int v62_y = (int)(v62_n_t % 28u); v62_n_t /= 28u;
+    const int v62_c = (int)v62_n_t;
+    const int v62_x = v62_j;
+    const long long v62_obase = (v62_n * 32 + v62_c) * 196;
+    const int v62_oy = (int)((unsigned)v62_y / 2u), v62_ox = (int)((unsigned)v62_x / 2u);
+    const long long v62_o = v62_obase + v62_oy * 14 + v62_ox;
+    const float v62_g = in0[v62_o];
+    const float v62 = in1[v62_o] == (int)((unsigned)v62_y % 2u) * 2 + (int)((unsigned)v62_x % 2u) ? v62_g : 0.0f;
+    out0[i] = v62;
   }
 }
 
@@ -537,48 +505,38 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
   }
 }
 
-// conv1_bias_relu_fwd_2 computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:17
-//   v9 = relu <f32[B,32,28,28]> v8  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a6 = in0[i];
-    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v8 = (a6 + a7);
-    float v9 = (v8 <= 0.0f ? 0.0f : v8);
-    out0[i] = v9;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_3 computes:
-//   v10 = maxpool_argmax <i32[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v11 = maxpool_pick <f32[B,32,14,14]> v9 v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd_2 computes:
+//   v8 = maxpool_argmax <i32[B,32,14,14]> v6 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v9 = maxpool_pick <f32[B,32,14,14]> v6 v8 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v10 = add <f32[B,32,14,14]> v9 v7  # models/convnet/model.go:17
+//   v11 = relu <f32[B,32,14,14]> v10  # models/convnet/model.go:17
+extern "C" __global__ void __launch_bounds__(256) conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v10_j = j;
-    const long long v10_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v10_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v10_n * 448u);
-    const int v10_oy = (int)(v10_n_t % 14u); v10_n_t /= 14u;
-    const int v10_c = (int)v10_n_t;
-    const int v10_ox = v10_j;
-    const long long v10_base = (v10_n * 32 + v10_c) * 784;
-    int v10 = -1;
-    float v10_m = 0;
+    const int v8_j = j;
+    const long long v8_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v8_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v8_n * 448u);
+    const int v8_oy = (int)(v8_n_t % 14u); v8_n_t /= 14u;
+    const int v8_c = (int)v8_n_t;
+    const int v8_ox = v8_j;
+    const long long v8_base = (v8_n * 32 + v8_c) * 784;
+    int v8 = -1;
+    float v8_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v10_oy * 2 - 0 + kh * 1;
+      const int iy = v8_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v10_ox * 2 - 0 + kw * 1;
+        const int ix = v8_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v10_base + iy * 28 + ix] : 0;
-        if (ok && (v10 < 0 || x > v10_m || x != x)) { v10 = kh * 2 + kw; v10_m = x; }
+        const float x = (ok) ? in0[v8_base + iy * 28 + ix] : 0;
+        if (ok && (v8 < 0 || x > v8_m || x != x)) { v8 = kh * 2 + kw; v8_m = x; }
       }
     }
-    const float v11 = v10_m;
+    const float v9 = v8_m;
+    float a7 = in1[(long long)(((((unsigned long long)(r)) / 14LL) % 32LL) * (1LL))];
+    float v10 = (v9 + a7);
+    float v11 = (v10 <= 0.0f ? 0.0f : v10);
     out0[i] = v11;
   }
 }
@@ -603,48 +561,38 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
   }
 }
 
-// conv2_bias_relu_fwd_2 computes:
-//   v19 = add <f32[B,64,14,14]> v17 v18  # models/convnet/model.go:18
-//   v20 = relu <f32[B,64,14,14]> v19  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a17 = in0[i];
-    float a18 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v19 = (a17 + a18);
-    float v20 = (v19 <= 0.0f ? 0.0f : v19);
-    out0[i] = v20;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_2_2 computes:
-//   v21 = maxpool_argmax <i32[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v22 = maxpool_pick <f32[B,64,7,7]> v20 v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd_2 computes:
+//   v19 = maxpool_argmax <i32[B,64,7,7]> v17 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v20 = maxpool_pick <f32[B,64,7,7]> v17 v19 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v21 = add <f32[B,64,7,7]> v20 v18  # models/convnet/model.go:18
+//   v22 = relu <f32[B,64,7,7]> v21  # models/convnet/model.go:18
+extern "C" __global__ void __launch_bounds__(256) conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    const int v21_j = j;
-    const long long v21_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v21_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v21_n * 448u);
-    const int v21_oy = (int)(v21_n_t % 7u); v21_n_t /= 7u;
-    const int v21_c = (int)v21_n_t;
-    const int v21_ox = v21_j;
-    const long long v21_base = (v21_n * 64 + v21_c) * 196;
-    int v21 = -1;
-    float v21_m = 0;
+    const int v19_j = j;
+    const long long v19_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v19_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v19_n * 448u);
+    const int v19_oy = (int)(v19_n_t % 7u); v19_n_t /= 7u;
+    const int v19_c = (int)v19_n_t;
+    const int v19_ox = v19_j;
+    const long long v19_base = (v19_n * 64 + v19_c) * 196;
+    int v19 = -1;
+    float v19_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v21_oy * 2 - 0 + kh * 1;
+      const int iy = v19_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v21_ox * 2 - 0 + kw * 1;
+        const int ix = v19_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v21_base + iy * 14 + ix] : 0;
-        if (ok && (v21 < 0 || x > v21_m || x != x)) { v21 = kh * 2 + kw; v21_m = x; }
+        const float x = (ok) ? in0[v19_base + iy * 14 + ix] : 0;
+        if (ok && (v19 < 0 || x > v19_m || x != x)) { v19 = kh * 2 + kw; v19_m = x; }
       }
     }
-    const float v22 = v21_m;
+    const float v20 = v19_m;
+    float a18 = in1[(long long)(((((unsigned long long)(r)) / 7LL) % 64LL) * (1LL))];
+    float v21 = (v20 + a18);
+    float v22 = (v21 <= 0.0f ? 0.0f : v21);
     out0[i] = v22;
   }
 }

@@ -239,7 +239,7 @@ var Plan = &runtime.Plan{
 			Mul:  7056,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{0, 28},
+		Live:  [2]int{0, 26},
 		Name:  "step.v4",
 		Role:  "temp",
 		Shape: "f32[B,9,784]",
@@ -277,22 +277,13 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[32,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{2, 25},
-		Name:  "step.v10",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{3, 25},
-		Name:  "step.v11",
+		Live:  [2]int{2, 24},
+		Name:  "step.v9",
 		Role:  "temp",
 		Shape: "i32[B,32,14,14]",
 	}, {
@@ -300,7 +291,7 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{3, 4},
+		Live:  [2]int{2, 22},
 		Name:  "step.v12",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
@@ -309,7 +300,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{4, 22},
+		Live:  [2]int{3, 20},
 		Name:  "step.v15",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -325,12 +316,12 @@ var Plan = &runtime.Plan{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{5, 6},
+		Live:  [2]int{4, 5},
 		Name:  "step.v17",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 32,
+		AliasOf: 31,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -347,22 +338,13 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[64,1,1]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{6, 19},
-		Name:  "step.v21",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{7, 19},
-		Name:  "step.v22",
+		Live:  [2]int{5, 18},
+		Name:  "step.v20",
 		Role:  "temp",
 		Shape: "i32[B,64,7,7]",
 	}, {
@@ -370,12 +352,12 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{7, 18},
+		Live:  [2]int{5, 17},
 		Name:  "step.v23",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 37,
+		AliasOf: 35,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -389,7 +371,7 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{8, 9},
+		Live:  [2]int{6, 7},
 		Name:  "step.v26",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -398,7 +380,7 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{9, 16},
+		Live:  [2]int{7, 14},
 		Name:  "step.v29",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -407,7 +389,7 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{10, 12},
+		Live:  [2]int{8, 10},
 		Name:  "step.v31",
 		Role:  "temp",
 		Shape: "f32[B,10]",
@@ -426,7 +408,7 @@ var Plan = &runtime.Plan{
 			Mul:  10,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{12, 15},
+		Live:  [2]int{10, 13},
 		Name:  "step.v36",
 		Role:  "temp",
 		Shape: "f32[B,10]",
@@ -442,7 +424,7 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{14, 16},
+		Live:  [2]int{12, 14},
 		Name:  "step.v39",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -451,7 +433,7 @@ var Plan = &runtime.Plan{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{16, 18},
+		Live:  [2]int{14, 16},
 		Name:  "step.v41",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -460,12 +442,12 @@ var Plan = &runtime.Plan{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{17, 19},
+		Live:  [2]int{15, 17},
 		Name:  "step.v44",
 		Role:  "temp",
 		Shape: "f32[B,3136]",
 	}, {
-		AliasOf: 47,
+		AliasOf: 45,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -476,15 +458,24 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[B,64,7,7]",
 	}, {
 		Elems: runtime.Size{
+			Mul:  3136,
+			Syms: []string{"B"},
+		},
+		Live:  [2]int{17, 18},
+		Name:  "step.v47",
+		Role:  "temp",
+		Shape: "f32[B,64,7,7]",
+	}, {
+		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{19, 23},
-		Name:  "step.v48",
+		Live:  [2]int{18, 21},
+		Name:  "step.v50",
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf: 49,
+		AliasOf: 48,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -498,7 +489,7 @@ var Plan = &runtime.Plan{
 			Mul:  56448,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{23, 24},
+		Live:  [2]int{21, 22},
 		Name:  "step.v54",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -507,8 +498,8 @@ var Plan = &runtime.Plan{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{24, 25},
-		Name:  "step.v58",
+		Live:  [2]int{22, 24},
+		Name:  "step.v59",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
 	}, {
@@ -516,12 +507,12 @@ var Plan = &runtime.Plan{
 			Mul:  25088,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{25, 28},
-		Name:  "step.v60",
+		Live:  [2]int{24, 26},
+		Name:  "step.v62",
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 53,
+		AliasOf: 52,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -567,7 +558,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 58,
+		AliasOf: 57,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -585,21 +576,11 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[32,1,1]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  25088,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{2, 3},
-		Name:  "predict.v9",
-		Role:  "temp",
-		Shape: "f32[B,32,28,28]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  6272,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{3, 4},
+		Live:  [2]int{2, 3},
 		Name:  "predict.v11",
 		Role:  "temp",
 		Shape: "f32[B,32,14,14]",
@@ -609,7 +590,7 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{4, 5},
+		Live:  [2]int{3, 4},
 		Name:  "predict.v14",
 		Role:  "temp",
 		Shape: "f32[B,288,196]",
@@ -626,12 +607,12 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{5, 6},
+		Live:  [2]int{4, 5},
 		Name:  "predict.v16",
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 65,
+		AliasOf: 63,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -649,26 +630,16 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[64,1,1]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  12544,
-			Syms: []string{"B"},
-		},
-		Func:  1,
-		Live:  [2]int{6, 7},
-		Name:  "predict.v20",
-		Role:  "temp",
-		Shape: "f32[B,64,14,14]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{7, 8},
+		Live:  [2]int{5, 6},
 		Name:  "predict.v22",
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 69,
+		AliasOf: 66,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -683,7 +654,7 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{8, 9},
+		Live:  [2]int{6, 7},
 		Name:  "predict.v25",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -693,7 +664,7 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{9, 10},
+		Live:  [2]int{7, 8},
 		Name:  "predict.v28",
 		Role:  "temp",
 		Shape: "f32[B,128]",
@@ -703,13 +674,13 @@ var Plan = &runtime.Plan{
 			Syms: []string{"B"},
 		},
 		Func:  1,
-		Live:  [2]int{10, 11},
+		Live:  [2]int{8, 9},
 		Name:  "predict.v30",
 		Role:  "temp",
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  44,
+		Buf:  42,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
@@ -727,7 +698,7 @@ var Plan = &runtime.Plan{
 			Buf:  21,
 			Name: "x",
 		}, {
-			Buf:  42,
+			Buf:  40,
 			Name: "y",
 		}},
 		Name: "step",
@@ -787,7 +758,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 27}, {Buf: 28}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -797,41 +768,17 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {Mul: 128}, {
-				Mul:  100352,
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 1,
-			Ops:    "add+relu",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 28}, {Buf: 29}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -842,10 +789,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 2,
-			Ops:    "maxpool_argmax+maxpool_pick",
+			Kernel: 1,
+			Ops:    "maxpool_argmax+maxpool_pick+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 30}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -866,7 +813,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 3,
+			Kernel: 2,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -881,15 +828,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     31,
+				A:     30,
 				Alpha: 1.0,
-				B:     30,
+				B:     29,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      32,
+				C:      31,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -897,7 +844,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {Buf: 35}, {
+			Args: []runtime.ArgRef{{Buf: 32}, {Buf: 33}, {Buf: 34}, {Buf: 35}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -907,41 +854,17 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {Mul: 256}, {
-				Mul:  50176,
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 4,
-			Ops:    "add+relu",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 35}, {Buf: 36}, {Buf: 37}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -952,8 +875,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 5,
-			Ops:    "maxpool_argmax+maxpool_pick",
+			Kernel: 3,
+			Ops:    "maxpool_argmax+maxpool_pick+add+relu",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  12544,
@@ -967,11 +890,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     38,
+				A:     36,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     39,
+				C:     37,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -983,7 +906,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 12}, {Buf: 40}, {
+			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 12}, {Buf: 38}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1011,7 +934,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 6,
+			Kernel: 4,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1026,11 +949,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     40,
+				A:     38,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     41,
+				C:     39,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1046,7 +969,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v34",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 16}, {Buf: 42}, {Buf: 20}, {Buf: 43}, {Buf: 44}, {
+			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 16}, {Buf: 40}, {Buf: 20}, {Buf: 41}, {Buf: 42}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1079,10 +1002,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 7,
+			Kernel: 5,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 17}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1101,7 +1024,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 10},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 8,
+			Kernel: 6,
 			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1116,11 +1039,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     43,
+				A:     41,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     45,
+				C:     43,
 				K:     runtime.Size{Mul: 10},
 				M: runtime.Size{
 					Mul:  1,
@@ -1143,9 +1066,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     43,
+				A:     41,
 				Alpha: 1.0,
-				B:     40,
+				B:     38,
 				Batch: runtime.Size{Mul: 1},
 				C:     15,
 				K: runtime.Size{
@@ -1159,7 +1082,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 45}, {Buf: 40}, {Buf: 46}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 38}, {Buf: 44}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1187,7 +1110,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 9,
+			Kernel: 7,
 			Ops:    "relu_bwd+sum",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1202,11 +1125,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     46,
+				A:     44,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     47,
+				C:     45,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1229,9 +1152,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     46,
+				A:     44,
 				Alpha: 1.0,
-				B:     38,
+				B:     36,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -1245,7 +1168,38 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 48}, {Buf: 36}, {Buf: 35}, {Buf: 49}, {
+			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 35}, {Buf: 47}, {Buf: 9}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {
+				Mul:  12544,
+				Syms: []string{"B"},
+			}, {Mul: 256}},
+			Flops: runtime.Sum{{
+				Mul:  3136,
+				Syms: []string{"B"},
+			}, {
+				Mul:  3136,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 8,
+			Ops:    "relu_bwd+sum",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 34}, {Buf: 48}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1259,13 +1213,6 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  50176,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1276,30 +1223,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 10,
-			Ops:    "maxpool_bwd+relu_bwd",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 49}, {Buf: 9}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {Mul: 256}},
-			Flops: runtime.Sum{{
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 11,
-			Ops:    "sum",
+			Kernel: 9,
+			Ops:    "maxpool_bwd",
 		}, {
 			Buf:  7,
 			Kind: runtime.MemsetStep,
@@ -1317,9 +1242,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     50,
+				A:     49,
 				Alpha: 1.0,
-				B:     30,
+				B:     29,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1348,15 +1273,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     31,
+				A:     30,
 				Alpha: 1.0,
-				B:     50,
+				B:     49,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      51,
+				C:      50,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -1365,7 +1290,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 52}, {
+			Args: []runtime.ArgRef{{Buf: 50}, {Buf: 28}, {Buf: 51}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1377,6 +1302,13 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  25088,
 				Syms: []string{"B"},
+			}, {
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  6272,
+				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
 				Div: 256,
@@ -1386,10 +1318,32 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 12,
-			Ops:    "col2im",
+			Kernel: 10,
+			Ops:    "col2im+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 28}, {Buf: 27}, {Buf: 53}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 5}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  6272,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 11,
+			Ops:    "sum",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 27}, {Buf: 52}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1403,13 +1357,6 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  100352,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1420,30 +1367,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 13,
-			Ops:    "maxpool_bwd+relu_bwd",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 5}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 14,
-			Ops:    "sum",
+			Kernel: 12,
+			Ops:    "maxpool_bwd",
 		}, {
 			Buf:  3,
 			Kind: runtime.MemsetStep,
@@ -1461,7 +1386,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     54,
+				A:     53,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{
@@ -1497,7 +1422,7 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 421642},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 15,
+			Kernel: 13,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
 	}, {
@@ -1507,11 +1432,11 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  55,
+			Buf:  54,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 56}, {
+			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 55}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1532,7 +1457,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 16,
+			Kernel: 14,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 1152}, {
@@ -1547,15 +1472,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     57,
+				A:     56,
 				Alpha: 1.0,
-				B:     56,
+				B:     55,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      58,
+				C:      57,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -1563,7 +1488,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 60}, {Buf: 61}, {
+			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 59}, {Buf: 60}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1573,38 +1498,14 @@ var Plan = &runtime.Plan{
 				Mul:  100352,
 				Syms: []string{"B"},
 			}, {Mul: 128}, {
-				Mul:  100352,
+				Mul:  25088,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}, {
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  25088,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 17,
-			Ops:    "add+relu",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 62}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {
-				Mul:  25088,
+				Mul:  6272,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1615,10 +1516,10 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 18,
-			Ops:    "maxpool_argmax+maxpool_pick",
+			Kernel: 15,
+			Ops:    "maxpool_argmax+maxpool_pick+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 62}, {Buf: 63}, {
+			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 61}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1639,7 +1540,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 19,
+			Kernel: 16,
 			Ops:    "im2col",
 		}, {
 			Bytes: runtime.Sum{{Mul: 73728}, {
@@ -1654,15 +1555,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     64,
+				A:     62,
 				Alpha: 1.0,
-				B:     63,
+				B:     61,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      65,
+				C:      63,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -1670,7 +1571,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 66}, {Buf: 67}, {Buf: 68}, {
+			Args: []runtime.ArgRef{{Buf: 64}, {Buf: 65}, {Buf: 66}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1680,38 +1581,14 @@ var Plan = &runtime.Plan{
 				Mul:  50176,
 				Syms: []string{"B"},
 			}, {Mul: 256}, {
-				Mul:  50176,
+				Mul:  12544,
 				Syms: []string{"B"},
 			}},
 			Flops: runtime.Sum{{
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}, {
-				Mul:  12544,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  12544,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
-			Ops:    "add+relu",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 68}, {Buf: 69}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  50176,
-				Syms: []string{"B"},
-			}, {
-				Mul:  12544,
+				Mul:  3136,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1722,8 +1599,8 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 21,
-			Ops:    "maxpool_argmax+maxpool_pick",
+			Kernel: 17,
+			Ops:    "maxpool_argmax+maxpool_pick+add+relu",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  12544,
@@ -1737,11 +1614,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     70,
+				A:     67,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     71,
+				C:     68,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -1753,7 +1630,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 71}, {Buf: 12}, {Buf: 72}, {
+			Args: []runtime.ArgRef{{Buf: 68}, {Buf: 12}, {Buf: 69}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1781,7 +1658,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
+			Kernel: 18,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1796,11 +1673,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     72,
+				A:     69,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     73,
+				C:     70,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1812,7 +1689,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 73}, {Buf: 16}, {Buf: 55}, {
+			Args: []runtime.ArgRef{{Buf: 70}, {Buf: 16}, {Buf: 54}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1837,7 +1714,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 23,
+			Kernel: 19,
 			Ops:    "add",
 		}},
 	}},
@@ -1847,24 +1724,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "conv1_bias_relu_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "maxpool_argmax_maxpool_pick_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "conv2_bias_relu_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "maxpool_argmax_maxpool_pick_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_relu_fwd",
@@ -1879,9 +1748,18 @@ var Plan = &runtime.Plan{
 		Name:   "relu_bwd_sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		GridStride: true,
-		Name:       "maxpool_bwd_relu_bwd_bwd",
+		Name:       "relu_bwd_sum_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
+	}, {
+		GridStride: true,
+		Name:       "maxpool_bwd_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "col2im_relu_bwd_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "sum_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1889,17 +1767,8 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		GridStride: true,
-		Name:       "col2im_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "maxpool_bwd_relu_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		Name:       "sum_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		SoloBlocks: true,
-		Sync:       true,
+		Name:       "maxpool_bwd_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
@@ -1910,24 +1779,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "conv1_bias_relu_fwd_2",
+		Name:       "conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "maxpool_argmax_maxpool_pick_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_2_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
-		Name:       "conv2_bias_relu_fwd_2",
+		Name:       "conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-	}, {
-		GridStride: true,
-		Name:       "maxpool_argmax_maxpool_pick_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_relu_fwd_2",
@@ -2023,7 +1884,7 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 55
+	fn, buf := "predict", 54
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
