@@ -215,21 +215,21 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	for _, a := range accs {
 		fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 	}
-	if last := space[len(space)-1]; len(redAxes) >= 2 && last.Sym == "" && last.N >= k.block[0]/2 {
+	if last := space[len(space)-1]; len(redAxes) >= 2 && last.Sym == "" && last.N >= 32 {
 		// The threads stride over the innermost (contiguous) reduced axis
-		// inside a loop over the others: no division per element. Each
-		// thread takes vec adjacent elements at a time (when they divide
-		// the axis): a warp still reads one contiguous span, and the CPU
+		// inside a loop over the others (rows of 32 or more): no division
+		// per element. Each thread takes vec adjacent elements at a time: a
+		// warp still reads one contiguous span, and the CPU
 		// emulation, which runs a block's threads one after another,
 		// touches each cache line from fewer of them.
 		//
 		// When a row of the inner axis needs fewer threads than the block
 		// has, the block covers several rows at once (rpass of them, with
 		// rthreads threads each), so no thread walks the outer loop idle.
-		vec := 1
-		if last.N%reduceVec == 0 {
-			vec = reduceVec
-		}
+		// A row that vec does not divide ends in a partial group, whose
+		// lanes past the row's end are skipped.
+		vec := reduceVec
+		ragged := last.N%vec != 0
 		rthreads := min((last.N+vec-1)/vec, k.block[0])
 		// Each of the vec lanes has its own accumulators, summed at the
 		// end: the adds of one lane do not wait on another's, and the CPU
@@ -244,7 +244,13 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		fmt.Fprintf(w, "        #pragma unroll\n")
 		fmt.Fprintf(w, "        for (int ri_v = 0; ri_v < %d; ++ri_v) {\n", vec)
 		fmt.Fprintf(w, "          const long long ri = rv + ri_v;\n")
-		body("          ", "base_o + ri", lanes)
+		if ragged {
+			fmt.Fprintf(w, "          if (ri < %dLL) {\n", last.N)
+			body("            ", "base_o + ri", lanes)
+			w.WriteString("          }\n")
+		} else {
+			body("          ", "base_o + ri", lanes)
+		}
 		w.WriteString("        }\n")
 		w.WriteString("      }\n")
 		w.WriteString("    }\n")

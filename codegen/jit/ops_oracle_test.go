@@ -131,6 +131,13 @@ func opGroups() map[string][]opCase {
 			{"2x3x7_ax01", []int{2, 3, 7}, []int{0, 1}, false},
 			{"2x3x7_all", []int{2, 3, 7}, nil, false},
 			{"2x3x7_all_keep", []int{2, 3, 7}, nil, true},
+			// The kept inner axis in groups of four outputs per thread.
+			{"5x8_ax0", []int{5, 8}, []int{0}, false},
+			{"2x3x8_ax01_keep", []int{2, 3, 8}, []int{0, 1}, true},
+			// Row loops over a contiguous reduced axis of 32 or more,
+			// whole groups of four and a ragged last group.
+			{"3x2x40_ax02", []int{3, 2, 40}, []int{0, 2}, false},
+			{"3x2x37_ax02_keep", []int{3, 2, 37}, []int{0, 2}, true},
 		} {
 			reduce = append(reduce, opCase{name: op + "_" + r.tag, op: op,
 				attrs: ir.Attrs{Axes: r.axes, KeepDim: r.keep}, args: []opArg{fd(d, r.shape...)}})

@@ -306,14 +306,29 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (49LL));
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 49LL) + (((unsigned long long)(r)) / 49LL) * (3136LL));
-      float a46 = in0[i];
-      float a23 = in1[i];
-      float v47 = (a23 > 0.0f ? a46 : 0.0f);
-      out0[i] = v47;
-      { const float x = v47; acc0 = acc0 + x; }
+    float acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 13LL < (long long)blockDim.x ? 13LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 49LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (3136LL));
+      for (long long rv = rt * 4; rv < 49LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          if (ri < 49LL) {
+            const long long i = base_o + ri;
+            float a46 = in0[i];
+            float a23 = in1[i];
+            float v47 = (a23 > 0.0f ? a46 : 0.0f);
+            out0[i] = v47;
+            { const float x = v47; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          }
+        }
+      }
     }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
       out1[o] = acc0;
       continue;
