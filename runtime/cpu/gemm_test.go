@@ -144,35 +144,50 @@ func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int)
 // partial.
 func TestGemmSumBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	const m, n, k, batch = 6, 4, 5, 7
-	ldc := n + 2
-	a, b, c := randVec(r, batch*m*k), randVec(r, batch*k*n), randVec(r, m*ldc)
-	want := append([]float64(nil), c...)
-	for i := range batch {
-		naiveGemm(false, false, m, n, k, 1, a[i*m*k:], k, b[i*k*n:], n, 1, want, ldc)
-	}
-	for _, threads := range []int{1, 3} {
-		for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
-			d, err := New(Options{Threads: threads})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pa, pb, pc := uploadAs(t, d, dt, a), uploadAs(t, d, dt, b), uploadAs(t, d, dt, c)
-			if err := d.Gemm(runtime.GemmArgs{DType: dt, M: m, N: n, K: k, Alpha: 1, Beta: 1, A: pa, B: pb, C: pc, LDC: ldc,
-				Batch: batch, StrideA: m * k, StrideB: k * n, StrideC: 0}); err != nil {
-				t.Fatal(err)
-			}
-			got := downloadAs(t, d, dt, pc, len(c))
-			tol := 1e-12
-			if dt == runtime.F32 {
-				tol = 1e-4 // seven f32 products of k=5 summed in another order
-			}
-			for i := range got {
-				if math.Abs(got[i]-want[i]) > tol {
-					t.Fatalf("%d threads, %s: C[%d] = %v, want %v", threads, dt, i, got[i], want[i])
+	// The second and third shapes are narrow (N < 16, M ≥ 2N): f32 runs
+	// them transposed (skinnySum), with each transpose flag.
+	for _, sh := range []struct {
+		m, n, k int
+		ta, tb  bool
+	}{{6, 4, 5, false, false}, {12, 3, 5, false, true}, {10, 4, 7, true, false}} {
+		const batch = 7
+		m, n, k := sh.m, sh.n, sh.k
+		lda, ldb, ldc := k, n, n+2
+		if sh.ta {
+			lda = m
+		}
+		if sh.tb {
+			ldb = k
+		}
+		a, b, c := randVec(r, batch*m*k), randVec(r, batch*k*n), randVec(r, m*ldc)
+		want := append([]float64(nil), c...)
+		for i := range batch {
+			naiveGemm(sh.ta, sh.tb, m, n, k, 1, a[i*m*k:], lda, b[i*k*n:], ldb, 1, want, ldc)
+		}
+		for _, threads := range []int{1, 3} {
+			for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
+				d, err := New(Options{Threads: threads})
+				if err != nil {
+					t.Fatal(err)
 				}
+				pa, pb, pc := uploadAs(t, d, dt, a), uploadAs(t, d, dt, b), uploadAs(t, d, dt, c)
+				if err := d.Gemm(runtime.GemmArgs{DType: dt, M: m, N: n, K: k, Alpha: 1, Beta: 1, A: pa, B: pb, C: pc,
+					LDA: lda, LDB: ldb, LDC: ldc, TransA: runtime.Transpose(sh.ta), TransB: runtime.Transpose(sh.tb),
+					Batch: batch, StrideA: m * k, StrideB: k * n, StrideC: 0}); err != nil {
+					t.Fatal(err)
+				}
+				got := downloadAs(t, d, dt, pc, len(c))
+				tol := 1e-12
+				if dt == runtime.F32 {
+					tol = 1e-4 // seven f32 products summed in another order
+				}
+				for i := range got {
+					if math.Abs(got[i]-want[i]) > tol {
+						t.Fatalf("%+v, %d threads, %s: C[%d] = %v, want %v", sh, threads, dt, i, got[i], want[i])
+					}
+				}
+				d.Close()
 			}
-			d.Close()
 		}
 	}
 }
