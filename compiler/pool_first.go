@@ -22,18 +22,18 @@ import "github.com/ngen-ml/ngen/compiler/ir"
 // given, which the caller may compile again (unfused, say).
 func poolFirst(p *Program) error {
 	f := p.Model.Forward
-	if !anyPoolFirst(f) {
+	if !anyPoolFirst(p.Model) {
 		return nil
 	}
 	g, m := f.Clone(f.Name)
 	mc := *p.Model
 	mc.Forward, mc.Loss, mc.Output = g, m[p.Model.Loss], m[p.Model.Output]
 	p.Model = &mc
-	uses := g.Uses()
+	uses, kept := g.Uses(), results(&mc)
 	dead := map[*ir.Value]bool{}
 	var out []*ir.Value
 	for _, v := range g.Values {
-		y, bias, ok := poolOfReLU(v, uses, g)
+		y, bias, ok := poolOfReLU(v, uses, kept)
 		if !ok {
 			out = append(out, v)
 			continue
@@ -69,10 +69,10 @@ func poolFirst(p *Program) error {
 	return nil
 }
 
-func anyPoolFirst(f *ir.Func) bool {
-	uses := f.Uses()
-	for _, v := range f.Values {
-		if _, _, ok := poolOfReLU(v, uses, f); ok {
+func anyPoolFirst(m *ir.Model) bool {
+	uses, kept := m.Forward.Uses(), results(m)
+	for _, v := range m.Forward.Values {
+		if _, _, ok := poolOfReLU(v, uses, kept); ok {
 			return true
 		}
 	}
@@ -80,10 +80,11 @@ func anyPoolFirst(f *ir.Func) bool {
 }
 
 // poolOfReLU matches v = maxpool_pick(r, maxpool_argmax(r)) with r =
-// relu(z), z = y + b or r = relu(y), where r and z have no other uses, y
+// relu(z), z = y + b or r = relu(y), where r and z have no other uses and
+// are not results (kept), y
 // is a GEMM's result and b is constant over each window (shape [C,1,1] or
 // [1,C,1,1] against [N,C,H,W]). It returns y and b (nil without the add).
-func poolOfReLU(v *ir.Value, uses map[*ir.Value][]*ir.Value, f *ir.Func) (y, b *ir.Value, ok bool) {
+func poolOfReLU(v *ir.Value, uses map[*ir.Value][]*ir.Value, kept map[*ir.Value]bool) (y, b *ir.Value, ok bool) {
 	if v.Op != "maxpool_pick" || len(v.Args) != 2 {
 		return nil, nil, false
 	}
@@ -91,14 +92,14 @@ func poolOfReLU(v *ir.Value, uses map[*ir.Value][]*ir.Value, f *ir.Func) (y, b *
 	if am.Op != "maxpool_argmax" || len(am.Args) != 1 || am.Args[0] != r || len(uses[am]) != 1 {
 		return nil, nil, false
 	}
-	if r.Op != "relu" || len(uses[r]) != 2 || isResult(f, r) {
+	if r.Op != "relu" || len(uses[r]) != 2 || kept[r] {
 		return nil, nil, false
 	}
 	z := r.Args[0]
 	if fromGEMM(z) {
 		return z, nil, true
 	}
-	if z.Op != "add" || len(uses[z]) != 1 || isResult(f, z) {
+	if z.Op != "add" || len(uses[z]) != 1 || kept[z] {
 		return nil, nil, false
 	}
 	for i, a := range z.Args {
@@ -144,18 +145,15 @@ func padShape(s ir.Shape, n int) ir.Shape {
 	return append(out, s...)
 }
 
-// isResult reports whether f's caller reads v (an output, gradient or
-// update), which a rewrite must keep.
-func isResult(f *ir.Func, v *ir.Value) bool {
-	for _, o := range f.Outputs {
-		if o == v {
-			return true
-		}
+// results are the forward values the model's caller reads, which a
+// rewrite must keep: the loss, the output and what state updates write.
+func results(m *ir.Model) map[*ir.Value]bool {
+	r := map[*ir.Value]bool{m.Loss: true, m.Output: true}
+	for _, o := range m.Forward.Outputs {
+		r[o] = true
 	}
-	for _, u := range f.Updates {
-		if u.New == v || u.State == v {
-			return true
-		}
+	for _, u := range m.Forward.Updates {
+		r[u.New], r[u.State] = true, true
 	}
-	return false
+	return r
 }

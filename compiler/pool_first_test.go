@@ -75,3 +75,27 @@ func TestPoolFirst(t *testing.T) {
 	}
 	t.Fatalf("no relu(maxpool + bias) in\n%s", f.Print())
 }
+
+// TestPoolFirstKeepsOutput: a ReLU the caller reads back (the model's
+// output) is not moved after the pooling that also reads it.
+func TestPoolFirstKeepsOutput(t *testing.T) {
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(2), ir.D(4), ir.D(4))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	r := b.Unary("relu", b.Conv2d("conv", x, 3, irtest.Window(3, 3, 1, 1, 1, 1), true)) // [B,3,4,4]
+	h := ops.MaxPool2d(b.Builder, r, irtest.Window(4, 4, 4, 0, 1, 1))                    // [B,3,1,1]
+	logits := b.Linear("fc", b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(3)}}, h), 4)
+	m := b.Model("m", b.Binary("cross_entropy", logits, y), r, ir.Optimizer{Kind: "sgd", LR: 0.1})
+	p := through(t, m, "infer shapes", true)
+	if err := poolFirst(p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Model.Output.Op != "relu" || !slices.Contains(p.Model.Forward.Values, p.Model.Output) {
+		t.Fatalf("the output ReLU was rewritten away:\n%s", p.Model.Forward.Print())
+	}
+	for _, v := range p.Model.Forward.Values {
+		if v.Op == "maxpool_pick" && v.Args[0] != p.Model.Output {
+			t.Fatalf("the pooling no longer reads the output ReLU:\n%s", p.Model.Forward.Print())
+		}
+	}
+}
