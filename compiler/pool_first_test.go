@@ -83,7 +83,7 @@ func TestPoolFirstKeepsOutput(t *testing.T) {
 	x := b.Input("x", ir.F32, ir.S("B"), ir.D(2), ir.D(4), ir.D(4))
 	y := b.Input("y", ir.I32, ir.S("B"))
 	r := b.Unary("relu", b.Conv2d("conv", x, 3, irtest.Window(3, 3, 1, 1, 1, 1), true)) // [B,3,4,4]
-	h := ops.MaxPool2d(b.Builder, r, irtest.Window(4, 4, 4, 0, 1, 1))                    // [B,3,1,1]
+	h := ops.MaxPool2d(b.Builder, r, irtest.Window(4, 4, 4, 0, 1, 1))                   // [B,3,1,1]
 	logits := b.Linear("fc", b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(3)}}, h), 4)
 	m := b.Model("m", b.Binary("cross_entropy", logits, y), r, ir.Optimizer{Kind: "sgd", LR: 0.1})
 	p := through(t, m, "infer shapes", true)
