@@ -153,6 +153,7 @@ func (g *glue) constructor(f *jen.File) {
 	f.Type().Id("Options").Struct(
 		jen.Id("Batch").Int().Comment("largest batch Step and Predict accept; must be positive"),
 		jen.Id("Seed").Uint64().Comment("parameter initialisation and dropout"),
+		jen.Id("AccumulationSteps").Int().Comment("k > 1: Step sums the gradients of k calls and updates on every k-th"),
 	)
 	f.Comment("Model is one instance of the model on a device.")
 	f.Type().Id("Model").Struct(jen.Id("s").Op("*").Qual(rtPath, "Session"))
@@ -163,7 +164,8 @@ func (g *glue) constructor(f *jen.File) {
 		jen.If(jen.Id("opts").Dot("Batch").Op("<=").Lit(0)).Block(
 			jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".New: Options.Batch must be positive, got %d"), jen.Id("opts").Dot("Batch")))),
 		jen.List(jen.Id("s"), jen.Err()).Op(":=").Qual(rtPath, "NewSession").Call(jen.Id("dev"), jen.Id("Plan"), jen.Id("module").Call(),
-			jen.Qual(rtPath, "SessionOptions").Values(jen.Dict{jen.Id("MaxBatch"): jen.Id("opts").Dot("Batch"), jen.Id("Seed"): jen.Id("opts").Dot("Seed")})),
+			jen.Qual(rtPath, "SessionOptions").Values(jen.Dict{jen.Id("MaxBatch"): jen.Id("opts").Dot("Batch"), jen.Id("Seed"): jen.Id("opts").Dot("Seed"),
+				jen.Id("AccumulationSteps"): jen.Id("opts").Dot("AccumulationSteps")})),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 		jen.Return(jen.Op("&").Id("Model").Values(jen.Dict{jen.Id("s"): jen.Id("s")}), jen.Nil()),
 	)
@@ -231,20 +233,46 @@ func (g *glue) step(f *jen.File) error {
 	if lt := g.plan.Buffers[loss].DType; lt != g.plan.DType {
 		return fmt.Errorf("go glue: loss is %s, parameters %s", lt, g.plan.DType)
 	}
-	params, body, err := g.feed(st, "Step", jen.Lit(0))
-	if err != nil {
-		return err
+	for _, m := range []struct {
+		name, run string
+		doc       []string
+	}{
+		{"Step", "Run", []string{
+			"Step runs one training step (forward, backward, optimizer update) on a",
+			"batch and returns the loss. Each input holds whole rows, row-major; the",
+			"batch size is their row count and must not exceed Options.Batch. With",
+			"Options.AccumulationSteps k > 1, each call is a micro-batch and every",
+			"k-th successful one also runs the update (see Accumulate).",
+		}},
+		{"Accumulate", "RunGrads", []string{
+			"Accumulate runs forward and backward on a micro-batch, adds its gradient",
+			"to the pending ones and returns its loss; Update then applies their mean",
+			"(as scaling each micro-batch's loss by 1/k). On error nothing is added.",
+			"Batch norm uses each micro-batch's own statistics, as PyTorch does.",
+		}},
+	} {
+		params, body, err := g.feed(st, m.name, jen.Lit(0))
+		if err != nil {
+			return err
+		}
+		call := ms().Dot(m.run).Call(jen.Id("rows"))
+		if m.run == "Run" {
+			call = ms().Dot("Run").Call(jen.Lit("step"), jen.Id("rows"))
+		}
+		body = append(body,
+			jen.If(jen.Err().Op(":=").Add(call), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
+			jen.Id("out").Op(":=").Make(jen.Index().Id(g.T), jen.Lit(1)),
+			jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(loss), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
+			jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
+		)
+		for _, l := range m.doc {
+			f.Comment(l)
+		}
+		recv(f).Id(m.name).Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(body...)
 	}
-	body = append(body,
-		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Run").Call(jen.Lit("step"), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-		jen.Id("out").Op(":=").Make(jen.Index().Id(g.T), jen.Lit(1)),
-		jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(loss), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-		jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
-	)
-	f.Comment("Step runs one training step (forward, backward, optimizer update) on a")
-	f.Comment("batch and returns the loss. Each input holds whole rows, row-major; the")
-	f.Comment("batch size is their row count and must not exceed Options.Batch.")
-	recv(f).Id("Step").Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(body...)
+	f.Comment("Update runs the optimizer update with the mean gradient of the micro-batches")
+	f.Comment("accumulated since the last update.")
+	recv(f).Id("Update").Params().Error().Block(jen.Return(ms().Dot("RunUpdate").Call()))
 	return nil
 }
 

@@ -228,7 +228,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			forced[nb] = dst
 			continue
 		}
-		m.copySrc = append(m.copySrc, pendingCopy{u.New, &runtime.Step{Kind: runtime.CopyStep, Buf: dst, Ops: "copy " + u.State.Name}})
+		m.copySrc = append(m.copySrc, pendingCopy{u.New, &runtime.Step{Kind: runtime.CopyStep, Buf: dst, Ops: "copy " + u.State.Name}, isOpt(u)})
 	}
 	// Storage for every value kernels touch.
 	steps := []runtime.Step{}
@@ -309,7 +309,30 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		}
 	}
 	var status = -1
+	// The optimizer's kernels come last, after every copy that is not the
+	// optimizer's: steps before UpdateFrom are the gradient phase
+	// (Session.RunGrads), the rest the update phase (Session.RunUpdate).
+	rf.UpdateFrom = -1
+	flush := func(opt bool) {
+		rest := m.copySrc[:0]
+		for _, c := range m.copySrc {
+			if c.opt != opt {
+				rest = append(rest, c)
+				continue
+			}
+			c.step.Src = resolve(c.v)
+			touch(c.step.Src, len(steps))
+			steps = append(steps, *c.step)
+		}
+		m.copySrc = rest
+	}
 	for _, g := range groups {
+		if groupIsOpt(g) && rf.UpdateFrom < 0 {
+			flush(false)
+			rf.UpdateFrom = len(steps)
+		} else if !groupIsOpt(g) && rf.UpdateFrom >= 0 {
+			return fmt.Errorf("internal error: %s: kernel %s of the gradient phase follows the optimizer update", f.Name, g)
+		}
 		var bytes runtime.Sum
 		for _, v := range append(append([]*ir.Value(nil), g.Inputs...), g.Outputs...) {
 			z := rtSize(v.Shape)
@@ -349,13 +372,15 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		g.Step = idx
 		steps = append(steps, st)
 	}
-	for i := range m.copySrc {
-		c := m.copySrc[i]
-		c.step.Src = resolve(c.v)
-		touch(c.step.Src, len(steps))
-		steps = append(steps, *c.step)
+	if rf.UpdateFrom < 0 {
+		flush(false)
+		rf.UpdateFrom = 0 // no optimizer: predict
+
 	}
-	m.copySrc = nil
+	flush(true)
+	if err := checkPhases(m.plan, fi, rf.UpdateFrom, len(steps)); err != nil {
+		return fmt.Errorf("internal error: %s: %w", f.Name, err)
+	}
 	if l, ok := f.Outputs["loss"]; ok {
 		m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "finite", Buf: resolve(l), Op: l.Op, Pos: l.Pos.String(), Detail: "loss"})
 	}
@@ -381,6 +406,36 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 type pendingCopy struct {
 	v    *ir.Value
 	step *runtime.Step
+	opt  bool // the optimizer's state, copied in the update phase
+}
+
+// isOpt reports whether an update belongs to the optimizer (made by the
+// "lower optimizer" pass) rather than the forward pass (batch norm's
+// running statistics, which change with every micro-batch).
+func isOpt(u ir.Update) bool { return u.State.Phase == "opt" || u.New.Phase == "opt" }
+
+func groupIsOpt(g *Group) bool {
+	for _, v := range g.Values {
+		if v.Phase == "opt" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPhases rejects an arena buffer alive across the boundary between a
+// function's gradient and update phases: other functions (accumulation
+// between micro-batches, predict) may reuse the arena in between.
+func checkPhases(pl *runtime.Plan, fi, from, n int) error {
+	if from <= 0 || from >= n {
+		return nil
+	}
+	for _, b := range pl.Buffers {
+		if b.Placement == runtime.Arena && b.Func == fi && b.Live[0] < from && b.Live[1] >= from {
+			return fmt.Errorf("temporary %s is alive across the gradient/update boundary (steps %d..%d, update from %d)", b.Name, b.Live[0], b.Live[1], from)
+		}
+	}
+	return nil
 }
 
 func containsArg(v, a *ir.Value) bool {

@@ -29,6 +29,10 @@ type Func struct {
 	Steps   []Step
 	Outputs []Named
 	Inputs  []Named
+	// UpdateFrom splits a training step: steps before it compute the
+	// gradients (forward and backward), the rest are the optimizer update.
+	// 0 for functions without an update.
+	UpdateFrom int
 }
 
 // Named binds a name to a buffer.

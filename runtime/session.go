@@ -23,7 +23,8 @@ type Session struct {
 	train    bool
 	lr       float64
 	arenaLen int64
-	prof     *profiler // nil unless SetProfiling(true)
+	acc      accumulator // gradient accumulation state (accumulate.go)
+	prof     *profiler   // nil unless SetProfiling(true)
 }
 
 // SessionOptions size a session.
@@ -31,6 +32,9 @@ type SessionOptions struct {
 	MaxBatch int            // bound for the symbol B
 	Symbols  map[string]int // bounds for other symbols
 	Seed     uint64         // parameter init and dropout
+	// AccumulationSteps k > 1 makes Run("step") accumulate the gradients
+	// of k calls (micro-batches) and update on every k-th (accumulate.go).
+	AccumulationSteps int
 }
 
 // NewSession loads the module, allocates storage for the largest batch and
@@ -39,8 +43,11 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	if opt.MaxBatch <= 0 {
 		return nil, fmt.Errorf("%s: batch size must be positive, got %d", p.Model, opt.MaxBatch)
 	}
+	if opt.AccumulationSteps < 0 {
+		return nil, fmt.Errorf("%s: AccumulationSteps must not be negative, got %d", p.Model, opt.AccumulationSteps)
+	}
 	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR,
-		env: map[string]int{}, maxEnv: map[string]int{}}
+		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
 	for _, y := range p.Symbols {
 		n := opt.Symbols[y]
 		if y == "B" {
@@ -61,6 +68,12 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	if err := s.allocate(); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if s.acc.k > 1 {
+		if err := s.allocSum(); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if err := s.initParams(); err != nil {
 		s.Close()
@@ -221,38 +234,51 @@ func (s *Session) fn(name string) (int, *Func, error) {
 }
 
 // Run executes function name ("step", "predict") on a batch of the given
-// size, which must not exceed the session's batch size.
+// size, which must not exceed the session's batch size. "step" is the
+// gradient phase then the update phase (RunGrads, RunUpdate), with the
+// checks once at the end; with SessionOptions.AccumulationSteps k > 1 it
+// runs the update only on every k-th call (accumulate.go).
 func (s *Session) Run(name string, batch int) error {
 	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
 	}
+	if err := s.setBatch(name, batch); err != nil {
+		return err
+	}
+	if name == "step" {
+		return s.trainStep(fi, f)
+	}
+	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
+		return err
+	}
+	return s.check(name)
+}
+
+func (s *Session) setBatch(name string, batch int) error {
 	if batch <= 0 || batch > s.maxEnv["B"] {
 		return fmt.Errorf("%s.%s: batch of %d rows, want 1..%d", s.plan.Model, name, batch, s.maxEnv["B"])
 	}
 	s.env["B"] = batch
 	s.calls++
-	scal := map[string]float64{}
-	if name == "step" {
-		s.t++
-		scal = s.plan.Optimizer.Scalars(s.t, s.lr)
-	}
-	for i := range f.Steps {
+	return nil
+}
+
+// runSteps executes steps [from, to) of function fi.
+func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float64) error {
+	for i := from; i < to; i++ {
 		st := &f.Steps[i]
 		var err error
 		if s.prof != nil {
-			err = s.timeStep(fi, name, i, st, func() error { return s.exec(st, scal) })
+			err = s.timeStep(fi, f.Name, i, st, func() error { return s.exec(st, scal) })
 		} else {
 			err = s.exec(st, scal)
 		}
 		if err != nil {
-			if name == "step" {
-				s.t--
-			}
-			return fmt.Errorf("%s.%s: %w", s.plan.Model, name, err)
+			return fmt.Errorf("%s.%s: %w", s.plan.Model, f.Name, err)
 		}
 	}
-	return s.check(name)
+	return nil
 }
 
 func (s *Session) exec(st *Step, scal map[string]float64) error {

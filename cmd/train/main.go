@@ -38,13 +38,14 @@ func main() {
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
 		dir     = flag.String("data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
 		save    = flag.String("save", "", "write a checkpoint here after training")
+		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
 	)
 	flag.Parse()
-	ours, err := run(*name, *epochs, *batch, *seed, *threads, *device, *dir, *save, *quiet, *profile)
+	ours, err := run(*name, *epochs, *batch, *accum, *seed, *threads, *device, *dir, *save, *quiet, *profile)
 	if err == nil && *torch {
 		err = compare(ours, *script, *name, *epochs, *batch, *seed, *threads, *dir)
 	}
@@ -96,7 +97,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(name string, epochs, batch int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
+func run(name string, epochs, batch, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -119,10 +120,16 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 		return nil, err
 	}
 	defer m.Close()
+	if err := m.Session().SetAccumulationSteps(accum); err != nil {
+		return nil, err
+	}
 	loader := data.NewLoader(trainSet, batch, true, seed)
 	var results []epochResult
 	fmt.Printf("model %s on %s: %d train / %d test images, batch %d, %d steps per epoch\n",
 		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())
+	if accum > 1 {
+		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
+	}
 	for epoch := 1; epoch <= epochs; epoch++ {
 		m.Train()
 		if profile && epoch == epochs {
@@ -151,6 +158,12 @@ func run(name string, epochs, batch int, seed uint64, threads int, devName, dir,
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
 				bar.Add(1)
+			}
+		}
+		if m.Session().Pending() > 0 {
+			// The epoch's last micro-batches update too.
+			if err := m.Session().RunUpdate(); err != nil {
+				return nil, err
 			}
 		}
 		elapsed := time.Since(start)

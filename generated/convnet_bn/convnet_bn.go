@@ -2547,6 +2547,7 @@ var Plan = &runtime.Plan{
 			Kernel: 23,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
+		UpdateFrom: 37,
 	}, {
 		Inputs: []runtime.Named{{
 			Buf:  33,
@@ -3665,8 +3666,9 @@ func module() *runtime.Module {
 
 // Options size a model instance.
 type Options struct {
-	Batch int    // largest batch Step and Predict accept; must be positive
-	Seed  uint64 // parameter initialisation and dropout
+	Batch             int    // largest batch Step and Predict accept; must be positive
+	Seed              uint64 // parameter initialisation and dropout
+	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
 // Model is one instance of the model on a device.
@@ -3681,8 +3683,9 @@ func New(dev runtime.Device, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("convnet_bn.New: Options.Batch must be positive, got %d", opts.Batch)
 	}
 	s, err := runtime.NewSession(dev, Plan, module(), runtime.SessionOptions{
-		MaxBatch: opts.Batch,
-		Seed:     opts.Seed,
+		AccumulationSteps: opts.AccumulationSteps,
+		MaxBatch:          opts.Batch,
+		Seed:              opts.Seed,
 	})
 	if err != nil {
 		return nil, err
@@ -3692,7 +3695,9 @@ func New(dev runtime.Device, opts Options) (*Model, error) {
 
 // Step runs one training step (forward, backward, optimizer update) on a
 // batch and returns the loss. Each input holds whole rows, row-major; the
-// batch size is their row count and must not exceed Options.Batch.
+// batch size is their row count and must not exceed Options.Batch. With
+// Options.AccumulationSteps k > 1, each call is a micro-batch and every
+// k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if len(x) == 0 || len(x)%784 != 0 {
 		return 0, fmt.Errorf("convnet_bn.Step: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
@@ -3712,6 +3717,37 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 		return 0, err
 	}
 	return out[0], nil
+}
+
+// Accumulate runs forward and backward on a micro-batch, adds its gradient
+// to the pending ones and returns its loss; Update then applies their mean
+// (as scaling each micro-batch's loss by 1/k). On error nothing is added.
+// Batch norm uses each micro-batch's own statistics, as PyTorch does.
+func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	if len(x) == 0 || len(x)%784 != 0 {
+		return 0, fmt.Errorf("convnet_bn.Accumulate: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+	}
+	rows := len(x) / 784
+	if err := m.s.WriteInput("x", x, rows); err != nil {
+		return 0, err
+	}
+	if err := m.s.WriteInput("y", y, rows); err != nil {
+		return 0, err
+	}
+	if err := m.s.RunGrads(rows); err != nil {
+		return 0, err
+	}
+	out := make([]float32, 1)
+	if err := m.s.Read(32, out); err != nil {
+		return 0, err
+	}
+	return out[0], nil
+}
+
+// Update runs the optimizer update with the mean gradient of the micro-batches
+// accumulated since the last update.
+func (m *Model) Update() error {
+	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
