@@ -169,6 +169,14 @@ func (g *glue) constructor(f *jen.File) {
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 		jen.Return(jen.Op("&").Id("Model").Values(jen.Dict{jen.Id("s"): jen.Id("s")}), jen.Nil()),
 	)
+
+	f.Comment("MaxBatch is the largest Options.Batch whose model fits in budget bytes of")
+	f.Comment("dev (budget <= 0: what dev can still supply), computed from the plan's")
+	f.Comment("sizes without allocating. Options.AccumulationSteps > 1 needs one more")
+	f.Comment("gradient-sized vector; see runtime.MaxBatch.")
+	f.Func().Id("MaxBatch").Params(jen.Id("dev").Qual(rtPath, "Device"), jen.Id("budget").Int64()).Params(jen.Int(), jen.Error()).Block(
+		jen.Return(jen.Qual(rtPath, "MaxBatch").Call(jen.Id("dev"), jen.Id("Plan"), jen.Id("budget"), jen.Qual(rtPath, "SessionOptions").Values())),
+	)
 }
 
 // feed declares one typed slice parameter per input of fn and the body that
@@ -356,6 +364,13 @@ func (g *glue) accessors(f *jen.File) {
 	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))
 	f.Comment("Load restores a checkpoint written by Save; on error nothing changes.")
 	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))
+	f.Comment("MemStats reports the device's memory: bytes allocated, reserved (held from")
+	f.Comment("the driver, including a caching allocator's cache) and the peak allocated,")
+	f.Comment("as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.")
+	recv(f).Id("MemStats").Params().Qual(rtPath, "MemStats").Block(jen.Return(ms().Dot("Device").Call().Dot("MemStats").Call()))
+	f.Comment("ResetPeak restarts the device's peak from what is allocated now, like")
+	f.Comment("torch.cuda.reset_peak_memory_stats; false when the backend cannot.")
+	recv(f).Id("ResetPeak").Params().Bool().Block(jen.Return(jen.Qual(rtPath, "ResetPeak").Call(ms().Dot("Device").Call())))
 	f.Comment("Close frees the model's device memory.")
 	recv(f).Id("Close").Params().Error().Block(jen.Return(ms().Dot("Close").Call()))
 	f.Comment("Session exposes the underlying runtime session.")

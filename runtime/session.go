@@ -89,41 +89,12 @@ func (s *Session) bytes(b *Buffer, env map[string]int) int64 {
 func (s *Session) allocate() error {
 	p := s.plan
 	s.ptrs = make([]Ptr, len(p.Buffers))
-	var persist int64
-	offs := make([]int64, len(p.Buffers))
-	for i := range p.Buffers {
-		b := &p.Buffers[i]
-		if b.Placement == Persistent {
-			offs[i] = persist
-			persist += alignUp(s.bytes(b, s.maxEnv))
-		}
-	}
-	// One arena serves every function; each function's temporaries are
-	// planned separately because functions never overlap in time.
-	arenaOff := make([]int64, len(p.Buffers))
-	for f := range p.Funcs {
-		var idx []int
-		var sizes []int64
-		var live [][2]int
-		for i := range p.Buffers {
-			b := &p.Buffers[i]
-			if b.Placement == Arena && b.Func == f {
-				idx = append(idx, i)
-				sizes = append(sizes, s.bytes(b, s.maxEnv))
-				live = append(live, b.Live)
-			}
-		}
-		o, total := PlanArena(sizes, live)
-		for k, i := range idx {
-			arenaOff[i] = o[k]
-		}
-		if total > s.arenaLen {
-			s.arenaLen = total
-		}
-	}
+	l := planLayout(p, s.maxEnv)
+	offs, persist, arenaOff := l.offs, l.persist, l.arenaOff
+	s.arenaLen = l.arena
 	pbase, err := s.dev.Alloc(persist)
 	if err != nil {
-		return fmt.Errorf("%s: allocating %d persistent bytes: %w", p.Model, persist, err)
+		return fmt.Errorf("%s: allocating %d bytes of parameters, optimizer state and inputs at batch %d: %w", p.Model, persist, s.maxEnv["B"], err)
 	}
 	s.base = append(s.base, pbase)
 	if err := s.dev.Memset(pbase, 0, persist); err != nil {
@@ -131,7 +102,7 @@ func (s *Session) allocate() error {
 	}
 	abase, err := s.dev.Alloc(s.arenaLen)
 	if err != nil {
-		return fmt.Errorf("%s: allocating %d-byte arena: %w", p.Model, s.arenaLen, err)
+		return fmt.Errorf("%s: allocating the %d-byte arena of temporaries at batch %d: %w", p.Model, s.arenaLen, s.maxEnv["B"], err)
 	}
 	s.base = append(s.base, abase)
 	var resolve func(i, depth int) (Ptr, error)

@@ -32,7 +32,8 @@ func main() {
 	var (
 		name    = flag.String("model", "mlp", "model to train: "+modelNames())
 		epochs  = flag.Int("epochs", 5, "epochs")
-		batch   = flag.Int("batch", 64, "batch size")
+		batchS  = flag.String("batch", "64", "batch size, or auto: the largest that fits in -memory (runtime.MaxBatch)")
+		memory  = flag.Int64("memory", 0, "memory budget in bytes for -batch auto (0: what the device can still supply)")
 		seed    = flag.Uint64("seed", 1, "seed for initialisation, shuffling and dropout")
 		threads = flag.Int("threads", 0, "CPU threads (0: all cores)")
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
@@ -45,9 +46,14 @@ func main() {
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
 	)
 	flag.Parse()
-	ours, err := run(*name, *epochs, *batch, *accum, *seed, *threads, *device, *dir, *save, *quiet, *profile)
+	batch, err := parseBatch(*batchS)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
+	ours, err := run(*name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *quiet, *profile)
 	if err == nil && *torch {
-		err = compare(ours, *script, *name, *epochs, *batch, *seed, *threads, *dir)
+		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
@@ -97,7 +103,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(name string, epochs, batch, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
+func run(name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -115,6 +121,12 @@ func run(name string, epochs, batch, accum int, seed uint64, threads int, devNam
 		return nil, err
 	}
 	defer dev.Close()
+	if *batchp == 0 {
+		if *batchp, err = autoBatch(dev, mk, memory, accum, trainSet.N); err != nil {
+			return nil, err
+		}
+	}
+	batch := *batchp
 	m, err := mk(dev, batch, seed)
 	if err != nil {
 		return nil, err
@@ -236,4 +248,42 @@ func accuracy(m model, ds *data.Dataset, batch int) (float64, error) {
 		}
 	}
 	return float64(correct) / float64(ds.N), nil
+}
+
+// parseBatch reads -batch: a positive size, or auto (0).
+func parseBatch(s string) (int, error) {
+	if s == "auto" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("-batch %q: want a positive size or auto", s)
+	}
+	return n, nil
+}
+
+// autoBatch is -batch auto: the largest batch whose model fits in the
+// budget (runtime.MaxBatch, from the plan's sizes), at most the training
+// set.
+func autoBatch(dev runtime.Device, mk func(runtime.Device, int, uint64) (model, error), budget int64, accum, n int) (int, error) {
+	m, err := mk(dev, 1, 0) // for its plan
+	if err != nil {
+		return 0, err
+	}
+	plan := m.Session().Plan()
+	if err := m.Close(); err != nil {
+		return 0, err
+	}
+	b, err := runtime.MaxBatch(dev, plan, budget, runtime.SessionOptions{AccumulationSteps: accum})
+	if err != nil {
+		return 0, fmt.Errorf("-batch auto: %w (give a budget with -memory BYTES)", err)
+	}
+	need := runtime.SessionBytes(dev, plan, runtime.SessionOptions{MaxBatch: b, AccumulationSteps: accum})
+	fmt.Printf("-batch auto: batch %d takes %d bytes (%s) of the budget", b, need, runtime.HumanBytes(need))
+	if b > n {
+		b = n
+		fmt.Printf("; capped at the training set, %d", n)
+	}
+	fmt.Println()
+	return b, nil
 }

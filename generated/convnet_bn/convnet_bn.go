@@ -3693,6 +3693,14 @@ func New(dev runtime.Device, opts Options) (*Model, error) {
 	return &Model{s: s}, nil
 }
 
+// MaxBatch is the largest Options.Batch whose model fits in budget bytes of
+// dev (budget <= 0: what dev can still supply), computed from the plan's
+// sizes without allocating. Options.AccumulationSteps > 1 needs one more
+// gradient-sized vector; see runtime.MaxBatch.
+func MaxBatch(dev runtime.Device, budget int64) (int, error) {
+	return runtime.MaxBatch(dev, Plan, budget, runtime.SessionOptions{})
+}
+
 // Step runs one training step (forward, backward, optimizer update) on a
 // batch and returns the loss. Each input holds whole rows, row-major; the
 // batch size is their row count and must not exceed Options.Batch. With
@@ -3846,6 +3854,19 @@ func (m *Model) Save(w io.Writer) error {
 // Load restores a checkpoint written by Save; on error nothing changes.
 func (m *Model) Load(r io.Reader) error {
 	return m.s.Load(r)
+}
+
+// MemStats reports the device's memory: bytes allocated, reserved (held from
+// the driver, including a caching allocator's cache) and the peak allocated,
+// as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
+func (m *Model) MemStats() runtime.MemStats {
+	return m.s.Device().MemStats()
+}
+
+// ResetPeak restarts the device's peak from what is allocated now, like
+// torch.cuda.reset_peak_memory_stats; false when the backend cannot.
+func (m *Model) ResetPeak() bool {
+	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.

@@ -58,6 +58,11 @@ type Options struct {
 	// (the reductions) run with one-thread blocks, several times faster
 	// here; tests set GPUBlocks to run the GPU's launch shapes too.
 	GPUBlocks bool
+	// MemoryLimit caps the bytes Alloc hands out at once, as a GPU's memory
+	// does (0: no cap): an allocation past it fails with a
+	// *runtime.OutOfMemoryError, so that running out of memory can be
+	// tested on the CPU.
+	MemoryLimit int64
 }
 
 // Device runs kernels on the host. Its methods are safe for concurrent use;
@@ -65,6 +70,7 @@ type Options struct {
 type Device struct {
 	threads   int
 	gpuBlocks bool
+	limit     int64
 
 	mu     sync.Mutex // guards everything below
 	closed bool
@@ -84,11 +90,14 @@ func New(opts Options) (*Device, error) {
 	if opts.Threads < 0 {
 		return nil, fmt.Errorf("cpu: Options.Threads = %d, want >= 0", opts.Threads)
 	}
+	if opts.MemoryLimit < 0 {
+		return nil, fmt.Errorf("cpu: Options.MemoryLimit = %d, want >= 0", opts.MemoryLimit)
+	}
 	n := opts.Threads
 	if n == 0 {
 		n = goruntime.NumCPU()
 	}
-	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks, allocs: make(map[runtime.Ptr]int64)}
+	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks, limit: opts.MemoryLimit, allocs: make(map[runtime.Ptr]int64)}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
 	d.launch.start(n)
 	return d, nil
@@ -111,9 +120,12 @@ func (d *Device) Alloc(bytes int64) (runtime.Ptr, error) {
 	if bytes == 0 {
 		return 0, nil
 	}
+	if d.limit > 0 && bytes > d.limit-d.stats.Allocated {
+		return 0, d.oom(bytes, d.limit-d.stats.Allocated)
+	}
 	p := runtime.Ptr(C.ngen_alloc(C.size_t(bytes)))
 	if p == 0 {
-		return 0, fmt.Errorf("cpu: out of memory allocating %d bytes (%d allocated)", bytes, d.stats.Allocated)
+		return 0, d.oom(bytes, 0)
 	}
 	d.allocs[p] = bytes
 	d.stats.Allocated += bytes
@@ -218,6 +230,29 @@ func (d *Device) MemStats() runtime.MemStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.stats
+}
+
+func (d *Device) oom(bytes, avail int64) error {
+	return &runtime.OutOfMemoryError{Device: d.Name(), Requested: bytes, Available: avail, Allocated: d.stats.Allocated, Limit: d.limit}
+}
+
+// Available is what Alloc can still hand out under MemoryLimit; with no
+// limit the device sets no bound (ok false).
+func (d *Device) Available() (int64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.limit == 0 {
+		return 0, false
+	}
+	return d.limit - d.stats.Allocated, true
+}
+
+// ResetPeak sets the peak to what is allocated now, like
+// torch.cuda.reset_peak_memory_stats.
+func (d *Device) ResetPeak() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stats.Peak = d.stats.Allocated
 }
 
 // Close frees all memory from Alloc. Pointers from this device must not be
