@@ -136,6 +136,7 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 		return nil, err
 	}
 	loader := data.NewLoader(trainSet, batch, true, seed)
+	src := newBatches(loader)
 	var results []epochResult
 	fmt.Printf("model %s on %s: %d train / %d test images, batch %d, %d steps per epoch\n",
 		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())
@@ -154,32 +155,20 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 				progressbar.OptionClearOnFinish())
 		}
 		start := time.Now()
-		var sum float64
-		n := 0
-		for {
-			x, y, ok := loader.Next()
-			if !ok {
-				break
-			}
-			loss, err := m.Step(x, y)
-			if err != nil {
-				return nil, fmt.Errorf("epoch %d step %d: %w", epoch, n+1, err)
-			}
-			sum += float64(loss)
-			n++
+		sum, n, wait, err := trainEpoch(m, src, func(sum float64, n int) {
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
 				bar.Add(1)
 			}
-		}
-		if m.Session().Pending() > 0 {
-			// The epoch's last micro-batches update too.
-			if err := m.Session().RunUpdate(); err != nil {
-				return nil, err
-			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: %w", epoch, err)
 		}
 		elapsed := time.Since(start)
-		loader.Reset()
+		if profile {
+			fmt.Printf("epoch %d: waited %.3f s for data of %.3f s training (%.1f%%; prefetch %v)\n",
+				epoch, wait.Seconds(), elapsed.Seconds(), 100*wait.Seconds()/elapsed.Seconds(), *prefetch)
+		}
 		if bar != nil {
 			bar.Finish()
 		}
