@@ -26,10 +26,10 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	if C.Sym != "" {
 		return nil, fmt.Errorf("%s (%s): the class dimension must be static, got %s", root.Op, root.Pos, logits.Shape)
 	}
-	status := ""
+	status, code := "", 0
 	for _, c := range p.Plan.Checks {
-		if c.Kind == "status" {
-			status = k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr})
+		if c.Kind == "status" && c.Op == "cross_entropy" && c.Pos == root.Pos.String() {
+			status, code = k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), c.Code
 		}
 	}
 	if status == "" {
@@ -59,7 +59,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	w.WriteString("  if (row >= rows) return;\n")
 	fmt.Fprintf(w, "  const int label = %s[row];\n", in[labels])
 	w.WriteString("  const bool bad = label < 0 || label >= C;\n")
-	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, 1) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, status, status, status)
+	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, %d) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, code, status, status, status)
 	// x(j) renders the prologue for element j of the row and returns the
 	// logit's expression.
 	x := func(indent, j string) string {

@@ -113,11 +113,22 @@ func (k *kernel) ctx(t, index string) *ops.Ctx {
 			ctype = t
 		}
 		return k.scalar(name, ctype)
-	}}
+	}, Dim: k.dim}
 	if k.rowLen > 0 {
 		c.Row, c.Col, c.RowLen = "r", "j", k.rowLen
 	}
 	return c
+}
+
+// status declares the plan's status word as a parameter and returns its
+// C name and the code the memory plan gave op v's check.
+func (k *kernel) status(p *compiler.Program, v *ir.Value) (string, int) {
+	for _, c := range p.Plan.Checks {
+		if c.Kind == "status" && c.Op == v.Op && c.Pos == v.Pos.String() {
+			return k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), c.Code
+		}
+	}
+	panic(fmt.Sprintf("codegen: kernel %s: %s has no status check", k.name, v))
 }
 
 // bcastIndex maps a linear index over space to the linear index of a value
@@ -204,6 +215,7 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			}
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
+			c.Status = func(v *ir.Value) (string, int) { return k.status(p, v) }
 			out := fmt.Sprintf("v%d", v.ID)
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
 				w.WriteString(indent + line + "\n")

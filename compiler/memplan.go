@@ -76,6 +76,22 @@ type memPlanner struct {
 	offset map[string]int64  // param name → element offset
 	// copySrc are update copies still to append after the last kernel.
 	copySrc []pendingCopy
+	// codes numbers the checked ops (op and line) in the status word, the
+	// same in every function, so kernels they share stay identical.
+	codes map[string]int
+}
+
+// statusCode is the status-word code of the checked op at pos.
+func (m *memPlanner) statusCode(op, pos string) int {
+	if m.codes == nil {
+		m.codes = map[string]int{}
+	}
+	key := op + " " + pos
+	if c, ok := m.codes[key]; ok {
+		return c
+	}
+	m.codes[key] = len(m.codes) + 1
+	return m.codes[key]
 }
 
 func rtDType(d ir.DType) runtime.DType {
@@ -366,8 +382,17 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			if status < 0 {
 				status = m.persistent("status", "status", ir.I32, ir.Static(4))
 			}
-			pos := g.Root.Pos
-			m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: "cross_entropy", Pos: pos.String()})
+			pos := g.Root.Pos.String()
+			m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: "cross_entropy", Pos: pos, Code: m.statusCode("cross_entropy", pos)})
+		}
+		for _, v := range g.Values {
+			if d := ops.Lookup(v.Op); d.Status != "" {
+				if status < 0 {
+					status = m.persistent("status", "status", ir.I32, ir.Static(4))
+				}
+				pos := v.Pos.String()
+				m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: v.Op, Pos: pos, Detail: d.Status, Code: m.statusCode(v.Op, pos)})
+			}
 		}
 		g.Step = idx
 		steps = append(steps, st)

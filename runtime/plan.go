@@ -189,6 +189,10 @@ type Check struct {
 	Op     string // the user op, for the message
 	Pos    string // file:line of the user op
 	Detail string
+	// Code, for a "status" check, is the value its op writes into the
+	// status word (one per op and line; cross-entropy's is 1 when it is
+	// the only checked op).
+	Code int
 }
 
 // Optimizer is the update rule, for the host-side scalars it needs each

@@ -182,12 +182,18 @@ func (s *Session) check(fn string) error {
 			if err := s.dev.CopyToHost(unsafe.Pointer(&st[0]), s.ptrs[c.Buf], 16); err != nil {
 				return err
 			}
-			if st[0] != 0 {
+			// Each checked op raises its own code (0: a plan from before
+			// codes, where cross-entropy raised 1).
+			if st[0] != 0 && (int(st[0]) == c.Code || c.Code == 0) {
 				// Clear the flag so that the session stays usable.
 				if err := s.dev.Memset(s.ptrs[c.Buf], 0, 16); err != nil {
 					return err
 				}
-				return fmt.Errorf("%s (%s): %s: label %d at row %d is out of range [0,%d)", c.Op, c.Pos, s.plan.Model, st[1], st[2], st[3])
+				what, where := "label", "row"
+				if c.Detail != "" {
+					what, where = c.Detail, "position"
+				}
+				return fmt.Errorf("%s (%s): %s: %s %d at %s %d is out of range [0,%d)", c.Op, c.Pos, s.plan.Model, what, st[1], where, st[2], st[3])
 			}
 		case "finite":
 			v, err := s.ReadFloats(c.Buf)

@@ -59,6 +59,11 @@ type Def struct {
 	// RowLen is the row length a Gather op's template iterates best in
 	// (see Ctx.Row); nil means the last dimension of its result.
 	RowLen func(v *ir.Value) int
+	// Status, for a Gather op that validates its data at run time (token
+	// ids in range), names what it checks ("token id"): the memory plan
+	// gives the op a code in the status word and a check naming it, and
+	// the template raises the code through Ctx.Status.
+	Status string
 }
 
 // inEval sets d.InEval to argument i, where its shape is v's.
@@ -134,6 +139,28 @@ type Ctx struct {
 	// Member returns the C name of v when the kernel computes v itself
 	// (so a template may reuse what v's template declared), else false.
 	Member func(v *ir.Value) (string, bool)
+	// Dim renders one dimension as a C long long expression (a symbolic
+	// one as the kernel's runtime parameter).
+	Dim func(d ir.Dim) string
+	// Status returns the C name of the status word (int *) and v's code
+	// in it, for ops with Def.Status.
+	Status func(v *ir.Value) (ptr string, code int)
+}
+
+// Size renders the element count of s as a C long long expression.
+func (c *Ctx) Size(s ir.Shape) string {
+	out := "1LL"
+	for _, d := range s {
+		if d == ir.D(1) {
+			continue
+		}
+		if out == "1LL" {
+			out = c.Dim(d)
+		} else {
+			out += " * " + c.Dim(d)
+		}
+	}
+	return out
 }
 
 // Math returns the C math function name for the context's type

@@ -681,6 +681,7 @@ var Plan = &runtime.Plan{
 	}},
 	Checks: []runtime.Check{{
 		Buf:  42,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",

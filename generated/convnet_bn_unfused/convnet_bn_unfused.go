@@ -2583,12 +2583,14 @@ var Plan = &runtime.Plan{
 	}},
 	Checks: []runtime.Check{{
 		Buf:  113,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:37",
 	}, {
 		Buf:  113,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",

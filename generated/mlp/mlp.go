@@ -440,6 +440,7 @@ var Plan = &runtime.Plan{
 	}},
 	Checks: []runtime.Check{{
 		Buf:  27,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",

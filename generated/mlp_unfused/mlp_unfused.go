@@ -605,12 +605,14 @@ var Plan = &runtime.Plan{
 	}},
 	Checks: []runtime.Check{{
 		Buf:  29,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:19",
 	}, {
 		Buf:  29,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",

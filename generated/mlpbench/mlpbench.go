@@ -363,6 +363,7 @@ var Plan = &runtime.Plan{
 	}},
 	Checks: []runtime.Check{{
 		Buf:  25,
+		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",

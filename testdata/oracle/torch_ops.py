@@ -129,6 +129,11 @@ OPS = {
     "where_train": lambda a, x, y: x + 0 * y,
     "batch_norm2d": lambda a, x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-5),
     "batch_norm2d_steps": _batch_norm2d_steps,
+    "embedding": lambda a, w, ids: F.embedding(ids.long(), w),
+    "permute": lambda a, x: x.permute(*a["perm"]),
+    "slice": lambda a, x: torch.narrow(x, a["axes"][0], a["ints"][0], a["ints"][1] - a["ints"][0]),
+    "concat": lambda a, *xs: torch.cat(xs, a["axes"][0]),
+    "batch_matmul": _matmul,
 }
 
 

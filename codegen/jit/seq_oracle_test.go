@@ -1,0 +1,41 @@
+package jit
+
+import (
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+func init() {
+	composites["batch_matmul"] = struct {
+		build func(b *irtest.Builder, attrs ir.Attrs, args []*ir.Value) *ir.Value
+		uses  []string
+	}{func(b *irtest.Builder, a ir.Attrs, x []*ir.Value) *ir.Value {
+		return ops.BatchMatMul(b.Builder, x[0], x[1], a.TransA, a.TransB)
+	}, []string{"matmul", "broadcast"}}
+}
+
+// seqCases cover the sequence ops on odd shapes: embeddings with repeated
+// ids (their gradient rows add up), permutations of rank 2 to 4, slices of
+// the first, middle and last axis, concatenation of two and three
+// operands, and batched GEMMs over two leading dimensions, with and
+// without broadcasting between them.
+func seqCases() []opCase {
+	return []opCase{
+		// 3x5 ids over a vocabulary of 7: some rows repeat, some never occur.
+		{name: "embedding_7x4_3x5", op: "embedding", args: []opArg{f(7, 4), labels(7, 3, 5)}},
+		{name: "embedding_5x9_2x3x2", op: "embedding", args: []opArg{f(5, 9), labels(5, 2, 3, 2)}},
+		{name: "permute_3x5_10", op: "permute", attrs: ir.Attrs{Perm: []int{1, 0}}, args: []opArg{f(3, 5)}},
+		{name: "permute_2x3x7_102", op: "permute", attrs: ir.Attrs{Perm: []int{1, 0, 2}}, args: []opArg{f(2, 3, 7)}},
+		{name: "permute_2x3x5x4_2031", op: "permute", attrs: ir.Attrs{Perm: []int{2, 0, 3, 1}}, args: []opArg{f(2, 3, 5, 4)}},
+		{name: "slice_5x3_ax0", op: "slice", attrs: ir.Attrs{Axes: []int{0}, Ints: []int{1, 4}}, args: []opArg{f(5, 3)}},
+		{name: "slice_2x7x3_ax1", op: "slice", attrs: ir.Attrs{Axes: []int{1}, Ints: []int{2, 7}}, args: []opArg{f(2, 7, 3)}},
+		{name: "slice_2x3x9_last", op: "slice", attrs: ir.Attrs{Axes: []int{-1}, Ints: []int{4, 5}}, args: []opArg{f(2, 3, 9)}},
+		{name: "concat_ax0", op: "concat", attrs: ir.Attrs{Axes: []int{0}}, args: []opArg{f(2, 3), f(3, 3)}},
+		{name: "concat_ax1_3", op: "concat", attrs: ir.Attrs{Axes: []int{1}}, args: []opArg{f(2, 1, 5), f(2, 3, 5), f(2, 2, 5)}},
+		{name: "concat_last", op: "concat", attrs: ir.Attrs{Axes: []int{-1}}, args: []opArg{f(3, 2, 4), f(3, 2, 3)}},
+		{name: "bmm_2x3x4x5", op: "batch_matmul", args: []opArg{f(2, 3, 4, 5), f(2, 3, 5, 2)}},
+		{name: "bmm_bcast_2x1x3x4_5x4x2", op: "batch_matmul", args: []opArg{f(2, 1, 3, 4), f(5, 4, 2)}},
+		{name: "bmm_bcast_tt", op: "batch_matmul", attrs: ir.Attrs{TransA: true, TransB: true}, args: []opArg{f(3, 1, 4, 3), f(1, 2, 5, 4)}},
+	}
+}

@@ -1,0 +1,150 @@
+package ops
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// The C templates of the sequence ops in seq.go. They index tensors of
+// any rank whose dimensions may be symbolic, so coordinates are decoded
+// with the dimensions Ctx.Dim renders (static ones become constants the
+// compiler divides by cheaply).
+
+// coords decodes the linear index c.Index over shape s into one long long
+// coordinate per axis, named p+"c"+axis, and returns the names.
+func (g *cg) coords(c *Ctx, p string, s ir.Shape) []string {
+	names := make([]string, len(s))
+	if len(s) == 0 {
+		return names
+	}
+	g.f("unsigned long long %srem = (unsigned long long)(%s);", p, c.Index)
+	for i := len(s) - 1; i >= 0; i-- {
+		names[i] = fmt.Sprintf("%sc%d", p, i)
+		if i == 0 {
+			g.f("const long long %s = (long long)%srem;", names[i], p)
+			continue
+		}
+		d := c.Dim(s[i])
+		g.f("const long long %s = (long long)(%srem %% (unsigned long long)(%s)); %srem /= (unsigned long long)(%s);", names[i], p, d, p, d)
+	}
+	return names
+}
+
+// linear renders the linear index of coordinates cs (C expressions) in a
+// tensor of shape s, by Horner's rule.
+func linear(c *Ctx, cs []string, s ir.Shape) string {
+	if len(s) == 0 {
+		return "0"
+	}
+	e := "(" + cs[0] + ")"
+	for i := 1; i < len(s); i++ {
+		e = fmt.Sprintf("(%s * %s + %s)", e, c.Dim(s[i]), cs[i])
+	}
+	return e
+}
+
+func embeddingGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	vocab, dim := v.Args[0].Shape[0].N, v.Args[0].Shape[1].N
+	g := &cg{}
+	p := out + "_"
+	row, col := g.rowCol(c, p, dim)
+	g.f("const int %sid = %s[%s];", p, a[1], row)
+	g.f("const bool %sbad = (unsigned)%sid >= %du;", p, p, vocab)
+	if c.Status != nil {
+		st, code := c.Status(v)
+		// The first failure records the id, its position and the vocabulary.
+		g.f("if (%sbad && atomicCAS(%s, 0, %d) == 0) { %s[1] = %sid; %s[2] = (int)%s; %s[3] = %d; }", p, st, code, st, p, st, row, st, vocab)
+	}
+	g.f("const %s %s = %s[(long long)(%sbad ? 0 : %sid) * %d + %s];", c.T, out, a[0], p, p, dim, col)
+	return g.b.String()
+}
+
+func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	dim := v.Shape[1].N
+	g := &cg{}
+	p := out + "_"
+	row, col := g.rowCol(c, p, dim)
+	// Every id in order, so the sum has one order on every run and
+	// backend; ids out of range match no row.
+	g.f("%s %s = %s;", c.T, out, c.Lit(0))
+	g.f("const long long %sn = %s;", p, c.Size(v.Args[1].Shape))
+	g.f("for (long long t = 0; t < %sn; ++t) {", p)
+	g.f("  %s += %s[t] == (int)%s ? %s[t * %d + %s] : %s;", out, a[1], row, a[0], dim, col, c.Lit(0))
+	g.f("}")
+	return g.b.String()
+}
+
+func permuteGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	g := &cg{}
+	p := out + "_"
+	oc := g.coords(c, p, v.Shape)
+	inv := inversePerm(v.Attrs.Perm)
+	ic := make([]string, len(inv))
+	for j, i := range inv {
+		ic[j] = oc[i]
+	}
+	g.f("const %s %s = %s[%s];", c.T, out, a[0], linear(c, ic, v.Args[0].Shape))
+	return g.b.String()
+}
+
+func sliceGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	x := v.Args[0]
+	axis, start, _, _ := sliceOf(v, x.Shape)
+	g := &cg{}
+	p := out + "_"
+	cs := g.coords(c, p, v.Shape)
+	cs[axis] = fmt.Sprintf("%s + %d", cs[axis], start)
+	g.f("const %s %s = %s[%s];", c.T, out, a[0], linear(c, cs, x.Shape))
+	return g.b.String()
+}
+
+func sliceBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	gv := v.Args[0]
+	axis, start, end, _ := sliceOf(v, v.Shape)
+	g := &cg{}
+	p := out + "_"
+	cs := g.coords(c, p, v.Shape)
+	ca := cs[axis]
+	ok := fmt.Sprintf("%s >= %d && %s < %d", ca, start, ca, end)
+	// The index is clamped into the slice so the load stays in bounds
+	// whether or not the select keeps it.
+	cs[axis] = fmt.Sprintf("(%s ? %s - %d : 0)", ok, ca, start)
+	g.f("const %s %s = (%s) ? %s[%s] : %s;", c.T, out, ok, a[0], linear(c, cs, gv.Shape), zero(c))
+	return g.b.String()
+}
+
+// zero is 0 in the context's type (an i32 slice has no float literal).
+func zero(c *Ctx) string {
+	if c.T == "int" {
+		return "0"
+	}
+	return c.Lit(0)
+}
+
+func concatGather(c *Ctx, v *ir.Value, a []string, out string) string {
+	axis, _ := concatAxis(v)
+	g := &cg{}
+	p := out + "_"
+	cs := g.coords(c, p, v.Shape)
+	ca := cs[axis]
+	g.f("%s %s;", c.T, out)
+	off := 0
+	var branches []string
+	for i, x := range v.Args {
+		n := x.Shape[axis].N
+		xc := append([]string(nil), cs...)
+		xc[axis] = fmt.Sprintf("%s - %d", ca, off)
+		load := fmt.Sprintf("%s = %s[%s];", out, a[i], linear(c, xc, x.Shape))
+		switch {
+		case i == len(v.Args)-1:
+			branches = append(branches, fmt.Sprintf("{ %s }", load))
+		default:
+			branches = append(branches, fmt.Sprintf("if (%s < %d) { %s }", ca, off+n, load))
+		}
+		off += n
+	}
+	g.f("%s", strings.Join(branches, " else "))
+	return g.b.String()
+}
