@@ -1,0 +1,121 @@
+package data
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+)
+
+// Sequences is a set of N token sequences of T i32 ids each, with targets:
+// one class per sequence (YPer 1, the word-language task) or one next
+// token per position (YPer T, the character language model).
+//
+// Variable-length sequences (words) are left-padded with PadID: Len holds
+// each sequence's true length, and its tokens sit in the last Len
+// positions, so the last position is always a real token. A model that
+// reads the last hidden state must mask the padded steps (keep the state
+// where the mask is 0) for padding not to change its result; Mask writes
+// that mask.
+type Sequences struct {
+	X    []int32 // [N, T]
+	Y    []int32 // [N, YPer]
+	Len  []int32 // [N]; nil when every sequence is full
+	N, T int
+	YPer int
+}
+
+// PadID is the token id of padding in every vocabulary of this package.
+const PadID = 0
+
+// Mask writes, for sequences idx, 1 at real tokens and 0 at padding into
+// m ([len(idx), T]).
+func (s *Sequences) Mask(m []float32, idx []int32) {
+	for i, k := range idx {
+		n := s.T
+		if s.Len != nil {
+			n = int(s.Len[k])
+		}
+		row := m[i*s.T : (i+1)*s.T]
+		for t := range row {
+			row[t] = 0
+			if t >= s.T-n {
+				row[t] = 1
+			}
+		}
+	}
+}
+
+// hash64 is FNV-1a of s: the split of a sample depends on its text only,
+// so it is the same on every machine and for every word-list version.
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// SeqLoader cuts Sequences into batches, like Loader: each epoch visits
+// the sequences once, in an order drawn from a PCG seeded with seed when
+// shuffling, else in order.
+type SeqLoader struct {
+	DropLast bool
+
+	s       *Sequences
+	batch   int
+	shuffle bool
+	rng     *rand.Rand
+	order   []int32
+	pos     int
+	x, y    []int32
+	mask    []float32
+}
+
+// NewSeqLoader returns a loader over s with batches of batch sequences.
+func NewSeqLoader(s *Sequences, batch int, shuffle bool, seed uint64) *SeqLoader {
+	if batch <= 0 {
+		panic(fmt.Sprintf("data.NewSeqLoader: batch size %d, want > 0", batch))
+	}
+	l := &SeqLoader{s: s, batch: batch, shuffle: shuffle,
+		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		order: make([]int32, s.N),
+		x:     make([]int32, batch*s.T), y: make([]int32, batch*s.YPer), mask: make([]float32, batch*s.T)}
+	for i := range l.order {
+		l.order[i] = int32(i)
+	}
+	l.Reset()
+	return l
+}
+
+// Reset starts a new epoch.
+func (l *SeqLoader) Reset() {
+	l.pos = 0
+	if l.shuffle {
+		l.rng.Shuffle(len(l.order), func(i, j int) { l.order[i], l.order[j] = l.order[j], l.order[i] })
+	}
+}
+
+// Len is the number of batches in one epoch.
+func (l *SeqLoader) Len() int {
+	if l.DropLast {
+		return l.s.N / l.batch
+	}
+	return (l.s.N + l.batch - 1) / l.batch
+}
+
+// Next returns the next batch: x [n, T] ids, y [n, YPer] targets and mask
+// [n, T] (1 at real tokens), ok false when the epoch is over. The slices
+// alias the loader's buffers until the next call.
+func (l *SeqLoader) Next() (x, y []int32, mask []float32, ok bool) {
+	s := l.s
+	n := min(l.batch, s.N-l.pos)
+	if n <= 0 || (l.DropLast && n < l.batch) {
+		return nil, nil, nil, false
+	}
+	idx := l.order[l.pos : l.pos+n]
+	for i, k := range idx {
+		copy(l.x[i*s.T:(i+1)*s.T], s.X[int(k)*s.T:(int(k)+1)*s.T])
+		copy(l.y[i*s.YPer:(i+1)*s.YPer], s.Y[int(k)*s.YPer:(int(k)+1)*s.YPer])
+	}
+	s.Mask(l.mask, idx)
+	l.pos += n
+	return l.x[:n*s.T], l.y[:n*s.YPer], l.mask[:n*s.T], true
+}
