@@ -12,15 +12,21 @@ import (
 
 // Report describes one training step of a compiled program.
 type Report struct {
-	Model     string    `json:"model"`
-	Fused     bool      `json:"fused"`
-	Batch     int       `json:"batch"`
-	Kernels   int       `json:"kernels"`
-	Gemms     int       `json:"gemms"`
-	Bytes     int64     `json:"bytes"`
-	Flops     int64     `json:"flops"`
-	PeakBytes int64     `json:"peak_bytes"`
-	Steps     []StepRow `json:"steps"`
+	Model     string `json:"model"`
+	Fused     bool   `json:"fused"`
+	Batch     int    `json:"batch"`
+	Kernels   int    `json:"kernels"`
+	Gemms     int    `json:"gemms"`
+	Bytes     int64  `json:"bytes"`
+	Flops     int64  `json:"flops"`
+	PeakBytes int64  `json:"peak_bytes"`
+	// ActivationBytes is the forward and backward temporaries' share of
+	// PeakBytes.
+	ActivationBytes int64 `json:"activation_bytes"`
+	// Without is the same step without checkpoints, when the model has
+	// any (recomputed activations trade FLOPs for memory).
+	Without *Report   `json:"without_checkpointing,omitempty"`
+	Steps   []StepRow `json:"steps"`
 }
 
 // StepRow is one launch, GEMM, memset or copy of the step.
@@ -40,7 +46,15 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		return nil, err
 	}
 	env := map[string]int{"B": p.RefBatch}
-	r := &Report{Model: p.Model.Name, Fused: p.Fuse, Batch: p.RefBatch, PeakBytes: p.PeakBytes}
+	r := &Report{Model: p.Model.Name, Fused: p.Fuse, Batch: p.RefBatch, PeakBytes: p.PeakBytes, ActivationBytes: p.ActivationBytes}
+	if p.Without != nil {
+		w, err := MakeReport(p.Without)
+		if err != nil {
+			return nil, err
+		}
+		w.Steps = nil
+		r.Without = w
+	}
 	for _, f := range plan.Funcs {
 		if f.Name != "step" {
 			continue
@@ -82,8 +96,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", i, s.Kind, s.Kernel, s.Bytes, s.Flops, s.Ops)
 	}
 	tw.Flush()
-	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMM calls per step: %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes\n",
-		r.Kernels, r.Gemms, r.Bytes, r.Flops, r.PeakBytes)
+	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMM calls per step: %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
+		r.Kernels, r.Gemms, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
+	if err == nil && r.Without != nil {
+		o := r.Without
+		_, err = fmt.Fprintf(w, "without checkpointing: planned peak memory %d bytes (temporaries %d), FLOPs %d (checkpointing adds %.1f%%)\n",
+			o.PeakBytes, o.ActivationBytes, o.Flops, 100*float64(r.Flops-o.Flops)/float64(o.Flops))
+	}
 	return err
 }
 

@@ -29,6 +29,7 @@ var passes = []pass{
 	{name: "lower optimizer", fn: lowerOptimizer, required: true},
 	{name: "fold constants", fn: foldConstants, required: true},
 	{name: "prune", fn: prune, required: true},
+	{name: "recompute", fn: recompute, required: true},
 	{name: "fuse", fn: fuse, required: true},
 	{name: "plan memory", fn: planMemory, required: true},
 }
@@ -44,6 +45,8 @@ var passOrder = [][2]string{
 	{"autodiff", "fold constants"},
 	{"fold constants", "fuse"},
 	{"fuse", "plan memory"},
+	{"prune", "recompute"},
+	{"recompute", "fuse"},
 }
 
 func init() {
@@ -92,13 +95,32 @@ type Options struct {
 	// RefBatch is the batch size at which memory is planned for the
 	// report (the runtime plans again for its own batch size).
 	RefBatch int
+	// MemoryBudget > 0 lets the compiler checkpoint forward segments
+	// (recompute them in backward) until the planned peak at RefBatch
+	// fits in this many bytes (checkpoint_budget.go).
+	MemoryBudget int64
 }
 
-// Compile runs every pass over the model.
+// Compile runs every pass over the model, choosing checkpoints first
+// when a memory budget asks for them.
 func Compile(m *ir.Model, opts Options) (*Program, error) {
 	if opts.RefBatch <= 0 {
 		opts.RefBatch = 128
 	}
+	if opts.MemoryBudget > 0 {
+		var err error
+		if m, err = withinBudget(m, opts); err != nil {
+			return nil, err
+		}
+	}
+	p, err := compile(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p, noteWithout(p, m, opts)
+}
+
+func compile(m *ir.Model, opts Options) (*Program, error) {
 	if opts.Dump != "" && opts.Dump != "all" {
 		found := false
 		for _, p := range passes {

@@ -155,6 +155,8 @@ func groupName(g *Group) string {
 			phase = "opt"
 		} else if v.Phase == "bwd" && phase != "opt" {
 			phase = "bwd"
+		} else if v.Phase == "re" && phase == "fwd" {
+			phase = "re" // a checkpointed activation recomputed in backward
 		}
 		op := v.Op
 		for _, a := range v.Args {

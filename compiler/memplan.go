@@ -36,7 +36,27 @@ func planMemory(p *Program) error {
 	p.Plan = pl
 	p.BufOf = mp.bufOf
 	p.PeakBytes = planPeak(pl, p.RefBatch)
+	p.ActivationBytes = gradArena(pl, p.RefBatch)
 	return nil
+}
+
+// gradArena is the arena the step's gradient phase needs at batch.
+func gradArena(pl *runtime.Plan, batch int) int64 {
+	if len(pl.Funcs) == 0 {
+		return 0
+	}
+	env := map[string]int{"B": batch}
+	from := pl.Funcs[0].UpdateFrom
+	var sizes []int64
+	var live [][2]int
+	for _, b := range pl.Buffers {
+		if b.Placement == runtime.Arena && b.Func == 0 && b.Live[0] < from {
+			sizes = append(sizes, b.Elems.Eval(env)*int64(b.DType.Size()))
+			live = append(live, b.Live)
+		}
+	}
+	_, total := runtime.PlanArena(sizes, live)
+	return total
 }
 
 // planPeak is the persistent storage plus the largest function arena.

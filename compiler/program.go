@@ -26,6 +26,12 @@ type Program struct {
 	// PeakBytes is the planned device memory at the reference batch size.
 	PeakBytes int64
 	RefBatch  int
+	// ActivationBytes is the part of PeakBytes the forward and backward
+	// passes' temporaries take (the step's arena before the update).
+	ActivationBytes int64
+	// Without is the same model compiled without checkpoints, when it
+	// has any: the report's comparison.
+	Without *Program
 }
 
 // Funcs lists the program's functions in plan order.

@@ -1,8 +1,8 @@
 // Command ngen compiles models declared with package dsl into fused CUDA C
 // kernels and a typed Go package.
 //
-//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] model.go
-//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] model.go
+//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
+//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] model.go
 //	ngen devices
 //
 // It parses flags and calls the library; the work is in dsl/eval,
@@ -73,6 +73,7 @@ func build(args []string) error {
 	suffix := fs.String("suffix", "", "suffix for the generated package names, e.g. _unfused")
 	dump := fs.String("dump", "", "print the IR to stderr after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
 	batch := fs.Int("batch", 128, "batch size for the planned peak memory")
+	budget := fs.Int64("memory-budget", 0, "checkpoint forward segments until the planned peak at -batch fits in this many bytes")
 	fs.Parse(args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("build: want one model file")
@@ -94,7 +95,7 @@ func build(args []string) error {
 		dir = filepath.Join(dir, "generated")
 	}
 	for _, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
@@ -153,6 +154,7 @@ func report(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
+	budget := fs.Int64("memory-budget", 0, "as ngen build -memory-budget")
 	fs.Parse(args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("report: want one model file")
@@ -178,7 +180,7 @@ func report(args []string) error {
 		return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}

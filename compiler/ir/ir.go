@@ -127,6 +127,11 @@ type Value struct {
 	// Phase is "bwd" for values autodiff made and "opt" for the optimizer
 	// update; kernel names use it.
 	Phase string
+	// Checkpoint is the segment (> 0) of a forward value whose backward
+	// recomputes it instead of keeping it (dsl Model.Checkpoint, or the
+	// compiler under a memory budget); "recompute" then gives it the
+	// phase "re".
+	Checkpoint int
 }
 
 // Func is one entry point of a model (the training step, the forward pass).
@@ -312,6 +317,9 @@ func (v *Value) LongString() string {
 	}
 	if v.Role != Temp {
 		fmt.Fprintf(&b, " (%s)", v.Role)
+	}
+	if v.Checkpoint > 0 {
+		fmt.Fprintf(&b, " [checkpoint %d]", v.Checkpoint)
 	}
 	if v.Pos.File != "" {
 		fmt.Fprintf(&b, "  # %s", v.Pos)

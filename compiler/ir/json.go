@@ -18,6 +18,7 @@ type jsonValue struct {
 	Pos   Pos    `json:"pos"`
 	Role  Role   `json:"role,omitempty"`
 	Name  string `json:"name,omitempty"`
+	Ckpt  int    `json:"checkpoint,omitempty"`
 }
 
 type jsonModel struct {
@@ -36,7 +37,7 @@ func (m *Model) MarshalJSON() ([]byte, error) {
 	m.Forward.Renumber()
 	jm := jsonModel{Name: m.Name, Source: m.Source, Pos: m.Pos, Loss: -1, Output: -1, Optimizer: m.Optimizer}
 	for _, v := range m.Forward.Values {
-		jv := jsonValue{ID: v.ID, Op: v.Op, Shape: v.Shape, DType: v.DType.String(), Attrs: v.Attrs, Pos: v.Pos, Role: v.Role, Name: v.Name}
+		jv := jsonValue{ID: v.ID, Op: v.Op, Shape: v.Shape, DType: v.DType.String(), Attrs: v.Attrs, Pos: v.Pos, Role: v.Role, Name: v.Name, Ckpt: v.Checkpoint}
 		for _, a := range v.Args {
 			jv.Args = append(jv.Args, a.ID)
 		}
@@ -77,7 +78,7 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 			args = append(args, a)
 		}
 		v := f.NewValue(jv.Op, dt, jv.Shape, jv.Pos, args...)
-		v.Attrs, v.Role, v.Name = jv.Attrs, jv.Role, jv.Name
+		v.Attrs, v.Role, v.Name, v.Checkpoint = jv.Attrs, jv.Role, jv.Name, jv.Ckpt
 		byID[jv.ID] = v
 	}
 	*m = Model{Name: jm.Name, Source: jm.Source, Pos: jm.Pos, Forward: f, Optimizer: jm.Optimizer}

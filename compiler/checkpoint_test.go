@@ -1,0 +1,100 @@
+package compiler
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+)
+
+// The "recompute" pass and the budget's choice of segments. That the
+// results stay bit for bit the same is tested by running the kernels
+// (codegen/jit TestCheckpointBitForBit).
+
+const ckLayers, ckWidth, ckBatch = 24, 256, 128
+
+func TestRecompute(t *testing.T) {
+	tensor := int64(ckBatch * ckWidth * 4) // one [B,width] f32 activation
+	var plain int64
+	for _, fuse := range []bool{true, false} {
+		for _, seg := range []int{0, 1, 3, 5, 8} {
+			p, err := Compile(irtest.DeepMLP(ir.F32, 32, ckWidth, ckLayers, 10, 0.1, irtest.Adam, seg), Options{Fuse: fuse, RefBatch: ckBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			re := 0
+			for _, v := range p.Step.Values {
+				if v.Phase == "re" {
+					re++
+				}
+				if v.Phase != "bwd" {
+					continue
+				}
+				for _, a := range v.Args {
+					if a.Checkpoint > 0 && a.Role == ir.Temp && a.Phase == "" {
+						t.Fatalf("fuse=%v segment %d: backward %s reads checkpointed %s", fuse, seg, v.LongString(), a.LongString())
+					}
+				}
+			}
+			if (re > 0) != (seg > 0) || (seg > 0) != (p.Without != nil) {
+				t.Fatalf("fuse=%v segment %d: %d recomputed values, without %v", fuse, seg, re, p.Without != nil)
+			}
+			act := p.ActivationBytes
+			if seg == 0 {
+				plain = act
+				// Every layer keeps at least one activation for its backward.
+				if act < ckLayers*tensor {
+					t.Fatalf("fuse=%v: %d activation bytes without checkpoints, want >= %d", fuse, act, ckLayers*tensor)
+				}
+				continue
+			}
+			if p.Without.ActivationBytes != plain || p.PeakBytes > p.Without.PeakBytes {
+				t.Fatalf("fuse=%v segment %d: without %d/%d, plain %d", fuse, seg, p.Without.ActivationBytes, p.Without.PeakBytes, plain)
+			}
+			// √L checkpointing: the segments' inputs (L/seg) plus one
+			// segment's activations (2 per layer here: the ReLU's output
+			// and the dropout's), and a few for the gradients in flight.
+			bound := int64(ckLayers/seg+2*seg+4) * tensor
+			if !fuse {
+				bound = int64(ckLayers/seg+3*seg+8) * tensor // unfused layers keep the bias add apart too
+			}
+			t.Logf("fuse=%v segment %d: activations %d bytes (%.1f tensors), without %d (%.1f)", fuse, seg, act, float64(act)/float64(tensor), plain, float64(plain)/float64(tensor))
+			if act > bound || act >= plain {
+				t.Errorf("fuse=%v segment %d: %d activation bytes, want <= %d and < %d", fuse, seg, act, bound, plain)
+			}
+		}
+	}
+}
+
+func TestMemoryBudget(t *testing.T) {
+	m := func() *ir.Model { return irtest.DeepMLP(ir.F32, 32, ckWidth, ckLayers, 10, 0, irtest.Adam, 0) }
+	plain, err := Compile(m(), Options{Fuse: true, RefBatch: ckBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := Compile(irtest.DeepMLP(ir.F32, 32, ckWidth, ckLayers, 10, 0, irtest.Adam, 5), Options{Fuse: true, RefBatch: ckBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A budget the plain plan meets: nothing is recomputed.
+	p, err := Compile(m(), Options{Fuse: true, RefBatch: ckBatch, MemoryBudget: plain.PeakBytes})
+	if err != nil || p.Without != nil {
+		t.Fatalf("budget at the plain peak: %v, checkpoints %v", err, p != nil && p.Without != nil)
+	}
+	// Halfway between the plain and the √L plan: some segments.
+	budget := (plain.PeakBytes + ck.PeakBytes) / 2
+	p, err = Compile(m(), Options{Fuse: true, RefBatch: ckBatch, MemoryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PeakBytes > budget || p.Without == nil || p.Without.PeakBytes != plain.PeakBytes {
+		t.Fatalf("budget %d: peak %d, without %v", budget, p.PeakBytes, p.Without != nil)
+	}
+	t.Logf("budget %d: peak %d (plain %d, every segment %d)", budget, p.PeakBytes, plain.PeakBytes, ck.PeakBytes)
+	// Below what any choice reaches: a clear error.
+	_, err = Compile(m(), Options{Fuse: true, RefBatch: ckBatch, MemoryBudget: plain.PeakBytes / 2})
+	if err == nil || !strings.Contains(err.Error(), "-memory-budget") || !strings.Contains(err.Error(), "smallest plan") {
+		t.Fatalf("budget too small: %v", err)
+	}
+}
