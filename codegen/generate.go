@@ -70,6 +70,8 @@ func Kernels(p *compiler.Program) (string, *runtime.Plan, error) {
 				k = reduceKernel(p, g)
 			case compiler.CE:
 				k, err = ceKernel(p, g)
+			case compiler.Loop:
+				k = loopKernel(p, g)
 			}
 			if err != nil {
 				return "", nil, err

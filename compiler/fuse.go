@@ -147,6 +147,8 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 			newGroup(&Group{Kind: Reduce, Space: x.Shape, Root: v, closed: true}, v)
 		case ops.MatMul:
 			newGroup(&Group{Kind: Gemm, Space: v.Shape, Root: v, closed: true}, v)
+		case ops.Loop:
+			newGroup(&Group{Kind: Loop, Space: v.Shape, Root: v, closed: true}, v)
 		case ops.Special:
 			logits := v.Args[0]
 			if on && v.Op == "cross_entropy" {

@@ -16,9 +16,10 @@ const (
 	Reduce                  // a reduction with a fused elementwise prologue
 	Gemm                    // one matmul on the device's BLAS
 	CE                      // cross-entropy (and/or its gradient) with a fused prologue on the logits
+	Loop                    // a recurrence over time (ops.Loop), one kernel
 )
 
-var groupKindNames = [...]string{"ew", "reduce", "gemm", "ce"}
+var groupKindNames = [...]string{"ew", "reduce", "gemm", "ce", "loop"}
 
 func (k GroupKind) String() string { return groupKindNames[k] }
 

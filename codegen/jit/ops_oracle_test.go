@@ -166,7 +166,7 @@ func opGroups() map[string][]opCase {
 		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
 		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
 	}
-	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases()}
+	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases()}
 }
 
 // opData is the operand, label and grad_output data of every case.

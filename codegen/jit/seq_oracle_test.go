@@ -1,6 +1,8 @@
 package jit
 
 import (
+	"strings"
+
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
 	"github.com/ngen-ml/ngen/compiler/ops"
@@ -13,6 +15,33 @@ func init() {
 	}{func(b *irtest.Builder, a ir.Attrs, x []*ir.Value) *ir.Value {
 		return ops.BatchMatMul(b.Builder, x[0], x[1], a.TransA, a.TransB)
 	}, []string{"matmul", "broadcast"}}
+	for _, name := range []string{"rnn_tanh", "rnn_relu", "lstm", "rnn_tanh_zero", "lstm_zero"} {
+		cell, zero := strings.CutSuffix(name, "_zero")
+		composites[name] = struct {
+			build func(b *irtest.Builder, attrs ir.Attrs, args []*ir.Value) *ir.Value
+			uses  []string
+		}{func(b *irtest.Builder, a ir.Attrs, x []*ir.Value) *ir.Value {
+			var h0, c0 *ir.Value // zero initial states: none given
+			if !zero {
+				h0 = x[5]
+				if len(x) > 6 {
+					c0 = x[6]
+				}
+			}
+			out, hn, cn := ops.Recurrent(b.Builder, cell, x[0], x[1], x[2], x[3], x[4], h0, c0)
+			if b.Err != nil {
+				return out
+			}
+			parts := []*ir.Value{out, hn}
+			if cn != nil {
+				parts = append(parts, cn)
+			}
+			for i, p := range parts {
+				parts[i] = b.Op("reshape", ir.Attrs{Shape: ir.Static(int(p.Shape.Size().N))}, p)
+			}
+			return b.Op("concat", ir.Attrs{Axes: []int{0}}, parts...)
+		}, []string{"rnn_scan", "rnn_scan_bwd", "matmul", "add", "slice", "concat", "reshape"}}
+	}
 }
 
 // seqCases cover the sequence ops on odd shapes: embeddings with repeated
@@ -37,5 +66,28 @@ func seqCases() []opCase {
 		{name: "bmm_2x3x4x5", op: "batch_matmul", args: []opArg{f(2, 3, 4, 5), f(2, 3, 5, 2)}},
 		{name: "bmm_bcast_2x1x3x4_5x4x2", op: "batch_matmul", args: []opArg{f(2, 1, 3, 4), f(5, 4, 2)}},
 		{name: "bmm_bcast_tt", op: "batch_matmul", attrs: ir.Attrs{TransA: true, TransB: true}, args: []opArg{f(3, 1, 4, 3), f(1, 2, 5, 4)}},
+	}
+}
+
+// recurCases run one layer of each cell over odd sizes (batch 3, T 7,
+// input 5, hidden 4 or 6) from non-zero initial states, and a one-step
+// sequence, where h_{t-1} is h0 alone.
+func recurCases() []opCase {
+	rnn := func(name, cell string, b, t, e, h int) opCase {
+		return opCase{name: name, op: cell, args: []opArg{f(b, t, e), f(h, e), f(h, h), f(h), f(h), f(b, h)}}
+	}
+	lstm := func(name string, b, t, e, h int) opCase {
+		return opCase{name: name, op: "lstm", args: []opArg{f(b, t, e), f(4*h, e), f(4*h, h), f(4 * h), f(4 * h), f(b, h), f(b, h)}}
+	}
+	return []opCase{
+		rnn("rnn_tanh_3x7x5_h4", "rnn_tanh", 3, 7, 5, 4),
+		rnn("rnn_relu_3x7x5_h6", "rnn_relu", 3, 7, 5, 6),
+		rnn("rnn_tanh_t1", "rnn_tanh", 2, 1, 3, 4),
+		lstm("lstm_3x7x5_h4", 3, 7, 5, 4),
+		lstm("lstm_2x1x3_h6", 2, 1, 3, 6),
+		// No initial states: zeros, whose step the W_hh gradient leaves out.
+		{name: "rnn_tanh_zero_3x5x4_h5", op: "rnn_tanh_zero", args: []opArg{f(3, 5, 4), f(5, 4), f(5, 5), f(5), f(5)}},
+		{name: "lstm_zero_2x4x3_h5", op: "lstm_zero", args: []opArg{f(2, 4, 3), f(20, 3), f(20, 5), f(20), f(20)}},
+		{name: "lstm_zero_t1", op: "lstm_zero", args: []opArg{f(2, 1, 3), f(12, 3), f(12, 3), f(12), f(12)}},
 	}
 }

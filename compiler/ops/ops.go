@@ -25,9 +25,12 @@ const (
 	// so elementwise consumers fuse after it, but the arguments it indexes
 	// (Def.Indexed) must be in global memory, written by earlier kernels.
 	Gather
+	// Loop runs a recurrence over time in one kernel from its Def.Loop
+	// template (recur.go): a block per sequence carries the state.
+	Loop
 )
 
-var kindNames = [...]string{"source", "elementwise", "reduce", "matmul", "view", "special", "gather"}
+var kindNames = [...]string{"source", "elementwise", "reduce", "matmul", "view", "special", "gather", "loop"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -64,6 +67,10 @@ type Def struct {
 	// gives the op a code in the status word and a check naming it, and
 	// the template raises the code through Ctx.Status.
 	Status string
+	// Loop renders a Loop op's kernel body: at(i, idx) is the C
+	// expression of argument i at linear index idx, out the pointer to
+	// the result, c.Dim the batch dimension.
+	Loop func(c *Ctx, v *ir.Value, at func(arg int, idx string) string, out string) string
 }
 
 // inEval sets d.InEval to argument i, where its shape is v's.

@@ -92,6 +92,23 @@ def _batch_norm2d_steps(attrs, x1, x2, xe, w, b):
     return torch.cat([rm, rv, y.reshape(-1)])
 
 
+def _recurrent(cell, x, wih, whh, bih, bhh, h0, c0=None):
+    """One batch-first layer of torch.nn.RNN / torch.nn.LSTM (the same
+    kernels those modules call) from [B,H] initial states: every step's
+    output, then the final states, flattened and concatenated."""
+    args = ([wih, whh, bih, bhh], True, 1, 0.0, False, False, True)
+    if cell == "lstm":
+        out, hn, cn = torch._VF.lstm(x, (h0[None], c0[None]), *args)
+        return torch.cat([out.reshape(-1), hn.reshape(-1), cn.reshape(-1)])
+    out, hn = getattr(torch._VF, cell)(x, h0[None], *args)
+    return torch.cat([out.reshape(-1), hn.reshape(-1)])
+
+
+def _zero_states(x, whh):
+    z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
+    return z, z
+
+
 OPS = {
     "neg": lambda a, x: torch.neg(x),
     "copy": lambda a, x: x.clone(),
@@ -134,6 +151,11 @@ OPS = {
     "slice": lambda a, x: torch.narrow(x, a["axes"][0], a["ints"][0], a["ints"][1] - a["ints"][0]),
     "concat": lambda a, *xs: torch.cat(xs, a["axes"][0]),
     "batch_matmul": _matmul,
+    "rnn_tanh": lambda a, *xs: _recurrent("rnn_tanh", *xs),
+    "rnn_relu": lambda a, *xs: _recurrent("rnn_relu", *xs),
+    "lstm": lambda a, *xs: _recurrent("lstm", *xs),
+    "rnn_tanh_zero": lambda a, x, *w: _recurrent("rnn_tanh", x, *w, *_zero_states(x, w[1])),
+    "lstm_zero": lambda a, x, *w: _recurrent("lstm", x, *w, *_zero_states(x, w[1])),
 }
 
 

@@ -1,0 +1,46 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// loopKernel renders a recurrence (an ops.Loop value, e.g. rnn_scan) as
+// one kernel from its op row's template: a block per sequence over the
+// symbolic batch, the loop over time inside. It synchronises its block
+// between steps; the CPU backend runs it with one-thread blocks.
+func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
+	k := newKernel(p, g)
+	in, out := k.buffers(p, g)
+	v := g.Root
+	c := k.ctx(v.DType.CType(), "")
+	at := func(i int, idx string) string {
+		a := v.Args[i]
+		if a.Op == "fill" {
+			return k.ctx(a.DType.CType(), idx).Lit(a.Attrs.F)
+		}
+		ptr, ok := in[a]
+		if !ok {
+			panic(fmt.Sprintf("codegen: kernel %s: %s reads %s, which is not in global memory", g.Name, v, a))
+		}
+		return fmt.Sprintf("%s[%s]", ptr, idx)
+	}
+	body := ops.Lookup(v.Op).Loop(c, v, at, out[v])
+	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
+		k.body.WriteString("  " + line + "\n")
+	}
+	k.sync, k.soloBlocks = true, true
+	k.block = [3]int{128, 1, 1}
+	z := ir.Shape{v.Shape[0]}.Size()
+	k.grid = [3]runtime.Expr{
+		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Max: 1 << 20},
+		{Size: runtime.Size{Mul: 1}},
+		{Size: runtime.Size{Mul: 1}},
+	}
+	return k
+}

@@ -1,0 +1,142 @@
+package ops
+
+import (
+	"strconv"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// The kernel bodies of rnn_scan and its gradient. The kernel runs a block
+// per sequence (a grid-stride loop over the batch); the block's threads
+// share the hidden units, and the state of the previous step sits in
+// shared memory, so each step is the recurrent product, the cell and two
+// barriers. With one-thread blocks (the CPU backend) every loop over the
+// units is a plain loop the host compiler vectorises.
+
+// sigmoid renders 1/(1+exp(-x)).
+func sigmoid(c *Ctx, x string) string {
+	return "(" + c.Lit(1) + " / (" + c.Lit(1) + " + " + c.Math("exp") + "(-(" + x + "))))"
+}
+
+func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	cell := Cells[v.Attrs.Str]
+	xp, whh := v.Args[0], v.Args[1]
+	B, T, H := xp.Shape[0], xp.Shape[1].N, whh.Shape[1].N
+	G, W := cell.Gates, cell.Width*H
+	g := &cg{}
+	t := c.T
+	g.f("__shared__ %s hs[%d];", t, H)
+	if G == 4 {
+		g.f("__shared__ %s cs[%d];", t, H)
+	}
+	g.f("const long long nb = %s;", c.Dim(B))
+	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
+	g.f("    hs[j] = %s;", at(2, "b * "+itoa(H)+" + j"))
+	if G == 4 {
+		g.f("    cs[j] = %s;", at(3, "b * "+itoa(H)+" + j"))
+	}
+	g.f("  }")
+	g.f("  __syncthreads();")
+	g.f("  for (int t = 0; t < %d; ++t) {", T)
+	g.f("    const long long xo = (b * %d + t) * %d;", T, G*H)
+	g.f("    %s *s = %s + (b * %d + t) * %d;", t, out, T, W)
+	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
+	for q := 0; q < G; q++ {
+		g.f("      %s a%d = %s;", t, q, at(0, "xo + "+itoa(q*H)+" + j"))
+	}
+	// The recurrent product W_hh·h for this unit's rows of every gate.
+	g.f("      for (int k = 0; k < %d; ++k) {", H)
+	g.f("        const %s hk = hs[k];", t)
+	for q := 0; q < G; q++ {
+		g.f("        a%d += %s * hk;", q, at(1, "(long long)("+itoa(q*H)+" + j) * "+itoa(H)+" + k"))
+	}
+	g.f("      }")
+	switch cell.Name {
+	case "rnn_tanh":
+		g.f("      s[j] = %s(a0);", c.Math("tanh"))
+	case "rnn_relu":
+		g.f("      s[j] = a0 > %s ? a0 : %s;", c.Lit(0), c.Lit(0))
+	case "lstm":
+		g.f("      const %s i = %s, f = %s, gg = %s(a2), o = %s;", t, sigmoid(c, "a0"), sigmoid(c, "a1"), c.Math("tanh"), sigmoid(c, "a3"))
+		g.f("      const %s cn = f * cs[j] + i * gg;", t)
+		g.f("      s[j] = o * %s(cn);", c.Math("tanh"))
+		g.f("      s[%d + j] = cn; s[%d + j] = i; s[%d + j] = f; s[%d + j] = gg; s[%d + j] = o;", H, 2*H, 3*H, 4*H, 5*H)
+	}
+	g.f("    }")
+	g.f("    __syncthreads();")
+	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
+	g.f("      hs[j] = s[j];")
+	if G == 4 {
+		g.f("      cs[j] = s[%d + j];", H)
+	}
+	g.f("    }")
+	g.f("    __syncthreads();")
+	g.f("  }")
+	g.f("}")
+	return g.b.String()
+}
+
+func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	cell := Cells[v.Attrs.Str]
+	S, whh := v.Args[1], v.Args[2]
+	B, T, H := S.Shape[0], S.Shape[1].N, whh.Shape[1].N
+	G, W := cell.Gates, cell.Width*H
+	g := &cg{}
+	t := c.T
+	g.f("__shared__ %s dh[%d];", t, H)
+	g.f("__shared__ %s dc[%d];", t, H)
+	g.f("__shared__ %s dg[%d];", t, G*H)
+	g.f("const long long nb = %s;", c.Dim(B))
+	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
+	g.f("  __syncthreads();")
+	g.f("  for (int t = %d; t >= 0; --t) {", T-1)
+	g.f("    const long long so = (b * %d + t) * %d;", T, W)
+	g.f("    %s *d = %s + (b * %d + t) * %d;", t, out, T+1, G*H)
+	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
+	g.f("      const %s dhj = dh[j] + %s;", t, at(0, "so + j"))
+	switch cell.Name {
+	case "rnn_tanh":
+		g.f("      const %s h = %s;", t, at(1, "so + j"))
+		g.f("      const %s da = dhj * (%s - h * h);", t, c.Lit(1))
+		g.f("      d[j] = da; dg[j] = da;")
+	case "rnn_relu":
+		g.f("      const %s da = %s > %s ? dhj : %s;", t, at(1, "so + j"), c.Lit(0), c.Lit(0))
+		g.f("      d[j] = da; dg[j] = da;")
+	case "lstm":
+		at1 := func(off int) string { return at(1, "so + "+itoa(off)+" + j") }
+		g.f("      const %s cn = %s, i = %s, f = %s, gg = %s, o = %s;", t, at1(H), at1(2*H), at1(3*H), at1(4*H), at1(5*H))
+		g.f("      const %s cp = t > 0 ? %s : %s;", t, at(1, "so - "+itoa(W)+" + "+itoa(H)+" + j"), at(4, "b * "+itoa(H)+" + j"))
+		g.f("      const %s tc = %s(cn);", t, c.Math("tanh"))
+		g.f("      const %s dcj = dc[j] + %s + dhj * o * (%s - tc * tc);", t, at(0, "so + "+itoa(H)+" + j"), c.Lit(1))
+		g.f("      const %s di = dcj * gg * i * (%s - i), df = dcj * cp * f * (%s - f);", t, c.Lit(1), c.Lit(1))
+		g.f("      const %s dgg = dcj * i * (%s - gg * gg), do_ = dhj * tc * o * (%s - o);", t, c.Lit(1), c.Lit(1))
+		g.f("      d[j] = di; d[%d + j] = df; d[%d + j] = dgg; d[%d + j] = do_;", H, 2*H, 3*H)
+		g.f("      dg[j] = di; dg[%d + j] = df; dg[%d + j] = dgg; dg[%d + j] = do_;", H, 2*H, 3*H)
+		g.f("      dc[j] = dcj * f;")
+	}
+	g.f("    }")
+	g.f("    __syncthreads();")
+	// dh_{t-1} = W_hhᵀ · dpre_t.
+	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
+	g.f("      %s acc = %s;", t, c.Lit(0))
+	g.f("      for (int r = 0; r < %d; ++r) acc += %s * dg[r];", G*H, at(2, "(long long)r * "+itoa(H)+" + j"))
+	g.f("      dh[j] = acc;")
+	g.f("    }")
+	g.f("    __syncthreads();")
+	g.f("  }")
+	g.f("  %s *last = %s + (b * %d + %d) * %d;", t, out, T+1, T, G*H)
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", G*H)
+	if G == 4 {
+		g.f("    last[j] = j < %d ? dh[j] : (j < %d ? dc[j - %d] : %s);", H, 2*H, H, c.Lit(0))
+	} else {
+		g.f("    last[j] = dh[j];")
+	}
+	g.f("  }")
+	g.f("  __syncthreads();")
+	g.f("}")
+	return g.b.String()
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
