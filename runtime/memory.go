@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Memory: the plan fixes every byte a session allocates before anything
@@ -209,4 +210,15 @@ func (s *Session) MemoryBytes() int64 {
 		n += a
 	}
 	return n
+}
+
+// HostAllocator is a device with page-locked host memory, from which its
+// copies to the device run asynchronously, as PyTorch's pin_memory=True
+// buffers: data.Prefetcher fills its batch buffers there.
+type HostAllocator interface {
+	AllocHost(bytes int64) (unsafe.Pointer, error)
+	FreeHost(p unsafe.Pointer) error
+	// WaitHost returns once no queued copy still reads the block holding
+	// p, so the host may overwrite it.
+	WaitHost(p unsafe.Pointer) error
 }

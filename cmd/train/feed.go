@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
 
@@ -17,11 +18,22 @@ type batches interface {
 	Reset()
 }
 
-func newBatches(l *data.Loader) batches {
-	if *prefetch {
-		return data.NewPrefetcher(l)
+// newBatches prefetches unless -prefetch=false, into the device's pinned
+// host memory when it has some (the GPU), so that each input copy is one
+// asynchronous DMA. close frees those buffers.
+func newBatches(l *data.Loader, dev runtime.Device) (src batches, close func() error, err error) {
+	if !*prefetch {
+		return l, func() error { return nil }, nil
 	}
-	return l
+	if h, ok := dev.(runtime.HostAllocator); ok {
+		p, err := data.NewPinnedPrefetcher(l, h)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, p.Close, nil
+	}
+	p := data.NewPrefetcher(l)
+	return p, p.Close, nil
 }
 
 // trainEpoch runs one epoch of steps, until Next says the epoch is over,, then the update of any micro-batches

@@ -136,7 +136,11 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 		return nil, err
 	}
 	loader := data.NewLoader(trainSet, batch, true, seed)
-	src := newBatches(loader)
+	src, closeSrc, err := newBatches(loader, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSrc()
 	var results []epochResult
 	fmt.Printf("model %s on %s: %d train / %d test images, batch %d, %d steps per epoch\n",
 		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())

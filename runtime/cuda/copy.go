@@ -115,6 +115,9 @@ func (d *Device) CopyToDevice(dst runtime.Ptr, src unsafe.Pointer, bytes int64) 
 		return d.closedOr(err)
 	}
 	return d.do(func() error {
+		if b := d.host.find(src, bytes); b != nil {
+			return d.copyFromPinned(b, dst, src, bytes) // no staging copy (pinned_host.go)
+		}
 		for i, off := 0, int64(0); off < bytes; i, off = i+1, off+stageChunk {
 			n := min(stageChunk, bytes-off)
 			b := &d.stage.bufs[i%2]

@@ -55,8 +55,9 @@ type Device struct {
 	blas       *cublas.Standard
 	mem        allocator
 	stage      staging
-	lastKernel string // for errors that surface at Sync
-	timer      timer  // CUDA-event timing of launches and GEMMs (timing.go)
+	host       hostBlocks // pinned memory from AllocHost (pinned_host.go)
+	lastKernel string     // for errors that surface at Sync
+	timer      timer      // CUDA-event timing of launches and GEMMs (timing.go)
 }
 
 var _ runtime.Device = (*Device)(nil)
@@ -131,6 +132,7 @@ func (d *Device) release() error {
 		errs = append(errs, d.stream.Synchronize())
 	}
 	d.stage.release()
+	d.host.release()
 	errs = append(errs, d.timer.release())
 	d.mem.releaseAll()
 	if d.blas != nil {
