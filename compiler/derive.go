@@ -18,6 +18,11 @@ func deriveFuncs(p *Program) error {
 	if m.Output != nil {
 		pred, pm := m.Forward.Clone("predict")
 		pred.Outputs = map[string]*ir.Value{"output": pm[m.Output]}
+		// Further named results of the forward (an RNN's final states)
+		// are read back after predict.
+		for name, v := range m.Forward.Outputs {
+			pred.Outputs[name] = pm[v]
+		}
 		pred.Prune()
 		pred.Renumber()
 		p.Predict = pred

@@ -15,20 +15,24 @@ func init() {
 	}{func(b *irtest.Builder, a ir.Attrs, x []*ir.Value) *ir.Value {
 		return ops.BatchMatMul(b.Builder, x[0], x[1], a.TransA, a.TransB)
 	}, []string{"matmul", "broadcast"}}
-	for _, name := range []string{"rnn_tanh", "rnn_relu", "lstm", "rnn_tanh_zero", "lstm_zero"} {
+	for _, name := range []string{"rnn_tanh", "rnn_relu", "lstm", "rnn_tanh_zero", "lstm_zero", "rnn_relu_masked", "lstm_masked"} {
 		cell, zero := strings.CutSuffix(name, "_zero")
+		cell, masked := strings.CutSuffix(cell, "_masked")
 		composites[name] = struct {
 			build func(b *irtest.Builder, attrs ir.Attrs, args []*ir.Value) *ir.Value
 			uses  []string
 		}{func(b *irtest.Builder, a ir.Attrs, x []*ir.Value) *ir.Value {
-			var h0, c0 *ir.Value // zero initial states: none given
+			var h0, c0, mask *ir.Value // zero initial states: none given
+			if masked {
+				mask, x = x[len(x)-1], x[:len(x)-1]
+			}
 			if !zero {
 				h0 = x[5]
 				if len(x) > 6 {
 					c0 = x[6]
 				}
 			}
-			out, hn, cn := ops.Recurrent(b.Builder, cell, x[0], x[1], x[2], x[3], x[4], h0, c0)
+			out, hn, cn := ops.MaskedRecurrent(b.Builder, cell, x[0], x[1], x[2], x[3], x[4], h0, c0, mask)
 			if b.Err != nil {
 				return out
 			}
@@ -89,5 +93,8 @@ func recurCases() []opCase {
 		{name: "rnn_tanh_zero_3x5x4_h5", op: "rnn_tanh_zero", args: []opArg{f(3, 5, 4), f(5, 4), f(5, 5), f(5), f(5)}},
 		{name: "lstm_zero_2x4x3_h5", op: "lstm_zero", args: []opArg{f(2, 4, 3), f(20, 3), f(20, 5), f(20), f(20)}},
 		{name: "lstm_zero_t1", op: "lstm_zero", args: []opArg{f(2, 1, 3), f(12, 3), f(12, 3), f(12), f(12)}},
+		// Random step masks (0: no token, the state carries over).
+		{name: "rnn_relu_masked_3x6x4_h5", op: "rnn_relu_masked", args: []opArg{f(3, 6, 4), f(5, 4), f(5, 5), f(5), f(5), f(3, 5), labels(2, 3, 6)}},
+		{name: "lstm_masked_3x6x4_h5", op: "lstm_masked", args: []opArg{f(3, 6, 4), f(20, 4), f(20, 5), f(20), f(20), f(3, 5), f(3, 5), labels(2, 3, 6)}},
 	}
 }

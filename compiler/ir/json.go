@@ -30,6 +30,9 @@ type jsonModel struct {
 	Output    int         `json:"output"`
 	Optimizer *Optimizer  `json:"optimizer,omitempty"`
 	Updates   [][2]int    `json:"updates,omitempty"` // (state, new value) IDs
+	// Outputs are the forward function's further named results (an RNN's
+	// final states), read back after predict.
+	Outputs map[string]int `json:"outputs,omitempty"`
 }
 
 // MarshalJSON encodes the model.
@@ -51,6 +54,12 @@ func (m *Model) MarshalJSON() ([]byte, error) {
 	}
 	for _, u := range m.Forward.Updates {
 		jm.Updates = append(jm.Updates, [2]int{u.State.ID, u.New.ID})
+	}
+	for name, v := range m.Forward.Outputs {
+		if jm.Outputs == nil {
+			jm.Outputs = map[string]int{}
+		}
+		jm.Outputs[name] = v.ID
 	}
 	return json.Marshal(jm)
 }
@@ -90,6 +99,13 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("update %v: want the IDs of a state value and of its new value", u)
 		}
 		f.Updates = append(f.Updates, Update{State: st, New: nv})
+	}
+	for name, id := range jm.Outputs {
+		v, ok := byID[id]
+		if !ok {
+			return fmt.Errorf("output %q: undefined value %d", name, id)
+		}
+		f.Outputs[name] = v
 	}
 	return nil
 }

@@ -23,6 +23,11 @@ import (
 //	lstm                G 4, W 6H: gates i, f, g, o (PyTorch's order);
 //	                    c = f c + i g, h = o tanh(c)    S = h, c, i, f, g, o
 //
+// An optional fifth operand, an i32 mask [B,T], marks the steps that hold
+// a token: where it is 0 the state is carried over unchanged (padding then
+// never changes the result), and backward passes the state's gradient
+// through.
+//
 // S keeps, per step, the state and (LSTM) the gate activations: the
 // residuals backward needs, one buffer with a time axis. h0 and c0 are
 // the initial states (c0 unused by the RNN cells). Only the h and c parts
@@ -78,15 +83,39 @@ func scanDims(v *ir.Value, xp, whh, h0, c0 *ir.Value) (cell Cell, b ir.Dim, t, h
 
 func scanInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	a := v.Args
+	if len(a) != 4 && len(a) != 5 {
+		return nil, 0, fmt.Errorf("rnn_scan takes 4 or 5 arguments, got %d", len(a))
+	}
 	cell, b, t, h, err := scanDims(v, a[0], a[1], a[2], a[3])
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkMask(a, 4, b, t); err != nil {
 		return nil, 0, err
 	}
 	return ir.Shape{b, ir.D(t), ir.D(cell.Width * h)}, a[0].DType, nil
 }
 
+// checkMask checks the optional step mask a[i]: i32 [B, T], 0 where a
+// sequence has no token (its state is carried over unchanged).
+func checkMask(a []*ir.Value, i int, b ir.Dim, t int) error {
+	if len(a) <= i {
+		return nil
+	}
+	if m := a[i]; m.DType != ir.I32 || !m.Shape.Eq(ir.Shape{b, ir.D(t)}) {
+		return fmt.Errorf("step mask %s, want i32[%s,%d]", m.Type(), b, t)
+	}
+	return nil
+}
+
 func scanBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
-	a := v.Args // gS, S, whh, h0, c0
+	a := v.Args // gS, S, whh, h0, c0[, mask]
+	if len(a) != 5 && len(a) != 6 {
+		return nil, 0, fmt.Errorf("rnn_scan_bwd takes 5 or 6 arguments, got %d", len(a))
+	}
+	if err := checkMask(a, 5, a[1].Shape[0], a[1].Shape[1].N); err != nil {
+		return nil, 0, err
+	}
 	cell, b, t, h, err := scanDims(v, &ir.Value{Shape: ir.Shape{a[1].Shape[0], a[1].Shape[1], ir.D(cell0(v) * a[2].Shape[1].N)}, DType: a[1].DType}, a[2], a[3], a[4])
 	if err != nil {
 		return nil, 0, err
@@ -111,7 +140,11 @@ func scanGrad(b *Builder, v, g *ir.Value) []*ir.Value {
 	xp, whh, h0, c0 := v.Args[0], v.Args[1], v.Args[2], v.Args[3]
 	cell := Cells[v.Attrs.Str]
 	B, T, H := xp.Shape[0], xp.Shape[1].N, whh.Shape[1].N
-	d := b.Op("rnn_scan_bwd", ir.Attrs{Str: v.Attrs.Str}, g, v, whh, h0, c0)
+	bargs := []*ir.Value{g, v, whh, h0, c0}
+	if len(v.Args) > 4 {
+		bargs = append(bargs, v.Args[4])
+	}
+	d := b.Op("rnn_scan_bwd", ir.Attrs{Str: v.Attrs.Str}, bargs...)
 	slice := func(x *ir.Value, axis, from, to int) *ir.Value {
 		return b.Op("slice", ir.Attrs{Axes: []int{axis}, Ints: []int{from, to}}, x)
 	}
@@ -129,7 +162,7 @@ func scanGrad(b *Builder, v, g *ir.Value) []*ir.Value {
 	dp, hprev := dpre, (*ir.Value)(nil)
 	switch {
 	case h0.Op == "fill" && h0.Attrs.F == 0 && T == 1:
-		return []*ir.Value{dpre, b.Op("fill", ir.Attrs{F: 0, Shape: whh.Shape.Clone(), Str: whh.DType.String()}), dh0, dc0}
+		return []*ir.Value{dpre, b.Op("fill", ir.Attrs{F: 0, Shape: whh.Shape.Clone(), Str: whh.DType.String()}), dh0, dc0, nil}
 	case h0.Op == "fill" && h0.Attrs.F == 0:
 		dp, hprev = slice(dpre, 1, 1, T), slice(hs, 1, 0, T-1)
 	default:
@@ -142,12 +175,12 @@ func scanGrad(b *Builder, v, g *ir.Value) []*ir.Value {
 	// batched product summed over the batch, which the GEMM accumulates.
 	dw := b.Op("matmul", ir.Attrs{TransA: true}, dp, hprev) // [B, G·H, H]
 	dwhh := b.SumTo(dw, whh.Shape)
-	return []*ir.Value{dpre, dwhh, dh0, dc0}
+	return []*ir.Value{dpre, dwhh, dh0, dc0, nil}
 }
 
 func init() {
 	register(
-		&Def{Name: "rnn_scan", Kind: Loop, NArgs: 4, Infer: scanInfer, Loop: scanFwdLoop, Grad: scanGrad, Flops: 1},
-		&Def{Name: "rnn_scan_bwd", Kind: Loop, NArgs: 5, Infer: scanBwdInfer, Loop: scanBwdLoop},
+		&Def{Name: "rnn_scan", Kind: Loop, NArgs: -1, Infer: scanInfer, Loop: scanFwdLoop, Grad: scanGrad, Flops: 1},
+		&Def{Name: "rnn_scan_bwd", Kind: Loop, NArgs: -1, Infer: scanBwdInfer, Loop: scanBwdLoop},
 	)
 }

@@ -16,6 +16,13 @@ import (
 // The input projection of all steps is one GEMM (its bias adds fuse into
 // the GEMM's epilogue kernel); the recurrence is one rnn_scan.
 func Recurrent(b *Builder, cell string, x, wih, whh, bih, bhh, h0, c0 *ir.Value) (out, hn, cn *ir.Value) {
+	return MaskedRecurrent(b, cell, x, wih, whh, bih, bhh, h0, c0, nil)
+}
+
+// MaskedRecurrent is Recurrent with an i32 step mask [B,T] (nil for none):
+// where it is 0 the state carries over unchanged, so a left-padded
+// sequence's final state is exactly that of its tokens.
+func MaskedRecurrent(b *Builder, cell string, x, wih, whh, bih, bhh, h0, c0, mask *ir.Value) (out, hn, cn *ir.Value) {
 	c, ok := Cells[cell]
 	if !ok {
 		return layerError(b, "recurrent", x, fmt.Errorf("unknown cell %q", cell)), nil, nil
@@ -60,7 +67,11 @@ func Recurrent(b *Builder, cell string, x, wih, whh, bih, bhh, h0, c0 *ir.Value)
 			xp = b.Op("add", ir.Attrs{}, xp, bias)
 		}
 	}
-	s := b.Op("rnn_scan", ir.Attrs{Str: cell}, xp, whh, h0, c0)
+	args := []*ir.Value{xp, whh, h0, c0}
+	if mask != nil {
+		args = append(args, mask)
+	}
+	s := b.Op("rnn_scan", ir.Attrs{Str: cell}, args...)
 	if b.Err != nil {
 		return x, nil, nil
 	}

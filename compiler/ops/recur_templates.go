@@ -52,16 +52,26 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 		g.f("        a%d += %s * hk;", q, at(1, "(long long)("+itoa(q*H)+" + j) * "+itoa(H)+" + k"))
 	}
 	g.f("      }")
+	masked := len(v.Args) > 4
+	keep := func(x, prev string) string { // a masked-off step keeps the state
+		if !masked {
+			return x
+		}
+		return "(on ? " + x + " : " + prev + ")"
+	}
+	if masked {
+		g.f("      const bool on = %s != 0;", at(4, "b * "+itoa(T)+" + t"))
+	}
 	switch cell.Name {
 	case "rnn_tanh":
-		g.f("      s[j] = %s(a0);", c.Math("tanh"))
+		g.f("      s[j] = %s;", keep(c.Math("tanh")+"(a0)", "hs[j]"))
 	case "rnn_relu":
-		g.f("      s[j] = a0 > %s ? a0 : %s;", c.Lit(0), c.Lit(0))
+		g.f("      s[j] = %s;", keep("(a0 > "+c.Lit(0)+" ? a0 : "+c.Lit(0)+")", "hs[j]"))
 	case "lstm":
 		g.f("      const %s i = %s, f = %s, gg = %s(a2), o = %s;", t, sigmoid(c, "a0"), sigmoid(c, "a1"), c.Math("tanh"), sigmoid(c, "a3"))
 		g.f("      const %s cn = f * cs[j] + i * gg;", t)
-		g.f("      s[j] = o * %s(cn);", c.Math("tanh"))
-		g.f("      s[%d + j] = cn; s[%d + j] = i; s[%d + j] = f; s[%d + j] = gg; s[%d + j] = o;", H, 2*H, 3*H, 4*H, 5*H)
+		g.f("      s[j] = %s;", keep("o * "+c.Math("tanh")+"(cn)", "hs[j]"))
+		g.f("      s[%d + j] = %s; s[%d + j] = i; s[%d + j] = f; s[%d + j] = gg; s[%d + j] = o;", H, keep("cn", "cs[j]"), 2*H, 3*H, 4*H, 5*H)
 	}
 	g.f("    }")
 	g.f("    __syncthreads();")
@@ -87,6 +97,10 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g.f("__shared__ %s dh[%d];", t, H)
 	g.f("__shared__ %s dc[%d];", t, H)
 	g.f("__shared__ %s dg[%d];", t, G*H)
+	masked := len(v.Args) > 5
+	if masked {
+		g.f("__shared__ %s carry[%d];", t, H)
+	}
 	g.f("const long long nb = %s;", c.Dim(B))
 	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
@@ -96,6 +110,20 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g.f("    %s *d = %s + (b * %d + t) * %d;", t, out, T+1, G*H)
 	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
 	g.f("      const %s dhj = dh[j] + %s;", t, at(0, "so + j"))
+	if masked {
+		// A masked-off step passes the state's gradient through.
+		g.f("      if (%s == 0) {", at(5, "b * "+itoa(T)+" + t"))
+		g.f("        carry[j] = dhj;")
+		if G == 4 {
+			g.f("        dc[j] += %s;", at(0, "so + "+itoa(H)+" + j"))
+		}
+		for q := 0; q < G; q++ {
+			g.f("        d[%d + j] = %s; dg[%d + j] = %s;", q*H, c.Lit(0), q*H, c.Lit(0))
+		}
+		g.f("        continue;")
+		g.f("      }")
+		g.f("      carry[j] = %s;", c.Lit(0))
+	}
 	switch cell.Name {
 	case "rnn_tanh":
 		g.f("      const %s h = %s;", t, at(1, "so + j"))
@@ -122,7 +150,11 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
 	g.f("      %s acc = %s;", t, c.Lit(0))
 	g.f("      for (int r = 0; r < %d; ++r) acc += %s * dg[r];", G*H, at(2, "(long long)r * "+itoa(H)+" + j"))
-	g.f("      dh[j] = acc;")
+	if masked {
+		g.f("      dh[j] = acc + carry[j];")
+	} else {
+		g.f("      dh[j] = acc;")
+	}
 	g.f("    }")
 	g.f("    __syncthreads();")
 	g.f("  }")

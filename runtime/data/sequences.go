@@ -28,8 +28,8 @@ type Sequences struct {
 const PadID = 0
 
 // Mask writes, for sequences idx, 1 at real tokens and 0 at padding into
-// m ([len(idx), T]).
-func (s *Sequences) Mask(m []float32, idx []int32) {
+// m ([len(idx), T]): the step mask of dsl.Recurrent.Mask.
+func (s *Sequences) Mask(m []int32, idx []int32) {
 	for i, k := range idx {
 		n := s.T
 		if s.Len != nil {
@@ -66,7 +66,7 @@ type SeqLoader struct {
 	order   []int32
 	pos     int
 	x, y    []int32
-	mask    []float32
+	mask    []int32
 }
 
 // NewSeqLoader returns a loader over s with batches of batch sequences.
@@ -77,7 +77,7 @@ func NewSeqLoader(s *Sequences, batch int, shuffle bool, seed uint64) *SeqLoader
 	l := &SeqLoader{s: s, batch: batch, shuffle: shuffle,
 		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		order: make([]int32, s.N),
-		x:     make([]int32, batch*s.T), y: make([]int32, batch*s.YPer), mask: make([]float32, batch*s.T)}
+		x:     make([]int32, batch*s.T), y: make([]int32, batch*s.YPer), mask: make([]int32, batch*s.T)}
 	for i := range l.order {
 		l.order[i] = int32(i)
 	}
@@ -104,7 +104,7 @@ func (l *SeqLoader) Len() int {
 // Next returns the next batch: x [n, T] ids, y [n, YPer] targets and mask
 // [n, T] (1 at real tokens), ok false when the epoch is over. The slices
 // alias the loader's buffers until the next call.
-func (l *SeqLoader) Next() (x, y []int32, mask []float32, ok bool) {
+func (l *SeqLoader) Next() (x, y, mask []int32, ok bool) {
 	s := l.s
 	n := min(l.batch, s.N-l.pos)
 	if n <= 0 || (l.DropLast && n < l.batch) {

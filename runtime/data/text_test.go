@@ -72,7 +72,7 @@ func TestLoadWords(t *testing.T) {
 	if !slices.Equal(w.Train.X, w2.Train.X) || !slices.Equal(w.Test.Y, w2.Test.Y) {
 		t.Error("two loads differ")
 	}
-	m := make([]float32, 8)
+	m := make([]int32, 8)
 	w.Train.Mask(m, []int32{0})
 	if n := int(w.Train.Len[0]); slices.Index(m, 1) != 8-n || m[7] != 1 {
 		t.Errorf("mask %v for length %d", m, n)

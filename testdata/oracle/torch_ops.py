@@ -104,6 +104,29 @@ def _recurrent(cell, x, wih, whh, bih, bhh, h0, c0=None):
     return torch.cat([out.reshape(-1), hn.reshape(-1)])
 
 
+def _masked(cell, x, wih, whh, bih, bhh, h0, *rest):
+    """A layer written out step by step, where mask 0 keeps the state."""
+    c, mask = (rest[0], rest[1]) if cell == "lstm" else (None, rest[0])
+    m_all = (mask != 0).to(x.dtype)
+    h, outs = h0, []
+    for t in range(x.shape[1]):
+        a = x[:, t] @ wih.T + bih + h @ whh.T + bhh
+        m = m_all[:, t:t + 1]
+        if cell == "lstm":
+            i, f, g, o = a.chunk(4, 1)
+            cn = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            hn = torch.sigmoid(o) * torch.tanh(cn)
+            c = m * cn + (1 - m) * c
+        else:
+            hn = torch.relu(a)
+        h = m * hn + (1 - m) * h
+        outs.append(h)
+    parts = [torch.stack(outs, 1).reshape(-1), h.reshape(-1)]
+    if cell == "lstm":
+        parts.append(c.reshape(-1))
+    return torch.cat(parts)
+
+
 def _zero_states(x, whh):
     z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
     return z, z
@@ -156,6 +179,8 @@ OPS = {
     "lstm": lambda a, *xs: _recurrent("lstm", *xs),
     "rnn_tanh_zero": lambda a, x, *w: _recurrent("rnn_tanh", x, *w, *_zero_states(x, w[1])),
     "lstm_zero": lambda a, x, *w: _recurrent("lstm", x, *w, *_zero_states(x, w[1])),
+    "rnn_relu_masked": lambda a, *xs: _masked("rnn_relu", *xs),
+    "lstm_masked": lambda a, *xs: _masked("lstm", *xs),
 }
 
 
