@@ -98,3 +98,26 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatalf("budget too small: %v", err)
 	}
 }
+
+// TestRecomputeLSTM: an 8-layer LSTM keeps each layer's per-step
+// residuals for its backward; checkpointing the layers keeps their outputs
+// only, and recomputes one layer's residuals at a time.
+func TestRecomputeLSTM(t *testing.T) {
+	const T, H, B = 35, 256, 64
+	var plain int64
+	for _, seg := range []int{0, 1, 2} {
+		p, err := Compile(irtest.DeepLSTM(ir.F32, T, 64, H, 8, 10, seg), Options{Fuse: true, RefBatch: B})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := int64(B * T * H * 4) // one layer's output [B,T,H]
+		t.Logf("segment %d: temporaries %d bytes (%.1f layer outputs), peak %d", seg, p.ActivationBytes, float64(p.ActivationBytes)/float64(out), p.PeakBytes)
+		if seg == 0 {
+			plain = p.ActivationBytes
+			continue
+		}
+		if p.ActivationBytes*2 > plain {
+			t.Errorf("segment %d: temporaries %d, without %d: want at most half", seg, p.ActivationBytes, plain)
+		}
+	}
+}

@@ -12,9 +12,10 @@ import (
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
-// TestCheckpointBitForBit trains a deep MLP with dropout for a few steps
-// with its hidden layers checkpointed (recomputed in backward) and without:
-// every loss and parameter is the same, bit for bit, fused and unfused.
+// TestCheckpointBitForBit trains a deep MLP with dropout (and a 3-layer
+// LSTM) for a few steps with its hidden layers checkpointed (recomputed in
+// backward) and without: every loss and parameter is the same, bit for
+// bit, fused and unfused.
 func TestCheckpointBitForBit(t *testing.T) {
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -31,8 +32,13 @@ func TestCheckpointBitForBit(t *testing.T) {
 	for i := range y {
 		y[i] = int32(rng.IntN(classes))
 	}
+	lstm := false
 	train := func(fuse bool, segment int) ([]uint32, map[string][]uint32) {
-		p, err := compiler.Compile(irtest.DeepMLP(ir.F32, in, width, layers, classes, 0.2, irtest.Adam, segment), compiler.Options{Fuse: fuse})
+		m := irtest.DeepMLP(ir.F32, in, width, layers, classes, 0.2, irtest.Adam, segment)
+		if lstm {
+			m = irtest.DeepLSTM(ir.F32, 4, in/4, 8, 3, classes, segment)
+		}
+		p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,9 +81,14 @@ func TestCheckpointBitForBit(t *testing.T) {
 		}
 		return losses, ps
 	}
-	for _, fuse := range []bool{true, false} {
+	for _, c := range []struct {
+		fuse, lstm bool
+		segs       []int
+	}{{true, false, []int{1, 2, 3}}, {false, false, []int{1, 2, 3}}, {true, true, []int{1, 2}}} {
+		fuse := c.fuse
+		lstm = c.lstm
 		l0, p0 := train(fuse, 0)
-		for _, seg := range []int{1, 2, 3} {
+		for _, seg := range c.segs {
 			l1, p1 := train(fuse, seg)
 			for i := range l0 {
 				if l0[i] != l1[i] {
