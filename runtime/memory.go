@@ -161,6 +161,11 @@ func SessionBytes(dev Device, p *Plan, opt SessionOptions) int64 {
 // MemoryInfo device). It returns an *OutOfMemoryError when not even a
 // batch of one fits.
 func MaxBatch(dev Device, p *Plan, budget int64, opt SessionOptions) (int, error) {
+	for _, y := range p.Symbols {
+		if y != "B" && opt.Symbols[y] <= 0 {
+			return 0, fmt.Errorf("%s: MaxBatch: no bound given for symbol %s", p.Model, y)
+		}
+	}
 	if budget <= 0 {
 		mi, ok := dev.(MemoryInfo)
 		var avail int64
