@@ -56,8 +56,7 @@ func withinBudget(m *ir.Model, opts Options) (*ir.Model, error) {
 }
 
 // splitLayers cuts the forward values into layers: a layer starts at the
-// first op that reads a parameter of a layer not seen yet (the name before
-// its last dot: fc1.weight and fc1.bias are one layer).
+// first op that reads a parameter of a layer not seen yet (layerOf).
 func splitLayers(f *ir.Func) [][]*ir.Value {
 	var layers [][]*ir.Value
 	seen := map[string]bool{}
@@ -70,10 +69,7 @@ func splitLayers(f *ir.Func) [][]*ir.Value {
 			if a.Role != ir.Param {
 				continue
 			}
-			name := a.Name
-			if i := strings.LastIndex(name, "."); i > 0 {
-				name = name[:i]
-			}
+			name := layerOf(a.Name)
 			if !seen[name] {
 				seen[name] = true
 				if len(cur) > 0 {
@@ -133,4 +129,26 @@ func noteWithout(p *Program, m *ir.Model, opts Options) error {
 	}
 	p.Without = w
 	return nil
+}
+
+// layerOf names the layer a parameter belongs to: the name before its last
+// dot (fc1.weight and fc1.bias are layer fc1), with a stacked recurrent
+// module's layer suffix (lstm.weight_ih_l1 and lstm.bias_hh_l1 are layer
+// lstm_l1, as PyTorch names them).
+func layerOf(param string) string {
+	i := strings.LastIndex(param, ".")
+	if i <= 0 {
+		return param
+	}
+	last := param[i+1:]
+	if j := strings.LastIndex(last, "_l"); j > 0 && j+2 < len(last) {
+		k := j + 2
+		for k < len(last) && last[k] >= '0' && last[k] <= '9' {
+			k++
+		}
+		if k > j+2 && (k == len(last) || last[k:] == "_reverse") {
+			return param[:i] + last[j:]
+		}
+	}
+	return param[:i]
 }

@@ -120,4 +120,25 @@ func TestRecomputeLSTM(t *testing.T) {
 			t.Errorf("segment %d: temporaries %d, without %d: want at most half", seg, p.ActivationBytes, plain)
 		}
 	}
+	// A budget the plain plan (234.8 MB) misses: the compiler finds
+	// segments of its own.
+	p, err := Compile(irtest.DeepLSTM(ir.F32, T, 64, H, 8, 10, 0), Options{Fuse: true, RefBatch: B, MemoryBudget: 160 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Without == nil || p.PeakBytes > 160<<20 {
+		t.Fatalf("budget 160 MiB: peak %d, checkpoints %v", p.PeakBytes, p.Without != nil)
+	}
+}
+
+func TestLayerOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"fc1.weight": "fc1", "fc1.bias": "fc1", "w": "w", "conv.block.weight": "conv.block",
+		"lstm.weight_ih_l0": "lstm_l0", "lstm.bias_hh_l12": "lstm_l12", "lstm.weight_hh_l1_reverse": "lstm_l1_reverse",
+		"m.weight_lx": "m", "m.bias_l": "m",
+	} {
+		if got := layerOf(in); got != want {
+			t.Errorf("layerOf(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
