@@ -8,7 +8,9 @@
 package codegen
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
@@ -39,6 +41,10 @@ var NVCCWarnFlags = []string{"-Werror", "all-warnings"}
 type Options struct {
 	Package string // Go package name (sanitised again here)
 	Source  string // the DSL file, for the generated-code header
+	// Unique tells this package apart from others of the same name linked
+	// into one binary (ngen build passes its import path): the C entry
+	// point's name carries its hash. Empty: the hash of the kernels.
+	Unique string
 	// PTX is nvcc's compute_80 PTX for the .cu and Fatbin its sm_80 and
 	// sm_90 images plus that PTX, when nvcc was available (codegen/nvcc).
 	PTX, Fatbin []byte
@@ -241,17 +247,17 @@ func CGo(p *compiler.Program, pkg, entry string) string {
 
 // Generate renders every file of the generated package for the program.
 func Generate(p *compiler.Program, opts Options) (map[string][]byte, error) {
-	pkg := compiler.Sanitize(opts.Package)
+	pkg := opts.Package
 	if pkg == "" {
-		pkg = compiler.Sanitize(p.Model.Name)
+		pkg = p.Model.Name
 	}
-	pkg = strings.ToLower(pkg)
+	pkg = compiler.PackageName(pkg)
 	body, plan, err := Kernels(p)
 	if err != nil {
 		return nil, err
 	}
 	cuFile := pkg + ".cu"
-	entry := "ngen_cpu_entry_" + pkg
+	entry := EntrySymbol(pkg, opts.Unique, body)
 	files := map[string][]byte{
 		cuFile:           []byte(CUDA(p, body)),
 		"cpu_glue.cc":    []byte(CPUGlue(p, plan, cuFile, entry)),
@@ -271,6 +277,18 @@ func Generate(p *compiler.Program, opts Options) (map[string][]byte, error) {
 	}
 	files[pkg+".go"] = glue
 	return files, nil
+}
+
+// EntrySymbol is the C name of a package's CPU entry point. C symbols share
+// one namespace per binary, so two packages named alike (two models called
+// mlp in different directories) need different names: the name carries a
+// hash of unique, or of the kernels when unique is empty.
+func EntrySymbol(pkg, unique, kernels string) string {
+	if unique == "" {
+		unique = kernels
+	}
+	sum := sha256.Sum256([]byte(pkg + "\x00" + unique))
+	return "ngen_cpu_entry_" + pkg + "_" + hex.EncodeToString(sum[:6])
 }
 
 // FileNames lists generated files in a stable order.

@@ -397,14 +397,8 @@ func goIdent(name string, used map[string]bool) string {
 	return id
 }
 
-// goPackageName sanitises a package name: lower case, not a keyword.
-func goPackageName(s string) string {
-	id := strings.ToLower(compiler.Sanitize(s))
-	if token.IsKeyword(id) || id == "_" || id == "main" {
-		id += "_"
-	}
-	return id
-}
+// goPackageName sanitises a package name (compiler.PackageName).
+func goPackageName(s string) string { return compiler.PackageName(s) }
 
 // escapeVerbs makes s safe inside a fmt format string.
 func escapeVerbs(s string) string { return strings.ReplaceAll(s, "%", "%%") }

@@ -9,7 +9,6 @@ package dsl
 
 import (
 	"fmt"
-	"go/token"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -241,15 +239,11 @@ func (m *Model) Build() (*ir.Model, error) {
 	return m.m, nil
 }
 
-// checkName accepts model names that make a Go package name: the compiler
-// sanitises them (non-identifier characters become _) and lower-cases them.
+// checkName rejects an empty model name; any other name becomes a usable
+// package name (compiler.PackageName).
 func checkName(name string) error {
-	if name == "" {
+	if strings.TrimSpace(name) == "" {
 		return fmt.Errorf("empty model name")
-	}
-	pkg := strings.ToLower(compiler.Sanitize(name))
-	if token.IsKeyword(pkg) || pkg == "main" {
-		return fmt.Errorf("name becomes package %q, which Go reserves; pick another", pkg)
 	}
 	return nil
 }

@@ -138,8 +138,8 @@ func TestBuildChecks(t *testing.T) {
 	}{
 		{"ok", "no loss", false, true},
 		{"ok", "no optimizer", true, false},
-		{"func", `becomes package "func"`, true, true},
 		{"", "empty model name", true, true},
+		{" ", "empty model name", true, true},
 	} {
 		m := NewModel(tc.name)
 		x := m.Input("x", F32, Batch, 3)

@@ -15,8 +15,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/mod/modfile"
 
 	"github.com/ngen-ml/ngen/codegen"
 	"github.com/ngen-ml/ngen/codegen/nvcc"
@@ -94,13 +97,17 @@ func build(args []string) error {
 		}
 		dir = filepath.Join(dir, "generated")
 	}
-	for _, m := range models {
+	pkgs, err := packageNames(models, *suffix)
+	if err != nil {
+		return err
+	}
+	for i, m := range models {
 		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
-		pkg := strings.ToLower(compiler.Sanitize(m.Name + *suffix))
-		opts := codegen.Options{Package: pkg, Source: m.Source}
+		pkg := pkgs[i]
+		opts := codegen.Options{Package: pkg, Source: m.Source, Unique: importPath(filepath.Join(dir, pkg))}
 		files, err := codegen.Generate(p, opts)
 		if err != nil {
 			return err
@@ -124,6 +131,46 @@ func build(args []string) error {
 		fmt.Fprintf(os.Stderr, "ngen: %s -> %s (%d kernels, planned peak %d bytes at batch %d)\n", m.Name, filepath.Join(dir, pkg), countKernels(files), p.PeakBytes, *batch)
 	}
 	return nil
+}
+
+// packageNames are the models' package names; two models of one file that
+// would share a package (a-b and a_b) are an error rather than one silently
+// overwriting the other.
+func packageNames(models []*ir.Model, suffix string) ([]string, error) {
+	var pkgs []string
+	seen := map[string]*ir.Model{}
+	for _, m := range models {
+		pkg := compiler.PackageName(m.Name + suffix)
+		if o := seen[pkg]; o != nil {
+			return nil, fmt.Errorf("model %q (%s) and model %q (%s) both become package %q: rename one", o.Name, o.Pos, m.Name, m.Pos, pkg)
+		}
+		seen[pkg] = m
+		pkgs = append(pkgs, pkg)
+	}
+	return pkgs, nil
+}
+
+// importPath is dir's import path when it lies inside a module, else its
+// absolute path: what tells two generated packages of one name apart.
+func importPath(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			if mod := modfile.ModulePath(data); mod != "" {
+				rel, err := filepath.Rel(d, abs)
+				if err == nil {
+					return path.Join(mod, filepath.ToSlash(rel))
+				}
+			}
+			return abs
+		}
+		if filepath.Dir(d) == d {
+			return abs
+		}
+	}
 }
 
 func countKernels(files map[string][]byte) int {

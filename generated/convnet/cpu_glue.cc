@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "convnet.cu"
 
-extern "C" int ngen_cpu_entry_convnet(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_convnet_e6cce678814d(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 1: NGEN_RUN_SPAN(l, conv1_maxpool_argmax_maxpool_pick_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));

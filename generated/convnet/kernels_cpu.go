@@ -3,10 +3,10 @@
 package convnet
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_convnet(int k, const void *l);
+// int ngen_cpu_entry_convnet_e6cce678814d(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet_e6cce678814d)

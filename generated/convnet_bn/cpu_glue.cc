@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "convnet_bn.cu"
 
-extern "C" int ngen_cpu_entry_convnet_bn(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 1: NGEN_RUN_SYNC(l, conv1_bias_sub_square_mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));

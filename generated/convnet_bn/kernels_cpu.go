@@ -3,10 +3,10 @@
 package convnet_bn
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_convnet_bn(int k, const void *l);
+// int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet_bn)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet_bn_912c2b30909f)

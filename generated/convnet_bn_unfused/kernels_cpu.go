@@ -3,10 +3,10 @@
 package convnet_bn_unfused
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_convnet_bn_unfused(int k, const void *l);
+// int ngen_cpu_entry_convnet_bn_unfused_64f70a6a1a13(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet_bn_unfused)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_convnet_bn_unfused_64f70a6a1a13)

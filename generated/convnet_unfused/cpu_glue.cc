@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "convnet_unfused.cu"
 
-extern "C" int ngen_cpu_entry_convnet_unfused(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 1: NGEN_RUN_SPAN(l, conv1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

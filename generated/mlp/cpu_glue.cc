@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "mlp.cu"
 
-extern "C" int ngen_cpu_entry_mlp(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_mlp_d669ac693d03(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));
   case 1: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));

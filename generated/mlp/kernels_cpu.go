@@ -3,10 +3,10 @@
 package mlp
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_mlp(int k, const void *l);
+// int ngen_cpu_entry_mlp_d669ac693d03(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlp)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlp_d669ac693d03)

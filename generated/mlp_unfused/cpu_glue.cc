@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "mlp_unfused.cu"
 
-extern "C" int ngen_cpu_entry_mlp_unfused(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_mlp_unfused_5dcd01196532(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 1: NGEN_RUN_SPAN(l, relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

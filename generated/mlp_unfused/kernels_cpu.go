@@ -3,10 +3,10 @@
 package mlp_unfused
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_mlp_unfused(int k, const void *l);
+// int ngen_cpu_entry_mlp_unfused_5dcd01196532(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlp_unfused)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlp_unfused_5dcd01196532)

@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "mlpbench.cu"
 
-extern "C" int ngen_cpu_entry_mlpbench(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_mlpbench_8765030a7506(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 1: NGEN_RUN_SPAN(l, fc2_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -3,10 +3,10 @@
 package mlpbench
 
 // #cgo CXXFLAGS: -std=c++17 -O3
-// int ngen_cpu_entry_mlpbench(int k, const void *l);
+// int ngen_cpu_entry_mlpbench_8765030a7506(int k, const void *l);
 import "C"
 
 import "unsafe"
 
 // cpuEntry runs this package's kernels on the host; runtime/cpu calls it.
-var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlpbench)
+var cpuEntry = unsafe.Pointer(C.ngen_cpu_entry_mlpbench_8765030a7506)

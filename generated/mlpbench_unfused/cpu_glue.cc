@@ -4,7 +4,7 @@
 #include "ngen_emu.h"
 #include "mlpbench_unfused.cu"
 
-extern "C" int ngen_cpu_entry_mlpbench_unfused(int k, const ngen_launch *l) {
+extern "C" int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 1: NGEN_RUN_SPAN(l, relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
