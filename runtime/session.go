@@ -20,6 +20,7 @@ type Session struct {
 	seed     uint64
 	t        int // optimizer steps taken
 	calls    uint64
+	row0     int64 // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
 	arenaLen int64
@@ -220,6 +221,7 @@ func (s *Session) Run(name string, batch int) error {
 	if name == "step" {
 		return s.trainStep(fi, f)
 	}
+	s.row0 = s.sampleOffset(batch)
 	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
 		return err
 	}
@@ -266,7 +268,13 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 				args[i] = s.seed
 				continue
 			case a.Scalar == "step":
-				args[i] = s.calls
+				// Dropout is keyed by the optimizer step the batch
+				// contributes to (1-based), not by the call, so that the
+				// micro-batches of one update draw one batch's masks.
+				args[i] = uint64(s.t) + 1
+				continue
+			case a.Scalar == "row0":
+				args[i] = s.row0
 				continue
 			}
 			v, err := s.scalar(a.Scalar, scal)
