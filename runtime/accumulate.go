@@ -149,6 +149,9 @@ func (s *Session) gradPhase(fi int, f *Func) error {
 // come first, so that k micro-batches of b rows number their rows as one
 // batch of k·b does, and dropout draws the same masks.
 func (s *Session) sampleOffset(batch int) int64 {
+	if s.dp.comm != nil {
+		return s.sampleOffsetDP(batch)
+	}
 	return int64(s.acc.rows)
 }
 
@@ -170,6 +173,11 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 			}
 		}
 		if err := s.axpy(s.ptrs[g], a.sum, n, scale, scale); err != nil {
+			return err
+		}
+	}
+	if s.dp.comm != nil {
+		if err := s.reduceGrads(); err != nil {
 			return err
 		}
 	}

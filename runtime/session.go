@@ -24,8 +24,9 @@ type Session struct {
 	train    bool
 	lr       float64
 	arenaLen int64
-	acc      accumulator // gradient accumulation state (accumulate.go)
-	prof     *profiler   // nil unless SetProfiling(true)
+	acc      accumulator  // gradient accumulation state (accumulate.go)
+	dp       dataParallel // data-parallel group, if any (dataparallel.go)
+	prof     *profiler    // nil unless SetProfiling(true)
 }
 
 // SessionOptions size a session.
@@ -160,6 +161,7 @@ func (s *Session) initParams() error {
 
 // Close frees the session's device memory.
 func (s *Session) Close() error {
+	s.releaseStaging()
 	var errs []error
 	for _, p := range s.base {
 		errs = append(errs, s.dev.Free(p))
