@@ -193,7 +193,7 @@ func (s *Session) reduceGrads() error {
 	dt, es, inv := s.plan.DType, int64(s.plan.DType.Size()), 1/float64(c.Size())
 	if s.deviceReduce(c) {
 		if err := c.(DeviceAllreducer).AllreduceSumDevice(s.ptrs[g], int(n), dt); err != nil {
-			return fmt.Errorf("%s: rank %d: gradient all-reduce: %w", s.plan.Model, c.Rank(), err)
+			return fmt.Errorf("%s: gradient all-reduce: %w", s.plan.Model, err)
 		}
 		// grads = sum/N, through the accumulation vector (GEMMs do not
 		// take aliased operands).
@@ -209,7 +209,7 @@ func (s *Session) reduceGrads() error {
 		return err
 	}
 	if err := c.AllreduceSum(s.dp.host, int(n), dt); err != nil {
-		return fmt.Errorf("%s: rank %d: gradient all-reduce: %w", s.plan.Model, c.Rank(), err)
+		return fmt.Errorf("%s: gradient all-reduce: %w", s.plan.Model, err)
 	}
 	// The mean, as one process's loss over the N·b rows gives it (exact
 	// when N is a power of two).
