@@ -59,7 +59,6 @@ func TestDistScaling(t *testing.T) {
 	}
 }
 
-
 type distResult struct {
 	Step   time.Duration // median step
 	Reduce time.Duration // mean all-reduce per step
