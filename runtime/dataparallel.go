@@ -24,6 +24,13 @@ import (
 // the gradient kernels write one flat vector in an order the planner
 // chose, and a bucket's readiness is not tracked. Its cost is
 // Session.ReduceTime; docs/PERF.md says when overlapping would pay.
+//
+// Every rank must take part in every update. A plain step checks its
+// loss and labels after the update, so all ranks update and the failing
+// one returns the error; with accumulation a micro-batch that fails its
+// checks is not counted on its rank alone, so the ranks' updates no
+// longer line up: treat any error as fatal to the job (cmd/train aborts
+// every rank; otherwise the others time out).
 
 // Communicator joins the sessions of one model in several processes.
 // Every collective must be called by all ranks in the same order.
@@ -60,8 +67,12 @@ type dataParallel struct {
 // start identical whatever their seeds), and from then on averages the
 // gradients over the ranks before every update. All ranks must call it.
 // Batch norm keeps per-rank statistics (no SyncBatchNorm), as PyTorch
-// DDP does.
+// DDP does. A nil c makes the session train alone again.
 func (s *Session) SetCommunicator(c Communicator) error {
+	if c == nil {
+		s.releaseStaging()
+		return nil
+	}
 	if err := s.agree(c); err != nil {
 		return err
 	}
