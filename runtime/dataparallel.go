@@ -85,12 +85,14 @@ func (s *Session) SetCommunicator(c Communicator) error {
 	}
 	bytes := n * int64(s.plan.DType.Size())
 	dp := dataParallel{comm: c}
-	if h, ok := s.dev.(HostAllocator); ok && !s.deviceReduce(c) {
+	switch h, ok := s.dev.(HostAllocator); {
+	case s.deviceReduce(c): // no staging: MPI reads device memory
+	case ok:
 		if dp.host, err = h.AllocHost(bytes); err != nil {
 			return fmt.Errorf("%s: pinned staging for the gradient all-reduce: %w", s.plan.Model, err)
 		}
 		dp.pinned = true
-	} else {
+	default:
 		dp.hostGo = make([]byte, bytes)
 		dp.host = unsafe.Pointer(&dp.hostGo[0])
 	}
