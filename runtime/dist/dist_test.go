@@ -31,6 +31,7 @@ type job struct {
 	Steps     int           // training steps
 	Out       string        // rank r writes its parameters to Out.r
 	BadBatch  int           // rank 1 sizes its model for this batch, if set
+	BadModel  string        // rank 1 builds this model instead, if set
 	KillStep  int           // rank 1 kills itself (SIGKILL) at this step, if set
 	HangStep  int           // rank 1 stops taking part at this step, if set
 	Timeout   time.Duration // the communicator's
@@ -121,7 +122,11 @@ func worker(j job) {
 	if j.BadBatch > 0 && c.Rank() == 1 {
 		batch = j.BadBatch
 	}
-	m, err := newModel(dev, j.Model, batch, uint64(100+c.Rank()))
+	name := j.Model
+	if j.BadModel != "" && c.Rank() == 1 {
+		name = j.BadModel
+	}
+	m, err := newModel(dev, name, batch, uint64(100+c.Rank()))
 	if err != nil {
 		fail(err)
 	}

@@ -104,3 +104,17 @@ func TestMismatchedBatchDetected(t *testing.T) {
 		t.Fatalf("no message about the mismatch:\n%s", out)
 	}
 }
+
+// TestMismatchedModelDetected: rank 1 builds the ConvNet where rank 0
+// builds the MLP: SetCommunicator fails on every rank.
+func TestMismatchedModelDetected(t *testing.T) {
+	j := job{Model: "mlp", BadModel: "convnet", Batch: 4, Steps: 2, DataSeed: 1, TotalRows: 64, Timeout: time.Minute}
+	out, err := mpirun(t, 2, j, time.Minute)
+	if err == nil {
+		t.Fatalf("mpirun exited 0 with different models:\n%s", out)
+	}
+	if !strings.Contains(out, "rank 1 of 2 runs a different model (plan)") &&
+		!strings.Contains(out, "1 rank(s) run another model or batch size than rank 0") {
+		t.Fatalf("no message about the mismatch:\n%s", out)
+	}
+}
