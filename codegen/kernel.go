@@ -73,6 +73,8 @@ func (k *kernel) scalar(name, ctype string) string {
 	switch ctype {
 	case "int":
 		kind = runtime.ArgI32
+	case "long long":
+		kind = runtime.ArgI64
 	case "unsigned long long":
 		kind = runtime.ArgU64
 	case "double":

@@ -34,6 +34,7 @@ import (
 type accumulator struct {
 	k       int  // micro-batches per update in Run("step"); at least 1
 	pend    int  // good micro-batches whose gradients are held
+	rows    int  // rows of those micro-batches (dropout's row0)
 	inGrads bool // grads holds the latest good micro-batch, not yet in sum
 	inSum   bool // sum holds the total of earlier micro-batches
 	sum     Ptr  // grads-sized; 0 until first needed
@@ -116,6 +117,7 @@ func (s *Session) microBatch(fi int, f *Func) error {
 	if err := s.check("step"); err != nil {
 		s.acc.inGrads = false
 		s.acc.pend--
+		s.acc.rows -= s.env["B"]
 		return err
 	}
 	return nil
@@ -132,12 +134,25 @@ func (s *Session) gradPhase(fi int, f *Func) error {
 			return err
 		}
 	}
+	s.row0 = s.sampleOffset(s.env["B"])
 	if err := s.runSteps(fi, f, 0, f.UpdateFrom, nil); err != nil {
 		return err
 	}
 	s.acc.inGrads = true
 	s.acc.pend++
+	s.acc.rows += s.env["B"]
 	return nil
+}
+
+// sampleOffset is the global index of the first row of a batch of the
+// given size about to run: the rows of the update's earlier micro-batches
+// come first, so that k micro-batches of b rows number their rows as one
+// batch of k·b does, and dropout draws the same masks.
+func (s *Session) sampleOffset(batch int) int64 {
+	if s.dp.comm != nil {
+		return s.sampleOffsetDP(batch)
+	}
+	return int64(s.acc.rows)
 }
 
 func (s *Session) updatePhase(fi int, f *Func) error {
@@ -161,13 +176,18 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 			return err
 		}
 	}
+	if s.dp.comm != nil {
+		if err := s.reduceGrads(); err != nil {
+			return err
+		}
+	}
 	s.t++
 	scal := s.plan.Optimizer.Scalars(s.t, s.lr)
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
 		return err
 	}
-	a.pend, a.inGrads, a.inSum = 0, false, false
+	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return nil
 }
 

@@ -20,11 +20,13 @@ type Session struct {
 	seed     uint64
 	t        int // optimizer steps taken
 	calls    uint64
+	row0     int64 // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
 	arenaLen int64
-	acc      accumulator // gradient accumulation state (accumulate.go)
-	prof     *profiler   // nil unless SetProfiling(true)
+	acc      accumulator  // gradient accumulation state (accumulate.go)
+	dp       dataParallel // data-parallel group, if any (dataparallel.go)
+	prof     *profiler    // nil unless SetProfiling(true)
 }
 
 // SessionOptions size a session.
@@ -159,6 +161,7 @@ func (s *Session) initParams() error {
 
 // Close frees the session's device memory.
 func (s *Session) Close() error {
+	s.releaseStaging()
 	var errs []error
 	for _, p := range s.base {
 		errs = append(errs, s.dev.Free(p))
@@ -220,6 +223,7 @@ func (s *Session) Run(name string, batch int) error {
 	if name == "step" {
 		return s.trainStep(fi, f)
 	}
+	s.row0 = s.sampleOffset(batch)
 	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
 		return err
 	}
@@ -266,7 +270,13 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 				args[i] = s.seed
 				continue
 			case a.Scalar == "step":
-				args[i] = s.calls
+				// Dropout is keyed by the optimizer step the batch
+				// contributes to (1-based), not by the call, so that the
+				// micro-batches of one update draw one batch's masks.
+				args[i] = uint64(s.t) + 1
+				continue
+			case a.Scalar == "row0":
+				args[i] = s.row0
 				continue
 			}
 			v, err := s.scalar(a.Scalar, scal)

@@ -67,9 +67,9 @@ func TestPhiloxKnownAnswers(t *testing.T) {
 }
 
 // TestDropoutMaskMatchesKernels runs dropout over ones in training mode
-// through predict and compares every element with the Go mask, for two
-// successive calls (the step counter is part of the key) and a seed with
-// high bits set.
+// through predict and compares every element with the Go mask, before
+// and after an optimizer step (the step, counted from 1, is part of the
+// key) and with a seed with high bits set.
 func TestDropoutMaskMatchesKernels(t *testing.T) {
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -105,6 +105,9 @@ func TestDropoutMaskMatchesKernels(t *testing.T) {
 			}
 			got := readNamed(t, s, "output", "output")
 			want := dropoutMask(seed, call, stream, rows*cols, p)
+			if err := s.Run("step", rows); err != nil { // SGD at lr 0
+				t.Fatal(err)
+			}
 			kept := 0
 			for i := range want {
 				want[i] *= float64(float32(1 / (1 - p))) // the kernels scale by the f32 literal
