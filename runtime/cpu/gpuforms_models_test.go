@@ -27,11 +27,15 @@ import (
 // Planted bugs this file catches (each planted by hand, seen to fail,
 // reverted):
 //   - an off-by-one in the GPU grid-stride bound (NGEN_GRID_STRIDE's
-//     `i < (n)` as `i <= (n)`, or NGEN_GRID_STRIDE_ROWS's bound):
-//     TestGPUFormsGeneratedPackages, every package;
-//   - a wrong GPU warp butterfly (ngen_warp_sum's `o = 16` as `o = 8`, or
-//     `o >>= 1` as `o -= 2`): TestGPUFormsGeneratedPackages (the
-//     ConvNets' per-channel reductions) and TestGPUFormsWarpButterfly.
+//     `i < (n)` as `i <= (n)` in codegen/preamble.cuh, regenerated):
+//     TestGPUFormsGeneratedPackages fails on convnet_bn and
+//     convnet_bn_unfused (elsewhere the stray element lands in padding or
+//     is overwritten); codegen's TestPreambleGridStride catches it, and
+//     the ROWS form's, on its own;
+//   - a wrong GPU warp butterfly (ngen_warp_sum starting at `o = 8`,
+//     regenerated): TestGPUFormsGeneratedPackages fails on all four
+//     ConvNet packages (their per-channel reductions); codegen's
+//     TestPreambleWarpButterfly catches it on its own.
 
 // genModel is what every generated package offers.
 type genModel interface {

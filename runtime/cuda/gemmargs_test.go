@@ -19,10 +19,11 @@ import (
 // strides, shared operands (stride 0), summed batches (StrideC 0, Beta 1)
 // and K = 0.
 //
-// Planted bug this file catches (planted by hand, seen to fail,
-// reverted): cublasArgs with the transpose flags swapped (TransA:
-// g.TransA, TransB: g.TransB), and with the operands left unswapped:
-// TestCublasArgsMapping.
+// Planted bugs this file catches (each planted by hand in cublasArgs,
+// seen to fail, reverted), all in TestCublasArgsMapping: the transpose
+// flags swapped (TransA: g.TransA, TransB: g.TransB); the operands and
+// their leading dimensions left unswapped; the batch strides left
+// unswapped.
 
 // fakeMem is device memory for the references: Ptr p is element
 // (p-fakeBase)/size of mem.
