@@ -18,6 +18,11 @@
 //
 // Generated packages build the entry into themselves with cgo; tests and
 // tools can compile kernels at run time with CompileModule.
+//
+// Options.GPUForms is a test mode that runs the kernels as a GPU runs them
+// (the preamble's grid-stride loops and warp shuffles as written, every
+// thread of every block): Load recompiles the module's CUDA source for it
+// (gpuforms.go).
 package cpu
 
 /*
