@@ -35,11 +35,17 @@ func TestCrossEntropyLargeLogits(t *testing.T) {
 		},
 		"mlpbench": func(d runtime.Device) (stabilityModel, error) {
 			m, err := benchOpen["mlpbench"](d, rows)
-			return m.(stabilityModel), err
+			if err != nil {
+				return nil, err
+			}
+			return m.(stabilityModel), nil
 		},
 		"mlpbench_unfused": func(d runtime.Device) (stabilityModel, error) {
 			m, err := benchOpen["mlpbench_unfused"](d, rows)
-			return m.(stabilityModel), err
+			if err != nil {
+				return nil, err
+			}
+			return m.(stabilityModel), nil
 		},
 	}
 	ins := map[string]int{"mlp": 784, "mlp_unfused": 784, "mlpbench": 1024, "mlpbench_unfused": 1024}
