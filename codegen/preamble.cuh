@@ -13,7 +13,11 @@
 // the GPU it is the same grid-stride loop over elements; the emulation runs
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
-#ifndef NGEN_EMU
+//
+// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
+// compile these GPU forms and the warp butterflies below exactly as written,
+// so that the tests run the code the GPU runs.
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -21,6 +25,9 @@
     for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
       for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
+
+// NVRTC compiles without <math.h>, which is where INFINITY comes from.
+#define NGEN_INF __int_as_float(0x7f800000)
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
@@ -36,7 +43,7 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
-#ifndef NGEN_EMU
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -76,7 +76,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		a := acc{v: v, name: fmt.Sprintf("acc%d", len(accs)), init: k.ctx(t, "").Lit(0), warp: "ngen_warp_sum"}
 		a.comb = a.name + " + x"
 		if v.Op == "max" {
-			a.init, a.comb, a.warp = "-INFINITY", k.ctx(t, "").Math("fmax")+"("+a.name+", x)", "ngen_warp_max"
+			a.init, a.comb, a.warp = "-NGEN_INF", k.ctx(t, "").Math("fmax")+"("+a.name+", x)", "ngen_warp_max"
 		}
 		accs = append(accs, a)
 	}

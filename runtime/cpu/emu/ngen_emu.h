@@ -99,6 +99,16 @@ struct ngen_flush_denormals {}; /* other hosts keep denormals: results may diffe
 #endif
 
 #define NGEN_ARG(l, T, i) (*(T *)((l)->args[i]))
+/* A pointer argument for an entry that knows only that parameter i is a
+ * pointer (runtime/cpu's GPU-forms entry, built from KernelInfo.Params):
+ * it converts to whatever pointer type the kernel declares. */
+namespace {
+struct ngen_ptr_arg {
+  void *p;
+  template <class T> operator T *() const { return static_cast<T *>(p); }
+};
+} // namespace
+#define NGEN_PTR_ARG(l, i) (ngen_ptr_arg{*(void **)((l)->args[i])})
 
 /* For the kernels included after this header: generated kernels may ignore
  * parameters, and CUDA code routinely compares int against the unsigned
@@ -626,12 +636,16 @@ template <class T, class Op> inline T warp_butterfly(T v, Op op) {
 
 } // namespace ngen_emu
 
+/* Under NGEN_EMU_GPU_FORMS the preamble's own butterflies run instead:
+ * five __shfl_xor_sync, each a warp barrier (see the end of this file). */
+#ifndef NGEN_EMU_GPU_FORMS
 template <typename T> inline T ngen_warp_sum(T v) {
   return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return a + b; });
 }
 template <typename T> inline T ngen_warp_max(T v) {
   return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return b > a ? b : a; });
 }
+#endif
 
 /* ---- CUDA device API ------------------------------------------------ */
 
@@ -801,6 +815,7 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
 /* The kernel call sits inside a lambda so that each kernel instantiates its
  * own runner, with the kernel inlined into the thread loop. */
 #define NGEN_RUN_SIMPLE(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+#ifndef NGEN_EMU_GPU_FORMS
 /* The CPU form of preamble.cuh's NGEN_GRID_STRIDE: the worker's span, with
  * unit stride. ivdep states what the GPU form already relies on, that no
  * iteration depends on another, so g++ vectorises without alias checks
@@ -814,6 +829,14 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
   for (long long r = ::ngen_emu::span_lo(rows), r##_end = ::ngen_emu::span_hi(rows); r < r##_end; ++r) \
   _Pragma("GCC ivdep") for (int j = 0; j < (int)(w); ++j)
 #define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_span((l), [&]() { call; })
+#else
+/* GPU forms (runtime/cpu's Options.GPUForms): the preamble's grid-stride
+ * loops and warp butterflies are compiled as the GPU runs them, so every
+ * thread of the launch runs, one after another or as fibers, and a span
+ * kernel is one more plain kernel. This is a test mode: the GPU's loop
+ * bounds, strides and shuffles execute, at the cost of speed. */
+#define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+#endif
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
 
 #endif /* __cplusplus */
