@@ -12,17 +12,17 @@ import (
 
 // Report describes one training step of a compiled program.
 type Report struct {
-	Model     string `json:"model"`
-	Fused     bool   `json:"fused"`
-	Batch     int    `json:"batch"`
-	Kernels   int    `json:"kernels"`
-	Gemms     int    `json:"gemms"`
+	Model   string `json:"model"`
+	Fused   bool   `json:"fused"`
+	Batch   int    `json:"batch"`
+	Kernels int    `json:"kernels"`
+	Gemms   int    `json:"gemms"`
 	// DeviceCalls counts the calls the GPU backend issues for one step:
 	// launches, cuBLAS calls (runtime.LowerGemm) and memsets and copies.
-	DeviceCalls int `json:"device_calls"`
-	Bytes     int64  `json:"bytes"`
-	Flops     int64  `json:"flops"`
-	PeakBytes int64  `json:"peak_bytes"`
+	DeviceCalls int   `json:"device_calls"`
+	Bytes       int64 `json:"bytes"`
+	Flops       int64 `json:"flops"`
+	PeakBytes   int64 `json:"peak_bytes"`
 	// ActivationBytes is the forward and backward temporaries' share of
 	// PeakBytes.
 	ActivationBytes int64 `json:"activation_bytes"`
@@ -31,10 +31,10 @@ type Report struct {
 	Without *Report   `json:"without_checkpointing,omitempty"`
 	Steps   []StepRow `json:"steps"`
 	// GPU is the modeled GPU time (ModelGPU, report_gpu.go), when asked.
-	GPU          *GPUSummary `json:"gpu,omitempty"`
-	GPUModelUs   float64     `json:"gpu_model_us,omitempty"`
-	GPUIdealUs   float64     `json:"gpu_ideal_us,omitempty"`
-	gemmCalls    []runtime.GemmArgs
+	GPU        *GPUSummary `json:"gpu,omitempty"`
+	GPUModelUs float64     `json:"gpu_model_us,omitempty"`
+	GPUIdealUs float64     `json:"gpu_ideal_us,omitempty"`
+	gemmCalls  []runtime.GemmArgs
 }
 
 // StepRow is one launch, GEMM, memset or copy of the step.
