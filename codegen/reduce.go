@@ -278,9 +278,10 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	// Two phases when few outputs would leave SMs idle (a per-channel
 	// statistic has 32 or 64): split blocks over gridDim.y slices of
 	// each output's range, each publishing a partial to a device global;
-	// the last to arrive sums them in slice order (deterministic). A
-	// block of one thread (the CPU's launch) takes the whole range, and
-	// its other slices return.
+	// the last to arrive sums them in slice order (deterministic). The
+	// globals are static, since the emulation links every package into
+	// one binary. A block of one thread (the CPU's launch) takes the
+	// whole range, and its other slices return.
 	split := 1
 	if z := kept.Size(); len(z.Syms) == 0 && z.N > 0 {
 		split = int(min(reduceSplitMax, (reduceFill+z.N-1)/z.N))
@@ -289,9 +290,9 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		nout := kept.Size().N
 		var pre strings.Builder
 		for j := range accs {
-			fmt.Fprintf(&pre, "__device__ %s $K_part%d[%d];\n", t, j, nout*int64(split))
+			fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, nout*int64(split))
 		}
-		fmt.Fprintf(&pre, "__device__ unsigned $K_count[%d];\n", nout)
+		fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", nout)
 		k.pre = pre.String()
 		fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
 		w.WriteString("  if (yi >= ys) return;\n")
