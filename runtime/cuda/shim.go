@@ -10,6 +10,8 @@ package cuda
 
 /*
 #cgo LDFLAGS: -lcublas -lcuda
+#cgo linux CFLAGS: -I/usr/local/cuda/include
+#cgo linux LDFLAGS: -L/usr/local/cuda/lib64
 #include <cuda.h>
 #include <cublas_v2.h>
 
