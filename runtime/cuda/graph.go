@@ -128,12 +128,16 @@ func (d *Device) endGraph(capture bool) error {
 	}
 	if sg := g.byKey[g.key]; sg != nil {
 		ok, err := d.replay(sg, calls)
-		if ok || err != nil {
-			return err
+		if ok {
+			return nil
 		}
 		delete(g.byKey, g.key)
-		if err := sg.cg.destroy(); err != nil {
-			return err
+		sg.cg.destroy()
+		if err != nil {
+			// The graph could not be updated or launched: run the
+			// step call by call, and this key so from now on.
+			g.markEager(g.key)
+			return d.issueAll(calls)
 		}
 	}
 	if err := d.issueAll(calls); err != nil {
@@ -142,10 +146,7 @@ func (d *Device) endGraph(capture bool) error {
 	sg, err := d.capture(calls)
 	if err != nil {
 		// The step ran; only its graph is lost. Run this key eagerly.
-		if g.eager == nil {
-			g.eager = map[string]bool{}
-		}
-		g.eager[g.key] = true
+		g.markEager(g.key)
 		return nil
 	}
 	if g.byKey == nil {
@@ -238,14 +239,18 @@ func (g *graphState) abandon(d *Device) error {
 	if !g.open {
 		return nil
 	}
-	if g.eager == nil {
-		g.eager = map[string]bool{}
-	}
-	g.eager[g.key] = true
+	g.markEager(g.key)
 	g.open = false
 	calls := g.pending
 	g.pending = nil
 	return d.issueAll(calls)
+}
+
+func (g *graphState) markEager(key string) {
+	if g.eager == nil {
+		g.eager = map[string]bool{}
+	}
+	g.eager[key] = true
 }
 
 // drop destroys every graph (their device addresses may be stale).
