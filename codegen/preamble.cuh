@@ -57,6 +57,18 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 }
 #endif
 
+// ngen_arrive counts a block's arrival at one output of a two-phase
+// reduction, after its partial is published, and returns how many blocks
+// arrived before it: the last one sums the partials (codegen/reduce.go).
+#ifndef NGEN_EMU
+__device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
+  __threadfence();
+  return atomicAdd(count, 1u);
+}
+#else
+static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+#endif
+
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
 // keys dropout masks by (seed, step, stream) and counts by element index,
 // so every backend and every fusion plan draws the same mask.

@@ -101,10 +101,13 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		}
 		return s.updatePhase(fi, f)
 	}
-	if err := s.gradPhase(fi, f); err != nil {
-		return err
-	}
-	if err := s.updatePhase(fi, f); err != nil {
+	// One step, forward to update, is one graph on a Grapher device.
+	if err := s.graphed(f.Name, func() error {
+		if err := s.gradPhase(fi, f); err != nil {
+			return err
+		}
+		return s.updatePhase(fi, f)
+	}); err != nil {
 		return err
 	}
 	return s.check("step")

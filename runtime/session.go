@@ -224,7 +224,7 @@ func (s *Session) Run(name string, batch int) error {
 		return s.trainStep(fi, f)
 	}
 	s.row0 = s.sampleOffset(batch)
-	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
+	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
 	return s.check(name)
@@ -300,29 +300,7 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
 		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
 	case GemmStep:
-		g := st.Gemm
-		m, n, k := int(g.M.Eval(s.env)), int(g.N.Eval(s.env)), int(g.K.Eval(s.env))
-		lda, ldb := k, n
-		if g.TransA {
-			lda = m
-		}
-		if g.TransB {
-			ldb = k
-		}
-		ga := GemmArgs{DType: s.plan.Buffers[g.C].DType, TransA: Transpose(g.TransA), TransB: Transpose(g.TransB),
-			M: m, N: n, K: k, Alpha: g.Alpha, Beta: g.Beta,
-			A: s.ptrs[g.A], LDA: lda, B: s.ptrs[g.B], LDB: ldb, C: s.ptrs[g.C], LDC: n,
-			Batch: int(g.Batch.Eval(s.env)), StrideC: m * n}
-		if g.BatchA {
-			ga.StrideA = m * k
-		}
-		if g.BatchB {
-			ga.StrideB = k * n
-		}
-		if g.SumBatch {
-			ga.StrideC, ga.Beta = 0, 1 // C was zeroed by the preceding memset step
-		}
-		return d.Gemm(ga)
+		return d.Gemm(st.Gemm.Args(s.env, s.plan.Buffers[st.Gemm.C].DType, s.ptrs))
 	case MemsetStep:
 		b := &s.plan.Buffers[st.Buf]
 		return d.Memset(s.ptrs[st.Buf], 0, s.bytes(b, s.env))
