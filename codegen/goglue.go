@@ -269,9 +269,9 @@ func (g *glue) step(f *jen.File) error {
 		}
 		body = append(body,
 			jen.If(jen.Err().Op(":=").Add(call), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Id("out").Op(":=").Make(jen.Index().Id(g.T), jen.Lit(1)),
-			jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(loss), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
+			// The step's check read the loss with the status block.
+			jen.List(jen.Id("out"), jen.Err()).Op(":=").Add(ms()).Dot("StepLoss").Call(),
+			jen.Return(jen.Id(g.T).Call(jen.Id("out")), jen.Err()),
 		)
 		for _, l := range m.doc {
 			f.Comment(l)
@@ -335,8 +335,9 @@ func (g *glue) accessors(f *jen.File) {
 	recv(f).Id("Eval").Params().Block(ms().Dot("SetTrain").Call(jen.False()))
 	f.Comment("Training reports whether the model is in training mode.")
 	recv(f).Id("Training").Params().Bool().Block(jen.Return(ms().Dot("Training").Call()))
-	f.Comment("SetLR changes the learning rate of later steps.")
-	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Block(ms().Dot("SetLR").Call(jen.Id("lr")))
+	f.Comment("SetLR changes the learning rate of later steps; NaN, ±Inf and negative")
+	f.Comment("rates are rejected and leave the rate as it was.")
+	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Error().Block(jen.Return(ms().Dot("SetLR").Call(jen.Id("lr"))))
 	f.Comment("Params lists the parameter names in declaration order.")
 	recv(f).Id("Params").Params().Index().String().Block(jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))
 	for _, acc := range []struct{ name, role, doc string }{

@@ -153,6 +153,9 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 			m.fail(pos, op, "dimension %d must be positive", d.N)
 		}
 	}
+	if !finite(init.a, init.b) {
+		m.fail(pos, op, "%s: initialiser %s(%g, %g) needs finite numbers", name, init.kind, init.a, init.b)
+	}
 	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()
 	return t

@@ -70,7 +70,7 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 		m.fail(pos, "batchnorm2d", "%s: input %s must be N×C×H×W with a static C", name, s)
 		return x
 	}
-	if o.Momentum < 0 || o.Momentum > 1 || o.Eps <= 0 {
+	if !(o.Momentum >= 0 && o.Momentum <= 1 && o.Eps > 0 && finite(o.Eps)) {
 		m.fail(pos, "batchnorm2d", "%s: momentum %g must be in [0, 1] and eps %g positive", name, o.Momentum, o.Eps)
 		return x
 	}

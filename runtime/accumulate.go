@@ -71,10 +71,15 @@ func (s *Session) RunGrads(batch int) error {
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch("step", batch); err != nil {
 		return err
 	}
-	return s.microBatch(fi, f)
+	if err := s.microBatch(fi, f); err != nil {
+		s.calls = calls // the dropout counter too is as before
+		return err
+	}
+	return nil
 }
 
 // RunUpdate runs the optimizer update with the mean gradient of the
@@ -106,7 +111,13 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	if err := s.updatePhase(fi, f); err != nil {
 		return err
 	}
-	return s.check("step")
+	if err := s.check("step"); err != nil {
+		// The device skipped the update (compiler/guard.go); the host's
+		// count follows.
+		s.t--
+		return err
+	}
+	return nil
 }
 
 func (s *Session) microBatch(fi int, f *Func) error {

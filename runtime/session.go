@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -22,6 +23,7 @@ type Session struct {
 	calls    uint64
 	train    bool
 	lr       float64
+	loss     float64 // the last step's, from the status block
 	arenaLen int64
 	acc      accumulator // gradient accumulation state (accumulate.go)
 	prof     *profiler   // nil unless SetProfiling(true)
@@ -180,8 +182,15 @@ func (s *Session) SetTrain(train bool) { s.train = train }
 // Training reports the mode.
 func (s *Session) Training() bool { return s.train }
 
-// SetLR changes the learning rate for later steps.
-func (s *Session) SetLR(lr float64) { s.lr = lr }
+// SetLR changes the learning rate for later steps. It must be finite
+// and not negative; otherwise the rate stays as it was.
+func (s *Session) SetLR(lr float64) error {
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
+		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
+	}
+	s.lr = lr
+	return nil
+}
 
 // LR is the current learning rate.
 func (s *Session) LR() float64 { return s.lr }
@@ -214,11 +223,17 @@ func (s *Session) Run(name string, batch int) error {
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}
 	if name == "step" {
-		return s.trainStep(fi, f)
+		if err := s.trainStep(fi, f); err != nil {
+			// A failed step leaves the dropout counter as it was too.
+			s.calls = calls
+			return err
+		}
+		return nil
 	}
 	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
 		return err

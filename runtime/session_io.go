@@ -170,46 +170,6 @@ func (s *Session) writeFloats(i int, vals []float64) error {
 	return fmt.Errorf("%s: %s %s is not a float buffer", s.plan.Model, b.Role, b.Name)
 }
 
-// check runs the plan's checks for function fn after it ran.
-func (s *Session) check(fn string) error {
-	for _, c := range s.plan.Checks {
-		if c.Func != fn {
-			continue
-		}
-		switch c.Kind {
-		case "status":
-			var st [4]int32
-			if err := s.dev.CopyToHost(unsafe.Pointer(&st[0]), s.ptrs[c.Buf], 16); err != nil {
-				return err
-			}
-			// Each checked op raises its own code (0: a plan from before
-			// codes, where cross-entropy raised 1).
-			if st[0] != 0 && (int(st[0]) == c.Code || c.Code == 0) {
-				// Clear the flag so that the session stays usable.
-				if err := s.dev.Memset(s.ptrs[c.Buf], 0, 16); err != nil {
-					return err
-				}
-				what, where := "label", "row"
-				if c.Detail != "" {
-					what, where = c.Detail, "position"
-				}
-				return fmt.Errorf("%s (%s): %s: %s %d at %s %d is out of range [0,%d)", c.Op, c.Pos, s.plan.Model, what, st[1], where, st[2], st[3])
-			}
-		case "finite":
-			v, err := s.ReadFloats(c.Buf)
-			if err != nil {
-				return err
-			}
-			for _, x := range v {
-				if math.IsNaN(x) || math.IsInf(x, 0) {
-					return fmt.Errorf("%s (%s): %s: %s is %v at step %d", c.Op, c.Pos, s.plan.Model, c.Detail, x, s.t)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 const checkpointMagic = "NGENCKP2"
 
 // Save writes a checkpoint: every parameter and optimizer state buffer by
