@@ -49,6 +49,9 @@ func (s *Session) AccumulationSteps() int { return s.acc.k }
 // now, so that running out of memory shows here; pending micro-batches
 // stay pending.
 func (s *Session) SetAccumulationSteps(k int) error {
+	if err := s.alive("SetAccumulationSteps"); err != nil {
+		return err
+	}
 	if k > 1 {
 		if err := s.allocSum(); err != nil {
 			return err
@@ -67,6 +70,9 @@ func (s *Session) Pending() int { return s.acc.pend }
 // checks it, and adds its gradient to the pending ones. The loss output
 // holds this batch's loss. On error nothing is added.
 func (s *Session) RunGrads(batch int) error {
+	if err := s.alive("RunGrads"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err
@@ -85,6 +91,9 @@ func (s *Session) RunGrads(batch int) error {
 // RunUpdate runs the optimizer update with the mean gradient of the
 // micro-batches since the last update, then starts a new accumulation.
 func (s *Session) RunUpdate() error {
+	if err := s.alive("RunUpdate"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ type Session struct {
 	arenaLen int64
 	acc      accumulator // gradient accumulation state (accumulate.go)
 	prof     *profiler   // nil unless SetProfiling(true)
+	closed   bool
 }
 
 // SessionOptions size a session.
@@ -166,6 +167,7 @@ func (s *Session) Close() error {
 		errs = append(errs, s.dev.Free(p))
 	}
 	s.base = nil
+	s.closed = true
 	return errors.Join(errs...)
 }
 
@@ -219,6 +221,9 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // checks once at the end; with SessionOptions.AccumulationSteps k > 1 it
 // runs the update only on every k-th call (accumulate.go).
 func (s *Session) Run(name string, batch int) error {
+	if err := s.alive(name); err != nil {
+		return err
+	}
 	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
@@ -353,4 +358,14 @@ func (s *Session) scalar(name string, scal map[string]float64) (float64, error) 
 		return 0, nil
 	}
 	return 0, fmt.Errorf("no value for kernel scalar %q", name)
+}
+
+// alive returns an error once the session is closed: every method that
+// touches the device checks it, so a closed model errs instead of using
+// freed memory.
+func (s *Session) alive(method string) error {
+	if s.closed {
+		return fmt.Errorf("%s.%s: the model is closed", s.plan.Model, method)
+	}
+	return nil
 }
