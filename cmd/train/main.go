@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -38,7 +37,8 @@ func main() {
 		threads = flag.Int("threads", 0, "CPU threads (0: all cores)")
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
 		dir     = flag.String("data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
-		save    = flag.String("save", "", "write a checkpoint here after training")
+		save    = flag.String("save", "", "write a checkpoint (safetensors) here after training")
+		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py)")
 		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
@@ -51,7 +51,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)
 	}
-	ours, err := run(*name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *quiet, *profile)
+	if err := checkWritable(*save); err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
+	ours, err := run(*name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet, *profile)
 	if err == nil && *torch {
 		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
 	}
@@ -103,7 +107,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
+func run(name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -132,6 +136,11 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 		return nil, err
 	}
 	defer m.Close()
+	if load != "" {
+		if err := loadCheckpoint(m, load); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.Session().SetAccumulationSteps(accum); err != nil {
 		return nil, err
 	}
@@ -191,21 +200,7 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 		}
 	}
 	if save != "" {
-		// Written beside the destination and renamed over it, so a
-		// failure leaves any earlier checkpoint whole.
-		f, err := os.CreateTemp(filepath.Dir(save), ".ckpt-*")
-		if err != nil {
-			return nil, err
-		}
-		if err := m.Save(f); err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(f.Name(), save); err != nil {
+		if err := saveCheckpoint(m, save); err != nil {
 			return nil, err
 		}
 		fmt.Println("saved", save)
