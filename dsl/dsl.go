@@ -49,10 +49,20 @@ type Tensor struct {
 }
 
 // Shape is the tensor's shape, e.g. [B,512].
-func (t *Tensor) Shape() string { return t.v.Shape.String() }
+func (t *Tensor) Shape() string {
+	if t == nil || t.v == nil {
+		return "<nil>"
+	}
+	return t.v.Shape.String()
+}
 
 // DType is the tensor's element type.
-func (t *Tensor) DType() DType { return t.v.DType }
+func (t *Tensor) DType() DType {
+	if t == nil || t.v == nil {
+		return 0
+	}
+	return t.v.DType
+}
 
 // NewModel starts a model. name becomes the generated package's name after
 // sanitising.
@@ -196,7 +206,11 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 // Output marks the prediction output (logits).
 func (m *Model) Output(t *Tensor) {
 	pos := callerPos()
-	if t == nil || m.err != nil {
+	if m.err != nil {
+		return
+	}
+	if t == nil {
+		m.fail(pos, "output", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
 	if t.m != m {
@@ -209,7 +223,11 @@ func (m *Model) Output(t *Tensor) {
 // Loss marks the scalar to minimise.
 func (m *Model) Loss(t *Tensor) {
 	pos := callerPos()
-	if t == nil || m.err != nil {
+	if m.err != nil {
+		return
+	}
+	if t == nil {
+		m.fail(pos, "loss", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
 	if t.m != m {
@@ -225,6 +243,9 @@ func (m *Model) Loss(t *Tensor) {
 
 // Build returns the declared model, or the first error.
 func (m *Model) Build() (*ir.Model, error) {
+	if m == nil || m.m == nil {
+		return nil, fmt.Errorf("the model is nil: a model function must return dsl.NewModel's result")
+	}
 	if m.err != nil {
 		return nil, m.err
 	}

@@ -61,6 +61,9 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 		}
 		s.maxEnv[y], s.env[y] = n, n
 	}
+	if err := checkSizes(p, s.maxEnv); err != nil {
+		return nil, err
+	}
 	ld, err := dev.Load(m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: loading kernels: %w", p.Model, err)
@@ -187,6 +190,9 @@ func (s *Session) Training() bool { return s.train }
 // SetLR changes the learning rate for later steps. It must be finite
 // and not negative; otherwise the rate stays as it was.
 func (s *Session) SetLR(lr float64) error {
+	if err := s.alive("SetLR"); err != nil {
+		return err
+	}
 	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
 		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
 	}

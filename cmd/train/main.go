@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	goruntime "runtime"
@@ -244,8 +245,8 @@ func parseBatch(s string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("-batch %q: want a positive size or auto", s)
+	if err != nil || n <= 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("-batch %q: want a positive size up to %d, or auto", s, math.MaxInt32)
 	}
 	return n, nil
 }
