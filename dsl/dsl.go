@@ -160,7 +160,7 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 	}
 	for _, d := range shape {
 		if d.N <= 0 {
-			m.fail(pos, op, "dimension %d must be positive", d.N)
+			m.fail(pos, op, "%s: dimension %d must be positive", name, d.N)
 		}
 	}
 	if !finite(init.a, init.b) {
@@ -192,6 +192,10 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 		return x
 	}
 	in := s[len(s)-1].N
+	if out <= 0 {
+		m.fail(pos, "linear", "%s: width %d must be positive", name, out)
+		return x
+	}
 	bound := 1 / math.Sqrt(float64(in))
 	w := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, in), pos)
 	// Rank > 2 inputs become a batched GEMM with the weight shared.
