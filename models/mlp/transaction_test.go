@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ngen-ml/ngen/generated/mlp"
 	"github.com/ngen-ml/ngen/runtime"
@@ -150,4 +151,42 @@ func TestFailedMicroBatchAddsNothing(t *testing.T) {
 		}
 	}
 	same(t, "accumulation with failed micro-batches", snap(t, a.Session()), snap(t, b.Session()))
+}
+
+// countingDevice counts device-to-host copies, each a synchronisation on
+// a GPU.
+type countingDevice struct {
+	runtime.Device
+	reads int
+}
+
+func (d *countingDevice) CopyToHost(dst unsafe.Pointer, src runtime.Ptr, n int64) error {
+	d.reads++
+	return d.Device.CopyToHost(dst, src, n)
+}
+
+// TestOneReadPerStep: issue 12 item 5. A training step reads the device
+// once (the status block, which carries the loss and the checks' verdict),
+// failed or not; before, the status word, a finiteness check and the loss
+// were three reads.
+func TestOneReadPerStep(t *testing.T) {
+	dev := &countingDevice{Device: device(t)}
+	m, err := mlp.New(dev, mlp.Options{Batch: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	x, y := batch(8, 1)
+	bad := append([]int32(nil), y...)
+	bad[0] = 11
+	for i, yy := range [][]int32{y, y, bad, y} {
+		dev.reads = 0
+		loss, err := m.Step(x, yy)
+		if (err != nil) != (i == 2) || (err == nil && (loss <= 0 || math.IsNaN(float64(loss)))) {
+			t.Fatalf("step %d: loss %v, err %v", i, loss, err)
+		}
+		if dev.reads != 1 {
+			t.Fatalf("step %d read the device %d times, want 1", i, dev.reads)
+		}
+	}
 }
