@@ -151,18 +151,32 @@ func (s *Session) Save(w io.Writer) error {
 		"format": "ngen", "ngen.model": s.plan.Model, "ngen.optimizer": s.plan.Optimizer.Kind,
 		"ngen.step": strconv.Itoa(s.t), "ngen.lr": strconv.FormatFloat(s.lr, 'g', -1, 64),
 		"ngen.seed": strconv.FormatUint(s.seed, 10), "ngen.dropout_counter": strconv.FormatUint(s.calls, 10),
-		sumKey: zeroSum,
 	}
-	b, err := safetensors.Encode(meta, ts)
+	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// encodeCheckpoint renders a safetensors file with its ngen.sha256.
+func encodeCheckpoint(meta map[string]string, ts []safetensors.Tensor) ([]byte, error) {
+	m := map[string]string{sumKey: zeroSum}
+	for k, v := range meta {
+		if k != sumKey {
+			m[k] = v
+		}
+	}
+	b, err := safetensors.Encode(m, ts)
+	if err != nil {
+		return nil, err
 	}
 	field := []byte(`"` + sumKey + `":"` + zeroSum + `"`)
 	at := bytes.Index(b, field) + len(field) - 65
 	sum := sha256.Sum256(b)
 	copy(b[at:], hex.EncodeToString(sum[:]))
-	_, err = w.Write(b)
-	return err
+	return b, nil
 }
 
 // Load reads a checkpoint written by Save (or by scripts/safetensors_io.py
@@ -190,12 +204,57 @@ func (s *Session) Load(r io.Reader) error {
 	if int64(len(b)) == limit {
 		return fmt.Errorf("%s: checkpoint is longer than any checkpoint of this model", s.plan.Model)
 	}
+	c, err := decodeCheckpoint(b, names, ents, s.lr, s.seed)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.plan.Model, err)
+	}
+	// Everything is checked: write. Optimizer vectors are assembled on the
+	// host (zeros when the checkpoint has none: a fresh optimizer).
+	flat := map[int][]byte{}
+	for _, n := range names {
+		e := ents[n]
+		es := int64(e.dtype.Size())
+		if !e.opt {
+			if err := s.writeRaw(e.buf, c.data[n]); err != nil {
+				return err
+			}
+			continue
+		}
+		if flat[e.buf] == nil {
+			flat[e.buf] = make([]byte, s.plan.Buffers[e.buf].Elems.Eval(s.maxEnv)*es)
+		}
+		if d, ok := c.data[n]; ok {
+			copy(flat[e.buf][e.off*es:], d)
+		}
+	}
+	for buf, d := range flat {
+		if err := s.writeRaw(buf, d); err != nil {
+			return err
+		}
+	}
+	s.t, s.lr, s.seed, s.calls = c.step, c.lr, c.seed, c.calls
+	return nil
+}
+
+// decoded is a checkpoint that passed every check.
+type decoded struct {
+	data        map[string][]byte // by tensor name
+	step        int
+	lr          float64
+	seed, calls uint64
+}
+
+// decodeCheckpoint parses and checks a checkpoint against the model's
+// tensors (names in file order, ents by name); lr and seed are the values
+// the session keeps when the file has none. It touches no device, so it
+// is fuzzed on its own (FuzzDecodeCheckpoint).
+func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, lr float64, seed uint64) (*decoded, error) {
 	f, err := safetensors.Parse(b)
 	if err != nil {
-		return fmt.Errorf("%s: checkpoint: %w", s.plan.Model, err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := verifySum(b, f); err != nil {
-		return fmt.Errorf("%s: checkpoint: %w", s.plan.Model, err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	got := map[string][]byte{}
 	for i := range f.Tensors {
@@ -205,13 +264,13 @@ func (s *Session) Load(r io.Reader) error {
 			if strings.HasSuffix(t.Name, ".num_batches_tracked") {
 				continue // PyTorch's batch norm counter; ngen has no use for it
 			}
-			return fmt.Errorf("%s: checkpoint has tensor %q, which this model lacks", s.plan.Model, t.Name)
+			return nil, fmt.Errorf("checkpoint has tensor %q, which this model lacks", t.Name)
 		}
 		if t.DType != stDType[e.dtype] || !slices.Equal(t.Shape, e.shape) {
-			return fmt.Errorf("%s: checkpoint tensor %q is %s%v, the model's is %s%v", s.plan.Model, t.Name, t.DType, t.Shape, stDType[e.dtype], e.shape)
+			return nil, fmt.Errorf("checkpoint tensor %q is %s%v, the model's is %s%v", t.Name, t.DType, t.Shape, stDType[e.dtype], e.shape)
 		}
 		if k := nonFinite(t.Data, e.dtype); k >= 0 {
-			return fmt.Errorf("%s: checkpoint tensor %q has a non-finite value at element %d", s.plan.Model, t.Name, k)
+			return nil, fmt.Errorf("checkpoint tensor %q has a non-finite value at element %d", t.Name, k)
 		}
 		got[t.Name] = t.Data
 	}
@@ -227,42 +286,18 @@ func (s *Session) Load(r io.Reader) error {
 			continue
 		}
 		if !ok {
-			return fmt.Errorf("%s: checkpoint lacks tensor %q", s.plan.Model, n)
+			return nil, fmt.Errorf("checkpoint lacks tensor %q", n)
 		}
 	}
 	if haveOpt != 0 && haveOpt != nOpt {
-		return fmt.Errorf("%s: checkpoint has %d of the %d optimizer state tensors (%s...): all or none", s.plan.Model, haveOpt, nOpt, OptimizerPrefix)
+		return nil, fmt.Errorf("checkpoint has %d of the %d optimizer state tensors (%s...): all or none", haveOpt, nOpt, OptimizerPrefix)
 	}
-	step, lr, seed, calls, err := s.counters(f.Metadata, haveOpt > 0)
+	c := &decoded{data: got}
+	c.step, c.lr, c.seed, c.calls, err = counters(f.Metadata, haveOpt > 0, lr, seed)
 	if err != nil {
-		return fmt.Errorf("%s: checkpoint: %w", s.plan.Model, err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	// Everything is checked: write. Optimizer vectors are assembled on the
-	// host (zeros when the checkpoint has none: a fresh optimizer).
-	flat := map[int][]byte{}
-	for _, n := range names {
-		e := ents[n]
-		es := int64(e.dtype.Size())
-		if !e.opt {
-			if err := s.writeRaw(e.buf, got[n]); err != nil {
-				return err
-			}
-			continue
-		}
-		if flat[e.buf] == nil {
-			flat[e.buf] = make([]byte, s.plan.Buffers[e.buf].Elems.Eval(s.maxEnv)*es)
-		}
-		if d, ok := got[n]; ok {
-			copy(flat[e.buf][e.off*es:], d)
-		}
-	}
-	for buf, d := range flat {
-		if err := s.writeRaw(buf, d); err != nil {
-			return err
-		}
-	}
-	s.t, s.lr, s.seed, s.calls = step, lr, seed, calls
-	return nil
+	return c, nil
 }
 
 func (s *Session) writeRaw(buf int, d []byte) error {
@@ -299,8 +334,7 @@ func verifySum(b []byte, f *safetensors.File) error {
 // counters reads the session counters from the metadata; absent ones
 // start fresh (a file from PyTorch without optimizer state starts at step
 // 0 with the current learning rate).
-func (s *Session) counters(meta map[string]string, withOpt bool) (step int, lr float64, seed, calls uint64, err error) {
-	lr, seed = s.lr, s.seed
+func counters(meta map[string]string, withOpt bool, lr float64, seed uint64) (step int, _ float64, _, calls uint64, err error) {
 	if v, ok := meta["ngen.step"]; ok {
 		n, e := strconv.ParseInt(v, 10, 64)
 		if e != nil || n < 0 || n > 1<<53 {
