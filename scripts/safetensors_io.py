@@ -73,7 +73,7 @@ def read(path):
 def from_torch(model, optimizer=None, lr=None):
     """A PyTorch model's state_dict (and Adam or SGD state) as ngen tensors."""
     import torch
-    tensors = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    tensors = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     meta = {"format": "pt"}
     if optimizer is not None:
         names = {id(p): n for n, p in model.named_parameters()}

@@ -8,6 +8,13 @@
         ngen) into PyTorch, check its logits against DIR/ngen_logits.bin,
         take one Adam step and check every parameter against
         DIR/ngen_after.safetensors.
+    ckpt_interop.py bn_torch2ngen DIR   two training steps of the ConvNet
+        with batch norm in PyTorch on DIR/img.bin, DIR/y.bin; write
+        DIR/bn_torch.safetensors (conv1.weight, bn1.running_mean, ...,
+        num_batches_tracked included) and its eval logits.
+    ckpt_interop.py bn_ngen2torch DIR   load DIR/bn_ngen.safetensors into
+        PyTorch's ConvNet (strict) and check its eval logits against
+        DIR/bn_ngen_logits.bin.
 """
 
 import os
@@ -47,7 +54,39 @@ def step(m, opt, x, y):
     opt.step()
 
 
+def convnet(mode, d):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from torch_convnet import ConvNet
+    x = torch.from_numpy(np.fromfile(os.path.join(d, "img.bin"), dtype="<f4").reshape(-1, 1, 28, 28))
+    y = torch.from_numpy(np.fromfile(os.path.join(d, "y.bin"), dtype="<i4").astype(np.int64))[: x.shape[0]]
+    torch.manual_seed(0)
+    m = ConvNet(True)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    if mode == "bn_torch2ngen":
+        m.train()
+        step(m, opt, x, y)
+        step(m, opt, x, y)
+        t, meta = st.from_torch(m, opt)
+        st.write(os.path.join(d, "bn_torch.safetensors"), t, meta)
+        m.eval()
+        with torch.no_grad():
+            m(x).numpy().astype("<f4").tofile(os.path.join(d, "bn_torch_logits.bin"))
+        return
+    t, meta = st.read(os.path.join(d, "bn_ngen.safetensors"))
+    st.to_torch(t, meta, m, opt)
+    m.eval()
+    with torch.no_grad():
+        got = m(x).numpy()
+    want = np.fromfile(os.path.join(d, "bn_ngen_logits.bin"), dtype="<f4").reshape(got.shape)
+    # f32 convolutions summed in another order: rtol 1e-4.
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        sys.exit("batch norm logits differ: max |diff| %g" % np.abs(got - want).max())
+    print("ok")
+
+
 def main(mode, d):
+    if mode.startswith("bn_"):
+        return convnet(mode, d)
     x, y = data(d)
     torch.manual_seed(0)
     m = MLP()
