@@ -372,9 +372,12 @@ func (g *glue) accessors(f *jen.File) {
 		jen.For(jen.List(jen.Id("k"), jen.Id("x")).Op(":=").Range().Id("v")).Block(jen.Id("f").Index(jen.Id("k")).Op("=").Float64().Parens(jen.Id("x"))),
 		jen.Return(ms().Dot("WriteFloats").Call(jen.Id("i"), jen.Id("f"))),
 	)...)
-	f.Comment("Save writes a checkpoint: parameters, optimizer state, step count.")
+	f.Comment("Save writes a safetensors checkpoint: parameters and state under their")
+	f.Comment("PyTorch state_dict names, optimizer state, step count, with a SHA-256.")
 	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(locked(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))...)
-	f.Comment("Load restores a checkpoint written by Save; on error nothing changes.")
+	f.Comment("Load restores a checkpoint written by Save (or from PyTorch through")
+	f.Comment("scripts/safetensors_io.py); it checks everything first, and on error")
+	f.Comment("nothing changes.")
 	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(locked(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))...)
 	f.Comment("MemStats reports the device's memory: bytes allocated, reserved (held from")
 	f.Comment("the driver, including a caching allocator's cache) and the peak allocated,")
