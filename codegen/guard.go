@@ -79,12 +79,17 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 		l := k.param("const "+lt+" *__restrict__", "loss", runtime.ArgRef{Buf: st.Src, Kind: runtime.ArgPtr})
 		n := k.runtimeSize(plan.Buffers[grads].Elems)
 		k.grid = [3]runtime.Expr{{Size: plan.Buffers[grads].Elems, Div: 256, Max: 1 << 10}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
-		// x*0 is 0 for finite x and NaN for NaN and ±Inf, so one sum
-		// (which vectorises) tells whether all are finite.
-		fmt.Fprintf(w, "  %s acc = 0;\n", t)
+		// A value is NaN or ±Inf when its exponent bits are all ones. The
+		// test is on the bits, and an OR of integers is associative, so
+		// the loop vectorises without fast-math.
+		bitsOf, mask, ut := "__float_as_uint", "0x7f800000u", "unsigned"
+		if t == "double" {
+			bitsOf, mask, ut = "(unsigned long long)__double_as_longlong", "0x7ff0000000000000ull", "unsigned long long"
+		}
+		w.WriteString("  int bad = 0;\n")
 		fmt.Fprintf(w, "  const long long n = %s;\n", n)
-		fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) { acc += %s[i] * (%s)0; }\n", g, t)
-		fmt.Fprintf(w, "  if (acc != acc) atomicMax(&%s[5], 1);\n", sb)
+		fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) { const %s u = %s(%s[i]); bad |= (u & %s) == %s; }\n", ut, bitsOf, g, mask, mask)
+		fmt.Fprintf(w, "  if (bad) atomicMax(&%s[5], 1);\n", sb)
 		w.WriteString("  if (blockIdx.x == 0 && threadIdx.x == 0) {\n")
 		fmt.Fprintf(w, "    const double l = (double)%s[0];\n", l)
 		fmt.Fprintf(w, "    if (!(l - l == 0.0)) atomicMax(&%s[4], 1);\n", sb)
