@@ -45,12 +45,16 @@ type accumulator struct {
 func (s *Session) AccumulationSteps() int { return s.acc.k }
 
 // SetAccumulationSteps changes how many micro-batches Run("step") sums
-// before each update (k <= 1: every call updates). It allocates the sum
+// before each update (k of 0 or 1: every call updates; negative k is an
+// error). It allocates the sum
 // now, so that running out of memory shows here; pending micro-batches
 // stay pending.
 func (s *Session) SetAccumulationSteps(k int) error {
 	if err := s.alive("SetAccumulationSteps"); err != nil {
 		return err
+	}
+	if k < 0 {
+		return fmt.Errorf("%s: SetAccumulationSteps(%d): must not be negative", s.plan.Model, k)
 	}
 	if k > 1 {
 		if err := s.allocSum(); err != nil {

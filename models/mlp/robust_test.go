@@ -99,6 +99,9 @@ func TestConcurrentUse(t *testing.T) {
 	for len(errs) > 0 {
 		t.Error(<-errs)
 	}
+	if err := m.Session().SetAccumulationSteps(-2); err == nil {
+		t.Error("SetAccumulationSteps(-2) accepted")
+	}
 	if got := m.Session().Steps(); got != 12 {
 		t.Fatalf("%d steps counted, want 12", got)
 	}
