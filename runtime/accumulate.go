@@ -46,10 +46,17 @@ type accumulator struct {
 func (s *Session) AccumulationSteps() int { return s.acc.k }
 
 // SetAccumulationSteps changes how many micro-batches Run("step") sums
-// before each update (k <= 1: every call updates). It allocates the sum
+// before each update (k of 0 or 1: every call updates; negative k is an
+// error). It allocates the sum
 // now, so that running out of memory shows here; pending micro-batches
 // stay pending.
 func (s *Session) SetAccumulationSteps(k int) error {
+	if err := s.alive("SetAccumulationSteps"); err != nil {
+		return err
+	}
+	if k < 0 {
+		return fmt.Errorf("%s: SetAccumulationSteps(%d): must not be negative", s.plan.Model, k)
+	}
 	if k > 1 {
 		if err := s.allocSum(); err != nil {
 			return err
@@ -68,19 +75,30 @@ func (s *Session) Pending() int { return s.acc.pend }
 // checks it, and adds its gradient to the pending ones. The loss output
 // holds this batch's loss. On error nothing is added.
 func (s *Session) RunGrads(batch int) error {
+	if err := s.alive("RunGrads"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch("step", batch); err != nil {
 		return err
 	}
-	return s.microBatch(fi, f)
+	if err := s.microBatch(fi, f); err != nil {
+		s.calls = calls // the dropout counter too is as before
+		return err
+	}
+	return nil
 }
 
 // RunUpdate runs the optimizer update with the mean gradient of the
 // micro-batches since the last update, then starts a new accumulation.
 func (s *Session) RunUpdate() error {
+	if err := s.alive("RunUpdate"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err
@@ -110,7 +128,13 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	}); err != nil {
 		return err
 	}
-	return s.check("step")
+	if err := s.check("step"); err != nil {
+		// The device skipped the update (compiler/guard.go); the host's
+		// count follows.
+		s.t--
+		return err
+	}
+	return nil
 }
 
 func (s *Session) microBatch(fi int, f *Func) error {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -23,10 +24,12 @@ type Session struct {
 	row0     int64 // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
+	loss     float64 // the last step's, from the status block
 	arenaLen int64
 	acc      accumulator  // gradient accumulation state (accumulate.go)
 	dp       dataParallel // data-parallel group, if any (dataparallel.go)
 	prof     *profiler    // nil unless SetProfiling(true)
+	closed   bool
 }
 
 // SessionOptions size a session.
@@ -59,6 +62,9 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 			return nil, fmt.Errorf("%s: no bound given for symbol %s", p.Model, y)
 		}
 		s.maxEnv[y], s.env[y] = n, n
+	}
+	if err := checkSizes(p, s.maxEnv); err != nil {
+		return nil, err
 	}
 	ld, err := dev.Load(m)
 	if err != nil {
@@ -167,6 +173,7 @@ func (s *Session) Close() error {
 		errs = append(errs, s.dev.Free(p))
 	}
 	s.base = nil
+	s.closed = true
 	return errors.Join(errs...)
 }
 
@@ -183,8 +190,18 @@ func (s *Session) SetTrain(train bool) { s.train = train }
 // Training reports the mode.
 func (s *Session) Training() bool { return s.train }
 
-// SetLR changes the learning rate for later steps.
-func (s *Session) SetLR(lr float64) { s.lr = lr }
+// SetLR changes the learning rate for later steps. It must be finite
+// and not negative; otherwise the rate stays as it was.
+func (s *Session) SetLR(lr float64) error {
+	if err := s.alive("SetLR"); err != nil {
+		return err
+	}
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
+		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
+	}
+	s.lr = lr
+	return nil
+}
 
 // LR is the current learning rate.
 func (s *Session) LR() float64 { return s.lr }
@@ -213,15 +230,24 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // checks once at the end; with SessionOptions.AccumulationSteps k > 1 it
 // runs the update only on every k-th call (accumulate.go).
 func (s *Session) Run(name string, batch int) error {
+	if err := s.alive(name); err != nil {
+		return err
+	}
 	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}
 	if name == "step" {
-		return s.trainStep(fi, f)
+		if err := s.trainStep(fi, f); err != nil {
+			// A failed step leaves the dropout counter as it was too.
+			s.calls = calls
+			return err
+		}
+		return nil
 	}
 	s.row0 = s.sampleOffset(batch)
 	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
@@ -326,4 +352,14 @@ func (s *Session) scalar(name string, scal map[string]float64) (float64, error) 
 		return 0, nil
 	}
 	return 0, fmt.Errorf("no value for kernel scalar %q", name)
+}
+
+// alive returns an error once the session is closed: every method that
+// touches the device checks it, so a closed model errs instead of using
+// freed memory.
+func (s *Session) alive(method string) error {
+	if s.closed {
+		return fmt.Errorf("%s.%s: the model is closed", s.plan.Model, method)
+	}
+	return nil
 }

@@ -13,9 +13,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -38,7 +38,8 @@ func main() {
 		threads = flag.Int("threads", 0, "CPU threads (0: all cores)")
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
 		dir     = flag.String("data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
-		save    = flag.String("save", "", "write a checkpoint here after training")
+		save    = flag.String("save", "", "write a checkpoint (safetensors) here after training")
+		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py)")
 		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
@@ -54,12 +55,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)
 	}
+	if err := checkWritable(*save); err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
 	grp, err := joinGroup() // -dist (dist.go)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
-	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *quiet || !grp.lead(), *profile)
+	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile)
 	if err == nil && *torch {
 		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
 	}
@@ -108,7 +113,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
+func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -140,6 +145,11 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		return nil, err
 	}
 	defer m.Close()
+	if load != "" {
+		if err := loadCheckpoint(m, load); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.Session().SetAccumulationSteps(accum); err != nil {
 		return nil, err
 	}
@@ -217,21 +227,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		fmt.Printf("gradient all-reduce: %.3f s over %d steps (%.2f ms a step)\n", t.Seconds(), m.Session().Steps(), 1e3*t.Seconds()/float64(max(m.Session().Steps(), 1)))
 	}
 	if save != "" && grp.lead() { // rank 0's replica (its batch norm statistics)
-		// Written beside the destination and renamed over it, so a
-		// failure leaves any earlier checkpoint whole.
-		f, err := os.CreateTemp(filepath.Dir(save), ".ckpt-*")
-		if err != nil {
-			return nil, err
-		}
-		if err := m.Save(f); err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(f.Name(), save); err != nil {
+		if err := saveCheckpoint(m, save); err != nil {
 			return nil, err
 		}
 		fmt.Println("saved", save)
@@ -276,8 +272,8 @@ func parseBatch(s string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("-batch %q: want a positive size or auto", s)
+	if err != nil || n <= 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("-batch %q: want a positive size up to %d, or auto", s, math.MaxInt32)
 	}
 	return n, nil
 }
