@@ -952,16 +952,29 @@ __attribute__((noinline)) void keep_fill(KeepSlot &s, unsigned k0, unsigned k1, 
                __float_as_uint(keep), 0, keep_bits64(k0, k1, stream, step, block * 16, keep)};
 }
 
-/* keep_block returns the mask bits of element idx's block of 64. */
-__forceinline__ uint64_t keep_block(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long idx,
-                                    float keep) {
-  const unsigned long long block = idx >> 6;
-  KeepSlot &s = keep_slots[(block ^ (stream * 0x9E3779B9ull)) & (kKeepSlots - 1)];
-  if (__builtin_expect(((s.tag ^ (block + 1)) | (s.key ^ (k0 | (unsigned long long)k1 << 32)) |
-                        (s.ctr ^ (stream | (unsigned long long)step << 32)) | (s.keep ^ __float_as_uint(keep))) != 0,
-                       0))
-    keep_fill(s, k0, k1, stream, step, keep, block);
+/* keep_slot is the cache slot of a block; keep_hit says whether it holds
+ * the block's bits under this key. */
+__forceinline__ KeepSlot &keep_slot(unsigned stream, unsigned long long block) {
+  return keep_slots[(block ^ (stream * 0x9E3779B9ull)) & (kKeepSlots - 1)];
+}
+__forceinline__ bool keep_hit(const KeepSlot &s, unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                              unsigned keep, unsigned long long block) {
+  return ((s.tag ^ (block + 1)) | (s.key ^ (k0 | (unsigned long long)k1 << 32)) |
+          (s.ctr ^ (stream | (unsigned long long)step << 32)) | (s.keep ^ keep)) == 0;
+}
+/* keep_bits returns the mask bits of element idx's block of 64. */
+__forceinline__ uint64_t keep_bits(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long idx,
+                                   float keep) {
+  KeepSlot &s = keep_slot(stream, idx >> 6);
+  if (__builtin_expect(!keep_hit(s, k0, k1, stream, step, __float_as_uint(keep), idx >> 6), 0))
+    keep_fill(s, k0, k1, stream, step, keep, idx >> 6);
   return s.bits;
+}
+/* keep_miss is ngen_dropout_f_1 after a cache miss: out of line, so that
+ * the hit path needs no stack frame. */
+__attribute__((noinline)) float keep_miss(unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                                          unsigned long long idx, float keep, float scale) {
+  return (keep_bits(k0, k1, stream, step, idx, keep) >> (idx & 63)) & 1 ? scale : 0.0f;
 }
 } // namespace ngen_emu
 } // namespace
@@ -980,7 +993,10 @@ ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigne
 extern "C" __attribute__((used)) inline float ngen_dropout_f_1(unsigned k0, unsigned k1, unsigned stream, unsigned step,
                                                                unsigned lo, unsigned hi, float keep, float scale) {
   const unsigned long long idx = lo | (unsigned long long)hi << 32;
-  return (ngen_emu::keep_block(k0, k1, stream, step, idx, keep) >> (idx & 63)) & 1 ? scale : 0.0f;
+  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot(stream, idx >> 6);
+  if (__builtin_expect(!ngen_emu::keep_hit(s, k0, k1, stream, step, __float_as_uint(keep), idx >> 6), 0))
+    return ngen_emu::keep_miss(k0, k1, stream, step, idx, keep, scale);
+  return (s.bits >> (idx & 63)) & 1 ? scale : 0.0f;
 }
 #if defined(NGEN_KEEP_SIMD) && !defined(__AVX__)
 /* ngen_dropout_f_4's general case: lane by lane. */
@@ -1011,11 +1027,9 @@ extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m1
   const unsigned q0 = (unsigned)_mm_cvtsi128_si32(k0), q1 = (unsigned)_mm_cvtsi128_si32(k1);
   const unsigned st = (unsigned)_mm_cvtsi128_si32(stream), sp = (unsigned)_mm_cvtsi128_si32(step);
   const unsigned long long idx = lo0 | (unsigned long long)(unsigned)_mm_cvtsi128_si32(hi) << 32, block = idx >> 6;
-  const ngen_emu::KeepSlot &s = ngen_emu::keep_slots[(block ^ (st * 0x9E3779B9ull)) & (ngen_emu::kKeepSlots - 1)];
+  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot(st, block);
   if (__builtin_expect(_mm_movemask_epi8(_mm_cmpeq_epi32(diff, _mm_setzero_si128())) != 0xffff || (lo0 & 63) > 60 ||
-                           ((s.tag ^ (block + 1)) | (s.key ^ (q0 | (unsigned long long)q1 << 32)) |
-                            (s.ctr ^ (st | (unsigned long long)sp << 32)) |
-                            (s.keep ^ (unsigned)_mm_cvtsi128_si32(_mm_castps_si128(keep)))) != 0,
+                           !ngen_emu::keep_hit(s, q0, q1, st, sp, (unsigned)_mm_cvtsi128_si32(_mm_castps_si128(keep)), block),
                        0))
     return ngen_dropout_f_lanes(k0, k1, stream, step, lo, hi, keep, scale);
   const __m128i bit = _mm_setr_epi32(1, 2, 4, 8);
