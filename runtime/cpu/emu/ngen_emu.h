@@ -802,12 +802,13 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
  * The GPU form runs Philox per element, which cost 14 ns an element here
  * and kept the loop scalar. Here a block of 64 elements is 16 Philox
  * counters run side by side in SIMD lanes, kept as 64 mask bits in a
- * per-worker direct-mapped cache keyed by everything the bits depend on:
- * a kernel draws each block once (column reductions walk four columns
- * down the rows, which the 1024 slots hold) and pays a lookup per
- * element, and a backward kernel often finds the forward kernel's blocks
- * still cached. The key words are Philox's: k0, k1 (seed and step's high
- * word), stream and step's low word. */
+ * per-worker direct-mapped cache keyed by everything the bits depend on
+ * (Philox's key words k0 and k1, from the seed and the step's high word,
+ * the stream, the step's low word, and the keep probability). A kernel
+ * draws each block once and pays a lookup per element; 4096 slots (256K
+ * elements) let a backward kernel find the forward kernel's blocks still
+ * cached, on the same worker. A slot's index mixes in the stream so that
+ * two dropout ops of one shape use different slots. */
 namespace {
 namespace ngen_emu {
 struct KeepSlot {
@@ -817,7 +818,7 @@ struct KeepSlot {
   unsigned keep, pad;     /* keep: the probability's bits */
   uint64_t bits;          /* bit e: element block * 64 + e is kept */
 };
-constexpr int kKeepSlots = 1024;
+constexpr int kKeepSlots = 4096;
 thread_local KeepSlot keep_slots[kKeepSlots];
 
 /* keep_bits64 is the mask of the 64 elements of counters ctr .. ctr+15
