@@ -813,7 +813,7 @@ namespace {
 namespace ngen_emu {
 struct KeepSlot {
   unsigned long long tag; /* block + 1; 0 is empty */
-  unsigned long long key; /* k0 | k1 << 32 */
+  unsigned long long key; /* k0 | k1 << 32; with ctr, the words k0 k1 stream step */
   unsigned long long ctr; /* stream | step lo << 32 */
   unsigned keep, pad;     /* keep: the probability's bits */
   uint64_t bits;          /* bit e: element block * 64 + e is kept */
@@ -1000,9 +1000,40 @@ extern "C" __attribute__((used)) inline float ngen_dropout_f_1(unsigned k0, unsi
   return (s.bits >> (idx & 63)) & 1 ? scale : 0.0f;
 }
 #if defined(NGEN_KEEP_SIMD) && !defined(__AVX__)
-/* ngen_dropout_f_4's general case: lane by lane. */
-__attribute__((noinline)) inline __m128 ngen_dropout_f_lanes(__m128i k0, __m128i k1, __m128i stream, __m128i step,
-                                                             __m128i lo, __m128i hi, __m128 keep, __m128 scale) {
+/* keep_regular says whether a vector call's lanes are four consecutive
+ * elements with every other argument the same in all lanes (as a loop
+ * passes them), and no lane's key word differs from kw = k0 k1 stream
+ * step. */
+inline bool keep_regular(__m128i kw, __m128i k0, __m128i k1, __m128i stream, __m128i step, __m128i lo, __m128i hi,
+                         __m128 keep, __m128 scale) {
+  const auto lane0 = [](__m128i v) { return _mm_shuffle_epi32(v, 0); };
+  const __m128i d0 = _mm_or_si128(_mm_xor_si128(k0, lane0(kw)), _mm_xor_si128(k1, _mm_shuffle_epi32(kw, 0x55)));
+  const __m128i d1 = _mm_or_si128(_mm_xor_si128(stream, _mm_shuffle_epi32(kw, 0xaa)), _mm_xor_si128(step, _mm_shuffle_epi32(kw, 0xff)));
+  const __m128i k = _mm_castps_si128(keep), sc = _mm_castps_si128(scale);
+  const __m128i d2 = _mm_or_si128(_mm_xor_si128(k, lane0(k)), _mm_xor_si128(sc, lane0(sc)));
+  const __m128i d3 = _mm_or_si128(_mm_xor_si128(hi, lane0(hi)), _mm_xor_si128(lo, _mm_add_epi32(lane0(lo), _mm_setr_epi32(0, 1, 2, 3))));
+  const __m128i d = _mm_or_si128(_mm_or_si128(d0, d1), _mm_or_si128(d2, d3));
+  return _mm_movemask_epi8(_mm_cmpeq_epi32(d, _mm_setzero_si128())) == 0xffff;
+}
+/* keep_lanes4 turns four mask bits into lanes of scale or 0. */
+inline __m128 keep_lanes4(unsigned nib, __m128 scale) {
+  const __m128i bit = _mm_setr_epi32(1, 2, 4, 8);
+  const __m128i on = _mm_cmpeq_epi32(_mm_and_si128(_mm_set1_epi32((int)nib), bit), bit);
+  return _mm_and_ps(_mm_castsi128_ps(on), scale);
+}
+/* ngen_dropout_f_4 off its fast path: a block to draw, a block boundary,
+ * or lanes that are not consecutive (one at a time). */
+__attribute__((noinline)) inline __m128 ngen_dropout_f_slow(__m128i k0, __m128i k1, __m128i stream, __m128i step,
+                                                            __m128i lo, __m128i hi, __m128 keep, __m128 scale) {
+  const unsigned q0 = (unsigned)_mm_cvtsi128_si32(k0), q1 = (unsigned)_mm_cvtsi128_si32(k1);
+  const unsigned st = (unsigned)_mm_cvtsi128_si32(stream), sp = (unsigned)_mm_cvtsi128_si32(step);
+  const unsigned lo0 = (unsigned)_mm_cvtsi128_si32(lo);
+  const __m128i kw = _mm_setr_epi32((int)q0, (int)q1, (int)st, (int)sp);
+  if ((lo0 & 63) <= 60 && keep_regular(kw, k0, k1, stream, step, lo, hi, keep, scale)) {
+    const unsigned long long idx = lo0 | (unsigned long long)(unsigned)_mm_cvtsi128_si32(hi) << 32;
+    return keep_lanes4((unsigned)(ngen_emu::keep_bits(q0, q1, st, sp, idx, _mm_cvtss_f32(keep)) >> (idx & 63)) & 15u,
+                       scale);
+  }
   alignas(16) unsigned a[6][4];
   alignas(16) float f[2][4], out[4];
   const __m128i in[6] = {k0, k1, stream, step, lo, hi};
@@ -1016,26 +1047,18 @@ __attribute__((noinline)) inline __m128 ngen_dropout_f_lanes(__m128i k0, __m128i
 }
 extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m128i k1, __m128i stream, __m128i step,
                                                                 __m128i lo, __m128i hi, __m128 keep, __m128 scale) {
-  /* The fast path: lo consecutive within one cached block of 64, every
-   * other argument the same in all lanes (as a loop passes them). */
-  const auto same = [](__m128i v) { return _mm_xor_si128(v, _mm_shuffle_epi32(v, 0)); };
+  /* The fast path: a cached block holds all four lanes, and the slot's
+   * key words equal every lane's (keep_regular). */
   const unsigned lo0 = (unsigned)_mm_cvtsi128_si32(lo);
-  const __m128i diff = _mm_or_si128(
-      _mm_or_si128(_mm_or_si128(same(k0), same(k1)), _mm_or_si128(same(stream), same(step))),
-      _mm_or_si128(_mm_or_si128(same(hi), same(_mm_castps_si128(keep))),
-                   _mm_or_si128(same(_mm_castps_si128(scale)),
-                                _mm_xor_si128(lo, _mm_add_epi32(_mm_set1_epi32((int)lo0), _mm_setr_epi32(0, 1, 2, 3))))));
-  const unsigned q0 = (unsigned)_mm_cvtsi128_si32(k0), q1 = (unsigned)_mm_cvtsi128_si32(k1);
-  const unsigned st = (unsigned)_mm_cvtsi128_si32(stream), sp = (unsigned)_mm_cvtsi128_si32(step);
   const unsigned long long idx = lo0 | (unsigned long long)(unsigned)_mm_cvtsi128_si32(hi) << 32, block = idx >> 6;
-  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot(st, block);
-  if (__builtin_expect(_mm_movemask_epi8(_mm_cmpeq_epi32(diff, _mm_setzero_si128())) != 0xffff || (lo0 & 63) > 60 ||
-                           !ngen_emu::keep_hit(s, q0, q1, st, sp, (unsigned)_mm_cvtsi128_si32(_mm_castps_si128(keep)), block),
+  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot((unsigned)_mm_cvtsi128_si32(stream), block);
+  const __m128i kw = _mm_loadu_si128((const __m128i *)&s.key);
+  if (__builtin_expect(s.tag != block + 1 || (lo0 & 63) > 60 ||
+                           s.keep != (unsigned)_mm_cvtsi128_si32(_mm_castps_si128(keep)) ||
+                           !keep_regular(kw, k0, k1, stream, step, lo, hi, keep, scale),
                        0))
-    return ngen_dropout_f_lanes(k0, k1, stream, step, lo, hi, keep, scale);
-  const __m128i bit = _mm_setr_epi32(1, 2, 4, 8);
-  const __m128i on = _mm_cmpeq_epi32(_mm_and_si128(_mm_set1_epi32((int)(s.bits >> (lo0 & 63))), bit), bit);
-  return _mm_and_ps(_mm_castsi128_ps(on), scale);
+    return ngen_dropout_f_slow(k0, k1, stream, step, lo, hi, keep, scale);
+  return keep_lanes4((unsigned)(s.bits >> (lo0 & 63)) & 15u, scale);
 }
 __asm__(".weak ngen_dropout_f\n.set ngen_dropout_f, ngen_dropout_f_1\n"
         ".weak _ZGVbN4vvvvvvvv_ngen_dropout_f\n.set _ZGVbN4vvvvvvvv_ngen_dropout_f, ngen_dropout_f_4\n");
