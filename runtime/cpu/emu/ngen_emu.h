@@ -805,10 +805,12 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
  * per-worker direct-mapped cache keyed by everything the bits depend on
  * (Philox's key words k0 and k1, from the seed and the step's high word,
  * the stream, the step's low word, and the keep probability). A kernel
- * draws each block once and pays a lookup per element; 4096 slots (256K
- * elements) let a backward kernel find the forward kernel's blocks still
- * cached, on the same worker. A slot's index mixes in the stream so that
- * two dropout ops of one shape use different slots. */
+ * draws each block once and pays a lookup per element; a backward kernel
+ * finds the forward kernel's blocks still cached on the same worker while
+ * they fit the 1024 slots (64K elements: the seed MLP's two dropouts take
+ * 768). A slot's index mixes in the stream so that two dropout ops of one
+ * shape use different slots. 40 KB a worker: every thread of a binary
+ * carries each package's thread-local storage. */
 namespace {
 namespace ngen_emu {
 struct KeepSlot {
@@ -818,7 +820,7 @@ struct KeepSlot {
   unsigned keep, pad;     /* keep: the probability's bits */
   uint64_t bits;          /* bit e: element block * 64 + e is kept */
 };
-constexpr int kKeepSlots = 4096;
+constexpr int kKeepSlots = 1024;
 thread_local KeepSlot keep_slots[kKeepSlots];
 
 /* keep_bits64 is the mask of the 64 elements of counters ctr .. ctr+15
