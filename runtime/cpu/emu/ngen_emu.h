@@ -987,8 +987,10 @@ __attribute__((noinline)) float keep_miss(unsigned k0, unsigned k1, unsigned str
  * attribute (as ngen_sqrtf above), so that a kernel loop calling it still
  * vectorises: the 4-lane SSE variant, for four consecutive elements of one
  * block (what a vectorised loop asks), makes one lookup, and draws lane by
- * lane otherwise. Builds with AVX or wider as their baseline would need
- * the 8- and 16-lane variants, so they call the scalar form instead. */
+ * lane otherwise. It is declared const: its result depends on its
+ * arguments alone, and the cache it fills is invisible to the caller.
+ * Builds with AVX or wider as their baseline would need the 8- and
+ * 16-lane variants, so they call the scalar form instead. */
 #if defined(NGEN_KEEP_SIMD) && !defined(__AVX__)
 extern "C" __attribute__((simd("notinbranch"), const, nothrow)) float
 ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned lo, unsigned hi, float keep, float scale);
