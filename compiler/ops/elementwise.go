@@ -193,8 +193,10 @@ func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
 	train := c.Scalar("train", "int")
 	seed := c.Scalar("seed", "unsigned long long")
 	step := c.Scalar("step", "unsigned long long")
-	keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", seed, step, v.Attrs.I, sampleIndex(c, v.Shape), c.Lit(1-p))
-	return fmt.Sprintf("(%s ? (%s ? %s * %s : %s) : %s)", train, keep, x, c.Lit(1/(1-p)), c.Lit(0), x)
+	// A product, not a select, so the CPU emulation's loop vectorises (a
+	// dropped inf or NaN gives NaN, as in PyTorch).
+	factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", seed, step, v.Attrs.I, sampleIndex(c, v.Shape), c.Lit(1-p), c.Lit(1/(1-p)))
+	return fmt.Sprintf("(%s ? %s * %s : %s)", train, x, factor, x)
 }
 
 // sampleIndex renders the index that keys an element's random draw: its
