@@ -183,6 +183,9 @@ func TestDropoutGPUFormMatchesGo(t *testing.T) {
 	var src strings.Builder
 	src.WriteString("#include <cmath>\n#include <cstdio>\n#define __device__\n#define __forceinline__ inline\n")
 	src.WriteString("static unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }\n")
+	// The rest of the preamble's GPU forms need these to compile; this
+	// test runs only the dropout draw.
+	src.WriteString("static void __threadfence() {}\nstatic unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }\n")
 	src.Write(pre)
 	src.WriteString("\nint main() {\n")
 	for _, d := range draws {
