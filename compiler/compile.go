@@ -24,6 +24,7 @@ type pass struct {
 var passes = []pass{
 	{name: "infer shapes", fn: inferShapes, required: true},
 	{name: "pool first", fn: poolFirst},
+	{name: "expand fused ops", fn: expandFused, required: true},
 	{name: "derive functions", fn: deriveFuncs, required: true},
 	{name: "autodiff", fn: autodiff, required: true},
 	{name: "lower optimizer", fn: lowerOptimizer, required: true},
@@ -39,6 +40,8 @@ var passOrder = [][2]string{
 	{"infer shapes", "autodiff"},
 	{"infer shapes", "pool first"},
 	{"pool first", "derive functions"},
+	{"infer shapes", "expand fused ops"},
+	{"expand fused ops", "derive functions"},
 	{"derive functions", "autodiff"},
 	{"autodiff", "lower optimizer"},
 	{"lower optimizer", "fuse"},

@@ -31,6 +31,7 @@ const (
 	positive         // [0.5, 2]: log, sqrt, powc, divisors
 	awayFrom0        // ±[0.2, 1.5]: relu, abs (no kink within reach of eps)
 	distinct         // distinct values 0.05 apart, shuffled: max (no ties)
+	offset           // 100 + normal: rows whose mean dwarfs their spread (LayerNorm)
 )
 
 type opArg struct {
@@ -166,7 +167,7 @@ func opGroups() map[string][]opCase {
 		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
 		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
 	}
-	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases()}
+	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases(), "norm": normCases(), "attention": attentionCases()}
 }
 
 // opData is the operand, label and grad_output data of every case.
@@ -195,6 +196,8 @@ func genValues(rng *rand.Rand, n, domain int, dt ir.DType) []float64 {
 			switch domain {
 			case positive:
 				v[i] = 0.5 + 1.5*rng.Float64()
+			case offset:
+				v[i] = 100 + rng.NormFloat64()
 			case awayFrom0:
 				v[i] = 0.2 + 1.3*rng.Float64()
 				if rng.IntN(2) == 0 {
@@ -366,6 +369,12 @@ func oracleAttrs(a ir.Attrs) map[string]any {
 	}
 	if a.Perm != nil {
 		m["perm"] = a.Perm
+	}
+	if a.Str != "" {
+		m["str"] = a.Str
+	}
+	if a.I != 0 {
+		m["i"] = a.I
 	}
 	if a.Shape != nil {
 		var s []int

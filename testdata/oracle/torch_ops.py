@@ -127,6 +127,27 @@ def _masked(cell, x, wih, whh, bih, bhh, h0, *rest):
     return torch.cat(parts)
 
 
+def _softmax(attrs, x, kpm=None):
+    """Softmax along one axis with ngen's masks: causal (element j of row i
+    where j > i) and key padding (kpm [N, L] non-zero) along the last
+    axis. A fully masked row is zeros by definition (PyTorch's is NaN):
+    such rows are computed unmasked and then replaced, so no NaN reaches
+    the gradient either."""
+    axis = attrs["axes"][0]
+    if attrs.get("str") != "causal" and kpm is None:
+        return torch.softmax(x, axis)
+    mask = torch.zeros(x.shape, dtype=torch.bool)
+    if attrs.get("str") == "causal":
+        q, k = x.shape[-2], x.shape[-1]
+        mask = mask | torch.ones(q, k, dtype=torch.bool).triu(1)
+    if kpm is not None:
+        shape = [x.shape[0]] + [1] * (x.dim() - 2) + [x.shape[-1]]
+        mask = mask | (kpm != 0).reshape(shape)
+    full = mask.all(-1, keepdim=True)
+    y = torch.softmax(x.masked_fill(mask & ~full, float("-inf")), -1)
+    return torch.where(full, torch.zeros_like(y), y)
+
+
 def _zero_states(x, whh):
     z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
     return z, z
@@ -181,6 +202,8 @@ OPS = {
     "lstm_zero": lambda a, x, *w: _recurrent("lstm", x, *w, *_zero_states(x, w[1])),
     "rnn_relu_masked": lambda a, *xs: _masked("rnn_relu", *xs),
     "lstm_masked": lambda a, *xs: _masked("lstm", *xs),
+    "layernorm": lambda a, x, w, b: F.layer_norm(x, [x.shape[-1]], w, b, a["f"]),
+    "softmax": _softmax,
 }
 
 

@@ -1,0 +1,188 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// LayerNorm over the last axis, torch.nn.functional.layer_norm with weight
+// and bias, as two fused kernels (Kind Loop):
+//
+//   - layernorm(x [..., D], gamma [D], beta [D]) → y, Attrs.F = eps: a
+//     block per row. One pass over the row gathers the sums of d and d²
+//     of the data shifted by the row's first element (d = x - x₀); the
+//     variance E[d²] - E[d]² is then free of the cancellation that the
+//     unshifted E[x²] - E[x]² suffers for rows whose mean is large
+//     against their spread. A second pass (from cache) writes y.
+//   - layernorm_bwd(g, x, gamma) → [N, R·D + 2D] for x [N, R..., D]: a
+//     block per leading index n walks its R rows. One pass per row
+//     gathers the shifted sums and Σ g·γ and Σ g·γ·d, from which
+//     dx = rstd·(g·γ - mean(g·γ) - x̂·mean(g·γ·x̂)); the same pass
+//     accumulates the row's g·x̂ and g into the block's partial dgamma
+//     and dbeta (each column always by the same thread, so in a fixed
+//     order: no atomics, the same bits on every run). The result holds,
+//     per n, dx for its rows, then the two partials; the gradient rule
+//     sums the partials over n (a small reduction over [N, D]).
+//
+// The statistics are recomputed in backward rather than stored: one more
+// read of a row the kernel reads anyway.
+
+func layerNormDims(x, gamma *ir.Value) (d, rows int, err error) {
+	if len(x.Shape) < 2 {
+		return 0, 0, fmt.Errorf("input %s must have at least 2 dimensions", x.Shape)
+	}
+	last := x.Shape[len(x.Shape)-1]
+	if last.Sym != "" {
+		return 0, 0, fmt.Errorf("the normalised axis of %s must be static", x.Shape)
+	}
+	rows = 1
+	for _, dim := range x.Shape[1 : len(x.Shape)-1] {
+		if dim.Sym != "" {
+			return 0, 0, fmt.Errorf("only the leading dimension of %s may be symbolic", x.Shape)
+		}
+		rows *= dim.N
+	}
+	if !x.DType.IsFloat() || gamma.DType != x.DType {
+		return 0, 0, fmt.Errorf("operands must share a float dtype, got %s and %s", x.Type(), gamma.Type())
+	}
+	if !gamma.Shape.Eq(ir.Static(last.N)) {
+		return 0, 0, fmt.Errorf("weight %s, want [%d]", gamma.Shape, last.N)
+	}
+	return last.N, rows, nil
+}
+
+func layerNormInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	x, gamma, beta := v.Args[0], v.Args[1], v.Args[2]
+	if _, _, err := layerNormDims(x, gamma); err != nil {
+		return nil, 0, err
+	}
+	if !beta.Shape.Eq(gamma.Shape) || beta.DType != x.DType {
+		return nil, 0, fmt.Errorf("bias %s, want %s", beta.Type(), gamma.Type())
+	}
+	return x.Shape.Clone(), x.DType, nil
+}
+
+func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	g, x, gamma := v.Args[0], v.Args[1], v.Args[2]
+	d, rows, err := layerNormDims(x, gamma)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !g.Shape.Eq(x.Shape) || g.DType != x.DType {
+		return nil, 0, fmt.Errorf("gradient %s, want %s", g.Type(), x.Type())
+	}
+	return ir.Shape{x.Shape[0], ir.D(rows*d + 2*d)}, x.DType, nil
+}
+
+func layerNormGrad(b *Builder, v, g *ir.Value) []*ir.Value {
+	x, gamma := v.Args[0], v.Args[1]
+	d, rows, _ := layerNormDims(x, gamma)
+	bwd := b.Op("layernorm_bwd", ir.Attrs{F: v.Attrs.F}, g, x, gamma)
+	part := func(from, to int) *ir.Value {
+		return b.Op("slice", ir.Attrs{Axes: []int{1}, Ints: []int{from, to}}, bwd)
+	}
+	dx := b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, rows*d))
+	dgamma := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d, rows*d+d))
+	dbeta := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d+d, rows*d+2*d))
+	return []*ir.Value{dx, dgamma, dbeta}
+}
+
+// layerNormExpand is the primitive form: mean, centred variance, scale,
+// of the data shifted by each row's first element as in the kernel (the
+// mean of unshifted f32 data far from 0 loses digits the kernel keeps).
+func layerNormExpand(b *Builder, v *ir.Value) *ir.Value {
+	x, gamma, beta := v.Args[0], v.Args[1], v.Args[2]
+	last := ir.Attrs{Axes: []int{-1}, KeepDim: true}
+	xs := b.Binary("sub", x, b.Op("slice", ir.Attrs{Axes: []int{-1}, Ints: []int{0, 1}}, x))
+	d := b.Binary("sub", xs, b.Op("mean", last, xs))
+	variance := b.Op("mean", last, b.Unary("square", d))
+	rstd := b.Op("powc", ir.Attrs{F: -0.5}, b.Op("addc", ir.Attrs{F: v.Attrs.F}, variance))
+	return b.Binary("add", b.Binary("mul", b.Binary("mul", d, rstd), gamma), beta)
+}
+
+// rowsOf is the shape of x without its last axis: the rows of a
+// per-row kernel.
+func rowsOf(x *ir.Value) ir.Shape { return x.Shape[:len(x.Shape)-1].Clone() }
+
+// shiftedStats renders the first pass over row r (offset base) of x: the
+// shifted sums s1, s2 (and, with g, sgg = Σ g·γ and sgd = Σ g·γ·d), their
+// block combination, and mu, rstd.
+func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps float64, grad func(string) string, gamma func(string) string) {
+	t := c.T
+	g.f("  const %s k0 = %s;", t, x(base))
+	g.f("  %s s1 = %s, s2 = %s;", t, c.Lit(0), c.Lit(0))
+	if grad != nil {
+		g.f("  %s sgg = %s, sgd = %s;", t, c.Lit(0), c.Lit(0))
+	}
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    const %s dj = %s - k0;", t, x(base+" + j"))
+	g.f("    s1 += dj; s2 += dj * dj;")
+	if grad != nil {
+		g.f("    const %s gg = %s * %s;", t, grad(base+" + j"), gamma("j"))
+		g.f("    sgg += gg; sgd += gg * dj;")
+	}
+	g.f("  }")
+	vars := []string{"s1", "s2"}
+	if grad != nil {
+		vars = append(vars, "sgg", "sgd")
+	}
+	g.blockCombine("red", "sum", vars...)
+	g.f("  const %s md = s1 / %s;", t, c.Lit(float64(d)))
+	// Rounding may leave the variance of a constant row a hair below 0.
+	g.f("  const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
+	g.f("  const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
+	g.f("  const %s mu = k0 + md;", t)
+}
+
+func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	x := v.Args[0]
+	d := x.Shape[len(x.Shape)-1].N
+	g := &cg{}
+	g.blockRed(c.T, "red", 2)
+	g.f("const long long nrows = %s;", c.Size(rowsOf(x)))
+	g.f("for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
+	g.f("  const long long base = r * %d;", d)
+	g.shiftedStats(c, func(i string) string { return at(0, i) }, "base", d, v.Attrs.F, nil, nil)
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    %s[base + j] = (%s - mu) * rstd * %s + %s;", out, at(0, "base + j"), at(1, "j"), at(2, "j"))
+	g.f("  }")
+	g.f("}")
+	return g.b.String()
+}
+
+func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	x := v.Args[1]
+	d, rows, _ := layerNormDims(x, v.Args[2])
+	w := rows*d + 2*d
+	g := &cg{}
+	t := c.T
+	g.blockRed(t, "red", 4)
+	g.f("const long long nb = %s;", c.Dim(x.Shape[0]))
+	g.f("for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
+	g.f("  %s *dx = %s + n * %d;", t, out, w)
+	g.f("  %s *pg = dx + %d, *pb = dx + %d;", t, rows*d, rows*d+d)
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { pg[j] = %s; pb[j] = %s; }", d, c.Lit(0), c.Lit(0))
+	g.f("  for (int rr = 0; rr < %d; ++rr) {", rows)
+	g.f("  const long long base = (n * %d + rr) * %d;", rows, d)
+	g.shiftedStats(c, func(i string) string { return at(1, i) }, "base", d, v.Attrs.F,
+		func(i string) string { return at(0, i) }, func(i string) string { return at(2, i) })
+	// Σ g·γ·x̂ = rstd·(Σ g·γ·d - md·Σ g·γ), d shifted by k0.
+	g.f("  const %s mgg = sgg / %s, mgx = rstd * (sgd - md * sgg) / %s;", t, c.Lit(float64(d)), c.Lit(float64(d)))
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    const %s xh = (%s - mu) * rstd, gj = %s;", t, at(1, "base + j"), at(0, "base + j"))
+	g.f("    dx[rr * %d + j] = rstd * (gj * %s - mgg - xh * mgx);", d, at(2, "j"))
+	g.f("    pg[j] += gj * xh; pb[j] += gj;")
+	g.f("  }")
+	g.f("  }")
+	g.f("}")
+	return g.b.String()
+}
+
+func init() {
+	register(
+		&Def{Name: "layernorm", Kind: Loop, NArgs: 3, Infer: layerNormInfer, Loop: layerNormLoop, Flops: 8,
+			Grad: layerNormGrad, Expand: layerNormExpand, Blocks: func(v *ir.Value) ir.Shape { return rowsOf(v.Args[0]) }},
+		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: 3, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12},
+	)
+}
