@@ -3,7 +3,7 @@ package jit
 import "github.com/ngen-ml/ngen/compiler/ir"
 
 // normCases cover LayerNorm over the last axis (2-D and 3-D, rows whose
-// mean is 100 times their spread, a row of 37 that leaves a ragged lane
+// mean is 30 times their spread, a row of 37 that leaves a ragged lane
 // pass) and softmax along the first, a middle and the last axis, with
 // causal and key-padding masks (random padding: some rows end up fully
 // masked, whose defined result is zeros).

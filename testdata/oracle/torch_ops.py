@@ -148,6 +148,29 @@ def _softmax(attrs, x, kpm=None):
     return torch.where(full, torch.zeros_like(y), y)
 
 
+def _mha(attrs, query, key, in_w, in_b, out_w, out_b, kpm=None):
+    """torch.nn.MultiheadAttention (batch_first, dropout 0) called with the
+    given parameters; key is also the value. Masks as in _softmax; a
+    query whose every key is masked outputs out_proj's bias (ngen's
+    attention gives it zeros), PyTorch NaN: such rows run unmasked and
+    are replaced."""
+    heads = attrs["ints"][0]
+    e = query.shape[-1]
+    b, tq, tk = query.shape[0], query.shape[1], key.shape[1]
+    mask = torch.zeros(b, tq, tk, dtype=torch.bool)
+    if attrs.get("str") == "causal":
+        mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
+    if kpm is not None:
+        mask = mask | (kpm != 0)[:, None, :]
+    full = mask.all(-1, keepdim=True)
+    mask = (mask & ~full).repeat_interleave(heads, 0)
+    mha = torch.nn.MultiheadAttention(e, heads, dropout=0.0, batch_first=True, dtype=query.dtype)
+    params = {"in_proj_weight": in_w, "in_proj_bias": in_b, "out_proj.weight": out_w, "out_proj.bias": out_b}
+    out, _ = torch.nn.utils.stateless.functional_call(
+        mha, params, (query, key, key), {"attn_mask": mask, "need_weights": False})
+    return torch.where(full, out_b.expand_as(out), out)
+
+
 def _zero_states(x, whh):
     z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
     return z, z
@@ -204,6 +227,8 @@ OPS = {
     "lstm_masked": lambda a, *xs: _masked("lstm", *xs),
     "layernorm": lambda a, x, w, b: F.layer_norm(x, [x.shape[-1]], w, b, a["f"]),
     "softmax": _softmax,
+    "mha_self": lambda a, x, *w: _mha(a, x, x, *w),
+    "mha_cross": _mha,
 }
 
 
