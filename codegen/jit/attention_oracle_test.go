@@ -1,6 +1,9 @@
 package jit
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -103,6 +106,62 @@ func TestFusedKernelsGPUBlocks(t *testing.T) {
 				if c.args[j].classes == 0 {
 					closeTo(t, c.name+" grad "+c.argName(j), got.grads[c.argName(j)], want[i].Grads[j].Data, rtol, atol)
 				}
+			}
+		}
+	}
+}
+
+// TestFullyMaskedRows pins down the defined result where every key of a
+// query is masked (PyTorch gives NaN): softmax rows of zeros, attention
+// output zero (so MultiheadAttention returns out_proj's bias), and no
+// gradient through those rows. Fused (one-thread and GPU blocks) and
+// unfused.
+func TestFullyMaskedRows(t *testing.T) {
+	for _, gpuBlocks := range []bool{false, true} {
+		dev, err := cpu.New(cpu.Options{GPUBlocks: gpuBlocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		for _, fuse := range []bool{true, false} {
+			b := irtest.New()
+			const e, tq, tk = 12, 4, 3
+			x := b.Param("x", ir.F32, 1, 2, tq, e)
+			mem := b.Param("mem", ir.F32, 1, 2, tk, e)
+			kpm := b.Input("kpm", ir.I32, ir.D(2), ir.D(tk))
+			p := func(name string, s ...int) *ir.Value { return b.Param(name, ir.F32, 0.3, s...) }
+			outB := p("out_b", e)
+			att := ops.MultiheadAttention(b.Builder, x, mem, mem, p("in_w", 3*e, e), p("in_b", 3*e), p("out_w", e, e), outB,
+				ops.MHAOptions{Heads: 3, KeyPadding: kpm})
+			sm := b.Op("softmax", ir.Attrs{Axes: []int{-1}}, b.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{0, tk}}, mem), kpm)
+			loss := b.Binary("add", b.Op("sum", ir.Attrs{}, b.Unary("square", att)), b.Op("sum", ir.Attrs{}, b.Unary("square", sm)))
+			m := b.Model("masked", loss, att, ir.Optimizer{Kind: "sgd", LR: 0})
+			data := opData{floats: map[string][]float64{}, labels: map[string][]int32{
+				// Batch 0: every key masked; batch 1: key 1 masked.
+				"kpm": {1, 1, 1, 0, 1, 0},
+			}}
+			rng := rand.New(rand.NewPCG(7, 7))
+			for _, v := range m.Forward.Params() {
+				data.floats[v.Name] = genValues(rng, int(v.Shape.Size().N), anySign, ir.F32)
+			}
+			s := opSession(t, dev, m, fuse, data)
+			got := runOps(t, s)
+			s.Close()
+			what := fmt.Sprintf("gpuBlocks=%v fuse=%v", gpuBlocks, fuse)
+			bias := data.floats["out_b"]
+			for i := 0; i < tq; i++ { // batch 0: every row is the bias
+				closeTo(t, what+" fully masked output row", got.out[i*e:(i+1)*e], bias, 0, 0)
+			}
+			if mismatch(got.out[tq*e:tq*e+e], bias, 0, 0) == "" {
+				t.Errorf("%s: batch 1 output equals the bias", what)
+			}
+			// No gradient reaches batch 0's memory (every key masked):
+			// neither through attention nor through the softmax.
+			closeTo(t, what+" grad of fully masked memory", got.grads["mem"][:tk*e], make([]float64, tk*e), 0, 0)
+			// Batch 1's softmax rows have one masked key: its column
+			// gets nothing from the softmax either; the loss is finite.
+			if math.IsNaN(got.loss) || math.IsInf(got.loss, 0) {
+				t.Errorf("%s: loss %v", what, got.loss)
 			}
 		}
 	}

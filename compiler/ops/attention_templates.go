@@ -196,8 +196,11 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	// bwd operands: gO 0, q 1, k 2, v 3, out 4, kpm 5.
 	vis := attnVisible(f, func(i int, idx string) string { return at(i+2, idx) }, 3, a)
 	g := &cg{}
-	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d], sB[%d];", T, tile*dh, tile*dh, tile*dh, tile*dh, tile*dh, tile*dh)
-	g.f("__shared__ %s sS[%d], sP[%d], sLse[%d], sDd[%d];", T, attnWarps*tile, attnWarps*tile, tile, tile)
+	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d];", T, tile*dh, tile*dh, tile*dh, tile*dh, tile*dh)
+	g.f("__shared__ %s sS[%d], sLse[%d], sDd[%d];", T, attnWarps*tile, tile, tile)
+	if nki > 0 { // dv's accumulator and the weights
+		g.f("__shared__ %s sB[%d], sP[%d];", T, tile*dh, attnWarps*tile)
+	}
 	g.attnLanes()
 	loadQ := func(ind string) {
 		g.f("%s  const int nq = %d - i0 < %d ? %d - i0 : %d;", ind, a.Tq, tile, a.Tq, tile)
@@ -228,13 +231,20 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	}
 	// grads renders, for query row i and key j of the tiles, the weight
 	// after dropout (pd) and the score gradient (ds), without the scale.
-	grads := func(ind string) {
-		g.f("%s%s pd = %s, ds = %s;", ind, T, c.Lit(0), c.Lit(0))
+	grads := func(ind string, withPD bool) {
+		if withPD {
+			g.f("%s%s pd = %s, ds = %s;", ind, T, c.Lit(0), c.Lit(0))
+		} else {
+			g.f("%s%s ds = %s;", ind, T, c.Lit(0))
+		}
 		g.f("%sif (i < nq && j < nk && %s) {", ind, vis)
 		g.f("%s  %s s = %s, dp = %s;", ind, T, c.Lit(0), c.Lit(0))
 		g.f("%s  for (int d = 0; d < %d; ++d) { s += sQ[i * %d + d] * sK[j * %d + d]; dp += sdO[i * %d + d] * sV[j * %d + d]; }", ind, dh, dh, dh, dh, dh)
 		g.f("%s  const %s p = %s(s * %s - sLse[i]), z = %s;", ind, T, c.Math("exp"), c.Lit(v.Attrs.F), attnKeep(c, f, a))
-		g.f("%s  pd = p * z; ds = p * (dp * z - sDd[i]);", ind)
+		if withPD {
+			g.f("%s  pd = p * z;", ind)
+		}
+		g.f("%s  ds = p * (dp * z - sDd[i]);", ind)
 		g.f("%s}", ind)
 	}
 	g.f("const long long nitems = %s * %d;", c.Dim(a.B), a.H*per)
@@ -259,8 +269,8 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("        const int qi = i0 + i; (void)qi;")
 		g.f("        for (int j = lane; j < %d; j += nl) {", tile)
 		g.f("          const int kj = j0 + j; (void)kj;")
-		grads("          ")
-		g.f("          sS[w * %d + j] = ds; (void)pd;", tile)
+		grads("          ", false)
+		g.f("          sS[w * %d + j] = ds;", tile)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("        for (int d = lane; d < %d; d += nl) {", dh)
@@ -299,7 +309,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("        const int kj = j0 + j; (void)kj;")
 		g.f("        for (int i = lane; i < %d; i += nl) {", tile)
 		g.f("          const int qi = i0 + i; (void)qi;")
-		grads("          ")
+		grads("          ", true)
 		g.f("          sP[w * %d + i] = pd; sS[w * %d + i] = ds;", tile, tile)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
