@@ -129,8 +129,8 @@ func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads in
 // Need" (PyTorch's tutorial PositionalEncoding: pe[p, 2i] = sin(p /
 // 10000^(2i/D)), pe[p, 2i+1] = cos(...)) to x [B, T, D], then dropout p.
 // The table, name.pe [maxLen, D], is a state buffer (saved in checkpoints,
-// never trained); a sequence longer than maxLen is an error naming this
-// line.
+// never trained; calls with one name share it); a sequence longer than
+// maxLen is an error naming this line.
 func (m *Model) PositionalEncoding(name string, x *Tensor, maxLen int, p float64) *Tensor {
 	pos := callerPos()
 	if m.err != nil || x == nil {
@@ -146,7 +146,14 @@ func (m *Model) PositionalEncoding(name string, x *Tensor, maxLen int, p float64
 		m.fail(pos, "positional_encoding", "%s: sequence length %d is longer than the table's %d positions", name, t, maxLen)
 		return x
 	}
-	pe := m.declare(ir.State, name+".pe", x.v.DType, Init{"sinusoid", float64(d), 0}, ir.Static(maxLen, d), pos)
+	// One table per name: encoding source and target with the same
+	// module reads one buffer, as in PyTorch.
+	var pe *Tensor
+	if v := m.m.Forward.Lookup(ir.State, name+".pe"); v != nil && v.Shape.Eq(ir.Static(maxLen, d)) && v.DType == x.v.DType {
+		pe = &Tensor{m, v}
+	} else {
+		pe = m.declare(ir.State, name+".pe", x.v.DType, Init{"sinusoid", float64(d), 0}, ir.Static(maxLen, d), pos)
+	}
 	h := pe
 	if t < maxLen {
 		h = m.op(pos, "slice", ir.Attrs{Axes: []int{0}, Ints: []int{0, t}}, pe)
@@ -165,4 +172,14 @@ func (m *Model) dropout(pos ir.Pos, x *Tensor, p float64) *Tensor {
 	}
 	m.stream++
 	return m.op(pos, "dropout", ir.Attrs{F: p, I: m.stream}, x)
+}
+
+// Embed gathers rows of the weight w [vocab, dim] by i32 ids, as
+// Embedding does with a weight of its own: for a weight shared with an
+// output projection (weight tying, logits = h·wᵀ).
+func Embed(w, ids *Tensor) *Tensor {
+	if w == nil || ids == nil {
+		return nil
+	}
+	return w.m.op(callerPos(), "embedding", ir.Attrs{}, w, ids)
 }
