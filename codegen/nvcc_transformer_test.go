@@ -17,7 +17,8 @@ import (
 // LayerNorm, softmax and attention kernels: self-attention with causal
 // and key-padding masks and dropout (one source for Q, K and V),
 // cross-attention (separate query and key/value sources), LayerNorm
-// forward and backward, and a standalone masked softmax.
+// forward and backward with the residual folded in (with and without
+// dropout), and a standalone masked softmax.
 func transformerBlock(dt ir.DType) *ir.Model {
 	b := irtest.New()
 	const e, t, s = 64, 9, 5
@@ -33,7 +34,8 @@ func transformerBlock(dt ir.DType) *ir.Model {
 			p(name+".out_proj.weight", e, e), p(name+".out_proj.bias", e), ops.MHAOptions{Heads: 2, Causal: causal, KeyPadding: pad, Dropout: drop, Stream: 1})
 	}
 	h := ln("ln1", b.Binary("add", x, mha("self_attn", x, x, nil, true, 0.1)))
-	h = ln("ln2", b.Binary("add", h, mha("cross_attn", h, mem, kpm, false, 0)))
+	// A post-LN residual with dropout: the fused layernorm(h, b, r, γ, β).
+	h = ln("ln2", b.Binary("add", h, b.Op("dropout", ir.Attrs{F: 0.1, I: 2}, mha("cross_attn", h, mem, kpm, false, 0))))
 	sm := b.Op("softmax", ir.Attrs{Axes: []int{-1}, Str: "causal"}, b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(t), ir.D(8), ir.D(8)}}, h))
 	m := b.Model("block", b.Op("mean", ir.Attrs{}, sm), h, ir.Optimizer{Kind: "sgd", LR: 0.1})
 	if b.Err != nil {

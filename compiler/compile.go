@@ -24,6 +24,7 @@ type pass struct {
 var passes = []pass{
 	{name: "infer shapes", fn: inferShapes, required: true},
 	{name: "pool first", fn: poolFirst},
+	{name: "residual norm", fn: residualNorm},
 	{name: "expand fused ops", fn: expandFused, required: true},
 	{name: "derive functions", fn: deriveFuncs, required: true},
 	{name: "autodiff", fn: autodiff, required: true},
@@ -41,6 +42,8 @@ var passOrder = [][2]string{
 	{"infer shapes", "pool first"},
 	{"pool first", "derive functions"},
 	{"infer shapes", "expand fused ops"},
+	{"infer shapes", "residual norm"},
+	{"residual norm", "derive functions"},
 	{"expand fused ops", "derive functions"},
 	{"derive functions", "autodiff"},
 	{"autodiff", "lower optimizer"},

@@ -13,6 +13,8 @@ func normCases() []opCase {
 		{name: "layernorm_3x5", op: "layernorm", attrs: eps, args: []opArg{f(3, 5), f(5), f(5)}},
 		{name: "layernorm_2x7x12", op: "layernorm", attrs: eps, args: []opArg{f(2, 7, 12), f(12), f(12)}},
 		{name: "layernorm_offset_2x3x37", op: "layernorm", attrs: ir.Attrs{F: 1e-3}, args: []opArg{fd(offset, 2, 3, 37), f(37), f(37)}},
+		// The fused residual form layernorm(h, b, r, γ, β) = LN(r + (h + b)).
+		{name: "layernorm_residual_2x7x12", op: "layernorm", attrs: eps, args: []opArg{f(2, 7, 12), f(12), f(2, 7, 12), f(12), f(12)}},
 		{name: "softmax_3x5_ax0", op: "softmax", attrs: ir.Attrs{Axes: []int{0}}, args: []opArg{f(3, 5)}},
 		{name: "softmax_2x7x3_mid", op: "softmax", attrs: ir.Attrs{Axes: []int{1}}, args: []opArg{f(2, 7, 3)}},
 		{name: "softmax_2x3x40_last", op: "softmax", attrs: ir.Attrs{Axes: []int{-1}}, args: []opArg{f(2, 3, 40)}},

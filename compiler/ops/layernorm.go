@@ -52,9 +52,38 @@ func layerNormDims(x, gamma *ir.Value) (d, rows int, err error) {
 	return last.N, rows, nil
 }
 
+// lnArgs splits layernorm's operands: the normalised input x (for the
+// fused residual form, h: x = residual + dropout(h + bias)), the optional
+// bias and residual, gamma and beta.
+func lnArgs(v *ir.Value) (x, bias, res, gamma, beta *ir.Value) {
+	a := v.Args
+	if len(a) == 5 {
+		return a[0], a[1], a[2], a[3], a[4]
+	}
+	return a[0], nil, nil, a[1], a[2]
+}
+
+// checkResidual checks the fused form's bias [D] and residual (x's shape).
+func checkResidual(x, bias, res *ir.Value) error {
+	if bias == nil {
+		return nil
+	}
+	d := x.Shape[len(x.Shape)-1]
+	if !bias.Shape.Eq(ir.Shape{d}) || bias.DType != x.DType || !res.Shape.Eq(x.Shape) || res.DType != x.DType {
+		return fmt.Errorf("bias %s and residual %s, want [%s] and %s", bias.Type(), res.Type(), d, x.Type())
+	}
+	return nil
+}
+
 func layerNormInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
-	x, gamma, beta := v.Args[0], v.Args[1], v.Args[2]
+	if len(v.Args) != 3 && len(v.Args) != 5 {
+		return nil, 0, fmt.Errorf("layernorm takes 3 or 5 arguments, got %d", len(v.Args))
+	}
+	x, bias, res, gamma, beta := lnArgs(v)
 	if _, _, err := layerNormDims(x, gamma); err != nil {
+		return nil, 0, err
+	}
+	if err := checkResidual(x, bias, res); err != nil {
 		return nil, 0, err
 	}
 	if !beta.Shape.Eq(gamma.Shape) || beta.DType != x.DType {
@@ -63,10 +92,26 @@ func layerNormInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	return x.Shape.Clone(), x.DType, nil
 }
 
+// lnBwdArgs splits layernorm_bwd's operands: g, x (or h), the optional
+// bias and residual, gamma.
+func lnBwdArgs(v *ir.Value) (g, x, bias, res, gamma *ir.Value) {
+	a := v.Args
+	if len(a) == 5 {
+		return a[0], a[1], a[2], a[3], a[4]
+	}
+	return a[0], a[1], nil, nil, a[2]
+}
+
 func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
-	g, x, gamma := v.Args[0], v.Args[1], v.Args[2]
+	if len(v.Args) != 3 && len(v.Args) != 5 {
+		return nil, 0, fmt.Errorf("layernorm_bwd takes 3 or 5 arguments, got %d", len(v.Args))
+	}
+	g, x, bias, res, gamma := lnBwdArgs(v)
 	d, rows, err := layerNormDims(x, gamma)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkResidual(x, bias, res); err != nil {
 		return nil, 0, err
 	}
 	if !g.Shape.Eq(x.Shape) || g.DType != x.DType {
@@ -76,23 +121,43 @@ func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 }
 
 func layerNormGrad(b *Builder, v, g *ir.Value) []*ir.Value {
-	x, gamma := v.Args[0], v.Args[1]
+	x, bias, res, gamma, _ := lnArgs(v)
 	d, rows, _ := layerNormDims(x, gamma)
-	bwd := b.Op("layernorm_bwd", ir.Attrs{F: v.Attrs.F}, g, x, gamma)
+	args := []*ir.Value{g, x, gamma}
+	if bias != nil {
+		args = []*ir.Value{g, x, bias, res, gamma}
+	}
+	bwd := b.Op("layernorm_bwd", ir.Attrs{F: v.Attrs.F, F2: v.Attrs.F2, I: v.Attrs.I}, args...)
 	part := func(from, to int) *ir.Value {
 		return b.Op("slice", ir.Attrs{Axes: []int{1}, Ints: []int{from, to}}, bwd)
 	}
 	dx := b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, rows*d))
 	dgamma := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d, rows*d+d))
 	dbeta := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d+d, rows*d+2*d))
-	return []*ir.Value{dx, dgamma, dbeta}
+	if bias == nil {
+		return []*ir.Value{dx, dgamma, dbeta}
+	}
+	// dx is the gradient of the sum, so of the residual; through the
+	// dropout (the same mask) it is h's, and summed over rows the bias's.
+	dh := dx
+	if v.Attrs.F2 > 0 {
+		dh = b.Op("dropout", ir.Attrs{F: v.Attrs.F2, I: v.Attrs.I}, dx)
+	}
+	return []*ir.Value{dh, b.SumTo(dh, bias.Shape), dx, dgamma, dbeta}
 }
 
 // layerNormExpand is the primitive form: mean, centred variance, scale,
 // of the data shifted by each row's first element as in the kernel (the
 // mean of unshifted f32 data far from 0 loses digits the kernel keeps).
 func layerNormExpand(b *Builder, v *ir.Value) *ir.Value {
-	x, gamma, beta := v.Args[0], v.Args[1], v.Args[2]
+	x, bias, res, gamma, beta := lnArgs(v)
+	if bias != nil {
+		x = b.Binary("add", x, bias)
+		if v.Attrs.F2 > 0 {
+			x = b.Op("dropout", ir.Attrs{F: v.Attrs.F2, I: v.Attrs.I}, x)
+		}
+		x = b.Binary("add", res, x)
+	}
 	last := ir.Attrs{Axes: []int{-1}, KeepDim: true}
 	xs := b.Binary("sub", x, b.Op("slice", ir.Attrs{Axes: []int{-1}, Ints: []int{0, 1}}, x))
 	d := b.Binary("sub", xs, b.Op("mean", last, xs))
@@ -135,17 +200,42 @@ func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps
 	g.f("  const %s mu = k0 + md;", t)
 }
 
+// lnInput renders the normalised input at linear index base + j (j the
+// column): x itself, or for the fused residual form residual +
+// dropout(h + bias), rounded as the unfused ops round it, with the
+// dropout mask drawn at the sum's linear index as a dropout op over it
+// draws.
+func lnInput(c *Ctx, v *ir.Value, at func(int, string) string, d, xi, bi, ri int) func(string) string {
+	if len(v.Args) != 5 {
+		return func(i string) string { return at(xi, i) }
+	}
+	return func(i string) string {
+		j := "(" + i + ") % " + itoa(d)
+		z := "(" + at(xi, i) + " + " + at(bi, j) + ")"
+		if p := v.Attrs.F2; p > 0 {
+			keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, i, c.Lit(1-p))
+			z = fmt.Sprintf("(%s ? (%s ? %s * %s : %s) : %s)", c.Scalar("train", "int"), keep, z, c.Lit(1/(1-p)), c.Lit(0), z)
+		}
+		return "(" + at(ri, i) + " + " + z + ")"
+	}
+}
+
 func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
 	x := v.Args[0]
 	d := x.Shape[len(x.Shape)-1].N
+	gi := 1
+	if len(v.Args) == 5 {
+		gi = 3
+	}
+	in := lnInput(c, v, at, d, 0, 1, 2)
 	g := &cg{}
 	g.blockRed(c.T, "red", 2)
 	g.f("const long long nrows = %s;", c.Size(rowsOf(x)))
 	g.f("for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
 	g.f("  const long long base = r * %d;", d)
-	g.shiftedStats(c, func(i string) string { return at(0, i) }, "base", d, v.Attrs.F, nil, nil)
+	g.shiftedStats(c, in, "base", d, v.Attrs.F, nil, nil)
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
-	g.f("    %s[base + j] = (%s - mu) * rstd * %s + %s;", out, at(0, "base + j"), at(1, "j"), at(2, "j"))
+	g.f("    %s[base + j] = (%s - mu) * rstd * %s + %s;", out, in("base + j"), at(gi, "j"), at(gi+1, "j"))
 	g.f("  }")
 	g.f("}")
 	return g.b.String()
@@ -153,7 +243,12 @@ func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string)
 
 func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
 	x := v.Args[1]
-	d, rows, _ := layerNormDims(x, v.Args[2])
+	gi := 2
+	if len(v.Args) == 5 {
+		gi = 4
+	}
+	d, rows, _ := layerNormDims(x, v.Args[gi])
+	in := lnInput(c, v, at, d, 1, 2, 3)
 	w := rows*d + 2*d
 	g := &cg{}
 	t := c.T
@@ -165,13 +260,13 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { pg[j] = %s; pb[j] = %s; }", d, c.Lit(0), c.Lit(0))
 	g.f("  for (int rr = 0; rr < %d; ++rr) {", rows)
 	g.f("  const long long base = (n * %d + rr) * %d;", rows, d)
-	g.shiftedStats(c, func(i string) string { return at(1, i) }, "base", d, v.Attrs.F,
-		func(i string) string { return at(0, i) }, func(i string) string { return at(2, i) })
+	g.shiftedStats(c, in, "base", d, v.Attrs.F,
+		func(i string) string { return at(0, i) }, func(i string) string { return at(gi, i) })
 	// Σ g·γ·x̂ = rstd·(Σ g·γ·d - md·Σ g·γ), d shifted by k0.
 	g.f("  const %s mgg = sgg / %s, mgx = rstd * (sgd - md * sgg) / %s;", t, c.Lit(float64(d)), c.Lit(float64(d)))
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
-	g.f("    const %s xh = (%s - mu) * rstd, gj = %s;", t, at(1, "base + j"), at(0, "base + j"))
-	g.f("    dx[rr * %d + j] = rstd * (gj * %s - mgg - xh * mgx);", d, at(2, "j"))
+	g.f("    const %s xh = (%s - mu) * rstd, gj = %s;", t, in("base + j"), at(0, "base + j"))
+	g.f("    dx[rr * %d + j] = rstd * (gj * %s - mgg - xh * mgx);", d, at(gi, "j"))
 	g.f("    pg[j] += gj * xh; pb[j] += gj;")
 	g.f("  }")
 	g.f("  }")
@@ -181,8 +276,8 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 
 func init() {
 	register(
-		&Def{Name: "layernorm", Kind: Loop, NArgs: 3, Infer: layerNormInfer, Loop: layerNormLoop, Flops: 8,
+		&Def{Name: "layernorm", Kind: Loop, NArgs: -1, Infer: layerNormInfer, Loop: layerNormLoop, Flops: 8,
 			Grad: layerNormGrad, Expand: layerNormExpand, Blocks: func(v *ir.Value) ir.Shape { return rowsOf(v.Args[0]) }},
-		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: 3, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12},
+		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: -1, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12},
 	)
 }

@@ -171,6 +171,17 @@ def _mha(attrs, query, key, in_w, in_b, out_w, out_b, kpm=None):
     return torch.where(full, out_b.expand_as(out), out)
 
 
+def _layernorm(attrs, *xs):
+    """F.layer_norm over the last axis; with five operands the fused
+    residual form LN(r + (h + b)) (dropout off)."""
+    if len(xs) == 5:
+        h, b, r, w, bias = xs
+        x = r + (h + b)
+    else:
+        x, w, bias = xs
+    return F.layer_norm(x, [x.shape[-1]], w, bias, attrs["f"])
+
+
 def _zero_states(x, whh):
     z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
     return z, z
@@ -225,7 +236,7 @@ OPS = {
     "lstm_zero": lambda a, x, *w: _recurrent("lstm", x, *w, *_zero_states(x, w[1])),
     "rnn_relu_masked": lambda a, *xs: _masked("rnn_relu", *xs),
     "lstm_masked": lambda a, *xs: _masked("lstm", *xs),
-    "layernorm": lambda a, x, w, b: F.layer_norm(x, [x.shape[-1]], w, b, a["f"]),
+    "layernorm": lambda a, *xs: _layernorm(a, *xs),
     "softmax": _softmax,
     "mha_self": lambda a, x, *w: _mha(a, x, x, *w),
     "mha_cross": _mha,
