@@ -47,6 +47,26 @@ func Softmax(x *Tensor, axis int) *Tensor {
 	return x.m.op(callerPos(), "softmax", ir.Attrs{Axes: []int{axis}}, x)
 }
 
+// MaskedSoftmax is softmax along the last axis of x [N, ..., L] with
+// attention masks: causal masks element j of row i (the second-to-last
+// coordinate) where j > i, and keyPadding (i32 [N, L], or nil) where it is
+// non-zero. Masked elements are 0; a fully masked row is all zeros
+// (PyTorch gives NaN there), with zero gradient.
+func MaskedSoftmax(x *Tensor, causal bool, keyPadding *Tensor) *Tensor {
+	if x == nil {
+		return nil
+	}
+	attrs := ir.Attrs{Axes: []int{-1}}
+	if causal {
+		attrs.Str = "causal"
+	}
+	args := []*Tensor{x}
+	if keyPadding != nil {
+		args = append(args, keyPadding)
+	}
+	return x.m.op(callerPos(), "softmax", attrs, args...)
+}
+
 // Attention holds MultiheadAttention's forward options.
 type Attention struct {
 	// Causal masks key j for query i where j > i, as the attn_mask of

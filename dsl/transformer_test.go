@@ -69,3 +69,22 @@ func TestAttentionMaskErrors(t *testing.T) {
 		t.Errorf("12 features over 5 heads: error %v", err)
 	}
 }
+
+// TestMaskedSoftmax: the masks reach the op, and a padding mask of the
+// wrong shape names the op and the caller's line.
+func TestMaskedSoftmax(t *testing.T) {
+	m := NewModel("sm")
+	x := m.Input("x", F32, Batch, 2, 6, 6)
+	kpm := m.Tokens("kpm", Batch, 6)
+	y := MaskedSoftmax(x, true, kpm)
+	if m.Err() != nil || y.v.Op != "softmax" || y.v.Attrs.Str != "causal" || len(y.v.Args) != 2 {
+		t.Fatalf("masked softmax %v: %v", y.v.LongString(), m.Err())
+	}
+	bad := m.Tokens("bad", Batch, 5)
+	_, _, line, _ := runtime.Caller(0)
+	MaskedSoftmax(x, false, bad)
+	want := fmt.Sprintf("softmax (dsl/transformer_test.go:%d)", line+1)
+	if err := m.Err(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %s", err, want)
+	}
+}

@@ -28,14 +28,19 @@ import (
 // tiles of the backward kernel within 40 KB of static shared memory, at
 // most 32 (a lane per row or key). 0 when not even one row fits.
 func tileFor(dh int, dt ir.DType) int {
-	size := dt.Size()
+	size, ld := dt.Size(), rowStride(dh)
 	for t := 32; t >= 1; t /= 2 {
-		if 6*t*dh*size+10*t*size <= 40960 {
+		if 6*t*ld*size+10*t*size <= 40960 {
 			return t
 		}
 	}
 	return 0
 }
+
+// rowStride is the distance between rows of a tile in shared memory: dh
+// made odd, so the lanes of a warp that read one column of 32 rows (the
+// scores' dot products) hit 32 different banks.
+func rowStride(dh int) int { return dh | 1 }
 
 // attnWarps is the most warps a block gives to rows.
 const attnWarps = 4
@@ -83,11 +88,12 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
 	a, _ := attentionDims(v)
 	T, dh, tile := c.T, a.Dh, tileFor(a.Dh, v.DType)
+	ld := rowStride(dh)
 	nqb := ceilDiv(a.Tq, tile)
 	wq, wk, wv := v.Args[0].Shape[2].N, v.Args[1].Shape[2].N, v.Args[2].Shape[2].N
 	causal := v.Attrs.Str == "causal"
 	g := &cg{}
-	g.f("__shared__ %s sQ[%d], sK[%d], sV[%d], sO[%d];", T, tile*dh, tile*dh, tile*dh, tile*dh)
+	g.f("__shared__ %s sQ[%d], sK[%d], sV[%d], sO[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sM[%d], sL[%d];", T, attnWarps*tile, tile, tile)
 	g.attnLanes()
 	g.f("const long long nitems = %s * %d;", c.Dim(a.B), a.H*nqb)
@@ -97,8 +103,8 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("  const int nq = %d - i0 < %d ? %d - i0 : %d;", a.Tq, tile, a.Tq, tile)
 	g.f("  for (int e = threadIdx.x; e < %d; e += blockDim.x) {", tile*dh)
 	g.f("    const int i = e / %d, d = e %% %d;", dh, dh)
-	g.f("    sQ[e] = i < nq ? %s : %s;", at(0, fmt.Sprintf("(b * %d + i0 + i) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)), c.Lit(0))
-	g.f("    sO[e] = %s;", c.Lit(0))
+	g.f("    sQ[i * %d + d] = i < nq ? %s : %s;", ld, at(0, fmt.Sprintf("(b * %d + i0 + i) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)), c.Lit(0))
+	g.f("    sO[i * %d + d] = %s;", ld, c.Lit(0))
 	g.f("  }")
 	g.f("  for (int i = threadIdx.x; i < %d; i += blockDim.x) { sM[i] = -INFINITY; sL[i] = %s; }", tile, c.Lit(0))
 	g.f("  __syncthreads();")
@@ -111,8 +117,8 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("    const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, tile, a.Tk, tile)
 	g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) {", tile*dh)
 	g.f("      const int j = e / %d, d = e %% %d;", dh, dh)
-	g.f("      sK[e] = j < nk ? %s : %s;", at(1, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)), c.Lit(0))
-	g.f("      sV[e] = j < nk ? %s : %s;", at(2, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)), c.Lit(0))
+	g.f("      sK[j * %d + d] = j < nk ? %s : %s;", ld, at(1, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)), c.Lit(0))
+	g.f("      sV[j * %d + d] = j < nk ? %s : %s;", ld, at(2, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)), c.Lit(0))
 	g.f("    }")
 	g.f("    __syncthreads();")
 	g.f("    for (int i = w; w < nw && i < nq; i += nw) {")
@@ -123,7 +129,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("        %s s = -INFINITY;", T)
 	g.f("        if (j < nk && %s) {", attnVisible(v, at, 3, a))
 	g.f("          %s acc = %s;", T, c.Lit(0))
-	g.f("          for (int d = 0; d < %d; ++d) acc += sQ[i * %d + d] * sK[j * %d + d];", dh, dh, dh)
+	g.f("          for (int d = 0; d < %d; ++d) acc += sQ[i * %d + d] * sK[j * %d + d];", dh, ld, ld)
 	g.f("          s = acc * %s;", c.Lit(v.Attrs.F))
 	g.f("        }")
 	g.f("        sS[w * %d + j] = s;", tile)
@@ -142,9 +148,9 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("      if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }")
 	g.f("      const %s alpha = mold == -INFINITY ? %s : %s(mold - mnew);", T, c.Lit(0), c.Math("exp"))
 	g.f("      for (int d = lane; d < %d; d += nl) {", dh)
-	g.f("        %s acc = sO[i * %d + d] * alpha;", T, dh)
-	g.f("        for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sV[j * %d + d];", tile, dh)
-	g.f("        sO[i * %d + d] = acc;", dh)
+	g.f("        %s acc = sO[i * %d + d] * alpha;", T, ld)
+	g.f("        for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sV[j * %d + d];", tile, ld)
+	g.f("        sO[i * %d + d] = acc;", ld)
 	g.f("      }")
 	g.f("      if (nl > 1) __syncwarp();")
 	g.f("      if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }")
@@ -154,7 +160,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("  for (int i = w; w < nw && i < nq; i += nw) {")
 	g.f("    const long long row = (b * %d + i0 + i) * %d;", a.Tq, a.D+a.H)
 	g.f("    const %s l = sL[i], inv = l > %s ? %s / l : %s;", T, c.Lit(0), c.Lit(1), c.Lit(0))
-	g.f("    for (int d = lane; d < %d; d += nl) %s[row + h * %d + d] = sO[i * %d + d] * inv;", dh, out, dh, dh)
+	g.f("    for (int d = lane; d < %d; d += nl) %s[row + h * %d + d] = sO[i * %d + d] * inv;", dh, out, dh, ld)
 	g.f("    if (lane == 0) %s[row + %d + h] = l > %s ? sM[i] + %s(l) : INFINITY;", out, a.D, c.Lit(0), c.Math("log"))
 	g.f("  }")
 	g.f("  __syncthreads();")
@@ -186,6 +192,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	f := bwdView(v)
 	a, _ := attentionDims(f)
 	T, dh, tile := c.T, a.Dh, tileFor(a.Dh, v.DType)
+	ld := rowStride(dh)
 	nqi, nki := attnItems(v, a, tile)
 	per := nqi + nki
 	gO, q, k, val, res := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4]
@@ -196,18 +203,18 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	// bwd operands: gO 0, q 1, k 2, v 3, out 4, kpm 5.
 	vis := attnVisible(f, func(i int, idx string) string { return at(i+2, idx) }, 3, a)
 	g := &cg{}
-	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d];", T, tile*dh, tile*dh, tile*dh, tile*dh, tile*dh)
+	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sLse[%d], sDd[%d];", T, attnWarps*tile, tile, tile)
 	if nki > 0 { // dv's accumulator and the weights
-		g.f("__shared__ %s sB[%d], sP[%d];", T, tile*dh, attnWarps*tile)
+		g.f("__shared__ %s sB[%d], sP[%d];", T, tile*ld, attnWarps*tile)
 	}
 	g.attnLanes()
 	loadQ := func(ind string) {
 		g.f("%s  const int nq = %d - i0 < %d ? %d - i0 : %d;", ind, a.Tq, tile, a.Tq, tile)
 		g.f("%s  for (int e = threadIdx.x; e < %d; e += blockDim.x) {", ind, tile*dh)
 		g.f("%s    const int i = e / %d, d = e %% %d;", ind, dh, dh)
-		g.f("%s    sQ[e] = i < nq ? %s : %s;", ind, at(1, fmt.Sprintf("(b * %d + i0 + i) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)), c.Lit(0))
-		g.f("%s    sdO[e] = i < nq ? %s : %s;", ind, at(0, fmt.Sprintf("(b * %d + i0 + i) * %d + h * %d + d", a.Tq, gw, dh)), c.Lit(0))
+		g.f("%s    sQ[i * %d + d] = i < nq ? %s : %s;", ind, ld, at(1, fmt.Sprintf("(b * %d + i0 + i) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)), c.Lit(0))
+		g.f("%s    sdO[i * %d + d] = i < nq ? %s : %s;", ind, ld, at(0, fmt.Sprintf("(b * %d + i0 + i) * %d + h * %d + d", a.Tq, gw, dh)), c.Lit(0))
 		g.f("%s  }", ind)
 		g.f("%s  __syncthreads();", ind)
 		// D_i = Σ dO·O, and the log-sum-exp (+inf past the last query,
@@ -215,7 +222,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("%s  for (int i = w; w < nw && i < %d; i += nw) {", ind, tile)
 		g.f("%s    const long long row = (b * %d + i0 + i) * %d;", ind, a.Tq, rw)
 		g.f("%s    %s dd = %s;", ind, T, c.Lit(0))
-		g.f("%s    if (i < nq) for (int d = lane; d < %d; d += nl) dd += sdO[i * %d + d] * %s;", ind, dh, dh, at(4, "row + h * "+itoa(dh)+" + d"))
+		g.f("%s    if (i < nq) for (int d = lane; d < %d; d += nl) dd += sdO[i * %d + d] * %s;", ind, dh, ld, at(4, "row + h * "+itoa(dh)+" + d"))
 		g.f("%s    if (nl > 1) dd = ngen_warp_sum(dd);", ind)
 		g.f("%s    if (lane == 0) { sDd[i] = dd; sLse[i] = i < nq ? %s : INFINITY; }", ind, at(4, "row + "+itoa(a.D)+" + h"))
 		g.f("%s  }", ind)
@@ -225,8 +232,8 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("%s  const int nk = %d - j0 < %d ? %d - j0 : %d;", ind, a.Tk, tile, a.Tk, tile)
 		g.f("%s  for (int e = threadIdx.x; e < %d; e += blockDim.x) {", ind, tile*dh)
 		g.f("%s    const int j = e / %d, d = e %% %d;", ind, dh, dh)
-		g.f("%s    sK[e] = j < nk ? %s : %s;", ind, at(2, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)), c.Lit(0))
-		g.f("%s    sV[e] = j < nk ? %s : %s;", ind, at(3, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)), c.Lit(0))
+		g.f("%s    sK[j * %d + d] = j < nk ? %s : %s;", ind, ld, at(2, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)), c.Lit(0))
+		g.f("%s    sV[j * %d + d] = j < nk ? %s : %s;", ind, ld, at(3, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)), c.Lit(0))
 		g.f("%s  }", ind)
 	}
 	// grads renders, for query row i and key j of the tiles, the weight
@@ -239,7 +246,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		}
 		g.f("%sif (i < nq && j < nk && %s) {", ind, vis)
 		g.f("%s  %s s = %s, dp = %s;", ind, T, c.Lit(0), c.Lit(0))
-		g.f("%s  for (int d = 0; d < %d; ++d) { s += sQ[i * %d + d] * sK[j * %d + d]; dp += sdO[i * %d + d] * sV[j * %d + d]; }", ind, dh, dh, dh, dh, dh)
+		g.f("%s  for (int d = 0; d < %d; ++d) { s += sQ[i * %d + d] * sK[j * %d + d]; dp += sdO[i * %d + d] * sV[j * %d + d]; }", ind, dh, ld, ld, ld, ld)
 		g.f("%s  const %s p = %s(s * %s - sLse[i]), z = %s;", ind, T, c.Math("exp"), c.Lit(v.Attrs.F), attnKeep(c, f, a))
 		if withPD {
 			g.f("%s  pd = p * z;", ind)
@@ -256,7 +263,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("  if (x < %d) {", nqi)
 		g.f("    const int i0 = x * %d;", tile)
 		loadQ("  ")
-		g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) sA[e] = %s;", tile*dh, c.Lit(0))
+		g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) sA[e] = %s;", tile*ld, c.Lit(0))
 		if causal {
 			g.f("    const int kend = i0 + nq < %d ? i0 + nq : %d;", a.Tk, a.Tk)
 		} else {
@@ -274,9 +281,9 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("        for (int d = lane; d < %d; d += nl) {", dh)
-		g.f("          %s acc = sA[i * %d + d];", T, dh)
-		g.f("          for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sK[j * %d + d];", tile, dh)
-		g.f("          sA[i * %d + d] = acc;", dh)
+		g.f("          %s acc = sA[i * %d + d];", T, ld)
+		g.f("          for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sK[j * %d + d];", tile, ld)
+		g.f("          sA[i * %d + d] = acc;", ld)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("      }")
@@ -284,7 +291,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("    }")
 		g.f("    for (int e = threadIdx.x; e < nq * %d; e += blockDim.x) {", dh)
 		g.f("      const int i = e / %d, d = e %% %d;", dh, dh)
-		g.f("      %s[(b * %d + i0 + i) * %d + %d + h * %d + d] = sA[e] * %s;", out, a.Tq, ws, a.QOff, dh, c.Lit(v.Attrs.F))
+		g.f("      %s[(b * %d + i0 + i) * %d + %d + h * %d + d] = sA[i * %d + d] * %s;", out, a.Tq, ws, a.QOff, dh, ld, c.Lit(v.Attrs.F))
 		g.f("    }")
 		g.f("    __syncthreads();")
 		g.f("    continue;")
@@ -296,7 +303,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("  {")
 		g.f("    const int j0 = (x - %d) * %d;", nqi, tile)
 		loadKV("  ")
-		g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) { sA[e] = %s; sB[e] = %s; }", tile*dh, c.Lit(0), c.Lit(0))
+		g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) { sA[e] = %s; sB[e] = %s; }", tile*ld, c.Lit(0), c.Lit(0))
 		g.f("    __syncthreads();")
 		if causal {
 			g.f("    const int istart = j0; // earlier queries see none of these keys")
@@ -314,9 +321,9 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("        for (int d = lane; d < %d; d += nl) {", dh)
-		g.f("          %s dk = sA[j * %d + d], dv = sB[j * %d + d];", T, dh, dh)
-		g.f("          for (int i = 0; i < nq; ++i) { dk += sS[w * %d + i] * sQ[i * %d + d]; dv += sP[w * %d + i] * sdO[i * %d + d]; }", tile, dh, tile, dh)
-		g.f("          sA[j * %d + d] = dk; sB[j * %d + d] = dv;", dh, dh)
+		g.f("          %s dk = sA[j * %d + d], dv = sB[j * %d + d];", T, ld, ld)
+		g.f("          for (int i = 0; i < nq; ++i) { dk += sS[w * %d + i] * sQ[i * %d + d]; dv += sP[w * %d + i] * sdO[i * %d + d]; }", tile, ld, tile, ld)
+		g.f("          sA[j * %d + d] = dk; sB[j * %d + d] = dv;", ld, ld)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("      }")
@@ -326,10 +333,10 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("      const int j = e / %d, d = e %% %d;", dh, dh)
 		g.f("      const long long row = (b * %d + j0 + j) * %d;", a.Tk, ws)
 		if m&2 != 0 {
-			g.f("      %s[row + %d + h * %d + d] = sA[e] * %s;", out, a.KOff, dh, c.Lit(v.Attrs.F))
+			g.f("      %s[row + %d + h * %d + d] = sA[j * %d + d] * %s;", out, a.KOff, dh, ld, c.Lit(v.Attrs.F))
 		}
 		if m&4 != 0 {
-			g.f("      %s[row + %d + h * %d + d] = sB[e];", out, a.VOff, dh)
+			g.f("      %s[row + %d + h * %d + d] = sB[j * %d + d];", out, a.VOff, dh, ld)
 		}
 		g.f("    }")
 		g.f("    __syncthreads();")
