@@ -220,3 +220,34 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("sequence longer than the table: error %v", err)
 	}
 }
+
+// TestPositionalTable: the pe buffer holds "Attention Is All You Need"'s
+// table, pe[p, 2i] = sin(p / 10000^(2i/D)) and pe[p, 2i+1] = cos(...), as
+// PyTorch's tutorial PositionalEncoding fills it, one table shared by the
+// source and target encodings.
+func TestPositionalTable(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	c := small(LMConfig())
+	s := session(t, dev, NewTransformerLM(c), true, 1)
+	defer s.Close()
+	pe := read(t, s, "state", "pos_encoder.pe")
+	if len(pe) != c.MaxLen*c.DModel {
+		t.Fatalf("pe has %d values, want %d", len(pe), c.MaxLen*c.DModel)
+	}
+	for p := 0; p < c.MaxLen; p++ {
+		for i := 0; i < c.DModel; i++ {
+			a := float64(p) / math.Pow(10000, float64(i-i%2)/float64(c.DModel))
+			want := math.Sin(a)
+			if i%2 == 1 {
+				want = math.Cos(a)
+			}
+			if got := pe[p*c.DModel+i]; math.Abs(got-want) > 1e-6 { // stored in f32
+				t.Fatalf("pe[%d, %d] = %g, want %g", p, i, got, want)
+			}
+		}
+	}
+}
