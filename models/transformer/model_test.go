@@ -251,3 +251,75 @@ func TestPositionalTable(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalMode: in eval mode (the train flag off) both models predict as
+// the same model declared without dropout, through predict and, where
+// the plan derives it, predict_eval (which the generated Predict runs in
+// eval mode): dropout inside attention and the fused residual LayerNorm
+// reads the flag, the other dropouts are removed.
+func TestEvalMode(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, c := range []struct {
+		name  string
+		model func(drop float64) *dsl.Model
+		ins   []string
+	}{
+		{"transformer", func(p float64) *dsl.Model { c := small(LMConfig()); c.Dropout = p; return NewTransformerLM(c) }, []string{"src", "tgt"}},
+		{"gpt", func(p float64) *dsl.Model { c := small(GPTConfig()); c.Dropout = p; return NewGPT(c) }, []string{"x"}},
+	} {
+		rng := rand.New(rand.NewPCG(9, 9))
+		in := map[string][]int32{}
+		for _, n := range c.ins {
+			in[n] = tokens(rng, 2*9)
+		}
+		predict := func(s *runtime.Session, fn string) []float64 {
+			for n, v := range in {
+				if err := s.WriteInput(n, v, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Run(fn, 2); err != nil {
+				t.Fatal(err)
+			}
+			// Each function writes its own output buffer.
+			for _, f := range s.Plan().Funcs {
+				for _, o := range f.Outputs {
+					if f.Name == fn && o.Name == "output" {
+						v, err := s.ReadFloats(o.Buf)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return v
+					}
+				}
+			}
+			t.Fatalf("%s has no output", fn)
+			return nil
+		}
+		plain := session(t, dev, c.model(0), true, 2)
+		want := predict(plain, "predict")
+		plain.Close()
+		s := session(t, dev, c.model(0.1), true, 2)
+		s.SetTrain(false)
+		fns := []string{"predict"}
+		for _, f := range s.Plan().Funcs {
+			if f.Name == "predict_eval" {
+				fns = append(fns, f.Name)
+			}
+		}
+		for _, fn := range fns {
+			if msg := within(predict(s, fn), want, 0, 0); msg != "" {
+				t.Errorf("%s %s in eval mode differs from the model without dropout: %s", c.name, fn, msg)
+			}
+		}
+		s.SetTrain(true)
+		if msg := within(predict(s, "predict"), want, 0, 0); msg == "" {
+			t.Errorf("%s: predict in training mode equals the model without dropout", c.name)
+		}
+		s.Close()
+	}
+}
