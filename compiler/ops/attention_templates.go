@@ -72,9 +72,13 @@ func attnKeep(c *Ctx, v *ir.Value, a attnDims) string {
 	if p == 0 {
 		return c.Lit(1)
 	}
-	idx := fmt.Sprintf("((b * %d + h) * %d + qi) * %d + kj", a.H, a.Tq, a.Tk)
-	keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, idx, c.Lit(1-p))
-	return fmt.Sprintf("(%s ? (%s ? %s : %s) : %s)", c.Scalar("train", "int"), keep, c.Lit(1/(1-p)), c.Lit(0), c.Lit(1))
+	// The index an unfused dropout over the [B,H,Tq,Tk] weights draws
+	// at: the element's index in the global batch (sampleIndex).
+	ci := *c
+	ci.Index = fmt.Sprintf("(((b * %d + h) * %d + qi) * %d + kj)", a.H, a.Tq, a.Tk)
+	idx := sampleIndex(&ci, ir.Shape{a.B, ir.D(a.H), ir.D(a.Tq), ir.D(a.Tk)})
+	factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, idx, c.Lit(1-p), c.Lit(1/(1-p)))
+	return fmt.Sprintf("(%s ? %s : %s)", c.Scalar("train", "int"), factor, c.Lit(1))
 }
 
 func attentionFwdBlocks(v *ir.Value) ir.Shape {

@@ -203,18 +203,21 @@ func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps
 // lnInput renders the normalised input at linear index base + j (j the
 // column): x itself, or for the fused residual form residual +
 // dropout(h + bias), rounded as the unfused ops round it, with the
-// dropout mask drawn at the sum's linear index as a dropout op over it
-// draws.
+// dropout mask drawn where a dropout op over the sum draws (the element's
+// index in the global batch, sampleIndex).
 func lnInput(c *Ctx, v *ir.Value, at func(int, string) string, d, xi, bi, ri int) func(string) string {
 	if len(v.Args) != 5 {
 		return func(i string) string { return at(xi, i) }
 	}
+	shape := v.Args[xi].Shape
 	return func(i string) string {
 		j := "(" + i + ") % " + itoa(d)
 		z := "(" + at(xi, i) + " + " + at(bi, j) + ")"
 		if p := v.Attrs.F2; p > 0 {
-			keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, i, c.Lit(1-p))
-			z = fmt.Sprintf("(%s ? (%s ? %s * %s : %s) : %s)", c.Scalar("train", "int"), keep, z, c.Lit(1/(1-p)), c.Lit(0), z)
+			ci := *c
+			ci.Index = "(" + i + ")"
+			factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, sampleIndex(&ci, shape), c.Lit(1-p), c.Lit(1/(1-p)))
+			z = fmt.Sprintf("(%s ? %s * %s : %s)", c.Scalar("train", "int"), z, factor, z)
 		}
 		return "(" + at(ri, i) + " + " + z + ")"
 	}
