@@ -12,7 +12,8 @@ import (
 
 // loopKernel renders a recurrence (an ops.Loop value, e.g. rnn_scan) as
 // one kernel from its op row's template: a block per sequence over the
-// symbolic batch, the loop over time inside. It synchronises its block
+// symbolic batch (or per work item of the row's Blocks), the loop over
+// time inside. It synchronises its block
 // between steps; the CPU backend runs it with one-thread blocks.
 func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	k := newKernel(p, g)
@@ -36,7 +37,11 @@ func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	}
 	k.sync, k.soloBlocks = true, true
 	k.block = [3]int{128, 1, 1}
-	z := ir.Shape{v.Shape[0]}.Size()
+	blocks := ir.Shape{v.Shape[0]}
+	if d := ops.Lookup(v.Op); d.Blocks != nil {
+		blocks = d.Blocks(v)
+	}
+	z := blocks.Size()
 	k.grid = [3]runtime.Expr{
 		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Max: 1 << 20},
 		{Size: runtime.Size{Mul: 1}},

@@ -42,7 +42,7 @@ func TestCompileBadDump(t *testing.T) {
 // TestPassOrder: the table is in the order the passes need, and the check
 // at init would catch a reordering or a renamed pass.
 func TestPassOrder(t *testing.T) {
-	want := "infer_shapes pool_first derive_functions autodiff lower_optimizer fold_constants prune recompute fuse plan_memory"
+	want := "infer_shapes pool_first residual_norm expand_fused_ops derive_functions autodiff lower_optimizer fold_constants prune recompute fuse plan_memory"
 	if got := strings.Join(PassNames(), " "); got != want {
 		t.Errorf("passes %s, want %s", got, want)
 	}
@@ -50,7 +50,7 @@ func TestPassOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	swapped := append([]pass(nil), passes...)
-	swapped[3], swapped[4] = swapped[4], swapped[3] // lower optimizer before autodiff
+	swapped[5], swapped[6] = swapped[6], swapped[5] // lower optimizer before autodiff
 	if err := checkOrder(swapped, passOrder); err == nil || !strings.Contains(err.Error(), `"autodiff" must run before "lower optimizer"`) {
 		t.Errorf("swapped passes: %v", err)
 	}
@@ -76,7 +76,11 @@ func TestCompileDumpOne(t *testing.T) {
 func TestCompileErrorNamesPass(t *testing.T) {
 	saved := passes
 	defer func() { passes = saved }()
-	passes = append([]pass(nil), passes[:4]...)
+	n := 0
+	for n < len(saved) && saved[n].name != "autodiff" {
+		n++
+	}
+	passes = append([]pass(nil), passes[:n+1]...) // through autodiff
 	passes = append(passes, pass{name: "break shapes", required: true, fn: func(p *Program) error {
 		p.Step.Values[len(p.Step.Values)-1].Shape = ir.Static(7)
 		return nil

@@ -177,6 +177,15 @@ func groupName(g *Group) string {
 			opsList = append(opsList, op)
 		}
 	}
+	if layer == "" && g.Kind == Loop {
+		// A fused layer kernel fed by GEMMs (attention reads the QKV
+		// projection) takes the layer of the parameters one step up.
+		for _, v := range g.Values {
+			if p := paramBehind(v, 3); p != nil && layer == "" {
+				layer = p.Name[:max(strings.LastIndex(p.Name, "."), 0)]
+			}
+		}
+	}
 	if phase == "opt" {
 		return "optimizer_update"
 	}
@@ -190,6 +199,24 @@ func groupName(g *Group) string {
 	parts = append(parts, opsList...)
 	parts = append(parts, phase)
 	return Sanitize(strings.Join(parts, "_"))
+}
+
+// paramBehind is the first parameter among v's arguments, searched depth
+// producers deep (through the GEMM and the slice of a packed weight).
+func paramBehind(v *ir.Value, depth int) *ir.Value {
+	for _, a := range v.Args {
+		if a = base(a); a.Role == ir.Param {
+			return a
+		}
+	}
+	if depth > 1 {
+		for _, a := range v.Args {
+			if p := paramBehind(base(a), depth-1); p != nil {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // Sanitize maps any string to a C and Go identifier: letters, digits and

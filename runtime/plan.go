@@ -95,10 +95,10 @@ func (e Expr) Eval(env map[string]int) int {
 	return int(n)
 }
 
-// Init is how a parameter starts: uniform in [A, B), constant A, or
-// normal(A, B).
+// Init is how a parameter starts: uniform in [A, B), constant A,
+// normal(A, B), or (state) the sinusoidal positional table of width A.
 type Init struct {
-	Kind string // "uniform", "const", "normal", "" = zero
+	Kind string // "uniform", "const", "normal", "sinusoid", "" = zero
 	A, B float64
 }
 

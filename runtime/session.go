@@ -156,6 +156,14 @@ func (s *Session) initParams() error {
 				vals[k] = b.Init.A + b.Init.B*rng.NormFloat64()
 			case "const":
 				vals[k] = b.Init.A
+			case "sinusoid": // a positional encoding table [L, D], D = A
+				d := int(b.Init.A)
+				p, i := k/d, k%d
+				angle := float64(p) * math.Exp(-float64(i-i%2)*math.Log(10000)/float64(d))
+				vals[k] = math.Sin(angle)
+				if i%2 == 1 {
+					vals[k] = math.Cos(angle)
+				}
 			}
 		}
 		if err := s.writeFloats(i, vals); err != nil {

@@ -31,6 +31,8 @@ const (
 	positive         // [0.5, 2]: log, sqrt, powc, divisors
 	awayFrom0        // ±[0.2, 1.5]: relu, abs (no kink within reach of eps)
 	distinct         // distinct values 0.05 apart, shuffled: max (no ties)
+	offset           // 30 + normal: rows whose mean dwarfs their spread (LayerNorm)
+	fanIn            // normal / √(last dimension): weights as initialised, so products stay O(1)
 )
 
 type opArg struct {
@@ -173,7 +175,7 @@ func opGroups() map[string][]opCase {
 		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
 		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
 	}
-	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases()}
+	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases(), "norm": normCases(), "attention": attentionCases()}
 }
 
 // opData is the operand, label and grad_output data of every case.
@@ -202,6 +204,8 @@ func genValues(rng *rand.Rand, n, domain int, dt ir.DType) []float64 {
 			switch domain {
 			case positive:
 				v[i] = 0.5 + 1.5*rng.Float64()
+			case offset:
+				v[i] = 30 + rng.NormFloat64()
 			case awayFrom0:
 				v[i] = 0.2 + 1.3*rng.Float64()
 				if rng.IntN(2) == 0 {
@@ -245,7 +249,16 @@ func buildOpModel(dt ir.DType, cases []opCase, outCase int, seed uint64) (*ir.Mo
 				continue
 			}
 			args = append(args, b.Param(c.argName(j), dt, 1, a.shape...))
-			data.floats[c.argName(j)] = genValues(rng, elems(a.shape), a.domain, dt)
+			vals := genValues(rng, elems(a.shape), a.domain, dt)
+			if a.domain == fanIn {
+				for k := range vals {
+					vals[k] /= math.Sqrt(float64(a.shape[len(a.shape)-1]))
+					if dt == ir.F32 {
+						vals[k] = float64(float32(vals[k]))
+					}
+				}
+			}
+			data.floats[c.argName(j)] = vals
 		}
 		v := buildCase(b, c, args)
 		if b.Err != nil {
@@ -373,6 +386,12 @@ func oracleAttrs(a ir.Attrs) map[string]any {
 	}
 	if a.Perm != nil {
 		m["perm"] = a.Perm
+	}
+	if a.Str != "" {
+		m["str"] = a.Str
+	}
+	if a.I != 0 {
+		m["i"] = a.I
 	}
 	if a.Shape != nil {
 		var s []int

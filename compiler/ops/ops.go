@@ -71,6 +71,15 @@ type Def struct {
 	// expression of argument i at linear index idx, out the pointer to
 	// the result, c.Dim the batch dimension.
 	Loop func(c *Ctx, v *ir.Value, at func(arg int, idx string) string, out string) string
+	// Blocks, for a Loop op, is the shape whose element count is the
+	// kernel's grid (its blocks' work items); nil means the leading
+	// dimension of the result (a block per sequence).
+	Blocks func(v *ir.Value) ir.Shape
+	// Expand, for a fused op, builds the same value from primitive ops:
+	// the "expand fused ops" pass uses it when fusion is off, so that
+	// -fuse=none computes the op the way a framework without the fused
+	// kernel would, for comparison.
+	Expand func(b *Builder, v *ir.Value) *ir.Value
 }
 
 // inEval sets d.InEval to argument i, where its shape is v's.

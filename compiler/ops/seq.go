@@ -216,7 +216,12 @@ func init() {
 				a := ir.Attrs{Axes: append([]int(nil), v.Attrs.Axes...), Ints: append([]int(nil), v.Attrs.Ints...), Shape: v.Args[0].Shape.Clone()}
 				return []*ir.Value{b.Op("slice_bwd", a, g)}
 			}},
-		&Def{Name: "slice_bwd", Kind: Gather, NArgs: 1, Infer: sliceBwdInfer, Gather: sliceBwdGather, Indexed: []bool{true}},
+		// slice_bwd pads with zeros; its own gradient (the primitive
+		// attention's, which pads its output) slices.
+		&Def{Name: "slice_bwd", Kind: Gather, NArgs: 1, Infer: sliceBwdInfer, Gather: sliceBwdGather, Indexed: []bool{true},
+			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
+				return []*ir.Value{b.Op("slice", ir.Attrs{Axes: append([]int(nil), v.Attrs.Axes...), Ints: append([]int(nil), v.Attrs.Ints...)}, g)}
+			}},
 		&Def{Name: "concat", Kind: Gather, NArgs: -1, Infer: concatInfer, Gather: concatGather,
 			Indexed: concatIndexed,
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {

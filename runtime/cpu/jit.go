@@ -25,7 +25,13 @@ import (
 
 // jitFlags are the compiler flags CompileModule uses; they are part of the
 // cache key.
-var jitFlags = []string{"-std=c++17", "-O3", "-shared", "-fPIC"} // -O3 like the generated packages' cgo flags
+// -O3 like the generated packages' cgo flags. -fno-gnu-unique: the
+// emulation's kernels are inline functions and their __shared__ arrays
+// function-local statics, which g++ would otherwise bind as STB_GNU_UNIQUE,
+// one object per name across every loaded module: an f64 kernel loaded
+// after an f32 one of the same name would then use the f32 kernel's
+// smaller arrays.
+var jitFlags = []string{"-std=c++17", "-O3", "-shared", "-fPIC", "-fno-gnu-unique"}
 
 // CompileModule compiles kernels for the host at run time, for tests and
 // tools; generated packages compile theirs with cgo instead.

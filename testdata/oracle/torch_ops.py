@@ -127,6 +127,61 @@ def _masked(cell, x, wih, whh, bih, bhh, h0, *rest):
     return torch.cat(parts)
 
 
+def _softmax(attrs, x, kpm=None):
+    """Softmax along one axis with ngen's masks: causal (element j of row i
+    where j > i) and key padding (kpm [N, L] non-zero) along the last
+    axis. A fully masked row is zeros by definition (PyTorch's is NaN):
+    such rows are computed unmasked and then replaced, so no NaN reaches
+    the gradient either."""
+    axis = attrs["axes"][0]
+    if attrs.get("str") != "causal" and kpm is None:
+        return torch.softmax(x, axis)
+    mask = torch.zeros(x.shape, dtype=torch.bool)
+    if attrs.get("str") == "causal":
+        q, k = x.shape[-2], x.shape[-1]
+        mask = mask | torch.ones(q, k, dtype=torch.bool).triu(1)
+    if kpm is not None:
+        shape = [x.shape[0]] + [1] * (x.dim() - 2) + [x.shape[-1]]
+        mask = mask | (kpm != 0).reshape(shape)
+    full = mask.all(-1, keepdim=True)
+    y = torch.softmax(x.masked_fill(mask & ~full, float("-inf")), -1)
+    return torch.where(full, torch.zeros_like(y), y)
+
+
+def _mha(attrs, query, key, in_w, in_b, out_w, out_b, kpm=None):
+    """torch.nn.MultiheadAttention (batch_first, dropout 0) called with the
+    given parameters; key is also the value. Masks as in _softmax; a
+    query whose every key is masked outputs out_proj's bias (ngen's
+    attention gives it zeros), PyTorch NaN: such rows run unmasked and
+    are replaced."""
+    heads = attrs["ints"][0]
+    e = query.shape[-1]
+    b, tq, tk = query.shape[0], query.shape[1], key.shape[1]
+    mask = torch.zeros(b, tq, tk, dtype=torch.bool)
+    if attrs.get("str") == "causal":
+        mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
+    if kpm is not None:
+        mask = mask | (kpm != 0)[:, None, :]
+    full = mask.all(-1, keepdim=True)
+    mask = (mask & ~full).repeat_interleave(heads, 0)
+    mha = torch.nn.MultiheadAttention(e, heads, dropout=0.0, batch_first=True, dtype=query.dtype)
+    params = {"in_proj_weight": in_w, "in_proj_bias": in_b, "out_proj.weight": out_w, "out_proj.bias": out_b}
+    out, _ = torch.nn.utils.stateless.functional_call(
+        mha, params, (query, key, key), {"attn_mask": mask, "need_weights": False})
+    return torch.where(full, out_b.expand_as(out), out)
+
+
+def _layernorm(attrs, *xs):
+    """F.layer_norm over the last axis; with five operands the fused
+    residual form LN(r + (h + b)) (dropout off)."""
+    if len(xs) == 5:
+        h, b, r, w, bias = xs
+        x = r + (h + b)
+    else:
+        x, w, bias = xs
+    return F.layer_norm(x, [x.shape[-1]], w, bias, attrs["f"])
+
+
 def _zero_states(x, whh):
     z = torch.zeros(x.shape[0], whh.shape[1], dtype=x.dtype)
     return z, z
@@ -181,6 +236,10 @@ OPS = {
     "lstm_zero": lambda a, x, *w: _recurrent("lstm", x, *w, *_zero_states(x, w[1])),
     "rnn_relu_masked": lambda a, *xs: _masked("rnn_relu", *xs),
     "lstm_masked": lambda a, *xs: _masked("lstm", *xs),
+    "layernorm": lambda a, *xs: _layernorm(a, *xs),
+    "softmax": _softmax,
+    "mha_self": lambda a, x, *w: _mha(a, x, x, *w),
+    "mha_cross": _mha,
 }
 
 

@@ -1,0 +1,286 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// LayerNorm over the last axis, torch.nn.functional.layer_norm with weight
+// and bias, as two fused kernels (Kind Loop):
+//
+//   - layernorm(x [..., D], gamma [D], beta [D]) → y, Attrs.F = eps: a
+//     block per row. One pass over the row gathers the sums of d and d²
+//     of the data shifted by the row's first element (d = x - x₀); the
+//     variance E[d²] - E[d]² is then free of the cancellation that the
+//     unshifted E[x²] - E[x]² suffers for rows whose mean is large
+//     against their spread. A second pass (from cache) writes y.
+//   - layernorm_bwd(g, x, gamma) → [N, R·D + 2D] for x [N, R..., D]: a
+//     block per leading index n walks its R rows. One pass per row
+//     gathers the shifted sums and Σ g·γ and Σ g·γ·d, from which
+//     dx = rstd·(g·γ - mean(g·γ) - x̂·mean(g·γ·x̂)); the same pass
+//     accumulates the row's g·x̂ and g into the block's partial dgamma
+//     and dbeta (each column always by the same thread, so in a fixed
+//     order: no atomics, the same bits on every run). The result holds,
+//     per n, dx for its rows, then the two partials; the gradient rule
+//     sums the partials over n (a small reduction over [N, D]).
+//
+// The statistics are recomputed in backward rather than stored: one more
+// read of a row the kernel reads anyway.
+
+func layerNormDims(x, gamma *ir.Value) (d, rows int, err error) {
+	if len(x.Shape) < 2 {
+		return 0, 0, fmt.Errorf("input %s must have at least 2 dimensions", x.Shape)
+	}
+	last := x.Shape[len(x.Shape)-1]
+	if last.Sym != "" {
+		return 0, 0, fmt.Errorf("the normalised axis of %s must be static", x.Shape)
+	}
+	rows = 1
+	for _, dim := range x.Shape[1 : len(x.Shape)-1] {
+		if dim.Sym != "" {
+			return 0, 0, fmt.Errorf("only the leading dimension of %s may be symbolic", x.Shape)
+		}
+		rows *= dim.N
+	}
+	if !x.DType.IsFloat() || gamma.DType != x.DType {
+		return 0, 0, fmt.Errorf("operands must share a float dtype, got %s and %s", x.Type(), gamma.Type())
+	}
+	if !gamma.Shape.Eq(ir.Static(last.N)) {
+		return 0, 0, fmt.Errorf("weight %s, want [%d]", gamma.Shape, last.N)
+	}
+	return last.N, rows, nil
+}
+
+// lnArgs splits layernorm's operands: the normalised input x (for the
+// fused residual form, h: x = residual + dropout(h + bias)), the optional
+// bias and residual, gamma and beta.
+func lnArgs(v *ir.Value) (x, bias, res, gamma, beta *ir.Value) {
+	a := v.Args
+	if len(a) == 5 {
+		return a[0], a[1], a[2], a[3], a[4]
+	}
+	return a[0], nil, nil, a[1], a[2]
+}
+
+// checkResidual checks the fused form's bias [D] and residual (x's shape).
+func checkResidual(x, bias, res *ir.Value) error {
+	if bias == nil {
+		return nil
+	}
+	d := x.Shape[len(x.Shape)-1]
+	if !bias.Shape.Eq(ir.Shape{d}) || bias.DType != x.DType || !res.Shape.Eq(x.Shape) || res.DType != x.DType {
+		return fmt.Errorf("bias %s and residual %s, want [%s] and %s", bias.Type(), res.Type(), d, x.Type())
+	}
+	return nil
+}
+
+func layerNormInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	if len(v.Args) != 3 && len(v.Args) != 5 {
+		return nil, 0, fmt.Errorf("layernorm takes 3 or 5 arguments, got %d", len(v.Args))
+	}
+	x, bias, res, gamma, beta := lnArgs(v)
+	if _, _, err := layerNormDims(x, gamma); err != nil {
+		return nil, 0, err
+	}
+	if err := checkResidual(x, bias, res); err != nil {
+		return nil, 0, err
+	}
+	if !beta.Shape.Eq(gamma.Shape) || beta.DType != x.DType {
+		return nil, 0, fmt.Errorf("bias %s, want %s", beta.Type(), gamma.Type())
+	}
+	return x.Shape.Clone(), x.DType, nil
+}
+
+// lnBwdArgs splits layernorm_bwd's operands: g, x (or h), the optional
+// bias and residual, gamma.
+func lnBwdArgs(v *ir.Value) (g, x, bias, res, gamma *ir.Value) {
+	a := v.Args
+	if len(a) == 5 {
+		return a[0], a[1], a[2], a[3], a[4]
+	}
+	return a[0], a[1], nil, nil, a[2]
+}
+
+func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
+	if len(v.Args) != 3 && len(v.Args) != 5 {
+		return nil, 0, fmt.Errorf("layernorm_bwd takes 3 or 5 arguments, got %d", len(v.Args))
+	}
+	g, x, bias, res, gamma := lnBwdArgs(v)
+	d, rows, err := layerNormDims(x, gamma)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkResidual(x, bias, res); err != nil {
+		return nil, 0, err
+	}
+	if !g.Shape.Eq(x.Shape) || g.DType != x.DType {
+		return nil, 0, fmt.Errorf("gradient %s, want %s", g.Type(), x.Type())
+	}
+	return ir.Shape{x.Shape[0], ir.D(rows*d + 2*d)}, x.DType, nil
+}
+
+func layerNormGrad(b *Builder, v, g *ir.Value) []*ir.Value {
+	x, bias, res, gamma, _ := lnArgs(v)
+	d, rows, _ := layerNormDims(x, gamma)
+	args := []*ir.Value{g, x, gamma}
+	if bias != nil {
+		args = []*ir.Value{g, x, bias, res, gamma}
+	}
+	bwd := b.Op("layernorm_bwd", ir.Attrs{F: v.Attrs.F, F2: v.Attrs.F2, I: v.Attrs.I}, args...)
+	part := func(from, to int) *ir.Value {
+		return b.Op("slice", ir.Attrs{Axes: []int{1}, Ints: []int{from, to}}, bwd)
+	}
+	dx := b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, rows*d))
+	dgamma := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d, rows*d+d))
+	dbeta := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d+d, rows*d+2*d))
+	if bias == nil {
+		return []*ir.Value{dx, dgamma, dbeta}
+	}
+	// dx is the gradient of the sum, so of the residual; through the
+	// dropout (the same mask) it is h's, and summed over rows the bias's.
+	dh := dx
+	if v.Attrs.F2 > 0 {
+		dh = b.Op("dropout", ir.Attrs{F: v.Attrs.F2, I: v.Attrs.I}, dx)
+	}
+	return []*ir.Value{dh, b.SumTo(dh, bias.Shape), dx, dgamma, dbeta}
+}
+
+// layerNormExpand is the primitive form: mean, centred variance, scale,
+// of the data shifted by each row's first element as in the kernel (the
+// mean of unshifted f32 data far from 0 loses digits the kernel keeps).
+func layerNormExpand(b *Builder, v *ir.Value) *ir.Value {
+	x, bias, res, gamma, beta := lnArgs(v)
+	if bias != nil {
+		x = b.Binary("add", x, bias)
+		if v.Attrs.F2 > 0 {
+			x = b.Op("dropout", ir.Attrs{F: v.Attrs.F2, I: v.Attrs.I}, x)
+		}
+		x = b.Binary("add", res, x)
+	}
+	last := ir.Attrs{Axes: []int{-1}, KeepDim: true}
+	xs := b.Binary("sub", x, b.Op("slice", ir.Attrs{Axes: []int{-1}, Ints: []int{0, 1}}, x))
+	d := b.Binary("sub", xs, b.Op("mean", last, xs))
+	variance := b.Op("mean", last, b.Unary("square", d))
+	rstd := b.Op("powc", ir.Attrs{F: -0.5}, b.Op("addc", ir.Attrs{F: v.Attrs.F}, variance))
+	return b.Binary("add", b.Binary("mul", b.Binary("mul", d, rstd), gamma), beta)
+}
+
+// rowsOf is the shape of x without its last axis: the rows of a
+// per-row kernel.
+func rowsOf(x *ir.Value) ir.Shape { return x.Shape[:len(x.Shape)-1].Clone() }
+
+// shiftedStats renders the first pass over row r (offset base) of x: the
+// shifted sums s1, s2 (and, with g, sgg = Σ g·γ and sgd = Σ g·γ·d), their
+// block combination, and mu, rstd.
+func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps float64, grad func(string) string, gamma func(string) string) {
+	t := c.T
+	g.f("  const %s k0 = %s;", t, x(base))
+	g.f("  %s s1 = %s, s2 = %s;", t, c.Lit(0), c.Lit(0))
+	if grad != nil {
+		g.f("  %s sgg = %s, sgd = %s;", t, c.Lit(0), c.Lit(0))
+	}
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    const %s dj = %s - k0;", t, x(base+" + j"))
+	g.f("    s1 += dj; s2 += dj * dj;")
+	if grad != nil {
+		g.f("    const %s gg = %s * %s;", t, grad(base+" + j"), gamma("j"))
+		g.f("    sgg += gg; sgd += gg * dj;")
+	}
+	g.f("  }")
+	vars := []string{"s1", "s2"}
+	if grad != nil {
+		vars = append(vars, "sgg", "sgd")
+	}
+	g.blockCombine("red", "sum", vars...)
+	g.f("  const %s md = s1 / %s;", t, c.Lit(float64(d)))
+	// Rounding may leave the variance of a constant row a hair below 0.
+	g.f("  const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
+	g.f("  const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
+	g.f("  const %s mu = k0 + md;", t)
+}
+
+// lnInput renders the normalised input at linear index base + j (j the
+// column): x itself, or for the fused residual form residual +
+// dropout(h + bias), rounded as the unfused ops round it, with the
+// dropout mask drawn where a dropout op over the sum draws (the element's
+// index in the global batch, sampleIndex).
+func lnInput(c *Ctx, v *ir.Value, at func(int, string) string, d, xi, bi, ri int) func(string) string {
+	if len(v.Args) != 5 {
+		return func(i string) string { return at(xi, i) }
+	}
+	shape := v.Args[xi].Shape
+	return func(i string) string {
+		j := "(" + i + ") % " + itoa(d)
+		z := "(" + at(xi, i) + " + " + at(bi, j) + ")"
+		if p := v.Attrs.F2; p > 0 {
+			ci := *c
+			ci.Index = "(" + i + ")"
+			factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, sampleIndex(&ci, shape), c.Lit(1-p), c.Lit(1/(1-p)))
+			z = fmt.Sprintf("(%s ? %s * %s : %s)", c.Scalar("train", "int"), z, factor, z)
+		}
+		return "(" + at(ri, i) + " + " + z + ")"
+	}
+}
+
+func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	x := v.Args[0]
+	d := x.Shape[len(x.Shape)-1].N
+	gi := 1
+	if len(v.Args) == 5 {
+		gi = 3
+	}
+	in := lnInput(c, v, at, d, 0, 1, 2)
+	g := &cg{}
+	g.blockRed(c.T, "red", 2)
+	g.f("const long long nrows = %s;", c.Size(rowsOf(x)))
+	g.f("for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
+	g.f("  const long long base = r * %d;", d)
+	g.shiftedStats(c, in, "base", d, v.Attrs.F, nil, nil)
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    %s[base + j] = (%s - mu) * rstd * %s + %s;", out, in("base + j"), at(gi, "j"), at(gi+1, "j"))
+	g.f("  }")
+	g.f("}")
+	return g.b.String()
+}
+
+func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	x := v.Args[1]
+	gi := 2
+	if len(v.Args) == 5 {
+		gi = 4
+	}
+	d, rows, _ := layerNormDims(x, v.Args[gi])
+	in := lnInput(c, v, at, d, 1, 2, 3)
+	w := rows*d + 2*d
+	g := &cg{}
+	t := c.T
+	g.blockRed(t, "red", 4)
+	g.f("const long long nb = %s;", c.Dim(x.Shape[0]))
+	g.f("for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
+	g.f("  %s *dx = %s + n * %d;", t, out, w)
+	g.f("  %s *pg = dx + %d, *pb = dx + %d;", t, rows*d, rows*d+d)
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { pg[j] = %s; pb[j] = %s; }", d, c.Lit(0), c.Lit(0))
+	g.f("  for (int rr = 0; rr < %d; ++rr) {", rows)
+	g.f("  const long long base = (n * %d + rr) * %d;", rows, d)
+	g.shiftedStats(c, in, "base", d, v.Attrs.F,
+		func(i string) string { return at(0, i) }, func(i string) string { return at(gi, i) })
+	// Σ g·γ·x̂ = rstd·(Σ g·γ·d - md·Σ g·γ), d shifted by k0.
+	g.f("  const %s mgg = sgg / %s, mgx = rstd * (sgd - md * sgg) / %s;", t, c.Lit(float64(d)), c.Lit(float64(d)))
+	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", d)
+	g.f("    const %s xh = (%s - mu) * rstd, gj = %s;", t, in("base + j"), at(0, "base + j"))
+	g.f("    dx[rr * %d + j] = rstd * (gj * %s - mgg - xh * mgx);", d, at(gi, "j"))
+	g.f("    pg[j] += gj * xh; pb[j] += gj;")
+	g.f("  }")
+	g.f("  }")
+	g.f("}")
+	return g.b.String()
+}
+
+func init() {
+	register(
+		&Def{Name: "layernorm", Kind: Loop, NArgs: -1, Infer: layerNormInfer, Loop: layerNormLoop, Flops: 8,
+			Grad: layerNormGrad, Expand: layerNormExpand, Blocks: func(v *ir.Value) ir.Shape { return rowsOf(v.Args[0]) }},
+		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: -1, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12},
+	)
+}
