@@ -68,6 +68,7 @@ func testAccumulate(t *testing.T, train bool) {
 		if err := manual.Update(); err != nil {
 			t.Fatal(err)
 		}
+		off, total := map[*mlp.Model]int{}, 0
 		for _, name := range big.Params() {
 			gw, _ := big.Grad(name)
 			pw, _ := big.Param(name)
@@ -88,19 +89,40 @@ func testAccumulate(t *testing.T, train bool) {
 					if fz[i] {
 						continue
 					}
-					// f32 sums over the batch in another order, after
-					// parameters that differ by as much: 1e-4 of the
-					// gradient's scale.
-					if d := math.Abs(float64(g[i] - gw[i])); d > 1e-4*(1e-3+math.Abs(float64(gw[i]))) && d > 1e-8 {
+					// f32 sums over the batch in another order: 1e-4 of
+					// the gradient's scale at the first update. Later
+					// updates start from parameters that differ by the
+					// Adam-amplified rounding allowed below, which moves
+					// the gradients by up to ~1e-3: 1e-2 then (other
+					// masks change them by their own size).
+					tol := 1e-4
+					if u > 0 {
+						tol = 1e-2
+					}
+					if d := math.Abs(float64(g[i] - gw[i])); d > tol*(1e-3+math.Abs(float64(gw[i]))) && d > 1e-8 {
 						t.Fatalf("update %d: %s grad[%d] = %g, want %g", u+1, name, i, g[i], gw[i])
 					}
 					// Adam's step is lr·m̂/(√v̂+ε): a relative error δ in
 					// the gradients moves it by about δ·lr, so 1e-4·lr
-					// (1e-7) absolute; other masks would differ by ~lr.
-					if math.Abs(float64(p[i]-pw[i])) > 1e-6*math.Abs(float64(pw[i]))+1e-7 {
+					// (1e-7) absolute. Where the moments nearly cancel (a
+					// gradient that changed sign between updates) Adam
+					// amplifies δ: allow that on 1 weight in 10⁴, and
+					// never more than 10% of lr. Other masks move most
+					// weights by ~lr.
+					d := math.Abs(float64(p[i] - pw[i]))
+					if d > 1e-4 {
 						t.Fatalf("update %d: %s[%d] = %g, want %g (grad %g)", u+1, name, i, p[i], pw[i], gw[i])
 					}
+					if d > 1e-6*math.Abs(float64(pw[i]))+1e-7 {
+						off[m]++
+					}
 				}
+			}
+			total += len(gw)
+		}
+		for m, n := range off {
+			if n*10000 > total {
+				t.Fatalf("update %d: %d of %d parameters of %p differ from the large batch's by more than 1e-7", u+1, n, total, m)
 			}
 		}
 	}

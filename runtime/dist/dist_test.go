@@ -260,11 +260,12 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 			t.Logf("largest difference from one process on batch %d: %.3g (%s); %d of %d over 1e-6", tc.np*tc.b, worst, at, over, total)
 			// The gradient is summed in another order (per rank, then
 			// across ranks): f32 rounding, which Adam's lr·m̂/(√v̂+ε) turns
-			// into up to a few percent of lr (1e-3) on the rare weights
-			// whose gradients are near zero. So: at most 2% of lr anywhere,
-			// and at most 1 weight in 10⁴ off by over 1e-6. (Other masks or
-			// shards move most weights by ~lr: the check fails with 3 in 4.)
-			if worst > 2e-5 || over*10000 > total {
+			// into up to several percent of lr (1e-3) on the rare weights
+			// whose gradients are near zero or changed sign. So: at most
+			// 10% of lr anywhere, and at most 1 weight in 10⁴ off by over
+			// 1e-6. (Other masks or shards move most weights by ~lr: the
+			// check fails with 3 in 4.)
+			if worst > 1e-4 || over*10000 > total {
 				t.Fatalf("parameters differ from one process on batch %d: largest %.3g (%s), %d of %d over 1e-6", tc.np*tc.b, worst, at, over, total)
 			}
 		})
