@@ -98,17 +98,30 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 		fmt.Fprintf(w, "    %s[7] = (int)(unsigned)((unsigned long long)bits >> 32);\n", sb)
 		w.WriteString("  }\n")
 	case runtime.CommitKernel:
-		t := ctype(st.Buf)
-		k.name = "ngen_commit_" + t
-		k.comment = []string{"state ← its new value, unless the step failed"}
+		// One launch commits every state buffer of the phase: a
+		// grid-stride loop per buffer, the grid sized for the largest.
+		if len(st.Commits) == 0 {
+			return nil, fmt.Errorf("internal error: commit step without state")
+		}
+		k.name = "ngen_commit"
+		k.comment = []string{"each state buffer ← its new value, unless the step failed"}
 		sb := k.param("const int *", "status", runtime.ArgRef{Buf: status, Kind: runtime.ArgPtr})
-		d := k.param(t+" *__restrict__", "dst", runtime.ArgRef{Buf: st.Buf, Kind: runtime.ArgPtr})
-		s := k.param("const "+t+" *__restrict__", "src", runtime.ArgRef{Buf: st.Src, Kind: runtime.ArgPtr})
-		el := plan.Buffers[st.Buf].Elems
-		k.grid = [3]runtime.Expr{{Size: el, Div: 256, Max: 1 << 20}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
 		fmt.Fprintf(w, "  if (%s) return;\n", stepBad(sb))
-		fmt.Fprintf(w, "  const long long n = %s;\n", k.runtimeSize(el))
-		fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) { %s[i] = %s[i]; }\n", d, s)
+		big := plan.Buffers[st.Commits[0].Dst].Elems
+		for j, c := range st.Commits {
+			t := ctype(c.Dst)
+			if ctype(c.Src) != t {
+				return nil, fmt.Errorf("internal error: commit of %s from %s changes the type", plan.Buffers[c.Dst].Name, plan.Buffers[c.Src].Name)
+			}
+			d := k.param(t+" *__restrict__", fmt.Sprintf("dst%d", j), runtime.ArgRef{Buf: c.Dst, Kind: runtime.ArgPtr})
+			s := k.param("const "+t+" *__restrict__", fmt.Sprintf("src%d", j), runtime.ArgRef{Buf: c.Src, Kind: runtime.ArgPtr})
+			el := plan.Buffers[c.Dst].Elems
+			if el.Mul > big.Mul {
+				big = el
+			}
+			fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, %s) { %s[i] = %s[i]; } // %s\n", k.runtimeSize(el), d, s, plan.Buffers[c.Dst].Name)
+		}
+		k.grid = [3]runtime.Expr{{Size: big, Div: 256, Max: 1 << 20}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
 	default:
 		return nil, fmt.Errorf("internal error: unknown builtin kernel %q", st.Builtin)
 	}

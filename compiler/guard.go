@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"strings"
+
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -29,8 +31,19 @@ func (m *memPlanner) guardStep(f *ir.Func, status int, resolve func(*ir.Value) i
 		Ops: "guard: loss and gradients finite", Bytes: runtime.Sum{m.plan.Buffers[m.grads].Elems}}
 }
 
-// commitStep turns a state copy into its guarded form.
-func commitStep(st runtime.Step) runtime.Step {
-	st.Kind, st.Builtin = runtime.LaunchStep, runtime.CommitKernel
+// commitStep turns the state copies of one phase into one guarded launch,
+// whatever their number: a launch per state buffer would cost a device
+// call each (ConvNet with batch norm has four running statistics).
+func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
+	st := runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.CommitKernel}
+	names := make([]string, len(copies))
+	for i, c := range copies {
+		st.Commits = append(st.Commits, runtime.Commit{Dst: c.Buf, Src: c.Src})
+		names[i] = strings.TrimPrefix(c.Ops, "copy ")
+		z := bufs[c.Buf].Elems
+		z.Mul *= 2 * int64(bufs[c.Buf].DType.Size()) // read and written
+		st.Bytes = append(st.Bytes, z)
+	}
+	st.Ops = "commit " + strings.Join(names, ", ")
 	return st
 }

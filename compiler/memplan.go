@@ -365,6 +365,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 	rf.UpdateFrom = -1
 	flush := func(opt bool) {
 		rest := m.copySrc[:0]
+		var commits []runtime.Step
 		for _, c := range m.copySrc {
 			if c.opt != opt {
 				rest = append(rest, c)
@@ -372,11 +373,14 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			}
 			c.step.Src = resolve(c.v)
 			touch(c.step.Src, len(steps))
-			st := *c.step
 			if guarded {
-				st = commitStep(st)
+				commits = append(commits, *c.step)
+				continue
 			}
-			steps = append(steps, st)
+			steps = append(steps, *c.step)
+		}
+		if len(commits) > 0 {
+			steps = append(steps, commitStep(commits, m.plan.Buffers))
 		}
 		m.copySrc = rest
 	}

@@ -142,13 +142,19 @@ type Step struct {
 	Src    int // CopyStep source
 	// Builtin, on a LaunchStep, names a kernel codegen adds rather than
 	// renders from a group (GuardKernel, CommitKernel); Buf and Src are
-	// its operands.
+	// the guard's operands, Commits the commit's.
 	Builtin string
+	// Commits, on a CommitKernel step, are the state buffers it writes and
+	// their new values: one launch commits them all.
+	Commits []Commit
 	// Report fields.
 	Ops   string // the IR ops this step computes
 	Bytes Sum    // bytes read plus written in global memory
 	Flops Sum
 }
+
+// Commit is one state buffer a CommitKernel step writes: Dst ← Src.
+type Commit struct{ Dst, Src int }
 
 // Sum is a sum of sizes (a cost that mixes static and batch-sized parts).
 type Sum []Size

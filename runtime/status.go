@@ -24,7 +24,7 @@ const StatusWords = 8
 // with a guarded step rather than rendering it from a group.
 const (
 	GuardKernel  = "guard"  // Buf: status block, Src: the loss
-	CommitKernel = "commit" // Buf ← Src unless the status block says the step failed
+	CommitKernel = "commit" // each of Commits: Dst ← Src, unless the status block says the step failed
 )
 
 // check runs the plan's checks for function fn after it ran, from one read
