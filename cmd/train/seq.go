@@ -41,6 +41,7 @@ type seqSets struct{ Train, Val, Test *data.Sequences }
 
 // seqTask is one row: the data, where it lives by default, and the model.
 type seqTask struct {
+	vocab   int // token ids, for the PyTorch peer
 	dataDir string
 	load    func(dir string) (*seqSets, error)
 	new     func(dev runtime.Device, batch int, seed uint64) (seqModel, error)
@@ -52,7 +53,7 @@ const wordsPerClass = 20000
 
 var seqTasks = map[string]seqTask{
 	// The language of a word (models/rnn).
-	"rnn": {data.DefaultDictDir,
+	"rnn": {data.WordVocab, data.DefaultDictDir,
 		func(dir string) (*seqSets, error) {
 			w, err := data.LoadWords(dir, data.WordOptions{PerClass: wordsPerClass})
 			if err != nil {
@@ -66,7 +67,7 @@ var seqTasks = map[string]seqTask{
 		}},
 	// Next character on the fortunes (models/lstm): CharLM trains the
 	// weights that the generator (package lstm) samples with.
-	"lstm": {data.DefaultFortunesDir,
+	"lstm": {data.CharVocab, data.DefaultFortunesDir,
 		func(dir string) (*seqSets, error) {
 			text, err := data.LoadFortunes(dir)
 			if err != nil {

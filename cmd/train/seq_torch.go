@@ -45,7 +45,7 @@ func compareSeq(ours []epochResult, task seqTask, script, name string, o seqOpti
 	}
 	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
 	cmd := exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
-		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name())
+		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
