@@ -87,26 +87,19 @@ func (s *Session) RunUpdate() error {
 	return s.updatePhase(fi, f)
 }
 
-// trainStep is Run("step"): with k = 1, the gradient phase, the update
-// phase and one check at the end, so a plain step reads the device once;
-// with k > 1, a checked micro-batch, and the update on every k-th good one.
+// trainStep is Run("step"): a checked micro-batch, and the update on
+// every k-th good one (k = 1: every step). The checks run before the
+// update, so a step that fails them (a label or token id out of range)
+// leaves the parameters and optimizer state as they were, at the cost of
+// one small device read between the phases.
 func (s *Session) trainStep(fi int, f *Func) error {
-	if s.acc.k > 1 {
-		if err := s.microBatch(fi, f); err != nil {
-			return err
-		}
-		if s.acc.pend < s.acc.k {
-			return nil
-		}
-		return s.updatePhase(fi, f)
-	}
-	if err := s.gradPhase(fi, f); err != nil {
+	if err := s.microBatch(fi, f); err != nil {
 		return err
 	}
-	if err := s.updatePhase(fi, f); err != nil {
-		return err
+	if s.acc.k > 1 && s.acc.pend < s.acc.k {
+		return nil
 	}
-	return s.check("step")
+	return s.updatePhase(fi, f)
 }
 
 func (s *Session) microBatch(fi int, f *Func) error {

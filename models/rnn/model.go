@@ -33,7 +33,7 @@ func RNN() *dsl.Model { return Classifier("rnn", Seed) }
 // Classifier is the seed model at any sizes (the oracle tests use odd
 // ones). Its inputs: x, i32 token ids [B, T]; mask, i32 [B, T]; with
 // InitialState, h0; y, the class [B]. The last layer's final state feeds
-// the Linear.
+// the Linear; every layer's, hn [Layers, B, Hidden], is an output too.
 func Classifier(name string, s Sizes) *dsl.Model {
 	m := dsl.NewModel(name)
 	x := m.Tokens("x", dsl.Batch, s.T)
@@ -48,6 +48,7 @@ func Classifier(name string, s Sizes) *dsl.Model {
 	_, hn := m.RNN("rnn", e, s.Hidden, dsl.Recurrent{NumLayers: layers, BatchFirst: true, H0: h0, Mask: mask})
 	logits := m.Linear("fc", dsl.Select(hn, 0, layers-1), s.Classes)
 	m.Output(logits)
+	m.OutputNamed("hn", hn)
 	m.Loss(dsl.CrossEntropy(logits, y))
 	m.Optimizer(dsl.Adam{LR: 1e-3})
 	return m
