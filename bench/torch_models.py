@@ -76,19 +76,29 @@ def seq_model(name, vocab):
             _, hn = self.rnn(packed)
             return self.fc(hn[-1])
 
+    if name == "rnn":
+        return RNNClassifier(), 1e-3
+    if name == "lstm":
+        return char_lm(vocab, 32, 128), 2e-3
+    if name == "lstmbench":
+        return char_lm(vocab, 128, 256), 2e-3
+    raise SystemExit("unknown sequence model %r (have rnn, lstm)" % name)
+
+
+def char_lm(vocab, emb, hidden):
+    """CharLM of models/lstm: Embedding(vocab, emb) -> LSTM(emb, hidden,
+    num_layers=2, batch_first) -> Linear(hidden, vocab) at every position."""
+    import torch.nn as nn
+
     class CharLM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb = nn.Embedding(vocab, 32)
-            self.lstm = nn.LSTM(32, 128, num_layers=2, batch_first=True)
-            self.fc = nn.Linear(128, vocab)
+            self.emb = nn.Embedding(vocab, emb)
+            self.lstm = nn.LSTM(emb, hidden, num_layers=2, batch_first=True)
+            self.fc = nn.Linear(hidden, vocab)
 
         def forward(self, x, lengths=None):
             out, _ = self.lstm(self.emb(x))
             return self.fc(out)
 
-    if name == "rnn":
-        return RNNClassifier(), 1e-3
-    if name == "lstm":
-        return CharLM(), 2e-3
-    raise SystemExit("unknown sequence model %r (have rnn, lstm)" % name)
+    return CharLM()
