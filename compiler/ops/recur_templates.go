@@ -95,7 +95,9 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g := &cg{}
 	t := c.T
 	g.f("__shared__ %s dh[%d];", t, H)
-	g.f("__shared__ %s dc[%d];", t, H)
+	if G == 4 { // only the LSTM carries a cell state (nvcc warns of an unused dc)
+		g.f("__shared__ %s dc[%d];", t, H)
+	}
 	g.f("__shared__ %s dg[%d];", t, G*H)
 	masked := len(v.Args) > 5
 	if masked {
@@ -103,7 +105,11 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	}
 	g.f("const long long nb = %s;", c.Dim(B))
 	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
-	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
+	if G == 4 {
+		g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
+	} else {
+		g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) dh[j] = %s;", H, c.Lit(0))
+	}
 	g.f("  __syncthreads();")
 	g.f("  for (int t = %d; t >= 0; --t) {", T-1)
 	g.f("    const long long so = (b * %d + t) * %d;", T, W)
