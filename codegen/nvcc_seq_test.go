@@ -37,7 +37,7 @@ func TestNVCCSequence(t *testing.T) {
 		fuse bool
 	}{{dsl.F32, true}, {dsl.F64, false}} {
 		for name, m := range map[string]*dsl.Model{
-			"rnn": rnn.Classifier("rnn", rnn.Sizes{Vocab: 37, Emb: 11, Hidden: 13, T: 7, Classes: 5, Layers: 2, InitialState: true, DType: c.dt}),
+			"rnn":      rnn.Classifier("rnn", rnn.Sizes{Vocab: 37, Emb: 11, Hidden: 13, T: 7, Classes: 5, Layers: 2, InitialState: true, DType: c.dt}),
 			"relu_rnn": reluRNN(c.dt),
 			"lstm":     lstm.Generator("lstm", lstm.Sizes{Vocab: 37, Emb: 11, Hidden: 13, Layers: 2, T: 7, DType: c.dt}),
 			"charlm":   lstm.LanguageModel("charlm", lstm.Sizes{Vocab: 37, Emb: 11, Hidden: 13, Layers: 2, T: 7, DType: c.dt}),
