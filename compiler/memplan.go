@@ -276,6 +276,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		switch {
 		case v.Role == ir.Input:
 			i = m.persistent("input", v.Name, v.DType, v.Shape)
+			if v.Pos.File != "" {
+				m.plan.Buffers[i].Pos = v.Pos.String()
+			}
 		case v.Role == ir.Param:
 			i = m.named["param:"+v.Name]
 		case v.Role == ir.State:

@@ -80,7 +80,8 @@ func TestFusedMatchesUnfused(t *testing.T) {
 
 // TestBadInput: a token id out of range, a sequence of the wrong length
 // and initial states of the wrong shape are errors that name the op or
-// input, and leave every parameter as it was.
+// input and its line in models/lstm/model.go, and leave every parameter as
+// it was.
 func TestBadInput(t *testing.T) {
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -101,11 +102,11 @@ func TestBadInput(t *testing.T) {
 	seqoracle.Unchanged(t, "a step on a bad token id", m, before)
 
 	_, err = m.Step(ids(2*B, 5), h0, c0, y) // sequences of 2 tokens, not 1
-	seqoracle.BadInput(t, "wrong sequence length", err, `"h0"`, "f32[2,B,128]")
+	seqoracle.BadInput(t, "wrong sequence length", err, `"h0"`, seqoracle.Line(t, "models/lstm/model.go", `h0 := m.Input("h0"`), "f32[2,B,128]")
 	_, err = m.Step(x, h0[:B*H], c0, y) // one layer's state
-	seqoracle.BadInput(t, "initial state of the wrong shape", err, `"h0"`, "f32[2,B,128]")
+	seqoracle.BadInput(t, "initial state of the wrong shape", err, `"h0"`, seqoracle.Line(t, "models/lstm/model.go", `h0 := m.Input("h0"`), "f32[2,B,128]")
 	_, err = m.Predict(x, h0, c0[:len(c0)-1])
-	seqoracle.BadInput(t, "initial state of the wrong shape", err, `"c0"`, "f32[2,B,128]")
+	seqoracle.BadInput(t, "initial state of the wrong shape", err, `"c0"`, seqoracle.Line(t, "models/lstm/model.go", `c0 := m.Input("c0"`), "f32[2,B,128]")
 	seqoracle.Unchanged(t, "steps on inputs of the wrong shape", m, before)
 	if _, err := m.Step(x, h0, c0, y); err != nil {
 		t.Fatal(err)

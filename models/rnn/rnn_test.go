@@ -53,8 +53,9 @@ func TestFusedMatchesUnfused(t *testing.T) {
 }
 
 // TestBadInput: a token id out of range, a sequence of the wrong length
-// and an input of the wrong shape are errors that name the op or input,
-// and leave every parameter as it was.
+// and an input of the wrong shape are errors that name the op or input
+// and its line in models/rnn/model.go, and leave every parameter as it
+// was.
 func TestBadInput(t *testing.T) {
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -78,9 +79,9 @@ func TestBadInput(t *testing.T) {
 	seqoracle.BadInput(t, "Predict of a bad token id", err, "embedding", "out of range")
 
 	_, err = m.Step(x[:4*T-3], mask[:4*T-3], y) // sequences of 15¾ tokens
-	seqoracle.BadInput(t, "wrong sequence length", err, `input "x"`, "i32[B,16]")
+	seqoracle.BadInput(t, "wrong sequence length", err, `input "x"`, seqoracle.Line(t, "models/rnn/model.go", `m.Tokens("x"`), "i32[B,16]")
 	_, err = m.Step(x[:3*T], mask, y) // 3 sequences of x, 4 of mask
-	seqoracle.BadInput(t, "inputs of different batches", err, `"mask"`, "i32[B,16]")
+	seqoracle.BadInput(t, "inputs of different batches", err, `"mask"`, seqoracle.Line(t, "models/rnn/model.go", `m.Tokens("mask"`), "i32[B,16]")
 	seqoracle.Unchanged(t, "steps on inputs of the wrong shape", m, before)
 
 	// The model still trains.
