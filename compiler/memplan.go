@@ -513,6 +513,12 @@ func groupFlops(g *Group) runtime.Sum {
 		return runtime.Sum{z}
 	}
 	var sum runtime.Sum
+	if T, product, ok := ops.ScanWork(g.Root); g.Kind == Loop && ok {
+		// The recurrent product at every step of every sequence.
+		z := rtSize(ir.Shape{g.Root.Shape[0]})
+		z.Mul *= int64(T) * product
+		sum = append(sum, z)
+	}
 	for _, v := range g.Values {
 		d := ops.Lookup(v.Op)
 		s := v.Shape
