@@ -18,13 +18,28 @@ import (
 // soloTile is the sequences per one-thread block.
 const soloTile = 8
 
-// soloOpen starts the emulation-only form; soloClose ends it.
+// soloOpen starts the emulation-only form, as a lambda; soloClose ends
+// it and calls it. The emulation compiles for baseline x86-64; on a host
+// with AVX2 and FMA the lambda also runs compiled for them, which more
+// than doubles the speed of its products (a*b+c then rounds once, as the
+// GPU's contracted FMAs do). NGEN_EMU_BASELINE set in the environment
+// keeps the baseline form, so that tests run it on any host.
 func soloOpen(g *cg) {
 	g.f("#ifdef NGEN_EMU")
 	g.f("if (blockDim.x == 1) {")
+	g.f("  auto solo = [&]() __attribute__((always_inline)) {")
 }
 
 func soloClose(g *cg) {
+	g.f("  };")
+	g.f("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)")
+	g.f("  auto solo_fma = [&]() __attribute__((target(\"avx2,fma\"))) { solo(); };")
+	g.f("  if (__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\") && !getenv(\"NGEN_EMU_BASELINE\")) {")
+	g.f("    solo_fma();")
+	g.f("    return;")
+	g.f("  }")
+	g.f("#endif")
+	g.f("  solo();")
 	g.f("  return;")
 	g.f("}")
 	g.f("#endif")

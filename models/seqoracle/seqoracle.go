@@ -70,8 +70,15 @@ func Check(t *testing.T, c Case) {
 	defer dev.Close()
 	var want *result
 	var init map[string][]float64
-	for _, fuse := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fuse=%v", fuse), func(t *testing.T) {
+	// The last run takes the CPU emulation's baseline-ISA form of the
+	// recurrence kernels (NGEN_EMU_BASELINE), which hosts with AVX2 and
+	// FMA otherwise skip.
+	for i, fuse := range []bool{true, false, true} {
+		baseline := i == 2
+		t.Run(fmt.Sprintf("fuse=%v/baseline=%v", fuse, baseline), func(t *testing.T) {
+			if baseline {
+				t.Setenv("NGEN_EMU_BASELINE", "1")
+			}
 			prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
 			if err != nil {
 				t.Fatal(err)
