@@ -20,6 +20,8 @@ import (
 	"github.com/ngen-ml/ngen/generated/convnet_bn"
 	"github.com/ngen-ml/ngen/generated/convnet_bn_unfused"
 	"github.com/ngen-ml/ngen/generated/convnet_unfused"
+	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/generated/mlp_unfused"
 	"github.com/ngen-ml/ngen/generated/mlpbench"
 	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
 	"github.com/ngen-ml/ngen/runtime"
@@ -85,6 +87,19 @@ var cases = []benchCase{
 			return mlpbench_unfused.New(dev, mlpbench_unfused.Options{Batch: b, Seed: 1})
 		},
 		torchArgs: []string{"--model", "mlp", "--layers", "1024,2048,512,10"},
+	},
+	{
+		// The seed MLP trains in training mode: its dropout masks are drawn
+		// every step, in ngen and in PyTorch.
+		name: "mlp", batch: 64, in: 784, images: true,
+		describe: "seed MLP 784-512-256-10, dropout 0.2, batch 64, Adam",
+		fused: func(dev runtime.Device, b int) (stepper, error) {
+			return mlp.New(dev, mlp.Options{Batch: b, Seed: 1})
+		},
+		unfused: func(dev runtime.Device, b int) (stepper, error) {
+			return mlp_unfused.New(dev, mlp_unfused.Options{Batch: b, Seed: 1})
+		},
+		torchArgs: []string{"--model", "mlp", "--layers", "784,512,256,10", "--dropout", "0.2"},
 	},
 	{
 		name: "convnet", batch: 64, in: 784,

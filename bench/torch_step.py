@@ -5,7 +5,7 @@
 
 A step is forward, cross-entropy, backward, Adam(lr 1e-3) step and
 zero_grad(set_to_none=True). --model mlp is Linear+ReLU layers (no ReLU after
-the last) of --layers; convnet and convnet_bn are the seed ConvNets
+the last) of --layers, with --dropout after each ReLU (train mode); convnet and convnet_bn are the seed ConvNets
 (torch_models.py). Inputs and labels are fixed random tensors. Prints one
 JSON line.
 
@@ -37,6 +37,7 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--layers", default="1024,2048,512,10")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dropout", type=float, default=0.0, help="--model mlp: dropout after each hidden ReLU (the seed MLP's is 0.2)")
     p.add_argument("--data", default="", help="Fashion-MNIST directory: step on its first --batch training images and labels "
                    "(what ngen's benchmark feeds) instead of random inputs")
     p.add_argument("--vocab", type=int, default=0, help="lstmbench: token ids")
@@ -52,7 +53,7 @@ def main():
 
     torch.manual_seed(a.seed)
     if a.model == "mlp":
-        model, shape, classes = torch_models.mlp(layers), [layers[0]], layers[-1]
+        model, shape, classes = torch_models.mlp(layers, a.dropout), [layers[0]], layers[-1]
     elif a.model == "lstmbench":
         model, _ = torch_models.seq_model("lstmbench", a.vocab)
     else:

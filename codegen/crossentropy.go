@@ -67,7 +67,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		e := k.elementwise(p, g, in, "i", indent, w)
 		return k.operand(g, logits, in, e, "i", indent, w)
 	}
-	fmt.Fprintf(w, "  %s mx = -INFINITY;\n", t)
+	fmt.Fprintf(w, "  %s mx = -NGEN_INF;\n", t)
 	loop := fmt.Sprintf("  for (int j = lane; j < C; j += %d) {\n", lanes)
 	w.WriteString(loop)
 	fmt.Fprintf(w, "    mx = %s(mx, %s);\n", c.Math("fmax"), x("    ", "j"))

@@ -58,6 +58,30 @@ func Kernels(p *compiler.Program) (string, *runtime.Plan, error) {
 	var src strings.Builder
 	bySource := map[string]int{}
 	names := map[string]bool{}
+	status := statusBuffer(plan)
+	add := func(k *kernel, st *runtime.Step) {
+		// Functions share identical kernels; a name clash with a
+		// different body gets a suffix.
+		body := k.render()
+		idx, ok := bySource[body]
+		if !ok {
+			base := k.name
+			for n := 2; names[k.name]; n++ {
+				k.name = fmt.Sprintf("%s_%d", base, n)
+			}
+			names[k.name] = true
+			body = k.render()
+			bySource[body] = len(plan.Kernels)
+			idx = len(plan.Kernels)
+			plan.Kernels = append(plan.Kernels, k.info())
+			src.WriteString(body)
+			src.WriteString("\n")
+		}
+		st.Kernel = idx
+		st.Grid = k.grid
+		st.Block = k.block
+		st.Args = k.args()
+	}
 	for fi, f := range p.Funcs() {
 		for _, g := range p.Groups[f] {
 			st := &plan.Funcs[fi].Steps[g.Step]
@@ -82,27 +106,23 @@ func Kernels(p *compiler.Program) (string, *runtime.Plan, error) {
 			if err != nil {
 				return "", nil, err
 			}
-			// Functions share identical kernels; a name clash with a
-			// different body gets a suffix.
-			body := k.render()
-			idx, ok := bySource[body]
-			if !ok {
-				base := k.name
-				for n := 2; names[k.name]; n++ {
-					k.name = fmt.Sprintf("%s_%d", base, n)
-				}
-				names[k.name] = true
-				body = k.render()
-				bySource[body] = len(plan.Kernels)
-				idx = len(plan.Kernels)
-				plan.Kernels = append(plan.Kernels, k.info())
-				src.WriteString(body)
-				src.WriteString("\n")
+			if status >= 0 && isOptGroup(g) {
+				guardOpt(k, status)
 			}
-			st.Kernel = idx
-			st.Grid = k.grid
-			st.Block = k.block
-			st.Args = k.args()
+			add(k, st)
+		}
+	}
+	for fi := range plan.Funcs {
+		for si := range plan.Funcs[fi].Steps {
+			st := &plan.Funcs[fi].Steps[si]
+			if st.Kind != runtime.LaunchStep || st.Builtin == "" {
+				continue
+			}
+			k, err := builtinKernel(plan, st)
+			if err != nil {
+				return "", nil, err
+			}
+			add(k, st)
 		}
 	}
 	return src.String(), plan, nil

@@ -148,6 +148,16 @@ func recv(f *jen.File) *jen.Statement { return f.Func().Params(jen.Id("m").Op("*
 
 func ms() *jen.Statement { return jen.Id("m").Dot("s") }
 
+// locked prefixes a method body with taking the model's mutex: a model is
+// safe for concurrent use, each method running alone (README,
+// "Concurrency").
+func locked(body ...jen.Code) []jen.Code {
+	return append([]jen.Code{
+		jen.Id("m").Dot("mu").Dot("Lock").Call(),
+		jen.Defer().Id("m").Dot("mu").Dot("Unlock").Call(),
+	}, body...)
+}
+
 func (g *glue) constructor(f *jen.File) {
 	f.Comment("Options size a model instance.")
 	f.Type().Id("Options").Struct(
@@ -155,8 +165,9 @@ func (g *glue) constructor(f *jen.File) {
 		jen.Id("Seed").Uint64().Comment("parameter initialisation and dropout"),
 		jen.Id("AccumulationSteps").Int().Comment("k > 1: Step sums the gradients of k calls and updates on every k-th"),
 	)
-	f.Comment("Model is one instance of the model on a device.")
-	f.Type().Id("Model").Struct(jen.Id("s").Op("*").Qual(rtPath, "Session"))
+	f.Comment("Model is one instance of the model on a device. It is safe for concurrent")
+	f.Comment("use: each method runs alone. After Close every method returns an error.")
+	f.Type().Id("Model").Struct(jen.Id("s").Op("*").Qual(rtPath, "Session"), jen.Id("mu").Qual("sync", "Mutex"))
 
 	f.Comment("New loads the kernels on dev, allocates storage for batches of up to")
 	f.Comment("opts.Batch rows and initialises the parameters as PyTorch would.")
@@ -273,18 +284,18 @@ func (g *glue) step(f *jen.File) error {
 		}
 		body = append(body,
 			jen.If(jen.Err().Op(":=").Add(call), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Id("out").Op(":=").Make(jen.Index().Id(g.T), jen.Lit(1)),
-			jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Lit(loss), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Lit(0), jen.Err())),
-			jen.Return(jen.Id("out").Index(jen.Lit(0)), jen.Nil()),
+			// The step's check read the loss with the status block.
+			jen.List(jen.Id("out"), jen.Err()).Op(":=").Add(ms()).Dot("StepLoss").Call(),
+			jen.Return(jen.Id(g.T).Call(jen.Id("out")), jen.Err()),
 		)
 		for _, l := range m.doc {
 			f.Comment(l)
 		}
-		recv(f).Id(m.name).Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(body...)
+		recv(f).Id(m.name).Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(locked(body...)...)
 	}
 	f.Comment("Update runs the optimizer update with the mean gradient of the micro-batches")
 	f.Comment("accumulated since the last update.")
-	recv(f).Id("Update").Params().Error().Block(jen.Return(ms().Dot("RunUpdate").Call()))
+	recv(f).Id("Update").Params().Error().Block(locked(jen.Return(ms().Dot("RunUpdate").Call()))...)
 	return nil
 }
 
@@ -327,57 +338,62 @@ func (g *glue) predict(f *jen.File) error {
 	)
 	f.Comment("Predict runs the forward pass (in the current Train/Eval mode) and")
 	f.Comment("returns the model's output for every row, row-major.")
-	recv(f).Id("Predict").Params(params...).Params(jen.Index().Id(et), jen.Error()).Block(body...)
+	recv(f).Id("Predict").Params(params...).Params(jen.Index().Id(et), jen.Error()).Block(locked(body...)...)
 	return nil
 }
 
 func (g *glue) accessors(f *jen.File) {
 	T := g.T
 	f.Comment("Train selects training behaviour (dropout on), like torch's model.train().")
-	recv(f).Id("Train").Params().Block(ms().Dot("SetTrain").Call(jen.True()))
+	recv(f).Id("Train").Params().Block(locked(ms().Dot("SetTrain").Call(jen.True()))...)
 	f.Comment("Eval selects evaluation behaviour (dropout off), like model.eval().")
-	recv(f).Id("Eval").Params().Block(ms().Dot("SetTrain").Call(jen.False()))
+	recv(f).Id("Eval").Params().Block(locked(ms().Dot("SetTrain").Call(jen.False()))...)
 	f.Comment("Training reports whether the model is in training mode.")
-	recv(f).Id("Training").Params().Bool().Block(jen.Return(ms().Dot("Training").Call()))
-	f.Comment("SetLR changes the learning rate of later steps.")
-	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Block(ms().Dot("SetLR").Call(jen.Id("lr")))
+	recv(f).Id("Training").Params().Bool().Block(locked(jen.Return(ms().Dot("Training").Call()))...)
+	f.Comment("SetLR changes the learning rate of later steps; NaN, ±Inf and negative")
+	f.Comment("rates are rejected and leave the rate as it was.")
+	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Error().Block(locked(jen.Return(ms().Dot("SetLR").Call(jen.Id("lr"))))...)
 	f.Comment("Params lists the parameter names in declaration order.")
-	recv(f).Id("Params").Params().Index().String().Block(jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))
+	recv(f).Id("Params").Params().Index().String().Block(locked(jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))...)
 	for _, acc := range []struct{ name, role, doc string }{
 		{"Param", "param", "Param returns a copy of the named parameter."},
 		{"Grad", "grad", "Grad returns a copy of the named parameter's gradient from the last Step."},
 	} {
 		f.Comment(acc.doc)
-		recv(f).Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(
+		recv(f).Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(locked(
 			jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit(acc.role), jen.Id("name")),
 			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 			jen.Id("out").Op(":=").Make(jen.Index().Id(T), ms().Dot("Elems").Call(jen.Id("i"))),
 			jen.If(jen.Err().Op(":=").Add(ms()).Dot("Read").Call(jen.Id("i"), jen.Id("out")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 			jen.Return(jen.Id("out"), jen.Nil()),
-		)
+		)...)
 	}
 	f.Comment("SetParam overwrites the named parameter; v must have its element count.")
-	recv(f).Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(
+	recv(f).Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(locked(
 		jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit("param"), jen.Id("name")),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
 		jen.Id("f").Op(":=").Make(jen.Index().Float64(), jen.Len(jen.Id("v"))),
 		jen.For(jen.List(jen.Id("k"), jen.Id("x")).Op(":=").Range().Id("v")).Block(jen.Id("f").Index(jen.Id("k")).Op("=").Float64().Parens(jen.Id("x"))),
 		jen.Return(ms().Dot("WriteFloats").Call(jen.Id("i"), jen.Id("f"))),
-	)
-	f.Comment("Save writes a checkpoint: parameters, optimizer state, step count.")
-	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))
-	f.Comment("Load restores a checkpoint written by Save; on error nothing changes.")
-	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))
+	)...)
+	f.Comment("Save writes a safetensors checkpoint: parameters and state under their")
+	f.Comment("PyTorch state_dict names, optimizer state, step count, with a SHA-256.")
+	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(locked(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))...)
+	f.Comment("Load restores a checkpoint written by Save (or from PyTorch through")
+	f.Comment("scripts/safetensors_io.py); it checks everything first, and on error")
+	f.Comment("nothing changes.")
+	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(locked(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))...)
 	f.Comment("MemStats reports the device's memory: bytes allocated, reserved (held from")
 	f.Comment("the driver, including a caching allocator's cache) and the peak allocated,")
 	f.Comment("as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.")
-	recv(f).Id("MemStats").Params().Qual(rtPath, "MemStats").Block(jen.Return(ms().Dot("Device").Call().Dot("MemStats").Call()))
+	recv(f).Id("MemStats").Params().Qual(rtPath, "MemStats").Block(locked(jen.Return(ms().Dot("Device").Call().Dot("MemStats").Call()))...)
 	f.Comment("ResetPeak restarts the device's peak from what is allocated now, like")
 	f.Comment("torch.cuda.reset_peak_memory_stats; false when the backend cannot.")
-	recv(f).Id("ResetPeak").Params().Bool().Block(jen.Return(jen.Qual(rtPath, "ResetPeak").Call(ms().Dot("Device").Call())))
+	recv(f).Id("ResetPeak").Params().Bool().Block(locked(jen.Return(jen.Qual(rtPath, "ResetPeak").Call(ms().Dot("Device").Call())))...)
 	f.Comment("Close frees the model's device memory.")
-	recv(f).Id("Close").Params().Error().Block(jen.Return(ms().Dot("Close").Call()))
-	f.Comment("Session exposes the underlying runtime session.")
+	recv(f).Id("Close").Params().Error().Block(locked(jen.Return(ms().Dot("Close").Call()))...)
+	f.Comment("Session exposes the underlying runtime session, which is not safe for")
+	f.Comment("concurrent use: calls on it bypass the model's mutex.")
 	recv(f).Id("Session").Params().Op("*").Qual(rtPath, "Session").Block(jen.Return(ms()))
 }
 

@@ -34,6 +34,9 @@ type kernel struct {
 	grid      [3]runtime.Expr
 	block     [3]int
 	t         string // element type of the group
+	// pre is file-scope code the kernel needs (device globals), printed
+	// before it; "$K" in pre and body stands for the kernel's final name.
+	pre string
 }
 
 type kparam struct {
@@ -73,6 +76,8 @@ func (k *kernel) scalar(name, ctype string) string {
 	switch ctype {
 	case "int":
 		kind = runtime.ArgI32
+	case "long long":
+		kind = runtime.ArgI64
 	case "unsigned long long":
 		kind = runtime.ArgU64
 	case "double":
@@ -325,8 +330,9 @@ func (k *kernel) render() string {
 		}
 		ps = append(ps, p.ctype+sep+p.name)
 	}
+	b.WriteString(strings.ReplaceAll(k.pre, "$K", k.name))
 	fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s) {\n", k.block[0]*k.block[1]*k.block[2], k.name, strings.Join(ps, ", "))
-	b.WriteString(k.body.String())
+	b.WriteString(strings.ReplaceAll(k.body.String(), "$K", k.name))
 	b.WriteString("}\n")
 	return b.String()
 }

@@ -13,7 +13,11 @@
 // the GPU it is the same grid-stride loop over elements; the emulation runs
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
-#ifndef NGEN_EMU
+//
+// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
+// compile these GPU forms and the warp butterflies below exactly as written,
+// so that the tests run the code the GPU runs.
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -21,6 +25,9 @@
     for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
       for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
+
+// NVRTC compiles without <math.h>, which is where INFINITY comes from.
+#define NGEN_INF __int_as_float(0x7f800000)
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
@@ -36,7 +43,7 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
-#ifndef NGEN_EMU
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -50,11 +57,23 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 }
 #endif
 
-// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
-// keys dropout masks by (seed, step, stream) and counts by element index,
-// so every backend and every fusion plan draws the same mask.
-__device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long idx) {
-  unsigned c0 = (unsigned)idx, c1 = (unsigned)(idx >> 32), c2 = stream, c3 = (unsigned)step;
+// ngen_arrive counts a block's arrival at one output of a two-phase
+// reduction, after its partial is published, and returns how many blocks
+// arrived before it: the last one sums the partials (codegen/reduce.go).
+#ifndef NGEN_EMU
+__device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
+  __threadfence();
+  return atomicAdd(count, 1u);
+}
+#else
+static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+#endif
+
+// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
+// dropout masks: counter (ctr lo, ctr hi, stream, step lo), key (seed lo,
+// seed hi ^ step hi). Its four output words go to w[0..3].
+__device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long ctr, unsigned w[4]) {
+  unsigned c0 = (unsigned)ctr, c1 = (unsigned)(ctr >> 32), c2 = stream, c3 = (unsigned)step;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32) ^ (unsigned)(step >> 32);
   for (int r = 0; r < 10; ++r) {
     const unsigned h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
@@ -63,10 +82,26 @@ __device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigne
     c0 = n0; c1 = l1; c2 = n2; c3 = l0;
     k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
   }
-  return c0;
+  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }
 
-// ngen_keep is true with probability keep.
+// ngen_keep is true with probability keep: element idx takes word idx & 3
+// of counter idx >> 2 (all four words of each Philox call are used), as the
+// top 24 bits of a float in [0, 1). The mask is a function of (seed, step,
+// stream, idx) alone, so every backend, launch shape and fusion plan draws
+// the same one. ngen_dropout is the element's factor: scale where kept,
+// else 0. Here each thread draws its own element; the CPU emulation
+// (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
+// elements at a time and keeps the kernel loop vectorisable.
+#ifndef NGEN_EMU
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
-  return (float)(ngen_philox(seed, step, stream, (unsigned long long)idx) >> 8) * 5.9604644775390625e-08f < keep;
+  unsigned w[4];
+  ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
+  const unsigned k = (unsigned)idx & 3u; // selects, not w[k]: a dynamic index would put w in local memory
+  const unsigned u = (k & 2u) ? ((k & 1u) ? w[3] : w[2]) : ((k & 1u) ? w[1] : w[0]);
+  return (float)(u >> 8) * 5.9604644775390625e-08f < keep;
 }
+__device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+#endif

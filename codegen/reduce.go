@@ -76,7 +76,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		a := acc{v: v, name: fmt.Sprintf("acc%d", len(accs)), init: k.ctx(t, "").Lit(0), warp: "ngen_warp_sum"}
 		a.comb = a.name + " + x"
 		if v.Op == "max" {
-			a.init, a.comb, a.warp = "-INFINITY", k.ctx(t, "").Math("fmax")+"("+a.name+", x)", "ngen_warp_max"
+			a.init, a.comb, a.warp = "-NGEN_INF", k.ctx(t, "").Math("fmax")+"("+a.name+", x)", "ngen_warp_max"
 		}
 		accs = append(accs, a)
 	}
@@ -155,6 +155,71 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		return lanes
 	}
 	innerKept := len(space) > 0 && !red[len(space)-1]
+	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceCols == 0 {
+		// A block per strip of reduceCols adjacent outputs, its threads
+		// splitting the reduced rows and combining through shared memory:
+		// a bias gradient of 2048 outputs fills 256 blocks on a GPU
+		// instead of two. A warp reads reduceCols·4-byte sectors of
+		// blockDim/reduceCols rows. A block of one thread (the CPU's
+		// launch, SoloBlocks) walks all the strip's columns per row, one
+		// vector operation per row.
+		cols := reduceCols
+		k.sync, k.soloBlocks = true, true
+		for j := range accs {
+			fmt.Fprintf(w, "  __shared__ %s part%d[%d];\n", t, j, k.block[0])
+		}
+		fmt.Fprintf(w, "  for (long long o0 = (long long)blockIdx.x * %d; o0 < nout; o0 += (long long)gridDim.x * %d) {\n", cols, cols)
+		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
+		w.WriteString("    if (blockDim.x == 1) {\n")
+		lanes := laneAccs("oc", cols)
+		w.WriteString("      for (long long r = 0; r < nred; ++r) {\n")
+		w.WriteString("        #pragma unroll\n")
+		fmt.Fprintf(w, "        for (int oc = 0; oc < %d; ++oc) {\n", cols)
+		outer, lane := w, &strings.Builder{}
+		w = lane
+		body("          ", "base + oc + "+offset(redAxes, "r"), lanes)
+		w = outer
+		if usesO.MatchString(lane.String()) {
+			w.WriteString("          const long long o = o0 + oc;\n")
+		}
+		w.WriteString(lane.String())
+		w.WriteString("        }\n      }\n")
+		fmt.Fprintf(w, "      for (int oc = 0; oc < %d; ++oc) {\n", cols)
+		for j, a := range accs {
+			fmt.Fprintf(w, "        %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
+		}
+		w.WriteString("      }\n      continue;\n    }\n")
+		fmt.Fprintf(w, "    const int oc = (int)(threadIdx.x %% %d);\n", cols)
+		for _, a := range accs {
+			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+		}
+		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d; r < nred; r += blockDim.x / %d) {\n", cols, cols)
+		lane = &strings.Builder{}
+		w = lane
+		body("      ", "base + oc + "+offset(redAxes, "r"), accs)
+		w = outer
+		if usesO.MatchString(lane.String()) {
+			w.WriteString("      const long long o = o0 + oc;\n")
+		}
+		w.WriteString(lane.String())
+		w.WriteString("    }\n")
+		for j, a := range accs {
+			fmt.Fprintf(w, "    part%d[threadIdx.x] = %s;\n", j, a.name)
+		}
+		w.WriteString("    __syncthreads();\n")
+		fmt.Fprintf(w, "    if (threadIdx.x < %d) {\n", cols)
+		for j, a := range accs {
+			fmt.Fprintf(w, "      %s s%d = %s;\n", t, j, a.init)
+			fmt.Fprintf(w, "      for (unsigned u = threadIdx.x; u < blockDim.x; u += %d) { const %s x = part%d[u]; s%d = %s; }\n",
+				cols, t, j, j, strings.Replace(a.comb, a.name, fmt.Sprintf("s%d", j), 1))
+			s := a
+			s.name = fmt.Sprintf("s%d", j)
+			fmt.Fprintf(w, "      %s[o0 + threadIdx.x] = %s;\n", out[a.v], finish(s))
+		}
+		w.WriteString("    }\n    __syncthreads();\n  }\n")
+		k.grid = gridFor(kept, cols)
+		return k
+	}
 	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceVec == 0 {
 		// Each thread takes reduceVec adjacent outputs (one row of the
 		// innermost axis holds whole groups of them): a warp still reads
@@ -210,6 +275,30 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	for j := range accs {
 		fmt.Fprintf(w, "  __shared__ %s partial%d[32];\n", t, j)
 	}
+	// Two phases when few outputs would leave SMs idle (a per-channel
+	// statistic has 32 or 64): split blocks over gridDim.y slices of
+	// each output's range, each publishing a partial to a device global;
+	// the last to arrive sums them in slice order (deterministic). The
+	// globals are static, since the emulation links every package into
+	// one binary. A block of one thread (the CPU's launch) takes the
+	// whole range, and its other slices return.
+	split := 1
+	if z := kept.Size(); len(z.Syms) == 0 && z.N > 0 {
+		split = int(min(reduceSplitMax, (reduceFill+z.N-1)/z.N))
+	}
+	if split > 1 {
+		nout := kept.Size().N
+		var pre strings.Builder
+		for j := range accs {
+			fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, nout*int64(split))
+		}
+		fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", nout)
+		k.pre = pre.String()
+		fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
+		w.WriteString("  if (yi >= ys) return;\n")
+	} else {
+		w.WriteString("  const unsigned ys = 1, yi = 0;\n")
+	}
 	w.WriteString("  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {\n")
 	fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
 	for _, a := range accs {
@@ -238,7 +327,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		fmt.Fprintf(w, "    const long long rthreads = %dLL < (long long)blockDim.x ? %dLL : (long long)blockDim.x;\n", rthreads, rthreads)
 		w.WriteString("    const long long rpass = (long long)blockDim.x / rthreads;\n")
 		w.WriteString("    const long long rt = (long long)threadIdx.x % rthreads;\n")
-		w.WriteString("    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / " + fmt.Sprint(last.N) + "LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {\n")
+		w.WriteString("    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / " + fmt.Sprint(last.N) + "LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {\n")
 		fmt.Fprintf(w, "      const long long base_o = base + %s;\n", offset(redAxes[:len(redAxes)-1], "ro"))
 		fmt.Fprintf(w, "      for (long long rv = rt * %d; rv < %dLL; rv += rthreads * %d) {\n", vec, last.N, vec)
 		fmt.Fprintf(w, "        #pragma unroll\n")
@@ -259,7 +348,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) { const %s x = %s; %s = %s; }\n", vec, t, x, a.name, a.comb)
 		}
 	} else {
-		w.WriteString("    for (long long r = threadIdx.x; r < nred; r += blockDim.x) {\n")
+		w.WriteString("    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {\n")
 		body("      ", "base + "+offset(redAxes, "r"), accs)
 		w.WriteString("    }\n")
 	}
@@ -281,7 +370,21 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	for j, a := range accs {
 		fmt.Fprintf(w, "      %s = threadIdx.x < (blockDim.x + 31) / 32 ? partial%d[threadIdx.x] : %s;\n", a.name, j, a.init)
 		fmt.Fprintf(w, "      %s = %s(%s);\n", a.name, a.warp, a.name)
-		fmt.Fprintf(w, "      if (threadIdx.x == 0) %s[o] = %s;\n", out[a.v], finish(a))
+		if split > 1 {
+			fmt.Fprintf(w, "      if (threadIdx.x == 0) { if (ys == 1) %s[o] = %s; else $K_part%d[o * %d + yi] = %s; }\n", out[a.v], finish(a), j, split, a.name)
+		} else {
+			fmt.Fprintf(w, "      if (threadIdx.x == 0) %s[o] = %s;\n", out[a.v], finish(a))
+		}
+	}
+	if split > 1 {
+		w.WriteString("      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&$K_count[o]) == ys - 1) {\n")
+		for j, a := range accs {
+			fmt.Fprintf(w, "        %s = %s;\n", a.name, a.init)
+			fmt.Fprintf(w, "        for (unsigned y = 0; y < ys; ++y) { const %s x = ((volatile %s *)$K_part%d)[o * %d + y]; %s = %s; }\n", t, t, j, split, a.name, a.comb)
+			fmt.Fprintf(w, "        %s[o] = %s;\n", out[a.v], finish(a))
+		}
+		w.WriteString("        $K_count[o] = 0;\n")
+		w.WriteString("      }\n")
 	}
 	w.WriteString("    }\n")
 	w.WriteString("    __syncthreads();\n")
@@ -289,11 +392,22 @@ func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	z := kept.Size()
 	k.grid = gridFor(nil, 1)
 	k.grid[0].Size.Mul, k.grid[0].Size.Syms, k.grid[0].Div, k.grid[0].Max = z.N, z.Syms, 1, 1<<16
+	k.grid[1].Size.Mul = int64(split)
 	return k
 }
 
 // usesO matches a read of the output index o.
 var usesO = regexp.MustCompile(`\bo\b`)
+
+// reduceCols is how many adjacent outputs a block of a kept-inner-axis
+// reduction takes (a 32-byte sector of f32); reduceFill is the number of
+// blocks a reduction with few outputs aims for, twice an H100's 132 SMs,
+// in at most reduceSplitMax slices per output.
+const (
+	reduceCols     = 8
+	reduceFill     = 264
+	reduceSplitMax = 32
+)
 
 // reduceVec is how many adjacent elements a reduction thread takes at a
 // time along a contiguous reduced axis.

@@ -13,14 +13,17 @@ import (
 
 // Report describes one training step of a compiled program.
 type Report struct {
-	Model     string `json:"model"`
-	Fused     bool   `json:"fused"`
-	Batch     int    `json:"batch"`
-	Kernels   int    `json:"kernels"`
-	Gemms     int    `json:"gemms"`
-	Bytes     int64  `json:"bytes"`
-	Flops     int64  `json:"flops"`
-	PeakBytes int64  `json:"peak_bytes"`
+	Model   string `json:"model"`
+	Fused   bool   `json:"fused"`
+	Batch   int    `json:"batch"`
+	Kernels int    `json:"kernels"`
+	Gemms   int    `json:"gemms"`
+	// DeviceCalls counts the calls the GPU backend issues for one step:
+	// launches, cuBLAS calls (runtime.LowerGemm) and memsets and copies.
+	DeviceCalls int   `json:"device_calls"`
+	Bytes       int64 `json:"bytes"`
+	Flops       int64 `json:"flops"`
+	PeakBytes   int64 `json:"peak_bytes"`
 	// ActivationBytes is the forward and backward temporaries' share of
 	// PeakBytes.
 	ActivationBytes int64 `json:"activation_bytes"`
@@ -28,6 +31,11 @@ type Report struct {
 	// any (recomputed activations trade FLOPs for memory).
 	Without *Report   `json:"without_checkpointing,omitempty"`
 	Steps   []StepRow `json:"steps"`
+	// GPU is the modeled GPU time (ModelGPU, report_gpu.go), when asked.
+	GPU        *GPUSummary `json:"gpu,omitempty"`
+	GPUModelUs float64     `json:"gpu_model_us,omitempty"`
+	GPUIdealUs float64     `json:"gpu_ideal_us,omitempty"`
+	gemmCalls  []runtime.GemmArgs
 }
 
 // StepRow is one launch, GEMM, memset or copy of the step.
@@ -40,6 +48,12 @@ type StepRow struct {
 	// TimeSteps is a recurrence's loop count (its kernel runs the loop
 	// over time inside); 0 for other steps.
 	TimeSteps int `json:"time_steps,omitempty"`
+	// Calls is the device calls the GPU backend issues for the row;
+	// Blocks a launch's GPU grid (the CPU may launch it otherwise).
+	Calls  int `json:"calls"`
+	Blocks int `json:"blocks,omitempty"`
+	// GPUUs is the row's modeled time (ModelGPU).
+	GPUUs float64 `json:"gpu_us,omitempty"`
 }
 
 // MakeReport evaluates the step function's plan at the program's
@@ -70,13 +84,17 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			continue
 		}
 		for i, st := range f.Steps {
-			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), TimeSteps: loops[i]}
+			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
+			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:
 				row.Kind, row.Kernel = "launch", plan.Kernels[st.Kernel].Name
+				row.Blocks = st.Grid[0].Eval(env) * st.Grid[1].Eval(env) * st.Grid[2].Eval(env)
 				r.Kernels++
 			case runtime.GemmStep:
 				row.Kind = "gemm"
+				ga = st.Gemm.Args(env, plan.Buffers[st.Gemm.C].DType, nil)
+				row.Calls = len(runtime.LowerGemm(ga, 0, 0).Calls)
 				r.Gemms++
 			case runtime.MemsetStep:
 				row.Kind = "memset"
@@ -87,7 +105,9 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			}
 			r.Bytes += row.Bytes
 			r.Flops += row.Flops
+			r.DeviceCalls += row.Calls
 			r.Steps = append(r.Steps, row)
+			r.gemmCalls = append(r.gemmCalls, ga)
 		}
 	}
 	return r, nil
@@ -109,12 +129,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err := r.writeLoops(w); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMM calls per step: %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
-		r.Kernels, r.Gemms, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
+	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMMs per step: %d\ndevice calls per step (kernels, cuBLAS calls, memsets, copies): %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
+		r.Kernels, r.Gemms, r.DeviceCalls, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
 	if err == nil && r.Without != nil {
 		o := r.Without
 		_, err = fmt.Fprintf(w, "without checkpointing: planned peak memory %d bytes (temporaries %d), FLOPs %d (checkpointing adds %.1f%%)\n",
 			o.PeakBytes, o.ActivationBytes, o.Flops, 100*float64(r.Flops-o.Flops)/float64(o.Flops))
+	}
+	if err == nil && r.GPU != nil {
+		err = r.writeGPU(w)
 	}
 	return err
 }

@@ -37,7 +37,7 @@ func kernels(gs []*Group) []string {
 }
 
 // TestFuseMLP pins the seed MLP's kernels: what generated/mlp launches
-// (15 step kernels, 8 of them GEMMs; 6 predict kernels).
+// (17 step kernels, 8 of them GEMMs; 6 predict kernels).
 func TestFuseMLP(t *testing.T) {
 	p := through(t, seedMLP(), "fuse", true)
 	for _, tc := range []struct {
@@ -56,11 +56,14 @@ func TestFuseMLP(t *testing.T) {
 			"reduce sum_bwd: sum",
 			"gemm fc3_matmul_bwd: matmul",
 			"gemm matmul_bwd: matmul",
-			// Dropout and ReLU backward fused into the bias gradient.
-			"reduce dropout_relu_bwd_sum_bwd: dropout+relu_bwd+sum",
+			// Dropout and ReLU backward in one kernel; the bias gradient
+			// sums its output (a reduction absorbs no dropout: hasDropout).
+			"ew dropout_relu_bwd_bwd: dropout+relu_bwd",
+			"reduce sum_bwd_2: sum",
 			"gemm fc2_matmul_bwd: matmul",
 			"gemm matmul_bwd_2: matmul",
-			"reduce dropout_relu_bwd_sum_bwd_2: dropout+relu_bwd+sum",
+			"ew dropout_relu_bwd_bwd_2: dropout+relu_bwd",
+			"reduce sum_bwd_3: sum",
 			"gemm matmul_bwd_3: matmul",
 			// One multi-tensor update over the flat parameters.
 			"ew optimizer_update: ...",

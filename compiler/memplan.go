@@ -101,6 +101,12 @@ type memPlanner struct {
 	codes map[string]int
 }
 
+// statusBuf is the status block, created once for all functions (see
+// runtime.StatusWords for its layout).
+func (m *memPlanner) statusBuf() int {
+	return m.persistent("status", "status", ir.I32, ir.Static(runtime.StatusWords))
+}
+
 // statusCode is the status-word code of the checked op at pos.
 func (m *memPlanner) statusCode(op, pos string) int {
 	if m.codes == nil {
@@ -239,6 +245,11 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		}
 		return last
 	}
+	// A training step is transactional (guard.go): state the forward pass
+	// updates (batch norm's running statistics) is committed by a guarded
+	// copy after the checks, never written in place.
+	_, guarded := f.Outputs["loss"]
+	guarded = guarded && len(f.Updates) > 0
 	for _, u := range f.Updates {
 		var dst int
 		if u.State.Op == "flat" {
@@ -248,7 +259,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		}
 		nb := base(u.New)
 		w := owner[nb]
-		safe := w != nil && forced[nb] == 0 && w.Kind == EW && w.Space.Eq(u.State.Shape)
+		safe := w != nil && forced[nb] == 0 && w.Kind == EW && w.Space.Eq(u.State.Shape) && (isOpt(u) || !guarded)
 		if safe {
 			wi := groupIndex[w]
 			for _, s := range append([]*ir.Value{u.State}, u.State.Args...) {
@@ -348,6 +359,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		}
 	}
 	var status = -1
+	if guarded {
+		status = m.statusBuf()
+	}
 	// The optimizer's kernels come last, after every copy that is not the
 	// optimizer's: steps before UpdateFrom are the gradient phase
 	// (Session.RunGrads), the rest the update phase (Session.RunUpdate).
@@ -361,12 +375,19 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			}
 			c.step.Src = resolve(c.v)
 			touch(c.step.Src, len(steps))
-			steps = append(steps, *c.step)
+			st := *c.step
+			if guarded {
+				st = commitStep(st)
+			}
+			steps = append(steps, st)
 		}
 		m.copySrc = rest
 	}
 	for _, g := range groups {
 		if groupIsOpt(g) && rf.UpdateFrom < 0 {
+			if guarded {
+				steps = append(steps, m.guardStep(f, status, resolve, touch, len(steps)))
+			}
 			flush(false)
 			rf.UpdateFrom = len(steps)
 		} else if !groupIsOpt(g) && rf.UpdateFrom >= 0 {
@@ -403,7 +424,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		}
 		if g.Kind == CE {
 			if status < 0 {
-				status = m.persistent("status", "status", ir.I32, ir.Static(4))
+				status = m.statusBuf()
 			}
 			pos := g.Root.Pos.String()
 			m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: "cross_entropy", Pos: pos, Code: m.statusCode("cross_entropy", pos)})
@@ -411,7 +432,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		for _, v := range g.Values {
 			if d := ops.Lookup(v.Op); d.Status != "" {
 				if status < 0 {
-					status = m.persistent("status", "status", ir.I32, ir.Static(4))
+					status = m.statusBuf()
 				}
 				pos := v.Pos.String()
 				m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "status", Buf: status, Op: v.Op, Pos: pos, Detail: d.Status, Code: m.statusCode(v.Op, pos)})
@@ -421,6 +442,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		steps = append(steps, st)
 	}
 	if rf.UpdateFrom < 0 {
+		if guarded {
+			steps = append(steps, m.guardStep(f, status, resolve, touch, len(steps)))
+		}
 		flush(false)
 		rf.UpdateFrom = 0 // no optimizer: predict
 
@@ -429,7 +453,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 	if err := checkPhases(m.plan, fi, rf.UpdateFrom, len(steps)); err != nil {
 		return fmt.Errorf("internal error: %s: %w", f.Name, err)
 	}
-	if l, ok := f.Outputs["loss"]; ok {
+	if l, ok := f.Outputs["loss"]; ok && guarded {
+		m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "guard", Buf: status, Op: l.Op, Pos: l.Pos.String(), Detail: "loss"})
+	} else if ok {
 		m.plan.Checks = append(m.plan.Checks, runtime.Check{Func: f.Name, Kind: "finite", Buf: resolve(l), Op: l.Op, Pos: l.Pos.String(), Detail: "loss"})
 	}
 	for name, v := range f.Outputs {

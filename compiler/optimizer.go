@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
@@ -33,6 +34,13 @@ func lowerOptimizer(p *Program) error {
 	P := b.Op("flat", ir.Attrs{}, params...)
 	G := b.Op("flat", ir.Attrs{}, grads...)
 	n := P.Shape
+	// The optimizer's state names are reserved: a user State of the same
+	// name would share its buffer (the memory plan keys state by name).
+	for _, v := range f.Values {
+		if (v.Role == ir.State || v.Role == ir.Param) && reservedState(o.Kind, v.Name) {
+			return fmt.Errorf("%s %q (%s): the name is reserved for the %s optimizer's state; choose another", v.Op, v.Name, v.Pos, o.Kind)
+		}
+	}
 	state := func(name string) *ir.Value {
 		v := f.NewValue("state", dt, n.Clone(), b.Pos)
 		v.Role, v.Name = ir.State, name
@@ -89,4 +97,10 @@ func lowerOptimizer(p *Program) error {
 	}
 	f.Renumber()
 	return nil
+}
+
+// reservedState reports whether name is one the optimizer kind gives its
+// own state (kind.exp_avg, sgd.momentum_buffer, ...).
+func reservedState(kind, name string) bool {
+	return strings.HasPrefix(name, kind+".")
 }

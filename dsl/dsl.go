@@ -49,10 +49,20 @@ type Tensor struct {
 }
 
 // Shape is the tensor's shape, e.g. [B,512].
-func (t *Tensor) Shape() string { return t.v.Shape.String() }
+func (t *Tensor) Shape() string {
+	if t == nil || t.v == nil {
+		return "<nil>"
+	}
+	return t.v.Shape.String()
+}
 
 // DType is the tensor's element type.
-func (t *Tensor) DType() DType { return t.v.DType }
+func (t *Tensor) DType() DType {
+	if t == nil || t.v == nil {
+		return 0
+	}
+	return t.v.DType
+}
 
 // NewModel starts a model. name becomes the generated package's name after
 // sanitising.
@@ -150,8 +160,11 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 	}
 	for _, d := range shape {
 		if d.N <= 0 {
-			m.fail(pos, op, "dimension %d must be positive", d.N)
+			m.fail(pos, op, "%s: dimension %d must be positive", name, d.N)
 		}
+	}
+	if !finite(init.a, init.b) {
+		m.fail(pos, op, "%s: initialiser %s(%g, %g) needs finite numbers", name, init.kind, init.a, init.b)
 	}
 	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()
@@ -179,6 +192,10 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 		return x
 	}
 	in := s[len(s)-1].N
+	if out <= 0 {
+		m.fail(pos, "linear", "%s: width %d must be positive", name, out)
+		return x
+	}
 	bound := 1 / math.Sqrt(float64(in))
 	w := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, in), pos)
 	// Rank > 2 inputs become a batched GEMM with the weight shared.
@@ -193,7 +210,11 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 // Output marks the prediction output (logits).
 func (m *Model) Output(t *Tensor) {
 	pos := callerPos()
-	if t == nil || m.err != nil {
+	if m.err != nil {
+		return
+	}
+	if t == nil {
+		m.fail(pos, "output", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
 	if t.m != m {
@@ -206,7 +227,11 @@ func (m *Model) Output(t *Tensor) {
 // Loss marks the scalar to minimise.
 func (m *Model) Loss(t *Tensor) {
 	pos := callerPos()
-	if t == nil || m.err != nil {
+	if m.err != nil {
+		return
+	}
+	if t == nil {
+		m.fail(pos, "loss", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
 	if t.m != m {
@@ -222,6 +247,9 @@ func (m *Model) Loss(t *Tensor) {
 
 // Build returns the declared model, or the first error.
 func (m *Model) Build() (*ir.Model, error) {
+	if m == nil || m.m == nil {
+		return nil, fmt.Errorf("the model is nil: a model function must return dsl.NewModel's result")
+	}
 	if m.err != nil {
 		return nil, m.err
 	}

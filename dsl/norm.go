@@ -1,6 +1,8 @@
 package dsl
 
 import (
+	"fmt"
+
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -24,7 +26,7 @@ func (m *Model) Update(state, value *Tensor) {
 // update checks and records one state update.
 func (m *Model) update(pos ir.Pos, state, value *Tensor) {
 	if state.v.Role != ir.State {
-		m.fail(pos, "update", "%s is not a state tensor", state.v)
+		m.fail(pos, "update", "the first argument must be a tensor declared with m.State, got %s", describe(state.v))
 		return
 	}
 	if !state.v.Shape.Eq(value.v.Shape) || state.v.DType != value.v.DType {
@@ -70,7 +72,7 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 		m.fail(pos, "batchnorm2d", "%s: input %s must be N×C×H×W with a static C", name, s)
 		return x
 	}
-	if o.Momentum < 0 || o.Momentum > 1 || o.Eps <= 0 {
+	if !(o.Momentum >= 0 && o.Momentum <= 1 && o.Eps > 0 && finite(o.Eps)) {
 		m.fail(pos, "batchnorm2d", "%s: momentum %g must be in [0, 1] and eps %g positive", name, o.Momentum, o.Eps)
 		return x
 	}
@@ -92,4 +94,15 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 	m.update(pos, rm, &Tensor{m, newMean})
 	m.update(pos, rv, &Tensor{m, newVar})
 	return &Tensor{m, y}
+}
+
+// describe names a tensor as the user wrote it, not by its IR number.
+func describe(v *ir.Value) string {
+	switch {
+	case v.Name != "":
+		return fmt.Sprintf("%s %q", v.Role, v.Name)
+	case v.Pos.File != "":
+		return fmt.Sprintf("the result of %s at %s", v.Op, v.Pos)
+	}
+	return "the result of " + v.Op
 }

@@ -1,12 +1,33 @@
 package dsl
 
-import "github.com/ngen-ml/ngen/compiler/ir"
+import (
+	"math"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// finite reports whether every value is a finite number: NaN and ±Inf in
+// an op's argument are rejected at the op's line, not found as NaN weights
+// after the first step.
+func finite(vs ...float64) bool {
+	for _, v := range vs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
+}
 
 func unary(op string, x *Tensor, attrs ir.Attrs) *Tensor {
 	if x == nil {
 		return nil
 	}
-	return x.m.op(callerPos(), op, attrs, x)
+	pos := callerPos()
+	if !finite(attrs.F) {
+		x.m.fail(pos, op, "argument %g is not a finite number", attrs.F)
+		return x
+	}
+	return x.m.op(pos, op, attrs, x)
 }
 
 func binary(op string, x, y *Tensor) *Tensor {
@@ -110,7 +131,7 @@ func Dropout(x *Tensor, p float64) *Tensor {
 		return nil
 	}
 	pos := callerPos()
-	if p < 0 || p >= 1 {
+	if !(p >= 0 && p < 1) { // NaN too
 		x.m.fail(pos, "dropout", "p must be in [0, 1), got %g", p)
 		return x
 	}

@@ -1,6 +1,10 @@
 package dsl
 
-import "github.com/ngen-ml/ngen/compiler/ir"
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
 
 // Optimizer is SGD, Adam or AdamW.
 type Optimizer interface{ lower() (ir.Optimizer, string) }
@@ -76,6 +80,10 @@ func (m *Model) Optimizer(o Optimizer) {
 		return
 	}
 	lo, problem := o.lower()
+	if !finite(lo.LR, lo.Momentum, lo.Dampening, lo.WeightDecay, lo.Beta1, lo.Beta2, lo.Eps) {
+		problem = fmt.Sprintf("every argument must be a finite number, got lr %g, momentum %g, dampening %g, weight decay %g, betas (%g, %g), eps %g",
+			lo.LR, lo.Momentum, lo.Dampening, lo.WeightDecay, lo.Beta1, lo.Beta2, lo.Eps)
+	}
 	if problem == "" && lo.LR <= 0 {
 		problem = "learning rate must be positive"
 	}

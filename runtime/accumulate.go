@@ -34,6 +34,7 @@ import (
 type accumulator struct {
 	k       int  // micro-batches per update in Run("step"); at least 1
 	pend    int  // good micro-batches whose gradients are held
+	rows    int  // rows of those micro-batches (dropout's row0)
 	inGrads bool // grads holds the latest good micro-batch, not yet in sum
 	inSum   bool // sum holds the total of earlier micro-batches
 	sum     Ptr  // grads-sized; 0 until first needed
@@ -45,10 +46,17 @@ type accumulator struct {
 func (s *Session) AccumulationSteps() int { return s.acc.k }
 
 // SetAccumulationSteps changes how many micro-batches Run("step") sums
-// before each update (k <= 1: every call updates). It allocates the sum
+// before each update (k of 0 or 1: every call updates; negative k is an
+// error). It allocates the sum
 // now, so that running out of memory shows here; pending micro-batches
 // stay pending.
 func (s *Session) SetAccumulationSteps(k int) error {
+	if err := s.alive("SetAccumulationSteps"); err != nil {
+		return err
+	}
+	if k < 0 {
+		return fmt.Errorf("%s: SetAccumulationSteps(%d): must not be negative", s.plan.Model, k)
+	}
 	if k > 1 {
 		if err := s.allocSum(); err != nil {
 			return err
@@ -67,19 +75,30 @@ func (s *Session) Pending() int { return s.acc.pend }
 // checks it, and adds its gradient to the pending ones. The loss output
 // holds this batch's loss. On error nothing is added.
 func (s *Session) RunGrads(batch int) error {
+	if err := s.alive("RunGrads"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch("step", batch); err != nil {
 		return err
 	}
-	return s.microBatch(fi, f)
+	if err := s.microBatch(fi, f); err != nil {
+		s.calls = calls // the dropout counter too is as before
+		return err
+	}
+	return nil
 }
 
 // RunUpdate runs the optimizer update with the mean gradient of the
 // micro-batches since the last update, then starts a new accumulation.
 func (s *Session) RunUpdate() error {
+	if err := s.alive("RunUpdate"); err != nil {
+		return err
+	}
 	fi, f, err := s.fn("step")
 	if err != nil {
 		return err
@@ -87,19 +106,35 @@ func (s *Session) RunUpdate() error {
 	return s.updatePhase(fi, f)
 }
 
-// trainStep is Run("step"): a checked micro-batch, and the update on
-// every k-th good one (k = 1: every step). The checks run before the
-// update, so a step that fails them (a label or token id out of range)
-// leaves the parameters and optimizer state as they were, at the cost of
-// one small device read between the phases.
+// trainStep is Run("step"): with k = 1, the gradient phase, the update
+// phase and one check at the end, so a plain step reads the device once;
+// with k > 1, a checked micro-batch, and the update on every k-th good one.
 func (s *Session) trainStep(fi int, f *Func) error {
-	if err := s.microBatch(fi, f); err != nil {
+	if s.acc.k > 1 {
+		if err := s.microBatch(fi, f); err != nil {
+			return err
+		}
+		if s.acc.pend < s.acc.k {
+			return nil
+		}
+		return s.updatePhase(fi, f)
+	}
+	// One step, forward to update, is one graph on a Grapher device.
+	if err := s.graphed(f.Name, func() error {
+		if err := s.gradPhase(fi, f); err != nil {
+			return err
+		}
+		return s.updatePhase(fi, f)
+	}); err != nil {
 		return err
 	}
-	if s.acc.k > 1 && s.acc.pend < s.acc.k {
-		return nil
+	if err := s.check("step"); err != nil {
+		// The device skipped the update (compiler/guard.go); the host's
+		// count follows.
+		s.t--
+		return err
 	}
-	return s.updatePhase(fi, f)
+	return nil
 }
 
 func (s *Session) microBatch(fi int, f *Func) error {
@@ -109,6 +144,7 @@ func (s *Session) microBatch(fi int, f *Func) error {
 	if err := s.check("step"); err != nil {
 		s.acc.inGrads = false
 		s.acc.pend--
+		s.acc.rows -= s.env["B"]
 		return err
 	}
 	return nil
@@ -125,12 +161,25 @@ func (s *Session) gradPhase(fi int, f *Func) error {
 			return err
 		}
 	}
+	s.row0 = s.sampleOffset(s.env["B"])
 	if err := s.runSteps(fi, f, 0, f.UpdateFrom, nil); err != nil {
 		return err
 	}
 	s.acc.inGrads = true
 	s.acc.pend++
+	s.acc.rows += s.env["B"]
 	return nil
+}
+
+// sampleOffset is the global index of the first row of a batch of the
+// given size about to run: the rows of the update's earlier micro-batches
+// come first, so that k micro-batches of b rows number their rows as one
+// batch of k·b does, and dropout draws the same masks.
+func (s *Session) sampleOffset(batch int) int64 {
+	if s.dp.comm != nil {
+		return s.sampleOffsetDP(batch)
+	}
+	return int64(s.acc.rows)
 }
 
 func (s *Session) updatePhase(fi int, f *Func) error {
@@ -154,13 +203,18 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 			return err
 		}
 	}
+	if s.dp.comm != nil {
+		if err := s.reduceGrads(); err != nil {
+			return err
+		}
+	}
 	s.t++
 	scal := s.plan.Optimizer.Scalars(s.t, s.lr)
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
 		return err
 	}
-	a.pend, a.inGrads, a.inSum = 0, false, false
+	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return nil
 }
 

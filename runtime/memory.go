@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -129,6 +130,10 @@ func SessionAllocs(p *Plan, opt SessionOptions) []int64 {
 		env[y] = opt.Symbols[y]
 	}
 	env["B"] = opt.MaxBatch
+	if checkSizes(p, env) != nil {
+		// Sizes that overflow fit no device.
+		return []int64{math.MaxInt64}
+	}
 	l := planLayout(p, env)
 	out := []int64{l.persist, l.arena}
 	if opt.AccumulationSteps > 1 {
@@ -147,8 +152,11 @@ func SessionBytes(dev Device, p *Plan, opt SessionOptions) int64 {
 	var n int64
 	sz, _ := dev.(AllocSizer)
 	for _, a := range SessionAllocs(p, opt) {
-		if sz != nil && a > 0 {
+		if sz != nil && a > 0 && a < math.MaxInt64 {
 			a = sz.AllocSize(a)
+		}
+		if a < 0 || n > math.MaxInt64-a {
+			return math.MaxInt64 // saturate: nothing that large fits
 		}
 		n += a
 	}

@@ -141,6 +141,10 @@ type Step struct {
 	Gemm   Gemm
 	Buf    int // MemsetStep, CopyStep destination
 	Src    int // CopyStep source
+	// Builtin, on a LaunchStep, names a kernel codegen adds rather than
+	// renders from a group (GuardKernel, CommitKernel); Buf and Src are
+	// its operands.
+	Builtin string
 	// Report fields.
 	Ops   string // the IR ops this step computes
 	Bytes Sum    // bytes read plus written in global memory
@@ -185,7 +189,7 @@ type Gemm struct {
 // Check is a run-time check the session performs after a function.
 type Check struct {
 	Func   string
-	Kind   string // "finite" (NaN/Inf in a scalar output), "status" (error flag buffer)
+	Kind   string // "finite" (NaN/Inf in a scalar output), "status" (error flag buffer), "guard" (status block words 4..7)
 	Buf    int
 	Op     string // the user op, for the message
 	Pos    string // file:line of the user op

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -20,11 +21,15 @@ type Session struct {
 	seed     uint64
 	t        int // optimizer steps taken
 	calls    uint64
+	row0     int64 // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
+	loss     float64 // the last step's, from the status block
 	arenaLen int64
-	acc      accumulator // gradient accumulation state (accumulate.go)
-	prof     *profiler   // nil unless SetProfiling(true)
+	acc      accumulator  // gradient accumulation state (accumulate.go)
+	dp       dataParallel // data-parallel group, if any (dataparallel.go)
+	prof     *profiler    // nil unless SetProfiling(true)
+	closed   bool
 }
 
 // SessionOptions size a session.
@@ -57,6 +62,9 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 			return nil, fmt.Errorf("%s: no bound given for symbol %s", p.Model, y)
 		}
 		s.maxEnv[y], s.env[y] = n, n
+	}
+	if err := checkSizes(p, s.maxEnv); err != nil {
+		return nil, err
 	}
 	ld, err := dev.Load(m)
 	if err != nil {
@@ -159,11 +167,13 @@ func (s *Session) initParams() error {
 
 // Close frees the session's device memory.
 func (s *Session) Close() error {
+	s.releaseStaging()
 	var errs []error
 	for _, p := range s.base {
 		errs = append(errs, s.dev.Free(p))
 	}
 	s.base = nil
+	s.closed = true
 	return errors.Join(errs...)
 }
 
@@ -180,8 +190,18 @@ func (s *Session) SetTrain(train bool) { s.train = train }
 // Training reports the mode.
 func (s *Session) Training() bool { return s.train }
 
-// SetLR changes the learning rate for later steps.
-func (s *Session) SetLR(lr float64) { s.lr = lr }
+// SetLR changes the learning rate for later steps. It must be finite
+// and not negative; otherwise the rate stays as it was.
+func (s *Session) SetLR(lr float64) error {
+	if err := s.alive("SetLR"); err != nil {
+		return err
+	}
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
+		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
+	}
+	s.lr = lr
+	return nil
+}
 
 // LR is the current learning rate.
 func (s *Session) LR() float64 { return s.lr }
@@ -210,17 +230,27 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // checks once at the end; with SessionOptions.AccumulationSteps k > 1 it
 // runs the update only on every k-th call (accumulate.go).
 func (s *Session) Run(name string, batch int) error {
+	if err := s.alive(name); err != nil {
+		return err
+	}
 	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
 	}
+	calls := s.calls
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}
 	if name == "step" {
-		return s.trainStep(fi, f)
+		if err := s.trainStep(fi, f); err != nil {
+			// A failed step leaves the dropout counter as it was too.
+			s.calls = calls
+			return err
+		}
+		return nil
 	}
-	if err := s.runSteps(fi, f, 0, len(f.Steps), nil); err != nil {
+	s.row0 = s.sampleOffset(batch)
+	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
 	return s.check(name)
@@ -266,7 +296,13 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 				args[i] = s.seed
 				continue
 			case a.Scalar == "step":
-				args[i] = s.calls
+				// Dropout is keyed by the optimizer step the batch
+				// contributes to (1-based), not by the call, so that the
+				// micro-batches of one update draw one batch's masks.
+				args[i] = uint64(s.t) + 1
+				continue
+			case a.Scalar == "row0":
+				args[i] = s.row0
 				continue
 			}
 			v, err := s.scalar(a.Scalar, scal)
@@ -290,29 +326,7 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
 		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
 	case GemmStep:
-		g := st.Gemm
-		m, n, k := int(g.M.Eval(s.env)), int(g.N.Eval(s.env)), int(g.K.Eval(s.env))
-		lda, ldb := k, n
-		if g.TransA {
-			lda = m
-		}
-		if g.TransB {
-			ldb = k
-		}
-		ga := GemmArgs{DType: s.plan.Buffers[g.C].DType, TransA: Transpose(g.TransA), TransB: Transpose(g.TransB),
-			M: m, N: n, K: k, Alpha: g.Alpha, Beta: g.Beta,
-			A: s.ptrs[g.A], LDA: lda, B: s.ptrs[g.B], LDB: ldb, C: s.ptrs[g.C], LDC: n,
-			Batch: int(g.Batch.Eval(s.env)), StrideC: m * n}
-		if g.BatchA {
-			ga.StrideA = m * k
-		}
-		if g.BatchB {
-			ga.StrideB = k * n
-		}
-		if g.SumBatch {
-			ga.StrideC, ga.Beta = 0, 1 // C was zeroed by the preceding memset step
-		}
-		return d.Gemm(ga)
+		return d.Gemm(st.Gemm.Args(s.env, s.plan.Buffers[st.Gemm.C].DType, s.ptrs))
 	case MemsetStep:
 		b := &s.plan.Buffers[st.Buf]
 		return d.Memset(s.ptrs[st.Buf], 0, s.bytes(b, s.env))
@@ -338,4 +352,14 @@ func (s *Session) scalar(name string, scal map[string]float64) (float64, error) 
 		return 0, nil
 	}
 	return 0, fmt.Errorf("no value for kernel scalar %q", name)
+}
+
+// alive returns an error once the session is closed: every method that
+// touches the device checks it, so a closed model errs instead of using
+// freed memory.
+func (s *Session) alive(method string) error {
+	if s.closed {
+		return fmt.Errorf("%s.%s: the model is closed", s.plan.Model, method)
+	}
+	return nil
 }

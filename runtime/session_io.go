@@ -1,12 +1,7 @@
 package runtime
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
-	"math"
 	"unsafe"
 )
 
@@ -42,6 +37,9 @@ func (s *Session) Elems(i int) int { return int(s.plan.Buffers[i].Elems.Eval(s.e
 // rows. data must be a []float32, []float64 or []int32 matching the
 // buffer's dtype and holding exactly the batch's elements.
 func (s *Session) WriteInput(name string, data any, rows int) error {
+	if err := s.alive("WriteInput"); err != nil {
+		return err
+	}
 	i, err := s.Lookup("input", name)
 	if err != nil {
 		return err
@@ -103,6 +101,12 @@ func hostSlice(data any) (unsafe.Pointer, int, DType, error) {
 
 // ReadFloats returns buffer i at the current batch size as float64s.
 func (s *Session) ReadFloats(i int) ([]float64, error) {
+	if err := s.alive("ReadFloats"); err != nil {
+		return nil, err
+	}
+	if i < 0 || i >= len(s.plan.Buffers) {
+		return nil, fmt.Errorf("%s: no buffer %d", s.plan.Model, i)
+	}
 	b := &s.plan.Buffers[i]
 	n := s.Elems(i)
 	out := make([]float64, n)
@@ -137,6 +141,12 @@ func (s *Session) ReadFloats(i int) ([]float64, error) {
 // Read copies buffer i into dst, a []float32/[]float64/[]int32 of exactly
 // its current element count.
 func (s *Session) Read(i int, dst any) error {
+	if err := s.alive("Read"); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(s.plan.Buffers) {
+		return fmt.Errorf("%s: no buffer %d", s.plan.Model, i)
+	}
 	b := &s.plan.Buffers[i]
 	ptr, n, dt, err := hostSlice(dst)
 	if err != nil {
@@ -153,6 +163,12 @@ func (s *Session) Read(i int, dst any) error {
 
 // WriteFloats sets buffer i (a static-size buffer) from float64s.
 func (s *Session) WriteFloats(i int, vals []float64) error {
+	if err := s.alive("WriteFloats"); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(s.plan.Buffers) {
+		return fmt.Errorf("%s: no buffer %d", s.plan.Model, i)
+	}
 	if want := s.Elems(i); len(vals) != want {
 		b := &s.plan.Buffers[i]
 		return fmt.Errorf("%s: %s %s has %d elements, got %d", s.plan.Model, b.Role, b.Name, want, len(vals))
@@ -176,142 +192,4 @@ func (s *Session) writeFloats(i int, vals []float64) error {
 		return s.dev.CopyToDevice(s.ptrs[i], unsafe.Pointer(&vals[0]), int64(len(vals))*8)
 	}
 	return fmt.Errorf("%s: %s %s is not a float buffer", s.plan.Model, b.Role, b.Name)
-}
-
-// check runs the plan's checks for function fn after it ran.
-func (s *Session) check(fn string) error {
-	for _, c := range s.plan.Checks {
-		if c.Func != fn {
-			continue
-		}
-		switch c.Kind {
-		case "status":
-			var st [4]int32
-			if err := s.dev.CopyToHost(unsafe.Pointer(&st[0]), s.ptrs[c.Buf], 16); err != nil {
-				return err
-			}
-			// Each checked op raises its own code (0: a plan from before
-			// codes, where cross-entropy raised 1).
-			if st[0] != 0 && (int(st[0]) == c.Code || c.Code == 0) {
-				// Clear the flag so that the session stays usable.
-				if err := s.dev.Memset(s.ptrs[c.Buf], 0, 16); err != nil {
-					return err
-				}
-				what, where := "label", "row"
-				if c.Detail != "" {
-					what, where = c.Detail, "position"
-				}
-				return fmt.Errorf("%s (%s): %s: %s %d at %s %d is out of range [0,%d)", c.Op, c.Pos, s.plan.Model, what, st[1], where, st[2], st[3])
-			}
-		case "finite":
-			v, err := s.ReadFloats(c.Buf)
-			if err != nil {
-				return err
-			}
-			for _, x := range v {
-				if math.IsNaN(x) || math.IsInf(x, 0) {
-					return fmt.Errorf("%s (%s): %s: %s is %v at step %d", c.Op, c.Pos, s.plan.Model, c.Detail, x, s.t)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-const checkpointMagic = "NGENCKP2"
-
-// Save writes a checkpoint: every parameter and optimizer state buffer by
-// name, the step count, the learning rate and the dropout seed and
-// counter, so a loaded session continues exactly as the saved one would.
-func (s *Session) Save(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	bw.WriteString(checkpointMagic)
-	hdr := []uint64{uint64(s.t), math.Float64bits(s.lr), s.calls, s.seed}
-	if err := binary.Write(bw, binary.LittleEndian, hdr); err != nil {
-		return err
-	}
-	for i := range s.plan.Buffers {
-		b := &s.plan.Buffers[i]
-		if b.Role != "param" && b.Role != "state" {
-			continue
-		}
-		vals, err := s.ReadFloats(i)
-		if err != nil {
-			return err
-		}
-		key := b.Role + ":" + b.Name
-		binary.Write(bw, binary.LittleEndian, uint32(len(key)))
-		bw.WriteString(key)
-		binary.Write(bw, binary.LittleEndian, uint64(len(vals)))
-		if err := binary.Write(bw, binary.LittleEndian, vals); err != nil {
-			return err
-		}
-	}
-	binary.Write(bw, binary.LittleEndian, uint32(0))
-	return bw.Flush()
-}
-
-// Load reads a checkpoint written by Save for the same model. Nothing is
-// changed unless the whole checkpoint matches.
-func (s *Session) Load(r io.Reader) error {
-	br := bufio.NewReader(r)
-	magic := make([]byte, len(checkpointMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != checkpointMagic {
-		return fmt.Errorf("%s: not an ngen checkpoint", s.plan.Model)
-	}
-	var hdr [4]uint64
-	if err := binary.Read(br, binary.LittleEndian, &hdr); err != nil {
-		return fmt.Errorf("%s: checkpoint header: %w", s.plan.Model, err)
-	}
-	pending := map[int][]float64{}
-	for {
-		var n uint32
-		if err := binary.Read(br, binary.LittleEndian, &n); err != nil {
-			return fmt.Errorf("%s: truncated checkpoint: %w", s.plan.Model, err)
-		}
-		if n == 0 {
-			break
-		}
-		if n > 1<<16 {
-			return fmt.Errorf("%s: corrupt checkpoint", s.plan.Model)
-		}
-		key := make([]byte, n)
-		if _, err := io.ReadFull(br, key); err != nil {
-			return err
-		}
-		var cnt uint64
-		if err := binary.Read(br, binary.LittleEndian, &cnt); err != nil {
-			return err
-		}
-		idx := -1
-		for i := range s.plan.Buffers {
-			b := &s.plan.Buffers[i]
-			if (b.Role == "param" || b.Role == "state") && b.Role+":"+b.Name == string(key) {
-				idx = i
-			}
-		}
-		if idx < 0 {
-			return fmt.Errorf("%s: checkpoint has %q, which this model lacks", s.plan.Model, key)
-		}
-		if int(cnt) != s.Elems(idx) {
-			return fmt.Errorf("%s: checkpoint %q has %d elements, model has %d", s.plan.Model, key, cnt, s.Elems(idx))
-		}
-		vals := make([]float64, cnt)
-		if err := binary.Read(br, binary.LittleEndian, vals); err != nil {
-			return fmt.Errorf("%s: truncated checkpoint at %q", s.plan.Model, key)
-		}
-		pending[idx] = vals
-	}
-	for i := range s.plan.Buffers {
-		b := &s.plan.Buffers[i]
-		if (b.Role == "param" || b.Role == "state") && pending[i] == nil {
-			return fmt.Errorf("%s: checkpoint lacks %s %q", s.plan.Model, b.Role, b.Name)
-		}
-	}
-	var errs []error
-	for i, v := range pending {
-		errs = append(errs, s.writeFloats(i, v))
-	}
-	s.t, s.lr, s.calls, s.seed = int(hdr[0]), math.Float64frombits(hdr[1]), hdr[2], hdr[3]
-	return errors.Join(errs...)
 }

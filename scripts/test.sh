@@ -29,3 +29,12 @@ go test -tags cuda ./runtime/cuda/...
 
 echo "== tests"
 go test -count=1 -timeout 30m ./...
+
+echo "== race detector on the concurrency contract (a model is safe for concurrent use)"
+go test -race -count=1 -run 'TestConcurrentUse' ./models/mlp
+
+echo "== fuzzing: checkpoint reader, IDX reader, package-name sanitiser (a few seconds each)"
+go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 5s ./runtime/safetensors
+go test -run '^$' -fuzz '^FuzzDecodeCheckpoint$' -fuzztime 5s ./runtime
+go test -run '^$' -fuzz '^FuzzDecodeIDX$' -fuzztime 5s ./runtime/data
+go test -run '^$' -fuzz '^FuzzPackageName$' -fuzztime 5s ./compiler

@@ -2,7 +2,7 @@
 // kernels and a typed Go package.
 //
 //	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
-//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] model.go
+//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|a100 [-graphs=false] [-tf32]] model.go
 //	ngen devices
 //
 // It parses flags and calls the library; the work is in dsl/eval,
@@ -202,6 +202,9 @@ func report(args []string) error {
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
 	budget := fs.Int64("memory-budget", 0, "as ngen build -memory-budget")
+	gpu := fs.String("gpu", "", "model the step's time on this GPU: h100 or a100")
+	graphs := fs.Bool("graphs", true, "with -gpu: the step is one CUDA graph (the GPU backend's default)")
+	tf32 := fs.Bool("tf32", false, "with -gpu: f32 GEMMs on TF32 tensor cores (cuda.Options.TF32)")
 	fs.Parse(args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("report: want one model file")
@@ -234,6 +237,11 @@ func report(args []string) error {
 		r, err := codegen.MakeReport(p)
 		if err != nil {
 			return err
+		}
+		if *gpu != "" {
+			if err := r.ModelGPU(*gpu, codegen.GPUOptions{Graphs: *graphs, TF32: *tf32}); err != nil {
+				return fmt.Errorf("report -gpu: %v", err)
+			}
 		}
 		if *asJSON {
 			err = r.WriteJSON(os.Stdout)

@@ -16,10 +16,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
+	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -42,7 +41,8 @@ func main() {
 		threads = flag.Int("threads", 0, "CPU threads (0: all cores)")
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
 		dir     = flag.String("data", "", "data directory (default: Fashion-MNIST's, or the sequence model's Debian files)")
-		save    = flag.String("save", "", "write a checkpoint here after training")
+		save    = flag.String("save", "", "write a checkpoint (safetensors) here after training")
+		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py); lstm -sample: generate from it instead of training")
 		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
@@ -51,7 +51,6 @@ func main() {
 		prompt  = flag.String("sample", "", "lstm: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
-		load    = flag.String("load", "", "lstm -sample: generate from this checkpoint instead of training")
 	)
 	flag.Parse()
 	sampling := false
@@ -70,18 +69,27 @@ func main() {
 		*dir = data.DefaultFashionMNISTDir
 	}
 	batch, err := parseBatch(*batchS)
+	if err == nil {
+		err = checkDistFlags(*torch, *batchS)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)
 	}
-	ours, err := run(*name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *quiet, *profile)
-	if err == nil && *torch {
-		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
+	if err := checkWritable(*save); err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
 	}
+	grp, err := joinGroup() // -dist (dist.go)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
+	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile)
+	if err == nil && *torch {
+		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
+	}
+	grp.finish(err)
 }
 
 // epochResult is one epoch of a run, ngen's or PyTorch's.
@@ -128,7 +136,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save string, quiet, profile bool) ([]epochResult, error) {
+func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -139,6 +147,9 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 	}
 	testSet, err := data.LoadFashionMNIST(dir, false)
 	if err != nil {
+		return nil, err
+	}
+	if devName, err = grp.device(devName); err != nil {
 		return nil, err
 	}
 	dev, err := runtime.OpenDevice(devName, threads)
@@ -157,19 +168,33 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 		return nil, err
 	}
 	defer m.Close()
+	if load != "" {
+		if err := loadCheckpoint(m, load); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.Session().SetAccumulationSteps(accum); err != nil {
 		return nil, err
 	}
+	if err := grp.attach(m); err != nil {
+		return nil, err
+	}
 	loader := data.NewLoader(trainSet, batch, true, seed)
+	grp.shard(loader)
 	src, closeSrc, err := newBatches(loader, dev)
 	if err != nil {
 		return nil, err
 	}
 	defer closeSrc()
 	var results []epochResult
-	fmt.Printf("model %s on %s: %d train / %d test images, batch %d, %d steps per epoch\n",
-		name, dev.Name(), trainSet.N, testSet.N, batch, loader.Len())
-	if accum > 1 {
+	say := func(format string, a ...any) { // rank 0 alone prints
+		if grp.lead() {
+			fmt.Printf(format, a...)
+		}
+	}
+	say("model %s on %s: %d train / %d test images, batch %d%s, %d steps per epoch\n",
+		name, dev.Name(), trainSet.N, testSet.N, batch, grp.describe(batch), loader.Len())
+	if accum > 1 && grp.lead() {
 		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
 	}
 	for epoch := 1; epoch <= epochs; epoch++ {
@@ -194,59 +219,48 @@ func run(name string, epochs int, batchp *int, memory int64, accum int, seed uin
 			return nil, fmt.Errorf("epoch %d: %w", epoch, err)
 		}
 		elapsed := time.Since(start)
-		if profile {
+		if profile && grp.lead() {
 			fmt.Printf("epoch %d: waited %.3f s for data of %.3f s training (%.1f%%; prefetch %v)\n",
 				epoch, wait.Seconds(), elapsed.Seconds(), 100*wait.Seconds()/elapsed.Seconds(), *prefetch)
 		}
 		if bar != nil {
 			bar.Finish()
 		}
-		acc, err := accuracy(m, testSet, batch)
+		acc, err := grp.accuracy(m, testSet, batch)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
+		ls := []float64{sum, float64(n)} // the loss over every rank's batches
+		if err := grp.sum(ls); err != nil {
+			return nil, err
+		}
+		sum, n = ls[0], int(ls[1])
+		say("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
 			epoch, sum/float64(n), 100*acc, float64(trainSet.N)/elapsed.Seconds(), elapsed.Seconds())
 		results = append(results, epochResult{Epoch: epoch, Acc: acc, Loss: sum / float64(n), PerSecond: float64(trainSet.N) / elapsed.Seconds()})
 	}
-	if profile {
+	if profile && grp.lead() {
 		fmt.Printf("\nprofile of epoch %d (training steps and test predictions):\n", epochs)
 		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
 			return nil, err
 		}
 	}
-	if save != "" {
+	if g := grp.comm; g != nil && grp.lead() {
+		t := m.Session().ReduceTime()
+		fmt.Printf("gradient all-reduce: %.3f s over %d steps (%.2f ms a step)\n", t.Seconds(), m.Session().Steps(), 1e3*t.Seconds()/float64(max(m.Session().Steps(), 1)))
+	}
+	if save != "" && grp.lead() { // rank 0's replica (its batch norm statistics)
 		if err := saveCheckpoint(m, save); err != nil {
 			return nil, err
 		}
+		fmt.Println("saved", save)
 	}
 	return results, nil
 }
 
-// saveCheckpoint writes m's checkpoint beside the destination and renames
-// it over it, so a failure leaves any earlier checkpoint whole.
-func saveCheckpoint(m interface{ Save(io.Writer) error }, save string) error {
-	f, err := os.CreateTemp(filepath.Dir(save), ".ckpt-*")
-	if err != nil {
-		return err
-	}
-	if err := m.Save(f); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), save); err != nil {
-		return err
-	}
-	fmt.Println("saved", save)
-	return nil
-}
-
-// accuracy evaluates in eval mode over the whole set.
-func accuracy(m model, ds *data.Dataset, batch int) (float64, error) {
+// countCorrect evaluates in eval mode over the whole set and counts the
+// correct predictions.
+func countCorrect(m model, ds *data.Dataset, batch int) (int, error) {
 	m.Eval()
 	loader := data.NewLoader(ds, batch, false, 0)
 	correct := 0
@@ -272,7 +286,7 @@ func accuracy(m model, ds *data.Dataset, batch int) (float64, error) {
 			}
 		}
 	}
-	return float64(correct) / float64(ds.N), nil
+	return correct, nil
 }
 
 // parseBatch reads -batch: a positive size, or auto (0).
@@ -281,8 +295,8 @@ func parseBatch(s string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("-batch %q: want a positive size or auto", s)
+	if err != nil || n <= 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("-batch %q: want a positive size up to %d, or auto", s, math.MaxInt32)
 	}
 	return n, nil
 }

@@ -18,6 +18,7 @@ type model interface {
 	Train()
 	Eval()
 	Save(w io.Writer) error
+	Load(r io.Reader) error
 	Close() error
 	Session() *runtime.Session
 }

@@ -212,6 +212,7 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		if err := saveCheckpoint(m, o.save); err != nil {
 			return nil, err
 		}
+		fmt.Println("saved", o.save)
 	}
 	if o.trained != nil {
 		if err := m.Save(o.trained); err != nil {

@@ -19,11 +19,11 @@ import (
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
-// philox is Philox4x32-10 as codegen/preamble.cuh's ngen_philox keys it:
-// counter (idx lo, idx hi, stream, step lo), key (seed lo, seed hi ^ step
-// hi); it returns the first output word.
-func philox(seed, step uint64, stream uint32, idx uint64) uint32 {
-	c0, c1, c2, c3 := uint32(idx), uint32(idx>>32), stream, uint32(step)
+// philox is Philox4x32-10 as codegen/preamble.cuh's ngen_philox4 keys it:
+// counter (ctr lo, ctr hi, stream, step lo), key (seed lo, seed hi ^ step
+// hi); it returns the four output words.
+func philox(seed, step uint64, stream uint32, ctr uint64) [4]uint32 {
+	c0, c1, c2, c3 := uint32(ctr), uint32(ctr>>32), stream, uint32(step)
 	k0, k1 := uint32(seed), uint32(seed>>32)^uint32(step>>32)
 	for r := 0; r < 10; r++ {
 		p0 := uint64(0xD2511F53) * uint64(c0)
@@ -32,13 +32,14 @@ func philox(seed, step uint64, stream uint32, idx uint64) uint32 {
 		k0 += 0x9E3779B9
 		k1 += 0xBB67AE85
 	}
-	return c0
+	return [4]uint32{c0, c1, c2, c3}
 }
 
-// keep is ngen_keep: the top 24 bits as a float in [0, 1), compared in
-// float32 with the keep probability 1-p.
+// keep is ngen_keep: element idx takes word idx&3 of counter idx>>2, its
+// top 24 bits as a float in [0, 1), compared in float32 with the keep
+// probability 1-p.
 func keep(seed, step uint64, stream uint32, idx uint64, p float64) bool {
-	return float32(philox(seed, step, stream, idx)>>8)*5.9604644775390625e-08 < float32(1-p)
+	return float32(philox(seed, step, stream, idx>>2)[idx&3]>>8)*5.9604644775390625e-08 < float32(1-p)
 }
 
 // dropoutMask is the 0/1 mask of n elements for one dropout op in the Run
@@ -54,22 +55,22 @@ func dropoutMask(seed, step uint64, stream uint32, n int, p float64) []float64 {
 }
 
 // TestPhiloxKnownAnswers checks the Go Philox against Random123's
-// known-answer vectors (kat_vectors, philox4x32 10), first word.
+// known-answer vectors (kat_vectors, philox4x32 10), all four words.
 func TestPhiloxKnownAnswers(t *testing.T) {
-	if got := philox(0, 0, 0, 0); got != 0x6627e8d5 {
-		t.Errorf("philox(zero key, zero counter) = %#x, want 0x6627e8d5", got)
+	if got, want := philox(0, 0, 0, 0), [4]uint32{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}; got != want {
+		t.Errorf("philox(zero key, zero counter) = %#x, want %#x", got, want)
 	}
 	// Counter and key all ones: step lo 0xffffffff, step hi 0 so that key
 	// word 1 (seed hi ^ step hi) is 0xffffffff.
-	if got := philox(math.MaxUint64, 0xffffffff, 0xffffffff, math.MaxUint64); got != 0x408f276d {
-		t.Errorf("philox(all ones) = %#x, want 0x408f276d", got)
+	if got, want := philox(math.MaxUint64, 0xffffffff, 0xffffffff, math.MaxUint64), [4]uint32{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}; got != want {
+		t.Errorf("philox(all ones) = %#x, want %#x", got, want)
 	}
 }
 
 // TestDropoutMaskMatchesKernels runs dropout over ones in training mode
-// through predict and compares every element with the Go mask, for two
-// successive calls (the step counter is part of the key) and a seed with
-// high bits set.
+// through predict and compares every element with the Go mask, before
+// and after an optimizer step (the step, counted from 1, is part of the
+// key) and with a seed with high bits set.
 func TestDropoutMaskMatchesKernels(t *testing.T) {
 	dev, err := cpu.New(cpu.Options{})
 	if err != nil {
@@ -105,6 +106,9 @@ func TestDropoutMaskMatchesKernels(t *testing.T) {
 			}
 			got := readNamed(t, s, "output", "output")
 			want := dropoutMask(seed, call, stream, rows*cols, p)
+			if err := s.Run("step", rows); err != nil { // SGD at lr 0
+				t.Fatal(err)
+			}
 			kept := 0
 			for i := range want {
 				want[i] *= float64(float32(1 / (1 - p))) // the kernels scale by the f32 literal

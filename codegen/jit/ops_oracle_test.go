@@ -138,6 +138,13 @@ func opGroups() map[string][]opCase {
 			// whole groups of four and a ragged last group.
 			{"3x2x40_ax02", []int{3, 2, 40}, []int{0, 2}, false},
 			{"3x2x37_ax02_keep", []int{3, 2, 37}, []int{0, 2}, true},
+			// GPU shapes: strips of eight kept outputs with the rows split
+			// over the block (37 rows: ragged), and few outputs split over
+			// gridDim.y slices finished by the last block (two-phase).
+			{"37x24_ax0", []int{37, 24}, []int{0}, false},
+			{"2x37x16_ax01_keep", []int{2, 37, 16}, []int{0, 1}, true},
+			{"3x4x300_ax02", []int{3, 4, 300}, []int{0, 2}, false},
+			{"5x700_ax1", []int{5, 700}, []int{1}, false},
 		} {
 			reduce = append(reduce, opCase{name: op + "_" + r.tag, op: op,
 				attrs: ir.Attrs{Axes: r.axes, KeepDim: r.keep}, args: []opArg{fd(d, r.shape...)}})

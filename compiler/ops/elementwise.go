@@ -123,8 +123,10 @@ func init() {
 		}),
 		// dropout zeroes an element with probability F and scales the rest
 		// by 1/(1-F), in training mode only. The mask comes from Philox
-		// keyed by (seed, step, stream I) at the element's linear index, so
-		// the backward op and every backend draw the same mask.
+		// keyed by (seed, optimizer step, stream I) at the element's global
+		// index (sampleIndex), so the backward op, every backend, k
+		// micro-batches and N data-parallel ranks draw the masks of one
+		// batch holding all their rows.
 		inEval(unary("dropout", 3, func(c *Ctx, v *ir.Value, x string) string {
 			return dropoutExpr(c, v, x)
 		}, func(b *Builder, v, g *ir.Value) *ir.Value { return b.Op("dropout", v.Attrs, g) }), 0),
@@ -191,6 +193,38 @@ func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
 	train := c.Scalar("train", "int")
 	seed := c.Scalar("seed", "unsigned long long")
 	step := c.Scalar("step", "unsigned long long")
-	keep := fmt.Sprintf("ngen_keep(%s, %s, %du, %s, %s)", seed, step, v.Attrs.I, c.Index, c.Lit(1-p))
-	return fmt.Sprintf("(%s ? (%s ? %s * %s : %s) : %s)", train, keep, x, c.Lit(1/(1-p)), c.Lit(0), x)
+	// A product, not a select, so the CPU emulation's loop vectorises (a
+	// dropped inf or NaN gives NaN, as in PyTorch).
+	factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", seed, step, v.Attrs.I, sampleIndex(c, v.Shape), c.Lit(1-p), c.Lit(1/(1-p)))
+	return fmt.Sprintf("(%s ? %s * %s : %s)", train, x, factor, x)
+}
+
+// sampleIndex renders the index that keys an element's random draw: its
+// index in the global batch, of which this batch holds the rows from the
+// runtime scalar row0 on (a later micro-batch of an accumulated update,
+// another rank's shard). With the batch axis B at position p of shape
+// O×B×I, element (o, b, j) is numbered ((row0+b)·O + o)·I + j, which
+// depends neither on this batch's size nor on the global one, so that
+// every split of a batch into parts numbers its elements alike. A value
+// without a batch axis is the same on every part and keeps its own index.
+func sampleIndex(c *Ctx, s ir.Shape) string {
+	p := -1
+	for i, d := range s {
+		if d.Sym == "B" {
+			p = i
+			break
+		}
+	}
+	if p < 0 {
+		return c.Index
+	}
+	row0 := c.Scalar("row0", "long long")
+	if p == 0 {
+		// The common case: rows are outermost, so the global index is the
+		// local one shifted by row0 rows.
+		return fmt.Sprintf("(%s + %s * %s)", c.Index, row0, c.Size(s[1:]))
+	}
+	inner, b := "("+c.Size(s[p+1:])+")", "("+c.Dim(s[p])+")"
+	return fmt.Sprintf("((((%s + %s / %s %% %s) * %s + %s / (%s * %s)) * %s) + %s %% %s)",
+		row0, c.Index, inner, b, "("+c.Size(s[:p])+")", c.Index, inner, b, inner, c.Index, inner)
 }

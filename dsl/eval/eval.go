@@ -131,9 +131,10 @@ func declarers(pkg *packages.Package, file string) []string {
 }
 
 // mainSrc is the throw-away program: it calls each declaring func, builds
-// the model, and prints the models as JSON on stdout and every DSL error
-// on stderr (exit status 3). User code's own prints go to stderr so they
-// cannot corrupt the JSON.
+// the model, and writes the models as JSON to the file named by its
+// argument and every DSL error to stderr (exit status 3). A model package
+// that prints (to stdout or anywhere) cannot corrupt the JSON, and one that
+// exits leaves no file, which reads as what it is.
 func mainSrc(pkgPath string, funcs []string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `package main
@@ -150,17 +151,25 @@ import (
 )
 
 func main() {
-	stdout := os.Stdout
 	os.Stdout = os.Stderr
 	failed := false
 	var out []*ir.Model
-	for _, f := range []func() *dsl.Model{
+	for _, f := range []struct {
+		name string
+		fn   func() *dsl.Model
+	}{
 `, pkgPath)
 	for _, f := range funcs {
-		fmt.Fprintf(&b, "\t\tuser.%s,\n", f)
+		fmt.Fprintf(&b, "\t\t{%q, user.%s},\n", f, f)
 	}
 	b.WriteString(`	} {
-		m, err := f().Build()
+		dm := f.fn()
+		if dm == nil {
+			fmt.Fprintf(os.Stderr, "%s returned a nil *dsl.Model\n", f.name)
+			failed = true
+			continue
+		}
+		m, err := dm.Build()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			failed = true
@@ -171,7 +180,11 @@ func main() {
 	if failed {
 		os.Exit(3)
 	}
-	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+	b, err := json.Marshal(out)
+	if err == nil {
+		err = os.WriteFile(os.Args[1], b, 0o644)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -217,7 +230,8 @@ func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building the evaluator for %s: %v\n%s", pkgPath, err, strings.TrimSpace(string(out)))
 	}
-	cmd := exec.Command(bin)
+	result := filepath.Join(tmp, "models.json")
+	cmd := exec.Command(bin, result)
 	cmd.Dir = modDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -228,8 +242,12 @@ func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
 		}
 		return nil, fmt.Errorf("evaluating %s: %v\n%s", pkgPath, err, msg)
 	}
+	js, err := os.ReadFile(result)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating %s: the model package exited before ngen read its models (does a model function or init call os.Exit?)\n%s", pkgPath, strings.TrimSpace(stderr.String()))
+	}
 	var models []*ir.Model
-	if err := json.Unmarshal(stdout.Bytes(), &models); err != nil {
+	if err := json.Unmarshal(js, &models); err != nil {
 		return nil, fmt.Errorf("evaluating %s: bad output: %v", pkgPath, err)
 	}
 	return models, nil

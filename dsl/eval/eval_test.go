@@ -55,6 +55,11 @@ func TestModelsErrors(t *testing.T) {
 	for _, tc := range []struct{ dir, want string }{
 		{"shapeerr", "matmul (dsl/eval/testdata/shapeerr/model.go:11): inner dimensions differ: [B,784] × [512,100]"},
 		{"broken", "dsl/eval/testdata/broken/model.go:8:22: cannot use 42"},
+		// Issue 13: these panicked or read as "bad output: unexpected end
+		// of JSON input".
+		{"nilmodel", "Missing returned a nil *dsl.Model"},
+		{"exits", "exited before ngen read its models"},
+		{"niltensor", "output (dsl/eval/testdata/niltensor/model.go:12): the tensor is nil"},
 	} {
 		_, err := Models(filepath.Join("testdata", tc.dir, "model.go"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -69,5 +74,14 @@ func TestModelsErrors(t *testing.T) {
 	}
 	if _, err := Models("eval.go"); err == nil || !strings.Contains(err.Error(), "declares no exported func() *dsl.Model") {
 		t.Errorf("file without models: %v", err)
+	}
+}
+
+// TestModelPrints: a model package that prints to stdout (in init and in
+// the model function) still evaluates.
+func TestModelPrints(t *testing.T) {
+	models, err := Models(filepath.Join("testdata", "prints", "model.go"))
+	if err != nil || len(models) != 1 || models[0].Name != "chatty" {
+		t.Fatalf("models %v, err %v", models, err)
 	}
 }

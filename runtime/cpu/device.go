@@ -18,6 +18,11 @@
 //
 // Generated packages build the entry into themselves with cgo; tests and
 // tools can compile kernels at run time with CompileModule.
+//
+// Options.GPUForms is a test mode that runs the kernels as a GPU runs them
+// (the preamble's grid-stride loops and warp shuffles as written, every
+// thread of every block): Load recompiles the module's CUDA source for it
+// (gpuforms.go).
 package cpu
 
 /*
@@ -58,6 +63,13 @@ type Options struct {
 	// (the reductions) run with one-thread blocks, several times faster
 	// here; tests set GPUBlocks to run the GPU's launch shapes too.
 	GPUBlocks bool
+	// GPUForms runs the kernels in the form a GPU runs them: Load compiles
+	// the module's CUDA source with the preamble's grid-stride loops and
+	// warp shuffles as written, every launch runs grid × block threads
+	// with the block it asks for, and a launch a GPU would reject fails.
+	// A test mode, many times slower; it needs a C++ compiler at run time
+	// (gpuforms.go).
+	GPUForms bool
 	// MemoryLimit caps the bytes Alloc hands out at once, as a GPU's memory
 	// does (0: no cap): an allocation past it fails with a
 	// *runtime.OutOfMemoryError, so that running out of memory can be
@@ -70,6 +82,7 @@ type Options struct {
 type Device struct {
 	threads   int
 	gpuBlocks bool
+	gpuForms  bool
 	limit     int64
 
 	mu     sync.Mutex // guards everything below
@@ -97,14 +110,19 @@ func New(opts Options) (*Device, error) {
 	if n == 0 {
 		n = goruntime.NumCPU()
 	}
-	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks, limit: opts.MemoryLimit, allocs: make(map[runtime.Ptr]int64)}
+	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks || opts.GPUForms, gpuForms: opts.GPUForms, limit: opts.MemoryLimit, allocs: make(map[runtime.Ptr]int64)}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
 	d.launch.start(n)
 	return d, nil
 }
 
 // Name describes the device.
-func (d *Device) Name() string { return fmt.Sprintf("cpu (%d threads)", d.threads) }
+func (d *Device) Name() string {
+	if d.gpuForms {
+		return fmt.Sprintf("cpu (%d threads, GPU forms)", d.threads)
+	}
+	return fmt.Sprintf("cpu (%d threads)", d.threads)
+}
 
 // Alloc returns 64-byte-aligned C memory, so kernels can vectorise and Go's
 // collector never moves or scans it. Alloc(0) returns the null pointer.

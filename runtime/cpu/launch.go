@@ -47,6 +47,13 @@ func (d *Device) Load(m *runtime.Module) (runtime.Loaded, error) {
 	if m == nil {
 		return nil, fmt.Errorf("cpu: load of a nil module")
 	}
+	if d.gpuForms {
+		g, err := gpuFormsModule(m)
+		if err != nil {
+			return nil, err
+		}
+		m = g
+	}
 	if m.CPUEntry == nil {
 		return nil, fmt.Errorf("cpu: module %q has no CPUEntry: its package was built without cgo, or the module was not compiled for the host (see cpu.CompileModule)", m.Name)
 	}
@@ -93,6 +100,11 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 	}
 	if err := checkShape(grid, block, sharedBytes); err != nil {
 		return fmt.Errorf("cpu: launch %s: %v", fn.info.Name, err)
+	}
+	if d.gpuForms {
+		if err := checkGPUShape(grid, sharedBytes); err != nil {
+			return fmt.Errorf("cpu: launch %s: %v", fn.info.Name, err)
+		}
 	}
 	params := fn.info.Params
 	if len(args) != len(params) {

@@ -184,7 +184,13 @@ func (d *Device) Free(p runtime.Ptr) error {
 	if p == 0 {
 		return nil
 	}
-	return d.do(func() error { return d.mem.release(p) })
+	return d.do(func() error {
+		// A CUDA graph may hold p (graph.go).
+		if err := d.gr.drop(); err != nil {
+			return err
+		}
+		return d.mem.release(p)
+	})
 }
 
 // EmptyCache gives the allocator's cached blocks back to the driver, like

@@ -98,12 +98,7 @@ func (d *Device) Memset(p runtime.Ptr, value byte, bytes int64) error {
 	if !ok {
 		return d.closedOr(err)
 	}
-	return d.do(func() error {
-		if err := cu.MemsetD8Async(cu.DevicePtr(p), value, bytes, d.stream); err != nil {
-			return fmt.Errorf("cuda: memset of %d bytes at %#x: %v", bytes, uintptr(p), err)
-		}
-		return nil
-	})
+	return d.doCall(streamCall{kind: callMemset, dst: p, value: value, bytes: bytes})
 }
 
 // CopyToDevice copies bytes bytes from host memory at src to dst. It returns
@@ -187,6 +182,9 @@ func (d *Device) CopyDevice(dst, src runtime.Ptr, bytes int64) error {
 	ok, err := checkRange("device copy", bytes, uintptr(dst), uintptr(src))
 	if !ok || dst == src {
 		return d.closedOr(err)
+	}
+	if !overlaps(dst, src, bytes) {
+		return d.doCall(streamCall{kind: callCopy, dst: dst, src: src, bytes: bytes})
 	}
 	return d.do(func() error {
 		// cuMemcpyDtoD leaves overlapping ranges undefined: go through a

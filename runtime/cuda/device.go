@@ -12,9 +12,9 @@
 //
 // A CUDA context belongs to the OS thread it is current on, so each Device
 // owns one goroutine locked to one OS thread, and every driver, cuBLAS and
-// allocator call runs on it (see do). Work is ordered on one stream, which
-// is a blocking stream so that cuBLAS, which cu/blas leaves on the legacy
-// default stream, stays ordered with it.
+// allocator call runs on it (see do). Work is ordered on one stream;
+// cuBLAS runs on it too, through the shim (shim.go), which also adds
+// strided-batched GEMMs and CUDA graphs (graph.go).
 //
 // gorgonia.org/cu exits the process from its package init when cuInit fails;
 // initguard.c keeps it alive, and Available and New report the reason
@@ -28,7 +28,6 @@ import (
 	"sync"
 
 	"gorgonia.org/cu"
-	cublas "gorgonia.org/cu/blas"
 
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -37,6 +36,17 @@ import (
 type Options struct {
 	// Ordinal is the CUDA device number, as in CUDA_VISIBLE_DEVICES order.
 	Ordinal int
+	// NoGraphs turns CUDA graphs off: every step issues its kernels,
+	// GEMMs and memsets one by one instead of replaying the graph captured
+	// from the first step at its batch size (graph.go). Graphs are on by
+	// default; a fault inside a graph cannot name its kernel, so turn them
+	// off to find one. OpenDevice("cuda") reads NGEN_CUDA_GRAPHS=0.
+	NoGraphs bool
+	// TF32 lets cuBLAS run f32 GEMMs on TF32 tensor cores
+	// (CUBLAS_TF32_TENSOR_OP_MATH): several times the FP32 peak on A100 and
+	// H100, with a 10-bit mantissa in the products, as torch's
+	// allow_tf32. Off by default. OpenDevice("cuda") reads NGEN_CUDA_TF32=1.
+	TF32 bool
 }
 
 // Device is one CUDA context on one GPU with one stream. Its methods are
@@ -52,7 +62,10 @@ type Device struct {
 	// Owned by the device thread; read under mu.
 	ctx        cu.CUContext
 	stream     cu.Stream
-	blas       *cublas.Standard
+	opts       Options
+	sblas      *blasHandle // cuBLAS on stream, through the shim
+	scratch    gemmScratch // for summed GEMMs (gemm_calls.go)
+	gr         graphState  // CUDA graphs (graph.go)
 	mem        allocator
 	stage      staging
 	host       hostBlocks // pinned memory from AllocHost (pinned_host.go)
@@ -77,7 +90,8 @@ func New(opts Options) (*Device, error) {
 	if opts.Ordinal < 0 || opts.Ordinal >= len(infos) {
 		return nil, fmt.Errorf("cuda: device %d does not exist; there are %d", opts.Ordinal, len(infos))
 	}
-	d := &Device{info: infos[opts.Ordinal], work: make(chan func() error), result: make(chan error)}
+	d := &Device{info: infos[opts.Ordinal], opts: opts, work: make(chan func() error), result: make(chan error)}
+	d.gr.off = opts.NoGraphs
 	ready := make(chan error)
 	go d.serve(ready)
 	if err := <-ready; err != nil {
@@ -113,9 +127,7 @@ func (d *Device) open() error {
 	if d.stream, err = cu.MakeStream(cu.DefaultStream); err != nil {
 		return fmt.Errorf("cuStreamCreate: %v", err)
 	}
-	d.blas = new(cublas.Standard)
-	if err := d.blas.Init(); err != nil {
-		d.blas = nil
+	if d.sblas, err = newBLAS(d.stream, d.opts.TF32); err != nil {
 		return err
 	}
 	d.mem.init(d)
@@ -131,13 +143,15 @@ func (d *Device) release() error {
 	if d.stream != (cu.Stream{}) {
 		errs = append(errs, d.stream.Synchronize())
 	}
+	errs = append(errs, d.gr.drop())
+	d.scratch.release(&d.mem)
 	d.stage.release()
 	d.host.release()
 	errs = append(errs, d.timer.release())
 	d.mem.releaseAll()
-	if d.blas != nil {
-		errs = append(errs, d.blas.Close())
-		d.blas = nil
+	if d.sblas != nil {
+		errs = append(errs, d.sblas.close())
+		d.sblas = nil
 	}
 	if d.stream != (cu.Stream{}) {
 		errs = append(errs, d.stream.Destroy())
@@ -164,7 +178,14 @@ func (d *Device) do(f func() error) error {
 	if d.closed {
 		return errClosed
 	}
-	d.work <- f
+	// A call that cannot join a CUDA graph ends the recording first,
+	// issuing what was recorded (graph.go).
+	d.work <- func() error {
+		if err := d.gr.abandon(d); err != nil {
+			return err
+		}
+		return f()
+	}
 	return <-d.result
 }
 

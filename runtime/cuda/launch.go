@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -57,25 +56,15 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 	// the driver reads only the parameter's own size from its slot, so a
 	// 4-byte value sits in the low half (little-endian).
 	slots := make([]uint64, len(args))
-	kernelParams := make([]unsafe.Pointer, len(args))
 	for i, a := range args {
 		v, err := argBits(params[i], a)
 		if err != nil {
 			return fmt.Errorf("cuda: launch %s: arg %d: %v", fn.info.Name, i, err)
 		}
 		slots[i] = v
-		kernelParams[i] = unsafe.Pointer(&slots[i])
 	}
-	return d.do(func() error {
-		return d.timer.around(d.stream, fn.info.Name, func() error {
-			err := fn.fn.Launch(grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes, d.stream, kernelParams)
-			if err != nil {
-				return fmt.Errorf("cuda: launch %s (grid %v, block %v, %d shared bytes): %v", fn.info.Name, grid, block, sharedBytes, err)
-			}
-			d.lastKernel = fn.info.Name
-			return nil
-		})
-	})
+	// Recorded into the step's CUDA graph, or issued now (graph.go).
+	return d.doCall(streamCall{kind: callLaunch, fn: fn, grid: grid, block: block, shared: sharedBytes, slots: slots})
 }
 
 // argBits checks a against its declared kind and returns its bytes.

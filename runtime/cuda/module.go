@@ -60,27 +60,49 @@ func (d *Device) Load(m *runtime.Module) (runtime.Loaded, error) {
 		}
 		return err
 	}
-	if len(m.Fatbin) > 0 && try("fatbin", string(m.Fatbin), m.PTX) == nil {
-		return l, nil
-	}
-	if m.PTX != "" && try("PTX", m.PTX, m.PTX) == nil {
-		return l, nil
-	}
-	if errors.Is(d.closedOr(nil), errClosed) {
-		return nil, errClosed
-	}
-	if m.Source != "" {
-		ptx, err := compileNVRTC(m.Name, m.Source, d.info.Major, d.info.Minor)
-		if err != nil {
-			tried = append(tried, err.Error())
-		} else if try("NVRTC PTX", ptx, ptx) == nil {
-			return l, nil
+	for _, form := range loadForms(m) {
+		switch form {
+		case "fatbin":
+			if try(form, string(m.Fatbin), m.PTX) == nil {
+				return l, nil
+			}
+		case "PTX":
+			if try(form, m.PTX, m.PTX) == nil {
+				return l, nil
+			}
+		case "NVRTC PTX":
+			if errors.Is(d.closedOr(nil), errClosed) {
+				return nil, errClosed
+			}
+			ptx, err := compileNVRTC(m.Name, m.Source, d.info.Major, d.info.Minor)
+			if err != nil {
+				tried = append(tried, err.Error())
+			} else if try(form, ptx, ptx) == nil {
+				return l, nil
+			}
 		}
 	}
 	if len(tried) == 0 {
 		return nil, fmt.Errorf("cuda: load %s: the module has no fatbin, PTX or source", m.Name)
 	}
 	return nil, fmt.Errorf("cuda: load %s on %s: %s", m.Name, d.info.Name, strings.Join(tried, "; "))
+}
+
+// loadForms lists the forms of m that Load tries, in order: nvcc's fatbin
+// and PTX when the package was generated with nvcc, and the source through
+// NVRTC, which is all a package generated without nvcc carries.
+func loadForms(m *runtime.Module) []string {
+	var forms []string
+	if len(m.Fatbin) > 0 {
+		forms = append(forms, "fatbin")
+	}
+	if m.PTX != "" {
+		forms = append(forms, "PTX")
+	}
+	if m.Source != "" {
+		forms = append(forms, "NVRTC PTX")
+	}
+	return forms
 }
 
 // load runs on the device thread. ptx, when not empty, is the PTX text the

@@ -86,17 +86,24 @@ func decodeIDX(r io.Reader) (*IDX, error) {
 		return nil, fmt.Errorf("dimensions: %w", err)
 	}
 	dims := make([]int, ndim)
-	n := 1
+	n := int64(1)
 	for i := range dims {
 		dims[i] = int(binary.BigEndian.Uint32(raw[4*i:]))
-		n *= dims[i]
-		if n > maxIDXElems {
-			return nil, fmt.Errorf("dimensions %v claim more than %d elements", dims[:i+1], maxIDXElems)
+		// Checked before multiplying: two dimensions of 2^32-1 wrapped
+		// the product negative and make panicked.
+		if d := int64(dims[i]); d != 0 && n > maxIDXElems/d {
+			return nil, fmt.Errorf("dimensions %v claim more than %d elements", dims[:i+1], int64(maxIDXElems))
 		}
+		n *= int64(dims[i])
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		return nil, fmt.Errorf("data: want %d bytes for dims %v: %w", n, dims, err)
+	// Read what is there, growing the buffer as data arrives, so a short
+	// file with a large header costs no large allocation.
+	body, err := io.ReadAll(io.LimitReader(br, n))
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if int64(len(body)) < n {
+		return nil, fmt.Errorf("data: want %d bytes for dims %v, got %d", n, dims, len(body))
 	}
 	// A longer body means the header and the file disagree, which a truncated
 	// header would also produce; both are corruption, not padding.

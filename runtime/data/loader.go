@@ -25,6 +25,9 @@ type Loader struct {
 	pos     int
 	x       []float32
 	y       []int32
+	// rank of size: this loader reads rank's shard of every global batch
+	// of size·batch samples (shard.go); 0 of 1 unless Shard was called.
+	rank, size int
 }
 
 // NewLoader returns a loader over ds with batches of batch samples. With
@@ -44,6 +47,7 @@ func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) *Loader {
 		order: make([]int32, ds.N),
 		x:     make([]float32, batch*ds.Features),
 		y:     make([]int32, batch),
+		size:  1,
 	}
 	for i := range l.order {
 		l.order[i] = int32(i)
@@ -62,10 +66,11 @@ func (l *Loader) Reset() {
 
 // Len is the number of batches in one epoch.
 func (l *Loader) Len() int {
+	n, g := l.padded(), l.batch*l.size
 	if l.DropLast {
-		return l.ds.N / l.batch
+		return n / g
 	}
-	return (l.ds.N + l.batch - 1) / l.batch
+	return (n + g - 1) / g
 }
 
 // BatchSize is the batch size the loader was made with.
@@ -87,18 +92,21 @@ func (l *Loader) Next() (x []float32, y []int32, ok bool) {
 // batch; it returns the number of samples written. Use it to fill pinned or
 // device-staging memory directly.
 func (l *Loader) NextInto(x []float32, y []int32) (n int, ok bool) {
-	n = min(l.batch, l.ds.N-l.pos)
-	if n <= 0 || (l.DropLast && n < l.batch) {
+	g := min(l.batch*l.size, l.padded()-l.pos) // this global batch
+	if g <= 0 || (l.DropLast && g < l.batch*l.size) {
 		return 0, false
 	}
+	n = g / l.size
 	f := l.ds.Features
 	if len(x) < n*f || len(y) < n {
 		panic(fmt.Sprintf("data.Loader.NextInto: buffers hold %d features and %d labels, batch needs %d and %d", len(x), len(y), n*f, n))
 	}
-	for i, s := range l.order[l.pos : l.pos+n] {
+	from := l.pos + l.rank*n
+	for i := range n {
+		s := l.order[(from+i)%l.ds.N] // past the end: padding, from the start
 		copy(x[i*f:(i+1)*f], l.ds.X[int(s)*f:(int(s)+1)*f])
 		y[i] = l.ds.Y[s]
 	}
-	l.pos += n
+	l.pos += g
 	return n, true
 }

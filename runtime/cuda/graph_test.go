@@ -1,0 +1,150 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// TestSummedGemm runs a batch summed into one C (a convolution's weight
+// gradient: the scratch+reduce lowering, whose ones vector is filled by
+// memsets) and one that is a single GEMM with K' = Batch·K, in f32 and
+// f64, against the naive sum; then a larger one, which regrows the
+// scratch.
+func TestSummedGemm(t *testing.T) {
+	d := newDevice(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
+		for _, sh := range []struct{ m, n, k, batch int }{{4, 6, 5, 7}, {16, 9, 33, 40}} {
+			for _, kcat := range []bool{false, true} {
+				m, n, k, batch := sh.m, sh.n, sh.k, sh.batch
+				g := runtime.GemmArgs{DType: dt, M: m, N: n, K: k, Alpha: 1, Beta: 1, LDA: k, LDB: k, LDC: n,
+					TransB: true, Batch: batch, StrideA: m * k, StrideB: n * k}
+				if kcat { // A_b is K×M transposed, B_b K×N: stacked rows.
+					g.TransA, g.TransB, g.LDA, g.LDB, g.StrideB = true, false, m, n, k*n
+				}
+				lo := runtime.LowerGemm(g, 0, 0)
+				if (lo.How == "k-concat") != kcat {
+					t.Fatalf("%+v lowered as %s", sh, lo.How)
+				}
+				a, b, c := make([]float64, batch*m*k), make([]float64, batch*n*k), make([]float64, m*n)
+				for _, v := range [][]float64{a, b, c} {
+					for i := range v {
+						v[i] = float64(float32(r.Float64()*2 - 1))
+					}
+				}
+				want := append([]float64(nil), c...)
+				for i := range batch {
+					naiveGemm(bool(g.TransA), bool(g.TransB), m, n, k, 1, a[i*m*k:], g.LDA, b[i*n*k:], g.LDB, 1, want, n)
+				}
+				up := func(v []float64) runtime.Ptr {
+					if dt == runtime.F64 {
+						return upload(t, d, v)
+					}
+					f := make([]float32, len(v))
+					for i := range v {
+						f[i] = float32(v[i])
+					}
+					return upload(t, d, f)
+				}
+				g.A, g.B, g.C = up(a), up(b), up(c)
+				if err := d.Gemm(g); err != nil {
+					t.Fatal(err)
+				}
+				var got []float64
+				if dt == runtime.F64 {
+					got = download[float64](t, d, g.C, len(c))
+				} else {
+					for _, v := range download[float32](t, d, g.C, len(c)) {
+						got = append(got, float64(v))
+					}
+				}
+				// Up to 40·33 f32 products reassociated: 1e-3; f64 1e-10.
+				tol := 1e-10
+				if dt == runtime.F32 {
+					tol = 1e-3
+				}
+				for i := range got {
+					if math.Abs(got[i]-want[i]) > tol {
+						t.Fatalf("%s %+v %s: C[%d] = %v, want %v", dt, sh, lo.How, i, got[i], want[i])
+					}
+				}
+				for _, p := range []runtime.Ptr{g.A, g.B, g.C} {
+					d.Free(p)
+				}
+			}
+		}
+	}
+}
+
+// TestGraphsMatchEager trains every generated model for five steps (the
+// batch changes at the fourth, which captures a second graph) with CUDA
+// graphs and without, and wants the same losses and parameters: a replay
+// runs the captured kernels with the step's own scalars. It also checks
+// that graphs were captured and replayed.
+func TestGraphsMatchEager(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	for _, gm := range genModels {
+		t.Run(gm.name, func(t *testing.T) {
+			var losses [2][]float32
+			var params [2]map[string][]float32
+			var gd *Device
+			for side, noGraphs := range []bool{false, true} {
+				d, err := New(Options{NoGraphs: noGraphs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.Close()
+				if !noGraphs {
+					gd = d
+				}
+				m, err := gm.fused(d, gm.batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for step := range 5 {
+					n := gm.batch
+					if step == 3 {
+						n = gm.batch / 2
+					}
+					x, y := modelBatch(n, gm.in)
+					l, err := m.Step(x, y)
+					if err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+					losses[side] = append(losses[side], l)
+				}
+				params[side] = map[string][]float32{}
+				for _, name := range m.Params() {
+					if params[side][name], err = m.Param(name); err != nil {
+						t.Fatal(err)
+					}
+				}
+				m.Close()
+			}
+			// Same kernels, same cuBLAS calls on the same stream: equal up
+			// to cuBLAS picking another algorithm under capture (1e-5).
+			for i := range losses[0] {
+				if math.Abs(float64(losses[0][i]-losses[1][i])) > 1e-5*(1+math.Abs(float64(losses[1][i]))) {
+					t.Fatalf("step %d: loss %v with graphs, %v without", i, losses[0][i], losses[1][i])
+				}
+			}
+			for name, p := range params[1] {
+				for i := range p {
+					if q := params[0][name][i]; math.Abs(float64(q-p[i])) > 1e-5*(1+math.Abs(float64(p[i]))) {
+						t.Fatalf("%s[%d] = %v with graphs, %v without", name, i, q, p[i])
+					}
+				}
+			}
+			if gd.gr.captures < 2 || gd.gr.replays < 2 {
+				t.Fatalf("%d graphs captured, %d replays; want at least 2 of each", gd.gr.captures, gd.gr.replays)
+			}
+		})
+	}
+}

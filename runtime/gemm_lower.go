@@ -1,0 +1,150 @@
+package runtime
+
+// GemmCalls is how a GPU backend issues one GemmArgs: the library calls in
+// order, each a plain GEMM (Batch 1) or one strided-batched GEMM (Batch >
+// 1, StrideC > 0, outputs disjoint). It is pure so that the CPU tests can
+// run the calls through runtime/cpu's Gemm against the original, and so
+// that `ngen report` counts device calls exactly as runtime/cuda issues
+// them.
+type GemmCalls struct {
+	Calls []GemmArgs
+	// Scratch and Ones are the element counts of the scratch matrix and
+	// the all-ones vector (of the GEMM's dtype) the calls read or write at
+	// the pointers LowerGemm was given; 0 when unused.
+	Scratch int64
+	Ones    int
+	// How names the lowering, for tests and reports: "one", "strided",
+	// "m-concat", "k-concat", "scratch+reduce" or "loop".
+	How string
+}
+
+// LowerGemm turns g, whose leading dimensions are filled in (as
+// runtime/cuda's and runtime/cpu's Gemm normalise them), into device calls
+// with the semantics of runtime/cpu's Gemm: Batch products applied in
+// order. scratch and ones are device buffers of at least Scratch and Ones
+// elements, filled with ones; pass 0 to learn the sizes first.
+//
+//   - Batch 1: one GEMM.
+//   - Disjoint outputs (StrideC > 0): one strided-batched GEMM, or one
+//     GEMM of Batch·M rows when A's matrices are stacked rows of one
+//     matrix, B is shared and C's matrices are stacked too ("m-concat").
+//   - One C summed over the batch (StrideC 0, Beta 1, a convolution's
+//     weight gradient): when op(A)'s matrices lie side by side and op(B)'s
+//     stacked in one strided matrix each, the sum is exactly one GEMM with
+//     K' = Batch·K ("k-concat"). Otherwise one strided-batched GEMM writes
+//     every product to the scratch and a second GEMM, ones(1×Batch) times
+//     the scratch seen as Batch × (M·N), adds them into C
+//     ("scratch+reduce").
+//   - Anything else (overlapping outputs, StrideC 0 with Beta ≠ 1, whose
+//     sequential meaning is not a sum): one GEMM per batch entry ("loop").
+func LowerGemm(g GemmArgs, scratch, ones Ptr) GemmCalls {
+	if g.M == 0 || g.N == 0 {
+		return GemmCalls{How: "one"}
+	}
+	g.Batch = max(g.Batch, 1)
+	if g.Batch == 1 {
+		g.StrideA, g.StrideB, g.StrideC = 0, 0, 0
+		return GemmCalls{Calls: []GemmArgs{g}, How: "one"}
+	}
+	if g.StrideC > 0 {
+		if g.StrideC < (g.M-1)*g.LDC+g.N {
+			return loopGemm(g)
+		}
+		if !g.TransA && g.StrideA == g.M*g.LDA && g.StrideB == 0 && g.StrideC == g.M*g.LDC {
+			one := g
+			one.M, one.Batch, one.StrideA, one.StrideC = g.Batch*g.M, 1, 0, 0
+			return GemmCalls{Calls: []GemmArgs{one}, How: "m-concat"}
+		}
+		return GemmCalls{Calls: []GemmArgs{g}, How: "strided"}
+	}
+	if g.Beta != 1 {
+		return loopGemm(g)
+	}
+	if g.K == 0 {
+		one := g
+		one.Batch, one.StrideA, one.StrideB = 1, 0, 0
+		return GemmCalls{Calls: []GemmArgs{one}, How: "one"}
+	}
+	if KConcat(g) {
+		one := g
+		one.K, one.Batch, one.StrideA, one.StrideB = g.Batch*g.K, 1, 0, 0
+		return GemmCalls{Calls: []GemmArgs{one}, How: "k-concat"}
+	}
+	mn := g.M * g.N
+	prod := g
+	prod.C, prod.LDC, prod.StrideC, prod.Beta = scratch, g.N, mn, 0
+	red := GemmArgs{DType: g.DType, M: 1, N: mn, K: g.Batch, Alpha: 1, Beta: g.Beta,
+		A: ones, LDA: g.Batch, B: scratch, LDB: mn, C: g.C, LDC: mn, Batch: 1}
+	if g.LDC != g.N {
+		// C's rows are not contiguous: one reduction per row of C, as
+		// one strided-batched call over the rows.
+		red.N, red.LDB, red.LDC = g.N, mn, g.N
+		red.Batch, red.StrideB, red.StrideC = g.M, g.N, g.LDC
+	}
+	return GemmCalls{Calls: []GemmArgs{prod, red}, Scratch: int64(g.Batch) * int64(mn), Ones: g.Batch, How: "scratch+reduce"}
+}
+
+// KConcat reports whether a batch summed into one C is one GEMM with
+// K' = Batch·K: op(A_b) must be the columns [bK, (b+1)K) of one M×(Batch·K)
+// matrix and op(B_b) the rows [bK, (b+1)K) of one (Batch·K)×N matrix, both
+// with the batch's leading dimensions. Then Σ_b op(A_b)·op(B_b) is that
+// product, exactly.
+func KConcat(g GemmArgs) bool {
+	bk := g.Batch * g.K
+	var aOK, bOK bool
+	if g.TransA { // A_b is K×M: stacked rows
+		aOK = g.StrideA == g.K*g.LDA
+	} else { // A_b is M×K: side by side in rows of LDA ≥ Batch·K
+		aOK = g.StrideA == g.K && g.LDA >= bk
+	}
+	if g.TransB { // B_b is N×K: side by side
+		bOK = g.StrideB == g.K && g.LDB >= bk
+	} else { // B_b is K×N: stacked rows
+		bOK = g.StrideB == g.K*g.LDB
+	}
+	return aOK && bOK
+}
+
+func loopGemm(g GemmArgs) GemmCalls {
+	es := Ptr(g.DType.Size())
+	out := GemmCalls{How: "loop"}
+	for i := range g.Batch {
+		one := g
+		one.A += Ptr(i*g.StrideA) * es
+		one.B += Ptr(i*g.StrideB) * es
+		one.C += Ptr(i*g.StrideC) * es
+		one.Batch, one.StrideA, one.StrideB, one.StrideC = 1, 0, 0, 0
+		out.Calls = append(out.Calls, one)
+	}
+	return out
+}
+
+// Args is the GemmArgs a session issues for this step at the symbol
+// bindings env: operands packed, pointers from ptrs (indexed by buffer;
+// nil leaves them 0, as `ngen report` does).
+func (g Gemm) Args(env map[string]int, dt DType, ptrs []Ptr) GemmArgs {
+	m, n, k := int(g.M.Eval(env)), int(g.N.Eval(env)), int(g.K.Eval(env))
+	lda, ldb := k, n
+	if g.TransA {
+		lda = m
+	}
+	if g.TransB {
+		ldb = k
+	}
+	ga := GemmArgs{DType: dt, TransA: Transpose(g.TransA), TransB: Transpose(g.TransB),
+		M: m, N: n, K: k, Alpha: g.Alpha, Beta: g.Beta, LDA: lda, LDB: ldb, LDC: n,
+		Batch: int(g.Batch.Eval(env)), StrideC: m * n}
+	if ptrs != nil {
+		ga.A, ga.B, ga.C = ptrs[g.A], ptrs[g.B], ptrs[g.C]
+	}
+	if g.BatchA {
+		ga.StrideA = m * k
+	}
+	if g.BatchB {
+		ga.StrideB = k * n
+	}
+	if g.SumBatch {
+		ga.StrideC, ga.Beta = 0, 1 // C was zeroed by the preceding memset step
+	}
+	return ga
+}
