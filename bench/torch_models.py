@@ -43,3 +43,62 @@ def build(name, layers=None, dropout=0.0):
     if name in ("convnet", "convnet_bn"):
         return convnet(bn=name == "convnet_bn"), [1, 28, 28]
     raise SystemExit("unknown model %r (have mlp, mlpbench, convnet, convnet_bn)" % name)
+
+
+def seq_model(name, vocab):
+    """The seed sequence models (models/rnn, models/lstm) as the training
+    command runs them: (module, Adam learning rate).
+
+    rnn: Embedding(vocab, 32) -> RNN(32, 128, tanh, batch_first) -> the last
+    real step's hidden state -> Linear(128, 5). Words come left-padded with
+    a 0/1 mask; ngen carries the state over padded steps, which from zero
+    states equals running the real tokens only: here the words are packed
+    (pack_padded_sequence) after moving the padding to the right.
+
+    lstm: CharLM, Embedding(vocab, 32) -> LSTM(32, 128, num_layers=2,
+    batch_first) -> Linear(128, vocab) at every position."""
+    import torch
+    import torch.nn as nn
+
+    class RNNClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, 32)
+            self.rnn = nn.RNN(32, 128, batch_first=True)
+            self.fc = nn.Linear(128, 5)
+
+        def forward(self, x, lengths):
+            T = x.shape[1]
+            # Left padding to right padding: row r's tokens start at T-len.
+            idx = (torch.arange(T)[None, :] + (T - lengths)[:, None]) % T
+            x = torch.gather(x, 1, idx)
+            packed = nn.utils.rnn.pack_padded_sequence(self.emb(x), lengths.cpu(), batch_first=True, enforce_sorted=False)
+            _, hn = self.rnn(packed)
+            return self.fc(hn[-1])
+
+    if name == "rnn":
+        return RNNClassifier(), 1e-3
+    if name == "lstm":
+        return char_lm(vocab, 32, 128), 2e-3
+    if name == "lstmbench":
+        return char_lm(vocab, 128, 256), 2e-3
+    raise SystemExit("unknown sequence model %r (have rnn, lstm)" % name)
+
+
+def char_lm(vocab, emb, hidden):
+    """CharLM of models/lstm: Embedding(vocab, emb) -> LSTM(emb, hidden,
+    num_layers=2, batch_first) -> Linear(hidden, vocab) at every position."""
+    import torch.nn as nn
+
+    class CharLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, emb)
+            self.lstm = nn.LSTM(emb, hidden, num_layers=2, batch_first=True)
+            self.fc = nn.Linear(hidden, vocab)
+
+        def forward(self, x, lengths=None):
+            out, _ = self.lstm(self.emb(x))
+            return self.fc(out)
+
+    return CharLM()

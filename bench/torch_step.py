@@ -40,6 +40,8 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0, help="--model mlp: dropout after each hidden ReLU (the seed MLP's is 0.2)")
     p.add_argument("--data", default="", help="Fashion-MNIST directory: step on its first --batch training images and labels "
                    "(what ngen's benchmark feeds) instead of random inputs")
+    p.add_argument("--vocab", type=int, default=0, help="lstmbench: token ids")
+    p.add_argument("--seq", type=int, default=64, help="lstmbench: sequence length")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import torch
@@ -52,6 +54,8 @@ def main():
     torch.manual_seed(a.seed)
     if a.model == "mlp":
         model, shape, classes = torch_models.mlp(layers, a.dropout), [layers[0]], layers[-1]
+    elif a.model == "lstmbench":
+        model, _ = torch_models.seq_model("lstmbench", a.vocab)
     else:
         (model, shape), classes = torch_models.build(a.model), 10
     if a.device != "cpu":
@@ -59,8 +63,14 @@ def main():
             print("PyTorch %s has no CUDA device" % torch.__version__, file=sys.stderr)
             sys.exit(3)
         model = model.to(a.device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    if a.data:
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3 if a.model == "lstmbench" else 1e-3)
+    if a.model == "lstmbench":
+        # Ids drawn as ngen's benchmark draws them (bench/lstm_bench_test.go):
+        # an LSTM's kernels do not depend on the values.
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(2, a.vocab, (a.batch, a.seq), generator=g)
+        y = torch.randint(2, a.vocab, (a.batch, a.seq), generator=g)
+    elif a.data:
         # Real images matter: on random normal inputs PyTorch 1.13's CPU
         # ReLU backward and max pooling run several times slower than on
         # images (measured here), which would flatter ngen.
@@ -74,7 +84,8 @@ def main():
     sync = torch.cuda.synchronize if a.device != "cpu" else (lambda: None)
 
     def step():
-        loss = F.cross_entropy(model(x), y)
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

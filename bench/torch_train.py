@@ -13,6 +13,11 @@ Prints one JSON line per epoch.
     /usr/bin/python3 bench/torch_train.py --epochs 5 --batch 64 --threads 1 --seed 0
     /usr/bin/python3 bench/torch_train.py --model convnet --epochs 3 --batch 64 --threads 1
     /usr/bin/python3 bench/torch_train.py --model convnet --device cuda   # the peer of cmd/train -device cuda
+
+--model rnn and lstm are the sequence models (torch_models.seq_model); they
+read the sequences that cmd/train -torch writes (--seqdata, the format of
+cmd/train/seq_torch.go's writeSeqSets) and print validation accuracy (rnn,
+and test accuracy) or validation bits per character (lstm) per epoch.
 """
 
 import argparse
@@ -68,7 +73,11 @@ def main():
     p.add_argument("--layers", default="784,512,256,10")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (exits 3 with a reason when PyTorch has no CUDA device)")
     p.add_argument("--data", default=DEFAULT_DIR, help="directory with the Fashion-MNIST IDX .gz files")
+    p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
+    p.add_argument("--vocab", type=int, help="sequence models: token ids")
     a = p.parse_args()
+    if a.model in ("rnn", "lstm"):
+        return train_seq(a)
     layers = [int(s) for s in a.layers.split(",")]
 
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
@@ -130,6 +139,89 @@ def main():
             "model": a.model,
             "device": a.device,
         }), flush=True)
+
+
+def read_seqdata(path):
+    """The splits of writeSeqSets: (X, Y, Len or None) per split, or None
+    for a missing split."""
+    raw = np.fromfile(path, dtype="<i4")
+    out, at = [], 0
+    for _ in range(3):
+        n, t, yper, has_len = (int(v) for v in raw[at:at + 4])
+        at += 4
+        x = raw[at:at + n * t].reshape(n, t)
+        at += n * t
+        y = raw[at:at + n * yper].reshape(n, yper)
+        at += n * yper
+        ln = None
+        if has_len:
+            ln = raw[at:at + n]
+            at += n
+        out.append((x, y, ln) if n > 0 else None)
+    return out
+
+
+def train_seq(a):
+    torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
+    import math
+    import torch
+    import torch.nn.functional as F
+
+    splits = []
+    for s in read_seqdata(a.seqdata):
+        if s is None:
+            splits.append(None)
+            continue
+        x, y, ln = s
+        ln = np.full(len(x), x.shape[1]) if ln is None else ln
+        splits.append(tuple(torch.from_numpy(v.astype(np.int64)) for v in (x, y, ln)))
+    (xtr, ytr, ltr), val, test = splits
+    per_seq = ytr.shape[1] == 1
+    torch.manual_seed(a.seed)
+    model, lr = torch_models.seq_model(a.model, a.vocab)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    shuffle = torch.Generator().manual_seed(a.seed)
+
+    def loss_of(logits, y):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    def evaluate(split):
+        x, y, ln = split
+        nll, correct = 0.0, 0
+        with torch.no_grad():
+            for s in range(0, len(x), 1000):
+                logits = model(x[s:s + 1000], ln[s:s + 1000]).reshape(-1, model.fc.out_features)
+                t = y[s:s + 1000].reshape(-1)
+                nll += F.cross_entropy(logits.double(), t, reduction="sum").item()
+                correct += (logits.argmax(1) == t).sum().item()
+        return nll / y.numel(), correct / y.numel()
+
+    n = len(xtr)
+    for epoch in range(1, a.epochs + 1):
+        model.train()
+        order = torch.randperm(n, generator=shuffle)
+        total, batches = 0.0, 0
+        t0 = time.perf_counter()
+        for s in range(0, n, a.batch):
+            idx = order[s:s + a.batch]
+            loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            total += loss.item()
+            batches += 1
+        secs = time.perf_counter() - t0
+        model.eval()
+        vloss, vacc = evaluate(val)
+        r = {"epoch": epoch, "train_loss": round(total / batches, 4), "samples_per_s": round(n / secs, 1),
+             "epoch_s": round(secs, 3), "threads": torch.get_num_threads(), "batch": a.batch, "seed": a.seed, "model": a.model}
+        if per_seq:
+            r["val_acc"] = round(vacc, 4)
+            if epoch == a.epochs and test is not None:
+                r["test_acc"] = round(evaluate(test)[1], 4)
+        else:
+            r["val_bpc"] = round(vloss / math.log(2), 4)
+        print(json.dumps(r), flush=True)
 
 
 if __name__ == "__main__":

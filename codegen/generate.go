@@ -205,7 +205,13 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 	b.WriteString(Header(p.Model.Source) + "\n")
 	b.WriteString("// Runs the kernels of " + cuFile + " on the host (runtime/cpu).\n")
 	b.WriteString("#define NGEN_EMU 1\n#include \"ngen_emu.h\"\n")
-	fmt.Fprintf(&b, "#include %q\n\n", cuFile)
+	// The kernels compile as inline functions and their __shared__ arrays
+	// as static thread_locals in them: with external linkage, every
+	// module's kernel of one name would share one array (a unique symbol
+	// across dlopened modules, one COMDAT in a linked binary), sized by
+	// whichever module came first. The unnamed namespace keeps them
+	// this module's own.
+	fmt.Fprintf(&b, "namespace {\n#include %q\n} // namespace\n\n", cuFile)
 	fmt.Fprintf(&b, "extern \"C\" int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
 	kinds := map[runtime.ArgKind]string{runtime.ArgI32: "int", runtime.ArgI64: "long long", runtime.ArgU64: "unsigned long long", runtime.ArgF32: "float", runtime.ArgF64: "double"}
 	for i, ki := range plan.Kernels {

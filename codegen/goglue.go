@@ -216,8 +216,12 @@ func (g *glue) feed(fn *runtime.Func, method string, zero jen.Code) (params, bod
 		in, b := fn.Inputs[rowsFrom], g.plan.Buffers[fn.Inputs[rowsFrom].Buf]
 		x, per := jen.Id(ids[rowsFrom]), int(b.Elems.Mul)
 		// The message is a format string: user text in it must not hold verbs.
-		msg := fmt.Sprintf("%s.%s: input %%q has shape %s: got %%d values, not a positive whole number of rows of %d",
-			g.pkg, method, escapeVerbs(b.Shape), per)
+		where := ""
+		if b.Pos != "" {
+			where = " (" + escapeVerbs(b.Pos) + ")"
+		}
+		msg := fmt.Sprintf("%s.%s: input %%q%s has shape %s: got %%d values, not a positive whole number of rows of %d",
+			g.pkg, method, where, escapeVerbs(b.Shape), per)
 		body = append(body,
 			jen.If(jen.Len(x.Clone()).Op("==").Lit(0).Op("||").Len(x.Clone()).Op("%").Lit(per).Op("!=").Lit(0)).Block(
 				jen.Return(zero, jen.Qual("fmt", "Errorf").Call(jen.Lit(msg), jen.Lit(in.Name), jen.Len(x.Clone())))),

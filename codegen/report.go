@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -44,6 +45,9 @@ type StepRow struct {
 	Ops    string `json:"ops"`
 	Bytes  int64  `json:"bytes"`
 	Flops  int64  `json:"flops"`
+	// TimeSteps is a recurrence's loop count (its kernel runs the loop
+	// over time inside); 0 for other steps.
+	TimeSteps int `json:"time_steps,omitempty"`
 	// Calls is the device calls the GPU backend issues for the row;
 	// Blocks a launch's GPU grid (the CPU may launch it otherwise).
 	Calls  int `json:"calls"`
@@ -69,12 +73,18 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		w.Steps = nil
 		r.Without = w
 	}
+	loops := map[int]int{} // plan step → time steps of a recurrence
+	for _, g := range p.Groups[p.Step] {
+		if T, _, ok := ops.ScanWork(g.Root); g.Kind == compiler.Loop && ok {
+			loops[g.Step] = T
+		}
+	}
 	for _, f := range plan.Funcs {
 		if f.Name != "step" {
 			continue
 		}
-		for _, st := range f.Steps {
-			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1}
+		for i, st := range f.Steps {
+			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:
@@ -116,6 +126,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", i, s.Kind, s.Kernel, s.Bytes, s.Flops, s.Ops)
 	}
 	tw.Flush()
+	if err := r.writeLoops(w); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMMs per step: %d\ndevice calls per step (kernels, cuBLAS calls, memsets, copies): %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
 		r.Kernels, r.Gemms, r.DeviceCalls, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
 	if err == nil && r.Without != nil {
@@ -126,6 +139,34 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err == nil && r.GPU != nil {
 		err = r.writeGPU(w)
 	}
+	return err
+}
+
+// writeLoops prints each recurrence per time step: its kernel runs the
+// loop over time inside, so a time step costs one T-th of its bytes and
+// FLOPs, and the kernel count does not grow with T.
+func (r *Report) writeLoops(w io.Writer) error {
+	var n int
+	var bytes, flops int64
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, s := range r.Steps {
+		if s.TimeSteps == 0 {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(w, "\nrecurrences, per time step (one kernel each, the loop over time inside):")
+			fmt.Fprintln(tw, "#\tkernel\ttime steps\tbytes per time step\tflops per time step")
+		}
+		n++
+		bytes += s.Bytes / int64(s.TimeSteps)
+		flops += s.Flops / int64(s.TimeSteps)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\n", i, s.Kernel, s.TimeSteps, s.Bytes/int64(s.TimeSteps), s.Flops/int64(s.TimeSteps))
+	}
+	if n == 0 {
+		return nil
+	}
+	tw.Flush()
+	_, err := fmt.Fprintf(w, "per time step, all recurrences: %d kernels' steps, %d bytes, %d FLOPs\n", n, bytes, flops)
 	return err
 }
 

@@ -287,6 +287,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		switch {
 		case v.Role == ir.Input:
 			i = m.persistent("input", v.Name, v.DType, v.Shape)
+			if v.Pos.File != "" {
+				m.plan.Buffers[i].Pos = v.Pos.String()
+			}
 		case v.Role == ir.Param:
 			i = m.named["param:"+v.Name]
 		case v.Role == ir.State:
@@ -540,6 +543,12 @@ func groupFlops(g *Group) runtime.Sum {
 		return runtime.Sum{z}
 	}
 	var sum runtime.Sum
+	if T, product, ok := ops.ScanWork(g.Root); g.Kind == Loop && ok {
+		// The recurrent product at every step of every sequence.
+		z := rtSize(ir.Shape{g.Root.Shape[0]})
+		z.Mul *= int64(T) * product
+		sum = append(sum, z)
+	}
 	for _, v := range g.Values {
 		d := ops.Lookup(v.Op)
 		s := v.Shape

@@ -113,6 +113,7 @@ type Buffer struct {
 	Offset    int64 // elements into AliasOf
 	Init      Init
 	Shape     string // the value's type as written, for messages
+	Pos       string // an input's declaration in the user's file (file:line), for messages
 	// Func and Live place an Arena buffer: the function that uses it and
 	// the first and last step index that touch it.
 	Func int

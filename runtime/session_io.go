@@ -62,12 +62,20 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 		return fmt.Errorf("%s: input %s: want %s data, got %s", s.plan.Model, name, b.DType, dt)
 	}
 	if int64(n) != want {
-		return fmt.Errorf("%s: input %q has shape %s: a batch of %d needs %d elements, got %d", s.plan.Model, name, b.Shape, rows, want, n)
+		return fmt.Errorf("%s: input %q%s has shape %s: a batch of %d needs %d elements, got %d", s.plan.Model, name, declared(b), b.Shape, rows, want, n)
 	}
 	if n == 0 {
 		return nil
 	}
 	return s.dev.CopyToDevice(s.ptrs[i], ptr, want*int64(dt.Size()))
+}
+
+// declared is " (file:line)" of an input's declaration, or "".
+func declared(b *Buffer) string {
+	if b.Pos == "" {
+		return ""
+	}
+	return " (" + b.Pos + ")"
 }
 
 func hostSlice(data any) (unsafe.Pointer, int, DType, error) {

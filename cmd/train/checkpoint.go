@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -28,7 +29,7 @@ func checkWritable(path string) error {
 
 // saveCheckpoint writes the checkpoint beside the destination and renames
 // it over it, so a failure leaves any earlier checkpoint whole.
-func saveCheckpoint(m model, path string) error {
+func saveCheckpoint(m interface{ Save(io.Writer) error }, path string) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".ckpt-*")
 	if err != nil {
 		return err

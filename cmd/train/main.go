@@ -1,5 +1,6 @@
-// Command train trains a generated ngen model on Fashion-MNIST: the
-// README's main job. It prints a progress bar, the running loss, and the
+// Command train trains a generated ngen model on Fashion-MNIST (or, for the
+// sequence models rnn and lstm, on Debian's word lists and fortunes; see
+// seq.go): the README's main job. It prints a progress bar, the running loss, and the
 // test accuracy and throughput after every epoch. With -torch it then runs
 // PyTorch's training of the same model, data and recipe
 // (bench/torch_train.py, same epochs, batch, seed and threads) and prints
@@ -7,6 +8,8 @@
 //
 //	go run ./cmd/train -model mlp -epochs 5
 //	go run ./cmd/train -model convnet -epochs 3 -threads 1 -torch
+//	go run ./cmd/train -model lstm -epochs 1 -save lstm.ckpt
+//	go run ./cmd/train -model lstm -load lstm.ckpt -sample "Some prompt" -length 200
 package main
 
 import (
@@ -37,16 +40,34 @@ func main() {
 		seed    = flag.Uint64("seed", 1, "seed for initialisation, shuffling and dropout")
 		threads = flag.Int("threads", 0, "CPU threads (0: all cores)")
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
-		dir     = flag.String("data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
+		dir     = flag.String("data", "", "data directory (default: Fashion-MNIST's, or the sequence model's Debian files)")
 		save    = flag.String("save", "", "write a checkpoint (safetensors) here after training")
-		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py)")
+		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py); lstm -sample: generate from it instead of training")
 		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
+		prompt  = flag.String("sample", "", "lstm: then print -length characters generated after this prompt")
+		length  = flag.Int("length", 200, "characters to generate with -sample")
+		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
 	)
 	flag.Parse()
+	sampling := false
+	flag.Visit(func(f *flag.Flag) { sampling = sampling || f.Name == "sample" })
+	if task, ok := seqTasks[*name]; ok {
+		err := trainSeq(*name, task, seqOptions{epochs: *epochs, batch: 64, seed: *seed, threads: *threads,
+			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile}, *batchS, *torch, *script,
+			sampleOptions{sampling, *prompt, *length, *temp, *load})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "train:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *dir == "" {
+		*dir = data.DefaultFashionMNISTDir
+	}
 	batch, err := parseBatch(*batchS)
 	if err == nil {
 		err = checkDistFlags(*torch, *batchS)
@@ -75,6 +96,8 @@ func main() {
 type epochResult struct {
 	Epoch     int     `json:"epoch"`
 	Acc       float64 `json:"test_acc"`
+	ValAcc    float64 `json:"val_acc,omitempty"` // sequence classifiers
+	BPC       float64 `json:"val_bpc,omitempty"` // language models: validation bits per character
 	Loss      float64 `json:"train_loss"`
 	PerSecond float64 `json:"samples_per_s"`
 }
@@ -214,7 +237,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		sum, n = ls[0], int(ls[1])
 		say("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
 			epoch, sum/float64(n), 100*acc, float64(trainSet.N)/elapsed.Seconds(), elapsed.Seconds())
-		results = append(results, epochResult{epoch, acc, sum / float64(n), float64(trainSet.N) / elapsed.Seconds()})
+		results = append(results, epochResult{Epoch: epoch, Acc: acc, Loss: sum / float64(n), PerSecond: float64(trainSet.N) / elapsed.Seconds()})
 	}
 	if profile && grp.lead() {
 		fmt.Printf("\nprofile of epoch %d (training steps and test predictions):\n", epochs)

@@ -40,6 +40,9 @@ func modelNames() string {
 	for n := range models {
 		names = append(names, n)
 	}
+	for n := range seqTasks {
+		names = append(names, n)
+	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
 }

@@ -184,3 +184,21 @@ func init() {
 		&Def{Name: "rnn_scan_bwd", Kind: Loop, NArgs: -1, Infer: scanBwdInfer, Loop: scanBwdLoop},
 	)
 }
+
+// ScanWork is the work of one time step of a recurrence (rnn_scan or
+// rnn_scan_bwd) for one sequence: the step count T and the FLOPs of the
+// recurrent product, W_hh·h forward and W_hhᵀ·dpre backward (2·G·H·H).
+// ok is false for any other op.
+func ScanWork(v *ir.Value) (T int, productFlops int64, ok bool) {
+	var s, whh *ir.Value
+	switch v.Op {
+	case "rnn_scan":
+		s, whh = v.Args[0], v.Args[1]
+	case "rnn_scan_bwd":
+		s, whh = v.Args[1], v.Args[2]
+	default:
+		return 0, 0, false
+	}
+	h := int64(whh.Shape[1].N)
+	return s.Shape[1].N, 2 * int64(whh.Shape[0].N) * h, true
+}

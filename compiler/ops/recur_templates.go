@@ -10,8 +10,9 @@ import (
 // per sequence (a grid-stride loop over the batch); the block's threads
 // share the hidden units, and the state of the previous step sits in
 // shared memory, so each step is the recurrent product, the cell and two
-// barriers. With one-thread blocks (the CPU backend) every loop over the
-// units is a plain loop the host compiler vectorises.
+// barriers. With one-thread blocks (the CPU backend) the kernel takes
+// its emulation form instead (recur_solo.go): a tile of sequences per
+// block.
 
 // sigmoid renders 1/(1+exp(-x)).
 func sigmoid(c *Ctx, x string) string {
@@ -25,6 +26,7 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
+	scanFwdSolo(g, c, v, at, out)
 	g.f("__shared__ %s hs[%d];", t, H)
 	if G == 4 {
 		g.f("__shared__ %s cs[%d];", t, H)
@@ -94,8 +96,11 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
+	scanBwdSolo(g, c, v, at, out)
 	g.f("__shared__ %s dh[%d];", t, H)
-	g.f("__shared__ %s dc[%d];", t, H)
+	if G == 4 { // only the LSTM carries a cell state (nvcc warns of an unused dc)
+		g.f("__shared__ %s dc[%d];", t, H)
+	}
 	g.f("__shared__ %s dg[%d];", t, G*H)
 	masked := len(v.Args) > 5
 	if masked {
@@ -103,7 +108,11 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	}
 	g.f("const long long nb = %s;", c.Dim(B))
 	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
-	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
+	if G == 4 {
+		g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) { dh[j] = %s; dc[j] = %s; }", H, c.Lit(0), c.Lit(0))
+	} else {
+		g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) dh[j] = %s;", H, c.Lit(0))
+	}
 	g.f("  __syncthreads();")
 	g.f("  for (int t = %d; t >= 0; --t) {", T-1)
 	g.f("    const long long so = (b * %d + t) * %d;", T, W)

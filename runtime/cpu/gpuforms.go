@@ -40,7 +40,11 @@ func gpuFormsEntry(cuFile string, kernels []runtime.KernelInfo) (string, error) 
 	var b strings.Builder
 	b.WriteString("// Runs the GPU forms of " + cuFile + " on the host (runtime/cpu, Options.GPUForms).\n")
 	b.WriteString("#define NGEN_EMU 1\n#define NGEN_EMU_GPU_FORMS 1\n#include \"ngen_emu.h\"\n")
-	fmt.Fprintf(&b, "#include %q\n\n", cuFile)
+	// In an unnamed namespace, as codegen.CPUGlue does: otherwise a
+	// kernel's __shared__ arrays (static thread_locals of an inline
+	// function) are one GNU unique symbol across every loaded module, sized
+	// by whichever module with that kernel name came first.
+	fmt.Fprintf(&b, "namespace {\n#include %q\n} // namespace\n\n", cuFile)
 	b.WriteString("extern \"C\" int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n")
 	kinds := map[runtime.ArgKind]string{runtime.ArgI32: "int", runtime.ArgI64: "long long",
 		runtime.ArgU64: "unsigned long long", runtime.ArgF32: "float", runtime.ArgF64: "double"}

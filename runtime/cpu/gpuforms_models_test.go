@@ -121,6 +121,11 @@ func TestGPUFormsGeneratedPackages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles every generated package's kernels again (-short)")
 	}
+	// The forms compared must do the same arithmetic: on a host with
+	// AVX2 and FMA, the recurrences' CPU form otherwise contracts its
+	// products into FMAs (compiler/ops/recur_solo.go; the sequence models'
+	// oracle tests check that form against PyTorch).
+	t.Setenv("NGEN_EMU_BASELINE", "1")
 	host := newDev(t, cpu.Options{Threads: 2})
 	gpu := newDev(t, cpu.Options{Threads: 2, GPUForms: true})
 	names := make([]string, 0, len(genPackages))

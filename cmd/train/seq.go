@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/ngen-ml/ngen/generated/charlm"
+	"github.com/ngen-ml/ngen/generated/rnn"
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/data"
+)
+
+// Sequence models: token sequences in, a class per sequence (YPer 1) or a
+// next token per position (YPer T) out. Each generated package has its own
+// Step signature (the RNN takes a mask, the language model does not); a
+// row of seqTasks adapts it to seqModel, so a further sequence model (a
+// Transformer, say) is one more row.
+
+// seqBatch is one batch of data.SeqLoader.
+type seqBatch struct{ X, Y, Mask []int32 }
+
+// seqModel is what the sequence training loop needs of a model.
+type seqModel interface {
+	Step(b seqBatch) (float32, error)
+	Predict(b seqBatch) ([]float32, error)
+	Train()
+	Eval()
+	Save(w io.Writer) error
+	Close() error
+	Session() *runtime.Session
+}
+
+// seqSets are a task's splits; Test may be nil.
+type seqSets struct{ Train, Val, Test *data.Sequences }
+
+// seqTask is one row: the data, where it lives by default, and the model.
+type seqTask struct {
+	vocab   int // token ids, for the PyTorch peer
+	dataDir string
+	load    func(dir string) (*seqSets, error)
+	new     func(dev runtime.Device, batch int, seed uint64) (seqModel, error)
+}
+
+// wordsPerClass keeps the word task's epochs short: 20 000 words of each
+// language (100 000 in all, 80% for training).
+const wordsPerClass = 20000
+
+var seqTasks = map[string]seqTask{
+	// The language of a word (models/rnn).
+	"rnn": {data.WordVocab, data.DefaultDictDir,
+		func(dir string) (*seqSets, error) {
+			w, err := data.LoadWords(dir, data.WordOptions{PerClass: wordsPerClass})
+			if err != nil {
+				return nil, err
+			}
+			return &seqSets{w.Train, w.Val, w.Test}, nil
+		},
+		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
+			m, err := rnn.New(dev, rnn.Options{Batch: batch, Seed: seed})
+			return rnnModel{m}, err
+		}},
+	// Next character on the fortunes (models/lstm): CharLM trains the
+	// weights that the generator (package lstm) samples with.
+	"lstm": {data.CharVocab, data.DefaultFortunesDir,
+		func(dir string) (*seqSets, error) {
+			text, err := data.LoadFortunes(dir)
+			if err != nil {
+				return nil, err
+			}
+			tr, err := data.Windows(text.Train, charWindow)
+			if err != nil {
+				return nil, err
+			}
+			val, err := data.Windows(text.Val, charWindow)
+			if err != nil {
+				return nil, err
+			}
+			return &seqSets{Train: tr, Val: val}, nil
+		},
+		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
+			m, err := charlm.New(dev, charlm.Options{Batch: batch, Seed: seed})
+			return charModel{m}, err
+		}},
+}
+
+// charWindow is CharLM's sequence length (models/lstm Seed.T).
+const charWindow = 64
+
+type rnnModel struct{ *rnn.Model }
+
+func (m rnnModel) Step(b seqBatch) (float32, error) { return m.Model.Step(b.X, b.Mask, b.Y) }
+func (m rnnModel) Predict(b seqBatch) ([]float32, error) {
+	return m.Model.Predict(b.X, b.Mask)
+}
+
+type charModel struct{ *charlm.Model }
+
+func (m charModel) Step(b seqBatch) (float32, error)      { return m.Model.Step(b.X, b.Y) }
+func (m charModel) Predict(b seqBatch) ([]float32, error) { return m.Model.Predict(b.X) }
+
+// seqOptions are the flags the sequence loop reads.
+type seqOptions struct {
+	epochs, batch int
+	seed          uint64
+	threads       int
+	device, dir   string
+	save          string
+	quiet         bool
+	profile       bool
+	// trained, when not nil, receives the trained model's checkpoint.
+	trained *bytes.Buffer
+}
+
+// runSeq trains a sequence model: a progress bar, then after every epoch
+// the validation accuracy (classes) or bits per character (next token),
+// and the throughput; the test accuracy at the end where there is a test
+// split.
+func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
+	dir := o.dir
+	if dir == "" {
+		dir = task.dataDir
+	}
+	sets, err := task.load(dir)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := runtime.OpenDevice(o.device, o.threads)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	m, err := task.new(dev, o.batch, o.seed)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	loader := data.NewSeqLoader(sets.Train, o.batch, true, o.seed)
+	tr := sets.Train
+	fmt.Printf("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d, %d steps per epoch\n",
+		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, loader.Len())
+	var results []epochResult
+	for epoch := 1; epoch <= o.epochs; epoch++ {
+		m.Train()
+		if o.profile && epoch == o.epochs {
+			m.Session().SetProfiling(true)
+		}
+		var bar *progressbar.ProgressBar
+		if !o.quiet {
+			bar = progressbar.NewOptions(loader.Len(), progressbar.OptionSetDescription(fmt.Sprintf("epoch %d", epoch)),
+				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionClearOnFinish())
+		}
+		start := time.Now()
+		sum, n := 0.0, 0
+		for {
+			x, y, mask, ok := loader.Next()
+			if !ok {
+				break
+			}
+			loss, err := m.Step(seqBatch{x, y, mask})
+			if err != nil {
+				return nil, fmt.Errorf("epoch %d step %d: %w", epoch, n+1, err)
+			}
+			sum += float64(loss)
+			n++
+			if bar != nil {
+				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
+				bar.Add(1)
+			}
+		}
+		loader.Reset()
+		elapsed := time.Since(start)
+		if bar != nil {
+			bar.Finish()
+		}
+		ev, err := evaluate(m, sets.Val, o.batch)
+		if err != nil {
+			return nil, err
+		}
+		perS := float64(tr.N) / elapsed.Seconds()
+		fmt.Printf("epoch %d: train loss %.4f, validation %s, %.0f sequences/s (%.0f tokens/s, %.1f s)\n",
+			epoch, sum/float64(n), ev, perS, perS*float64(tr.T), elapsed.Seconds())
+		r := epochResult{Epoch: epoch, Loss: sum / float64(n), PerSecond: perS}
+		if ev.perSeq {
+			r.ValAcc = ev.acc
+		} else {
+			r.BPC = ev.bpc
+		}
+		results = append(results, r)
+	}
+	if sets.Test != nil && o.epochs > 0 {
+		ev, err := evaluate(m, sets.Test, o.batch)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("test %s\n", ev)
+		results[len(results)-1].Acc = ev.acc
+	}
+	if o.profile {
+		fmt.Printf("\nprofile of epoch %d (training steps and validation predictions):\n", o.epochs)
+		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
+			return nil, err
+		}
+	}
+	if o.save != "" {
+		if err := saveCheckpoint(m, o.save); err != nil {
+			return nil, err
+		}
+		fmt.Println("saved", o.save)
+	}
+	if o.trained != nil {
+		if err := m.Save(o.trained); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// seqEval is a model's quality on a split: the mean cross-entropy per
+// target in nats, and the accuracy of its most likely class.
+type seqEval struct {
+	loss, acc, bpc float64
+	perSeq         bool // one target per sequence: report accuracy
+}
+
+func (e seqEval) String() string {
+	if e.perSeq {
+		return fmt.Sprintf("accuracy %.2f%% (loss %.4f)", 100*e.acc, e.loss)
+	}
+	return fmt.Sprintf("%.4f bits per character (accuracy %.2f%%)", e.bpc, 100*e.acc)
+}
+
+// evaluate runs the model in eval mode over a whole split. The
+// cross-entropy is taken in float64 from the logits, so it does not depend
+// on how the batch divides the split.
+func evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
+	m.Eval()
+	defer m.Train()
+	l := data.NewSeqLoader(s, batch, false, 0)
+	var nll float64
+	correct, n := 0, 0
+	for {
+		x, y, mask, ok := l.Next()
+		if !ok {
+			break
+		}
+		logits, err := m.Predict(seqBatch{x, y, mask})
+		if err != nil {
+			return seqEval{}, err
+		}
+		C := len(logits) / len(y)
+		for r, want := range y {
+			row := logits[r*C : (r+1)*C]
+			best, mx := 0, math.Inf(-1)
+			for c, v := range row {
+				if float64(v) > mx {
+					best, mx = c, float64(v)
+				}
+			}
+			z := 0.0
+			for _, v := range row {
+				z += math.Exp(float64(v) - mx)
+			}
+			nll += mx + math.Log(z) - float64(row[want])
+			if int32(best) == want {
+				correct++
+			}
+			n++
+		}
+	}
+	e := seqEval{loss: nll / float64(n), acc: float64(correct) / float64(n), perSeq: s.YPer == 1}
+	e.bpc = e.loss / math.Ln2
+	return e, nil
+}
+
+// sampleOptions are the flags of -sample.
+type sampleOptions struct {
+	on          bool // -sample was given (an empty prompt starts a fortune)
+	prompt      string
+	length      int
+	temperature float64
+	load        string // generate from this checkpoint instead of training
+}
+
+// trainSeq is main for the sequence models: train (or, with -sample and
+// -load, only load), compare with PyTorch, sample.
+func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool, script string, so sampleOptions) error {
+	b, err := parseBatch(batchS)
+	if err != nil {
+		return err
+	}
+	if b == 0 {
+		return fmt.Errorf("-batch auto: not offered for the sequence models; give a size")
+	}
+	o.batch = b
+	if so.on && name != "lstm" {
+		return fmt.Errorf("-sample: only the lstm model generates text")
+	}
+	if so.load != "" && !so.on {
+		return fmt.Errorf("-load: give -sample too (-load only feeds the generator)")
+	}
+	var ckpt io.Reader
+	if so.load != "" {
+		f, err := os.Open(so.load)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		ckpt = f
+	} else {
+		var trained bytes.Buffer
+		if so.on {
+			o.trained = &trained
+		}
+		ckpt = &trained
+		ours, err := runSeq(name, task, o)
+		if err != nil {
+			return err
+		}
+		if torch {
+			if err := compareSeq(ours, task, script, name, o); err != nil {
+				return err
+			}
+		}
+	}
+	if !so.on {
+		return nil
+	}
+	dev, err := runtime.OpenDevice(o.device, o.threads)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	text, err := sampleText(dev, ckpt, so.prompt, so.length, so.temperature, o.seed)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%s%s\n", so.prompt, text)
+	return nil
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/ngen-ml/ngen/compiler/oracle"
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/data"
+)
+
+// tinyFortunes writes a fortunes directory of n short made-up fortunes, so
+// that an epoch of the seed LSTM takes seconds.
+func tinyFortunes(t *testing.T, n int) string {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	words := strings.Fields("the cat sat on a mat and you will meet a tall dark stranger today tomorrow never")
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		for w := 0; w < 30; w++ {
+			b.WriteString(words[rng.IntN(len(words))])
+			b.WriteByte(" \n"[rng.IntN(2)])
+		}
+		fmt.Fprintf(&b, "\t-- fortune %d\n%%\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "made-up"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tinyWords writes the five word lists with made-up words whose letters
+// give their language away.
+func tinyWords(t *testing.T, n int) string {
+	dir := t.TempDir()
+	letters := []string{"abcde", "fghij", "klmno", "pqrst", "uvwxy"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for c, l := range data.WordLanguages {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			for k := 3 + rng.IntN(8); k > 0; k-- {
+				b.WriteByte(letters[c][rng.IntN(5)])
+			}
+			b.WriteByte('\n')
+		}
+		if err := os.WriteFile(filepath.Join(dir, l.File), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestSeqTrainRNN(t *testing.T) {
+	o := seqOptions{epochs: 3, batch: 32, seed: 2, threads: 1, device: "cpu", dir: tinyWords(t, 300), quiet: true}
+	res, err := runSeq("rnn", seqTasks["rnn"], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := res[len(res)-1]
+	// Letters that give the class away: three epochs learn them.
+	if last.ValAcc < 0.6 || last.Acc < 0.6 || last.Acc > 1 {
+		t.Fatalf("after 3 epochs: validation accuracy %.3f, test %.3f; want both over 0.6", last.ValAcc, last.Acc)
+	}
+}
+
+func TestSeqTrainAndSample(t *testing.T) {
+	var ckpt bytes.Buffer
+	o := seqOptions{epochs: 1, batch: 16, seed: 2, threads: 1, device: "cpu", dir: tinyFortunes(t, 40), quiet: true, trained: &ckpt}
+	res, err := runSeq("lstm", seqTasks["lstm"], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An untrained model scores log2(vocab) ≈ 6.6 bits; the made-up text
+	// has few characters.
+	if bpc := res[0].BPC; !(bpc > 0 && bpc < math.Log2(float64(data.CharVocab))) {
+		t.Fatalf("validation bits per character %v after an epoch", bpc)
+	}
+	dev, err := runtime.OpenDevice("cpu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	gen := func(seed uint64, temperature float64) string {
+		s, err := sampleText(dev, bytes.NewReader(ckpt.Bytes()), "The cat", 80, temperature, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := utf8.RuneCountInString(s); n != 80 {
+			t.Fatalf("generated %d characters, want 80", n)
+		}
+		return s
+	}
+	a, b, c := gen(7, 1), gen(7, 1), gen(8, 1)
+	if a != b {
+		t.Fatalf("seed 7 twice gave different text:\n%q\n%q", a, b)
+	}
+	if a == c {
+		t.Fatalf("seeds 7 and 8 gave the same text %q", a)
+	}
+	if g0, g1 := gen(7, 0), gen(8, 0); g0 != g1 {
+		t.Fatalf("temperature 0 depends on the seed:\n%q\n%q", g0, g1)
+	}
+	if _, err := sampleText(dev, strings.NewReader("not a checkpoint"), "x", 5, 1, 1); err == nil || !strings.Contains(err.Error(), "-load") {
+		t.Fatalf("bad checkpoint: err = %v", err)
+	}
+}
+
+// TestSeqTorchPeer runs the PyTorch peer for one epoch of each sequence
+// model on the sequences cmd/train writes for it.
+func TestSeqTorchPeer(t *testing.T) {
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	for _, c := range []struct{ name, dir string }{{"rnn", tinyWords(t, 100)}, {"lstm", tinyFortunes(t, 20)}} {
+		o := seqOptions{epochs: 1, batch: 16, seed: 2, threads: 1, device: "cpu", dir: c.dir, quiet: true}
+		ours := []epochResult{{Epoch: 1}}
+		if err := compareSeq(ours, seqTasks[c.name], "../../bench/torch_train.py", c.name, o); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+}
