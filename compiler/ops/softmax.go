@@ -118,9 +118,9 @@ func softmaxLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 		masked += ")"
 	}
 	elem := at(0, "base + j * inner")
-	g.f("  %s m = -INFINITY;", t)
+	g.f("  %s m = -NGEN_INF;", t)
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", n)
-	g.f("    const %s xj = %s ? -INFINITY : %s;", t, masked, elem)
+	g.f("    const %s xj = %s ? -NGEN_INF : %s;", t, masked, elem)
 	g.f("    m = xj > m ? xj : m;")
 	g.f("  }")
 	g.blockCombine("red", "max", "m")
