@@ -206,7 +206,7 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 	b.WriteString("// Runs the kernels of " + cuFile + " on the host (runtime/cpu).\n")
 	b.WriteString("#define NGEN_EMU 1\n#include \"ngen_emu.h\"\n")
 	fmt.Fprintf(&b, "#include %q\n\n", cuFile)
-	fmt.Fprintf(&b, "extern \"C\" int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
+	fmt.Fprintf(&b, "extern \"C\" NGEN_EMU_ENTRY int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
 	kinds := map[runtime.ArgKind]string{runtime.ArgI32: "int", runtime.ArgI64: "long long", runtime.ArgU64: "unsigned long long", runtime.ArgF32: "float", runtime.ArgF64: "double"}
 	for i, ki := range plan.Kernels {
 		// Pointer parameters take their exact C types from the signature.
