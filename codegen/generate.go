@@ -212,7 +212,7 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 	// whichever module came first. The unnamed namespace keeps them
 	// this module's own.
 	fmt.Fprintf(&b, "namespace {\n#include %q\n} // namespace\n\n", cuFile)
-	fmt.Fprintf(&b, "extern \"C\" int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
+	fmt.Fprintf(&b, "extern \"C\" NGEN_EMU_ENTRY int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
 	kinds := map[runtime.ArgKind]string{runtime.ArgI32: "int", runtime.ArgI64: "long long", runtime.ArgU64: "unsigned long long", runtime.ArgF32: "float", runtime.ArgF64: "double"}
 	for i, ki := range plan.Kernels {
 		// Pointer parameters take their exact C types from the signature.

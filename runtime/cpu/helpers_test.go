@@ -89,7 +89,7 @@ func argKind(ctype string) runtime.ArgKind {
 func entrySource(include string, ks []testKernel) (string, []runtime.KernelInfo) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#include \"ngen_emu.h\"\n#include %q\n", include)
-	b.WriteString("extern \"C\" int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n")
+	b.WriteString("extern \"C\" NGEN_EMU_ENTRY int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n")
 	infos := make([]runtime.KernelInfo, len(ks))
 	for i, k := range ks {
 		args := make([]string, len(k.ctypes))

@@ -1078,8 +1078,28 @@ extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m1
     return ngen_dropout_f_slow(k0, k1, stream, step, lo, hi, keep, scale);
   return keep_lanes4((unsigned)(s.bits >> (lo0 & 63)) & 15u, scale);
 }
+/* The 8-lane AVX2 variant, which the entry's AVX2 clone (NGEN_EMU_ENTRY
+ * below) calls: two 4-lane calls, so masks match the SSE build's bit for
+ * bit. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi" /* a note that 32-byte vector arguments' ABI changed in GCC 4.6 */
+#define NGEN_LO(v) _mm256_castsi256_si128(v)
+#define NGEN_HI(v) _mm256_extracti128_si256(v, 1)
+extern "C" __attribute__((used, target("avx2"))) inline __m256 ngen_dropout_f_8(__m256i k0, __m256i k1, __m256i stream,
+                                                                               __m256i step, __m256i lo, __m256i hi,
+                                                                               __m256 keep, __m256 scale) {
+  const __m128 a = ngen_dropout_f_4(NGEN_LO(k0), NGEN_LO(k1), NGEN_LO(stream), NGEN_LO(step), NGEN_LO(lo),
+                                    NGEN_LO(hi), _mm256_castps256_ps128(keep), _mm256_castps256_ps128(scale));
+  const __m128 b = ngen_dropout_f_4(NGEN_HI(k0), NGEN_HI(k1), NGEN_HI(stream), NGEN_HI(step), NGEN_HI(lo),
+                                    NGEN_HI(hi), _mm256_extractf128_ps(keep, 1), _mm256_extractf128_ps(scale, 1));
+  return _mm256_set_m128(b, a);
+}
+#undef NGEN_LO
+#undef NGEN_HI
+#pragma GCC diagnostic pop
 __asm__(".weak ngen_dropout_f\n.set ngen_dropout_f, ngen_dropout_f_1\n"
-        ".weak _ZGVbN4vvvvvvvv_ngen_dropout_f\n.set _ZGVbN4vvvvvvvv_ngen_dropout_f, ngen_dropout_f_4\n");
+        ".weak _ZGVbN4vvvvvvvv_ngen_dropout_f\n.set _ZGVbN4vvvvvvvv_ngen_dropout_f, ngen_dropout_f_4\n"
+        ".weak _ZGVdN8vvvvvvvv_ngen_dropout_f\n.set _ZGVdN8vvvvvvvv_ngen_dropout_f, ngen_dropout_f_8\n");
 #else
 inline float ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned lo, unsigned hi,
                             float keep, float scale) {
@@ -1097,6 +1117,24 @@ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long s
 } // namespace
 
 /* ---- launch --------------------------------------------------------- */
+
+/* NGEN_EMU_ENTRY marks the generated entry (codegen.CPUGlue). The kernels
+ * are compiled for baseline x86-64 (SSE2: 4 float lanes), so that a package
+ * runs on any x86-64 host. target_clones adds an AVX2 copy of the entry,
+ * chosen once at load time (an ifunc) on hosts that have AVX2: 8 lanes
+ * for every loop the compiler vectorises, notably Adam's sqrt and divide.
+ * flatten inlines the runners and kernels into each copy, so they are
+ * compiled for its ISA (a runner left out of line stays SSE2). The clone
+ * is AVX2 without FMA on purpose: g++ contracts a*b+c in C++ whenever FMA
+ * is available, and results must stay bit-identical to the SSE2 copy.
+ * Fiber bodies (NGEN_RUN_SYNC's invoke, reached through a pointer) stay
+ * SSE2. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__) && \
+    defined(NGEN_KEEP_SIMD) && !defined(NGEN_EMU_NO_CLONES)
+#define NGEN_EMU_ENTRY __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define NGEN_EMU_ENTRY
+#endif
 
 /* The kernel call sits inside a lambda so that each kernel instantiates its
  * own runner, with the kernel inlined into the thread loop. */

@@ -1,0 +1,182 @@
+package cpu
+
+import (
+	"debug/elf"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu/emu"
+)
+
+// cloneKernels are an Adam-like update (sqrt and divide, which the AVX2
+// copy runs 8 lanes wide) and a dropout draw (the 8-lane simd variant of
+// ngen_dropout_f), written as generated kernels are.
+const cloneKernels = `
+__global__ void adamish(float *p, float *m, float *v, const float *g, float lr, int n) {
+  NGEN_GRID_STRIDE(i, n) {
+    const float mi = 0.9f * m[i] + 0.1f * g[i], vi = 0.999f * v[i] + 0.001f * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * mi / (ngen_sqrtf(vi) + 1e-8f);
+  }
+}
+__global__ void dropped(float *y, const float *x, int n, unsigned long long seed, unsigned long long step) {
+  NGEN_GRID_STRIDE(i, n) { y[i] = x[i] * ngen_dropout(seed, step, 7u, i, 0.8f, 1.25f); }
+}
+`
+
+var cloneInfos = []runtime.KernelInfo{
+	{Name: "adamish", GridStride: true, Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgI32}},
+	{Name: "dropped", GridStride: true, Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64}},
+}
+
+const cloneEntry = `#include "ngen_emu.h"
+#include "k.cu"
+extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry(int k, const ngen_launch *l) {
+  switch (k) {
+  case 0: NGEN_RUN_SPAN(l, adamish(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float, 4), NGEN_ARG(l, int, 5)));
+  case 1: NGEN_RUN_SPAN(l, dropped(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, unsigned long long, 3), NGEN_ARG(l, unsigned long long, 4)));
+  }
+  return -1;
+}
+`
+
+// runCloneKernels runs both kernels with the given entry source and
+// returns p, m, v and y.
+func runCloneKernels(t *testing.T, name, entry string) [4][]float32 {
+	m, err := CompileModule(name, map[string]string{"k.cu": cloneKernels, "entry.cc": entry}, "entry.cc", cloneInfos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := d.Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4099 // not a multiple of 8: the loops' remainders run too
+	p, mo, v, g, x := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range p {
+		p[i] = float32(math.Sin(float64(i)))
+		mo[i] = float32(math.Cos(float64(i))) * 1e-2
+		v[i] = float32(i%13) * 1e-5
+		g[i] = float32(math.Sin(float64(3*i+1))) * 1e-2
+		x[i] = float32(i%17) - 8
+	}
+	pp, pm, pv, pg := upload(t, d, p), upload(t, d, mo), upload(t, d, v), upload(t, d, g)
+	px, py := upload(t, d, x), upload(t, d, make([]float32, n))
+	grid, block := runtime.Dim3{X: 4, Y: 1, Z: 1}, runtime.Dim3{X: 256, Y: 1, Z: 1}
+	for s := 0; s < 3; s++ {
+		launch(t, d, l, 0, grid, block, 0, pp, pm, pv, pg, float32(1e-3), int32(n))
+	}
+	launch(t, d, l, 1, grid, block, 0, py, px, int32(n), uint64(0x1234_5678_9abc_def0), uint64(5))
+	return [4][]float32{download[float32](t, d, pp, n), download[float32](t, d, pm, n), download[float32](t, d, pv, n), download[float32](t, d, py, n)}
+}
+
+// TestEntryCloneBitIdentical runs kernels through NGEN_EMU_ENTRY's AVX2
+// copy (on a host with AVX2) and through the SSE2 build alone
+// (NGEN_EMU_NO_CLONES): results, dropout masks included, must be equal bit
+// for bit, which fails if the copy contracts a*b+c into FMAs or its 8-lane
+// dropout variant draws other masks.
+func TestEntryCloneBitIdentical(t *testing.T) {
+	if info, _ := os.ReadFile("/proc/cpuinfo"); !strings.Contains(string(info), " avx2") {
+		t.Skip("no AVX2 on this host: both builds run the SSE2 copy")
+	}
+	got := runCloneKernels(t, "clones", cloneEntry)
+	want := runCloneKernels(t, "noclones", "#define NGEN_EMU_NO_CLONES 1\n"+cloneEntry)
+	kept := 0
+	for a, name := range []string{"p", "m", "v", "y"} {
+		for i := range got[a] {
+			if math.Float32bits(got[a][i]) != math.Float32bits(want[a][i]) {
+				t.Fatalf("%s[%d] = %g with the AVX2 copy, %g without", name, i, got[a][i], want[a][i])
+			}
+		}
+	}
+	for _, y := range got[3] {
+		if y != 0 {
+			kept++
+		}
+	}
+	if kept < 3000 || kept > 3600 { // about 0.8 of 4099, less the x == 0 elements
+		t.Errorf("dropout kept %d of 4099 elements, want about 0.8 of the non-zero ones", kept)
+	}
+}
+
+// TestEntryHasAVX2Clone checks that an entry marked NGEN_EMU_ENTRY is an
+// ifunc with an AVX2 copy whose Adam loop uses 256-bit divides and calls
+// the 8-lane dropout variant, and that -DNGEN_EMU_NO_CLONES leaves one
+// plain function.
+func TestEntryHasAVX2Clone(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{"ngen_emu.h": emu.Header, "k.cu": cloneKernels, "entry.cc": cloneEntry} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syms := func(extra ...string) map[string]elf.Symbol {
+		args := append([]string{"-std=c++17", "-O3", "-Wall", "-Wextra", "-fPIC", "-c", "entry.cc", "-o", "entry.o"}, extra...)
+		cmd := exec.Command("g++", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+			t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		f, err := elf.Open(filepath.Join(dir, "entry.o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		ss, err := f.Symbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]elf.Symbol{}
+		for _, s := range ss {
+			m[s.Name] = s
+		}
+		return m
+	}
+	s := syms()
+	if e, ok := s["ngen_cpu_entry"]; !ok || elf.ST_TYPE(e.Info) != elf.STT_GNU_IFUNC {
+		t.Errorf("ngen_cpu_entry is not an ifunc: %+v", e)
+	}
+	if _, ok := s["ngen_cpu_entry.avx2"]; !ok {
+		t.Error("no AVX2 copy ngen_cpu_entry.avx2")
+	}
+	if _, ok := s["_ZGVdN8vvvvvvvv_ngen_dropout_f"]; !ok {
+		t.Error("the 8-lane dropout variant is not defined")
+	}
+	cmd := exec.Command("objdump", "-d", "--no-show-raw-insn", filepath.Join(dir, "entry.o"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("objdump: %v", err)
+	}
+	inClone, ymmDiv, fma := false, false, false
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasSuffix(line, ">:") {
+			inClone = strings.Contains(line, "<ngen_cpu_entry.avx2>")
+		}
+		if inClone && strings.Contains(line, "vdivps") && strings.Contains(line, "%ymm") {
+			ymmDiv = true
+		}
+		if strings.Contains(line, "vfmadd") || strings.Contains(line, "vfnmadd") || strings.Contains(line, "vfmsub") {
+			fma = true
+		}
+	}
+	if !ymmDiv {
+		t.Error("the AVX2 copy has no 256-bit divide: its loops did not vectorise 8 wide")
+	}
+	if fma {
+		t.Error("the object uses FMA: results would differ from the SSE2 copy")
+	}
+	if e, ok := syms("-DNGEN_EMU_NO_CLONES")["ngen_cpu_entry"]; !ok || elf.ST_TYPE(e.Info) != elf.STT_FUNC {
+		t.Errorf("with NGEN_EMU_NO_CLONES, ngen_cpu_entry is not a plain function: %+v", e)
+	}
+}
