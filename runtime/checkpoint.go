@@ -134,6 +134,9 @@ func (s *Session) Save(w io.Writer) error {
 	if err := s.alive("Save"); err != nil {
 		return err
 	}
+	if w == nil {
+		return fmt.Errorf("%s: Save: the writer is nil", s.plan.Model)
+	}
 	names, ents, err := s.entries()
 	if err != nil {
 		return err
@@ -185,6 +188,9 @@ func encodeCheckpoint(meta map[string]string, ts []safetensors.Tensor) ([]byte, 
 func (s *Session) Load(r io.Reader) error {
 	if err := s.alive("Load"); err != nil {
 		return err
+	}
+	if r == nil {
+		return fmt.Errorf("%s: Load: the reader is nil", s.plan.Model)
 	}
 	names, ents, err := s.entries()
 	if err != nil {

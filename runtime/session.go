@@ -196,8 +196,10 @@ func (s *Session) SetLR(lr float64) error {
 	if err := s.alive("SetLR"); err != nil {
 		return err
 	}
-	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
-		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
+	// The kernels take the rate as a float32: 1e300 would reach them as
+	// +Inf and turn every weight non-finite after a step that succeeded.
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 || lr > math.MaxFloat32 {
+		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite as a float32 and not negative", s.plan.Model, lr)
 	}
 	s.lr = lr
 	return nil
