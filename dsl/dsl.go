@@ -83,6 +83,7 @@ func (m *Model) fail(pos ir.Pos, op, format string, args ...any) {
 
 func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 	var s ir.Shape
+	prod := int64(1)
 	for _, d := range ds {
 		switch d := d.(type) {
 		case batchDim:
@@ -91,6 +92,15 @@ func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 			if d <= 0 {
 				m.fail(pos, op, "dimension %d must be positive", d)
 			}
+			if d > math.MaxInt32 {
+				m.fail(pos, op, "dimension %d exceeds the kernels' 32-bit range", d)
+			}
+			// A product past 2^48 elements wraps later shape arithmetic
+			// (Flatten, Linear) into nonsense far from this line.
+			if d > 0 && prod > (1<<48)/int64(d) {
+				m.fail(pos, op, "dimension %d takes the product past 2^48 elements a row", d)
+			}
+			prod *= int64(max(d, 1))
 			s = append(s, ir.D(d))
 		default:
 			m.fail(pos, op, "dimension %v: want an int or dsl.Batch", d)
@@ -161,6 +171,9 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 	for _, d := range shape {
 		if d.N <= 0 {
 			m.fail(pos, op, "%s: dimension %d must be positive", name, d.N)
+		}
+		if d.N > math.MaxInt32 {
+			m.fail(pos, op, "%s: dimension %d exceeds the kernels' 32-bit range", name, d.N)
 		}
 	}
 	if !finite(init.a, init.b) {
