@@ -117,6 +117,8 @@ func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape 
 	}
 	if name == "" {
 		m.fail(pos, op, "empty name")
+	} else if err := checkTensorName(name); err != nil {
+		m.fail(pos, op, "%v", err)
 	}
 	v := m.m.Forward.NewValue(op, dt, shape, pos)
 	v.Role, v.Name = role, name
@@ -178,6 +180,8 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 	}
 	if !finite(init.a, init.b) {
 		m.fail(pos, op, "%s: initialiser %s(%g, %g) needs finite numbers", name, init.kind, init.a, init.b)
+	} else if err := checkInit(init); err != nil {
+		m.fail(pos, op, "%s: %v", name, err)
 	}
 	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()

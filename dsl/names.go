@@ -1,0 +1,38 @@
+package dsl
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// checkTensorName rejects names that PyTorch's state_dict could not hold
+// or that break the one-line-per-value IR and error texts: an empty
+// segment (a layer named "" gave the parameter ".weight", which
+// torch.nn.Module.add_module refuses) and control characters (a newline
+// split a checkpoint key over two lines of every message that names it).
+func checkTensorName(name string) error {
+	for _, seg := range strings.Split(name, ".") {
+		if seg == "" {
+			return fmt.Errorf("name %q has an empty part: layer and tensor names must be non-empty, separated by single dots", name)
+		}
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("name %q holds the control character %U", name, r)
+		}
+	}
+	return nil
+}
+
+// checkInit rejects what torch.nn.init refuses: uniform_ wants from ≤ to
+// and normal_ a standard deviation ≥ 0.
+func checkInit(in Init) error {
+	switch {
+	case in.kind == "uniform" && in.a > in.b:
+		return fmt.Errorf("initialiser uniform(%g, %g) needs lo ≤ hi", in.a, in.b)
+	case in.kind == "normal" && in.b < 0:
+		return fmt.Errorf("initialiser normal(%g, %g) needs a standard deviation ≥ 0", in.a, in.b)
+	}
+	return nil
+}
