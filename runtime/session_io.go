@@ -11,6 +11,9 @@ import (
 // Lookup finds a buffer by role and name ("param" "fc1.weight", "grad"
 // "fc1.weight", "input" "x", "output" "loss").
 func (s *Session) Lookup(role, name string) (int, error) {
+	if s == nil {
+		return -1, s.alive("Lookup")
+	}
 	for i := range s.plan.Buffers {
 		b := &s.plan.Buffers[i]
 		if b.Role == role && b.Name == name {
@@ -23,6 +26,9 @@ func (s *Session) Lookup(role, name string) (int, error) {
 // Names lists the buffer names with a role, in plan order.
 func (s *Session) Names(role string) []string {
 	var out []string
+	if s == nil {
+		return nil
+	}
 	for _, b := range s.plan.Buffers {
 		if b.Role == role {
 			out = append(out, b.Name)

@@ -3,6 +3,7 @@ package mlp_test
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ngen-ml/ngen/generated/mlp"
@@ -72,4 +73,40 @@ func save(t *testing.T, m *mlp.Model) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestNoDeviceNoSession: New and MaxBatch with a nil device, and a zero
+// Model (declared, not made by New), panicked with a nil dereference; the
+// methods that can fail now say why. (MemStats and ResetPeak, which
+// return no error, still need a model made by New.)
+func TestNoDeviceNoSession(t *testing.T) {
+	if _, err := mlp.New(nil, mlp.Options{Batch: 4}); err == nil || !strings.Contains(err.Error(), "device is nil") {
+		t.Errorf("New(nil): %v", err)
+	}
+	if _, err := mlp.MaxBatch(nil, 1<<20); err == nil || !strings.Contains(err.Error(), "device is nil") {
+		t.Errorf("MaxBatch(nil): %v", err)
+	}
+	var m mlp.Model
+	x, y := batch(1, 1)
+	m.Train()
+	m.Eval()
+	if m.Training() || len(m.Params()) != 0 {
+		t.Error("a zero Model reports training or parameters")
+	}
+	for name, fn := range map[string]func() error{
+		"Step":     func() error { _, err := m.Step(x, y); return err },
+		"Update":   func() error { return m.Update() },
+		"Predict":  func() error { _, err := m.Predict(x); return err },
+		"SetLR":    func() error { return m.SetLR(0.1) },
+		"Param":    func() error { _, err := m.Param("fc3.bias"); return err },
+		"Grad":     func() error { _, err := m.Grad("fc3.bias"); return err },
+		"SetParam": func() error { return m.SetParam("fc3.bias", make([]float32, 10)) },
+		"Save":     func() error { return m.Save(&bytes.Buffer{}) },
+		"Load":     func() error { return m.Load(bytes.NewReader(nil)) },
+		"Close":    func() error { return m.Close() },
+	} {
+		if err := fn(); err == nil || !strings.Contains(err.Error(), "not made by New") {
+			t.Errorf("%s on a zero Model: %v", name, err)
+		}
+	}
 }
