@@ -200,7 +200,7 @@ func (m *Model) LinearNoBias(name string, x *Tensor, out int) *Tensor {
 }
 
 func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *Tensor {
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "linear", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	s := x.v.Shape
@@ -257,6 +257,11 @@ func (m *Model) Loss(t *Tensor) {
 	}
 	if len(t.v.Shape) != 0 {
 		m.fail(pos, "loss", "loss must be a scalar, got %s", t.v.Type())
+		return
+	}
+	if m.m.Loss != nil {
+		// The second call used to replace the first without a word.
+		m.fail(pos, "loss", "the loss is already set (at %s): add the terms into one loss", m.m.Loss.Pos)
 		return
 	}
 	m.m.Loss = t.v

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
 // checkTensorName rejects names that PyTorch's state_dict could not hold
@@ -35,4 +37,16 @@ func checkInit(in Init) error {
 		return fmt.Errorf("initialiser normal(%g, %g) needs a standard deviation ≥ 0", in.a, in.b)
 	}
 	return nil
+}
+
+// isNil records, at the layer's line, that it was given a nil tensor: a
+// package-level op (ReLU, Concat) given nil returns nil with no model to
+// report to, so the first layer that receives it must say so, or the error
+// surfaces lines later as a shape mismatch at the loss.
+func (m *Model) isNil(pos ir.Pos, op, name, arg string, x *Tensor) bool {
+	if x != nil {
+		return false
+	}
+	m.fail(pos, op, "%s: %s is nil (an op given a nil tensor returns nil)", name, arg)
+	return true
 }

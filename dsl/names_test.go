@@ -9,7 +9,9 @@ import (
 // TestAdversarialDeclarations: declarations the second adversarial pass
 // found building without a word: a layer named "" (parameters ".weight"),
 // a newline in a name, initialisers torch.nn.init refuses, and a second
-// Optimizer call that replaced the first. Each fails at its line.
+// Optimizer or Loss call that replaced the first, and a nil tensor handed
+// to a layer (reported lines later, at the loss, as a shape mismatch).
+// Each fails at its line.
 func TestAdversarialDeclarations(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -41,6 +43,29 @@ func TestAdversarialDeclarations(t *testing.T) {
 			m.Param("w", F32, Normal(0, -1), 4, 3)
 			return l
 		}, "param (dsl/names_test.go:%d): w: initialiser normal(0, -1) needs a standard deviation ≥ 0"},
+		{"nil from ReLU into Linear", func(m *Model, x *Tensor) int {
+			var z *Tensor
+			l := line() + 1
+			m.Linear("fc", ReLU(z), 3)
+			return l
+		}, "linear (dsl/names_test.go:%d): fc: the input is nil"},
+		{"nil from Concat() into Conv2d", func(m *Model, x *Tensor) int {
+			l := line() + 1
+			m.Conv2d("c", Concat(1), 3, 1)
+			return l
+		}, "conv2d (dsl/names_test.go:%d): c: the input is nil"},
+		{"nil value into Update", func(m *Model, x *Tensor) int {
+			s := m.State("s", F32, Const(0), 3)
+			l := line() + 1
+			m.Update(s, nil)
+			return l
+		}, "update (dsl/names_test.go:%d): Update: the value is nil"},
+		{"second loss", func(m *Model, x *Tensor) int {
+			m.Loss(Mean(x, false, 0, 1))
+			l := line() + 1
+			m.Loss(Sum(x, false, 0, 1))
+			return l
+		}, "loss (dsl/names_test.go:%d): the loss is already set"},
 		{"second optimizer", func(m *Model, x *Tensor) int {
 			m.Optimizer(SGD{LR: 0.1})
 			l := line() + 1
