@@ -111,7 +111,7 @@ func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 
 func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape ir.Shape, pos ir.Pos) *Tensor {
 	for _, v := range m.m.Forward.Values {
-		if v.Role == role && v.Name == name {
+		if v.Name == name && (v.Role == role || savedRole(v.Role) && savedRole(role)) {
 			m.fail(pos, op, "%s %q declared twice (first at %s)", role, name, v.Pos)
 		}
 	}
@@ -236,6 +236,11 @@ func (m *Model) Output(t *Tensor) {
 	}
 	if t.m != m {
 		m.fail(pos, "output", "tensor belongs to another model")
+		return
+	}
+	if m.m.Output != nil {
+		// The second call used to replace the first without a word.
+		m.fail(pos, "output", "the output is already set (at %s): name further outputs with m.OutputNamed", m.m.Output.Pos)
 		return
 	}
 	m.m.Output = t.v

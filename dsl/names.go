@@ -50,3 +50,8 @@ func (m *Model) isNil(pos ir.Pos, op, name, arg string, x *Tensor) bool {
 	m.fail(pos, op, "%s: %s is nil (an op given a nil tensor returns nil)", name, arg)
 	return true
 }
+
+// savedRole reports whether a tensor of this role is a checkpoint entry:
+// parameters and state share PyTorch's one state_dict namespace, so a
+// Param and a State of one name would be two tensors under one key.
+func savedRole(r ir.Role) bool { return r == ir.Param || r == ir.State }

@@ -66,6 +66,18 @@ func TestAdversarialDeclarations(t *testing.T) {
 			m.Loss(Sum(x, false, 0, 1))
 			return l
 		}, "loss (dsl/names_test.go:%d): the loss is already set"},
+		{"param and state of one name", func(m *Model, x *Tensor) int {
+			m.Param("w", F32, Const(0), 3)
+			l := line() + 1
+			m.State("w", F32, Const(0), 3)
+			return l
+		}, `state (dsl/names_test.go:%d): state "w" declared twice`},
+		{"second output", func(m *Model, x *Tensor) int {
+			m.Output(x)
+			l := line() + 1
+			m.Output(ReLU(x))
+			return l
+		}, "output (dsl/names_test.go:%d): the output is already set"},
 		{"second optimizer", func(m *Model, x *Tensor) int {
 			m.Optimizer(SGD{LR: 0.1})
 			l := line() + 1
