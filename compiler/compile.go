@@ -113,6 +113,9 @@ func Compile(m *ir.Model, opts Options) (*Program, error) {
 	if opts.RefBatch <= 0 {
 		opts.RefBatch = 128
 	}
+	if err := checkBounds(m, opts); err != nil {
+		return nil, err
+	}
 	if opts.MemoryBudget > 0 {
 		var err error
 		if m, err = withinBudget(m, opts); err != nil {

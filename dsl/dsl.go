@@ -83,6 +83,7 @@ func (m *Model) fail(pos ir.Pos, op, format string, args ...any) {
 
 func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 	var s ir.Shape
+	prod := int64(1)
 	for _, d := range ds {
 		switch d := d.(type) {
 		case batchDim:
@@ -91,6 +92,15 @@ func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 			if d <= 0 {
 				m.fail(pos, op, "dimension %d must be positive", d)
 			}
+			if d > math.MaxInt32 {
+				m.fail(pos, op, "dimension %d exceeds the kernels' 32-bit range", d)
+			}
+			// A product past 2^48 elements wraps later shape arithmetic
+			// (Flatten, Linear) into nonsense far from this line.
+			if d > 0 && prod > (1<<48)/int64(d) {
+				m.fail(pos, op, "dimension %d takes the product past 2^48 elements a row", d)
+			}
+			prod *= int64(max(d, 1))
 			s = append(s, ir.D(d))
 		default:
 			m.fail(pos, op, "dimension %v: want an int or dsl.Batch", d)
@@ -101,12 +111,14 @@ func dims(m *Model, pos ir.Pos, op string, ds []any) ir.Shape {
 
 func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape ir.Shape, pos ir.Pos) *Tensor {
 	for _, v := range m.m.Forward.Values {
-		if v.Role == role && v.Name == name {
+		if v.Name == name && (v.Role == role || savedRole(v.Role) && savedRole(role)) {
 			m.fail(pos, op, "%s %q declared twice (first at %s)", role, name, v.Pos)
 		}
 	}
 	if name == "" {
 		m.fail(pos, op, "empty name")
+	} else if err := checkTensorName(name); err != nil {
+		m.fail(pos, op, "%v", err)
 	}
 	v := m.m.Forward.NewValue(op, dt, shape, pos)
 	v.Role, v.Name = role, name
@@ -162,9 +174,14 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 		if d.N <= 0 {
 			m.fail(pos, op, "%s: dimension %d must be positive", name, d.N)
 		}
+		if d.N > math.MaxInt32 {
+			m.fail(pos, op, "%s: dimension %d exceeds the kernels' 32-bit range", name, d.N)
+		}
 	}
 	if !finite(init.a, init.b) {
 		m.fail(pos, op, "%s: initialiser %s(%g, %g) needs finite numbers", name, init.kind, init.a, init.b)
+	} else if err := checkInit(init); err != nil {
+		m.fail(pos, op, "%s: %v", name, err)
 	}
 	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()
@@ -183,7 +200,7 @@ func (m *Model) LinearNoBias(name string, x *Tensor, out int) *Tensor {
 }
 
 func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *Tensor {
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "linear", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	s := x.v.Shape
@@ -221,6 +238,11 @@ func (m *Model) Output(t *Tensor) {
 		m.fail(pos, "output", "tensor belongs to another model")
 		return
 	}
+	if m.m.Output != nil {
+		// The second call used to replace the first without a word.
+		m.fail(pos, "output", "the output is already set (at %s): name further outputs with m.OutputNamed", m.m.Output.Pos)
+		return
+	}
 	m.m.Output = t.v
 }
 
@@ -240,6 +262,11 @@ func (m *Model) Loss(t *Tensor) {
 	}
 	if len(t.v.Shape) != 0 {
 		m.fail(pos, "loss", "loss must be a scalar, got %s", t.v.Type())
+		return
+	}
+	if m.m.Loss != nil {
+		// The second call used to replace the first without a word.
+		m.fail(pos, "loss", "the loss is already set (at %s): add the terms into one loss", m.m.Loss.Pos)
 		return
 	}
 	m.m.Loss = t.v

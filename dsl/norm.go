@@ -17,10 +17,11 @@ func (m *Model) State(name string, dt DType, init Init, shape ...int) *Tensor {
 // it (the training step, and Predict), like an in-place update of a
 // buffer in a torch module's forward.
 func (m *Model) Update(state, value *Tensor) {
-	if m.err != nil || state == nil || value == nil {
+	pos := callerPos()
+	if m.err != nil || m.isNil(pos, "update", "Update", "the state", state) || m.isNil(pos, "update", "Update", "the value", value) {
 		return
 	}
-	m.update(callerPos(), state, value)
+	m.update(pos, state, value)
 }
 
 // update checks and records one state update.
@@ -55,7 +56,7 @@ type BatchNorm struct {
 // running statistics. weight starts at 1 and bias at 0.
 func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 	pos := callerPos()
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "batchnorm2d", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	o := BatchNorm{Momentum: 0.1, Eps: 1e-5}

@@ -79,6 +79,11 @@ func (m *Model) Optimizer(o Optimizer) {
 		m.fail(pos, "optimizer", "nil optimizer")
 		return
 	}
+	if m.m.Optimizer != nil {
+		// The second call used to replace the first without a word.
+		m.fail(pos, "optimizer", "the optimizer is already set: a model has one")
+		return
+	}
 	lo, problem := o.lower()
 	if !finite(lo.LR, lo.Momentum, lo.Dampening, lo.WeightDecay, lo.Beta1, lo.Beta2, lo.Eps) {
 		problem = fmt.Sprintf("every argument must be a finite number, got lr %g, momentum %g, dampening %g, weight decay %g, betas (%g, %g), eps %g",

@@ -67,7 +67,7 @@ func (m *Model) recurrent(pos ir.Pos, op, cell, name string, x *Tensor, hidden i
 		t := m.errTensor(x)
 		return t, t, t
 	}
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, op, name, "the input", x) {
 		t := m.errTensor(x)
 		return t, t, t
 	}
@@ -164,7 +164,7 @@ func (m *Model) recurrent(pos ir.Pos, op, cell, name string, x *Tensor, hidden i
 // states, say, to carry into the next call.
 func (m *Model) OutputNamed(name string, t *Tensor) {
 	pos := callerPos()
-	if t == nil || m.err != nil {
+	if m.err != nil || m.isNil(pos, "output", name, "the tensor", t) {
 		return
 	}
 	switch {

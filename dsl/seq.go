@@ -22,7 +22,7 @@ func (m *Model) Tokens(name string, shape ...any) *Tensor {
 // run time naming this line.
 func (m *Model) Embedding(name string, ids *Tensor, vocab, dim int, dt DType) *Tensor {
 	pos := callerPos()
-	if m.err != nil || ids == nil {
+	if m.err != nil || m.isNil(pos, "embedding", name, "the token ids", ids) {
 		return m.errTensor(ids)
 	}
 	if vocab < 1 || dim < 1 {

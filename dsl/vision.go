@@ -34,7 +34,7 @@ func orDefault(v, d int) int {
 // activation into the GEMM's epilogue kernel.
 func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Tensor {
 	pos := callerPos()
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "conv2d", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	var o Conv

@@ -134,6 +134,9 @@ func (s *Session) Save(w io.Writer) error {
 	if err := s.alive("Save"); err != nil {
 		return err
 	}
+	if w == nil {
+		return fmt.Errorf("%s: Save: the writer is nil", s.plan.Model)
+	}
 	names, ents, err := s.entries()
 	if err != nil {
 		return err
@@ -185,6 +188,9 @@ func encodeCheckpoint(meta map[string]string, ts []safetensors.Tensor) ([]byte, 
 func (s *Session) Load(r io.Reader) error {
 	if err := s.alive("Load"); err != nil {
 		return err
+	}
+	if r == nil {
+		return fmt.Errorf("%s: Load: the reader is nil", s.plan.Model)
 	}
 	names, ents, err := s.entries()
 	if err != nil {
@@ -261,7 +267,7 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, lr fl
 		t := &f.Tensors[i]
 		e, ok := ents[t.Name]
 		if !ok {
-			if strings.HasSuffix(t.Name, ".num_batches_tracked") {
+			if isBatchCounter(t.Name, t.DType, t.Shape) {
 				continue // PyTorch's batch norm counter; ngen has no use for it
 			}
 			return nil, fmt.Errorf("checkpoint has tensor %q, which this model lacks", t.Name)
@@ -271,6 +277,9 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, lr fl
 		}
 		if k := nonFinite(t.Data, e.dtype); k >= 0 {
 			return nil, fmt.Errorf("checkpoint tensor %q has a non-finite value at element %d", t.Name, k)
+		}
+		if k := negative(t.Data, e.dtype); k >= 0 && mustBeNonNegative(t.Name) {
+			return nil, fmt.Errorf("checkpoint tensor %q has a negative value at element %d (a mean of squares)", t.Name, k)
 		}
 		got[t.Name] = t.Data
 	}
@@ -346,7 +355,8 @@ func counters(meta map[string]string, withOpt bool, lr float64, seed uint64) (st
 	}
 	if v, ok := meta["ngen.lr"]; ok {
 		x, e := strconv.ParseFloat(v, 64)
-		if e != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+		// As SetLR: the kernels take the rate as a float32.
+		if e != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > math.MaxFloat32 {
 			return 0, 0, 0, 0, fmt.Errorf("ngen.lr %q is not a learning rate", v)
 		}
 		lr = x

@@ -169,6 +169,9 @@ func SessionBytes(dev Device, p *Plan, opt SessionOptions) int64 {
 // MemoryInfo device). It returns an *OutOfMemoryError when not even a
 // batch of one fits.
 func MaxBatch(dev Device, p *Plan, budget int64, opt SessionOptions) (int, error) {
+	if dev == nil {
+		return 0, fmt.Errorf("%s: MaxBatch: the device is nil", p.Model)
+	}
 	for _, y := range p.Symbols {
 		if y != "B" && opt.Symbols[y] <= 0 {
 			return 0, fmt.Errorf("%s: MaxBatch: no bound given for symbol %s", p.Model, y)

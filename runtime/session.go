@@ -45,6 +45,9 @@ type SessionOptions struct {
 // NewSession loads the module, allocates storage for the largest batch and
 // initialises the parameters.
 func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%s: the device is nil", p.Model)
+	}
 	if opt.MaxBatch <= 0 {
 		return nil, fmt.Errorf("%s: batch size must be positive, got %d", p.Model, opt.MaxBatch)
 	}
@@ -175,6 +178,9 @@ func (s *Session) initParams() error {
 
 // Close frees the session's device memory.
 func (s *Session) Close() error {
+	if s == nil {
+		return s.alive("Close")
+	}
 	s.releaseStaging()
 	var errs []error
 	for _, p := range s.base {
@@ -193,10 +199,16 @@ func (s *Session) Device() Device { return s.dev }
 
 // SetTrain switches dropout (and later batch norm) between training and
 // evaluation behaviour, like torch's model.train()/model.eval().
-func (s *Session) SetTrain(train bool) { s.train = train }
+// A zero generated Model (no session) ignores it; its other methods say
+// it was not made by New.
+func (s *Session) SetTrain(train bool) {
+	if s != nil {
+		s.train = train
+	}
+}
 
 // Training reports the mode.
-func (s *Session) Training() bool { return s.train }
+func (s *Session) Training() bool { return s != nil && s.train }
 
 // SetLR changes the learning rate for later steps. It must be finite
 // and not negative; otherwise the rate stays as it was.
@@ -204,8 +216,10 @@ func (s *Session) SetLR(lr float64) error {
 	if err := s.alive("SetLR"); err != nil {
 		return err
 	}
-	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
-		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite and not negative", s.plan.Model, lr)
+	// The kernels take the rate as a float32: 1e300 would reach them as
+	// +Inf and turn every weight non-finite after a step that succeeded.
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 || lr > math.MaxFloat32 {
+		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite as a float32 and not negative", s.plan.Model, lr)
 	}
 	s.lr = lr
 	return nil
@@ -366,6 +380,10 @@ func (s *Session) scalar(name string, scal map[string]float64) (float64, error) 
 // touches the device checks it, so a closed model errs instead of using
 // freed memory.
 func (s *Session) alive(method string) error {
+	if s == nil {
+		// A zero generated Model holds no session: say so, not SIGSEGV.
+		return fmt.Errorf("%s: the model was not made by New", method)
+	}
 	if s.closed {
 		return fmt.Errorf("%s.%s: the model is closed", s.plan.Model, method)
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -10,6 +11,9 @@ import (
 // Lookup finds a buffer by role and name ("param" "fc1.weight", "grad"
 // "fc1.weight", "input" "x", "output" "loss").
 func (s *Session) Lookup(role, name string) (int, error) {
+	if s == nil {
+		return -1, s.alive("Lookup")
+	}
 	for i := range s.plan.Buffers {
 		b := &s.plan.Buffers[i]
 		if b.Role == role && b.Name == name {
@@ -22,6 +26,9 @@ func (s *Session) Lookup(role, name string) (int, error) {
 // Names lists the buffer names with a role, in plan order.
 func (s *Session) Names(role string) []string {
 	var out []string
+	if s == nil {
+		return nil
+	}
 	for _, b := range s.plan.Buffers {
 		if b.Role == role {
 			out = append(out, b.Name)
@@ -31,7 +38,13 @@ func (s *Session) Names(role string) []string {
 }
 
 // Elems is the element count of buffer i at the current batch size.
-func (s *Session) Elems(i int) int { return int(s.plan.Buffers[i].Elems.Eval(s.env)) }
+// An unknown buffer has none, rather than a panic.
+func (s *Session) Elems(i int) int {
+	if i < 0 || i >= len(s.plan.Buffers) {
+		return 0
+	}
+	return int(s.plan.Buffers[i].Elems.Eval(s.env))
+}
 
 // WriteInput copies host data into an input buffer for a batch of rows
 // rows. data must be a []float32, []float64 or []int32 matching the
@@ -172,6 +185,15 @@ func (s *Session) WriteFloats(i int, vals []float64) error {
 	if want := s.Elems(i); len(vals) != want {
 		b := &s.plan.Buffers[i]
 		return fmt.Errorf("%s: %s %s has %d elements, got %d", s.plan.Model, b.Role, b.Name, want, len(vals))
+	}
+	// A parameter is held to Load's rule: a non-finite weight (or one that
+	// overflows float32) would fail every later step, far from its cause.
+	if b := &s.plan.Buffers[i]; b.Role == "param" {
+		for k, v := range vals {
+			if math.IsNaN(v) || math.IsInf(v, 0) || (b.DType == F32 && math.Abs(v) > math.MaxFloat32) {
+				return fmt.Errorf("%s: param %s: element %d is %v, not a finite %s", s.plan.Model, b.Name, k, v, b.DType)
+			}
+		}
 	}
 	return s.writeFloats(i, vals)
 }

@@ -81,6 +81,9 @@ func build(args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("build: want one model file")
 	}
+	if *batch <= 0 {
+		return fmt.Errorf("build: -batch %d: want a positive batch size", *batch)
+	}
 	on, err := parseFuse(*fuse)
 	if err != nil {
 		return err
@@ -208,6 +211,9 @@ func report(args []string) error {
 	fs.Parse(args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("report: want one model file")
+	}
+	if *batch <= 0 {
+		return fmt.Errorf("report: -batch %d: want a positive batch size", *batch)
 	}
 	on, err := parseFuse(*fuse)
 	if err != nil {

@@ -29,3 +29,19 @@ func TestHugeBatchFlag(t *testing.T) {
 		t.Fatal("a batch of 2^31-1 built")
 	}
 }
+
+// TestCountFlags: the second adversarial pass found -accumulate 0,
+// -epochs -3 and stray words after the flags accepted without a word.
+func TestCountFlags(t *testing.T) {
+	for _, c := range []struct {
+		epochs, accum int
+		args          []string
+	}{{1, 0, nil}, {1, -1, nil}, {-3, 1, nil}, {1, 1, []string{"10"}}} {
+		if err := checkCounts(c.epochs, c.accum, c.args); err == nil {
+			t.Errorf("-epochs %d -accumulate %d %v accepted", c.epochs, c.accum, c.args)
+		}
+	}
+	if err := checkCounts(0, 1, nil); err != nil {
+		t.Errorf("-epochs 0 (load and save only): %v", err)
+	}
+}

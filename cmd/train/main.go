@@ -72,6 +72,9 @@ func main() {
 	if err == nil {
 		err = checkDistFlags(*torch, *batchS)
 	}
+	if err == nil {
+		err = checkCounts(*epochs, *accum, flag.Args())
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)

@@ -127,6 +127,20 @@ func TestCheckpointRejects(t *testing.T) {
 		meta["ngen.step"] = "18446744073709551615"
 		return ts
 	}), "ngen.step")
+	// The second adversarial pass: finite values that no training writes,
+	// each of which loaded and turned every weight non-finite on the next
+	// step that reported success.
+	load("rate beyond float32", edit(func(meta map[string]string, ts []safetensors.Tensor) []safetensors.Tensor {
+		meta["ngen.lr"] = "1e39"
+		return ts
+	}), "ngen.lr")
+	load("negative exp_avg_sq", edit(func(_ map[string]string, ts []safetensors.Tensor) []safetensors.Tensor {
+		binary.LittleEndian.PutUint32(find(ts, "__optimizer__.fc2.bias.exp_avg_sq").Data[8:], math.Float32bits(-1))
+		return ts
+	}), `"__optimizer__.fc2.bias.exp_avg_sq" has a negative value at element 2`)
+	load("num_batches_tracked that is not PyTorch's counter", edit(func(_ map[string]string, ts []safetensors.Tensor) []safetensors.Tensor {
+		return append(ts, safetensors.Tensor{Name: "fc1.num_batches_tracked", DType: "F32", Shape: []int64{1000}, Data: make([]byte, 4000)})
+	}), `"fc1.num_batches_tracked", which this model lacks`)
 	noSum, err := safetensors.Encode(map[string]string{"format": "pt"}, f.Tensors)
 	if err != nil {
 		t.Fatal(err)

@@ -172,12 +172,14 @@ func TestBadInput(t *testing.T) {
 	if _, err := m.Step(x, y); err != nil {
 		t.Fatalf("after bad labels: %v", err)
 	}
+	// A NaN weight is refused, as Load refuses one; a NaN input fails
+	// the step at the loss.
 	w, _ := m.Param("fc3.bias")
 	w[0] = float32(math.NaN())
-	if err := m.SetParam("fc3.bias", w); err != nil {
-		t.Fatal(err)
-	}
-	_, err = m.Step(x, y)
+	check("NaN weight", m.SetParam("fc3.bias", w), "fc3.bias", "element 0 is NaN")
+	xn := append([]float32(nil), x...)
+	xn[3] = float32(math.NaN())
+	_, err = m.Step(xn, y)
 	check("NaN loss", err, "cross_entropy", "models/mlp/model.go:", "loss is NaN")
 }
 

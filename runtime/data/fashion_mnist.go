@@ -40,6 +40,12 @@ func LoadFashionMNIST(dir string, train bool) (*Dataset, error) {
 	if len(images.Dims) != 3 || len(labels.Dims) != 1 || images.Dims[0] != labels.Dims[0] {
 		return nil, fmt.Errorf("fashion-mnist in %s: images %v and labels %v do not match", dir, images.Dims, labels.Dims)
 	}
+	// Any other image size or an empty set reads as valid IDX but is not
+	// Fashion-MNIST: 27×28 images fed the 784-wide models rows that
+	// straddle two samples, and no samples trained nothing without a word.
+	if images.Dims[1] != 28 || images.Dims[2] != 28 || images.Dims[0] == 0 {
+		return nil, fmt.Errorf("fashion-mnist in %s: images %v: want one or more 28×28 images", dir, images.Dims)
+	}
 	n, feat := images.Dims[0], images.Dims[1]*images.Dims[2]
 	ds := &Dataset{X: make([]float32, n*feat), Y: make([]int32, n), N: n, Features: feat}
 	for i, p := range images.Data {
