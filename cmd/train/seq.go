@@ -309,9 +309,6 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool
 	if so.on && !ok {
 		return fmt.Errorf("-sample: only the lstm and gpt models generate text")
 	}
-	if torch && (name == "gpt" || name == "transformer") {
-		return fmt.Errorf("-torch: no PyTorch peer for -model %s yet", name)
-	}
 	if so.load != "" && !so.on {
 		return fmt.Errorf("-load: give -sample too (-load only feeds the generator)")
 	}

@@ -14,9 +14,8 @@ import (
 )
 
 // The two models of models/transformer as rows of seqTasks, next to the
-// LSTM's: the generic sequence loop (seq.go) trains them on the fortunes.
-// They have no PyTorch peer in bench/torch_train.py yet, so -torch is
-// refused for them (trainSeq).
+// LSTM's: the generic sequence loop (seq.go) trains them on the fortunes;
+// -torch trains bench/torch_models.py's transformer_lm on the same windows.
 
 func init() {
 	// The causal character model: windows of its SeqLen, y the next

@@ -159,13 +159,7 @@ func TestGPTTrainAndSample(t *testing.T) {
 	}
 }
 
-func TestSeqTorchRefusedForTransformers(t *testing.T) {
-	for _, name := range []string{"gpt", "transformer"} {
-		err := trainSeq(name, seqTasks[name], seqOptions{epochs: 1}, "8", true, "", sampleOptions{})
-		if err == nil || !strings.Contains(err.Error(), "-torch") {
-			t.Fatalf("%s -torch: err = %v", name, err)
-		}
-	}
+func TestTransformerSampleRefused(t *testing.T) {
 	err := trainSeq("transformer", seqTasks["transformer"], seqOptions{epochs: 1}, "8", false, "", sampleOptions{on: true})
 	if err == nil || !strings.Contains(err.Error(), "-sample") {
 		t.Fatalf("transformer -sample: err = %v", err)
