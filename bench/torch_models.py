@@ -82,7 +82,73 @@ def seq_model(name, vocab):
         return char_lm(vocab, 32, 128), 2e-3
     if name == "lstmbench":
         return char_lm(vocab, 128, 256), 2e-3
-    raise SystemExit("unknown sequence model %r (have rnn, lstm)" % name)
+    if name in ("gpt", "transformer"):
+        return transformer_lm(name, vocab), 3e-4
+    raise SystemExit("unknown sequence model %r (have rnn, lstm, gpt, transformer)" % name)
+
+
+def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=512):
+    """The models of models/transformer at their cmd/train sizes.
+
+    gpt: Embedding(vocab, d, N(0, 0.02)) + sinusoidal positions, dropout,
+    4 x TransformerEncoderLayer(gelu, norm_first, batch_first) with a causal
+    mask, LayerNorm, logits through the embedding's transpose (tied).
+
+    transformer: x is a window of 2T (cmd/train pairWindows): src its first
+    T, tgt the rest. Embedding(vocab, d) * sqrt(d) + sinusoidal positions,
+    dropout, nn.Transformer(d, heads, 2, 2, ff, dropout, batch_first) with a
+    causal tgt_mask, Linear(d, vocab)."""
+    import math
+    import torch
+    import torch.nn as nn
+
+    pe = torch.zeros(max_len, d)
+    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+
+    def causal(n):
+        return torch.triu(torch.full((n, n), float("-inf")), 1)
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb = nn.Embedding(vocab, d)
+            nn.init.normal_(self.tok_emb.weight, 0, 0.02)
+            self.register_buffer("pe", pe)
+            self.drop = nn.Dropout(dropout)
+            self.blocks = nn.ModuleList([nn.TransformerEncoderLayer(d, heads, ff, dropout, activation="gelu",
+                                                                    batch_first=True, norm_first=True) for _ in range(4)])
+            self.ln_f = nn.LayerNorm(d)
+
+        def forward(self, x, lengths=None):
+            T = x.shape[1]
+            h = self.drop(self.tok_emb(x) + self.pe[:T])
+            mask = causal(T)
+            for b in self.blocks:
+                h = b(h, src_mask=mask)
+            return self.ln_f(h) @ self.tok_emb.weight.t()
+
+    class TransformerLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, d)
+            self.register_buffer("pe", pe)
+            self.drop = nn.Dropout(dropout)
+            self.transformer = nn.Transformer(d, heads, 2, 2, ff, dropout, batch_first=True)
+            self.fc_out = nn.Linear(d, vocab)
+
+        def forward(self, x, lengths=None):
+            T = x.shape[1] // 2
+
+            def embed(ids):
+                return self.drop(self.embedding(ids) * math.sqrt(d) + self.pe[:T])
+
+            h = self.transformer(embed(x[:, :T]), embed(x[:, T:]), tgt_mask=causal(T))
+            return self.fc_out(h)
+
+    return GPT() if name == "gpt" else TransformerLM()
 
 
 def char_lm(vocab, emb, hidden):

@@ -14,10 +14,10 @@ Prints one JSON line per epoch.
     /usr/bin/python3 bench/torch_train.py --model convnet --epochs 3 --batch 64 --threads 1
     /usr/bin/python3 bench/torch_train.py --model convnet --device cuda   # the peer of cmd/train -device cuda
 
---model rnn and lstm are the sequence models (torch_models.seq_model); they
-read the sequences that cmd/train -torch writes (--seqdata, the format of
+--model rnn, lstm, gpt and transformer are the sequence models
+(torch_models.seq_model); they read the sequences that cmd/train -torch writes (--seqdata, the format of
 cmd/train/seq_torch.go's writeSeqSets) and print validation accuracy (rnn,
-and test accuracy) or validation bits per character (lstm) per epoch.
+and test accuracy) or validation bits per character (the others) per epoch.
 """
 
 import argparse
@@ -76,7 +76,7 @@ def main():
     p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     a = p.parse_args()
-    if a.model in ("rnn", "lstm"):
+    if a.model in ("rnn", "lstm", "gpt", "transformer"):
         return train_seq(a)
     layers = [int(s) for s in a.layers.split(",")]
 
@@ -190,7 +190,8 @@ def train_seq(a):
         nll, correct = 0.0, 0
         with torch.no_grad():
             for s in range(0, len(x), 1000):
-                logits = model(x[s:s + 1000], ln[s:s + 1000]).reshape(-1, model.fc.out_features)
+                out = model(x[s:s + 1000], ln[s:s + 1000])
+                logits = out.reshape(-1, out.shape[-1])
                 t = y[s:s + 1000].reshape(-1)
                 nll += F.cross_entropy(logits.double(), t, reduction="sum").item()
                 correct += (logits.argmax(1) == t).sum().item()

@@ -1,5 +1,5 @@
 // Command train trains a generated ngen model on Fashion-MNIST (or, for the
-// sequence models rnn and lstm, on Debian's word lists and fortunes; see
+// sequence models rnn, lstm, gpt and transformer, on Debian's word lists and fortunes; see
 // seq.go): the README's main job. It prints a progress bar, the running loss, and the
 // test accuracy and throughput after every epoch. With -torch it then runs
 // PyTorch's training of the same model, data and recipe
@@ -10,6 +10,7 @@
 //	go run ./cmd/train -model convnet -epochs 3 -threads 1 -torch
 //	go run ./cmd/train -model lstm -epochs 1 -save lstm.ckpt
 //	go run ./cmd/train -model lstm -load lstm.ckpt -sample "Some prompt" -length 200
+//	go run ./cmd/train -model gpt -epochs 1 -sample "Some prompt" -temperature 0.8 -seed 3
 package main
 
 import (
@@ -42,13 +43,13 @@ func main() {
 		device  = flag.String("device", "cpu", "device: cpu, cuda or cuda:N (cuda needs -tags cuda)")
 		dir     = flag.String("data", "", "data directory (default: Fashion-MNIST's, or the sequence model's Debian files)")
 		save    = flag.String("save", "", "write a checkpoint (safetensors) here after training")
-		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py); lstm -sample: generate from it instead of training")
+		load    = flag.String("load", "", "resume from this checkpoint (written by -save or scripts/safetensors_io.py); lstm/gpt -sample: generate from it instead of training")
 		accum   = flag.Int("accumulate", 1, "sum the gradients of this many batches (micro-batches of -batch rows) before each update")
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
-		prompt  = flag.String("sample", "", "lstm: then print -length characters generated after this prompt")
+		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
 	)

@@ -288,6 +288,12 @@ type sampleOptions struct {
 	load        string // generate from this checkpoint instead of training
 }
 
+// seqSamplers are the models that generate text with -sample: each reads
+// a checkpoint of its row's model (transformer.go adds gpt).
+var seqSamplers = map[string]func(dev runtime.Device, ckpt io.Reader, prompt string, length int, temperature float64, seed uint64) (string, error){
+	"lstm": sampleText,
+}
+
 // trainSeq is main for the sequence models: train (or, with -sample and
 // -load, only load), compare with PyTorch, sample.
 func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool, script string, so sampleOptions) error {
@@ -299,8 +305,9 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool
 		return fmt.Errorf("-batch auto: not offered for the sequence models; give a size")
 	}
 	o.batch = b
-	if so.on && name != "lstm" {
-		return fmt.Errorf("-sample: only the lstm model generates text")
+	sample, ok := seqSamplers[name]
+	if so.on && !ok {
+		return fmt.Errorf("-sample: only the lstm and gpt models generate text")
 	}
 	if so.load != "" && !so.on {
 		return fmt.Errorf("-load: give -sample too (-load only feeds the generator)")
@@ -337,7 +344,7 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool
 		return err
 	}
 	defer dev.Close()
-	text, err := sampleText(dev, ckpt, so.prompt, so.length, so.temperature, o.seed)
+	text, err := sample(dev, ckpt, so.prompt, so.length, so.temperature, o.seed)
 	if err != nil {
 		return err
 	}

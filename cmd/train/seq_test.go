@@ -118,7 +118,8 @@ func TestSeqTorchPeer(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
 	}
-	for _, c := range []struct{ name, dir string }{{"rnn", tinyWords(t, 100)}, {"lstm", tinyFortunes(t, 20)}} {
+	for _, c := range []struct{ name, dir string }{{"rnn", tinyWords(t, 100)}, {"lstm", tinyFortunes(t, 20)},
+		{"gpt", tinyFortunes(t, 16)}, {"transformer", tinyFortunes(t, 16)}} {
 		o := seqOptions{epochs: 1, batch: 16, seed: 2, threads: 1, device: "cpu", dir: c.dir, quiet: true}
 		ours := []epochResult{{Epoch: 1}}
 		if err := compareSeq(ours, seqTasks[c.name], "../../bench/torch_train.py", c.name, o); err != nil {
