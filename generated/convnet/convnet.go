@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -226,12 +227,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:15",
 		Role:      "input",
 		Shape:     "f32[B,1,28,28]",
 	}, {
@@ -260,7 +269,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 24,
+		AliasOf: 25,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -321,7 +330,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 31,
+		AliasOf: 32,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -357,7 +366,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 35,
+		AliasOf: 36,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -401,6 +410,7 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:16",
 		Role:      "input",
 		Shape:     "i32[B]",
 	}, {
@@ -412,13 +422,6 @@ var Plan = &runtime.Plan{
 		Name:  "step.v36",
 		Role:  "temp",
 		Shape: "f32[B,10]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  128,
@@ -680,26 +683,26 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  42,
+		Buf:  21,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:22",
 	}, {
-		Buf:    20,
+		Buf:    21,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/convnet/model.go:22",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  21,
+			Buf:  22,
 			Name: "x",
 		}, {
-			Buf:  40,
+			Buf:  41,
 			Name: "y",
 		}},
 		Name: "step",
@@ -708,7 +711,7 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 22}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 23}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -743,15 +746,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     23,
+				A:     24,
 				Alpha: 1.0,
-				B:     22,
+				B:     23,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      24,
+				C:      25,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -759,7 +762,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 27}, {Buf: 28}, {
+			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 27}, {Buf: 28}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -793,7 +796,7 @@ var Plan = &runtime.Plan{
 			Kernel: 1,
 			Ops:    "maxpool_argmax+maxpool_pick+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 30}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -829,15 +832,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     30,
+				A:     31,
 				Alpha: 1.0,
-				B:     29,
+				B:     30,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      31,
+				C:      32,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -845,7 +848,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 32}, {Buf: 33}, {Buf: 34}, {Buf: 35}, {
+			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {Buf: 35}, {Buf: 36}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -891,11 +894,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     36,
+				A:     37,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     37,
+				C:     38,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -907,7 +910,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 12}, {Buf: 38}, {
+			Args: []runtime.ArgRef{{Buf: 38}, {Buf: 12}, {Buf: 39}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -950,11 +953,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     38,
+				A:     39,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     39,
+				C:     40,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -970,7 +973,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v34",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 16}, {Buf: 40}, {Buf: 20}, {Buf: 41}, {Buf: 42}, {
+			Args: []runtime.ArgRef{{Buf: 40}, {Buf: 16}, {Buf: 41}, {Buf: 20}, {Buf: 42}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1006,7 +1009,7 @@ var Plan = &runtime.Plan{
 			Kernel: 5,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 17}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1040,7 +1043,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     41,
+				A:     42,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
@@ -1067,9 +1070,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     41,
+				A:     42,
 				Alpha: 1.0,
-				B:     38,
+				B:     39,
 				Batch: runtime.Size{Mul: 1},
 				C:     15,
 				K: runtime.Size{
@@ -1083,7 +1086,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 38}, {Buf: 44}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 39}, {Buf: 44}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1107,7 +1110,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1155,7 +1158,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     44,
 				Alpha: 1.0,
-				B:     36,
+				B:     37,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -1169,7 +1172,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 35}, {Buf: 47}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 36}, {Buf: 47}, {Buf: 9}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1196,11 +1199,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 8,
 			Ops:    "relu_bwd+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 34}, {Buf: 48}, {
+			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 35}, {Buf: 48}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1245,7 +1248,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     49,
 				Alpha: 1.0,
-				B:     29,
+				B:     30,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1274,7 +1277,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     30,
+				A:     31,
 				Alpha: 1.0,
 				B:     49,
 				Batch: runtime.Size{
@@ -1291,7 +1294,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 50}, {Buf: 28}, {Buf: 51}, {
+			Args: []runtime.ArgRef{{Buf: 50}, {Buf: 29}, {Buf: 51}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1340,11 +1343,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 11,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 27}, {Buf: 52}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 28}, {Buf: 52}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1389,7 +1392,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     53,
 				Alpha: 1.0,
-				B:     22,
+				B:     23,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1406,6 +1409,20 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul+sum",
 		}, {
+			Args:    []runtime.ArgRef{{Buf: 21}, {Buf: 1}, {Buf: 20}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     21,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 421642}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 421642},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 20,
+			Ops:    "guard: loss and gradients finite",
+			Src:    20,
+		}, {
 			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 1}, {Buf: 19}, {}, {Buf: 18}, {Buf: 19}, {}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
@@ -1414,7 +1431,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}, {Mul: 421642}},
@@ -1426,10 +1443,10 @@ var Plan = &runtime.Plan{
 			Kernel: 13,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 27,
+		UpdateFrom: 28,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  21,
+			Buf:  22,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -1438,7 +1455,7 @@ var Plan = &runtime.Plan{
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 55}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 55}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1747,8 +1764,10 @@ var Plan = &runtime.Plan{
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_bwd_sum_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "relu_bwd_sum_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		Name:       "relu_bwd_sum_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1774,7 +1793,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_3",
@@ -1799,6 +1818,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "convnet",
 	Optimizer: runtime.Optimizer{
@@ -1832,9 +1855,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -1868,8 +1893,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet.Step: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet.Step: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1881,11 +1908,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(20, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -1893,8 +1917,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet.Accumulate: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet.Accumulate: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1906,24 +1932,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(20, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("convnet.Predict: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("convnet.Predict: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1942,31 +1969,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -1980,6 +2020,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -1993,6 +2035,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -2004,13 +2048,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -2018,21 +2069,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

@@ -17,7 +17,11 @@
 // the GPU it is the same grid-stride loop over elements; the emulation runs
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
-#ifndef NGEN_EMU
+//
+// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
+// compile these GPU forms and the warp butterflies below exactly as written,
+// so that the tests run the code the GPU runs.
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -25,6 +29,9 @@
     for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
       for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
+
+// NVRTC compiles without <math.h>, which is where INFINITY comes from.
+#define NGEN_INF __int_as_float(0x7f800000)
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
@@ -40,7 +47,7 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
-#ifndef NGEN_EMU
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -54,11 +61,23 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 }
 #endif
 
-// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
-// keys dropout masks by (seed, step, stream) and counts by element index,
-// so every backend and every fusion plan draws the same mask.
-__device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long idx) {
-  unsigned c0 = (unsigned)idx, c1 = (unsigned)(idx >> 32), c2 = stream, c3 = (unsigned)step;
+// ngen_arrive counts a block's arrival at one output of a two-phase
+// reduction, after its partial is published, and returns how many blocks
+// arrived before it: the last one sums the partials (codegen/reduce.go).
+#ifndef NGEN_EMU
+__device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
+  __threadfence();
+  return atomicAdd(count, 1u);
+}
+#else
+static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+#endif
+
+// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
+// dropout masks: counter (ctr lo, ctr hi, stream, step lo), key (seed lo,
+// seed hi ^ step hi). Its four output words go to w[0..3].
+__device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long ctr, unsigned w[4]) {
+  unsigned c0 = (unsigned)ctr, c1 = (unsigned)(ctr >> 32), c2 = stream, c3 = (unsigned)step;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32) ^ (unsigned)(step >> 32);
   for (int r = 0; r < 10; ++r) {
     const unsigned h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
@@ -67,13 +86,29 @@ __device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigne
     c0 = n0; c1 = l1; c2 = n2; c3 = l0;
     k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
   }
-  return c0;
+  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }
 
-// ngen_keep is true with probability keep.
+// ngen_keep is true with probability keep: element idx takes word idx & 3
+// of counter idx >> 2 (all four words of each Philox call are used), as the
+// top 24 bits of a float in [0, 1). The mask is a function of (seed, step,
+// stream, idx) alone, so every backend, launch shape and fusion plan draws
+// the same one. ngen_dropout is the element's factor: scale where kept,
+// else 0. Here each thread draws its own element; the CPU emulation
+// (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
+// elements at a time and keeps the kernel loop vectorisable.
+#ifndef NGEN_EMU
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
-  return (float)(ngen_philox(seed, step, stream, (unsigned long long)idx) >> 8) * 5.9604644775390625e-08f < keep;
+  unsigned w[4];
+  ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
+  const unsigned k = (unsigned)idx & 3u; // selects, not w[k]: a dynamic index would put w in local memory
+  const unsigned u = (k & 2u) ? ((k & 1u) ? w[3] : w[2]) : ((k & 1u) ? w[1] : w[0]);
+  return (float)(u >> 8) * 5.9604644775390625e-08f < keep;
 }
+__device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+#endif
 
 // im2col_fwd computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
@@ -101,11 +136,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 //   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:32
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
 //   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float conv1_bias_sub_square_mean_fwd_part0[288];
+static __device__ float conv1_bias_sub_square_mean_fwd_part1[288];
+static __device__ unsigned conv1_bias_sub_square_mean_fwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -117,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -151,10 +191,19 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv1_bias_sub_square_mean_fwd_part0[o * 9 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv1_bias_sub_square_mean_fwd_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv1_bias_sub_square_mean_fwd_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (float)nred;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (float)nred;
+        conv1_bias_sub_square_mean_fwd_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -183,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
 //   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:32
 //   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:32
 //   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_train_addc_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, float *out4, float *out5, float *out6, float *out7, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a17 = in0[i];
@@ -301,11 +350,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 //   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:33
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
 //   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float conv2_bias_sub_square_mean_fwd_part0[320];
+static __device__ float conv2_bias_sub_square_mean_fwd_part1[320];
+static __device__ unsigned conv2_bias_sub_square_mean_fwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -317,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -351,10 +405,19 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv2_bias_sub_square_mean_fwd_part0[o * 5 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv2_bias_sub_square_mean_fwd_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv2_bias_sub_square_mean_fwd_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (float)nred;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (float)nred;
+        conv2_bias_sub_square_mean_fwd_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -383,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
 //   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:33
 //   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:33
 //   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_train_addc_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, float *out4, float *out5, float *out6, float *out7, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a62 = in0[i];
@@ -503,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_cross_entropy_ce_grad
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
-  float mx = -INFINITY;
+  float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a99 = in0[i];
@@ -561,24 +624,46 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (128LL));
-        float a107 = in0[i];
-        float a97 = in1[i];
-        float v109 = (a97 > 0.0f ? a107 : 0.0f);
-        out0[i] = v109;
-        { const float x = v109; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a107 = in0[i];
+          float a97 = in1[i];
+          float v109 = (a97 > 0.0f ? a107 : 0.0f);
+          out0[i] = v109;
+          { const float x = v109; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out1[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a107 = in0[i];
+      float a97 = in1[i];
+      float v109 = (a97 > 0.0f ? a107 : 0.0f);
+      out0[i] = v109;
+      { const float x = v109; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out1[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
@@ -611,11 +696,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
 //   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:33
 //   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:33
 //   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+static __device__ float sum_mul_bwd_part0[320];
+static __device__ float sum_mul_bwd_part1[320];
+static __device__ unsigned sum_mul_bwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -627,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -660,10 +750,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_mul_bwd_part0[o * 5 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1; else sum_mul_bwd_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_mul_bwd_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_mul_bwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_mul_bwd_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1;
+        sum_mul_bwd_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -726,10 +825,14 @@ extern "C" __global__ void __launch_bounds__(256) bn2_neg_mul_add_where_train_re
 //   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:33
 //   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:33
 //   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_part0[320];
+static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -738,7 +841,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -773,7 +876,13 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_add_scale_mul_etc_bwd_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_add_scale_mul_etc_bwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0;
+        broadcast_divcount_add_scale_mul_etc_bwd_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -835,11 +944,16 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
 //   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:32
 //   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:32
 //   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+static __device__ float sum_mul_bwd_2_part0[288];
+static __device__ float sum_mul_bwd_2_part1[288];
+static __device__ unsigned sum_mul_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -851,7 +965,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -884,10 +998,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_mul_bwd_2_part0[o * 9 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1; else sum_mul_bwd_2_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_mul_bwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_mul_bwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_mul_bwd_2_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1;
+        sum_mul_bwd_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -950,10 +1073,14 @@ extern "C" __global__ void __launch_bounds__(256) bn1_neg_mul_add_where_train_re
 //   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:32
 //   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:32
 //   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_2_part0[288];
+static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -962,7 +1089,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -997,7 +1124,13 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_add_scale_mul_etc_bwd_2_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_add_scale_mul_etc_bwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0;
+        broadcast_divcount_add_scale_mul_etc_bwd_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1017,7 +1150,9 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 //   v221 = div <f32[421834]> v211 v219  # models/convnet/model.go:29
 //   v222 = mul <f32[421834]> v220 v221  # models/convnet/model.go:29
 //   v223 = sub <f32[421834]> v205 v222  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a207 = in0[i];
@@ -1069,11 +1204,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __r
 //   v15 = square <f32[B,32,28,28]> v14  # models/convnet/model.go:32
 //   v16 = mean <f32[32]> v14 {axes=[0 2 3]}  # models/convnet/model.go:32
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float conv1_bias_sub_square_mean_fwd_2_part0[288];
+static __device__ float conv1_bias_sub_square_mean_fwd_2_part1[288];
+static __device__ unsigned conv1_bias_sub_square_mean_fwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -1085,7 +1225,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1119,10 +1259,19 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv1_bias_sub_square_mean_fwd_2_part0[o * 9 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv1_bias_sub_square_mean_fwd_2_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv1_bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (float)nred;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_2_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (float)nred;
+        conv1_bias_sub_square_mean_fwd_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1260,11 +1409,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * _
 //   v60 = square <f32[B,64,14,14]> v59  # models/convnet/model.go:33
 //   v61 = mean <f32[64]> v59 {axes=[0 2 3]}  # models/convnet/model.go:33
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float conv2_bias_sub_square_mean_fwd_2_part0[320];
+static __device__ float conv2_bias_sub_square_mean_fwd_2_part1[320];
+static __device__ unsigned conv2_bias_sub_square_mean_fwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
   __shared__ float partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -1276,7 +1430,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1310,10 +1464,19 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out1[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv2_bias_sub_square_mean_fwd_2_part0[o * 5 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) out2[o] = acc1 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv2_bias_sub_square_mean_fwd_2_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv2_bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (float)nred;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_2_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (float)nred;
+        conv2_bias_sub_square_mean_fwd_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1693,5 +1856,31 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * _
     float v64 = (a62 + a63);
     out0[i] = v64;
   }
+}
+
+// ngen_guard_float computes:
+//   the loss and every gradient finite; the loss into the status block
+extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
+  int bad = 0;
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  if (bad) atomicMax(&status[5], 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const double l = (double)loss[0];
+    if (!(l - l == 0.0)) atomicMax(&status[4], 1);
+    const long long bits = __double_as_longlong(l);
+    status[6] = (int)(unsigned)(unsigned long long)bits;
+    status[7] = (int)(unsigned)((unsigned long long)bits >> 32);
+  }
+}
+
+// ngen_commit computes:
+//   each state buffer ← its new value, unless the step failed
+extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status, float *__restrict__ dst0, const float *__restrict__ src0, float *__restrict__ dst1, const float *__restrict__ src1, float *__restrict__ dst2, const float *__restrict__ src2, float *__restrict__ dst3, const float *__restrict__ src3) {
+  if ((status[0] | status[4] | status[5]) != 0) return;
+  NGEN_GRID_STRIDE(i, 32LL) { dst0[i] = src0[i]; } // bn1.running_mean
+  NGEN_GRID_STRIDE(i, 32LL) { dst1[i] = src1[i]; } // bn1.running_var
+  NGEN_GRID_STRIDE(i, 64LL) { dst2[i] = src2[i]; } // bn2.running_mean
+  NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -330,12 +331,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:30",
 		Role:      "input",
 		Shape:     "f32[B,1,28,28]",
 	}, {
@@ -364,7 +373,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 36,
+		AliasOf: 37,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -440,19 +449,31 @@ var Plan = &runtime.Plan{
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 38},
+		Name:  "step.v38",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{3, 38},
+		Name:  "step.v43",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{3, 33},
 		Name:  "step.v178",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   46,
+		AliasOf:   47,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v32",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   47,
+		AliasOf:   48,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v34",
 		Placement: runtime.Alias,
@@ -512,7 +533,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 56,
+		AliasOf: 59,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -588,19 +609,31 @@ var Plan = &runtime.Plan{
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 38},
+		Name:  "step.v83",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{9, 38},
+		Name:  "step.v88",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{9, 25},
 		Name:  "step.v132",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   66,
+		AliasOf:   69,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v77",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   67,
+		AliasOf:   70,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v79",
 		Placement: runtime.Alias,
@@ -635,7 +668,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 73,
+		AliasOf: 78,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -679,6 +712,7 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:31",
 		Role:      "input",
 		Shape:     "i32[B]",
 	}, {
@@ -690,13 +724,6 @@ var Plan = &runtime.Plan{
 		Name:  "step.v104",
 		Role:  "temp",
 		Shape: "f32[B,10]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  128,
@@ -725,7 +752,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,3136]",
 	}, {
-		AliasOf: 83,
+		AliasOf: 87,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -766,7 +793,7 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[64]",
 	}, {
-		AliasOf:   87,
+		AliasOf:   91,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v122",
 		Placement: runtime.Alias,
@@ -785,14 +812,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   90,
+		AliasOf:   94,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v141",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   91,
+		AliasOf:   95,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v144",
 		Placement: runtime.Alias,
@@ -808,7 +835,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf: 94,
+		AliasOf: 98,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -867,7 +894,7 @@ var Plan = &runtime.Plan{
 		Role:      "view",
 		Shape:     "f32[32]",
 	}, {
-		AliasOf:   100,
+		AliasOf:   104,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v168",
 		Placement: runtime.Alias,
@@ -886,14 +913,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   103,
+		AliasOf:   107,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v187",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   104,
+		AliasOf:   108,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v190",
 		Placement: runtime.Alias,
@@ -909,7 +936,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 107,
+		AliasOf: 111,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -955,7 +982,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 112,
+		AliasOf: 116,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1017,14 +1044,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   119,
+		AliasOf:   123,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v31",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   120,
+		AliasOf:   124,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v33",
 		Placement: runtime.Alias,
@@ -1078,7 +1105,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 127,
+		AliasOf: 131,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -1140,14 +1167,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   134,
+		AliasOf:   138,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v76",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   135,
+		AliasOf:   139,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v78",
 		Placement: runtime.Alias,
@@ -1174,7 +1201,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 139,
+		AliasOf: 143,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -1250,7 +1277,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 147,
+		AliasOf: 151,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1298,14 +1325,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   152,
+		AliasOf:   156,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict_eval.v21",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,32,1,1]",
 	}, {
-		AliasOf:   153,
+		AliasOf:   157,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict_eval.v23",
 		Placement: runtime.Alias,
@@ -1359,7 +1386,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 160,
+		AliasOf: 164,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -1407,14 +1434,14 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   165,
+		AliasOf:   169,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict_eval.v48",
 		Placement: runtime.Alias,
 		Role:      "view",
 		Shape:     "f32[1,64,1,1]",
 	}, {
-		AliasOf:   166,
+		AliasOf:   170,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict_eval.v50",
 		Placement: runtime.Alias,
@@ -1441,7 +1468,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 170,
+		AliasOf: 174,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -1482,26 +1509,26 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  80,
+		Buf:  33,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:37",
 	}, {
-		Buf:    32,
+		Buf:    33,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/convnet/model.go:37",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}, {
-			Buf:  78,
+			Buf:  83,
 			Name: "y",
 		}},
 		Name: "step",
@@ -1510,7 +1537,7 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 35}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1545,15 +1572,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     35,
+				A:     36,
 				Alpha: 1.0,
-				B:     34,
+				B:     35,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      36,
+				C:      37,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -1561,7 +1588,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 39}, {Buf: 40}, {Buf: 41}, {Buf: 42}, {
+			Args: []runtime.ArgRef{{Buf: 38}, {Buf: 39}, {Buf: 40}, {Buf: 41}, {Buf: 42}, {Buf: 43}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1594,11 +1621,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 1,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 42}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 43}, {Buf: 44}, {Buf: 45}, {Buf: 46}, {Buf: 47}, {Buf: 26}, {Buf: 27}, {Buf: 48}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 43}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 44}, {Buf: 45}, {Buf: 46}, {Buf: 47}, {Buf: 48}, {Buf: 49}, {Buf: 50}, {Buf: 51}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -1618,7 +1645,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train+powc+scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 40}, {Buf: 49}, {Buf: 50}, {Buf: 51}, {
+			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 52}, {Buf: 53}, {Buf: 54}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1652,7 +1679,7 @@ var Plan = &runtime.Plan{
 			Kernel: 3,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 52}, {Buf: 53}, {
+			Args: []runtime.ArgRef{{Buf: 54}, {Buf: 55}, {Buf: 56}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1679,7 +1706,7 @@ var Plan = &runtime.Plan{
 			Kernel: 4,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 54}, {
+			Args: []runtime.ArgRef{{Buf: 56}, {Buf: 57}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1715,15 +1742,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     55,
+				A:     58,
 				Alpha: 1.0,
-				B:     54,
+				B:     57,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      56,
+				C:      59,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -1731,7 +1758,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 57}, {Buf: 58}, {Buf: 59}, {Buf: 60}, {Buf: 61}, {Buf: 62}, {
+			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 61}, {Buf: 62}, {Buf: 63}, {Buf: 64}, {Buf: 65}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1764,11 +1791,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 6,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 62}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 63}, {Buf: 64}, {Buf: 65}, {Buf: 66}, {Buf: 67}, {Buf: 28}, {Buf: 29}, {Buf: 68}, {
+			Args: []runtime.ArgRef{{Buf: 64}, {Buf: 65}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 66}, {Buf: 67}, {Buf: 68}, {Buf: 69}, {Buf: 70}, {Buf: 71}, {Buf: 72}, {Buf: 73}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -1788,7 +1815,7 @@ var Plan = &runtime.Plan{
 			Kernel: 7,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train+powc+scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 69}, {Buf: 70}, {Buf: 71}, {
+			Args: []runtime.ArgRef{{Buf: 63}, {Buf: 74}, {Buf: 75}, {Buf: 76}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1822,7 +1849,7 @@ var Plan = &runtime.Plan{
 			Kernel: 8,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 71}, {Buf: 72}, {Buf: 73}, {
+			Args: []runtime.ArgRef{{Buf: 76}, {Buf: 77}, {Buf: 78}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1861,11 +1888,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     74,
+				A:     79,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     75,
+				C:     80,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -1877,7 +1904,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 20}, {Buf: 76}, {
+			Args: []runtime.ArgRef{{Buf: 80}, {Buf: 20}, {Buf: 81}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1920,11 +1947,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     76,
+				A:     81,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     77,
+				C:     82,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1940,7 +1967,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v102",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 24}, {Buf: 78}, {Buf: 32}, {Buf: 79}, {Buf: 80}, {
+			Args: []runtime.ArgRef{{Buf: 82}, {Buf: 24}, {Buf: 83}, {Buf: 32}, {Buf: 84}, {Buf: 33}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1976,7 +2003,7 @@ var Plan = &runtime.Plan{
 			Kernel: 11,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 79}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 84}, {Buf: 25}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2010,11 +2037,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     79,
+				A:     84,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     81,
+				C:     85,
 				K:     runtime.Size{Mul: 10},
 				M: runtime.Size{
 					Mul:  1,
@@ -2037,9 +2064,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     79,
+				A:     84,
 				Alpha: 1.0,
-				B:     76,
+				B:     81,
 				Batch: runtime.Size{Mul: 1},
 				C:     23,
 				K: runtime.Size{
@@ -2053,7 +2080,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 81}, {Buf: 76}, {Buf: 82}, {Buf: 21}, {
+			Args: []runtime.ArgRef{{Buf: 85}, {Buf: 81}, {Buf: 86}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2077,7 +2104,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -2096,11 +2123,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     82,
+				A:     86,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     83,
+				C:     87,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -2123,9 +2150,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     82,
+				A:     86,
 				Alpha: 1.0,
-				B:     74,
+				B:     79,
 				Batch: runtime.Size{Mul: 1},
 				C:     19,
 				K: runtime.Size{
@@ -2139,7 +2166,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 84}, {Buf: 72}, {Buf: 71}, {Buf: 85}, {
+			Args: []runtime.ArgRef{{Buf: 88}, {Buf: 77}, {Buf: 76}, {Buf: 89}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2173,7 +2200,7 @@ var Plan = &runtime.Plan{
 			Kernel: 14,
 			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 85}, {Buf: 69}, {Buf: 60}, {Buf: 17}, {Buf: 86}, {Buf: 87}, {
+			Args: []runtime.ArgRef{{Buf: 89}, {Buf: 74}, {Buf: 63}, {Buf: 17}, {Buf: 90}, {Buf: 91}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2206,11 +2233,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 15,
 			Ops:    "sum+mul+mul+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 88}, {Buf: 66}, {Buf: 64}, {Buf: 89}, {Buf: 65}, {Buf: 14}, {Buf: 68}, {Buf: 63}, {Buf: 61}, {Buf: 15}, {Buf: 90}, {Buf: 91}, {
+			Args: []runtime.ArgRef{{Buf: 92}, {Buf: 69}, {Buf: 67}, {Buf: 93}, {Buf: 68}, {Buf: 14}, {Buf: 73}, {Buf: 66}, {Buf: 64}, {Buf: 15}, {Buf: 94}, {Buf: 95}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2226,7 +2253,7 @@ var Plan = &runtime.Plan{
 			Kernel: 16,
 			Ops:    "neg+mul+mul+add+mul+mul+where_train+mul+where_train+relu_bwd+neg+scale+mul+add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 92}, {Buf: 93}, {Buf: 86}, {Buf: 60}, {Buf: 94}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 97}, {Buf: 90}, {Buf: 63}, {Buf: 98}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2268,7 +2295,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 17,
 			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
 		}, {
@@ -2288,9 +2315,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     95,
+				A:     99,
 				Alpha: 1.0,
-				B:     54,
+				B:     57,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -2319,15 +2346,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     55,
+				A:     58,
 				Alpha: 1.0,
-				B:     95,
+				B:     99,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      96,
+				C:      100,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -2336,7 +2363,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 97}, {
+			Args: []runtime.ArgRef{{Buf: 100}, {Buf: 101}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2360,7 +2387,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 52}, {Buf: 51}, {Buf: 98}, {
+			Args: []runtime.ArgRef{{Buf: 101}, {Buf: 55}, {Buf: 54}, {Buf: 102}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2394,7 +2421,7 @@ var Plan = &runtime.Plan{
 			Kernel: 19,
 			Ops:    "maxpool_bwd+relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 49}, {Buf: 40}, {Buf: 9}, {Buf: 99}, {Buf: 100}, {
+			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 52}, {Buf: 41}, {Buf: 9}, {Buf: 103}, {Buf: 104}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2427,11 +2454,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 20,
 			Ops:    "sum+mul+mul+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 101}, {Buf: 46}, {Buf: 44}, {Buf: 102}, {Buf: 45}, {Buf: 6}, {Buf: 48}, {Buf: 43}, {Buf: 41}, {Buf: 7}, {Buf: 103}, {Buf: 104}, {
+			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 47}, {Buf: 45}, {Buf: 106}, {Buf: 46}, {Buf: 6}, {Buf: 51}, {Buf: 44}, {Buf: 42}, {Buf: 7}, {Buf: 107}, {Buf: 108}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2447,7 +2474,7 @@ var Plan = &runtime.Plan{
 			Kernel: 21,
 			Ops:    "neg+mul+mul+add+mul+mul+where_train+mul+where_train+relu_bwd+neg+scale+mul+add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 105}, {Buf: 106}, {Buf: 99}, {Buf: 40}, {Buf: 107}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 109}, {Buf: 110}, {Buf: 103}, {Buf: 41}, {Buf: 111}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2489,7 +2516,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 22,
 			Ops:    "broadcast+divcount+broadcast+divcount+add+scale+mul+add+sum",
 		}, {
@@ -2509,9 +2536,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     108,
+				A:     112,
 				Alpha: 1.0,
-				B:     34,
+				B:     35,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -2528,6 +2555,45 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul+sum",
 		}, {
+			Args:    []runtime.ArgRef{{Buf: 33}, {Buf: 1}, {Buf: 32}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     33,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 421834}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 421834},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 48,
+			Ops:    "guard: loss and gradients finite",
+			Src:    32,
+		}, {
+			Args:    []runtime.ArgRef{{Buf: 33}, {Buf: 26}, {Buf: 49}, {Buf: 27}, {Buf: 50}, {Buf: 28}, {Buf: 71}, {Buf: 29}, {Buf: 72}},
+			Block:   [3]int{256, 1, 1},
+			Builtin: "commit",
+			Bytes:   runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 512}, {Mul: 512}},
+			Commits: []runtime.Commit{{
+				Dst: 26,
+				Src: 49,
+			}, {
+				Dst: 27,
+				Src: 50,
+			}, {
+				Dst: 28,
+				Src: 71,
+			}, {
+				Dst: 29,
+				Src: 72,
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 49,
+			Ops:    "commit bn1.running_mean, bn1.running_var, bn2.running_mean, bn2.running_var",
+		}, {
 			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 1}, {Buf: 31}, {}, {Buf: 30}, {Buf: 31}, {}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
@@ -2536,7 +2602,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}, {Mul: 421834}},
@@ -2548,19 +2614,19 @@ var Plan = &runtime.Plan{
 			Kernel: 23,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 37,
+		UpdateFrom: 39,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  109,
+			Buf:  113,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 110}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 114}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2596,15 +2662,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     111,
+				A:     115,
 				Alpha: 1.0,
-				B:     110,
+				B:     114,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      112,
+				C:      116,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -2612,7 +2678,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 113}, {Buf: 114}, {Buf: 115}, {Buf: 116}, {Buf: 117}, {Buf: 118}, {
+			Args: []runtime.ArgRef{{Buf: 117}, {Buf: 118}, {Buf: 119}, {Buf: 120}, {Buf: 121}, {Buf: 122}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2645,11 +2711,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 25,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 117}, {Buf: 118}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 119}, {Buf: 120}, {Buf: 26}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 122}, {Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 26}, {Buf: 123}, {Buf: 124}, {Buf: 26}, {Buf: 27}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2669,7 +2735,7 @@ var Plan = &runtime.Plan{
 			Kernel: 26,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 121}, {Buf: 122}, {Buf: 123}, {
+			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 125}, {Buf: 126}, {Buf: 127}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2703,7 +2769,7 @@ var Plan = &runtime.Plan{
 			Kernel: 27,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 124}, {
+			Args: []runtime.ArgRef{{Buf: 127}, {Buf: 128}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2727,7 +2793,7 @@ var Plan = &runtime.Plan{
 			Kernel: 28,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 125}, {
+			Args: []runtime.ArgRef{{Buf: 128}, {Buf: 129}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2763,15 +2829,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     126,
+				A:     130,
 				Alpha: 1.0,
-				B:     125,
+				B:     129,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      127,
+				C:      131,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -2779,7 +2845,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 128}, {Buf: 129}, {Buf: 130}, {Buf: 131}, {Buf: 132}, {Buf: 133}, {
+			Args: []runtime.ArgRef{{Buf: 132}, {Buf: 133}, {Buf: 134}, {Buf: 135}, {Buf: 136}, {Buf: 137}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2812,11 +2878,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 30,
 			Ops:    "add+sub+square+mean+mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 132}, {Buf: 133}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 134}, {Buf: 135}, {Buf: 28}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 136}, {Buf: 137}, {Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 28}, {Buf: 138}, {Buf: 139}, {Buf: 28}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2836,7 +2902,7 @@ var Plan = &runtime.Plan{
 			Kernel: 31,
 			Ops:    "square+sub+relu+where_train+addc+powc+addc+powc+where_train+mul+mul+sub+scale+add+where_train+unbias+scale+scale+add+where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 131}, {Buf: 136}, {Buf: 137}, {Buf: 138}, {
+			Args: []runtime.ArgRef{{Buf: 135}, {Buf: 140}, {Buf: 141}, {Buf: 142}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2870,7 +2936,7 @@ var Plan = &runtime.Plan{
 			Kernel: 32,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 138}, {Buf: 139}, {
+			Args: []runtime.ArgRef{{Buf: 142}, {Buf: 143}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2906,11 +2972,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     140,
+				A:     144,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     141,
+				C:     145,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -2922,7 +2988,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 141}, {Buf: 20}, {Buf: 142}, {
+			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 20}, {Buf: 146}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2965,11 +3031,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     142,
+				A:     146,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     143,
+				C:     147,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -2981,7 +3047,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 24}, {Buf: 109}, {
+			Args: []runtime.ArgRef{{Buf: 147}, {Buf: 24}, {Buf: 113}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3011,16 +3077,16 @@ var Plan = &runtime.Plan{
 		}},
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}},
 		Name: "predict_eval",
 		Outputs: []runtime.Named{{
-			Buf:  144,
+			Buf:  148,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 145}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 149}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3056,15 +3122,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     146,
+				A:     150,
 				Alpha: 1.0,
-				B:     145,
+				B:     149,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      147,
+				C:      151,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -3072,7 +3138,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 149}, {Buf: 150}, {Buf: 151}, {
+			Args: []runtime.ArgRef{{Buf: 152}, {Buf: 153}, {Buf: 154}, {Buf: 155}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3103,7 +3169,7 @@ var Plan = &runtime.Plan{
 			Kernel: 37,
 			Ops:    "add+sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 152}, {Buf: 153}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 6}, {Buf: 8}, {Buf: 156}, {Buf: 157}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}, {Mul: 128}, {Mul: 32}, {Mul: 32}, {Mul: 32}},
@@ -3115,7 +3181,7 @@ var Plan = &runtime.Plan{
 			Kernel: 38,
 			Ops:    "addc+powc+mul+mul+sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 151}, {Buf: 154}, {Buf: 155}, {Buf: 156}, {
+			Args: []runtime.ArgRef{{Buf: 155}, {Buf: 158}, {Buf: 159}, {Buf: 160}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3149,7 +3215,7 @@ var Plan = &runtime.Plan{
 			Kernel: 39,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 157}, {
+			Args: []runtime.ArgRef{{Buf: 160}, {Buf: 161}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3173,7 +3239,7 @@ var Plan = &runtime.Plan{
 			Kernel: 40,
 			Ops:    "maxpool_argmax+maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 157}, {Buf: 158}, {
+			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 162}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3209,15 +3275,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     159,
+				A:     163,
 				Alpha: 1.0,
-				B:     158,
+				B:     162,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      160,
+				C:      164,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -3225,7 +3291,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 162}, {Buf: 163}, {Buf: 164}, {
+			Args: []runtime.ArgRef{{Buf: 165}, {Buf: 166}, {Buf: 167}, {Buf: 168}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3256,7 +3322,7 @@ var Plan = &runtime.Plan{
 			Kernel: 42,
 			Ops:    "add+sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 165}, {Buf: 166}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 14}, {Buf: 16}, {Buf: 169}, {Buf: 170}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}, {Mul: 256}, {Mul: 64}, {Mul: 64}, {Mul: 64}},
@@ -3268,7 +3334,7 @@ var Plan = &runtime.Plan{
 			Kernel: 43,
 			Ops:    "addc+powc+mul+mul+sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 164}, {Buf: 167}, {Buf: 168}, {Buf: 169}, {
+			Args: []runtime.ArgRef{{Buf: 168}, {Buf: 171}, {Buf: 172}, {Buf: 173}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3302,7 +3368,7 @@ var Plan = &runtime.Plan{
 			Kernel: 44,
 			Ops:    "mul+add+relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 169}, {Buf: 170}, {
+			Args: []runtime.ArgRef{{Buf: 173}, {Buf: 174}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3338,11 +3404,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     171,
+				A:     175,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     172,
+				C:     176,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -3354,7 +3420,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 172}, {Buf: 20}, {Buf: 173}, {
+			Args: []runtime.ArgRef{{Buf: 176}, {Buf: 20}, {Buf: 177}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3397,11 +3463,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     173,
+				A:     177,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     174,
+				C:     178,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -3413,7 +3479,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 174}, {Buf: 24}, {Buf: 144}, {
+			Args: []runtime.ArgRef{{Buf: 178}, {Buf: 24}, {Buf: 148}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3495,8 +3561,10 @@ var Plan = &runtime.Plan{
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_bwd_sum_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "relu_bwd_sum_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "maxpool_bwd_relu_bwd_bwd",
@@ -3540,7 +3608,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_3",
@@ -3639,6 +3707,14 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "ngen_commit",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "convnet_bn",
 	Optimizer: runtime.Optimizer{
@@ -3672,9 +3748,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -3708,8 +3786,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn.Step: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn.Step: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -3721,11 +3801,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(32, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -3733,8 +3810,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn.Accumulate: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn.Accumulate: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -3746,32 +3825,33 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(32, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("convnet_bn.Predict: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("convnet_bn.Predict: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 109
+	fn, buf := "predict", 113
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 144
+		fn, buf = "predict_eval", 148
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
@@ -3785,31 +3865,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -3823,6 +3916,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -3836,6 +3931,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -3847,13 +3944,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -3861,21 +3965,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

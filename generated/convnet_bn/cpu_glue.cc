@@ -2,9 +2,11 @@
 // Runs the kernels of convnet_bn.cu on the host (runtime/cpu).
 #define NGEN_EMU 1
 #include "ngen_emu.h"
+namespace {
 #include "convnet_bn.cu"
+} // namespace
 
-extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *l) {
+extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 1: NGEN_RUN_SYNC(l, conv1_bias_sub_square_mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
@@ -19,7 +21,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *
   case 10: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 11: NGEN_RUN_SIMPLE(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 12: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 13: NGEN_RUN_SIMPLE(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 13: NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 14: NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 15: NGEN_RUN_SYNC(l, sum_mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   case 16: NGEN_RUN_SPAN(l, bn2_neg_mul_add_where_train_relu_bwd_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
@@ -29,7 +31,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *
   case 20: NGEN_RUN_SYNC(l, sum_mul_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   case 21: NGEN_RUN_SPAN(l, bn1_neg_mul_add_where_train_relu_bwd_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
   case 22: NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  case 23: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  case 23: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
   case 24: NGEN_RUN_SPAN(l, im2col_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 25: NGEN_RUN_SYNC(l, conv1_bias_sub_square_mean_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   case 26: NGEN_RUN_SPAN(l, bn1_square_sub_relu_where_train_addc_etc_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, int, 10), NGEN_ARG(l, int, 11)));
@@ -54,6 +56,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *
   case 45: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 46: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 47: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 48: NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 49: NGEN_RUN_SPAN(l, ngen_commit(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8)));
   }
   return -1;
 }

@@ -17,7 +17,11 @@
 // the GPU it is the same grid-stride loop over elements; the emulation runs
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
-#ifndef NGEN_EMU
+//
+// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
+// compile these GPU forms and the warp butterflies below exactly as written,
+// so that the tests run the code the GPU runs.
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -25,6 +29,9 @@
     for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
       for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
+
+// NVRTC compiles without <math.h>, which is where INFINITY comes from.
+#define NGEN_INF __int_as_float(0x7f800000)
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
@@ -40,7 +47,7 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
-#ifndef NGEN_EMU
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -54,11 +61,23 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 }
 #endif
 
-// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
-// keys dropout masks by (seed, step, stream) and counts by element index,
-// so every backend and every fusion plan draws the same mask.
-__device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long idx) {
-  unsigned c0 = (unsigned)idx, c1 = (unsigned)(idx >> 32), c2 = stream, c3 = (unsigned)step;
+// ngen_arrive counts a block's arrival at one output of a two-phase
+// reduction, after its partial is published, and returns how many blocks
+// arrived before it: the last one sums the partials (codegen/reduce.go).
+#ifndef NGEN_EMU
+__device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
+  __threadfence();
+  return atomicAdd(count, 1u);
+}
+#else
+static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+#endif
+
+// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
+// dropout masks: counter (ctr lo, ctr hi, stream, step lo), key (seed lo,
+// seed hi ^ step hi). Its four output words go to w[0..3].
+__device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long ctr, unsigned w[4]) {
+  unsigned c0 = (unsigned)ctr, c1 = (unsigned)(ctr >> 32), c2 = stream, c3 = (unsigned)step;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32) ^ (unsigned)(step >> 32);
   for (int r = 0; r < 10; ++r) {
     const unsigned h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
@@ -67,13 +86,29 @@ __device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigne
     c0 = n0; c1 = l1; c2 = n2; c3 = l0;
     k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
   }
-  return c0;
+  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }
 
-// ngen_keep is true with probability keep.
+// ngen_keep is true with probability keep: element idx takes word idx & 3
+// of counter idx >> 2 (all four words of each Philox call are used), as the
+// top 24 bits of a float in [0, 1). The mask is a function of (seed, step,
+// stream, idx) alone, so every backend, launch shape and fusion plan draws
+// the same one. ngen_dropout is the element's factor: scale where kept,
+// else 0. Here each thread draws its own element; the CPU emulation
+// (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
+// elements at a time and keeps the kernel loop vectorisable.
+#ifndef NGEN_EMU
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
-  return (float)(ngen_philox(seed, step, stream, (unsigned long long)idx) >> 8) * 5.9604644775390625e-08f < keep;
+  unsigned w[4];
+  ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
+  const unsigned k = (unsigned)idx & 3u; // selects, not w[k]: a dynamic index would put w in local memory
+  const unsigned u = (k & 2u) ? ((k & 1u) ? w[3] : w[2]) : ((k & 1u) ? w[1] : w[0]);
+  return (float)(u >> 8) * 5.9604644775390625e-08f < keep;
 }
+__device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+#endif
 
 // im2col_fwd computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
@@ -134,10 +169,14 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
 
 // mean_fwd computes:
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float mean_fwd_part0[288];
+static __device__ unsigned mean_fwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -146,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -169,7 +208,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -177,10 +222,14 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
 
 // mean_fwd_2 computes:
 //   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float mean_fwd_2_part0[288];
+static __device__ unsigned mean_fwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -189,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -212,7 +261,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -406,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 
 // where_train_fwd_3 computes:
 //   v38 = where_train <f32[32]> v37 v12  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a37 = in0[i];
@@ -463,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __rest
 
 // where_train_fwd_4 computes:
 //   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a42 = in0[i];
@@ -592,10 +647,14 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __r
 
 // mean_fwd_3 computes:
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float mean_fwd_3_part0[320];
+static __device__ unsigned mean_fwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -604,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -627,7 +686,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_3_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_3_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_3_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_3_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -635,10 +700,14 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
 
 // mean_fwd_4 computes:
 //   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float mean_fwd_4_part0[320];
+static __device__ unsigned mean_fwd_4_count[64];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -647,7 +716,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -670,7 +739,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __res
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_4_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_4_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_4_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_4_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -864,7 +939,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_5(const float * __rest
 
 // where_train_fwd_7 computes:
 //   v83 = where_train <f32[64]> v82 v57  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a82 = in0[i];
@@ -921,7 +996,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_6(const float * __rest
 
 // where_train_fwd_8 computes:
 //   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_8(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a87 = in0[i];
@@ -1039,7 +1114,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
-  float mx = -INFINITY;
+  float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a101 = in0[i];
@@ -1070,7 +1145,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
-  float mx = -INFINITY;
+  float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a101 = in0[i];
@@ -1126,21 +1201,40 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (128LL));
-        float a109 = in0[i];
-        { const float x = a109; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a109 = in0[i];
+          { const float x = a109; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out0[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a109 = in0[i];
+      { const float x = a109; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
@@ -1179,10 +1273,14 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 
 // sum_bwd_3 computes:
 //   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+static __device__ float sum_bwd_3_part0[320];
+static __device__ unsigned sum_bwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -1191,7 +1289,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1214,7 +1312,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_3_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_3_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_3_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1247,10 +1351,14 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __rest
 
 // sum_bwd_4 computes:
 //   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+static __device__ float sum_bwd_4_part0[320];
+static __device__ unsigned sum_bwd_4_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -1259,7 +1367,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1282,7 +1390,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_4_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_4_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_4_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1568,10 +1682,14 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __rest
 
 // sum_bwd_5 computes:
 //   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+static __device__ float sum_bwd_5_part0[320];
+static __device__ unsigned sum_bwd_5_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -1580,7 +1698,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1603,7 +1721,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_5_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_5_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_5_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_5_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1614,21 +1738,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (18432LL));
-        float a155 = in0[i];
-        { const float x = a155; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+          float a155 = in0[i];
+          { const float x = a155; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out0[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+      float a155 = in0[i];
+      { const float x = a155; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
@@ -1694,10 +1837,14 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * _
 
 // sum_bwd_7 computes:
 //   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+static __device__ float sum_bwd_7_part0[288];
+static __device__ unsigned sum_bwd_7_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -1706,7 +1853,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1729,7 +1876,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_7_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_7_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_7_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_7_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1762,10 +1915,14 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_10(const float * __res
 
 // sum_bwd_8 computes:
 //   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+static __device__ float sum_bwd_8_part0[288];
+static __device__ unsigned sum_bwd_8_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -1774,7 +1931,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -1797,7 +1954,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_8_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_8_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_8_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_8_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -2083,10 +2246,14 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_8(const float * __rest
 
 // sum_bwd_9 computes:
 //   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+static __device__ float sum_bwd_9_part0[288];
+static __device__ unsigned sum_bwd_9_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -2095,7 +2262,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -2118,7 +2285,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_9_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_9_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_9_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0;
+        sum_bwd_9_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -2129,27 +2302,48 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (288LL));
-        float a201 = in0[i];
-        { const float x = a201; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+          float a201 = in0[i];
+          { const float x = a201; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out0[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+      float a201 = in0[i];
+      { const float x = a201; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
 // optimizer_update computes:
 //   v209 = scale <f32[421834]> v207 {f=0.9}  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a207 = in0[i];
@@ -2160,7 +2354,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 
 // optimizer_update_2 computes:
 //   v210 = scale <f32[421834]> v206 {f=0.09999999999999998}  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a206 = in0[i];
@@ -2171,7 +2367,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 
 // optimizer_update_3 computes:
 //   v211 = add <f32[421834]> v209 v210  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a209 = in0[i];
@@ -2183,7 +2381,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 
 // optimizer_update_4 computes:
 //   v212 = scale <f32[421834]> v208 {f=0.999}  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a208 = in0[i];
@@ -2194,7 +2394,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 
 // optimizer_update_5 computes:
 //   v213 = mul <f32[421834]> v206 v206  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a206 = in0[i];
@@ -2205,7 +2407,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 
 // optimizer_update_6 computes:
 //   v214 = scale <f32[421834]> v213 {f=0.0010000000000000009}  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a213 = in0[i];
@@ -2216,7 +2420,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 
 // optimizer_update_7 computes:
 //   v215 = add <f32[421834]> v212 v214  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a212 = in0[i];
@@ -2228,7 +2434,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 
 // optimizer_update_8 computes:
 //   v216 = sqrt <f32[421834]> v215  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a215 = in0[i];
@@ -2239,7 +2447,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 
 // optimizer_update_9 computes:
 //   v218 = div <f32[421834]> v216 v217  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a216 = in0[i];
@@ -2250,7 +2460,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 
 // optimizer_update_10 computes:
 //   v219 = addc <f32[421834]> v218 {f=1e-08}  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a218 = in0[i];
@@ -2261,7 +2473,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 
 // optimizer_update_11 computes:
 //   v221 = div <f32[421834]> v211 v219  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a211 = in0[i];
@@ -2273,7 +2487,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 
 // optimizer_update_12 computes:
 //   v222 = mul <f32[421834]> v220 v221  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a221 = in0[i];
@@ -2284,7 +2500,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 
 // optimizer_update_13 computes:
 //   v223 = sub <f32[421834]> v205 v222  # models/convnet/model.go:29
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a205 = in0[i];
@@ -2353,10 +2571,14 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_5(const float * __r
 
 // mean_fwd_5 computes:
 //   v16 = mean <f32[32]> v14 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float mean_fwd_5_part0[288];
+static __device__ unsigned mean_fwd_5_count[32];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -2365,7 +2587,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -2388,7 +2610,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_5_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_5_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_5_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_5_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -2396,10 +2624,14 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __res
 
 // mean_fwd_2_2 computes:
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
+static __device__ float mean_fwd_2_2_part0[288];
+static __device__ unsigned mean_fwd_2_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
     float acc0 = 0.0f;
@@ -2408,7 +2640,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
       for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
         #pragma unroll
@@ -2431,7 +2663,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __r
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_2_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_2_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -2811,10 +3049,14 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_3_2(const float * _
 
 // mean_fwd_3_2 computes:
 //   v61 = mean <f32[64]> v59 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float mean_fwd_3_2_part0[320];
+static __device__ unsigned mean_fwd_3_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -2823,7 +3065,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -2846,7 +3088,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_3_2_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_3_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_3_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_3_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -2854,10 +3102,14 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __r
 
 // mean_fwd_4_2 computes:
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
+static __device__ float mean_fwd_4_2_part0[320];
+static __device__ unsigned mean_fwd_4_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
     float acc0 = 0.0f;
@@ -2866,7 +3118,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass) {
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
       const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
       for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
         #pragma unroll
@@ -2889,7 +3141,13 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __r
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) out0[o] = acc0 / (float)nred;
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_4_2_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_4_2_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_4_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (float)nred;
+        mean_fwd_4_2_count[o] = 0;
+      }
     }
     __syncthreads();
   }
@@ -3660,5 +3918,31 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_3(const float * _
     float v64 = (a62 + a63);
     out0[i] = v64;
   }
+}
+
+// ngen_guard_float computes:
+//   the loss and every gradient finite; the loss into the status block
+extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
+  int bad = 0;
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  if (bad) atomicMax(&status[5], 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const double l = (double)loss[0];
+    if (!(l - l == 0.0)) atomicMax(&status[4], 1);
+    const long long bits = __double_as_longlong(l);
+    status[6] = (int)(unsigned)(unsigned long long)bits;
+    status[7] = (int)(unsigned)((unsigned long long)bits >> 32);
+  }
+}
+
+// ngen_commit computes:
+//   each state buffer ← its new value, unless the step failed
+extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status, float *__restrict__ dst0, const float *__restrict__ src0, float *__restrict__ dst1, const float *__restrict__ src1, float *__restrict__ dst2, const float *__restrict__ src2, float *__restrict__ dst3, const float *__restrict__ src3) {
+  if ((status[0] | status[4] | status[5]) != 0) return;
+  NGEN_GRID_STRIDE(i, 32LL) { dst0[i] = src0[i]; } // bn1.running_mean
+  NGEN_GRID_STRIDE(i, 32LL) { dst1[i] = src1[i]; } // bn1.running_var
+  NGEN_GRID_STRIDE(i, 64LL) { dst2[i] = src2[i]; } // bn2.running_mean
+  NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -330,12 +331,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:30",
 		Role:      "input",
 		Shape:     "f32[B,1,28,28]",
 	}, {
@@ -364,7 +373,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 36,
+		AliasOf: 37,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -499,7 +508,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   54,
+		AliasOf:   55,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v32",
 		Placement: runtime.Alias,
@@ -515,7 +524,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf:   56,
+		AliasOf:   57,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v34",
 		Placement: runtime.Alias,
@@ -544,6 +553,12 @@ var Plan = &runtime.Plan{
 		Shape: "f32[32]",
 	}, {
 		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{23, 148},
+		Name:  "step.v38",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{24, 26},
 		Name:  "step.v39",
 		Role:  "temp",
@@ -564,6 +579,12 @@ var Plan = &runtime.Plan{
 		Elems: runtime.Size{Mul: 32},
 		Live:  [2]int{27, 28},
 		Name:  "step.v42",
+		Role:  "temp",
+		Shape: "f32[32]",
+	}, {
+		Elems: runtime.Size{Mul: 32},
+		Live:  [2]int{28, 148},
+		Name:  "step.v43",
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
@@ -620,7 +641,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 72,
+		AliasOf: 75,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -755,7 +776,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   90,
+		AliasOf:   93,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v77",
 		Placement: runtime.Alias,
@@ -771,7 +792,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   92,
+		AliasOf:   95,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v79",
 		Placement: runtime.Alias,
@@ -800,6 +821,12 @@ var Plan = &runtime.Plan{
 		Shape: "f32[64]",
 	}, {
 		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{55, 148},
+		Name:  "step.v83",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{56, 58},
 		Name:  "step.v84",
 		Role:  "temp",
@@ -820,6 +847,12 @@ var Plan = &runtime.Plan{
 		Elems: runtime.Size{Mul: 64},
 		Live:  [2]int{59, 60},
 		Name:  "step.v87",
+		Role:  "temp",
+		Shape: "f32[64]",
+	}, {
+		Elems: runtime.Size{Mul: 64},
+		Live:  [2]int{60, 148},
+		Name:  "step.v88",
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
@@ -851,7 +884,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 105,
+		AliasOf: 110,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -913,15 +946,9 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:31",
 		Role:      "input",
 		Shape:     "i32[B]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -959,7 +986,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,3136]",
 	}, {
-		AliasOf: 117,
+		AliasOf: 121,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -1036,7 +1063,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   123,
+		AliasOf:   127,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v122",
 		Placement: runtime.Alias,
@@ -1115,7 +1142,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   136,
+		AliasOf:   140,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v141",
 		Placement: runtime.Alias,
@@ -1140,7 +1167,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   140,
+		AliasOf:   144,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "step.v144",
 		Placement: runtime.Alias,
@@ -1201,7 +1228,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf: 150,
+		AliasOf: 154,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -1305,7 +1332,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   159,
+		AliasOf:   163,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v168",
 		Placement: runtime.Alias,
@@ -1384,7 +1411,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   172,
+		AliasOf:   176,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v187",
 		Placement: runtime.Alias,
@@ -1409,7 +1436,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf:   176,
+		AliasOf:   180,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "step.v190",
 		Placement: runtime.Alias,
@@ -1470,7 +1497,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf: 186,
+		AliasOf: 190,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1490,61 +1517,61 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,32,9]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{147, 149},
+		Live:  [2]int{149, 151},
 		Name:  "step.v209",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{148, 149},
+		Live:  [2]int{150, 151},
 		Name:  "step.v210",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{150, 153},
+		Live:  [2]int{152, 155},
 		Name:  "step.v212",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{151, 152},
+		Live:  [2]int{153, 154},
 		Name:  "step.v213",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{152, 153},
+		Live:  [2]int{154, 155},
 		Name:  "step.v214",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{154, 155},
+		Live:  [2]int{156, 157},
 		Name:  "step.v216",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{155, 156},
+		Live:  [2]int{157, 158},
 		Name:  "step.v218",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{156, 157},
+		Live:  [2]int{158, 159},
 		Name:  "step.v219",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{157, 158},
+		Live:  [2]int{159, 160},
 		Name:  "step.v221",
 		Role:  "temp",
 		Shape: "f32[421834]",
 	}, {
 		Elems: runtime.Size{Mul: 421834},
-		Live:  [2]int{158, 159},
+		Live:  [2]int{160, 161},
 		Name:  "step.v222",
 		Role:  "temp",
 		Shape: "f32[421834]",
@@ -1585,7 +1612,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 202,
+		AliasOf: 206,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -1737,7 +1764,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   220,
+		AliasOf:   224,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v31",
 		Placement: runtime.Alias,
@@ -1754,7 +1781,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf:   222,
+		AliasOf:   226,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict.v33",
 		Placement: runtime.Alias,
@@ -1871,7 +1898,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 238,
+		AliasOf: 242,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -2023,7 +2050,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   256,
+		AliasOf:   260,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v76",
 		Placement: runtime.Alias,
@@ -2040,7 +2067,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   258,
+		AliasOf:   262,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict.v78",
 		Placement: runtime.Alias,
@@ -2130,7 +2157,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 271,
+		AliasOf: 275,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2216,7 +2243,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 280,
+		AliasOf: 284,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -2295,7 +2322,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[32]",
 	}, {
-		AliasOf:   288,
+		AliasOf:   292,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict_eval.v21",
 		Placement: runtime.Alias,
@@ -2312,7 +2339,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,28,28]",
 	}, {
-		AliasOf:   290,
+		AliasOf:   294,
 		Elems:     runtime.Size{Mul: 32},
 		Name:      "predict_eval.v23",
 		Placement: runtime.Alias,
@@ -2387,7 +2414,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 300,
+		AliasOf: 304,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -2466,7 +2493,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[64]",
 	}, {
-		AliasOf:   308,
+		AliasOf:   312,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict_eval.v48",
 		Placement: runtime.Alias,
@@ -2483,7 +2510,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,14,14]",
 	}, {
-		AliasOf:   310,
+		AliasOf:   314,
 		Elems:     runtime.Size{Mul: 64},
 		Name:      "predict_eval.v50",
 		Placement: runtime.Alias,
@@ -2531,7 +2558,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 317,
+		AliasOf: 321,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -2582,33 +2609,33 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  113,
+		Buf:  33,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:37",
 	}, {
-		Buf:  113,
+		Buf:  33,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:37",
 	}, {
-		Buf:    32,
+		Buf:    33,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/convnet/model.go:37",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}, {
-			Buf:  112,
+			Buf:  117,
 			Name: "y",
 		}},
 		Name: "step",
@@ -2617,7 +2644,7 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 35}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2652,15 +2679,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     35,
+				A:     36,
 				Alpha: 1.0,
-				B:     34,
+				B:     35,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      36,
+				C:      37,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -2668,7 +2695,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 39}, {
+			Args: []runtime.ArgRef{{Buf: 38}, {Buf: 39}, {Buf: 40}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2696,7 +2723,7 @@ var Plan = &runtime.Plan{
 			Kernel: 1,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 39}, {Buf: 40}, {Buf: 41}, {
+			Args: []runtime.ArgRef{{Buf: 40}, {Buf: 41}, {Buf: 42}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2724,7 +2751,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 42}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 43}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2752,28 +2779,6 @@ var Plan = &runtime.Plan{
 			Kernel: 3,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 43}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  100352,
-				Syms: []string{"B"},
-			}, {Mul: 128}},
-			Flops: runtime.Sum{{
-				Mul:  25088,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div:  1,
-				Max:  65536,
-				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 4,
-			Ops:    "mean",
-		}, {
 			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 44}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
@@ -2792,11 +2797,33 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 4,
+			Ops:    "mean",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 45}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  100352,
+				Syms: []string{"B"},
+			}, {Mul: 128}},
+			Flops: runtime.Sum{{
+				Mul:  25088,
+				Syms: []string{"B"},
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  1,
+				Max:  65536,
+				Size: runtime.Size{Mul: 32},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 5,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 45}},
+			Args:  []runtime.ArgRef{{Buf: 44}, {Buf: 46}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2808,7 +2835,7 @@ var Plan = &runtime.Plan{
 			Kernel: 6,
 			Ops:    "square",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 44}, {Buf: 45}, {Buf: 46}},
+			Args:  []runtime.ArgRef{{Buf: 45}, {Buf: 46}, {Buf: 47}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2820,7 +2847,7 @@ var Plan = &runtime.Plan{
 			Kernel: 7,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 46}, {Buf: 47}},
+			Args:  []runtime.ArgRef{{Buf: 47}, {Buf: 48}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2832,7 +2859,7 @@ var Plan = &runtime.Plan{
 			Kernel: 8,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 48}, {
+			Args: []runtime.ArgRef{{Buf: 44}, {Buf: 49}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2847,7 +2874,7 @@ var Plan = &runtime.Plan{
 			Kernel: 9,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 47}, {Buf: 49}},
+			Args:  []runtime.ArgRef{{Buf: 48}, {Buf: 50}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2859,7 +2886,7 @@ var Plan = &runtime.Plan{
 			Kernel: 10,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 50}},
+			Args:  []runtime.ArgRef{{Buf: 50}, {Buf: 51}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -2871,7 +2898,7 @@ var Plan = &runtime.Plan{
 			Kernel: 11,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 51}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 52}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2883,7 +2910,7 @@ var Plan = &runtime.Plan{
 			Kernel: 12,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 51}, {Buf: 52}},
+			Args:  []runtime.ArgRef{{Buf: 52}, {Buf: 53}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -2895,7 +2922,7 @@ var Plan = &runtime.Plan{
 			Kernel: 13,
 			Ops:    "powc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 50}, {Buf: 52}, {Buf: 53}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 53}, {Buf: 54}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -2910,7 +2937,7 @@ var Plan = &runtime.Plan{
 			Kernel: 14,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 53}, {Buf: 54}},
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 54}, {Buf: 55}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2922,7 +2949,7 @@ var Plan = &runtime.Plan{
 			Kernel: 15,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 48}, {Buf: 54}, {Buf: 55}},
+			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 55}, {Buf: 56}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2934,7 +2961,7 @@ var Plan = &runtime.Plan{
 			Kernel: 16,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 55}, {Buf: 56}},
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 56}, {Buf: 57}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -2946,7 +2973,7 @@ var Plan = &runtime.Plan{
 			Kernel: 17,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 57}, {Buf: 58}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 58}, {Buf: 59}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2974,7 +3001,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 59}, {Buf: 60}, {
+			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 60}, {Buf: 61}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3002,7 +3029,7 @@ var Plan = &runtime.Plan{
 			Kernel: 19,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 61}},
+			Args:  []runtime.ArgRef{{Buf: 44}, {Buf: 62}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -3014,7 +3041,7 @@ var Plan = &runtime.Plan{
 			Kernel: 20,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 61}, {Buf: 62}},
+			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 62}, {Buf: 63}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -3026,7 +3053,7 @@ var Plan = &runtime.Plan{
 			Kernel: 21,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 62}, {Buf: 26}, {Buf: 26}, {
+			Args: []runtime.ArgRef{{Buf: 63}, {Buf: 26}, {Buf: 64}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3041,7 +3068,7 @@ var Plan = &runtime.Plan{
 			Kernel: 22,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 63}, {
+			Args: []runtime.ArgRef{{Buf: 48}, {Buf: 65}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3057,7 +3084,7 @@ var Plan = &runtime.Plan{
 			Kernel: 23,
 			Ops:    "unbias",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 64}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 66}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -3069,7 +3096,7 @@ var Plan = &runtime.Plan{
 			Kernel: 24,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 63}, {Buf: 65}},
+			Args:  []runtime.ArgRef{{Buf: 65}, {Buf: 67}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -3081,7 +3108,7 @@ var Plan = &runtime.Plan{
 			Kernel: 25,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 64}, {Buf: 65}, {Buf: 66}},
+			Args:  []runtime.ArgRef{{Buf: 66}, {Buf: 67}, {Buf: 68}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -3093,7 +3120,7 @@ var Plan = &runtime.Plan{
 			Kernel: 26,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 66}, {Buf: 27}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 68}, {Buf: 27}, {Buf: 69}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3108,7 +3135,7 @@ var Plan = &runtime.Plan{
 			Kernel: 27,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 60}, {Buf: 67}, {
+			Args: []runtime.ArgRef{{Buf: 61}, {Buf: 70}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3136,7 +3163,7 @@ var Plan = &runtime.Plan{
 			Kernel: 28,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 67}, {Buf: 68}, {
+			Args: []runtime.ArgRef{{Buf: 70}, {Buf: 71}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3160,7 +3187,7 @@ var Plan = &runtime.Plan{
 			Kernel: 29,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 67}, {Buf: 68}, {Buf: 69}, {
+			Args: []runtime.ArgRef{{Buf: 70}, {Buf: 71}, {Buf: 72}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3187,7 +3214,7 @@ var Plan = &runtime.Plan{
 			Kernel: 30,
 			Ops:    "maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 69}, {Buf: 70}, {
+			Args: []runtime.ArgRef{{Buf: 72}, {Buf: 73}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3223,15 +3250,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     71,
+				A:     74,
 				Alpha: 1.0,
-				B:     70,
+				B:     73,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      72,
+				C:      75,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -3239,7 +3266,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 73}, {Buf: 74}, {Buf: 75}, {
+			Args: []runtime.ArgRef{{Buf: 76}, {Buf: 77}, {Buf: 78}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3267,7 +3294,7 @@ var Plan = &runtime.Plan{
 			Kernel: 32,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 75}, {Buf: 76}, {Buf: 77}, {
+			Args: []runtime.ArgRef{{Buf: 78}, {Buf: 79}, {Buf: 80}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3295,7 +3322,7 @@ var Plan = &runtime.Plan{
 			Kernel: 33,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 78}, {
+			Args: []runtime.ArgRef{{Buf: 80}, {Buf: 81}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3323,7 +3350,7 @@ var Plan = &runtime.Plan{
 			Kernel: 34,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 79}, {
+			Args: []runtime.ArgRef{{Buf: 80}, {Buf: 82}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3341,11 +3368,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 35,
 			Ops:    "mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 78}, {Buf: 80}, {
+			Args: []runtime.ArgRef{{Buf: 81}, {Buf: 83}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3363,11 +3390,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 36,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 79}, {Buf: 81}},
+			Args:  []runtime.ArgRef{{Buf: 82}, {Buf: 84}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3379,7 +3406,7 @@ var Plan = &runtime.Plan{
 			Kernel: 37,
 			Ops:    "square",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 80}, {Buf: 81}, {Buf: 82}},
+			Args:  []runtime.ArgRef{{Buf: 83}, {Buf: 84}, {Buf: 85}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3391,7 +3418,7 @@ var Plan = &runtime.Plan{
 			Kernel: 38,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 82}, {Buf: 83}},
+			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 86}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3403,7 +3430,7 @@ var Plan = &runtime.Plan{
 			Kernel: 39,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 79}, {Buf: 84}, {
+			Args: []runtime.ArgRef{{Buf: 82}, {Buf: 87}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3418,7 +3445,7 @@ var Plan = &runtime.Plan{
 			Kernel: 40,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 83}, {Buf: 85}},
+			Args:  []runtime.ArgRef{{Buf: 86}, {Buf: 88}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3430,7 +3457,7 @@ var Plan = &runtime.Plan{
 			Kernel: 41,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 86}},
+			Args:  []runtime.ArgRef{{Buf: 88}, {Buf: 89}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -3442,7 +3469,7 @@ var Plan = &runtime.Plan{
 			Kernel: 42,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 87}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 90}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3454,7 +3481,7 @@ var Plan = &runtime.Plan{
 			Kernel: 43,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 87}, {Buf: 88}},
+			Args:  []runtime.ArgRef{{Buf: 90}, {Buf: 91}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -3466,7 +3493,7 @@ var Plan = &runtime.Plan{
 			Kernel: 44,
 			Ops:    "powc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 86}, {Buf: 88}, {Buf: 89}, {
+			Args: []runtime.ArgRef{{Buf: 89}, {Buf: 91}, {Buf: 92}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3481,7 +3508,7 @@ var Plan = &runtime.Plan{
 			Kernel: 45,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 89}, {Buf: 90}},
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 92}, {Buf: 93}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3493,7 +3520,7 @@ var Plan = &runtime.Plan{
 			Kernel: 46,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 84}, {Buf: 90}, {Buf: 91}},
+			Args:  []runtime.ArgRef{{Buf: 87}, {Buf: 93}, {Buf: 94}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3505,7 +3532,7 @@ var Plan = &runtime.Plan{
 			Kernel: 47,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 91}, {Buf: 92}},
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 94}, {Buf: 95}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3517,7 +3544,7 @@ var Plan = &runtime.Plan{
 			Kernel: 48,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 77}, {Buf: 93}, {Buf: 94}, {
+			Args: []runtime.ArgRef{{Buf: 80}, {Buf: 96}, {Buf: 97}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3545,7 +3572,7 @@ var Plan = &runtime.Plan{
 			Kernel: 49,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 94}, {Buf: 95}, {Buf: 96}, {
+			Args: []runtime.ArgRef{{Buf: 97}, {Buf: 98}, {Buf: 99}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3573,7 +3600,7 @@ var Plan = &runtime.Plan{
 			Kernel: 50,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 79}, {Buf: 97}},
+			Args:  []runtime.ArgRef{{Buf: 82}, {Buf: 100}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3585,7 +3612,7 @@ var Plan = &runtime.Plan{
 			Kernel: 51,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 97}, {Buf: 98}},
+			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 100}, {Buf: 101}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3597,7 +3624,7 @@ var Plan = &runtime.Plan{
 			Kernel: 52,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 98}, {Buf: 28}, {Buf: 28}, {
+			Args: []runtime.ArgRef{{Buf: 101}, {Buf: 28}, {Buf: 102}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3612,7 +3639,7 @@ var Plan = &runtime.Plan{
 			Kernel: 53,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 83}, {Buf: 99}, {
+			Args: []runtime.ArgRef{{Buf: 86}, {Buf: 103}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3628,7 +3655,7 @@ var Plan = &runtime.Plan{
 			Kernel: 54,
 			Ops:    "unbias",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 100}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 104}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3640,7 +3667,7 @@ var Plan = &runtime.Plan{
 			Kernel: 55,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 99}, {Buf: 101}},
+			Args:  []runtime.ArgRef{{Buf: 103}, {Buf: 105}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3652,7 +3679,7 @@ var Plan = &runtime.Plan{
 			Kernel: 56,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 100}, {Buf: 101}, {Buf: 102}},
+			Args:  []runtime.ArgRef{{Buf: 104}, {Buf: 105}, {Buf: 106}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -3664,7 +3691,7 @@ var Plan = &runtime.Plan{
 			Kernel: 57,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 29}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 106}, {Buf: 29}, {Buf: 107}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -3679,7 +3706,7 @@ var Plan = &runtime.Plan{
 			Kernel: 58,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 96}, {Buf: 103}, {
+			Args: []runtime.ArgRef{{Buf: 99}, {Buf: 108}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3707,7 +3734,7 @@ var Plan = &runtime.Plan{
 			Kernel: 59,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {
+			Args: []runtime.ArgRef{{Buf: 108}, {Buf: 109}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3731,7 +3758,7 @@ var Plan = &runtime.Plan{
 			Kernel: 60,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 103}, {Buf: 104}, {Buf: 105}, {
+			Args: []runtime.ArgRef{{Buf: 108}, {Buf: 109}, {Buf: 110}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3770,11 +3797,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     106,
+				A:     111,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     107,
+				C:     112,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -3786,7 +3813,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 107}, {Buf: 20}, {Buf: 108}, {
+			Args: []runtime.ArgRef{{Buf: 112}, {Buf: 20}, {Buf: 113}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3814,7 +3841,7 @@ var Plan = &runtime.Plan{
 			Kernel: 62,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 108}, {Buf: 109}, {
+			Args: []runtime.ArgRef{{Buf: 113}, {Buf: 114}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3854,11 +3881,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     109,
+				A:     114,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     110,
+				C:     115,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -3870,7 +3897,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 110}, {Buf: 24}, {Buf: 111}, {
+			Args: []runtime.ArgRef{{Buf: 115}, {Buf: 24}, {Buf: 116}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3902,7 +3929,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v102",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 112}, {Buf: 32}, {Buf: 113}, {
+			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 117}, {Buf: 32}, {Buf: 33}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3929,7 +3956,7 @@ var Plan = &runtime.Plan{
 			Kernel: 65,
 			Ops:    "cross_entropy",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 111}, {Buf: 112}, {Buf: 114}, {Buf: 113}, {
+			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 117}, {Buf: 118}, {Buf: 33}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3959,7 +3986,7 @@ var Plan = &runtime.Plan{
 			Kernel: 66,
 			Ops:    "ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 114}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 118}, {Buf: 25}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3993,11 +4020,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     114,
+				A:     118,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     115,
+				C:     119,
 				K:     runtime.Size{Mul: 10},
 				M: runtime.Size{
 					Mul:  1,
@@ -4020,9 +4047,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     114,
+				A:     118,
 				Alpha: 1.0,
-				B:     109,
+				B:     114,
 				Batch: runtime.Size{Mul: 1},
 				C:     23,
 				K: runtime.Size{
@@ -4036,7 +4063,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 115}, {Buf: 109}, {Buf: 116}, {
+			Args: []runtime.ArgRef{{Buf: 119}, {Buf: 114}, {Buf: 120}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4067,7 +4094,7 @@ var Plan = &runtime.Plan{
 			Kernel: 68,
 			Ops:    "relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 21}, {
+			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4082,7 +4109,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -4101,11 +4128,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     116,
+				A:     120,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     117,
+				C:     121,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -4128,9 +4155,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     116,
+				A:     120,
 				Alpha: 1.0,
-				B:     106,
+				B:     111,
 				Batch: runtime.Size{Mul: 1},
 				C:     19,
 				K: runtime.Size{
@@ -4144,7 +4171,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 118}, {Buf: 104}, {Buf: 119}, {
+			Args: []runtime.ArgRef{{Buf: 122}, {Buf: 109}, {Buf: 123}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4171,7 +4198,7 @@ var Plan = &runtime.Plan{
 			Kernel: 70,
 			Ops:    "maxpool_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 119}, {Buf: 103}, {Buf: 120}, {
+			Args: []runtime.ArgRef{{Buf: 123}, {Buf: 108}, {Buf: 124}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4202,7 +4229,7 @@ var Plan = &runtime.Plan{
 			Kernel: 71,
 			Ops:    "relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 17}, {
+			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4220,11 +4247,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 72,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 93}, {Buf: 121}, {
+			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 96}, {Buf: 125}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4252,7 +4279,7 @@ var Plan = &runtime.Plan{
 			Kernel: 73,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 120}, {Buf: 77}, {Buf: 122}, {
+			Args: []runtime.ArgRef{{Buf: 124}, {Buf: 80}, {Buf: 126}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4283,7 +4310,7 @@ var Plan = &runtime.Plan{
 			Kernel: 74,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 122}, {Buf: 123}, {
+			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 127}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4301,11 +4328,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 75,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 124}, {Buf: 125}},
+			Args:  []runtime.ArgRef{{Buf: 128}, {Buf: 129}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4317,7 +4344,7 @@ var Plan = &runtime.Plan{
 			Kernel: 76,
 			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 125}, {Buf: 90}, {Buf: 126}},
+			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 93}, {Buf: 130}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4329,7 +4356,7 @@ var Plan = &runtime.Plan{
 			Kernel: 77,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 125}, {Buf: 84}, {Buf: 127}},
+			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 87}, {Buf: 131}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4341,7 +4368,7 @@ var Plan = &runtime.Plan{
 			Kernel: 78,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 128}, {Buf: 127}, {Buf: 129}},
+			Args:  []runtime.ArgRef{{Buf: 132}, {Buf: 131}, {Buf: 133}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4353,7 +4380,7 @@ var Plan = &runtime.Plan{
 			Kernel: 79,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 89}, {Buf: 15}},
+			Args:  []runtime.ArgRef{{Buf: 133}, {Buf: 92}, {Buf: 15}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4365,7 +4392,7 @@ var Plan = &runtime.Plan{
 			Kernel: 80,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 129}, {Buf: 14}, {Buf: 130}},
+			Args:  []runtime.ArgRef{{Buf: 133}, {Buf: 14}, {Buf: 134}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4377,7 +4404,7 @@ var Plan = &runtime.Plan{
 			Kernel: 81,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 130}, {Buf: 131}, {
+			Args: []runtime.ArgRef{{Buf: 134}, {Buf: 135}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -4392,7 +4419,7 @@ var Plan = &runtime.Plan{
 			Kernel: 82,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 85}, {Buf: 132}},
+			Args:  []runtime.ArgRef{{Buf: 88}, {Buf: 136}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -4404,7 +4431,7 @@ var Plan = &runtime.Plan{
 			Kernel: 83,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 132}, {Buf: 133}},
+			Args:  []runtime.ArgRef{{Buf: 136}, {Buf: 137}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4416,7 +4443,7 @@ var Plan = &runtime.Plan{
 			Kernel: 84,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 131}, {Buf: 133}, {Buf: 134}},
+			Args:  []runtime.ArgRef{{Buf: 135}, {Buf: 137}, {Buf: 138}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4428,7 +4455,7 @@ var Plan = &runtime.Plan{
 			Kernel: 85,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 126}, {Buf: 135}, {
+			Args: []runtime.ArgRef{{Buf: 130}, {Buf: 139}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -4443,7 +4470,7 @@ var Plan = &runtime.Plan{
 			Kernel: 86,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 134}, {Buf: 83}, {Buf: 136}},
+			Args:  []runtime.ArgRef{{Buf: 138}, {Buf: 86}, {Buf: 140}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4455,7 +4482,7 @@ var Plan = &runtime.Plan{
 			Kernel: 87,
 			Ops:    "relu_bwd",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 136}, {Buf: 137}},
+			Args:  []runtime.ArgRef{{Buf: 140}, {Buf: 141}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4467,7 +4494,7 @@ var Plan = &runtime.Plan{
 			Kernel: 88,
 			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 137}, {Buf: 138}},
+			Args:  []runtime.ArgRef{{Buf: 141}, {Buf: 142}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4479,7 +4506,7 @@ var Plan = &runtime.Plan{
 			Kernel: 89,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 138}, {Buf: 79}, {Buf: 139}},
+			Args:  []runtime.ArgRef{{Buf: 142}, {Buf: 82}, {Buf: 143}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4491,7 +4518,7 @@ var Plan = &runtime.Plan{
 			Kernel: 90,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 135}, {Buf: 139}, {Buf: 140}},
+			Args:  []runtime.ArgRef{{Buf: 139}, {Buf: 143}, {Buf: 144}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -4503,7 +4530,7 @@ var Plan = &runtime.Plan{
 			Kernel: 91,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 141}, {Buf: 142}, {
+			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 146}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4524,7 +4551,7 @@ var Plan = &runtime.Plan{
 			Kernel: 92,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 142}, {Buf: 143}, {
+			Args: []runtime.ArgRef{{Buf: 146}, {Buf: 147}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4552,7 +4579,7 @@ var Plan = &runtime.Plan{
 			Kernel: 93,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 144}, {Buf: 145}, {
+			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 149}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4573,7 +4600,7 @@ var Plan = &runtime.Plan{
 			Kernel: 94,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 145}, {Buf: 146}, {
+			Args: []runtime.ArgRef{{Buf: 149}, {Buf: 150}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4601,7 +4628,7 @@ var Plan = &runtime.Plan{
 			Kernel: 95,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 146}, {Buf: 147}, {
+			Args: []runtime.ArgRef{{Buf: 125}, {Buf: 150}, {Buf: 151}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4632,7 +4659,7 @@ var Plan = &runtime.Plan{
 			Kernel: 96,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 143}, {Buf: 148}, {
+			Args: []runtime.ArgRef{{Buf: 147}, {Buf: 152}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4660,7 +4687,7 @@ var Plan = &runtime.Plan{
 			Kernel: 97,
 			Ops:    "scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 148}, {Buf: 77}, {Buf: 149}, {
+			Args: []runtime.ArgRef{{Buf: 152}, {Buf: 80}, {Buf: 153}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4691,7 +4718,7 @@ var Plan = &runtime.Plan{
 			Kernel: 98,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 147}, {Buf: 149}, {Buf: 150}, {
+			Args: []runtime.ArgRef{{Buf: 151}, {Buf: 153}, {Buf: 154}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4722,7 +4749,7 @@ var Plan = &runtime.Plan{
 			Kernel: 99,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 150}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4740,7 +4767,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 100,
 			Ops:    "sum",
 		}, {
@@ -4759,16 +4786,16 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     151,
+				A:     155,
 				Alpha: 1.0,
-				B:     70,
+				B:     73,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      152,
+				C:      156,
 				K:      runtime.Size{Mul: 196},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 288},
@@ -4789,15 +4816,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     71,
+				A:     74,
 				Alpha: 1.0,
-				B:     151,
+				B:     155,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      153,
+				C:      157,
 				K:      runtime.Size{Mul: 64},
 				M:      runtime.Size{Mul: 288},
 				N:      runtime.Size{Mul: 196},
@@ -4806,7 +4833,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 152}, {Buf: 11}, {
+			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 11}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4821,14 +4848,14 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 101,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 153}, {Buf: 154}, {
+			Args: []runtime.ArgRef{{Buf: 157}, {Buf: 158}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4852,7 +4879,7 @@ var Plan = &runtime.Plan{
 			Kernel: 102,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 154}, {Buf: 68}, {Buf: 155}, {
+			Args: []runtime.ArgRef{{Buf: 158}, {Buf: 71}, {Buf: 159}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4879,7 +4906,7 @@ var Plan = &runtime.Plan{
 			Kernel: 103,
 			Ops:    "maxpool_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 155}, {Buf: 67}, {Buf: 156}, {
+			Args: []runtime.ArgRef{{Buf: 159}, {Buf: 70}, {Buf: 160}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4910,7 +4937,7 @@ var Plan = &runtime.Plan{
 			Kernel: 104,
 			Ops:    "relu_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 160}, {Buf: 9}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4928,11 +4955,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 105,
 			Ops:    "sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 57}, {Buf: 157}, {
+			Args: []runtime.ArgRef{{Buf: 160}, {Buf: 58}, {Buf: 161}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4960,7 +4987,7 @@ var Plan = &runtime.Plan{
 			Kernel: 106,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 156}, {Buf: 41}, {Buf: 158}, {
+			Args: []runtime.ArgRef{{Buf: 160}, {Buf: 42}, {Buf: 162}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -4991,7 +5018,7 @@ var Plan = &runtime.Plan{
 			Kernel: 107,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 158}, {Buf: 159}, {
+			Args: []runtime.ArgRef{{Buf: 162}, {Buf: 163}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5009,11 +5036,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 108,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 160}, {Buf: 161}},
+			Args:  []runtime.ArgRef{{Buf: 164}, {Buf: 165}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5025,7 +5052,7 @@ var Plan = &runtime.Plan{
 			Kernel: 109,
 			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 161}, {Buf: 54}, {Buf: 162}},
+			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 55}, {Buf: 166}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5037,7 +5064,7 @@ var Plan = &runtime.Plan{
 			Kernel: 110,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 161}, {Buf: 48}, {Buf: 163}},
+			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 49}, {Buf: 167}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5049,7 +5076,7 @@ var Plan = &runtime.Plan{
 			Kernel: 111,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 164}, {Buf: 163}, {Buf: 165}},
+			Args:  []runtime.ArgRef{{Buf: 168}, {Buf: 167}, {Buf: 169}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5061,7 +5088,7 @@ var Plan = &runtime.Plan{
 			Kernel: 112,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 53}, {Buf: 7}},
+			Args:  []runtime.ArgRef{{Buf: 169}, {Buf: 54}, {Buf: 7}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5073,7 +5100,7 @@ var Plan = &runtime.Plan{
 			Kernel: 113,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 165}, {Buf: 6}, {Buf: 166}},
+			Args:  []runtime.ArgRef{{Buf: 169}, {Buf: 6}, {Buf: 170}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5085,7 +5112,7 @@ var Plan = &runtime.Plan{
 			Kernel: 114,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 166}, {Buf: 167}, {
+			Args: []runtime.ArgRef{{Buf: 170}, {Buf: 171}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -5100,7 +5127,7 @@ var Plan = &runtime.Plan{
 			Kernel: 115,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 49}, {Buf: 168}},
+			Args:  []runtime.ArgRef{{Buf: 50}, {Buf: 172}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -5112,7 +5139,7 @@ var Plan = &runtime.Plan{
 			Kernel: 116,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 168}, {Buf: 169}},
+			Args:  []runtime.ArgRef{{Buf: 172}, {Buf: 173}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5124,7 +5151,7 @@ var Plan = &runtime.Plan{
 			Kernel: 117,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 167}, {Buf: 169}, {Buf: 170}},
+			Args:  []runtime.ArgRef{{Buf: 171}, {Buf: 173}, {Buf: 174}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5136,7 +5163,7 @@ var Plan = &runtime.Plan{
 			Kernel: 118,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 162}, {Buf: 171}, {
+			Args: []runtime.ArgRef{{Buf: 166}, {Buf: 175}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -5151,7 +5178,7 @@ var Plan = &runtime.Plan{
 			Kernel: 119,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 170}, {Buf: 47}, {Buf: 172}},
+			Args:  []runtime.ArgRef{{Buf: 174}, {Buf: 48}, {Buf: 176}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5163,7 +5190,7 @@ var Plan = &runtime.Plan{
 			Kernel: 120,
 			Ops:    "relu_bwd",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 172}, {Buf: 173}},
+			Args:  []runtime.ArgRef{{Buf: 176}, {Buf: 177}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5175,7 +5202,7 @@ var Plan = &runtime.Plan{
 			Kernel: 121,
 			Ops:    "neg",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 173}, {Buf: 174}},
+			Args:  []runtime.ArgRef{{Buf: 177}, {Buf: 178}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5187,7 +5214,7 @@ var Plan = &runtime.Plan{
 			Kernel: 122,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 174}, {Buf: 43}, {Buf: 175}},
+			Args:  []runtime.ArgRef{{Buf: 178}, {Buf: 44}, {Buf: 179}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5199,7 +5226,7 @@ var Plan = &runtime.Plan{
 			Kernel: 123,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 171}, {Buf: 175}, {Buf: 176}},
+			Args:  []runtime.ArgRef{{Buf: 175}, {Buf: 179}, {Buf: 180}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5211,7 +5238,7 @@ var Plan = &runtime.Plan{
 			Kernel: 124,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 177}, {Buf: 178}, {
+			Args: []runtime.ArgRef{{Buf: 181}, {Buf: 182}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5232,7 +5259,7 @@ var Plan = &runtime.Plan{
 			Kernel: 125,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 178}, {Buf: 179}, {
+			Args: []runtime.ArgRef{{Buf: 182}, {Buf: 183}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5260,7 +5287,7 @@ var Plan = &runtime.Plan{
 			Kernel: 126,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 180}, {Buf: 181}, {
+			Args: []runtime.ArgRef{{Buf: 184}, {Buf: 185}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5281,7 +5308,7 @@ var Plan = &runtime.Plan{
 			Kernel: 127,
 			Ops:    "broadcast",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 181}, {Buf: 182}, {
+			Args: []runtime.ArgRef{{Buf: 185}, {Buf: 186}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5309,7 +5336,7 @@ var Plan = &runtime.Plan{
 			Kernel: 128,
 			Ops:    "divcount",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 157}, {Buf: 182}, {Buf: 183}, {
+			Args: []runtime.ArgRef{{Buf: 161}, {Buf: 186}, {Buf: 187}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5340,7 +5367,7 @@ var Plan = &runtime.Plan{
 			Kernel: 129,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 179}, {Buf: 184}, {
+			Args: []runtime.ArgRef{{Buf: 183}, {Buf: 188}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5368,7 +5395,7 @@ var Plan = &runtime.Plan{
 			Kernel: 130,
 			Ops:    "scale",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 184}, {Buf: 41}, {Buf: 185}, {
+			Args: []runtime.ArgRef{{Buf: 188}, {Buf: 42}, {Buf: 189}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5399,7 +5426,7 @@ var Plan = &runtime.Plan{
 			Kernel: 131,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 183}, {Buf: 185}, {Buf: 186}, {
+			Args: []runtime.ArgRef{{Buf: 187}, {Buf: 189}, {Buf: 190}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5430,7 +5457,7 @@ var Plan = &runtime.Plan{
 			Kernel: 132,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 186}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 190}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5448,7 +5475,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 133,
 			Ops:    "sum",
 		}, {
@@ -5467,16 +5494,16 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     187,
+				A:     191,
 				Alpha: 1.0,
-				B:     34,
+				B:     35,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchA: true,
 				BatchB: true,
-				C:      188,
+				C:      192,
 				K:      runtime.Size{Mul: 784},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 9},
@@ -5485,7 +5512,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 188}, {Buf: 3}, {
+			Args: []runtime.ArgRef{{Buf: 192}, {Buf: 3}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5500,14 +5527,53 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 134,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 189}},
+			Args:    []runtime.ArgRef{{Buf: 33}, {Buf: 1}, {Buf: 32}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     33,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 421834}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 421834},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 242,
+			Ops:    "guard: loss and gradients finite",
+			Src:    32,
+		}, {
+			Args:    []runtime.ArgRef{{Buf: 33}, {Buf: 26}, {Buf: 64}, {Buf: 27}, {Buf: 69}, {Buf: 28}, {Buf: 102}, {Buf: 29}, {Buf: 107}},
+			Block:   [3]int{256, 1, 1},
+			Builtin: "commit",
+			Bytes:   runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 512}, {Mul: 512}},
+			Commits: []runtime.Commit{{
+				Dst: 26,
+				Src: 64,
+			}, {
+				Dst: 27,
+				Src: 69,
+			}, {
+				Dst: 28,
+				Src: 102,
+			}, {
+				Dst: 29,
+				Src: 107,
+			}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 64},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 243,
+			Ops:    "commit bn1.running_mean, bn1.running_var, bn2.running_mean, bn2.running_var",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 193}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5519,7 +5585,7 @@ var Plan = &runtime.Plan{
 			Kernel: 135,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 190}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 194}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5531,7 +5597,7 @@ var Plan = &runtime.Plan{
 			Kernel: 136,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 189}, {Buf: 190}, {Buf: 30}},
+			Args:  []runtime.ArgRef{{Buf: 193}, {Buf: 194}, {Buf: 30}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5543,7 +5609,7 @@ var Plan = &runtime.Plan{
 			Kernel: 137,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 191}},
+			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 195}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5555,7 +5621,7 @@ var Plan = &runtime.Plan{
 			Kernel: 138,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 192}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 196}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5567,7 +5633,7 @@ var Plan = &runtime.Plan{
 			Kernel: 139,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 192}, {Buf: 193}},
+			Args:  []runtime.ArgRef{{Buf: 196}, {Buf: 197}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5579,7 +5645,7 @@ var Plan = &runtime.Plan{
 			Kernel: 140,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 191}, {Buf: 193}, {Buf: 31}},
+			Args:  []runtime.ArgRef{{Buf: 195}, {Buf: 197}, {Buf: 31}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5591,7 +5657,7 @@ var Plan = &runtime.Plan{
 			Kernel: 141,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 194}},
+			Args:  []runtime.ArgRef{{Buf: 31}, {Buf: 198}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5603,11 +5669,11 @@ var Plan = &runtime.Plan{
 			Kernel: 142,
 			Ops:    "sqrt",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 194}, {Buf: 195}, {
+			Args: []runtime.ArgRef{{Buf: 198}, {Buf: 199}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "bc2_sqrt",
-			}},
+			}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5619,7 +5685,7 @@ var Plan = &runtime.Plan{
 			Kernel: 143,
 			Ops:    "div",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 195}, {Buf: 196}},
+			Args:  []runtime.ArgRef{{Buf: 199}, {Buf: 200}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5631,7 +5697,7 @@ var Plan = &runtime.Plan{
 			Kernel: 144,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 196}, {Buf: 197}},
+			Args:  []runtime.ArgRef{{Buf: 30}, {Buf: 200}, {Buf: 201}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5643,11 +5709,11 @@ var Plan = &runtime.Plan{
 			Kernel: 145,
 			Ops:    "div",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 197}, {Buf: 198}, {
+			Args: []runtime.ArgRef{{Buf: 201}, {Buf: 202}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5659,7 +5725,7 @@ var Plan = &runtime.Plan{
 			Kernel: 146,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{}, {Buf: 198}, {}},
+			Args:  []runtime.ArgRef{{}, {Buf: 202}, {}, {Buf: 33}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1687336}, {Mul: 1687336}, {Mul: 1687336}},
 			Flops: runtime.Sum{{Mul: 421834}},
@@ -5671,19 +5737,19 @@ var Plan = &runtime.Plan{
 			Kernel: 147,
 			Ops:    "sub",
 		}},
-		UpdateFrom: 147,
+		UpdateFrom: 149,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  199,
+			Buf:  203,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 200}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 204}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5719,15 +5785,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     201,
+				A:     205,
 				Alpha: 1.0,
-				B:     200,
+				B:     204,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      202,
+				C:      206,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -5735,7 +5801,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 203}, {Buf: 204}, {Buf: 205}, {
+			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 208}, {Buf: 209}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5763,7 +5829,7 @@ var Plan = &runtime.Plan{
 			Kernel: 149,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 205}, {Buf: 206}, {Buf: 207}, {
+			Args: []runtime.ArgRef{{Buf: 209}, {Buf: 210}, {Buf: 211}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5791,7 +5857,7 @@ var Plan = &runtime.Plan{
 			Kernel: 150,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 208}, {
+			Args: []runtime.ArgRef{{Buf: 211}, {Buf: 212}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5819,7 +5885,7 @@ var Plan = &runtime.Plan{
 			Kernel: 151,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 209}, {
+			Args: []runtime.ArgRef{{Buf: 211}, {Buf: 213}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5837,11 +5903,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 152,
 			Ops:    "mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 208}, {Buf: 210}, {
+			Args: []runtime.ArgRef{{Buf: 212}, {Buf: 214}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -5859,11 +5925,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 153,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 209}, {Buf: 211}},
+			Args:  []runtime.ArgRef{{Buf: 213}, {Buf: 215}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5875,7 +5941,7 @@ var Plan = &runtime.Plan{
 			Kernel: 154,
 			Ops:    "square",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 210}, {Buf: 211}, {Buf: 212}},
+			Args:  []runtime.ArgRef{{Buf: 214}, {Buf: 215}, {Buf: 216}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5887,7 +5953,7 @@ var Plan = &runtime.Plan{
 			Kernel: 155,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 212}, {Buf: 213}},
+			Args:  []runtime.ArgRef{{Buf: 216}, {Buf: 217}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5899,7 +5965,7 @@ var Plan = &runtime.Plan{
 			Kernel: 156,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 209}, {Buf: 214}, {
+			Args: []runtime.ArgRef{{Buf: 213}, {Buf: 218}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -5914,7 +5980,7 @@ var Plan = &runtime.Plan{
 			Kernel: 157,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 213}, {Buf: 215}},
+			Args:  []runtime.ArgRef{{Buf: 217}, {Buf: 219}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5926,7 +5992,7 @@ var Plan = &runtime.Plan{
 			Kernel: 158,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 215}, {Buf: 216}},
+			Args:  []runtime.ArgRef{{Buf: 219}, {Buf: 220}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -5938,7 +6004,7 @@ var Plan = &runtime.Plan{
 			Kernel: 159,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 217}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 221}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5950,7 +6016,7 @@ var Plan = &runtime.Plan{
 			Kernel: 160,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 217}, {Buf: 218}},
+			Args:  []runtime.ArgRef{{Buf: 221}, {Buf: 222}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -5962,7 +6028,7 @@ var Plan = &runtime.Plan{
 			Kernel: 161,
 			Ops:    "powc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 216}, {Buf: 218}, {Buf: 219}, {
+			Args: []runtime.ArgRef{{Buf: 220}, {Buf: 222}, {Buf: 223}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -5977,7 +6043,7 @@ var Plan = &runtime.Plan{
 			Kernel: 162,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 219}, {Buf: 220}},
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 223}, {Buf: 224}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -5989,7 +6055,7 @@ var Plan = &runtime.Plan{
 			Kernel: 163,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 214}, {Buf: 220}, {Buf: 221}},
+			Args:  []runtime.ArgRef{{Buf: 218}, {Buf: 224}, {Buf: 225}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6001,7 +6067,7 @@ var Plan = &runtime.Plan{
 			Kernel: 164,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 221}, {Buf: 222}},
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 225}, {Buf: 226}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6013,7 +6079,7 @@ var Plan = &runtime.Plan{
 			Kernel: 165,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 207}, {Buf: 223}, {Buf: 224}, {
+			Args: []runtime.ArgRef{{Buf: 211}, {Buf: 227}, {Buf: 228}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6041,7 +6107,7 @@ var Plan = &runtime.Plan{
 			Kernel: 166,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 224}, {Buf: 225}, {Buf: 226}, {
+			Args: []runtime.ArgRef{{Buf: 228}, {Buf: 229}, {Buf: 230}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6069,7 +6135,7 @@ var Plan = &runtime.Plan{
 			Kernel: 167,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 209}, {Buf: 227}},
+			Args:  []runtime.ArgRef{{Buf: 213}, {Buf: 231}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6081,7 +6147,7 @@ var Plan = &runtime.Plan{
 			Kernel: 168,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 227}, {Buf: 228}},
+			Args:  []runtime.ArgRef{{Buf: 26}, {Buf: 231}, {Buf: 232}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6093,7 +6159,7 @@ var Plan = &runtime.Plan{
 			Kernel: 169,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 228}, {Buf: 26}, {Buf: 26}, {
+			Args: []runtime.ArgRef{{Buf: 232}, {Buf: 26}, {Buf: 26}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6108,7 +6174,7 @@ var Plan = &runtime.Plan{
 			Kernel: 170,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 213}, {Buf: 229}, {
+			Args: []runtime.ArgRef{{Buf: 217}, {Buf: 233}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6124,7 +6190,7 @@ var Plan = &runtime.Plan{
 			Kernel: 171,
 			Ops:    "unbias",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 230}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 234}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6136,7 +6202,7 @@ var Plan = &runtime.Plan{
 			Kernel: 172,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 229}, {Buf: 231}},
+			Args:  []runtime.ArgRef{{Buf: 233}, {Buf: 235}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6148,7 +6214,7 @@ var Plan = &runtime.Plan{
 			Kernel: 173,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 230}, {Buf: 231}, {Buf: 232}},
+			Args:  []runtime.ArgRef{{Buf: 234}, {Buf: 235}, {Buf: 236}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -6160,7 +6226,7 @@ var Plan = &runtime.Plan{
 			Kernel: 174,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 232}, {Buf: 27}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 236}, {Buf: 27}, {Buf: 27}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6175,7 +6241,7 @@ var Plan = &runtime.Plan{
 			Kernel: 175,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 226}, {Buf: 233}, {
+			Args: []runtime.ArgRef{{Buf: 230}, {Buf: 237}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6203,7 +6269,7 @@ var Plan = &runtime.Plan{
 			Kernel: 176,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 233}, {Buf: 234}, {
+			Args: []runtime.ArgRef{{Buf: 237}, {Buf: 238}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6227,7 +6293,7 @@ var Plan = &runtime.Plan{
 			Kernel: 177,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 233}, {Buf: 234}, {Buf: 235}, {
+			Args: []runtime.ArgRef{{Buf: 237}, {Buf: 238}, {Buf: 239}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6254,7 +6320,7 @@ var Plan = &runtime.Plan{
 			Kernel: 178,
 			Ops:    "maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 235}, {Buf: 236}, {
+			Args: []runtime.ArgRef{{Buf: 239}, {Buf: 240}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6290,15 +6356,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     237,
+				A:     241,
 				Alpha: 1.0,
-				B:     236,
+				B:     240,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      238,
+				C:      242,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -6306,7 +6372,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 239}, {Buf: 240}, {Buf: 241}, {
+			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 244}, {Buf: 245}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6334,7 +6400,7 @@ var Plan = &runtime.Plan{
 			Kernel: 180,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 241}, {Buf: 242}, {Buf: 243}, {
+			Args: []runtime.ArgRef{{Buf: 245}, {Buf: 246}, {Buf: 247}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6362,7 +6428,7 @@ var Plan = &runtime.Plan{
 			Kernel: 181,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 244}, {
+			Args: []runtime.ArgRef{{Buf: 247}, {Buf: 248}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6390,7 +6456,7 @@ var Plan = &runtime.Plan{
 			Kernel: 182,
 			Ops:    "square",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 245}, {
+			Args: []runtime.ArgRef{{Buf: 247}, {Buf: 249}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6408,11 +6474,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 183,
 			Ops:    "mean",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 244}, {Buf: 246}, {
+			Args: []runtime.ArgRef{{Buf: 248}, {Buf: 250}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6430,11 +6496,11 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 184,
 			Ops:    "mean",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 245}, {Buf: 247}},
+			Args:  []runtime.ArgRef{{Buf: 249}, {Buf: 251}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6446,7 +6512,7 @@ var Plan = &runtime.Plan{
 			Kernel: 185,
 			Ops:    "square",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 246}, {Buf: 247}, {Buf: 248}},
+			Args:  []runtime.ArgRef{{Buf: 250}, {Buf: 251}, {Buf: 252}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6458,7 +6524,7 @@ var Plan = &runtime.Plan{
 			Kernel: 186,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 248}, {Buf: 249}},
+			Args:  []runtime.ArgRef{{Buf: 252}, {Buf: 253}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6470,7 +6536,7 @@ var Plan = &runtime.Plan{
 			Kernel: 187,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 245}, {Buf: 250}, {
+			Args: []runtime.ArgRef{{Buf: 249}, {Buf: 254}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6485,7 +6551,7 @@ var Plan = &runtime.Plan{
 			Kernel: 188,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 249}, {Buf: 251}},
+			Args:  []runtime.ArgRef{{Buf: 253}, {Buf: 255}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6497,7 +6563,7 @@ var Plan = &runtime.Plan{
 			Kernel: 189,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 251}, {Buf: 252}},
+			Args:  []runtime.ArgRef{{Buf: 255}, {Buf: 256}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -6509,7 +6575,7 @@ var Plan = &runtime.Plan{
 			Kernel: 190,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 253}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 257}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6521,7 +6587,7 @@ var Plan = &runtime.Plan{
 			Kernel: 191,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 253}, {Buf: 254}},
+			Args:  []runtime.ArgRef{{Buf: 257}, {Buf: 258}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -6533,7 +6599,7 @@ var Plan = &runtime.Plan{
 			Kernel: 192,
 			Ops:    "powc",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 252}, {Buf: 254}, {Buf: 255}, {
+			Args: []runtime.ArgRef{{Buf: 256}, {Buf: 258}, {Buf: 259}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6548,7 +6614,7 @@ var Plan = &runtime.Plan{
 			Kernel: 193,
 			Ops:    "where_train",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 255}, {Buf: 256}},
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 259}, {Buf: 260}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6560,7 +6626,7 @@ var Plan = &runtime.Plan{
 			Kernel: 194,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 250}, {Buf: 256}, {Buf: 257}},
+			Args:  []runtime.ArgRef{{Buf: 254}, {Buf: 260}, {Buf: 261}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6572,7 +6638,7 @@ var Plan = &runtime.Plan{
 			Kernel: 195,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 257}, {Buf: 258}},
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 261}, {Buf: 262}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6584,7 +6650,7 @@ var Plan = &runtime.Plan{
 			Kernel: 196,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 243}, {Buf: 259}, {Buf: 260}, {
+			Args: []runtime.ArgRef{{Buf: 247}, {Buf: 263}, {Buf: 264}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6612,7 +6678,7 @@ var Plan = &runtime.Plan{
 			Kernel: 197,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 260}, {Buf: 261}, {Buf: 262}, {
+			Args: []runtime.ArgRef{{Buf: 264}, {Buf: 265}, {Buf: 266}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6640,7 +6706,7 @@ var Plan = &runtime.Plan{
 			Kernel: 198,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 245}, {Buf: 263}},
+			Args:  []runtime.ArgRef{{Buf: 249}, {Buf: 267}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6652,7 +6718,7 @@ var Plan = &runtime.Plan{
 			Kernel: 199,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 263}, {Buf: 264}},
+			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 267}, {Buf: 268}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6664,7 +6730,7 @@ var Plan = &runtime.Plan{
 			Kernel: 200,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 264}, {Buf: 28}, {Buf: 28}, {
+			Args: []runtime.ArgRef{{Buf: 268}, {Buf: 28}, {Buf: 28}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6679,7 +6745,7 @@ var Plan = &runtime.Plan{
 			Kernel: 201,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 249}, {Buf: 265}, {
+			Args: []runtime.ArgRef{{Buf: 253}, {Buf: 269}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6695,7 +6761,7 @@ var Plan = &runtime.Plan{
 			Kernel: 202,
 			Ops:    "unbias",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 266}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 270}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6707,7 +6773,7 @@ var Plan = &runtime.Plan{
 			Kernel: 203,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 265}, {Buf: 267}},
+			Args:  []runtime.ArgRef{{Buf: 269}, {Buf: 271}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6719,7 +6785,7 @@ var Plan = &runtime.Plan{
 			Kernel: 204,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 266}, {Buf: 267}, {Buf: 268}},
+			Args:  []runtime.ArgRef{{Buf: 270}, {Buf: 271}, {Buf: 272}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -6731,7 +6797,7 @@ var Plan = &runtime.Plan{
 			Kernel: 205,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 268}, {Buf: 29}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 272}, {Buf: 29}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
@@ -6746,7 +6812,7 @@ var Plan = &runtime.Plan{
 			Kernel: 206,
 			Ops:    "where_train",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 262}, {Buf: 269}, {
+			Args: []runtime.ArgRef{{Buf: 266}, {Buf: 273}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6774,7 +6840,7 @@ var Plan = &runtime.Plan{
 			Kernel: 207,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 269}, {Buf: 270}, {
+			Args: []runtime.ArgRef{{Buf: 273}, {Buf: 274}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6798,7 +6864,7 @@ var Plan = &runtime.Plan{
 			Kernel: 208,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 269}, {Buf: 270}, {Buf: 271}, {
+			Args: []runtime.ArgRef{{Buf: 273}, {Buf: 274}, {Buf: 275}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6837,11 +6903,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     272,
+				A:     276,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     273,
+				C:     277,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -6853,7 +6919,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 273}, {Buf: 20}, {Buf: 274}, {
+			Args: []runtime.ArgRef{{Buf: 277}, {Buf: 20}, {Buf: 278}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6881,7 +6947,7 @@ var Plan = &runtime.Plan{
 			Kernel: 210,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 274}, {Buf: 275}, {
+			Args: []runtime.ArgRef{{Buf: 278}, {Buf: 279}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6921,11 +6987,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     275,
+				A:     279,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     276,
+				C:     280,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -6937,7 +7003,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 276}, {Buf: 24}, {Buf: 199}, {
+			Args: []runtime.ArgRef{{Buf: 280}, {Buf: 24}, {Buf: 203}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -6967,16 +7033,16 @@ var Plan = &runtime.Plan{
 		}},
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  33,
+			Buf:  34,
 			Name: "x",
 		}},
 		Name: "predict_eval",
 		Outputs: []runtime.Named{{
-			Buf:  277,
+			Buf:  281,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 33}, {Buf: 278}, {
+			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 282}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7012,15 +7078,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     279,
+				A:     283,
 				Alpha: 1.0,
-				B:     278,
+				B:     282,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      280,
+				C:      284,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -7028,7 +7094,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 281}, {Buf: 282}, {Buf: 283}, {
+			Args: []runtime.ArgRef{{Buf: 285}, {Buf: 286}, {Buf: 287}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7056,7 +7122,7 @@ var Plan = &runtime.Plan{
 			Kernel: 214,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 283}, {Buf: 284}, {Buf: 285}, {
+			Args: []runtime.ArgRef{{Buf: 287}, {Buf: 288}, {Buf: 289}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7084,7 +7150,7 @@ var Plan = &runtime.Plan{
 			Kernel: 215,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 286}},
+			Args:  []runtime.ArgRef{{Buf: 27}, {Buf: 290}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -7096,7 +7162,7 @@ var Plan = &runtime.Plan{
 			Kernel: 216,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 286}, {Buf: 287}},
+			Args:  []runtime.ArgRef{{Buf: 290}, {Buf: 291}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 128}},
@@ -7108,7 +7174,7 @@ var Plan = &runtime.Plan{
 			Kernel: 217,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 287}, {Buf: 288}},
+			Args:  []runtime.ArgRef{{Buf: 6}, {Buf: 291}, {Buf: 292}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -7120,7 +7186,7 @@ var Plan = &runtime.Plan{
 			Kernel: 218,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 288}, {Buf: 289}},
+			Args:  []runtime.ArgRef{{Buf: 292}, {Buf: 293}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -7132,7 +7198,7 @@ var Plan = &runtime.Plan{
 			Kernel: 219,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 289}, {Buf: 290}},
+			Args:  []runtime.ArgRef{{Buf: 8}, {Buf: 293}, {Buf: 294}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 128}, {Mul: 128}, {Mul: 128}},
 			Flops: runtime.Sum{{Mul: 32}},
@@ -7144,7 +7210,7 @@ var Plan = &runtime.Plan{
 			Kernel: 220,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 285}, {Buf: 291}, {Buf: 292}, {
+			Args: []runtime.ArgRef{{Buf: 289}, {Buf: 295}, {Buf: 296}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7172,7 +7238,7 @@ var Plan = &runtime.Plan{
 			Kernel: 221,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 292}, {Buf: 293}, {Buf: 294}, {
+			Args: []runtime.ArgRef{{Buf: 296}, {Buf: 297}, {Buf: 298}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7200,7 +7266,7 @@ var Plan = &runtime.Plan{
 			Kernel: 222,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 294}, {Buf: 295}, {
+			Args: []runtime.ArgRef{{Buf: 298}, {Buf: 299}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7228,7 +7294,7 @@ var Plan = &runtime.Plan{
 			Kernel: 223,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 295}, {Buf: 296}, {
+			Args: []runtime.ArgRef{{Buf: 299}, {Buf: 300}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7252,7 +7318,7 @@ var Plan = &runtime.Plan{
 			Kernel: 224,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 295}, {Buf: 296}, {Buf: 297}, {
+			Args: []runtime.ArgRef{{Buf: 299}, {Buf: 300}, {Buf: 301}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7279,7 +7345,7 @@ var Plan = &runtime.Plan{
 			Kernel: 225,
 			Ops:    "maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 297}, {Buf: 298}, {
+			Args: []runtime.ArgRef{{Buf: 301}, {Buf: 302}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7315,15 +7381,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     299,
+				A:     303,
 				Alpha: 1.0,
-				B:     298,
+				B:     302,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      300,
+				C:      304,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -7331,7 +7397,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 301}, {Buf: 302}, {Buf: 303}, {
+			Args: []runtime.ArgRef{{Buf: 305}, {Buf: 306}, {Buf: 307}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7359,7 +7425,7 @@ var Plan = &runtime.Plan{
 			Kernel: 227,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 303}, {Buf: 304}, {Buf: 305}, {
+			Args: []runtime.ArgRef{{Buf: 307}, {Buf: 308}, {Buf: 309}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7387,7 +7453,7 @@ var Plan = &runtime.Plan{
 			Kernel: 228,
 			Ops:    "sub",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 306}},
+			Args:  []runtime.ArgRef{{Buf: 29}, {Buf: 310}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -7399,7 +7465,7 @@ var Plan = &runtime.Plan{
 			Kernel: 229,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 306}, {Buf: 307}},
+			Args:  []runtime.ArgRef{{Buf: 310}, {Buf: 311}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 256}},
@@ -7411,7 +7477,7 @@ var Plan = &runtime.Plan{
 			Kernel: 230,
 			Ops:    "powc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 307}, {Buf: 308}},
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 311}, {Buf: 312}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -7423,7 +7489,7 @@ var Plan = &runtime.Plan{
 			Kernel: 231,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 308}, {Buf: 309}},
+			Args:  []runtime.ArgRef{{Buf: 312}, {Buf: 313}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -7435,7 +7501,7 @@ var Plan = &runtime.Plan{
 			Kernel: 232,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 309}, {Buf: 310}},
+			Args:  []runtime.ArgRef{{Buf: 16}, {Buf: 313}, {Buf: 314}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 256}, {Mul: 256}, {Mul: 256}},
 			Flops: runtime.Sum{{Mul: 64}},
@@ -7447,7 +7513,7 @@ var Plan = &runtime.Plan{
 			Kernel: 233,
 			Ops:    "sub",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 305}, {Buf: 311}, {Buf: 312}, {
+			Args: []runtime.ArgRef{{Buf: 309}, {Buf: 315}, {Buf: 316}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7475,7 +7541,7 @@ var Plan = &runtime.Plan{
 			Kernel: 234,
 			Ops:    "mul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 312}, {Buf: 313}, {Buf: 314}, {
+			Args: []runtime.ArgRef{{Buf: 316}, {Buf: 317}, {Buf: 318}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7503,7 +7569,7 @@ var Plan = &runtime.Plan{
 			Kernel: 235,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 314}, {Buf: 315}, {
+			Args: []runtime.ArgRef{{Buf: 318}, {Buf: 319}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7531,7 +7597,7 @@ var Plan = &runtime.Plan{
 			Kernel: 236,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 315}, {Buf: 316}, {
+			Args: []runtime.ArgRef{{Buf: 319}, {Buf: 320}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7555,7 +7621,7 @@ var Plan = &runtime.Plan{
 			Kernel: 237,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 315}, {Buf: 316}, {Buf: 317}, {
+			Args: []runtime.ArgRef{{Buf: 319}, {Buf: 320}, {Buf: 321}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7594,11 +7660,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     318,
+				A:     322,
 				Alpha: 1.0,
 				B:     18,
 				Batch: runtime.Size{Mul: 1},
-				C:     319,
+				C:     323,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -7610,7 +7676,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 319}, {Buf: 20}, {Buf: 320}, {
+			Args: []runtime.ArgRef{{Buf: 323}, {Buf: 20}, {Buf: 324}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7638,7 +7704,7 @@ var Plan = &runtime.Plan{
 			Kernel: 239,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 320}, {Buf: 321}, {
+			Args: []runtime.ArgRef{{Buf: 324}, {Buf: 325}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -7678,11 +7744,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     321,
+				A:     325,
 				Alpha: 1.0,
 				B:     22,
 				Batch: runtime.Size{Mul: 1},
-				C:     322,
+				C:     326,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -7694,7 +7760,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 322}, {Buf: 24}, {Buf: 277}, {
+			Args: []runtime.ArgRef{{Buf: 326}, {Buf: 24}, {Buf: 281}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -8001,8 +8067,10 @@ var Plan = &runtime.Plan{
 		Name:       "relu_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "maxpool_bwd_bwd",
@@ -8131,8 +8199,10 @@ var Plan = &runtime.Plan{
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
-		Name:   "sum_bwd_6",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "col2im_bwd",
@@ -8265,60 +8335,62 @@ var Plan = &runtime.Plan{
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
-		Name:   "sum_bwd_10",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_10",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_3",
@@ -8699,6 +8771,14 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+	}, {
+		GridStride: true,
+		Name:       "ngen_commit",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "convnet_bn",
 	Optimizer: runtime.Optimizer{
@@ -8732,9 +8812,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -8768,8 +8850,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn_unfused.Step: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn_unfused.Step: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -8781,11 +8865,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(32, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -8793,8 +8874,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn_unfused.Accumulate: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn_unfused.Accumulate: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -8806,32 +8889,33 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(32, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("convnet_bn_unfused.Predict: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("convnet_bn_unfused.Predict: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 199
+	fn, buf := "predict", 203
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 277
+		fn, buf = "predict_eval", 281
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
@@ -8845,31 +8929,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -8883,6 +8980,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -8896,6 +8995,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -8907,13 +9008,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -8921,21 +9029,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -226,12 +227,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:15",
 		Role:      "input",
 		Shape:     "f32[B,1,28,28]",
 	}, {
@@ -260,7 +269,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,32,784]",
 	}, {
-		AliasOf: 24,
+		AliasOf: 25,
 		Elems: runtime.Size{
 			Mul:  25088,
 			Syms: []string{"B"},
@@ -339,7 +348,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,196]",
 	}, {
-		AliasOf: 33,
+		AliasOf: 34,
 		Elems: runtime.Size{
 			Mul:  12544,
 			Syms: []string{"B"},
@@ -393,7 +402,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,64,7,7]",
 	}, {
-		AliasOf: 39,
+		AliasOf: 40,
 		Elems: runtime.Size{
 			Mul:  3136,
 			Syms: []string{"B"},
@@ -455,15 +464,9 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/convnet/model.go:16",
 		Role:      "input",
 		Shape:     "i32[B]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -604,61 +607,61 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,32,9]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{39, 41},
+		Live:  [2]int{40, 42},
 		Name:  "step.v73",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{40, 41},
+		Live:  [2]int{41, 42},
 		Name:  "step.v74",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{42, 45},
+		Live:  [2]int{43, 46},
 		Name:  "step.v76",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{43, 44},
+		Live:  [2]int{44, 45},
 		Name:  "step.v77",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{44, 45},
+		Live:  [2]int{45, 46},
 		Name:  "step.v78",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{46, 47},
+		Live:  [2]int{47, 48},
 		Name:  "step.v80",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{47, 48},
+		Live:  [2]int{48, 49},
 		Name:  "step.v82",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{48, 49},
+		Live:  [2]int{49, 50},
 		Name:  "step.v83",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{49, 50},
+		Live:  [2]int{50, 51},
 		Name:  "step.v85",
 		Role:  "temp",
 		Shape: "f32[421642]",
 	}, {
 		Elems: runtime.Size{Mul: 421642},
-		Live:  [2]int{50, 51},
+		Live:  [2]int{51, 52},
 		Name:  "step.v86",
 		Role:  "temp",
 		Shape: "f32[421642]",
@@ -893,33 +896,33 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  47,
+		Buf:  21,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:22",
 	}, {
-		Buf:  47,
+		Buf:  21,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/convnet/model.go:22",
 	}, {
-		Buf:    20,
+		Buf:    21,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/convnet/model.go:22",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  21,
+			Buf:  22,
 			Name: "x",
 		}, {
-			Buf:  46,
+			Buf:  47,
 			Name: "y",
 		}},
 		Name: "step",
@@ -928,7 +931,7 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 22}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 23}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -963,15 +966,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     23,
+				A:     24,
 				Alpha: 1.0,
-				B:     22,
+				B:     23,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      24,
+				C:      25,
 				K:      runtime.Size{Mul: 9},
 				M:      runtime.Size{Mul: 32},
 				N:      runtime.Size{Mul: 784},
@@ -979,7 +982,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 27}, {Buf: 28}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1007,7 +1010,7 @@ var Plan = &runtime.Plan{
 			Kernel: 1,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 28}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1035,7 +1038,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 30}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1059,7 +1062,7 @@ var Plan = &runtime.Plan{
 			Kernel: 3,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {Buf: 30}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 30}, {Buf: 31}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1086,7 +1089,7 @@ var Plan = &runtime.Plan{
 			Kernel: 4,
 			Ops:    "maxpool_pick",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 31}, {
+			Args: []runtime.ArgRef{{Buf: 31}, {Buf: 32}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1122,15 +1125,15 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     32,
+				A:     33,
 				Alpha: 1.0,
-				B:     31,
+				B:     32,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
 				},
 				BatchB: true,
-				C:      33,
+				C:      34,
 				K:      runtime.Size{Mul: 288},
 				M:      runtime.Size{Mul: 64},
 				N:      runtime.Size{Mul: 196},
@@ -1138,7 +1141,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 34}, {Buf: 35}, {Buf: 36}, {
+			Args: []runtime.ArgRef{{Buf: 35}, {Buf: 36}, {Buf: 37}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1166,7 +1169,7 @@ var Plan = &runtime.Plan{
 			Kernel: 6,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 36}, {Buf: 37}, {
+			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1194,7 +1197,7 @@ var Plan = &runtime.Plan{
 			Kernel: 7,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {
+			Args: []runtime.ArgRef{{Buf: 38}, {Buf: 39}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1218,7 +1221,7 @@ var Plan = &runtime.Plan{
 			Kernel: 8,
 			Ops:    "maxpool_argmax",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 39}, {
+			Args: []runtime.ArgRef{{Buf: 38}, {Buf: 39}, {Buf: 40}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1257,11 +1260,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     40,
+				A:     41,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     41,
+				C:     42,
 				K:     runtime.Size{Mul: 3136},
 				M: runtime.Size{
 					Mul:  1,
@@ -1273,7 +1276,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 41}, {Buf: 12}, {Buf: 42}, {
+			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 12}, {Buf: 43}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1301,7 +1304,7 @@ var Plan = &runtime.Plan{
 			Kernel: 10,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 42}, {Buf: 43}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 44}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1341,11 +1344,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     43,
+				A:     44,
 				Alpha: 1.0,
 				B:     14,
 				Batch: runtime.Size{Mul: 1},
-				C:     44,
+				C:     45,
 				K:     runtime.Size{Mul: 128},
 				M: runtime.Size{
 					Mul:  1,
@@ -1357,7 +1360,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 44}, {Buf: 16}, {Buf: 45}, {
+			Args: []runtime.ArgRef{{Buf: 45}, {Buf: 16}, {Buf: 46}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1389,7 +1392,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v34",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 45}, {Buf: 46}, {Buf: 20}, {Buf: 47}, {
+			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 47}, {Buf: 20}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1416,7 +1419,7 @@ var Plan = &runtime.Plan{
 			Kernel: 13,
 			Ops:    "cross_entropy",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 45}, {Buf: 46}, {Buf: 48}, {Buf: 47}, {
+			Args: []runtime.ArgRef{{Buf: 46}, {Buf: 47}, {Buf: 48}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1509,7 +1512,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     48,
 				Alpha: 1.0,
-				B:     43,
+				B:     44,
 				Batch: runtime.Size{Mul: 1},
 				C:     15,
 				K: runtime.Size{
@@ -1523,7 +1526,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 49}, {Buf: 43}, {Buf: 50}, {
+			Args: []runtime.ArgRef{{Buf: 49}, {Buf: 44}, {Buf: 50}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1569,7 +1572,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1617,7 +1620,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     50,
 				Alpha: 1.0,
-				B:     40,
+				B:     41,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -1631,7 +1634,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 38}, {Buf: 53}, {
+			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 39}, {Buf: 53}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1658,7 +1661,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "maxpool_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 37}, {Buf: 54}, {
+			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 38}, {Buf: 54}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1707,7 +1710,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 64},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 5}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 20,
 			Ops:    "sum",
 		}, {
@@ -1728,7 +1731,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     55,
 				Alpha: 1.0,
-				B:     31,
+				B:     32,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1756,7 +1759,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     32,
+				A:     33,
 				Alpha: 1.0,
 				B:     55,
 				Batch: runtime.Size{
@@ -1788,7 +1791,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 18432},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1819,7 +1822,7 @@ var Plan = &runtime.Plan{
 			Kernel: 22,
 			Ops:    "col2im",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 29}, {Buf: 59}, {
+			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 30}, {Buf: 59}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1846,7 +1849,7 @@ var Plan = &runtime.Plan{
 			Kernel: 23,
 			Ops:    "maxpool_bwd",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 28}, {Buf: 60}, {
+			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 29}, {Buf: 60}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1895,7 +1898,7 @@ var Plan = &runtime.Plan{
 				Div:  1,
 				Max:  65536,
 				Size: runtime.Size{Mul: 32},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			}, {Size: runtime.Size{Mul: 9}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 25,
 			Ops:    "sum",
 		}, {
@@ -1916,7 +1919,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     61,
 				Alpha: 1.0,
-				B:     22,
+				B:     23,
 				Batch: runtime.Size{
 					Mul:  1,
 					Syms: []string{"B"},
@@ -1947,14 +1950,28 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 288},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 26,
 			Ops:    "sum",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 18}, {Buf: 63}},
+			Args:    []runtime.ArgRef{{Buf: 21}, {Buf: 1}, {Buf: 20}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     21,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 421642}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 421642},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 53,
+			Ops:    "guard: loss and gradients finite",
+			Src:    20,
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 18}, {Buf: 63}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -1966,7 +1983,7 @@ var Plan = &runtime.Plan{
 			Kernel: 27,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 64}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 64}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -1978,7 +1995,7 @@ var Plan = &runtime.Plan{
 			Kernel: 28,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 63}, {Buf: 64}, {Buf: 18}},
+			Args:  []runtime.ArgRef{{Buf: 63}, {Buf: 64}, {Buf: 18}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -1990,7 +2007,7 @@ var Plan = &runtime.Plan{
 			Kernel: 29,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 19}, {Buf: 65}},
+			Args:  []runtime.ArgRef{{Buf: 19}, {Buf: 65}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2002,7 +2019,7 @@ var Plan = &runtime.Plan{
 			Kernel: 30,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 66}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 66}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2014,7 +2031,7 @@ var Plan = &runtime.Plan{
 			Kernel: 31,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 66}, {Buf: 67}},
+			Args:  []runtime.ArgRef{{Buf: 66}, {Buf: 67}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2026,7 +2043,7 @@ var Plan = &runtime.Plan{
 			Kernel: 32,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 65}, {Buf: 67}, {Buf: 19}},
+			Args:  []runtime.ArgRef{{Buf: 65}, {Buf: 67}, {Buf: 19}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2038,7 +2055,7 @@ var Plan = &runtime.Plan{
 			Kernel: 33,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 19}, {Buf: 68}},
+			Args:  []runtime.ArgRef{{Buf: 19}, {Buf: 68}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2054,7 +2071,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "bc2_sqrt",
-			}},
+			}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2066,7 +2083,7 @@ var Plan = &runtime.Plan{
 			Kernel: 35,
 			Ops:    "div",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 69}, {Buf: 70}},
+			Args:  []runtime.ArgRef{{Buf: 69}, {Buf: 70}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2078,7 +2095,7 @@ var Plan = &runtime.Plan{
 			Kernel: 36,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 18}, {Buf: 70}, {Buf: 71}},
+			Args:  []runtime.ArgRef{{Buf: 18}, {Buf: 70}, {Buf: 71}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2094,7 +2111,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2106,7 +2123,7 @@ var Plan = &runtime.Plan{
 			Kernel: 38,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{}, {Buf: 72}, {}},
+			Args:  []runtime.ArgRef{{}, {Buf: 72}, {}, {Buf: 21}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 1686568}, {Mul: 1686568}, {Mul: 1686568}},
 			Flops: runtime.Sum{{Mul: 421642}},
@@ -2118,10 +2135,10 @@ var Plan = &runtime.Plan{
 			Kernel: 39,
 			Ops:    "sub",
 		}},
-		UpdateFrom: 39,
+		UpdateFrom: 40,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  21,
+			Buf:  22,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -2130,7 +2147,7 @@ var Plan = &runtime.Plan{
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 74}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 74}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2655,8 +2672,10 @@ var Plan = &runtime.Plan{
 		Name:       "relu_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "maxpool_bwd_bwd",
@@ -2671,8 +2690,10 @@ var Plan = &runtime.Plan{
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
-		Name:   "sum_bwd_4",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_4",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "col2im_bwd",
@@ -2691,60 +2712,62 @@ var Plan = &runtime.Plan{
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
-		Name:   "sum_bwd_6",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_6",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "im2col_fwd_3",
@@ -2797,6 +2820,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc2_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "convnet",
 	Optimizer: runtime.Optimizer{
@@ -2830,9 +2857,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -2866,8 +2895,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_unfused.Step: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_unfused.Step: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2879,11 +2910,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(20, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -2891,8 +2919,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_unfused.Accumulate: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_unfused.Accumulate: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2904,24 +2934,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(20, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("convnet_unfused.Predict: input %q has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("convnet_unfused.Predict: input %q (models/convnet/model.go:15) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2940,31 +2971,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -2978,6 +3022,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -2991,6 +3037,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -3002,13 +3050,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -3016,21 +3071,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

@@ -2,9 +2,11 @@
 // Runs the kernels of convnet_unfused.cu on the host (runtime/cpu).
 #define NGEN_EMU 1
 #include "ngen_emu.h"
+namespace {
 #include "convnet_unfused.cu"
+} // namespace
 
-extern "C" int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_launch *l) {
+extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 1: NGEN_RUN_SPAN(l, conv1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -23,29 +25,29 @@ extern "C" int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_lau
   case 14: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 15: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 16: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 17: NGEN_RUN_SIMPLE(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 17: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 18: NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 19: NGEN_RUN_SPAN(l, relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 20: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 21: NGEN_RUN_SIMPLE(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 21: NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 22: NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 23: NGEN_RUN_SPAN(l, maxpool_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 24: NGEN_RUN_SPAN(l, relu_bwd_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 25: NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 26: NGEN_RUN_SIMPLE(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 27: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 28: NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 29: NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 30: NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 31: NGEN_RUN_SPAN(l, optimizer_update_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 32: NGEN_RUN_SPAN(l, optimizer_update_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 33: NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 34: NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 35: NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2)));
-  case 36: NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 37: NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 38: NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2)));
-  case 39: NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 26: NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 27: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 28: NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 29: NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 30: NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 31: NGEN_RUN_SPAN(l, optimizer_update_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 32: NGEN_RUN_SPAN(l, optimizer_update_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 33: NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 34: NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 35: NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  case 36: NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 37: NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 38: NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  case 39: NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
   case 40: NGEN_RUN_SPAN(l, im2col_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 41: NGEN_RUN_SPAN(l, conv1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 42: NGEN_RUN_SPAN(l, relu_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -59,6 +61,7 @@ extern "C" int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_lau
   case 50: NGEN_RUN_SPAN(l, fc1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 51: NGEN_RUN_SPAN(l, relu_fwd_3_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 52: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 53: NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   }
   return -1;
 }

@@ -100,6 +100,16 @@ struct ngen_flush_denormals {}; /* other hosts keep denormals: results may diffe
 #endif
 
 #define NGEN_ARG(l, T, i) (*(T *)((l)->args[i]))
+/* A pointer argument for an entry that knows only that parameter i is a
+ * pointer (runtime/cpu's GPU-forms entry, built from KernelInfo.Params):
+ * it converts to whatever pointer type the kernel declares. */
+namespace {
+struct ngen_ptr_arg {
+  void *p;
+  template <class T> operator T *() const { return static_cast<T *>(p); }
+};
+} // namespace
+#define NGEN_PTR_ARG(l, i) (ngen_ptr_arg{*(void **)((l)->args[i])})
 
 /* For the kernels included after this header: generated kernels may ignore
  * parameters, and CUDA code routinely compares int against the unsigned
@@ -627,12 +637,16 @@ template <class T, class Op> inline T warp_butterfly(T v, Op op) {
 
 } // namespace ngen_emu
 
+/* Under NGEN_EMU_GPU_FORMS the preamble's own butterflies run instead:
+ * five __shfl_xor_sync, each a warp barrier (see the end of this file). */
+#ifndef NGEN_EMU_GPU_FORMS
 template <typename T> inline T ngen_warp_sum(T v) {
   return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return a + b; });
 }
 template <typename T> inline T ngen_warp_max(T v) {
   return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return b > a ? b : a; });
 }
+#endif
 
 /* ---- CUDA device API ------------------------------------------------ */
 
@@ -797,11 +811,336 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
 
 } // namespace
 
+/* ---- dropout masks -------------------------------------------------- */
+
+/* preamble.cuh's ngen_dropout, the same bits drawn 64 elements at a time.
+ * The GPU form runs Philox per element, which cost 14 ns an element here
+ * and kept the loop scalar. Here a block of 64 elements is 16 Philox
+ * counters run side by side in SIMD lanes, kept as 64 mask bits in a
+ * per-worker direct-mapped cache keyed by everything the bits depend on
+ * (Philox's key words k0 and k1, from the seed and the step's high word,
+ * the stream, the step's low word, and the keep probability). A kernel
+ * draws each block once and pays a lookup per element; a backward kernel
+ * finds the forward kernel's blocks still cached on the same worker while
+ * they fit the 1024 slots (64K elements: the seed MLP's two dropouts take
+ * 768). A slot's index mixes in the stream so that two dropout ops of one
+ * shape use different slots. 40 KB a worker: every thread of a binary
+ * carries each package's thread-local storage. */
+namespace {
+namespace ngen_emu {
+struct KeepSlot {
+  unsigned long long tag; /* block + 1; 0 is empty */
+  unsigned long long key; /* k0 | k1 << 32; with ctr, the words k0 k1 stream step */
+  unsigned long long ctr; /* stream | step lo << 32 */
+  unsigned keep, pad;     /* keep: the probability's bits */
+  uint64_t bits;          /* bit e: element block * 64 + e is kept */
+};
+constexpr int kKeepSlots = 1024;
+thread_local KeepSlot keep_slots[kKeepSlots];
+
+/* keep_bits64 is the mask of the 64 elements of counters ctr .. ctr+15
+ * (bit 4l + j: word j of counter ctr + l), as preamble.cuh's ngen_keep. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) /* <immintrin.h> is included above */
+#define NGEN_KEEP_SIMD 1
+/* Mask bit 4l + j is word j of counter l; movmskps gives word j of four
+ * counters, which keep_spread moves to bits 0, 4, 8, 12. */
+constexpr unsigned short keep_spread[16] = {0x0000, 0x0001, 0x0010, 0x0011, 0x0100, 0x0101, 0x0110, 0x0111,
+                                            0x1000, 0x1001, 0x1010, 0x1011, 0x1100, 0x1101, 0x1110, 0x1111};
+/* lo and hi are the low and high words of a * m, lane by lane (x86 has no
+ * 32-bit high multiply: pmuludq multiplies the even lanes). */
+inline void keep_mul(__m128i a, __m128i m, __m128i &lo, __m128i &hi) {
+  const __m128i pe = _mm_mul_epu32(a, m), po = _mm_mul_epu32(_mm_srli_epi64(a, 32), m);
+  const __m128i t0 = _mm_unpacklo_epi32(pe, po), t1 = _mm_unpackhi_epi32(pe, po);
+  lo = _mm_unpacklo_epi64(t0, t1);
+  hi = _mm_unpackhi_epi64(t0, t1);
+}
+inline uint64_t keep_bits64_sse2(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long ctr,
+                                 float keep) {
+  __m128i c0[4], c1[4], c2[4], c3[4];
+  for (int v = 0; v < 4; ++v) {
+    const unsigned long long b = ctr + 4 * v; /* ctr % 16 == 0: the low word does not wrap */
+    c0[v] = _mm_add_epi32(_mm_set1_epi32((int)(unsigned)b), _mm_setr_epi32(0, 1, 2, 3));
+    c1[v] = _mm_set1_epi32((int)(unsigned)(b >> 32));
+    c2[v] = _mm_set1_epi32((int)stream);
+    c3[v] = _mm_set1_epi32((int)step);
+  }
+  const __m128i m0 = _mm_set1_epi32((int)0xD2511F53u), m1 = _mm_set1_epi32((int)0xCD9E8D57u);
+  for (int r = 0; r < 10; ++r) {
+    const __m128i vk0 = _mm_set1_epi32((int)k0), vk1 = _mm_set1_epi32((int)k1);
+    for (int v = 0; v < 4; ++v) {
+      __m128i l0, h0, l1, h1;
+      keep_mul(c0[v], m0, l0, h0);
+      keep_mul(c2[v], m1, l1, h1);
+      c0[v] = _mm_xor_si128(_mm_xor_si128(h1, c1[v]), vk0);
+      c2[v] = _mm_xor_si128(_mm_xor_si128(h0, c3[v]), vk1);
+      c1[v] = l1;
+      c3[v] = l0;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const __m128 scale = _mm_set1_ps(5.9604644775390625e-08f), vkeep = _mm_set1_ps(keep);
+  uint64_t bits = 0;
+  for (int v = 0; v < 4; ++v) {
+    const __m128i w[4] = {c0[v], c1[v], c2[v], c3[v]};
+    for (int j = 0; j < 4; ++j) {
+      const __m128 u = _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(w[j], 8)), scale);
+      bits |= (uint64_t)keep_spread[_mm_movemask_ps(_mm_cmplt_ps(u, vkeep))] << (16 * v + j);
+    }
+  }
+  return bits;
+}
+/* The same with eight counters a vector, where the CPU has AVX2. */
+__attribute__((target("avx2"))) inline void keep_mul8(__m256i a, __m256i m, __m256i &lo, __m256i &hi) {
+  const __m256i pe = _mm256_mul_epu32(a, m), po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  const __m256i t0 = _mm256_unpacklo_epi32(pe, po), t1 = _mm256_unpackhi_epi32(pe, po);
+  lo = _mm256_unpacklo_epi64(t0, t1);
+  hi = _mm256_unpackhi_epi64(t0, t1);
+}
+__attribute__((target("avx2"))) inline uint64_t keep_bits64_avx2(unsigned k0, unsigned k1, unsigned stream,
+                                                                 unsigned step, unsigned long long ctr, float keep) {
+  __m256i c0[2], c1[2], c2[2], c3[2];
+  for (int v = 0; v < 2; ++v) {
+    const unsigned long long b = ctr + 8 * v;
+    c0[v] = _mm256_add_epi32(_mm256_set1_epi32((int)(unsigned)b), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    c1[v] = _mm256_set1_epi32((int)(unsigned)(b >> 32));
+    c2[v] = _mm256_set1_epi32((int)stream);
+    c3[v] = _mm256_set1_epi32((int)step);
+  }
+  const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u), m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+  for (int r = 0; r < 10; ++r) {
+    const __m256i vk0 = _mm256_set1_epi32((int)k0), vk1 = _mm256_set1_epi32((int)k1);
+    for (int v = 0; v < 2; ++v) {
+      __m256i l0, h0, l1, h1;
+      keep_mul8(c0[v], m0, l0, h0);
+      keep_mul8(c2[v], m1, l1, h1);
+      c0[v] = _mm256_xor_si256(_mm256_xor_si256(h1, c1[v]), vk0);
+      c2[v] = _mm256_xor_si256(_mm256_xor_si256(h0, c3[v]), vk1);
+      c1[v] = l1;
+      c3[v] = l0;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const __m256 scale = _mm256_set1_ps(5.9604644775390625e-08f), vkeep = _mm256_set1_ps(keep);
+  uint64_t bits = 0;
+  for (int v = 0; v < 2; ++v) {
+    const __m256i w[4] = {c0[v], c1[v], c2[v], c3[v]};
+    for (int j = 0; j < 4; ++j) {
+      const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w[j], 8)), scale);
+      const int m = _mm256_movemask_ps(_mm256_cmp_ps(u, vkeep, _CMP_LT_OQ));
+      bits |= ((uint64_t)keep_spread[m & 15] | (uint64_t)keep_spread[m >> 4] << 16) << (32 * v + j);
+    }
+  }
+  return bits;
+}
+inline uint64_t keep_bits64(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long ctr,
+                            float keep) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 ? keep_bits64_avx2(k0, k1, stream, step, ctr, keep) : keep_bits64_sse2(k0, k1, stream, step, ctr, keep);
+}
+#else
+inline uint64_t keep_bits64(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long ctr,
+                            float keep) {
+  uint64_t bits = 0;
+  for (int l = 0; l < 16; ++l) {
+    const unsigned long long b = ctr + l;
+    unsigned c0 = (unsigned)b, c1 = (unsigned)(b >> 32), c2 = stream, c3 = step, q0 = k0, q1 = k1;
+    for (int r = 0; r < 10; ++r) {
+      const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+      const unsigned n0 = (unsigned)(p1 >> 32) ^ c1 ^ q0, n2 = (unsigned)(p0 >> 32) ^ c3 ^ q1;
+      c0 = n0;
+      c1 = (unsigned)p1;
+      c2 = n2;
+      c3 = (unsigned)p0;
+      q0 += 0x9E3779B9u;
+      q1 += 0xBB67AE85u;
+    }
+    const unsigned w[4] = {c0, c1, c2, c3};
+    for (int j = 0; j < 4; ++j)
+      bits |= (uint64_t)((float)(w[j] >> 8) * 5.9604644775390625e-08f < keep) << (4 * l + j);
+  }
+  return bits;
+}
+#endif
+
+__attribute__((noinline)) void keep_fill(KeepSlot &s, unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                                         float keep, unsigned long long block) {
+  s = KeepSlot{block + 1, k0 | (unsigned long long)k1 << 32, stream | (unsigned long long)step << 32,
+               __float_as_uint(keep), 0, keep_bits64(k0, k1, stream, step, block * 16, keep)};
+}
+
+/* keep_slot is the cache slot of a block; keep_hit says whether it holds
+ * the block's bits under this key. */
+__forceinline__ KeepSlot &keep_slot(unsigned stream, unsigned long long block) {
+  return keep_slots[(block ^ (stream * 0x9E3779B9ull)) & (kKeepSlots - 1)];
+}
+__forceinline__ bool keep_hit(const KeepSlot &s, unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                              unsigned keep, unsigned long long block) {
+  return ((s.tag ^ (block + 1)) | (s.key ^ (k0 | (unsigned long long)k1 << 32)) |
+          (s.ctr ^ (stream | (unsigned long long)step << 32)) | (s.keep ^ keep)) == 0;
+}
+/* keep_bits returns the mask bits of element idx's block of 64. */
+__forceinline__ uint64_t keep_bits(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long idx,
+                                   float keep) {
+  KeepSlot &s = keep_slot(stream, idx >> 6);
+  if (__builtin_expect(!keep_hit(s, k0, k1, stream, step, __float_as_uint(keep), idx >> 6), 0))
+    keep_fill(s, k0, k1, stream, step, keep, idx >> 6);
+  return s.bits;
+}
+/* keep_miss is ngen_dropout_f_1 after a cache miss: out of line, so that
+ * the hit path needs no stack frame. */
+__attribute__((noinline)) float keep_miss(unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                                          unsigned long long idx, float keep, float scale) {
+  return (keep_bits(k0, k1, stream, step, idx, keep) >> (idx & 63)) & 1 ? scale : 0.0f;
+}
+} // namespace ngen_emu
+} // namespace
+
+/* ngen_dropout_f is the factor of one element (scale or 0) from Philox's
+ * key words and the element index's words. Declared with GCC's simd
+ * attribute (as ngen_sqrtf above), so that a kernel loop calling it still
+ * vectorises: the 4-lane SSE variant, for four consecutive elements of one
+ * block (what a vectorised loop asks), makes one lookup, and draws lane by
+ * lane otherwise. It is declared const: its result depends on its
+ * arguments alone, and the cache it fills is invisible to the caller.
+ * Builds with AVX or wider as their baseline would need the 8- and
+ * 16-lane variants, so they call the scalar form instead. */
+#if defined(NGEN_KEEP_SIMD) && !defined(__AVX__)
+extern "C" __attribute__((simd("notinbranch"), const, nothrow)) float
+ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned lo, unsigned hi, float keep, float scale);
+#endif
+extern "C" __attribute__((used)) inline float ngen_dropout_f_1(unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                                                               unsigned lo, unsigned hi, float keep, float scale) {
+  const unsigned long long idx = lo | (unsigned long long)hi << 32;
+  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot(stream, idx >> 6);
+  if (__builtin_expect(!ngen_emu::keep_hit(s, k0, k1, stream, step, __float_as_uint(keep), idx >> 6), 0))
+    return ngen_emu::keep_miss(k0, k1, stream, step, idx, keep, scale);
+  return (s.bits >> (idx & 63)) & 1 ? scale : 0.0f;
+}
+#if defined(NGEN_KEEP_SIMD) && !defined(__AVX__)
+/* keep_regular says whether a vector call's lanes are four consecutive
+ * elements with every other argument the same in all lanes (as a loop
+ * passes them), and no lane's key word differs from kw = k0 k1 stream
+ * step. */
+inline bool keep_regular(__m128i kw, __m128i k0, __m128i k1, __m128i stream, __m128i step, __m128i lo, __m128i hi,
+                         __m128 keep, __m128 scale) {
+  const auto lane0 = [](__m128i v) { return _mm_shuffle_epi32(v, 0); };
+  const __m128i d0 = _mm_or_si128(_mm_xor_si128(k0, lane0(kw)), _mm_xor_si128(k1, _mm_shuffle_epi32(kw, 0x55)));
+  const __m128i d1 = _mm_or_si128(_mm_xor_si128(stream, _mm_shuffle_epi32(kw, 0xaa)), _mm_xor_si128(step, _mm_shuffle_epi32(kw, 0xff)));
+  const __m128i k = _mm_castps_si128(keep), sc = _mm_castps_si128(scale);
+  const __m128i d2 = _mm_or_si128(_mm_xor_si128(k, lane0(k)), _mm_xor_si128(sc, lane0(sc)));
+  const __m128i d3 = _mm_or_si128(_mm_xor_si128(hi, lane0(hi)), _mm_xor_si128(lo, _mm_add_epi32(lane0(lo), _mm_setr_epi32(0, 1, 2, 3))));
+  const __m128i d = _mm_or_si128(_mm_or_si128(d0, d1), _mm_or_si128(d2, d3));
+  return _mm_movemask_epi8(_mm_cmpeq_epi32(d, _mm_setzero_si128())) == 0xffff;
+}
+/* keep_lanes4 turns four mask bits into lanes of scale or 0. */
+inline __m128 keep_lanes4(unsigned nib, __m128 scale) {
+  const __m128i bit = _mm_setr_epi32(1, 2, 4, 8);
+  const __m128i on = _mm_cmpeq_epi32(_mm_and_si128(_mm_set1_epi32((int)nib), bit), bit);
+  return _mm_and_ps(_mm_castsi128_ps(on), scale);
+}
+/* ngen_dropout_f_4 off its fast path: a block to draw, a block boundary,
+ * or lanes that are not consecutive (one at a time). */
+__attribute__((noinline)) inline __m128 ngen_dropout_f_slow(__m128i k0, __m128i k1, __m128i stream, __m128i step,
+                                                            __m128i lo, __m128i hi, __m128 keep, __m128 scale) {
+  const unsigned q0 = (unsigned)_mm_cvtsi128_si32(k0), q1 = (unsigned)_mm_cvtsi128_si32(k1);
+  const unsigned st = (unsigned)_mm_cvtsi128_si32(stream), sp = (unsigned)_mm_cvtsi128_si32(step);
+  const unsigned lo0 = (unsigned)_mm_cvtsi128_si32(lo);
+  const __m128i kw = _mm_setr_epi32((int)q0, (int)q1, (int)st, (int)sp);
+  if ((lo0 & 63) <= 60 && keep_regular(kw, k0, k1, stream, step, lo, hi, keep, scale)) {
+    const unsigned long long idx = lo0 | (unsigned long long)(unsigned)_mm_cvtsi128_si32(hi) << 32;
+    return keep_lanes4((unsigned)(ngen_emu::keep_bits(q0, q1, st, sp, idx, _mm_cvtss_f32(keep)) >> (idx & 63)) & 15u,
+                       scale);
+  }
+  alignas(16) unsigned a[6][4];
+  alignas(16) float f[2][4], out[4];
+  const __m128i in[6] = {k0, k1, stream, step, lo, hi};
+  for (int i = 0; i < 6; ++i)
+    _mm_store_si128((__m128i *)a[i], in[i]);
+  _mm_store_ps(f[0], keep);
+  _mm_store_ps(f[1], scale);
+  for (int l = 0; l < 4; ++l)
+    out[l] = ngen_dropout_f_1(a[0][l], a[1][l], a[2][l], a[3][l], a[4][l], a[5][l], f[0][l], f[1][l]);
+  return _mm_load_ps(out);
+}
+extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m128i k1, __m128i stream, __m128i step,
+                                                                __m128i lo, __m128i hi, __m128 keep, __m128 scale) {
+  /* The fast path: a cached block holds all four lanes, and the slot's
+   * key words equal every lane's (keep_regular). */
+  const unsigned lo0 = (unsigned)_mm_cvtsi128_si32(lo);
+  const unsigned long long idx = lo0 | (unsigned long long)(unsigned)_mm_cvtsi128_si32(hi) << 32, block = idx >> 6;
+  const ngen_emu::KeepSlot &s = ngen_emu::keep_slot((unsigned)_mm_cvtsi128_si32(stream), block);
+  const __m128i kw = _mm_loadu_si128((const __m128i *)&s.key);
+  if (__builtin_expect(s.tag != block + 1 || (lo0 & 63) > 60 ||
+                           s.keep != (unsigned)_mm_cvtsi128_si32(_mm_castps_si128(keep)) ||
+                           !keep_regular(kw, k0, k1, stream, step, lo, hi, keep, scale),
+                       0))
+    return ngen_dropout_f_slow(k0, k1, stream, step, lo, hi, keep, scale);
+  return keep_lanes4((unsigned)(s.bits >> (lo0 & 63)) & 15u, scale);
+}
+/* The 8-lane AVX2 variant, which the entry's AVX2 clone (NGEN_EMU_ENTRY
+ * below) calls: two 4-lane calls, so masks match the SSE build's bit for
+ * bit. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi" /* a note that 32-byte vector arguments' ABI changed in GCC 4.6 */
+#define NGEN_LO(v) _mm256_castsi256_si128(v)
+#define NGEN_HI(v) _mm256_extracti128_si256(v, 1)
+extern "C" __attribute__((used, target("avx2"))) inline __m256 ngen_dropout_f_8(__m256i k0, __m256i k1, __m256i stream,
+                                                                               __m256i step, __m256i lo, __m256i hi,
+                                                                               __m256 keep, __m256 scale) {
+  const __m128 a = ngen_dropout_f_4(NGEN_LO(k0), NGEN_LO(k1), NGEN_LO(stream), NGEN_LO(step), NGEN_LO(lo),
+                                    NGEN_LO(hi), _mm256_castps256_ps128(keep), _mm256_castps256_ps128(scale));
+  const __m128 b = ngen_dropout_f_4(NGEN_HI(k0), NGEN_HI(k1), NGEN_HI(stream), NGEN_HI(step), NGEN_HI(lo),
+                                    NGEN_HI(hi), _mm256_extractf128_ps(keep, 1), _mm256_extractf128_ps(scale, 1));
+  return _mm256_set_m128(b, a);
+}
+#undef NGEN_LO
+#undef NGEN_HI
+#pragma GCC diagnostic pop
+__asm__(".weak ngen_dropout_f\n.set ngen_dropout_f, ngen_dropout_f_1\n"
+        ".weak _ZGVbN4vvvvvvvv_ngen_dropout_f\n.set _ZGVbN4vvvvvvvv_ngen_dropout_f, ngen_dropout_f_4\n"
+        ".weak _ZGVdN8vvvvvvvv_ngen_dropout_f\n.set _ZGVdN8vvvvvvvv_ngen_dropout_f, ngen_dropout_f_8\n");
+#else
+inline float ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned lo, unsigned hi,
+                            float keep, float scale) {
+  return ngen_dropout_f_1(k0, k1, stream, step, lo, hi, keep, scale);
+}
+#endif
+
+/* preamble.cuh's ngen_dropout. */
+namespace {
+__forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx,
+                                   float keep, float scale) {
+  return ngen_dropout_f((unsigned)seed, (unsigned)(seed >> 32) ^ (unsigned)(step >> 32), stream, (unsigned)step,
+                        (unsigned)idx, (unsigned)((unsigned long long)idx >> 32), keep, scale);
+}
+} // namespace
+
 /* ---- launch --------------------------------------------------------- */
+
+/* NGEN_EMU_ENTRY marks the generated entry (codegen.CPUGlue). The kernels
+ * are compiled for baseline x86-64 (SSE2: 4 float lanes), so that a package
+ * runs on any x86-64 host. target_clones adds an AVX2 copy of the entry,
+ * chosen once at load time (an ifunc) on hosts that have AVX2: 8 lanes
+ * for every loop the compiler vectorises, notably Adam's sqrt and divide.
+ * flatten inlines the runners and kernels into each copy, so they are
+ * compiled for its ISA (a runner left out of line stays SSE2). The clone
+ * is AVX2 without FMA on purpose: g++ contracts a*b+c in C++ whenever FMA
+ * is available, and results must stay bit-identical to the SSE2 copy.
+ * Fiber bodies (NGEN_RUN_SYNC's invoke, reached through a pointer) stay
+ * SSE2. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__) && \
+    defined(NGEN_KEEP_SIMD) && !defined(NGEN_EMU_NO_CLONES)
+#define NGEN_EMU_ENTRY __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define NGEN_EMU_ENTRY
+#endif
 
 /* The kernel call sits inside a lambda so that each kernel instantiates its
  * own runner, with the kernel inlined into the thread loop. */
 #define NGEN_RUN_SIMPLE(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+#ifndef NGEN_EMU_GPU_FORMS
 /* The CPU form of preamble.cuh's NGEN_GRID_STRIDE: the worker's span, with
  * unit stride. ivdep states what the GPU form already relies on, that no
  * iteration depends on another, so g++ vectorises without alias checks
@@ -815,6 +1154,14 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
   for (long long r = ::ngen_emu::span_lo(rows), r##_end = ::ngen_emu::span_hi(rows); r < r##_end; ++r) \
   _Pragma("GCC ivdep") for (int j = 0; j < (int)(w); ++j)
 #define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_span((l), [&]() { call; })
+#else
+/* GPU forms (runtime/cpu's Options.GPUForms): the preamble's grid-stride
+ * loops and warp butterflies are compiled as the GPU runs them, so every
+ * thread of the launch runs, one after another or as fibers, and a span
+ * kernel is one more plain kernel. This is a test mode: the GPU's loop
+ * bounds, strides and shuffles execute, at the cost of speed. */
+#define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
+#endif
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
 
 #endif /* __cplusplus */

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -186,12 +187,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:13",
 		Role:      "input",
 		Shape:     "f32[B,784]",
 	}, {
@@ -208,7 +217,7 @@ var Plan = &runtime.Plan{
 			Mul:  512,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{1, 13},
+		Live:  [2]int{1, 14},
 		Name:  "step.v6",
 		Role:  "temp",
 		Shape: "f32[B,512]",
@@ -217,7 +226,7 @@ var Plan = &runtime.Plan{
 			Mul:  512,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{1, 12},
+		Live:  [2]int{1, 13},
 		Name:  "step.v7",
 		Role:  "temp",
 		Shape: "f32[B,512]",
@@ -265,6 +274,7 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:14",
 		Role:      "input",
 		Shape:     "i32[B]",
 	}, {
@@ -276,13 +286,6 @@ var Plan = &runtime.Plan{
 		Name:  "step.v20",
 		Role:  "temp",
 		Shape: "f32[B,10]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  256,
@@ -297,7 +300,7 @@ var Plan = &runtime.Plan{
 			Mul:  256,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{10, 12},
+		Live:  [2]int{10, 13},
 		Name:  "step.v26",
 		Role:  "temp",
 		Shape: "f32[B,256]",
@@ -306,7 +309,7 @@ var Plan = &runtime.Plan{
 			Mul:  512,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{11, 13},
+		Live:  [2]int{12, 14},
 		Name:  "step.v29",
 		Role:  "temp",
 		Shape: "f32[B,512]",
@@ -315,7 +318,7 @@ var Plan = &runtime.Plan{
 			Mul:  512,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{13, 14},
+		Live:  [2]int{14, 16},
 		Name:  "step.v32",
 		Role:  "temp",
 		Shape: "f32[B,512]",
@@ -439,26 +442,26 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  27,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:19",
 	}, {
-		Buf:    16,
+		Buf:    17,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/mlp/model.go:19",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}, {
-			Buf:  25,
+			Buf:  26,
 			Name: "y",
 		}},
 		Name: "step",
@@ -479,11 +482,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
-				C:     18,
+				C:     19,
 				K:     runtime.Size{Mul: 784},
 				M: runtime.Size{
 					Mul:  1,
@@ -495,7 +498,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 4}, {Buf: 19}, {Buf: 20}, {
+			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 4}, {Buf: 20}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -511,6 +514,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -555,11 +562,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     20,
+				A:     21,
 				Alpha: 1.0,
 				B:     6,
 				Batch: runtime.Size{Mul: 1},
-				C:     21,
+				C:     22,
 				K:     runtime.Size{Mul: 512},
 				M: runtime.Size{
 					Mul:  1,
@@ -571,7 +578,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 8}, {Buf: 22}, {Buf: 23}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 8}, {Buf: 23}, {Buf: 24}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -587,6 +594,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -632,11 +643,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     23,
+				A:     24,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     24,
+				C:     25,
 				K:     runtime.Size{Mul: 256},
 				M: runtime.Size{
 					Mul:  1,
@@ -652,7 +663,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v18",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 24}, {Buf: 12}, {Buf: 25}, {Buf: 16}, {Buf: 26}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 12}, {Buf: 26}, {Buf: 16}, {Buf: 27}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -688,7 +699,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -722,7 +733,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     26,
+				A:     27,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
@@ -749,9 +760,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     26,
+				A:     27,
 				Alpha: 1.0,
-				B:     23,
+				B:     24,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -765,7 +776,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 22}, {Buf: 29}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 23}, {Buf: 29}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -781,6 +792,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -792,24 +807,46 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  1024,
 				Syms: []string{"B"},
-			}, {Mul: 1024}},
+			}},
 			Flops: runtime.Sum{{
 				Mul:  768,
 				Syms: []string{"B"},
 			}, {
 				Mul:  256,
 				Syms: []string{"B"},
-			}, {
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  256,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 4,
+			Ops:    "dropout+relu_bwd",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 9}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  1024,
+				Syms: []string{"B"},
+			}, {Mul: 1024}},
+			Flops: runtime.Sum{{
 				Mul:  256,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 256},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 4,
-			Ops:    "dropout+relu_bwd+sum",
+			Kernel: 5,
+			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  1024,
@@ -852,7 +889,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     29,
 				Alpha: 1.0,
-				B:     20,
+				B:     21,
 				Batch: runtime.Size{Mul: 1},
 				C:     7,
 				K: runtime.Size{
@@ -866,7 +903,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 19}, {Buf: 31}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 20}, {Buf: 31}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -882,6 +919,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -893,24 +934,46 @@ var Plan = &runtime.Plan{
 			}, {
 				Mul:  2048,
 				Syms: []string{"B"},
-			}, {Mul: 2048}},
+			}},
 			Flops: runtime.Sum{{
 				Mul:  1536,
 				Syms: []string{"B"},
 			}, {
 				Mul:  512,
 				Syms: []string{"B"},
-			}, {
+			}},
+			Grid: [3]runtime.Expr{{
+				Div: 256,
+				Max: 1048576,
+				Size: runtime.Size{
+					Mul:  512,
+					Syms: []string{"B"},
+				},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 6,
+			Ops:    "dropout+relu_bwd",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 31}, {Buf: 5}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "B",
+			}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{
+				Mul:  2048,
+				Syms: []string{"B"},
+			}, {Mul: 2048}},
+			Flops: runtime.Sum{{
 				Mul:  512,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 5,
-			Ops:    "dropout+relu_bwd+sum",
+			Kernel: 7,
+			Ops:    "sum",
 		}, {
 			Bytes: runtime.Sum{{
 				Mul:  2048,
@@ -926,7 +989,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     31,
 				Alpha: 1.0,
-				B:     17,
+				B:     18,
 				Batch: runtime.Size{Mul: 1},
 				C:     3,
 				K: runtime.Size{
@@ -940,6 +1003,20 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
+			Args:    []runtime.ArgRef{{Buf: 17}, {Buf: 1}, {Buf: 16}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     17,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 535818}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 535818},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 15,
+			Ops:    "guard: loss and gradients finite",
+			Src:    16,
+		}, {
 			Args: []runtime.ArgRef{{Buf: 14}, {Buf: 1}, {Buf: 15}, {}, {Buf: 14}, {Buf: 15}, {}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
@@ -948,7 +1025,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}, {Mul: 535818}},
@@ -957,13 +1034,13 @@ var Plan = &runtime.Plan{
 				Max:  1048576,
 				Size: runtime.Size{Mul: 535818},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 6,
+			Kernel: 8,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 15,
+		UpdateFrom: 18,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -984,7 +1061,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -1016,6 +1093,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1043,7 +1124,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 7,
+			Kernel: 9,
 			Ops:    "add+relu+dropout",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1090,6 +1171,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1117,7 +1202,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 8,
+			Kernel: 10,
 			Ops:    "add+relu+dropout",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1173,12 +1258,12 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 9,
+			Kernel: 11,
 			Ops:    "add",
 		}},
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict_eval",
@@ -1199,7 +1284,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -1243,7 +1328,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 10,
+			Kernel: 12,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1302,7 +1387,7 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 11,
+			Kernel: 13,
 			Ops:    "add+relu",
 		}, {
 			Bytes: runtime.Sum{{
@@ -1358,18 +1443,18 @@ var Plan = &runtime.Plan{
 					Syms: []string{"B"},
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 12,
+			Kernel: 14,
 			Ops:    "add",
 		}},
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
 		Name:       "fc1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		Name:   "fc3_bias_cross_entropy_ce_grad_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1377,23 +1462,35 @@ var Plan = &runtime.Plan{
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "dropout_relu_bwd_sum_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		GridStride: true,
+		Name:       "dropout_relu_bwd_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
-		Name:   "dropout_relu_bwd_sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
+	}, {
+		GridStride: true,
+		Name:       "dropout_relu_bwd_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+	}, {
+		Name:       "sum_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd",
@@ -1410,6 +1507,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc3_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "mlp",
 	Optimizer: runtime.Optimizer{
@@ -1443,9 +1544,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -1479,8 +1582,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("mlp.Step: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("mlp.Step: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1492,11 +1597,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -1504,8 +1606,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("mlp.Accumulate: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("mlp.Accumulate: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1517,24 +1621,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("mlp.Predict: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("mlp.Predict: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1556,31 +1661,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -1594,6 +1712,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -1607,6 +1727,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -1618,13 +1740,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -1632,21 +1761,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

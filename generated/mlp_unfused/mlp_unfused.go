@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -186,12 +187,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  784,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:13",
 		Role:      "input",
 		Shape:     "f32[B,784]",
 	}, {
@@ -292,15 +301,9 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:14",
 		Role:      "input",
 		Shape:     "i32[B]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -366,61 +369,61 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,512]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{25, 27},
+		Live:  [2]int{26, 28},
 		Name:  "step.v40",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{26, 27},
+		Live:  [2]int{27, 28},
 		Name:  "step.v41",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{28, 31},
+		Live:  [2]int{29, 32},
 		Name:  "step.v43",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{29, 30},
+		Live:  [2]int{30, 31},
 		Name:  "step.v44",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{30, 31},
+		Live:  [2]int{31, 32},
 		Name:  "step.v45",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{32, 33},
+		Live:  [2]int{33, 34},
 		Name:  "step.v47",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{33, 34},
+		Live:  [2]int{34, 35},
 		Name:  "step.v49",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{34, 35},
+		Live:  [2]int{35, 36},
 		Name:  "step.v50",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{35, 36},
+		Live:  [2]int{36, 37},
 		Name:  "step.v52",
 		Role:  "temp",
 		Shape: "f32[535818]",
 	}, {
 		Elems: runtime.Size{Mul: 535818},
-		Live:  [2]int{36, 37},
+		Live:  [2]int{37, 38},
 		Name:  "step.v53",
 		Role:  "temp",
 		Shape: "f32[535818]",
@@ -604,33 +607,33 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  29,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:19",
 	}, {
-		Buf:  29,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:19",
 	}, {
-		Buf:    16,
+		Buf:    17,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/mlp/model.go:19",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}, {
-			Buf:  28,
+			Buf:  29,
 			Name: "y",
 		}},
 		Name: "step",
@@ -651,11 +654,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
-				C:     18,
+				C:     19,
 				K:     runtime.Size{Mul: 784},
 				M: runtime.Size{
 					Mul:  1,
@@ -667,7 +670,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 4}, {Buf: 19}, {
+			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 4}, {Buf: 20}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -694,7 +697,7 @@ var Plan = &runtime.Plan{
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Ops: "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 20}, {
+			Args: []runtime.ArgRef{{Buf: 20}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -722,7 +725,7 @@ var Plan = &runtime.Plan{
 			Kernel: 1,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 20}, {Buf: 21}, {
+			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 22}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -738,6 +741,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -774,11 +781,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     21,
+				A:     22,
 				Alpha: 1.0,
 				B:     6,
 				Batch: runtime.Size{Mul: 1},
-				C:     22,
+				C:     23,
 				K:     runtime.Size{Mul: 512},
 				M: runtime.Size{
 					Mul:  1,
@@ -790,7 +797,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 8}, {Buf: 23}, {
+			Args: []runtime.ArgRef{{Buf: 23}, {Buf: 8}, {Buf: 24}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -818,7 +825,7 @@ var Plan = &runtime.Plan{
 			Kernel: 3,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 23}, {Buf: 24}, {
+			Args: []runtime.ArgRef{{Buf: 24}, {Buf: 25}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -846,7 +853,7 @@ var Plan = &runtime.Plan{
 			Kernel: 4,
 			Ops:    "relu",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 24}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -862,6 +869,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -898,11 +909,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     25,
+				A:     26,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     26,
+				C:     27,
 				K:     runtime.Size{Mul: 256},
 				M: runtime.Size{
 					Mul:  1,
@@ -914,7 +925,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 12}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 12}, {Buf: 28}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -946,7 +957,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v18",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 28}, {Buf: 16}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {Buf: 16}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -973,7 +984,7 @@ var Plan = &runtime.Plan{
 			Kernel: 7,
 			Ops:    "cross_entropy",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 27}, {Buf: 28}, {Buf: 30}, {Buf: 29}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 29}, {Buf: 30}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1066,7 +1077,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     30,
 				Alpha: 1.0,
-				B:     25,
+				B:     26,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -1096,6 +1107,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1120,7 +1135,7 @@ var Plan = &runtime.Plan{
 			Kernel: 10,
 			Ops:    "dropout",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 32}, {Buf: 24}, {Buf: 33}, {
+			Args: []runtime.ArgRef{{Buf: 32}, {Buf: 25}, {Buf: 33}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1166,7 +1181,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 256},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1214,7 +1229,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     33,
 				Alpha: 1.0,
-				B:     21,
+				B:     22,
 				Batch: runtime.Size{Mul: 1},
 				C:     7,
 				K: runtime.Size{
@@ -1244,6 +1259,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1268,7 +1287,7 @@ var Plan = &runtime.Plan{
 			Kernel: 13,
 			Ops:    "dropout",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 35}, {Buf: 20}, {Buf: 36}, {
+			Args: []runtime.ArgRef{{Buf: 35}, {Buf: 21}, {Buf: 36}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1314,7 +1333,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1335,7 +1354,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     36,
 				Alpha: 1.0,
-				B:     17,
+				B:     18,
 				Batch: runtime.Size{Mul: 1},
 				C:     3,
 				K: runtime.Size{
@@ -1349,7 +1368,21 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 37}},
+			Args:    []runtime.ArgRef{{Buf: 17}, {Buf: 1}, {Buf: 16}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     17,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 535818}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 535818},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 41,
+			Ops:    "guard: loss and gradients finite",
+			Src:    16,
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 37}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1361,7 +1394,7 @@ var Plan = &runtime.Plan{
 			Kernel: 16,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 38}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 38}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1373,7 +1406,7 @@ var Plan = &runtime.Plan{
 			Kernel: 17,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 14}},
+			Args:  []runtime.ArgRef{{Buf: 37}, {Buf: 38}, {Buf: 14}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1385,7 +1418,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 39}},
+			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 39}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1397,7 +1430,7 @@ var Plan = &runtime.Plan{
 			Kernel: 19,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 40}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 40}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1409,7 +1442,7 @@ var Plan = &runtime.Plan{
 			Kernel: 20,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 40}, {Buf: 41}},
+			Args:  []runtime.ArgRef{{Buf: 40}, {Buf: 41}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1421,7 +1454,7 @@ var Plan = &runtime.Plan{
 			Kernel: 21,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 39}, {Buf: 41}, {Buf: 15}},
+			Args:  []runtime.ArgRef{{Buf: 39}, {Buf: 41}, {Buf: 15}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1433,7 +1466,7 @@ var Plan = &runtime.Plan{
 			Kernel: 22,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 42}},
+			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 42}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1449,7 +1482,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "bc2_sqrt",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1461,7 +1494,7 @@ var Plan = &runtime.Plan{
 			Kernel: 24,
 			Ops:    "div",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 44}},
+			Args:  []runtime.ArgRef{{Buf: 43}, {Buf: 44}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1473,7 +1506,7 @@ var Plan = &runtime.Plan{
 			Kernel: 25,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 44}, {Buf: 45}},
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 44}, {Buf: 45}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1489,7 +1522,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1501,7 +1534,7 @@ var Plan = &runtime.Plan{
 			Kernel: 27,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{}, {Buf: 46}, {}},
+			Args:  []runtime.ArgRef{{}, {Buf: 46}, {}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 2143272}, {Mul: 2143272}, {Mul: 2143272}},
 			Flops: runtime.Sum{{Mul: 535818}},
@@ -1513,10 +1546,10 @@ var Plan = &runtime.Plan{
 			Kernel: 28,
 			Ops:    "sub",
 		}},
-		UpdateFrom: 25,
+		UpdateFrom: 26,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -1537,7 +1570,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -1625,6 +1658,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1749,6 +1786,10 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1831,7 +1872,7 @@ var Plan = &runtime.Plan{
 		}},
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict_eval",
@@ -1852,7 +1893,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -2076,7 +2117,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_fwd",
@@ -2088,7 +2129,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd",
@@ -2105,77 +2146,81 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_fwd_2",
@@ -2187,7 +2232,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_fwd_2",
@@ -2199,7 +2244,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd_2",
@@ -2224,6 +2269,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc3_bias_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "mlp",
 	Optimizer: runtime.Optimizer{
@@ -2257,9 +2306,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -2293,8 +2344,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("mlp_unfused.Step: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("mlp_unfused.Step: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2306,11 +2359,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -2318,8 +2368,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("mlp_unfused.Accumulate: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("mlp_unfused.Accumulate: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2331,24 +2383,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("mlp_unfused.Predict: input %q has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("mlp_unfused.Predict: input %q (models/mlp/model.go:13) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -2370,31 +2423,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -2408,6 +2474,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -2421,6 +2489,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -2432,13 +2502,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -2446,21 +2523,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

@@ -17,7 +17,11 @@
 // the GPU it is the same grid-stride loop over elements; the emulation runs
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
-#ifndef NGEN_EMU
+//
+// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
+// compile these GPU forms and the warp butterflies below exactly as written,
+// so that the tests run the code the GPU runs.
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -25,6 +29,9 @@
     for (long long r = (long long)((unsigned long long)r##_e / (w)), r##_1 = 0; r##_1 < 1; ++r##_1)           \
       for (int j = (int)(r##_e - r * (w)), j##_1 = 0; j##_1 < 1; ++j##_1)
 #endif
+
+// NVRTC compiles without <math.h>, which is where INFINITY comes from.
+#define NGEN_INF __int_as_float(0x7f800000)
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
@@ -40,7 +47,7 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
-#ifndef NGEN_EMU
+#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -54,11 +61,23 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 }
 #endif
 
-// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator that
-// keys dropout masks by (seed, step, stream) and counts by element index,
-// so every backend and every fusion plan draws the same mask.
-__device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long idx) {
-  unsigned c0 = (unsigned)idx, c1 = (unsigned)(idx >> 32), c2 = stream, c3 = (unsigned)step;
+// ngen_arrive counts a block's arrival at one output of a two-phase
+// reduction, after its partial is published, and returns how many blocks
+// arrived before it: the last one sums the partials (codegen/reduce.go).
+#ifndef NGEN_EMU
+__device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
+  __threadfence();
+  return atomicAdd(count, 1u);
+}
+#else
+static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+#endif
+
+// Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
+// dropout masks: counter (ctr lo, ctr hi, stream, step lo), key (seed lo,
+// seed hi ^ step hi). Its four output words go to w[0..3].
+__device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned long long step, unsigned stream, unsigned long long ctr, unsigned w[4]) {
+  unsigned c0 = (unsigned)ctr, c1 = (unsigned)(ctr >> 32), c2 = stream, c3 = (unsigned)step;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32) ^ (unsigned)(step >> 32);
   for (int r = 0; r < 10; ++r) {
     const unsigned h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
@@ -67,13 +86,29 @@ __device__ __forceinline__ unsigned ngen_philox(unsigned long long seed, unsigne
     c0 = n0; c1 = l1; c2 = n2; c3 = l0;
     k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
   }
-  return c0;
+  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }
 
-// ngen_keep is true with probability keep.
+// ngen_keep is true with probability keep: element idx takes word idx & 3
+// of counter idx >> 2 (all four words of each Philox call are used), as the
+// top 24 bits of a float in [0, 1). The mask is a function of (seed, step,
+// stream, idx) alone, so every backend, launch shape and fusion plan draws
+// the same one. ngen_dropout is the element's factor: scale where kept,
+// else 0. Here each thread draws its own element; the CPU emulation
+// (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
+// elements at a time and keeps the kernel loop vectorisable.
+#ifndef NGEN_EMU
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
-  return (float)(ngen_philox(seed, step, stream, (unsigned long long)idx) >> 8) * 5.9604644775390625e-08f < keep;
+  unsigned w[4];
+  ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
+  const unsigned k = (unsigned)idx & 3u; // selects, not w[k]: a dynamic index would put w in local memory
+  const unsigned u = (k & 2u) ? ((k & 1u) ? w[3] : w[2]) : ((k & 1u) ? w[1] : w[0]);
+  return (float)(u >> 8) * 5.9604644775390625e-08f < keep;
 }
+__device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+#endif
 
 // fc1_bias_relu_fwd computes:
 //   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
@@ -118,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
   if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
-  float mx = -INFINITY;
+  float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
     float a13 = in0[i];
@@ -176,24 +211,46 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (512LL));
-        float a21 = in0[i];
-        float a11 = in1[i];
-        float v23 = (a11 > 0.0f ? a21 : 0.0f);
-        out0[i] = v23;
-        { const float x = v23; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+          float a21 = in0[i];
+          float a11 = in1[i];
+          float v23 = (a11 > 0.0f ? a21 : 0.0f);
+          out0[i] = v23;
+          { const float x = v23; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out1[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+      float a21 = in0[i];
+      float a11 = in1[i];
+      float v23 = (a11 > 0.0f ? a21 : 0.0f);
+      out0[i] = v23;
+      { const float x = v23; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out1[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
@@ -203,24 +260,46 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 2048LL;
   const long long nred = (long long)B;
-  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
+  __shared__ float part0[256];
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    float acc0_l[4];
-    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      #pragma unroll
-      for (int ov = 0; ov < 4; ++ov) {
-        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (2048LL));
-        float a26 = in0[i];
-        float a6 = in1[i];
-        float v28 = (a6 > 0.0f ? a26 : 0.0f);
-        out0[i] = v28;
-        { const float x = v28; acc0_l[ov] = acc0_l[ov] + x; }
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
+          float a26 = in0[i];
+          float a6 = in1[i];
+          float v28 = (a6 > 0.0f ? a26 : 0.0f);
+          out0[i] = v28;
+          { const float x = v28; acc0_l[oc] = acc0_l[oc] + x; }
+        }
       }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = acc0_l[oc];
+      }
+      continue;
     }
-    for (int ov = 0; ov < 4; ++ov) {
-      out1[o0 + ov] = acc0_l[ov];
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
+      float a26 = in0[i];
+      float a6 = in1[i];
+      float v28 = (a6 > 0.0f ? a26 : 0.0f);
+      out0[i] = v28;
+      { const float x = v28; acc0 = acc0 + x; }
     }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out1[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
   }
 }
 
@@ -238,7 +317,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
 //   v48 = div <f32[3153418]> v38 v46  # models/mlp/model.go:27
 //   v49 = mul <f32[3153418]> v47 v48  # models/mlp/model.go:27
 //   v50 = sub <f32[3153418]> v32 v49  # models/mlp/model.go:27
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size) {
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
     float a34 = in0[i];
@@ -304,6 +385,22 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
     float a13 = in1[(0) * 10LL + j];
     float v14 = (a12 + a13);
     out0[i] = v14;
+  }
+}
+
+// ngen_guard_float computes:
+//   the loss and every gradient finite; the loss into the status block
+extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
+  int bad = 0;
+  const long long n = 3153418LL;
+  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  if (bad) atomicMax(&status[5], 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const double l = (double)loss[0];
+    if (!(l - l == 0.0)) atomicMax(&status[4], 1);
+    const long long bits = __double_as_longlong(l);
+    status[6] = (int)(unsigned)(unsigned long long)bits;
+    status[7] = (int)(unsigned)((unsigned long long)bits >> 32);
   }
 }
 

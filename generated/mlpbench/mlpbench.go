@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -186,12 +187,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  1024,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:28",
 		Role:      "input",
 		Shape:     "f32[B,1024]",
 	}, {
@@ -247,6 +256,7 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:29",
 		Role:      "input",
 		Shape:     "i32[B]",
 	}, {
@@ -258,13 +268,6 @@ var Plan = &runtime.Plan{
 		Name:  "step.v18",
 		Role:  "temp",
 		Shape: "f32[B,10]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  512,
@@ -362,26 +365,26 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  25,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:34",
 	}, {
-		Buf:    16,
+		Buf:    17,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/mlp/model.go:34",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}, {
-			Buf:  23,
+			Buf:  24,
 			Name: "y",
 		}},
 		Name: "step",
@@ -402,11 +405,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
-				C:     18,
+				C:     19,
 				K:     runtime.Size{Mul: 1024},
 				M: runtime.Size{
 					Mul:  1,
@@ -418,7 +421,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 4}, {Buf: 19}, {
+			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 4}, {Buf: 20}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -460,11 +463,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     19,
+				A:     20,
 				Alpha: 1.0,
 				B:     6,
 				Batch: runtime.Size{Mul: 1},
-				C:     20,
+				C:     21,
 				K:     runtime.Size{Mul: 2048},
 				M: runtime.Size{
 					Mul:  1,
@@ -476,7 +479,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 20}, {Buf: 8}, {Buf: 21}, {
+			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 8}, {Buf: 22}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -519,11 +522,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     21,
+				A:     22,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     22,
+				C:     23,
 				K:     runtime.Size{Mul: 512},
 				M: runtime.Size{
 					Mul:  1,
@@ -539,7 +542,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v16",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 12}, {Buf: 23}, {Buf: 16}, {Buf: 24}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 23}, {Buf: 12}, {Buf: 24}, {Buf: 16}, {Buf: 25}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -575,7 +578,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "add+cross_entropy+ce_grad",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 24}, {Buf: 13}, {
+			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 13}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -609,7 +612,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     24,
+				A:     25,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
@@ -636,9 +639,9 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     24,
+				A:     25,
 				Alpha: 1.0,
-				B:     21,
+				B:     22,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -652,7 +655,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 21}, {Buf: 27}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 22}, {Buf: 27}, {Buf: 9}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -676,7 +679,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -724,7 +727,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     27,
 				Alpha: 1.0,
-				B:     19,
+				B:     20,
 				Batch: runtime.Size{Mul: 1},
 				C:     7,
 				K: runtime.Size{
@@ -738,7 +741,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 19}, {Buf: 29}, {Buf: 5}, {
+			Args: []runtime.ArgRef{{Buf: 28}, {Buf: 20}, {Buf: 29}, {Buf: 5}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -762,7 +765,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 2048},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -783,7 +786,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     29,
 				Alpha: 1.0,
-				B:     17,
+				B:     18,
 				Batch: runtime.Size{Mul: 1},
 				C:     3,
 				K: runtime.Size{
@@ -797,6 +800,20 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
+			Args:    []runtime.ArgRef{{Buf: 17}, {Buf: 1}, {Buf: 16}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     17,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 3153418}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 3153418},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 10,
+			Ops:    "guard: loss and gradients finite",
+			Src:    16,
+		}, {
 			Args: []runtime.ArgRef{{Buf: 14}, {Buf: 1}, {Buf: 15}, {}, {Buf: 14}, {Buf: 15}, {}, {
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
@@ -805,7 +822,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}, {Mul: 3153418}},
@@ -817,10 +834,10 @@ var Plan = &runtime.Plan{
 			Kernel: 6,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 15,
+		UpdateFrom: 16,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -841,7 +858,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -1019,15 +1036,19 @@ var Plan = &runtime.Plan{
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "relu_bwd_sum_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "relu_bwd_sum_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
-		Name:   "relu_bwd_sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "relu_bwd_sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_relu_fwd_2",
@@ -1040,6 +1061,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc3_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "mlpbench",
 	Optimizer: runtime.Optimizer{
@@ -1073,9 +1098,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -1109,8 +1136,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench.Step: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench.Step: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1122,11 +1151,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -1134,8 +1160,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench.Accumulate: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench.Accumulate: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1147,24 +1175,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return nil, fmt.Errorf("mlpbench.Predict: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return nil, fmt.Errorf("mlpbench.Predict: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1183,31 +1212,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -1221,6 +1263,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -1234,6 +1278,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -1245,13 +1291,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -1259,21 +1312,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }

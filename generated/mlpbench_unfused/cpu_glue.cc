@@ -2,9 +2,11 @@
 // Runs the kernels of mlpbench_unfused.cu on the host (runtime/cpu).
 #define NGEN_EMU 1
 #include "ngen_emu.h"
+namespace {
 #include "mlpbench_unfused.cu"
+} // namespace
 
-extern "C" int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k, const ngen_launch *l) {
+extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k, const ngen_launch *l) {
   switch (k) {
   case 0: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 1: NGEN_RUN_SPAN(l, relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -15,27 +17,28 @@ extern "C" int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k, const ngen_la
   case 6: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 7: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 8: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 9: NGEN_RUN_SIMPLE(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 9: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 10: NGEN_RUN_SPAN(l, relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 11: NGEN_RUN_SIMPLE(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 12: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 13: NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 14: NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 15: NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 16: NGEN_RUN_SPAN(l, optimizer_update_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 17: NGEN_RUN_SPAN(l, optimizer_update_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 18: NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 19: NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 20: NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2)));
-  case 21: NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
-  case 22: NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
-  case 23: NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2)));
-  case 24: NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  case 11: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  case 12: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 13: NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 14: NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 15: NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 16: NGEN_RUN_SPAN(l, optimizer_update_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 17: NGEN_RUN_SPAN(l, optimizer_update_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 18: NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 19: NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 20: NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  case 21: NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  case 22: NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  case 23: NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  case 24: NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
   case 25: NGEN_RUN_SPAN(l, fc1_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 26: NGEN_RUN_SPAN(l, relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 27: NGEN_RUN_SPAN(l, fc2_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 28: NGEN_RUN_SPAN(l, relu_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 29: NGEN_RUN_SPAN(l, fc3_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 30: NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   }
   return -1;
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"github.com/ngen-ml/ngen/runtime"
 	"io"
+	"sync"
 )
 
 // cudaSource is the generated CUDA C; the GPU backend compiles it with NVRTC.
@@ -186,12 +187,20 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[]",
 	}, {
+		DType:     runtime.I32,
+		Elems:     runtime.Size{Mul: 8},
+		Name:      "status",
+		Placement: runtime.Persistent,
+		Role:      "status",
+		Shape:     "i32[8]",
+	}, {
 		Elems: runtime.Size{
 			Mul:  1024,
 			Syms: []string{"B"},
 		},
 		Name:      "x",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:28",
 		Role:      "input",
 		Shape:     "f32[B,1024]",
 	}, {
@@ -274,15 +283,9 @@ var Plan = &runtime.Plan{
 		},
 		Name:      "y",
 		Placement: runtime.Persistent,
+		Pos:       "models/mlp/model.go:29",
 		Role:      "input",
 		Shape:     "i32[B]",
-	}, {
-		DType:     runtime.I32,
-		Elems:     runtime.Size{Mul: 4},
-		Name:      "status",
-		Placement: runtime.Persistent,
-		Role:      "status",
-		Shape:     "i32[4]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  10,
@@ -330,61 +333,61 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,2048]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{21, 23},
+		Live:  [2]int{22, 24},
 		Name:  "step.v36",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{22, 23},
+		Live:  [2]int{23, 24},
 		Name:  "step.v37",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{24, 27},
+		Live:  [2]int{25, 28},
 		Name:  "step.v39",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{25, 26},
+		Live:  [2]int{26, 27},
 		Name:  "step.v40",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{26, 27},
+		Live:  [2]int{27, 28},
 		Name:  "step.v41",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{28, 29},
+		Live:  [2]int{29, 30},
 		Name:  "step.v43",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{29, 30},
+		Live:  [2]int{30, 31},
 		Name:  "step.v45",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{30, 31},
+		Live:  [2]int{31, 32},
 		Name:  "step.v46",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{31, 32},
+		Live:  [2]int{32, 33},
 		Name:  "step.v48",
 		Role:  "temp",
 		Shape: "f32[3153418]",
 	}, {
 		Elems: runtime.Size{Mul: 3153418},
-		Live:  [2]int{32, 33},
+		Live:  [2]int{33, 34},
 		Name:  "step.v49",
 		Role:  "temp",
 		Shape: "f32[3153418]",
@@ -469,33 +472,33 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,10]",
 	}},
 	Checks: []runtime.Check{{
-		Buf:  27,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:34",
 	}, {
-		Buf:  27,
+		Buf:  17,
 		Code: 1,
 		Func: "step",
 		Kind: "status",
 		Op:   "cross_entropy",
 		Pos:  "models/mlp/model.go:34",
 	}, {
-		Buf:    16,
+		Buf:    17,
 		Detail: "loss",
 		Func:   "step",
-		Kind:   "finite",
+		Kind:   "guard",
 		Op:     "cross_entropy",
 		Pos:    "models/mlp/model.go:34",
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}, {
-			Buf:  26,
+			Buf:  27,
 			Name: "y",
 		}},
 		Name: "step",
@@ -516,11 +519,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
-				C:     18,
+				C:     19,
 				K:     runtime.Size{Mul: 1024},
 				M: runtime.Size{
 					Mul:  1,
@@ -532,7 +535,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 18}, {Buf: 4}, {Buf: 19}, {
+			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 4}, {Buf: 20}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -559,7 +562,7 @@ var Plan = &runtime.Plan{
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Ops: "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 19}, {Buf: 20}, {
+			Args: []runtime.ArgRef{{Buf: 20}, {Buf: 21}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -599,11 +602,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     20,
+				A:     21,
 				Alpha: 1.0,
 				B:     6,
 				Batch: runtime.Size{Mul: 1},
-				C:     21,
+				C:     22,
 				K:     runtime.Size{Mul: 2048},
 				M: runtime.Size{
 					Mul:  1,
@@ -615,7 +618,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 8}, {Buf: 22}, {
+			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 8}, {Buf: 23}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -643,7 +646,7 @@ var Plan = &runtime.Plan{
 			Kernel: 2,
 			Ops:    "add",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 23}, {
+			Args: []runtime.ArgRef{{Buf: 23}, {Buf: 24}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -683,11 +686,11 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     23,
+				A:     24,
 				Alpha: 1.0,
 				B:     10,
 				Batch: runtime.Size{Mul: 1},
-				C:     24,
+				C:     25,
 				K:     runtime.Size{Mul: 512},
 				M: runtime.Size{
 					Mul:  1,
@@ -699,7 +702,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 24}, {Buf: 12}, {Buf: 25}, {
+			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 12}, {Buf: 26}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -731,7 +734,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.MemsetStep,
 			Ops:  "zero v16",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 16}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 27}, {Buf: 16}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -758,7 +761,7 @@ var Plan = &runtime.Plan{
 			Kernel: 5,
 			Ops:    "cross_entropy",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 25}, {Buf: 26}, {Buf: 28}, {Buf: 27}, {
+			Args: []runtime.ArgRef{{Buf: 26}, {Buf: 27}, {Buf: 28}, {Buf: 17}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -851,7 +854,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     28,
 				Alpha: 1.0,
-				B:     23,
+				B:     24,
 				Batch: runtime.Size{Mul: 1},
 				C:     11,
 				K: runtime.Size{
@@ -865,7 +868,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 23}, {Buf: 30}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 24}, {Buf: 30}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -911,7 +914,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -959,7 +962,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     30,
 				Alpha: 1.0,
-				B:     20,
+				B:     21,
 				Batch: runtime.Size{Mul: 1},
 				C:     7,
 				K: runtime.Size{
@@ -973,7 +976,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 31}, {Buf: 20}, {Buf: 32}, {
+			Args: []runtime.ArgRef{{Buf: 31}, {Buf: 21}, {Buf: 32}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1019,7 +1022,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
-				Div:  1024,
+				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 2048},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
@@ -1040,7 +1043,7 @@ var Plan = &runtime.Plan{
 			Gemm: runtime.Gemm{
 				A:     32,
 				Alpha: 1.0,
-				B:     17,
+				B:     18,
 				Batch: runtime.Size{Mul: 1},
 				C:     3,
 				K: runtime.Size{
@@ -1054,7 +1057,21 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 33}},
+			Args:    []runtime.ArgRef{{Buf: 17}, {Buf: 1}, {Buf: 16}},
+			Block:   [3]int{256, 1, 1},
+			Buf:     17,
+			Builtin: "guard",
+			Bytes:   runtime.Sum{{Mul: 3153418}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1024,
+				Size: runtime.Size{Mul: 3153418},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 30,
+			Ops:    "guard: loss and gradients finite",
+			Src:    16,
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 33}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1066,7 +1083,7 @@ var Plan = &runtime.Plan{
 			Kernel: 12,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 34}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 34}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1078,7 +1095,7 @@ var Plan = &runtime.Plan{
 			Kernel: 13,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {Buf: 14}},
+			Args:  []runtime.ArgRef{{Buf: 33}, {Buf: 34}, {Buf: 14}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1090,7 +1107,7 @@ var Plan = &runtime.Plan{
 			Kernel: 14,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 35}},
+			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 35}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1102,7 +1119,7 @@ var Plan = &runtime.Plan{
 			Kernel: 15,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 36}},
+			Args:  []runtime.ArgRef{{Buf: 1}, {Buf: 36}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1114,7 +1131,7 @@ var Plan = &runtime.Plan{
 			Kernel: 16,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 36}, {Buf: 37}},
+			Args:  []runtime.ArgRef{{Buf: 36}, {Buf: 37}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1126,7 +1143,7 @@ var Plan = &runtime.Plan{
 			Kernel: 17,
 			Ops:    "scale",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 35}, {Buf: 37}, {Buf: 15}},
+			Args:  []runtime.ArgRef{{Buf: 35}, {Buf: 37}, {Buf: 15}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1138,7 +1155,7 @@ var Plan = &runtime.Plan{
 			Kernel: 18,
 			Ops:    "add",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 38}},
+			Args:  []runtime.ArgRef{{Buf: 15}, {Buf: 38}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1154,7 +1171,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "bc2_sqrt",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1166,7 +1183,7 @@ var Plan = &runtime.Plan{
 			Kernel: 20,
 			Ops:    "div",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 39}, {Buf: 40}},
+			Args:  []runtime.ArgRef{{Buf: 39}, {Buf: 40}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1178,7 +1195,7 @@ var Plan = &runtime.Plan{
 			Kernel: 21,
 			Ops:    "addc",
 		}, {
-			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 40}, {Buf: 41}},
+			Args:  []runtime.ArgRef{{Buf: 14}, {Buf: 40}, {Buf: 41}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1194,7 +1211,7 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgF32,
 				Scalar: "step_size",
-			}},
+			}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1206,7 +1223,7 @@ var Plan = &runtime.Plan{
 			Kernel: 23,
 			Ops:    "mul",
 		}, {
-			Args:  []runtime.ArgRef{{}, {Buf: 42}, {}},
+			Args:  []runtime.ArgRef{{}, {Buf: 42}, {}, {Buf: 17}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{Mul: 12613672}, {Mul: 12613672}, {Mul: 12613672}},
 			Flops: runtime.Sum{{Mul: 3153418}},
@@ -1218,10 +1235,10 @@ var Plan = &runtime.Plan{
 			Kernel: 24,
 			Ops:    "sub",
 		}},
-		UpdateFrom: 21,
+		UpdateFrom: 22,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  17,
+			Buf:  18,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -1242,7 +1259,7 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}},
 			Gemm: runtime.Gemm{
-				A:     17,
+				A:     18,
 				Alpha: 1.0,
 				B:     2,
 				Batch: runtime.Size{Mul: 1},
@@ -1489,67 +1506,71 @@ var Plan = &runtime.Plan{
 		Name:       "relu_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_2",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "sum_bwd_3",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "sum_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_fwd_2",
@@ -1570,6 +1591,10 @@ var Plan = &runtime.Plan{
 		GridStride: true,
 		Name:       "fc3_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		GridStride: true,
+		Name:       "ngen_guard_float",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}},
 	Model: "mlpbench",
 	Optimizer: runtime.Optimizer{
@@ -1603,9 +1628,11 @@ type Options struct {
 	AccumulationSteps int    // k > 1: Step sums the gradients of k calls and updates on every k-th
 }
 
-// Model is one instance of the model on a device.
+// Model is one instance of the model on a device. It is safe for concurrent
+// use: each method runs alone. After Close every method returns an error.
 type Model struct {
-	s *runtime.Session
+	s  *runtime.Session
+	mu sync.Mutex
 }
 
 // New loads the kernels on dev, allocates storage for batches of up to
@@ -1639,8 +1666,10 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench_unfused.Step: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench_unfused.Step: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1652,11 +1681,8 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.Run("step", rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Accumulate runs forward and backward on a micro-batch, adds its gradient
@@ -1664,8 +1690,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench_unfused.Accumulate: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench_unfused.Accumulate: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1677,24 +1705,25 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	if err := m.s.RunGrads(rows); err != nil {
 		return 0, err
 	}
-	out := make([]float32, 1)
-	if err := m.s.Read(16, out); err != nil {
-		return 0, err
-	}
-	return out[0], nil
+	out, err := m.s.StepLoss()
+	return float32(out), err
 }
 
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []float32) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return nil, fmt.Errorf("mlpbench_unfused.Predict: input %q has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return nil, fmt.Errorf("mlpbench_unfused.Predict: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -1713,31 +1742,44 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Training()
 }
 
-// SetLR changes the learning rate of later steps.
-func (m *Model) SetLR(lr float64) {
-	m.s.SetLR(lr)
+// SetLR changes the learning rate of later steps; NaN, ±Inf and negative
+// rates are rejected and leave the rate as it was.
+func (m *Model) SetLR(lr float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return nil, err
@@ -1751,6 +1793,8 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
 		return nil, err
@@ -1764,6 +1808,8 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
 		return err
@@ -1775,13 +1821,20 @@ func (m *Model) SetParam(name string, v []float32) error {
 	return m.s.WriteFloats(i, f)
 }
 
-// Save writes a checkpoint: parameters, optimizer state, step count.
+// Save writes a safetensors checkpoint: parameters and state under their
+// PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
 
-// Load restores a checkpoint written by Save; on error nothing changes.
+// Load restores a checkpoint written by Save (or from PyTorch through
+// scripts/safetensors_io.py); it checks everything first, and on error
+// nothing changes.
 func (m *Model) Load(r io.Reader) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
 
@@ -1789,21 +1842,28 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
 
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.s.Close()
 }
 
-// Session exposes the underlying runtime session.
+// Session exposes the underlying runtime session, which is not safe for
+// concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
 	return m.s
 }
