@@ -2,6 +2,8 @@ package compiler
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
@@ -333,8 +335,10 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		m.bufOf[v] = i
 		return i
 	}
-	// Outputs the caller reads live in persistent buffers.
-	for name, v := range f.Outputs {
+	// Outputs the caller reads live in persistent buffers, numbered in
+	// name order so that generation is deterministic.
+	for _, name := range slices.Sorted(maps.Keys(f.Outputs)) {
+		v := f.Outputs[name]
 		b := base(v)
 		if _, ok := forced[b]; !ok && b.Role == ir.Temp {
 			i := m.persistent("output", name+"."+f.Name, v.DType, v.Shape)

@@ -650,13 +650,13 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,1,32]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  99,
+			Mul:  256,
 			Syms: []string{"B"},
 		},
-		Name:      "output",
+		Name:      "cn",
 		Placement: runtime.Persistent,
 		Role:      "output",
-		Shape:     "f32[B,99]",
+		Shape:     "f32[2,B,128]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  256,
@@ -668,13 +668,13 @@ var Plan = &runtime.Plan{
 		Shape:     "f32[2,B,128]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  256,
+			Mul:  99,
 			Syms: []string{"B"},
 		},
-		Name:      "cn",
+		Name:      "output",
 		Placement: runtime.Persistent,
 		Role:      "output",
-		Shape:     "f32[2,B,128]",
+		Shape:     "f32[B,99]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  32,
@@ -2042,13 +2042,13 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  68,
+			Buf:  66,
 			Name: "cn",
 		}, {
 			Buf:  67,
 			Name: "hn",
 		}, {
-			Buf:  66,
+			Buf:  68,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
@@ -2466,7 +2466,7 @@ var Plan = &runtime.Plan{
 			Kernel: 33,
 			Ops:    "slice+slice",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 94}, {Buf: 96}, {Buf: 98}, {Buf: 100}, {Buf: 67}, {Buf: 68}, {
+			Args: []runtime.ArgRef{{Buf: 94}, {Buf: 96}, {Buf: 98}, {Buf: 100}, {Buf: 67}, {Buf: 66}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2530,7 +2530,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 22}, {Buf: 66}, {
+			Args: []runtime.ArgRef{{Buf: 102}, {Buf: 22}, {Buf: 68}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2866,7 +2866,7 @@ func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error
 	if err := m.s.WriteInput("c0", c0, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 66
+	fn, buf := "predict", 68
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -773,15 +773,6 @@ var Plan = &runtime.Plan{
 		Shape: "f32[230979]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  99,
-			Syms: []string{"B"},
-		},
-		Name:      "output",
-		Placement: runtime.Persistent,
-		Role:      "output",
-		Shape:     "f32[B,99]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  256,
 			Syms: []string{"B"},
 		},
@@ -798,6 +789,15 @@ var Plan = &runtime.Plan{
 		Placement: runtime.Persistent,
 		Role:      "output",
 		Shape:     "f32[2,B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  99,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,99]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  32,
@@ -2613,13 +2613,13 @@ var Plan = &runtime.Plan{
 		}},
 		Name: "predict",
 		Outputs: []runtime.Named{{
-			Buf:  84,
+			Buf:  83,
 			Name: "cn",
 		}, {
-			Buf:  85,
+			Buf:  84,
 			Name: "hn",
 		}, {
-			Buf:  83,
+			Buf:  85,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
@@ -3177,7 +3177,7 @@ var Plan = &runtime.Plan{
 			Kernel: 65,
 			Ops:    "slice",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 112}, {Buf: 114}, {Buf: 85}, {
+			Args: []runtime.ArgRef{{Buf: 112}, {Buf: 114}, {Buf: 84}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3204,7 +3204,7 @@ var Plan = &runtime.Plan{
 			Kernel: 66,
 			Ops:    "concat",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 118}, {Buf: 84}, {
+			Args: []runtime.ArgRef{{Buf: 116}, {Buf: 118}, {Buf: 83}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3283,7 +3283,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 22}, {Buf: 83}, {
+			Args: []runtime.ArgRef{{Buf: 121}, {Buf: 22}, {Buf: 85}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -3761,7 +3761,7 @@ func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error
 	if err := m.s.WriteInput("c0", c0, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 83
+	fn, buf := "predict", 85
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -478,15 +478,6 @@ var Plan = &runtime.Plan{
 		Shape: "f32[B,16,32]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  5,
-			Syms: []string{"B"},
-		},
-		Name:      "output",
-		Placement: runtime.Persistent,
-		Role:      "output",
-		Shape:     "f32[B,5]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
@@ -494,6 +485,15 @@ var Plan = &runtime.Plan{
 		Placement: runtime.Persistent,
 		Role:      "output",
 		Shape:     "f32[1,B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  5,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,5]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  512,
@@ -545,7 +545,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,16,128]",
 	}, {
-		AliasOf: 49,
+		AliasOf: 48,
 		Elems: runtime.Size{
 			Mul:  128,
 			Syms: []string{"B"},
@@ -1333,7 +1333,7 @@ var Plan = &runtime.Plan{
 			Buf:  56,
 			Name: "hn",
 		}, {
-			Buf:  48,
+			Buf:  49,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
@@ -1478,7 +1478,7 @@ var Plan = &runtime.Plan{
 			Kernel: 20,
 			Ops:    "slice",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 54}, {Buf: 49}, {
+			Args: []runtime.ArgRef{{Buf: 54}, {Buf: 48}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1554,7 +1554,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 14}, {Buf: 48}, {
+			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 14}, {Buf: 49}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1828,7 +1828,7 @@ func (m *Model) Predict(x []int32, mask []int32) ([]float32, error) {
 	if err := m.s.WriteInput("mask", mask, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 48
+	fn, buf := "predict", 49
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

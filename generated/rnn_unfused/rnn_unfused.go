@@ -574,15 +574,6 @@ var Plan = &runtime.Plan{
 		Shape: "f32[23109]",
 	}, {
 		Elems: runtime.Size{
-			Mul:  5,
-			Syms: []string{"B"},
-		},
-		Name:      "output",
-		Placement: runtime.Persistent,
-		Role:      "output",
-		Shape:     "f32[B,5]",
-	}, {
-		Elems: runtime.Size{
 			Mul:  128,
 			Syms: []string{"B"},
 		},
@@ -590,6 +581,15 @@ var Plan = &runtime.Plan{
 		Placement: runtime.Persistent,
 		Role:      "output",
 		Shape:     "f32[1,B,128]",
+	}, {
+		Elems: runtime.Size{
+			Mul:  5,
+			Syms: []string{"B"},
+		},
+		Name:      "output",
+		Placement: runtime.Persistent,
+		Role:      "output",
+		Shape:     "f32[B,5]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  512,
@@ -651,7 +651,7 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,16,128]",
 	}, {
-		AliasOf: 63,
+		AliasOf: 62,
 		Elems: runtime.Size{
 			Mul:  128,
 			Syms: []string{"B"},
@@ -1759,7 +1759,7 @@ var Plan = &runtime.Plan{
 			Buf:  71,
 			Name: "hn",
 		}, {
-			Buf:  62,
+			Buf:  63,
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
@@ -1929,7 +1929,7 @@ var Plan = &runtime.Plan{
 			Kernel: 41,
 			Ops:    "slice",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 69}, {Buf: 63}, {
+			Args: []runtime.ArgRef{{Buf: 69}, {Buf: 62}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2005,7 +2005,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 74}, {Buf: 14}, {Buf: 62}, {
+			Args: []runtime.ArgRef{{Buf: 74}, {Buf: 14}, {Buf: 63}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -2365,7 +2365,7 @@ func (m *Model) Predict(x []int32, mask []int32) ([]float32, error) {
 	if err := m.s.WriteInput("mask", mask, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 62
+	fn, buf := "predict", 63
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
