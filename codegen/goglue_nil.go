@@ -18,11 +18,11 @@ func (g *glue) lockHelper(f *jen.File) {
 	f.Comment("nil *Model or a zero Model, which New did not make.")
 	recv(f).Id("lock").Params(jen.Id("method").String()).Error().Block(
 		jen.If(jen.Id("m").Op("==").Nil()).Block(
-			jen.Return(jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".%s: the *Model is nil (make one with "+g.pkg+".New)"), jen.Id("method")))),
+			jen.Return(jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".%s: the *Model is nil, not made by New (use "+g.pkg+".New)"), jen.Id("method")))),
 		jen.Id("m").Dot("mu").Dot("Lock").Call(),
 		jen.If(ms().Op("==").Nil()).Block(
 			jen.Id("m").Dot("mu").Dot("Unlock").Call(),
-			jen.Return(jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".%s: the Model was not made by "+g.pkg+".New"), jen.Id("method")))),
+			jen.Return(jen.Qual("fmt", "Errorf").Call(jen.Lit(g.pkg+".%s: the Model was not made by New (use "+g.pkg+".New)"), jen.Id("method")))),
 		jen.Return(jen.Nil()),
 	)
 }
