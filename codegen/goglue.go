@@ -110,6 +110,7 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 	)
 
 	g.constructor(f)
+	g.lockHelper(f)
 	if err := g.step(f); err != nil {
 		return nil, err
 	}
@@ -148,15 +149,9 @@ func recv(f *jen.File) *jen.Statement { return f.Func().Params(jen.Id("m").Op("*
 
 func ms() *jen.Statement { return jen.Id("m").Dot("s") }
 
-// locked prefixes a method body with taking the model's mutex: a model is
-// safe for concurrent use, each method running alone (README,
-// "Concurrency").
-func locked(body ...jen.Code) []jen.Code {
-	return append([]jen.Code{
-		jen.Id("m").Dot("mu").Dot("Lock").Call(),
-		jen.Defer().Id("m").Dot("mu").Dot("Unlock").Call(),
-	}, body...)
-}
+// Every method body takes the model's mutex (errBody, plainBody in
+// goglue_nil.go): a model is safe for concurrent use, each method running
+// alone (README, "Concurrency").
 
 func (g *glue) constructor(f *jen.File) {
 	f.Comment("Options size a model instance.")
@@ -167,6 +162,8 @@ func (g *glue) constructor(f *jen.File) {
 	)
 	f.Comment("Model is one instance of the model on a device. It is safe for concurrent")
 	f.Comment("use: each method runs alone. After Close every method returns an error.")
+	f.Comment("A nil *Model or a zero Model (not made by New) does not panic: methods")
+	f.Comment("with an error result return an error, the others their zero value.")
 	f.Type().Id("Model").Struct(jen.Id("s").Op("*").Qual(rtPath, "Session"), jen.Id("mu").Qual("sync", "Mutex"))
 
 	f.Comment("New loads the kernels on dev, allocates storage for batches of up to")
@@ -291,11 +288,11 @@ func (g *glue) step(f *jen.File) error {
 		for _, l := range m.doc {
 			f.Comment(l)
 		}
-		recv(f).Id(m.name).Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(locked(body...)...)
+		recv(f).Id(m.name).Params(params...).Params(jen.Id("loss").Id(g.T), jen.Err().Error()).Block(errBody(m.name, []jen.Code{jen.Lit(0)}, body...)...)
 	}
 	f.Comment("Update runs the optimizer update with the mean gradient of the micro-batches")
 	f.Comment("accumulated since the last update.")
-	recv(f).Id("Update").Params().Error().Block(locked(jen.Return(ms().Dot("RunUpdate").Call()))...)
+	recv(f).Id("Update").Params().Error().Block(errBody("Update", nil, jen.Return(ms().Dot("RunUpdate").Call()))...)
 	return nil
 }
 
@@ -338,29 +335,29 @@ func (g *glue) predict(f *jen.File) error {
 	)
 	f.Comment("Predict runs the forward pass (in the current Train/Eval mode) and")
 	f.Comment("returns the model's output for every row, row-major.")
-	recv(f).Id("Predict").Params(params...).Params(jen.Index().Id(et), jen.Error()).Block(locked(body...)...)
+	recv(f).Id("Predict").Params(params...).Params(jen.Index().Id(et), jen.Error()).Block(errBody("Predict", []jen.Code{jen.Nil()}, body...)...)
 	return nil
 }
 
 func (g *glue) accessors(f *jen.File) {
 	T := g.T
 	f.Comment("Train selects training behaviour (dropout on), like torch's model.train().")
-	recv(f).Id("Train").Params().Block(locked(ms().Dot("SetTrain").Call(jen.True()))...)
+	recv(f).Id("Train").Params().Block(plainBody("Train", nil, ms().Dot("SetTrain").Call(jen.True()))...)
 	f.Comment("Eval selects evaluation behaviour (dropout off), like model.eval().")
-	recv(f).Id("Eval").Params().Block(locked(ms().Dot("SetTrain").Call(jen.False()))...)
+	recv(f).Id("Eval").Params().Block(plainBody("Eval", nil, ms().Dot("SetTrain").Call(jen.False()))...)
 	f.Comment("Training reports whether the model is in training mode.")
-	recv(f).Id("Training").Params().Bool().Block(locked(jen.Return(ms().Dot("Training").Call()))...)
+	recv(f).Id("Training").Params().Bool().Block(plainBody("Training", []jen.Code{jen.False()}, jen.Return(ms().Dot("Training").Call()))...)
 	f.Comment("SetLR changes the learning rate of later steps; NaN, ±Inf and negative")
 	f.Comment("rates are rejected and leave the rate as it was.")
-	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Error().Block(locked(jen.Return(ms().Dot("SetLR").Call(jen.Id("lr"))))...)
+	recv(f).Id("SetLR").Params(jen.Id("lr").Float64()).Error().Block(errBody("SetLR", nil, jen.Return(ms().Dot("SetLR").Call(jen.Id("lr"))))...)
 	f.Comment("Params lists the parameter names in declaration order.")
-	recv(f).Id("Params").Params().Index().String().Block(locked(jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))...)
+	recv(f).Id("Params").Params().Index().String().Block(plainBody("Params", []jen.Code{jen.Nil()}, jen.Return(ms().Dot("Names").Call(jen.Lit("param"))))...)
 	for _, acc := range []struct{ name, role, doc string }{
 		{"Param", "param", "Param returns a copy of the named parameter."},
 		{"Grad", "grad", "Grad returns a copy of the named parameter's gradient from the last Step."},
 	} {
 		f.Comment(acc.doc)
-		recv(f).Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(locked(
+		recv(f).Id(acc.name).Params(jen.Id("name").String()).Params(jen.Index().Id(T), jen.Error()).Block(errBody(acc.name, []jen.Code{jen.Nil()},
 			jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit(acc.role), jen.Id("name")),
 			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 			jen.Id("out").Op(":=").Make(jen.Index().Id(T), ms().Dot("Elems").Call(jen.Id("i"))),
@@ -369,7 +366,7 @@ func (g *glue) accessors(f *jen.File) {
 		)...)
 	}
 	f.Comment("SetParam overwrites the named parameter; v must have its element count.")
-	recv(f).Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(locked(
+	recv(f).Id("SetParam").Params(jen.Id("name").String(), jen.Id("v").Index().Id(T)).Error().Block(errBody("SetParam", nil,
 		jen.List(jen.Id("i"), jen.Err()).Op(":=").Add(ms()).Dot("Lookup").Call(jen.Lit("param"), jen.Id("name")),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
 		jen.Id("f").Op(":=").Make(jen.Index().Float64(), jen.Len(jen.Id("v"))),
@@ -378,23 +375,24 @@ func (g *glue) accessors(f *jen.File) {
 	)...)
 	f.Comment("Save writes a safetensors checkpoint: parameters and state under their")
 	f.Comment("PyTorch state_dict names, optimizer state, step count, with a SHA-256.")
-	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(locked(jen.Return(ms().Dot("Save").Call(jen.Id("w"))))...)
+	recv(f).Id("Save").Params(jen.Id("w").Qual("io", "Writer")).Error().Block(errBody("Save", nil, jen.Return(ms().Dot("Save").Call(jen.Id("w"))))...)
 	f.Comment("Load restores a checkpoint written by Save (or from PyTorch through")
 	f.Comment("scripts/safetensors_io.py); it checks everything first, and on error")
 	f.Comment("nothing changes.")
-	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(locked(jen.Return(ms().Dot("Load").Call(jen.Id("r"))))...)
+	recv(f).Id("Load").Params(jen.Id("r").Qual("io", "Reader")).Error().Block(errBody("Load", nil, jen.Return(ms().Dot("Load").Call(jen.Id("r"))))...)
 	f.Comment("MemStats reports the device's memory: bytes allocated, reserved (held from")
 	f.Comment("the driver, including a caching allocator's cache) and the peak allocated,")
 	f.Comment("as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.")
-	recv(f).Id("MemStats").Params().Qual(rtPath, "MemStats").Block(locked(jen.Return(ms().Dot("Device").Call().Dot("MemStats").Call()))...)
+	recv(f).Id("MemStats").Params().Qual(rtPath, "MemStats").Block(plainBody("MemStats", []jen.Code{jen.Qual(rtPath, "MemStats").Values()}, jen.Return(ms().Dot("Device").Call().Dot("MemStats").Call()))...)
 	f.Comment("ResetPeak restarts the device's peak from what is allocated now, like")
 	f.Comment("torch.cuda.reset_peak_memory_stats; false when the backend cannot.")
-	recv(f).Id("ResetPeak").Params().Bool().Block(locked(jen.Return(jen.Qual(rtPath, "ResetPeak").Call(ms().Dot("Device").Call())))...)
+	recv(f).Id("ResetPeak").Params().Bool().Block(plainBody("ResetPeak", []jen.Code{jen.False()}, jen.Return(jen.Qual(rtPath, "ResetPeak").Call(ms().Dot("Device").Call())))...)
 	f.Comment("Close frees the model's device memory.")
-	recv(f).Id("Close").Params().Error().Block(locked(jen.Return(ms().Dot("Close").Call()))...)
+	recv(f).Id("Close").Params().Error().Block(errBody("Close", nil, jen.Return(ms().Dot("Close").Call()))...)
 	f.Comment("Session exposes the underlying runtime session, which is not safe for")
 	f.Comment("concurrent use: calls on it bypass the model's mutex.")
-	recv(f).Id("Session").Params().Op("*").Qual(rtPath, "Session").Block(jen.Return(ms()))
+	recv(f).Id("Session").Params().Op("*").Qual(rtPath, "Session").Block(
+		jen.If(jen.Id("m").Op("==").Nil()).Block(jen.Return(jen.Nil())), jen.Return(ms()))
 }
 
 // reserved are the identifiers a generated method body uses besides its

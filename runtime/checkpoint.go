@@ -210,7 +210,7 @@ func (s *Session) Load(r io.Reader) error {
 	if int64(len(b)) == limit {
 		return fmt.Errorf("%s: checkpoint is longer than any checkpoint of this model", s.plan.Model)
 	}
-	c, err := decodeCheckpoint(b, names, ents, s.lr, s.seed)
+	c, err := decodeCheckpoint(b, names, ents, s.plan.Optimizer, s.lr, s.seed)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
 	}
@@ -251,10 +251,10 @@ type decoded struct {
 }
 
 // decodeCheckpoint parses and checks a checkpoint against the model's
-// tensors (names in file order, ents by name); lr and seed are the values
-// the session keeps when the file has none. It touches no device, so it
-// is fuzzed on its own (FuzzDecodeCheckpoint).
-func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, lr float64, seed uint64) (*decoded, error) {
+// tensors (names in file order, ents by name) and optimizer o; lr and seed
+// are the values the session keeps when the file has none. It touches no
+// device, so it is fuzzed on its own (FuzzDecodeCheckpoint).
+func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Optimizer, lr float64, seed uint64) (*decoded, error) {
 	f, err := safetensors.Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
@@ -305,6 +305,9 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, lr fl
 	c.step, c.lr, c.seed, c.calls, err = counters(f.Metadata, haveOpt > 0, lr, seed)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := checkAdamState(o, c.step, names, ents, got); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

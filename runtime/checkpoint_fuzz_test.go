@@ -9,14 +9,17 @@ import (
 	"github.com/ngen-ml/ngen/runtime/safetensors"
 )
 
-// A model of three checkpoint tensors: a parameter, declared state and
-// the parameter's Adam moment.
-var fuzzNames = []string{"fc.weight", "bn.running_mean", OptimizerPrefix + "fc.weight.exp_avg"}
+// A model of four checkpoint tensors: a parameter, declared state and
+// the parameter's Adam moments.
+var fuzzNames = []string{"fc.weight", "bn.running_mean", OptimizerPrefix + "fc.weight.exp_avg", OptimizerPrefix + "fc.weight.exp_avg_sq"}
+
+var fuzzOpt = Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
 
 var fuzzEnts = map[string]ckptEntry{
-	"fc.weight":                           {buf: 0, n: 6, shape: []int64{2, 3}, dtype: F32},
-	"bn.running_mean":                     {buf: 1, n: 3, shape: []int64{3}, dtype: F32},
-	OptimizerPrefix + "fc.weight.exp_avg": {buf: 2, n: 6, shape: []int64{2, 3}, dtype: F32, opt: true},
+	"fc.weight":                              {buf: 0, n: 6, shape: []int64{2, 3}, dtype: F32},
+	"bn.running_mean":                        {buf: 1, n: 3, shape: []int64{3}, dtype: F32},
+	OptimizerPrefix + "fc.weight.exp_avg":    {buf: 2, n: 6, shape: []int64{2, 3}, dtype: F32, opt: true},
+	OptimizerPrefix + "fc.weight.exp_avg_sq": {buf: 3, n: 6, shape: []int64{2, 3}, dtype: F32, opt: true},
 }
 
 func f32s(vs ...float32) []byte {
@@ -39,7 +42,8 @@ func goodTensors() []safetensors.Tensor {
 	return []safetensors.Tensor{
 		{Name: "fc.weight", DType: "F32", Shape: []int64{2, 3}, Data: f32s(1, 2, 3, 4, 5, 6)},
 		{Name: "bn.running_mean", DType: "F32", Shape: []int64{3}, Data: f32s(0, 0, 0)},
-		{Name: OptimizerPrefix + "fc.weight.exp_avg", DType: "F32", Shape: []int64{2, 3}, Data: f32s(0, 0, 0, 0, 0, 0)},
+		{Name: OptimizerPrefix + "fc.weight.exp_avg", DType: "F32", Shape: []int64{2, 3}, Data: f32s(0.01, -0.02, 0, 0, 0, 0)},
+		{Name: OptimizerPrefix + "fc.weight.exp_avg_sq", DType: "F32", Shape: []int64{2, 3}, Data: f32s(1e-5, 2e-5, 0, 0, 0, 1)},
 	}
 }
 
@@ -64,9 +68,16 @@ func checkpointSeeds(t testing.TB) map[string][]byte {
 		return ts
 	}, nil)
 	mod("missing", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] }, nil)
-	mod("half the optimizer", func(ts []safetensors.Tensor) []safetensors.Tensor {
-		return append(ts, safetensors.Tensor{Name: OptimizerPrefix + "fc.weight.exp_avg_sq", DType: "F32", Shape: []int64{2, 3}, Data: make([]byte, 24)})
+	mod("half the optimizer", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[:3] }, nil)
+	mod("exp_avg 3e38", func(ts []safetensors.Tensor) []safetensors.Tensor {
+		ts[2].Data = f32s(3e38, 0, 0, 0, 0, 0)
+		return ts
 	}, nil)
+	mod("exp_avg beyond the moments' bound", func(ts []safetensors.Tensor) []safetensors.Tensor {
+		ts[2].Data = f32s(0.01, -0.02, 0, 0, 0, 6) // 6 > C_4·sqrt(1)
+		return ts
+	}, nil)
+	mod("moments at step 0", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "0", "ngen.lr": "0.001"})
 	mod("step 2^64-1", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "18446744073709551615"})
 	mod("lr NaN", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.lr": "NaN"})
 	seeds["trailing"] = append(append([]byte(nil), seeds["good"]...), 0)
@@ -75,9 +86,9 @@ func checkpointSeeds(t testing.TB) map[string][]byte {
 
 func TestDecodeCheckpoint(t *testing.T) {
 	for name, b := range checkpointSeeds(t) {
-		c, err := decodeCheckpoint(b, fuzzNames, fuzzEnts, 0.5, 7)
+		c, err := decodeCheckpoint(b, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7)
 		if name == "good" {
-			if err != nil || c.step != 4 || c.lr != 0.001 || c.seed != 7 || len(c.data) != 3 {
+			if err != nil || c.step != 4 || c.lr != 0.001 || c.seed != 7 || len(c.data) != 4 {
 				t.Fatalf("good: %+v, %v", c, err)
 			}
 			continue
@@ -87,7 +98,7 @@ func TestDecodeCheckpoint(t *testing.T) {
 		}
 	}
 	// A file from PyTorch without optimizer state starts a fresh one.
-	c, err := decodeCheckpoint(fuzzFile(t, map[string]string{"ngen.step": "9"}, goodTensors()[:2]), fuzzNames, fuzzEnts, 0.5, 7)
+	c, err := decodeCheckpoint(fuzzFile(t, map[string]string{"ngen.step": "9"}, goodTensors()[:2]), fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7)
 	if err != nil || c.step != 0 || c.lr != 0.5 {
 		t.Fatalf("without optimizer state: %+v, %v", c, err)
 	}
@@ -100,7 +111,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := decodeCheckpoint(b, fuzzNames, fuzzEnts, 0.5, 7)
+		c, err := decodeCheckpoint(b, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7)
 		if err != nil {
 			if strings.Contains(err.Error(), "%!") {
 				t.Fatalf("malformed message: %v", err)
@@ -116,6 +127,19 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		if c.step < 0 || math.IsNaN(c.lr) || c.lr < 0 {
 			t.Fatalf("counters %+v", c)
 		}
+		// Accepted Adam moments satisfy the step-free bound (its closed
+		// form, not the code under test).
+		m, v := c.data[fuzzNames[2]], c.data[fuzzNames[3]]
+		if m != nil {
+			b1, b2 := fuzzOpt.Beta1, fuzzOpt.Beta2
+			lim := (1 - b1) / math.Sqrt(1-b2) / math.Sqrt(1-b1*b1/b2) * (1 + adamRoundTol)
+			for k := 0; k < 6; k++ {
+				mk, vk := elem(m, F32, int64(k)), elem(v, F32, int64(k))
+				if vk < 0 || math.Abs(mk) > lim*math.Sqrt(vk+0x1p-126/(1-b2)) {
+					t.Fatalf("accepted moments m=%g v=%g at %d", mk, vk, k)
+				}
+			}
+		}
 	})
 }
 
@@ -128,7 +152,7 @@ func TestEveryByteFlipRejected(t *testing.T) {
 	for i := range c {
 		for _, x := range []byte{0x01, 0x20, 0x80, 0xff} {
 			c[i] ^= x
-			if _, err := decodeCheckpoint(c, fuzzNames, fuzzEnts, 0.5, 7); err == nil {
+			if _, err := decodeCheckpoint(c, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7); err == nil {
 				t.Fatalf("flip 0x%02x at byte %d of %d accepted", x, i, len(c))
 			}
 			c[i] ^= x

@@ -70,10 +70,11 @@ func (g *group) attach(m model) error {
 }
 
 // shard makes the loader read this rank's part of each global batch.
-func (g *group) shard(l *data.Loader) {
+func (g *group) shard(l *data.Loader) error {
 	if g.comm != nil {
-		l.Shard(g.comm.Rank(), g.comm.Size())
+		return l.Shard(g.comm.Rank(), g.comm.Size())
 	}
+	return nil
 }
 
 // sum adds vals over the ranks, in place.

@@ -32,9 +32,9 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		var src batches = data.NewLoader(ds, 32, true, 9)
+		var src batches = must(data.NewLoader(ds, 32, true, 9))
 		if pre {
-			src = data.NewPrefetcher(data.NewLoader(ds, 32, true, 9))
+			src = data.NewPrefetcher(must(data.NewLoader(ds, 32, true, 9)))
 		}
 		var sums []float64
 		for range 2 {
@@ -60,4 +60,12 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			t.Fatalf("%s differs", name)
 		}
 	}
+}
+
+// must is v, failing the test (by panicking) on err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

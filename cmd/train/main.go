@@ -183,8 +183,13 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if err := grp.attach(m); err != nil {
 		return nil, err
 	}
-	loader := data.NewLoader(trainSet, batch, true, seed)
-	grp.shard(loader)
+	loader, err := data.NewLoader(trainSet, batch, true, seed)
+	if err != nil {
+		return nil, err
+	}
+	if err := grp.shard(loader); err != nil {
+		return nil, err
+	}
 	src, closeSrc, err := newBatches(loader, dev)
 	if err != nil {
 		return nil, err
@@ -266,7 +271,10 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 // correct predictions.
 func countCorrect(m model, ds *data.Dataset, batch int) (int, error) {
 	m.Eval()
-	loader := data.NewLoader(ds, batch, false, 0)
+	loader, err := data.NewLoader(ds, batch, false, 0)
+	if err != nil {
+		return 0, err
+	}
 	correct := 0
 	for {
 		x, y, ok := loader.Next()

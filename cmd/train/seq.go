@@ -140,7 +140,10 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		return nil, err
 	}
 	defer m.Close()
-	loader := data.NewSeqLoader(sets.Train, o.batch, true, o.seed)
+	loader, err := data.NewSeqLoader(sets.Train, o.batch, true, o.seed)
+	if err != nil {
+		return nil, err
+	}
 	tr := sets.Train
 	fmt.Printf("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d, %d steps per epoch\n",
 		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, loader.Len())
@@ -242,7 +245,10 @@ func (e seqEval) String() string {
 func evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
 	m.Eval()
 	defer m.Train()
-	l := data.NewSeqLoader(s, batch, false, 0)
+	l, err := data.NewSeqLoader(s, batch, false, 0)
+	if err != nil {
+		return seqEval{}, err
+	}
 	var nll float64
 	correct, n := 0, 0
 	for {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // TestAdversarialRuntime keeps the cases of the second adversarial pass
@@ -77,8 +78,9 @@ func save(t *testing.T, m *mlp.Model) []byte {
 
 // TestNoDeviceNoSession: New and MaxBatch with a nil device, and a zero
 // Model (declared, not made by New), panicked with a nil dereference; the
-// methods that can fail now say why. (MemStats and ResetPeak, which
-// return no error, still need a model made by New.)
+// methods that can fail now say why, and MemStats and ResetPeak, which
+// return no error, return zero values (TestNilAndZeroModel covers a nil
+// *Model too).
 func TestNoDeviceNoSession(t *testing.T) {
 	if _, err := mlp.New(nil, mlp.Options{Batch: 4}); err == nil || !strings.Contains(err.Error(), "device is nil") {
 		t.Errorf("New(nil): %v", err)
@@ -90,7 +92,7 @@ func TestNoDeviceNoSession(t *testing.T) {
 	x, y := batch(1, 1)
 	m.Train()
 	m.Eval()
-	if m.Training() || len(m.Params()) != 0 {
+	if m.Training() || len(m.Params()) != 0 || m.ResetPeak() || m.MemStats() != (runtime.MemStats{}) {
 		t.Error("a zero Model reports training or parameters")
 	}
 	for name, fn := range map[string]func() error{

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -32,11 +33,18 @@ type Loader struct {
 
 // NewLoader returns a loader over ds with batches of batch samples. With
 // shuffle, each epoch visits the samples in an order drawn from a PCG seeded
-// with seed; without it, in dataset order.
-func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) *Loader {
-	if batch <= 0 {
-		panic(fmt.Sprintf("data.NewLoader: batch size %d, want > 0", batch))
+// with seed; without it, in dataset order. A nil or inconsistent data set
+// and a batch size below 1 are errors.
+func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) (*Loader, error) {
+	if err := ds.check(); err != nil {
+		return nil, fmt.Errorf("data.NewLoader: %w", err)
 	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("data.NewLoader: batch size %d, want > 0", batch)
+	}
+	// No batch holds more than the data set, so a batch size beyond it
+	// (a user's -batch 1e18) sizes the buffers for the data set alone.
+	rows := min(batch, max(ds.N, 1))
 	l := &Loader{
 		ds:      ds,
 		batch:   batch,
@@ -45,15 +53,29 @@ func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) *Loader {
 		// number is all a caller has to record to reproduce a run.
 		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		order: make([]int32, ds.N),
-		x:     make([]float32, batch*ds.Features),
-		y:     make([]int32, batch),
+		x:     make([]float32, rows*ds.Features),
+		y:     make([]int32, rows),
 		size:  1,
 	}
 	for i := range l.order {
 		l.order[i] = int32(i)
 	}
 	l.Reset()
-	return l
+	return l, nil
+}
+
+// check reports a data set whose slices disagree with its counts, which
+// would make a batch read past them.
+func (ds *Dataset) check() error {
+	switch {
+	case ds == nil:
+		return fmt.Errorf("the data set is nil")
+	case ds.N < 0 || ds.Features < 0 || ds.N > math.MaxInt32:
+		return fmt.Errorf("data set of %d samples of %d features", ds.N, ds.Features)
+	case ds.Features != 0 && ds.N > len(ds.X)/ds.Features, len(ds.X) != ds.N*ds.Features || len(ds.Y) != ds.N:
+		return fmt.Errorf("data set of %d samples of %d features holds %d values and %d labels", ds.N, ds.Features, len(ds.X), len(ds.Y))
+	}
+	return nil
 }
 
 // Reset starts a new epoch, reshuffling when the loader shuffles.

@@ -40,7 +40,7 @@ func epoch(t *testing.T, l *Loader) (labels []int32, sizes []int) {
 func TestLoaderEveryEpochCoversAllOnce(t *testing.T) {
 	const n = 103
 	for _, shuffle := range []bool{false, true} {
-		l := NewLoader(seqDataset(n), 10, shuffle, 7)
+		l := must(NewLoader(seqDataset(n), 10, shuffle, 7))
 		var prev []int32
 		for e := range 3 {
 			got, sizes := epoch(t, l)
@@ -67,7 +67,7 @@ func TestLoaderEveryEpochCoversAllOnce(t *testing.T) {
 
 func TestLoaderDeterministicPerSeed(t *testing.T) {
 	run := func(seed uint64) [][]int32 {
-		l := NewLoader(seqDataset(50), 8, true, seed)
+		l := must(NewLoader(seqDataset(50), 8, true, seed))
 		var epochs [][]int32
 		for range 3 {
 			got, _ := epoch(t, l)
@@ -88,7 +88,7 @@ func TestLoaderDeterministicPerSeed(t *testing.T) {
 }
 
 func TestLoaderLastPartialBatch(t *testing.T) {
-	l := NewLoader(seqDataset(10), 4, false, 0)
+	l := must(NewLoader(seqDataset(10), 4, false, 0))
 	got, sizes := epoch(t, l)
 	if !slices.Equal(sizes, []int{4, 4, 2}) || l.Len() != 3 || len(got) != 10 {
 		t.Errorf("keep last: sizes %v Len %d", sizes, l.Len())
@@ -97,7 +97,7 @@ func TestLoaderLastPartialBatch(t *testing.T) {
 		t.Errorf("Next after the end of an epoch returned a batch")
 	}
 
-	l = NewLoader(seqDataset(10), 4, true, 0)
+	l = must(NewLoader(seqDataset(10), 4, true, 0))
 	l.DropLast = true
 	for range 2 {
 		got, sizes = epoch(t, l)
@@ -108,7 +108,7 @@ func TestLoaderLastPartialBatch(t *testing.T) {
 	}
 
 	// An exact multiple has no short batch to drop.
-	l = NewLoader(seqDataset(8), 4, false, 0)
+	l = must(NewLoader(seqDataset(8), 4, false, 0))
 	l.DropLast = true
 	if _, sizes := epoch(t, l); !slices.Equal(sizes, []int{4, 4}) {
 		t.Errorf("exact multiple with drop last: sizes %v", sizes)
@@ -116,7 +116,7 @@ func TestLoaderLastPartialBatch(t *testing.T) {
 }
 
 func TestLoaderNextIntoAndNoAllocs(t *testing.T) {
-	l := NewLoader(seqDataset(64), 16, true, 3)
+	l := must(NewLoader(seqDataset(64), 16, true, 3))
 	x, y := make([]float32, 32), make([]int32, 16)
 	n, ok := l.NextInto(x, y)
 	if !ok || n != 16 || x[0] != float32(y[0]) {
@@ -130,4 +130,12 @@ func TestLoaderNextIntoAndNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("Next/Reset allocate %v times per call, want 0", allocs)
 	}
+}
+
+// must is v, failing the test (by panicking) on err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

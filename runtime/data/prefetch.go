@@ -43,7 +43,7 @@ type slot struct {
 func NewPrefetcher(l *Loader) *Prefetcher {
 	p := &Prefetcher{l: l, free: make(chan *slot, 2), full: make(chan *slot, 2), stop: make(chan struct{})}
 	for range 2 {
-		p.free <- &slot{x: make([]float32, l.batch*l.ds.Features), y: make([]int32, l.batch)}
+		p.free <- &slot{x: make([]float32, len(l.x)), y: make([]int32, len(l.y))}
 	}
 	p.start()
 	return p
@@ -55,14 +55,14 @@ func NewPinnedPrefetcher(l *Loader, h runtime.HostAllocator) (*Prefetcher, error
 	p := &Prefetcher{l: l, free: make(chan *slot, 2), full: make(chan *slot, 2), stop: make(chan struct{}), host: h}
 	for range 2 {
 		s := &slot{}
-		xb, err := h.AllocHost(int64(l.batch * l.ds.Features * 4))
+		xb, err := h.AllocHost(int64(len(l.x) * 4))
 		if err == nil {
 			s.mem = append(s.mem, xb)
 			var yb unsafe.Pointer
-			if yb, err = h.AllocHost(int64(l.batch * 4)); err == nil {
+			if yb, err = h.AllocHost(int64(len(l.y) * 4)); err == nil {
 				s.mem = append(s.mem, yb)
-				s.x = unsafe.Slice((*float32)(xb), l.batch*l.ds.Features)
-				s.y = unsafe.Slice((*int32)(yb), l.batch)
+				s.x = unsafe.Slice((*float32)(xb), len(l.x))
+				s.y = unsafe.Slice((*int32)(yb), len(l.y))
 			}
 		}
 		p.slots = append(p.slots, s)

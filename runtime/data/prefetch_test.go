@@ -17,8 +17,8 @@ func TestPrefetcherMatchesLoader(t *testing.T) {
 		ds.X = append(ds.X, float32(i), float32(2*i), float32(3*i))
 		ds.Y = append(ds.Y, int32(i%10))
 	}
-	plain := NewLoader(ds, 8, true, 5)
-	pre := NewPrefetcher(NewLoader(ds, 8, true, 5))
+	plain := must(NewLoader(ds, 8, true, 5))
+	pre := NewPrefetcher(must(NewLoader(ds, 8, true, 5)))
 	for epoch := 0; epoch < 3; epoch++ {
 		n := 0
 		for {
@@ -82,8 +82,8 @@ func TestPinnedPrefetcher(t *testing.T) {
 		ds.Y = append(ds.Y, int32(i))
 	}
 	h := &fakePinned{blocks: map[unsafe.Pointer][]byte{}}
-	plain := NewLoader(ds, 8, true, 3)
-	pre, err := NewPinnedPrefetcher(NewLoader(ds, 8, true, 3), h)
+	plain := must(NewLoader(ds, 8, true, 3))
+	pre, err := NewPinnedPrefetcher(must(NewLoader(ds, 8, true, 3)), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPinnedPrefetcher(t *testing.T) {
 func TestPrefetcherCloseMidEpoch(t *testing.T) {
 	ds := &Dataset{N: 64, Features: 2, X: make([]float32, 128), Y: make([]int32, 64)}
 	h := &fakePinned{blocks: map[unsafe.Pointer][]byte{}}
-	pre, err := NewPinnedPrefetcher(NewLoader(ds, 4, false, 0), h)
+	pre, err := NewPinnedPrefetcher(must(NewLoader(ds, 4, false, 0)), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestPrefetcherCloseMidEpoch(t *testing.T) {
 	if err := pre.Close(); err != nil || len(h.blocks) != 0 {
 		t.Fatalf("Close: %v, %d blocks left", err, len(h.blocks))
 	}
-	if err := NewPrefetcher(NewLoader(ds, 4, false, 0)).Close(); err != nil {
+	if err := NewPrefetcher(must(NewLoader(ds, 4, false, 0))).Close(); err != nil {
 		t.Fatal(err)
 	}
 }

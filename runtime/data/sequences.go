@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 )
 
@@ -70,19 +71,38 @@ type SeqLoader struct {
 }
 
 // NewSeqLoader returns a loader over s with batches of batch sequences.
-func NewSeqLoader(s *Sequences, batch int, shuffle bool, seed uint64) *SeqLoader {
-	if batch <= 0 {
-		panic(fmt.Sprintf("data.NewSeqLoader: batch size %d, want > 0", batch))
+// A nil or inconsistent set and a batch size below 1 are errors.
+func NewSeqLoader(s *Sequences, batch int, shuffle bool, seed uint64) (*SeqLoader, error) {
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("data.NewSeqLoader: %w", err)
 	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("data.NewSeqLoader: batch size %d, want > 0", batch)
+	}
+	rows := min(batch, max(s.N, 1)) // no batch holds more than the set
 	l := &SeqLoader{s: s, batch: batch, shuffle: shuffle,
 		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		order: make([]int32, s.N),
-		x:     make([]int32, batch*s.T), y: make([]int32, batch*s.YPer), mask: make([]int32, batch*s.T)}
+		x:     make([]int32, rows*s.T), y: make([]int32, rows*s.YPer), mask: make([]int32, rows*s.T)}
 	for i := range l.order {
 		l.order[i] = int32(i)
 	}
 	l.Reset()
-	return l
+	return l, nil
+}
+
+// check reports a set whose slices disagree with its counts.
+func (s *Sequences) check() error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("the sequences are nil")
+	case s.N < 0 || s.T < 0 || s.YPer < 0 || s.N > math.MaxInt32:
+		return fmt.Errorf("%d sequences of %d tokens with %d targets each", s.N, s.T, s.YPer)
+	case s.T != 0 && s.N > len(s.X)/s.T, s.YPer != 0 && s.N > len(s.Y)/s.YPer,
+		len(s.X) != s.N*s.T || len(s.Y) != s.N*s.YPer || (s.Len != nil && len(s.Len) != s.N):
+		return fmt.Errorf("%d sequences of %d tokens with %d targets each hold %d tokens, %d targets and %d lengths", s.N, s.T, s.YPer, len(s.X), len(s.Y), len(s.Len))
+	}
+	return nil
 }
 
 // Reset starts a new epoch.

@@ -11,11 +11,13 @@ import (
 // last global batch is split evenly; every epoch reshuffles alike.
 func TestShardSplitsGlobalBatches(t *testing.T) {
 	const n, b, size, seed = 11, 2, 3, 5
-	whole := NewLoader(seqDataset(n), b*size, true, seed)
+	whole := must(NewLoader(seqDataset(n), b*size, true, seed))
 	ranks := make([]*Loader, size)
 	for r := range ranks {
-		ranks[r] = NewLoader(seqDataset(n), b, true, seed)
-		ranks[r].Shard(r, size)
+		ranks[r] = must(NewLoader(seqDataset(n), b, true, seed))
+		if err := ranks[r].Shard(r, size); err != nil {
+			t.Fatal(err)
+		}
 		if got := ranks[r].Len(); got != 2 {
 			t.Fatalf("rank %d: Len %d, want 2 global batches", r, got)
 		}

@@ -190,7 +190,7 @@ func TestDebianText(t *testing.T) {
 
 func TestSeqLoader(t *testing.T) {
 	s := wordSequences([]string{"ab", "c", "abc", "ba", "a"}, []int32{0, 1, 2, 3, 4}, 3)
-	l := NewSeqLoader(s, 2, true, 7)
+	l := must(NewSeqLoader(s, 2, true, 7))
 	if l.Len() != 3 {
 		t.Fatalf("Len %d, want 3", l.Len())
 	}

@@ -133,8 +133,13 @@ func worker(j job) {
 	if err := m.Session().SetCommunicator(c); err != nil {
 		fail(err)
 	}
-	l := data.NewLoader(synthetic(j.TotalRows, j.DataSeed), j.Batch, true, j.DataSeed)
-	l.Shard(c.Rank(), c.Size())
+	l, err := data.NewLoader(synthetic(j.TotalRows, j.DataSeed), j.Batch, true, j.DataSeed)
+	if err != nil {
+		fail(err)
+	}
+	if err := l.Shard(c.Rank(), c.Size()); err != nil {
+		fail(err)
+	}
 	for s := 1; s <= j.Steps; s++ {
 		if c.Rank() == 1 && s == j.KillStep {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -227,7 +232,10 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer one.Close()
-			l := data.NewLoader(synthetic(j.TotalRows, j.DataSeed), tc.np*tc.b, true, j.DataSeed)
+			l, err := data.NewLoader(synthetic(j.TotalRows, j.DataSeed), tc.np*tc.b, true, j.DataSeed)
+			if err != nil {
+				t.Fatal(err)
+			}
 			want, err := train(one, l, steps)
 			if err != nil {
 				t.Fatal(err)
