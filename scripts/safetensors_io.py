@@ -87,6 +87,11 @@ def from_torch(model, optimizer=None, lr=None):
                         step = int(v.item() if torch.is_tensor(v) else v)
                     elif torch.is_tensor(v):
                         tensors[OPT + names[id(p)] + "." + key] = v.detach().cpu().numpy()
+        # PyTorch's SGD keeps no step count, but a momentum buffer exists
+        # only after a step; ngen's SGD starts its buffer from the gradient
+        # at step 0, so step 0 would drop the loaded momentum.
+        if step == 0 and any(k.endswith(".momentum_buffer") for k in tensors):
+            step = 1
         meta["ngen.step"] = str(step)
     return tensors, meta
 
