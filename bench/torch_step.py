@@ -6,7 +6,8 @@
 A step is forward, cross-entropy, backward, Adam(lr 1e-3) step and
 zero_grad(set_to_none=True). --model mlp is Linear+ReLU layers (no ReLU after
 the last) of --layers, with --dropout after each ReLU (train mode); convnet and convnet_bn are the seed ConvNets
-(torch_models.py). Inputs and labels are fixed random tensors. Prints one
+(torch_models.py); lstmbench, gpt and transformer are the sequence models of
+torch_models.seq_model, in training mode (dropout on), with their Adam rates. Inputs and labels are fixed random tensors. Prints one
 JSON line.
 
     /usr/bin/python3 bench/torch_step.py --threads 1 --batch 128 --steps 50 --warmup 5 --layers 1024,2048,512,10
@@ -40,13 +41,14 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0, help="--model mlp: dropout after each hidden ReLU (the seed MLP's is 0.2)")
     p.add_argument("--data", default="", help="Fashion-MNIST directory: step on its first --batch training images and labels "
                    "(what ngen's benchmark feeds) instead of random inputs")
-    p.add_argument("--vocab", type=int, default=0, help="lstmbench: token ids")
-    p.add_argument("--seq", type=int, default=64, help="lstmbench: sequence length")
+    p.add_argument("--vocab", type=int, default=0, help="lstmbench, gpt, transformer: token ids")
+    p.add_argument("--seq", type=int, default=64, help="lstmbench, gpt, transformer: sequence length (transformer: of src and of tgt)")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import torch
     import torch.nn.functional as F
 
+    seq_models = ("lstmbench", "gpt", "transformer")  # torch_models.seq_model
     layers = [int(s) for s in a.layers.split(",")]
     if len(layers) < 2:
         p.error("--layers needs at least an input and an output size")
@@ -54,8 +56,8 @@ def main():
     torch.manual_seed(a.seed)
     if a.model == "mlp":
         model, shape, classes = torch_models.mlp(layers, a.dropout), [layers[0]], layers[-1]
-    elif a.model == "lstmbench":
-        model, _ = torch_models.seq_model("lstmbench", a.vocab)
+    elif a.model in seq_models:
+        model, lr = torch_models.seq_model(a.model, a.vocab)
     else:
         (model, shape), classes = torch_models.build(a.model), 10
     if a.device != "cpu":
@@ -63,12 +65,15 @@ def main():
             print("PyTorch %s has no CUDA device" % torch.__version__, file=sys.stderr)
             sys.exit(3)
         model = model.to(a.device)
-    opt = torch.optim.Adam(model.parameters(), lr=2e-3 if a.model == "lstmbench" else 1e-3)
-    if a.model == "lstmbench":
-        # Ids drawn as ngen's benchmark draws them (bench/lstm_bench_test.go):
-        # an LSTM's kernels do not depend on the values.
+    opt = torch.optim.Adam(model.parameters(), lr=lr if a.model in seq_models else 1e-3)
+    if a.model in seq_models:
+        # Random ids, as ngen's benchmarks draw them (bench/lstm_bench_test.go,
+        # bench/transformer_bench_test.go): the kernels do not depend on the
+        # values. The transformer's x is the 2T window that its forward
+        # splits into src and tgt (torch_models.transformer_lm).
         g = torch.Generator().manual_seed(1)
-        x = torch.randint(2, a.vocab, (a.batch, a.seq), generator=g)
+        xt = 2 * a.seq if a.model == "transformer" else a.seq
+        x = torch.randint(2, a.vocab, (a.batch, xt), generator=g)
         y = torch.randint(2, a.vocab, (a.batch, a.seq), generator=g)
     elif a.data:
         # Real images matter: on random normal inputs PyTorch 1.13's CPU

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
@@ -44,6 +45,49 @@ func rowStride(dh int) int { return dh | 1 }
 
 // attnWarps is the most warps a block gives to rows.
 const attnWarps = 4
+
+// dots renders dot products over d in [0, n) into fresh variables:
+// names[k] = Σ_d a_k(d)·b_k(d). Each sum runs in eight partial sums (d
+// mod 8), added pairwise at the end: the CPU emulation's compiler turns
+// them into vector instructions, which a single serial sum (a float
+// reduction it may not reorder) never becomes; the GPU keeps them in
+// registers.
+func (g *cg) dots(ind, T, zero string, n int, names []string, a, b []func(d string) string) {
+	const p = 8
+	full := n - n%p
+	if full == 0 {
+		for _, nm := range names {
+			g.f("%s%s %s = %s;", ind, T, nm, zero)
+		}
+	} else {
+		zs := strings.TrimSuffix(strings.Repeat(zero+", ", p), ", ")
+		for _, nm := range names {
+			g.f("%s%s %s_p[%d] = {%s};", ind, T, nm, p, zs)
+		}
+		g.f("%sfor (int d0 = 0; d0 < %d; d0 += %d)", ind, full, p)
+		g.f("%s  for (int u = 0; u < %d; ++u) {", ind, p)
+		g.f("%s    const int d = d0 + u;", ind)
+		for k, nm := range names {
+			g.f("%s    %s_p[u] += %s * %s;", ind, nm, a[k]("d"), b[k]("d"))
+		}
+		g.f("%s  }", ind)
+		for _, nm := range names {
+			g.f("%s%s %s = ((%s_p[0] + %s_p[1]) + (%s_p[2] + %s_p[3])) + ((%s_p[4] + %s_p[5]) + (%s_p[6] + %s_p[7]));", ind, T, nm, nm, nm, nm, nm, nm, nm, nm, nm)
+		}
+	}
+	if full < n {
+		g.f("%sfor (int d = %d; d < %d; ++d) {", ind, full, n)
+		for k, nm := range names {
+			g.f("%s  %s += %s * %s;", ind, nm, a[k]("d"), b[k]("d"))
+		}
+		g.f("%s}", ind)
+	}
+}
+
+// sh returns the accessor of row r of shared tile t: t[r * ld + d].
+func sh(t, r string, ld int) func(string) string {
+	return func(d string) string { return fmt.Sprintf("%s[%s * %d + %s]", t, r, ld, d) }
+}
 
 // attnCommon renders the lane geometry and the item decomposition shared
 // by both kernels.
@@ -132,8 +176,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("        const int kj = j0 + j; (void)kj;")
 	g.f("        %s s = -NGEN_INF;", T)
 	g.f("        if (j < nk && %s) {", attnVisible(v, at, 3, a))
-	g.f("          %s acc = %s;", T, c.Lit(0))
-	g.f("          for (int d = 0; d < %d; ++d) acc += sQ[i * %d + d] * sK[j * %d + d];", dh, ld, ld)
+	g.dots("          ", T, c.Lit(0), dh, []string{"acc"}, []func(string) string{sh("sQ", "i", ld)}, []func(string) string{sh("sK", "j", ld)})
 	g.f("          s = acc * %s;", c.Lit(v.Attrs.F))
 	g.f("        }")
 	g.f("        sS[w * %d + j] = s;", tile)
@@ -151,10 +194,21 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("      }")
 	g.f("      if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }")
 	g.f("      const %s alpha = mold == -NGEN_INF ? %s : %s(mold - mnew);", T, c.Lit(0), c.Math("exp"))
-	g.f("      for (int d = lane; d < %d; d += nl) {", dh)
-	g.f("        %s acc = sO[i * %d + d] * alpha;", T, ld)
-	g.f("        for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sV[j * %d + d];", tile, ld)
-	g.f("        sO[i * %d + d] = acc;", ld)
+	// One lane (the CPU's solo blocks) walks the keys outside and d
+	// inside, which vectorises; lanes split d. Each element sees the same
+	// operations in the same order either way.
+	g.f("      if (nl == 1) {")
+	g.f("        for (int d = 0; d < %d; ++d) sO[i * %d + d] *= alpha;", dh, ld)
+	g.f("        for (int j = 0; j < nk; ++j) {")
+	g.f("          const %s p = sS[w * %d + j];", T, tile)
+	g.f("          for (int d = 0; d < %d; ++d) sO[i * %d + d] += p * sV[j * %d + d];", dh, ld, ld)
+	g.f("        }")
+	g.f("      } else {")
+	g.f("        for (int d = lane; d < %d; d += nl) {", dh)
+	g.f("          %s acc = sO[i * %d + d] * alpha;", T, ld)
+	g.f("          for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sV[j * %d + d];", tile, ld)
+	g.f("          sO[i * %d + d] = acc;", ld)
+	g.f("        }")
 	g.f("      }")
 	g.f("      if (nl > 1) __syncwarp();")
 	g.f("      if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }")
@@ -249,8 +303,8 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 			g.f("%s%s ds = %s;", ind, T, c.Lit(0))
 		}
 		g.f("%sif (i < nq && j < nk && %s) {", ind, vis)
-		g.f("%s  %s s = %s, dp = %s;", ind, T, c.Lit(0), c.Lit(0))
-		g.f("%s  for (int d = 0; d < %d; ++d) { s += sQ[i * %d + d] * sK[j * %d + d]; dp += sdO[i * %d + d] * sV[j * %d + d]; }", ind, dh, ld, ld, ld, ld)
+		g.dots(ind+"  ", T, c.Lit(0), dh, []string{"s", "dp"}, []func(string) string{sh("sQ", "i", ld), sh("sdO", "i", ld)},
+			[]func(string) string{sh("sK", "j", ld), sh("sV", "j", ld)})
 		g.f("%s  const %s p = %s(s * %s - sLse[i]), z = %s;", ind, T, c.Math("exp"), c.Lit(v.Attrs.F), attnKeep(c, f, a))
 		if withPD {
 			g.f("%s  pd = p * z;", ind)
@@ -284,10 +338,17 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("          sS[w * %d + j] = ds;", tile)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
-		g.f("        for (int d = lane; d < %d; d += nl) {", dh)
-		g.f("          %s acc = sA[i * %d + d];", T, ld)
-		g.f("          for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sK[j * %d + d];", tile, ld)
-		g.f("          sA[i * %d + d] = acc;", ld)
+		g.f("        if (nl == 1) { // keys outside, d inside: as the forward's output")
+		g.f("          for (int j = 0; j < nk; ++j) {")
+		g.f("            const %s ds = sS[w * %d + j];", T, tile)
+		g.f("            for (int d = 0; d < %d; ++d) sA[i * %d + d] += ds * sK[j * %d + d];", dh, ld, ld)
+		g.f("          }")
+		g.f("        } else {")
+		g.f("          for (int d = lane; d < %d; d += nl) {", dh)
+		g.f("            %s acc = sA[i * %d + d];", T, ld)
+		g.f("            for (int j = 0; j < nk; ++j) acc += sS[w * %d + j] * sK[j * %d + d];", tile, ld)
+		g.f("            sA[i * %d + d] = acc;", ld)
+		g.f("          }")
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("      }")
@@ -324,10 +385,17 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("          sP[w * %d + i] = pd; sS[w * %d + i] = ds;", tile, tile)
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
-		g.f("        for (int d = lane; d < %d; d += nl) {", dh)
-		g.f("          %s dk = sA[j * %d + d], dv = sB[j * %d + d];", T, ld, ld)
-		g.f("          for (int i = 0; i < nq; ++i) { dk += sS[w * %d + i] * sQ[i * %d + d]; dv += sP[w * %d + i] * sdO[i * %d + d]; }", tile, ld, tile, ld)
-		g.f("          sA[j * %d + d] = dk; sB[j * %d + d] = dv;", ld, ld)
+		g.f("        if (nl == 1) { // queries outside, d inside")
+		g.f("          for (int i = 0; i < nq; ++i) {")
+		g.f("            const %s ds = sS[w * %d + i], pd = sP[w * %d + i];", T, tile, tile)
+		g.f("            for (int d = 0; d < %d; ++d) { sA[j * %d + d] += ds * sQ[i * %d + d]; sB[j * %d + d] += pd * sdO[i * %d + d]; }", dh, ld, ld, ld, ld)
+		g.f("          }")
+		g.f("        } else {")
+		g.f("          for (int d = lane; d < %d; d += nl) {", dh)
+		g.f("            %s dk = sA[j * %d + d], dv = sB[j * %d + d];", T, ld, ld)
+		g.f("            for (int i = 0; i < nq; ++i) { dk += sS[w * %d + i] * sQ[i * %d + d]; dv += sP[w * %d + i] * sdO[i * %d + d]; }", tile, ld, tile, ld)
+		g.f("            sA[j * %d + d] = dk; sB[j * %d + d] = dv;", ld, ld)
+		g.f("          }")
 		g.f("        }")
 		g.f("        if (nl > 1) __syncwarp();")
 		g.f("      }")
