@@ -227,6 +227,8 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 		}
 		run := "NGEN_RUN_SIMPLE"
 		switch {
+		case ki.Sync && ki.SoloBlocks:
+			run = "NGEN_RUN_SOLO" // one-thread launches need no fibers
 		case ki.Sync:
 			run = "NGEN_RUN_SYNC"
 		case ki.GridStride:

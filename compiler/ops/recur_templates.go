@@ -11,8 +11,8 @@ import (
 // share the hidden units, and the state of the previous step sits in
 // shared memory, so each step is the recurrent product, the cell and two
 // barriers. With one-thread blocks (the CPU backend) the kernel takes
-// its emulation form instead (recur_solo.go): a tile of sequences per
-// block.
+// its emulation form instead: a GEMM per time step (recur_fast.go), or
+// under NGEN_EMU_BASELINE a tile of sequences per block (recur_solo.go).
 
 // sigmoid renders 1/(1+exp(-x)).
 func sigmoid(c *Ctx, x string) string {
@@ -26,6 +26,7 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
+	scanFwdFast(g, c, v, at, out)
 	scanFwdSolo(g, c, v, at, out)
 	g.f("__shared__ %s hs[%d];", t, H)
 	if G == 4 {
@@ -96,6 +97,7 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
+	scanBwdFast(g, c, v, at, out)
 	scanBwdSolo(g, c, v, at, out)
 	g.f("__shared__ %s dh[%d];", t, H)
 	if G == 4 { // only the LSTM carries a cell state (nvcc warns of an unused dc)
