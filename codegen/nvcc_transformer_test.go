@@ -77,3 +77,29 @@ func TestNVCCTransformer(t *testing.T) {
 		})
 	}
 }
+
+// TestNVCCTransformerPackages compiles the committed Transformer packages
+// (fused and unfused TransformerLM and GPT: every kernel those models
+// run) for sm_80 and sm_90 as TestNVCCGenerated does, and with ptxas
+// reporting register spills as warnings, every warning an error.
+func TestNVCCTransformerPackages(t *testing.T) {
+	nvcc, err := exec.LookPath("nvcc")
+	if err != nil {
+		t.Skip("nvcc not on PATH: run the README's test command to install the CUDA toolkit")
+	}
+	for _, pkg := range []string{"transformer", "transformer_unfused", "gpt", "gpt_unfused"} {
+		t.Run(pkg, func(t *testing.T) {
+			t.Parallel()
+			cu := filepath.Join("..", "generated", pkg, pkg+".cu")
+			if _, err := os.Stat(cu); err != nil {
+				t.Fatalf("%v: run go generate ./...", err)
+			}
+			args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+				"-Xptxas=--warn-on-spills", "-c", "-o", filepath.Join(t.TempDir(), "k.o")}, append(NVCCFlags, NVCCWarnFlags...)...)
+			out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Errorf("nvcc %s: %v\n%s", cu, err, out)
+			}
+		})
+	}
+}

@@ -554,6 +554,13 @@ func groupFlops(g *Group) runtime.Sum {
 		sum = append(sum, z)
 	}
 	for _, v := range g.Values {
+		if per, ok := ops.AttentionFlops(v); ok {
+			// Work grows with Tq·Tk, not with the result (attention_work.go).
+			z := rtSize(ir.Shape{v.Shape[0]})
+			z.Mul *= per
+			sum = append(sum, z)
+			continue
+		}
 		d := ops.Lookup(v.Op)
 		s := v.Shape
 		if d.Kind == ops.Reduce || d.Kind == ops.Special {
