@@ -239,8 +239,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -258,10 +263,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -468,8 +481,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -487,10 +505,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -697,8 +723,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -716,10 +747,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -926,8 +965,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -945,10 +989,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -1627,18 +1679,33 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -1684,8 +1751,16 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -1693,10 +1768,17 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2257,18 +2339,33 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2314,8 +2411,16 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -2323,10 +2428,17 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2887,18 +2999,33 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2944,8 +3071,16 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -2953,10 +3088,17 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3517,18 +3659,33 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3574,8 +3731,16 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -3583,10 +3748,17 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3992,8 +4164,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -4011,10 +4188,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -4220,8 +4405,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -4239,10 +4429,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -4448,8 +4646,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -4467,10 +4670,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -4676,8 +4887,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -4695,10 +4911,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -4964,8 +5188,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -4983,10 +5212,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -5186,8 +5423,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5205,10 +5447,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -5408,8 +5658,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5427,10 +5682,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -5630,8 +5893,13 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5649,10 +5917,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }

@@ -156,6 +156,10 @@ namespace ngen_emu {
 
 thread_local void *dyn_shared;
 thread_local int simple_misuse; /* set when a barrier runs without fibers */
+/* Set while run_solo runs a kernel with barriers as one-thread blocks
+ * without fibers: a barrier or warp exchange of one thread is then trivial
+ * (it returns the thread's own value), not a misuse. */
+thread_local int solo_block;
 
 /* ---- fibers --------------------------------------------------------- */
 
@@ -366,6 +370,8 @@ void fiber_entry_uc(unsigned lo, unsigned hi) {
 inline int block_barrier(const void *site, int pred, int mode) {
   Block *b = cur_block;
   if (!b) {
+    if (solo_block)
+      return pred != 0;
     simple_misuse = 1;
     return pred;
   }
@@ -400,7 +406,7 @@ template <class T> inline T shuffle(T v, int src) {
   static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
   Block *b = cur_block;
   if (!b) {
-    simple_misuse = 1;
+    simple_misuse |= !solo_block;
     return v;
   }
   int lane = b->cur % 32;
@@ -513,6 +519,17 @@ template <class F> int run_span(const ngen_launch *l, F &&f) {
   return simple_misuse ? NGEN_ERR_SYNC_IN_SIMPLE : NGEN_OK;
 }
 
+/* run_solo: see NGEN_RUN_SOLO. */
+template <class F> int run_sync(const ngen_launch *l, F &&f);
+template <class F> int run_solo(const ngen_launch *l, F &&f) {
+  if ((long long)l->block[0] * l->block[1] * l->block[2] != 1)
+    return run_sync(l, static_cast<F &&>(f));
+  solo_block = 1;
+  const int status = run_simple(l, static_cast<F &&>(f));
+  solo_block = 0;
+  return status;
+}
+
 inline void init_fiber(Block *b, int i) {
   Fiber *f = &b->fibers[i];
   f->waiting = 0;
@@ -608,7 +625,7 @@ template <class T, class Op> inline T warp_butterfly(T v, Op op) {
   static_assert(sizeof(T) <= 8, "warp reduction of a type wider than 8 bytes");
   Block *b = cur_block;
   if (!b) {
-    simple_misuse = 1;
+    simple_misuse |= !solo_block;
     return v;
   }
   int lane = b->cur % 32, base = b->cur - lane;
@@ -668,7 +685,7 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
   if (::ngen_emu::cur_block)
     ::ngen_emu::warp_barrier(::ngen_emu::cur_block);
   else
-    ::ngen_emu::simple_misuse = 1;
+    ::ngen_emu::simple_misuse |= !::ngen_emu::solo_block;
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -1163,6 +1180,161 @@ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long s
 #define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
 #endif
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
+/* A kernel with barriers that also has a one-thread-block form
+ * (KernelInfo.SoloBlocks): launched with one-thread blocks it runs without
+ * fibers, on the worker's own stack (the recurrences' form calls the GEMM
+ * library, which wants more stack than a fiber's 64 KiB); otherwise as
+ * NGEN_RUN_SYNC. */
+#define NGEN_RUN_SOLO(l, call) return ::ngen_emu::run_solo((l), [&]() { call; })
 
+/* ---- recurrences: a GEMM per time step, a vectorisable cell ---------- */
+
+/* The recurrences' CPU form (compiler/ops/recur_fast.go) runs each time
+ * step as one GEMM over the block's sequences, [sequences, H] × [H, G·H],
+ * then one pass of the cell over every unit of every sequence. The GEMM is
+ * the host's GEMM library, the one runtime/cpu's Gemm calls (oneDNN's
+ * sgemm for f32, OpenBLAS's cblas_dgemm for f64), found in the process by
+ * name; a plain loop stands in where it is missing. */
+#include <dlfcn.h>
+namespace {
+namespace ngen_emu {
+
+struct gemm_lib {
+  int (*s)(char, char, long long, long long, long long, float, const float *, long long, const float *,
+           long long, float, float *, long long);
+  void (*d)(int, int, int, int, int, int, double, const double *, int, const double *, int, double,
+            double *, int);
+  int (*omp_max)();
+  void (*omp_set)(int);
+};
+
+inline const gemm_lib &gemm_syms() {
+  static const gemm_lib lib = {
+      reinterpret_cast<decltype(gemm_lib::s)>(dlsym(RTLD_DEFAULT, "dnnl_sgemm")),
+      reinterpret_cast<decltype(gemm_lib::d)>(dlsym(RTLD_DEFAULT, "cblas_dgemm")),
+      reinterpret_cast<decltype(gemm_lib::omp_max)>(dlsym(RTLD_DEFAULT, "omp_get_max_threads")),
+      reinterpret_cast<decltype(gemm_lib::omp_set)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))};
+  return lib;
+}
+
+/* C = alpha·op(A)·op(B) + beta·C, row-major; beta 0 ignores C. */
+template <class T>
+inline void gemm_loop(bool ta, bool tb, long long m, long long n, long long k, T alpha, const T *a,
+                      long long lda, const T *b, long long ldb, T beta, T *c, long long ldc) {
+  for (long long i = 0; i < m; i++)
+    for (long long j = 0; j < n; j++) {
+      T s = 0;
+      for (long long p = 0; p < k; p++)
+        s += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] = alpha * s + (beta == 0 ? T(0) : beta * c[i * ldc + j]);
+    }
+}
+
+inline void gemm(bool ta, bool tb, long long m, long long n, long long k, float alpha, const float *a,
+                 long long lda, const float *b, long long ldb, float beta, float *c, long long ldc) {
+  const gemm_lib &lib = gemm_syms();
+  if (!lib.s)
+    return gemm_loop(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  /* One thread: the device spreads work over its own threads (as
+   * runtime/cpu's ngen_sgemm does). */
+  if (lib.omp_max && lib.omp_set && lib.omp_max() != 1)
+    lib.omp_set(1);
+  lib.s(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+inline void gemm(bool ta, bool tb, long long m, long long n, long long k, double alpha, const double *a,
+                 long long lda, const double *b, long long ldb, double beta, double *c, long long ldc) {
+  const gemm_lib &lib = gemm_syms();
+  if (!lib.d)
+    return gemm_loop(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  lib.d(101 /* row major */, ta ? 112 : 111, tb ? 112 : 111, int(m), int(n), int(k), alpha, a, int(lda), b,
+        int(ldb), beta, c, int(ldc));
+}
+
+/* scan_scratch returns slot's per-thread buffer of at least n elements
+ * (kept between launches; its contents are not preserved on growth). */
+template <class T> inline T *scan_scratch(int slot, long long n) {
+  static thread_local void *buf[4];
+  static thread_local long long cap[4];
+  const long long bytes = (n * (long long)sizeof(T) + 63) / 64 * 64;
+  if (cap[slot] < bytes) {
+    free(buf[slot]);
+    buf[slot] = aligned_alloc(64, size_t(bytes));
+    cap[slot] = buf[slot] ? bytes : 0;
+    if (!buf[slot])
+      abort();
+  }
+  return static_cast<T *>(buf[slot]);
+}
+
+/* exp, the logistic function and tanh in plain arithmetic that g++
+ * vectorises (the C library's expf/tanhf keep a loop scalar, see
+ * ngen_sqrtf), for the f32 cells. exp is Cephes' expf (a degree-5
+ * polynomial on [-ln2/2, ln2/2] times 2^n; within 2 ulp), its argument
+ * clamped to [-87, 87], so that 2^n stays a normal number. tanh is
+ * Cephes' tanhf: an odd polynomial below 0.625, (1 - e)/(1 + e) with
+ * e = exp(-2|x|) above (no cancellation there, since e < 0.29). */
+inline float fast_expf(float x) {
+  /* One select, through fabs and copysign: g++ turns two clamps into
+   * branches, which stop the loop's vectorisation. */
+  x = __builtin_fabsf(x) > 87.0f ? __builtin_copysignf(87.0f, x) : x;
+  const float fn = x * 1.44269504088896341f;
+  const int n = int(fn + __builtin_copysignf(0.5f, fn));
+  const float nf = float(n);
+  float r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int bits = (n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline float fast_sigmoidf(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
+
+inline float fast_tanhf(float x) {
+  const float a = __builtin_fabsf(x);
+  const float e = fast_expf(-2.0f * a);
+  const float big = (1.0f - e) / (1.0f + e);
+  const float z = x * x;
+  const float small =
+      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+       3.33332819422e-1f) * z * a + a;
+  /* The select as bit operations: g++ would compute small and big in
+   * branches (a loop with branches does not vectorise). */
+  const int m = -int(a < 0.625f);
+  int sb, bb;
+  memcpy(&sb, &small, sizeof sb);
+  memcpy(&bb, &big, sizeof bb);
+  const int tb = (sb & m) | (bb & ~m);
+  float t;
+  memcpy(&t, &tb, sizeof t);
+  return __builtin_copysignf(t, x);
+}
+
+/* scan_fast says whether the recurrences take this form: not when
+ * NGEN_EMU_BASELINE is set, which keeps their tiled form (recur_solo.go),
+ * whose arithmetic matches the GPU form's step for step. */
+inline bool scan_fast() { return getenv("NGEN_EMU_BASELINE") == nullptr; }
+
+/* scan_fma says whether the host has AVX2 and FMA, for the form's copy
+ * compiled for them. */
+inline bool scan_fma() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+} // namespace ngen_emu
+} // namespace
 #endif /* __cplusplus */
 #endif /* NGEN_EMU_H */

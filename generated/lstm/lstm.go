@@ -2749,6 +2749,8 @@ type Options struct {
 
 // Model is one instance of the model on a device. It is safe for concurrent
 // use: each method runs alone. After Close every method returns an error.
+// A nil *Model or a zero Model (not made by New) does not panic: methods
+// with an error result return an error, the others their zero value.
 type Model struct {
 	s  *runtime.Session
 	mu sync.Mutex
@@ -2779,13 +2781,29 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 	return runtime.MaxBatch(dev, Plan, budget, runtime.SessionOptions{})
 }
 
+// lock takes the model's mutex for method; it fails, holding nothing, on a
+// nil *Model or a zero Model, which New did not make.
+func (m *Model) lock(method string) error {
+	if m == nil {
+		return fmt.Errorf("lstm.%s: the *Model is nil, not made by New (use lstm.New)", method)
+	}
+	m.mu.Lock()
+	if m.s == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("lstm.%s: the Model was not made by New (use lstm.New)", method)
+	}
+	return nil
+}
+
 // Step runs one training step (forward, backward, optimizer update) on a
 // batch and returns the loss. Each input holds whole rows, row-major; the
 // batch size is their row count and must not exceed Options.Batch. With
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(x []int32, h0 []float32, c0 []float32, y []int32) (loss float32, err error) {
-	m.mu.Lock()
+	if err := m.lock("Step"); err != nil {
+		return 0, err
+	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
 		return 0, fmt.Errorf("lstm.Step: input %q (models/lstm/model.go:58) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
@@ -2815,7 +2833,9 @@ func (m *Model) Step(x []int32, h0 []float32, c0 []float32, y []int32) (loss flo
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(x []int32, h0 []float32, c0 []float32, y []int32) (loss float32, err error) {
-	m.mu.Lock()
+	if err := m.lock("Accumulate"); err != nil {
+		return 0, err
+	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
 		return 0, fmt.Errorf("lstm.Accumulate: input %q (models/lstm/model.go:58) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
@@ -2843,7 +2863,9 @@ func (m *Model) Accumulate(x []int32, h0 []float32, c0 []float32, y []int32) (lo
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
-	m.mu.Lock()
+	if err := m.lock("Update"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
@@ -2851,7 +2873,9 @@ func (m *Model) Update() error {
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Predict"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
 		return nil, fmt.Errorf("lstm.Predict: input %q (models/lstm/model.go:58) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
@@ -2879,21 +2903,27 @@ func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
-	m.mu.Lock()
+	if m.lock("Train") != nil {
+		return
+	}
 	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
-	m.mu.Lock()
+	if m.lock("Eval") != nil {
+		return
+	}
 	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
-	m.mu.Lock()
+	if m.lock("Training") != nil {
+		return false
+	}
 	defer m.mu.Unlock()
 	return m.s.Training()
 }
@@ -2901,21 +2931,27 @@ func (m *Model) Training() bool {
 // SetLR changes the learning rate of later steps; NaN, ±Inf and negative
 // rates are rejected and leave the rate as it was.
 func (m *Model) SetLR(lr float64) error {
-	m.mu.Lock()
+	if err := m.lock("SetLR"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
-	m.mu.Lock()
+	if m.lock("Params") != nil {
+		return nil
+	}
 	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Param"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
@@ -2930,7 +2966,9 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Grad"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
@@ -2945,7 +2983,9 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
-	m.mu.Lock()
+	if err := m.lock("SetParam"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
@@ -2961,7 +3001,9 @@ func (m *Model) SetParam(name string, v []float32) error {
 // Save writes a safetensors checkpoint: parameters and state under their
 // PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
-	m.mu.Lock()
+	if err := m.lock("Save"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
@@ -2970,7 +3012,9 @@ func (m *Model) Save(w io.Writer) error {
 // scripts/safetensors_io.py); it checks everything first, and on error
 // nothing changes.
 func (m *Model) Load(r io.Reader) error {
-	m.mu.Lock()
+	if err := m.lock("Load"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
@@ -2979,7 +3023,9 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
-	m.mu.Lock()
+	if m.lock("MemStats") != nil {
+		return runtime.MemStats{}
+	}
 	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
@@ -2987,14 +3033,18 @@ func (m *Model) MemStats() runtime.MemStats {
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
-	m.mu.Lock()
+	if m.lock("ResetPeak") != nil {
+		return false
+	}
 	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
-	m.mu.Lock()
+	if err := m.lock("Close"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Close()
 }
@@ -3002,5 +3052,8 @@ func (m *Model) Close() error {
 // Session exposes the underlying runtime session, which is not safe for
 // concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
+	if m == nil {
+		return nil
+	}
 	return m.s
 }

@@ -185,6 +185,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * 
 //   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
+          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
+      for (int t = 0; t < 1; ++t) {
+        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 1 + t) * 768;
+          const float *hq = t ? o - 768 : h0s + s * 128;
+          const float *cq = t ? o - 640 : c0s + s * 128;
+          const float *ga = gates + (long long)s * 512;
+          const long long xo = (b * 1 + t) * 512;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
+  #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
     __shared__ float th[1024];
@@ -369,6 +415,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4(const float * 
 // lstm_rnn_scan_fwd_2 computes:
 //   v30 = rnn_scan <f32[B,1,768]> v29 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
+          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
+      for (int t = 0; t < 1; ++t) {
+        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 1 + t) * 768;
+          const float *hq = t ? o - 768 : h0s + s * 128;
+          const float *cq = t ? o - 640 : c0s + s * 128;
+          const float *ga = gates + (long long)s * 512;
+          const long long xo = (b * 1 + t) * 512;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -641,6 +733,64 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 // lstm_rnn_scan_bwd_bwd computes:
 //   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
+      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          dh[s * 128 + j] = 0.0f;
+          dc[s * 128 + j] = 0.0f;
+          c0s[s * 128 + j] = in4[(b0 + s) * 128 + j];
+        }
+      const float *sv = &in1[0];
+      for (int t = 0; t >= 0; --t) {
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          const long long so = (b * 1 + t) * 768;
+          float *d = out0 + (b * 2 + t) * 512;
+          float *dhs = dh + (long long)s * 128;
+          float *dcs = dc + (long long)s * 128;
+          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float dhj = dhs[j] + in0[so + j];
+            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
+            const float tc = ::ngen_emu::fast_tanhf(cn);
+            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
+            d[j] = dcj * gg * i * (1.0f - i);
+            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
+            d[256 + j] = dcj * i * (1.0f - gg * gg);
+            d[384 + j] = dhj * tc * o * (1.0f - o);
+            dcs[j] = dcj * f;
+          }
+        }
+        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 2 + t) * 512, 1024, &in2[0], 128, (float)0, dh, 128);
+      }
+      for (int s = 0; s < ns; ++s) {
+        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
+        for (int j = 0; j < 512; ++j) {
+          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -961,6 +1111,64 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 // lstm_rnn_scan_bwd_bwd_2 computes:
 //   v63 = rnn_scan_bwd <f32[B,2,512]> v62 v17 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
+      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          dh[s * 128 + j] = 0.0f;
+          dc[s * 128 + j] = 0.0f;
+          c0s[s * 128 + j] = in4[(b0 + s) * 128 + j];
+        }
+      const float *sv = &in1[0];
+      for (int t = 0; t >= 0; --t) {
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          const long long so = (b * 1 + t) * 768;
+          float *d = out0 + (b * 2 + t) * 512;
+          float *dhs = dh + (long long)s * 128;
+          float *dcs = dc + (long long)s * 128;
+          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float dhj = dhs[j] + in0[so + j];
+            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
+            const float tc = ::ngen_emu::fast_tanhf(cn);
+            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
+            d[j] = dcj * gg * i * (1.0f - i);
+            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
+            d[256 + j] = dcj * i * (1.0f - gg * gg);
+            d[384 + j] = dhj * tc * o * (1.0f - o);
+            dcs[j] = dcj * f;
+          }
+        }
+        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 2 + t) * 512, 1024, &in2[0], 128, (float)0, dh, 128);
+      }
+      for (int s = 0; s < ns; ++s) {
+        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
+        for (int j = 0; j < 512; ++j) {
+          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -1527,6 +1735,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float 
 //   v16 = rnn_scan <f32[B,1,768]> v15 v6 v10 v12 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
+          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
+      for (int t = 0; t < 1; ++t) {
+        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 1 + t) * 768;
+          const float *hq = t ? o - 768 : h0s + s * 128;
+          const float *cq = t ? o - 640 : c0s + s * 128;
+          const float *ga = gates + (long long)s * 512;
+          const long long xo = (b * 1 + t) * 512;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
+  #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
     __shared__ float th[1024];
@@ -1756,6 +2010,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4_2(const float 
 // lstm_rnn_scan_fwd_2_2 computes:
 //   v34 = rnn_scan <f32[B,1,768]> v33 v24 v28 v30 {str=lstm}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
+          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
+      for (int t = 0; t < 1; ++t) {
+        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 1 + t) * 768;
+          const float *hq = t ? o - 768 : h0s + s * 128;
+          const float *cq = t ? o - 640 : c0s + s * 128;
+          const float *ga = gates + (long long)s * 512;
+          const long long xo = (b * 1 + t) * 512;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {

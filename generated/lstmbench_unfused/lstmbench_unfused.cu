@@ -155,6 +155,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * 
 //   v13 = rnn_scan <f32[B,64,1536]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          h0s[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 1024);
+      for (int t = 0; t < 64; ++t) {
+        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 1536 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 1024, 256, (float)1, hp, t ? 98304 : 256, &in1[0], 256, (float)0, gates, 1024);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 64 + t) * 1536;
+          const float *hq = t ? o - 1536 : h0s + s * 256;
+          const float *cq = t ? o - 1280 : c0s + s * 256;
+          const float *ga = gates + (long long)s * 1024;
+          const long long xo = (b * 64 + t) * 1024;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[256 + j] + in0[xo + 256 + j]), gg = ::ngen_emu::fast_tanhf(ga[512 + j] + in0[xo + 512 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[768 + j] + in0[xo + 768 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[256 + j] = cn; o[512 + j] = i; o[768 + j] = f; o[1024 + j] = gg; o[1280 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
+  #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
     __shared__ float th[2048];
@@ -309,6 +355,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4(const float * 
 // lstm_rnn_scan_fwd_2 computes:
 //   v24 = rnn_scan <f32[B,64,1536]> v23 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          h0s[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 1024);
+      for (int t = 0; t < 64; ++t) {
+        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 1536 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 1024, 256, (float)1, hp, t ? 98304 : 256, &in1[0], 256, (float)0, gates, 1024);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 64 + t) * 1536;
+          const float *hq = t ? o - 1536 : h0s + s * 256;
+          const float *cq = t ? o - 1280 : c0s + s * 256;
+          const float *ga = gates + (long long)s * 1024;
+          const long long xo = (b * 64 + t) * 1024;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[256 + j] + in0[xo + 256 + j]), gg = ::ngen_emu::fast_tanhf(ga[512 + j] + in0[xo + 512 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[768 + j] + in0[xo + 768 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[256 + j] = cn; o[512 + j] = i; o[768 + j] = f; o[1024 + j] = gg; o[1280 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -593,6 +685,64 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 // lstm_rnn_scan_bwd_bwd computes:
 //   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 256);
+      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          dh[s * 256 + j] = 0.0f;
+          dc[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      const float *sv = &in1[0];
+      for (int t = 63; t >= 0; --t) {
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          const long long so = (b * 64 + t) * 1536;
+          float *d = out0 + (b * 65 + t) * 1024;
+          float *dhs = dh + (long long)s * 256;
+          float *dcs = dc + (long long)s * 256;
+          const float *cq = t ? sv + so - 1280 : c0s + (long long)s * 256;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float dhj = dhs[j] + in0[so + j];
+            const float cn = sv[so + 256 + j], i = sv[so + 512 + j], f = sv[so + 768 + j], gg = sv[so + 1024 + j], o = sv[so + 1280 + j];
+            const float tc = ::ngen_emu::fast_tanhf(cn);
+            const float dcj = dcs[j] + in0[so + 256 + j] + dhj * o * (1.0f - tc * tc);
+            d[j] = dcj * gg * i * (1.0f - i);
+            d[256 + j] = dcj * cq[j] * f * (1.0f - f);
+            d[512 + j] = dcj * i * (1.0f - gg * gg);
+            d[768 + j] = dhj * tc * o * (1.0f - o);
+            dcs[j] = dcj * f;
+          }
+        }
+        ::ngen_emu::gemm(false, false, ns, 256, 1024, (float)1, out0 + (b0 * 65 + t) * 1024, 66560, &in2[0], 256, (float)0, dh, 256);
+      }
+      for (int s = 0; s < ns; ++s) {
+        float *last = out0 + ((b0 + s) * 65 + 64) * 1024;
+        for (int j = 0; j < 1024; ++j) {
+          last[j] = j < 256 ? dh[s * 256 + j] : (j < 512 ? dc[s * 256 + j - 256] : 0.0f);
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -958,6 +1108,64 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 // lstm_rnn_scan_bwd_bwd_2 computes:
 //   v57 = rnn_scan_bwd <f32[B,65,1024]> v56 v13 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 256);
+      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          dh[s * 256 + j] = 0.0f;
+          dc[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      const float *sv = &in1[0];
+      for (int t = 63; t >= 0; --t) {
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          const long long so = (b * 64 + t) * 1536;
+          float *d = out0 + (b * 65 + t) * 1024;
+          float *dhs = dh + (long long)s * 256;
+          float *dcs = dc + (long long)s * 256;
+          const float *cq = t ? sv + so - 1280 : c0s + (long long)s * 256;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float dhj = dhs[j] + in0[so + j];
+            const float cn = sv[so + 256 + j], i = sv[so + 512 + j], f = sv[so + 768 + j], gg = sv[so + 1024 + j], o = sv[so + 1280 + j];
+            const float tc = ::ngen_emu::fast_tanhf(cn);
+            const float dcj = dcs[j] + in0[so + 256 + j] + dhj * o * (1.0f - tc * tc);
+            d[j] = dcj * gg * i * (1.0f - i);
+            d[256 + j] = dcj * cq[j] * f * (1.0f - f);
+            d[512 + j] = dcj * i * (1.0f - gg * gg);
+            d[768 + j] = dhj * tc * o * (1.0f - o);
+            dcs[j] = dcj * f;
+          }
+        }
+        ::ngen_emu::gemm(false, false, ns, 256, 1024, (float)1, out0 + (b0 * 65 + t) * 1024, 66560, &in2[0], 256, (float)0, dh, 256);
+      }
+      for (int s = 0; s < ns; ++s) {
+        float *last = out0 + ((b0 + s) * 65 + 64) * 1024;
+        for (int j = 0; j < 1024; ++j) {
+          last[j] = j < 256 ? dh[s * 256 + j] : (j < 512 ? dc[s * 256 + j - 256] : 0.0f);
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -1539,6 +1747,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float 
 //   v12 = rnn_scan <f32[B,64,1536]> v11 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          h0s[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 1024);
+      for (int t = 0; t < 64; ++t) {
+        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 1536 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 1024, 256, (float)1, hp, t ? 98304 : 256, &in1[0], 256, (float)0, gates, 1024);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 64 + t) * 1536;
+          const float *hq = t ? o - 1536 : h0s + s * 256;
+          const float *cq = t ? o - 1280 : c0s + s * 256;
+          const float *ga = gates + (long long)s * 1024;
+          const long long xo = (b * 64 + t) * 1024;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[256 + j] + in0[xo + 256 + j]), gg = ::ngen_emu::fast_tanhf(ga[512 + j] + in0[xo + 512 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[768 + j] + in0[xo + 768 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[256 + j] = cn; o[512 + j] = i; o[768 + j] = f; o[1024 + j] = gg; o[1280 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
+  #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
     __shared__ float th[2048];
@@ -1693,6 +1947,52 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4_2(const float 
 // lstm_rnn_scan_fwd_2_2 computes:
 //   v23 = rnn_scan <f32[B,64,1536]> v22 v15 v18 v19 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 256);
+      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 256);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 256; ++j) {
+          h0s[s * 256 + j] = 0.0f;
+          c0s[s * 256 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 1024);
+      for (int t = 0; t < 64; ++t) {
+        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 1536 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 1024, 256, (float)1, hp, t ? 98304 : 256, &in1[0], 256, (float)0, gates, 1024);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 64 + t) * 1536;
+          const float *hq = t ? o - 1536 : h0s + s * 256;
+          const float *cq = t ? o - 1280 : c0s + s * 256;
+          const float *ga = gates + (long long)s * 1024;
+          const long long xo = (b * 64 + t) * 1024;
+  #pragma GCC ivdep
+          for (int j = 0; j < 256; ++j) {
+            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[256 + j] + in0[xo + 256 + j]), gg = ::ngen_emu::fast_tanhf(ga[512 + j] + in0[xo + 512 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[768 + j] + in0[xo + 768 + j]);
+            const float cn = f * cq[j] + i * gg;
+            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
+            o[256 + j] = cn; o[512 + j] = i; o[768 + j] = f; o[1024 + j] = gg; o[1280 + j] = o_;
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {

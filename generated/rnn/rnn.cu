@@ -145,6 +145,47 @@ extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd(const float * __r
 //   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
+      for (int t = 0; t < 16; ++t) {
+        const float *hp = t ? out0 + (b0 * 16 + t - 1) * 128 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 128, 128, (float)1, hp, t ? 2048 : 128, &in1[0], 128, (float)0, gates, 128);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 16 + t) * 128;
+          const float *hq = t ? o - 128 : h0s + s * 128;
+          const float *ga = gates + (long long)s * 128;
+          const long long xo = (b * 16 + t) * 128;
+          const bool on = in2[b * 16 + t] != 0;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            o[j] = (on ? ::ngen_emu::fast_tanhf(ga[0 + j] + in0[xo + 0 + j]) : hq[j]);
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
+  #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
     __shared__ float th[1024];
@@ -385,6 +426,60 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 // rnn_rnn_scan_bwd_bwd computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          dh[s * 128 + j] = 0.0f;
+        }
+      const float *sv = &in1[0];
+      for (int t = 15; t >= 0; --t) {
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          const long long so = (b * 16 + t) * 128;
+          float *d = out0 + (b * 17 + t) * 128;
+          float *dhs = dh + (long long)s * 128;
+          if (in3[b * 16 + t] == 0) {
+            for (int j = 0; j < 128; ++j) {
+              dhs[j] += in0[so + j];
+            }
+            for (int j = 0; j < 128; ++j) d[j] = 0.0f;
+            continue;
+          }
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            const float dhj = dhs[j] + in0[so + j];
+            dhs[j] = 0.0f;
+            const float h = sv[so + j];
+            d[j] = dhj * (1.0f - h * h);
+          }
+        }
+        ::ngen_emu::gemm(false, false, ns, 128, 128, (float)1, out0 + (b0 * 17 + t) * 128, 2176, &in2[0], 128, (float)1, dh, 128);
+      }
+      for (int s = 0; s < ns; ++s) {
+        float *last = out0 + ((b0 + s) * 17 + 16) * 128;
+        for (int j = 0; j < 128; ++j) {
+          last[j] = dh[s * 128 + j];
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {
@@ -700,6 +795,47 @@ extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2(const float * _
 // rnn_rnn_scan_fwd_2 computes:
 //   v12 = rnn_scan <f32[B,16,128]> v11 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    auto fast = [&]() __attribute__((always_inline)) {
+    const long long nb = (long long)B;
+    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
+      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
+      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
+      for (int s = 0; s < ns; ++s)
+        for (int j = 0; j < 128; ++j) {
+          h0s[s * 128 + j] = 0.0f;
+        }
+      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
+      for (int t = 0; t < 16; ++t) {
+        const float *hp = t ? out0 + (b0 * 16 + t - 1) * 128 : h0s;
+        ::ngen_emu::gemm(false, true, ns, 128, 128, (float)1, hp, t ? 2048 : 128, &in1[0], 128, (float)0, gates, 128);
+        for (int s = 0; s < ns; ++s) {
+          const long long b = b0 + s;
+          float *o = out0 + (b * 16 + t) * 128;
+          const float *hq = t ? o - 128 : h0s + s * 128;
+          const float *ga = gates + (long long)s * 128;
+          const long long xo = (b * 16 + t) * 128;
+          const bool on = in2[b * 16 + t] != 0;
+  #pragma GCC ivdep
+          for (int j = 0; j < 128; ++j) {
+            o[j] = (on ? ::ngen_emu::fast_tanhf(ga[0 + j] + in0[xo + 0 + j]) : hq[j]);
+          }
+        }
+      }
+    }
+    };
+  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
+    if (::ngen_emu::scan_fma()) {
+      fast_fma();
+      return;
+    }
+  #endif
+    fast();
+    return;
+  }
+  #endif
   #ifdef NGEN_EMU
   if (blockDim.x == 1) {
     auto solo = [&]() __attribute__((always_inline)) {

@@ -225,8 +225,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -244,10 +249,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -418,8 +431,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -437,10 +455,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -647,8 +673,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -666,10 +697,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -873,8 +912,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -892,10 +936,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -1066,8 +1118,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -1085,10 +1142,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -1218,8 +1283,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -1237,10 +1307,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -2113,18 +2191,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2186,8 +2279,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -2195,10 +2296,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2611,18 +2719,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -2668,8 +2791,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -2677,10 +2808,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3256,18 +3394,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3329,8 +3482,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -3338,10 +3499,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3766,18 +3934,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -3823,8 +4006,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true && kj <= qi) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -3832,10 +4023,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -4559,18 +4757,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -4616,8 +4829,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -4625,10 +4846,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -5205,18 +5433,33 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
             const int kj = j0 + j; (void)kj;
             float ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float acc = sA[i * 65 + d];
-            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
-            sA[i * 65 + d] = acc;
+          if (nl == 1) { // keys outside, d inside: as the forward's output
+            for (int j = 0; j < nk; ++j) {
+              const float ds = sS[w * 16 + j];
+              for (int d = 0; d < 64; ++d) sA[i * 65 + d] += ds * sK[j * 65 + d];
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float acc = sA[i * 65 + d];
+              for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sK[j * 65 + d];
+              sA[i * 65 + d] = acc;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -5262,8 +5505,16 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
             const int qi = i0 + i; (void)qi;
             float pd = 0.0f, ds = 0.0f;
             if (i < nq && j < nk && true) {
-              float s = 0.0f, dp = 0.0f;
-              for (int d = 0; d < 64; ++d) { s += sQ[i * 65 + d] * sK[j * 65 + d]; dp += sdO[i * 65 + d] * sV[j * 65 + d]; }
+              float s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              float dp_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+              for (int d0 = 0; d0 < 64; d0 += 8)
+                for (int u = 0; u < 8; ++u) {
+                  const int d = d0 + u;
+                  s_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+                  dp_p[u] += sdO[i * 65 + d] * sV[j * 65 + d];
+                }
+              float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
+              float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
               const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
@@ -5271,10 +5522,17 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
             sP[w * 16 + i] = pd; sS[w * 16 + i] = ds;
           }
           if (nl > 1) __syncwarp();
-          for (int d = lane; d < 64; d += nl) {
-            float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
-            for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
-            sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+          if (nl == 1) { // queries outside, d inside
+            for (int i = 0; i < nq; ++i) {
+              const float ds = sS[w * 16 + i], pd = sP[w * 16 + i];
+              for (int d = 0; d < 64; ++d) { sA[j * 65 + d] += ds * sQ[i * 65 + d]; sB[j * 65 + d] += pd * sdO[i * 65 + d]; }
+            }
+          } else {
+            for (int d = lane; d < 64; d += nl) {
+              float dk = sA[j * 65 + d], dv = sB[j * 65 + d];
+              for (int i = 0; i < nq; ++i) { dk += sS[w * 16 + i] * sQ[i * 65 + d]; dv += sP[w * 16 + i] * sdO[i * 65 + d]; }
+              sA[j * 65 + d] = dk; sB[j * 65 + d] = dv;
+            }
           }
           if (nl > 1) __syncwarp();
         }
@@ -5531,8 +5789,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5550,10 +5813,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -5723,8 +5994,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5742,10 +6018,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -5951,8 +6235,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -5970,10 +6259,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -6177,8 +6474,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -6196,10 +6498,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -6369,8 +6679,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -6388,10 +6703,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -6521,8 +6844,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -6540,10 +6868,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -6824,8 +7160,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -6843,10 +7184,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -7014,8 +7363,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -7033,10 +7387,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -7240,8 +7602,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -7259,10 +7626,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -7466,8 +7841,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -7485,10 +7865,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -7656,8 +8044,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true && kj <= qi) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -7675,10 +8068,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }
@@ -7808,8 +8209,13 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const int kj = j0 + j; (void)kj;
           float s = -NGEN_INF;
           if (j < nk && true) {
-            float acc = 0.0f;
-            for (int d = 0; d < 64; ++d) acc += sQ[i * 65 + d] * sK[j * 65 + d];
+            float acc_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int d0 = 0; d0 < 64; d0 += 8)
+              for (int u = 0; u < 8; ++u) {
+                const int d = d0 + u;
+                acc_p[u] += sQ[i * 65 + d] * sK[j * 65 + d];
+              }
+            float acc = ((acc_p[0] + acc_p[1]) + (acc_p[2] + acc_p[3])) + ((acc_p[4] + acc_p[5]) + (acc_p[6] + acc_p[7]));
             s = acc * 0.125f;
           }
           sS[w * 16 + j] = s;
@@ -7827,10 +8233,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
-        for (int d = lane; d < 64; d += nl) {
-          float acc = sO[i * 65 + d] * alpha;
-          for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
-          sO[i * 65 + d] = acc;
+        if (nl == 1) {
+          for (int d = 0; d < 64; ++d) sO[i * 65 + d] *= alpha;
+          for (int j = 0; j < nk; ++j) {
+            const float p = sS[w * 16 + j];
+            for (int d = 0; d < 64; ++d) sO[i * 65 + d] += p * sV[j * 65 + d];
+          }
+        } else {
+          for (int d = lane; d < 64; d += nl) {
+            float acc = sO[i * 65 + d] * alpha;
+            for (int j = 0; j < nk; ++j) acc += sS[w * 16 + j] * sV[j * 65 + d];
+            sO[i * 65 + d] = acc;
+          }
         }
         if (nl > 1) __syncwarp();
         if (lane == 0) { sM[i] = mnew; sL[i] = sL[i] * alpha + ls; }

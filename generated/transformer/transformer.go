@@ -4859,6 +4859,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -5209,6 +5213,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -5590,6 +5598,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -5887,6 +5899,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -6241,6 +6257,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -6494,6 +6514,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -7770,6 +7794,10 @@ var Plan = &runtime.Plan{
 				Mul:  65536,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  6291456,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -7816,6 +7844,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  131072,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  8388608,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -8365,6 +8397,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  196608,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  7454720,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -9211,6 +9247,10 @@ var Plan = &runtime.Plan{
 				Mul:  65536,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  6291456,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -9257,6 +9297,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  131072,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  8388608,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -9837,6 +9881,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  196608,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  7454720,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -10811,6 +10859,10 @@ var Plan = &runtime.Plan{
 				Mul:  196608,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  14680064,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -11652,6 +11704,10 @@ var Plan = &runtime.Plan{
 				Mul:  196608,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  14680064,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -12064,6 +12120,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -12411,6 +12471,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -12789,6 +12853,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -13086,6 +13154,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -13437,6 +13509,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -13690,6 +13766,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -14218,6 +14298,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -14546,6 +14630,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -14905,6 +14993,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -15202,6 +15294,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -15534,6 +15630,10 @@ var Plan = &runtime.Plan{
 				Mul:  66560,
 				Syms: []string{"B"},
 			}},
+			Flops: runtime.Sum{{
+				Mul:  2129920,
+				Syms: []string{"B"},
+			}},
 			Grid: [3]runtime.Expr{{
 				Max: 1048576,
 				Size: runtime.Size{
@@ -15787,6 +15887,10 @@ var Plan = &runtime.Plan{
 				Syms: []string{"B"},
 			}, {
 				Mul:  66560,
+				Syms: []string{"B"},
+			}},
+			Flops: runtime.Sum{{
+				Mul:  4194304,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -17248,6 +17352,8 @@ type Options struct {
 
 // Model is one instance of the model on a device. It is safe for concurrent
 // use: each method runs alone. After Close every method returns an error.
+// A nil *Model or a zero Model (not made by New) does not panic: methods
+// with an error result return an error, the others their zero value.
 type Model struct {
 	s  *runtime.Session
 	mu sync.Mutex
@@ -17278,13 +17384,29 @@ func MaxBatch(dev runtime.Device, budget int64) (int, error) {
 	return runtime.MaxBatch(dev, Plan, budget, runtime.SessionOptions{})
 }
 
+// lock takes the model's mutex for method; it fails, holding nothing, on a
+// nil *Model or a zero Model, which New did not make.
+func (m *Model) lock(method string) error {
+	if m == nil {
+		return fmt.Errorf("transformer.%s: the *Model is nil, not made by New (use transformer.New)", method)
+	}
+	m.mu.Lock()
+	if m.s == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("transformer.%s: the Model was not made by New (use transformer.New)", method)
+	}
+	return nil
+}
+
 // Step runs one training step (forward, backward, optimizer update) on a
 // batch and returns the loss. Each input holds whole rows, row-major; the
 // batch size is their row count and must not exceed Options.Batch. With
 // Options.AccumulationSteps k > 1, each call is a micro-batch and every
 // k-th successful one also runs the update (see Accumulate).
 func (m *Model) Step(src []int32, tgt []int32, y []int32) (loss float32, err error) {
-	m.mu.Lock()
+	if err := m.lock("Step"); err != nil {
+		return 0, err
+	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
 		return 0, fmt.Errorf("transformer.Step: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
@@ -17311,7 +17433,9 @@ func (m *Model) Step(src []int32, tgt []int32, y []int32) (loss float32, err err
 // (as scaling each micro-batch's loss by 1/k). On error nothing is added.
 // Batch norm uses each micro-batch's own statistics, as PyTorch does.
 func (m *Model) Accumulate(src []int32, tgt []int32, y []int32) (loss float32, err error) {
-	m.mu.Lock()
+	if err := m.lock("Accumulate"); err != nil {
+		return 0, err
+	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
 		return 0, fmt.Errorf("transformer.Accumulate: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
@@ -17336,7 +17460,9 @@ func (m *Model) Accumulate(src []int32, tgt []int32, y []int32) (loss float32, e
 // Update runs the optimizer update with the mean gradient of the micro-batches
 // accumulated since the last update.
 func (m *Model) Update() error {
-	m.mu.Lock()
+	if err := m.lock("Update"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.RunUpdate()
 }
@@ -17344,7 +17470,9 @@ func (m *Model) Update() error {
 // Predict runs the forward pass (in the current Train/Eval mode) and
 // returns the model's output for every row, row-major.
 func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Predict"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
 		return nil, fmt.Errorf("transformer.Predict: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
@@ -17372,21 +17500,27 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 
 // Train selects training behaviour (dropout on), like torch's model.train().
 func (m *Model) Train() {
-	m.mu.Lock()
+	if m.lock("Train") != nil {
+		return
+	}
 	defer m.mu.Unlock()
 	m.s.SetTrain(true)
 }
 
 // Eval selects evaluation behaviour (dropout off), like model.eval().
 func (m *Model) Eval() {
-	m.mu.Lock()
+	if m.lock("Eval") != nil {
+		return
+	}
 	defer m.mu.Unlock()
 	m.s.SetTrain(false)
 }
 
 // Training reports whether the model is in training mode.
 func (m *Model) Training() bool {
-	m.mu.Lock()
+	if m.lock("Training") != nil {
+		return false
+	}
 	defer m.mu.Unlock()
 	return m.s.Training()
 }
@@ -17394,21 +17528,27 @@ func (m *Model) Training() bool {
 // SetLR changes the learning rate of later steps; NaN, ±Inf and negative
 // rates are rejected and leave the rate as it was.
 func (m *Model) SetLR(lr float64) error {
-	m.mu.Lock()
+	if err := m.lock("SetLR"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.SetLR(lr)
 }
 
 // Params lists the parameter names in declaration order.
 func (m *Model) Params() []string {
-	m.mu.Lock()
+	if m.lock("Params") != nil {
+		return nil
+	}
 	defer m.mu.Unlock()
 	return m.s.Names("param")
 }
 
 // Param returns a copy of the named parameter.
 func (m *Model) Param(name string) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Param"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
@@ -17423,7 +17563,9 @@ func (m *Model) Param(name string) ([]float32, error) {
 
 // Grad returns a copy of the named parameter's gradient from the last Step.
 func (m *Model) Grad(name string) ([]float32, error) {
-	m.mu.Lock()
+	if err := m.lock("Grad"); err != nil {
+		return nil, err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("grad", name)
 	if err != nil {
@@ -17438,7 +17580,9 @@ func (m *Model) Grad(name string) ([]float32, error) {
 
 // SetParam overwrites the named parameter; v must have its element count.
 func (m *Model) SetParam(name string, v []float32) error {
-	m.mu.Lock()
+	if err := m.lock("SetParam"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	i, err := m.s.Lookup("param", name)
 	if err != nil {
@@ -17454,7 +17598,9 @@ func (m *Model) SetParam(name string, v []float32) error {
 // Save writes a safetensors checkpoint: parameters and state under their
 // PyTorch state_dict names, optimizer state, step count, with a SHA-256.
 func (m *Model) Save(w io.Writer) error {
-	m.mu.Lock()
+	if err := m.lock("Save"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Save(w)
 }
@@ -17463,7 +17609,9 @@ func (m *Model) Save(w io.Writer) error {
 // scripts/safetensors_io.py); it checks everything first, and on error
 // nothing changes.
 func (m *Model) Load(r io.Reader) error {
-	m.mu.Lock()
+	if err := m.lock("Load"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Load(r)
 }
@@ -17472,7 +17620,9 @@ func (m *Model) Load(r io.Reader) error {
 // the driver, including a caching allocator's cache) and the peak allocated,
 // as torch.cuda.memory_allocated, memory_reserved and max_memory_allocated.
 func (m *Model) MemStats() runtime.MemStats {
-	m.mu.Lock()
+	if m.lock("MemStats") != nil {
+		return runtime.MemStats{}
+	}
 	defer m.mu.Unlock()
 	return m.s.Device().MemStats()
 }
@@ -17480,14 +17630,18 @@ func (m *Model) MemStats() runtime.MemStats {
 // ResetPeak restarts the device's peak from what is allocated now, like
 // torch.cuda.reset_peak_memory_stats; false when the backend cannot.
 func (m *Model) ResetPeak() bool {
-	m.mu.Lock()
+	if m.lock("ResetPeak") != nil {
+		return false
+	}
 	defer m.mu.Unlock()
 	return runtime.ResetPeak(m.s.Device())
 }
 
 // Close frees the model's device memory.
 func (m *Model) Close() error {
-	m.mu.Lock()
+	if err := m.lock("Close"); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	return m.s.Close()
 }
@@ -17495,5 +17649,8 @@ func (m *Model) Close() error {
 // Session exposes the underlying runtime session, which is not safe for
 // concurrent use: calls on it bypass the model's mutex.
 func (m *Model) Session() *runtime.Session {
+	if m == nil {
+		return nil
+	}
 	return m.s
 }
