@@ -227,8 +227,13 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 		}
 		run := "NGEN_RUN_SIMPLE"
 		switch {
-		case ki.Sync && ki.SoloBlocks:
-			run = "NGEN_RUN_SOLO" // one-thread launches need no fibers
+		case ki.Sync && ki.SoloBlocks && strings.Contains(ki.Name, "rnn_scan"):
+			// The recurrences' CPU form calls the GEMM library, which wants
+			// the worker's own stack, not a fiber's. Only they: run_solo
+			// instantiates a kernel's body twice (with and without fibers),
+			// which made the 148 reductions of gpt_unfused's glue take over
+			// 20 minutes to compile.
+			run = "NGEN_RUN_SOLO"
 		case ki.Sync:
 			run = "NGEN_RUN_SYNC"
 		case ki.GridStride:
