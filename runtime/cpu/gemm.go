@@ -73,14 +73,6 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	if g.M == 0 || g.N == 0 {
 		return nil
 	}
-	if g.Batch >= 2 && g.StrideC == 0 && g.Beta == 1 && g.K > 0 && runtime.KConcat(g) {
-		// A batch summed into one C whose operands lie side by side (the
-		// weight gradient of a Linear over [B, T, ·], say) is one product
-		// with K' = Batch·K, as the GPU backend issues it (runtime.LowerGemm):
-		// one library call instead of Batch calls that each read and
-		// write all of C.
-		g.K, g.Batch, g.StrideA, g.StrideB = g.Batch*g.K, 1, 0, 0
-	}
 	var err error
 	switch {
 	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
