@@ -82,6 +82,11 @@ func TestGPU(t *testing.T) {
 // each step's bytes and FLOPs) and the device's event timing both on.
 func profileGPU(dev *cuda.Device, m stepper, x []float32, y []int32) ([]kernelRow, error) {
 	s := m.(interface{ Session() *runtime.Session }).Session()
+	return profileSession(dev, s, func() error { _, err := m.Step(x, y); return err })
+}
+
+// profileSession is profileGPU for any step of the session s.
+func profileSession(dev *cuda.Device, s *runtime.Session, step func() error) ([]kernelRow, error) {
 	s.SetProfiling(true)
 	defer s.SetProfiling(false)
 	if err := dev.SetEventTiming(true); err != nil {
@@ -89,7 +94,7 @@ func profileGPU(dev *cuda.Device, m stepper, x []float32, y []int32) ([]kernelRo
 	}
 	defer dev.SetEventTiming(false)
 	for i := 0; i < *steps; i++ {
-		if _, err := m.Step(x, y); err != nil {
+		if err := step(); err != nil {
 			return nil, err
 		}
 	}
@@ -120,12 +125,22 @@ type torchResult struct {
 	GPU    string  `json:"gpu"`
 }
 
+// gpuPython is the Python that has PyTorch with CUDA: $NGEN_PYTHON, else
+// Debian's /usr/bin/python3 (whose PyTorch is CPU-only, so the GPU column
+// then reports why it is missing).
+func gpuPython() string {
+	if p := os.Getenv("NGEN_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
 // torchGPU times the same step in PyTorch on the GPU.
 func torchGPU(c benchCase) (torchResult, error) {
 	var tr torchResult
 	args := append([]string{"torch_step.py", "--device", "cuda", "--batch", fmt.Sprint(c.batch),
 		"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.peerArgs()...)
-	cmd := exec.Command("/usr/bin/python3", args...)
+	cmd := exec.Command(gpuPython(), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

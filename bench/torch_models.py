@@ -108,8 +108,8 @@ def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=51
     pe[:, 0::2] = torch.sin(pos * div)
     pe[:, 1::2] = torch.cos(pos * div)
 
-    def causal(n):
-        return torch.triu(torch.full((n, n), float("-inf")), 1)
+    def causal(n, device):
+        return torch.triu(torch.full((n, n), float("-inf"), device=device), 1)
 
     class GPT(nn.Module):
         def __init__(self):
@@ -125,7 +125,7 @@ def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=51
         def forward(self, x, lengths=None):
             T = x.shape[1]
             h = self.drop(self.tok_emb(x) + self.pe[:T])
-            mask = causal(T)
+            mask = causal(T, x.device)
             for b in self.blocks:
                 h = b(h, src_mask=mask)
             return self.ln_f(h) @ self.tok_emb.weight.t()
@@ -145,7 +145,7 @@ def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=51
             def embed(ids):
                 return self.drop(self.embedding(ids) * math.sqrt(d) + self.pe[:T])
 
-            h = self.transformer(embed(x[:, :T]), embed(x[:, T:]), tgt_mask=causal(T))
+            h = self.transformer(embed(x[:, :T]), embed(x[:, T:]), tgt_mask=causal(T, x.device))
             return self.fc_out(h)
 
     return GPT() if name == "gpt" else TransformerLM()

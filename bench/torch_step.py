@@ -75,6 +75,7 @@ def main():
         xt = 2 * a.seq if a.model == "transformer" else a.seq
         x = torch.randint(2, a.vocab, (a.batch, xt), generator=g)
         y = torch.randint(2, a.vocab, (a.batch, a.seq), generator=g)
+        x, y = x.to(a.device), y.to(a.device)
     elif a.data:
         # Real images matter: on random normal inputs PyTorch 1.13's CPU
         # ReLU backward and max pooling run several times slower than on

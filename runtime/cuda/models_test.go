@@ -122,6 +122,16 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 				gmax = math.Max(gmax, math.Abs(float64(v)))
 			}
 		}
+		if step == 1 {
+			// Each gradient's largest difference, for the log of a failure.
+			for _, name := range a.Params() {
+				g, worst := grads[name], 0.0
+				for i := range g[0] {
+					worst = math.Max(worst, math.Abs(float64(g[0][i]-g[1][i])))
+				}
+				t.Logf("step 1: grad %s differs by up to %.2g of the largest gradient (%.3g)", name, worst/gmax, gmax)
+			}
+		}
 		for _, name := range a.Params() {
 			g := grads[name]
 			if step == 1 {
@@ -132,7 +142,7 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 					noise[name][i] = math.Abs(float64(g[1][i])) < 1e-3*gmax
 				}
 				if step == 1 && math.Abs(float64(g[0][i]-g[1][i])) > atol+rtol*math.Abs(float64(g[1][i]))+1e-4*gmax {
-					t.Fatalf("step %d: grad %s[%d] %v vs %v", step, name, i, g[0][i], g[1][i])
+					t.Fatalf("step %d: grad %s[%d] %v vs %v (largest gradient %.3g: %.2g of it)", step, name, i, g[0][i], g[1][i], gmax, math.Abs(float64(g[0][i]-g[1][i]))/gmax)
 				}
 			}
 			pa, err1 := a.Param(name)

@@ -27,20 +27,20 @@ func init() {
 		genModel{"transformer", 1, 4,
 			func(d runtime.Device, b int) (model, error) {
 				m, err := transformer.New(d, transformer.Options{Batch: b, Seed: 7})
-				return tfRow{m.Step, m, newSeqBatch(b, lm, data.CharVocab, 0), lm}, err
+				return tfRow{m.Step, m, newSeqBatch(b, lm, data.CharVocab, 0, 0), lm}, err
 			},
 			func(d runtime.Device, b int) (model, error) {
 				m, err := transformer_unfused.New(d, transformer_unfused.Options{Batch: b, Seed: 7})
-				return tfRow{m.Step, m, newSeqBatch(b, lm, data.CharVocab, 0), lm}, err
+				return tfRow{m.Step, m, newSeqBatch(b, lm, data.CharVocab, 0, 0), lm}, err
 			}},
 		genModel{"gpt", 1, 4,
 			func(d runtime.Device, b int) (model, error) {
 				m, err := gpt.New(d, gpt.Options{Batch: b, Seed: 7})
-				return gptRow{m.Step, m, newSeqBatch(b, g, data.CharVocab, 0), g}, err
+				return gptRow{m.Step, m, newSeqBatch(b, g, data.CharVocab, 0, 0), g}, err
 			},
 			func(d runtime.Device, b int) (model, error) {
 				m, err := gpt_unfused.New(d, gpt_unfused.Options{Batch: b, Seed: 7})
-				return gptRow{m.Step, m, newSeqBatch(b, g, data.CharVocab, 0), g}, err
+				return gptRow{m.Step, m, newSeqBatch(b, g, data.CharVocab, 0, 0), g}, err
 			}},
 	)
 }
