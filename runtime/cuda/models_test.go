@@ -172,6 +172,27 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 	}
 }
 
+// knownGPUvsCPUGaps are rows whose GPU-against-CPU comparison cannot hold
+// in f32, with why. TestModelsFusedVsUnfusedGPU and TestGraphsMatchEager
+// still run them on the GPU.
+var knownGPUvsCPUGaps = map[string]string{
+	// Measured on an H100 (2026-11-25): after one step the GPU's
+	// gradients of bn2.bias[43] and, through it, of conv2, bn1 and conv1
+	// differ from the CPU's by up to 3e-3 of the largest gradient. On this
+	// batch one of channel 43's BN outputs before the ReLU is 3.3e-6 of a
+	// standard deviation above zero (PyTorch, f64); its conv2 sum cancels
+	// 24-fold (sum of |terms| 5.9, value 0.249), so f32 summation orders
+	// differ there by about 8e-6 standard deviations and the CPU's result
+	// falls below the ReLU's kink while the GPU's, like PyTorch's f32
+	// result, stays above: the GPU's conv1.weight[0] gradient is 0.0051119,
+	// PyTorch's 0.0051119 (f32 and f64), the CPU's 0.0051747. Every batch of
+	// this size has BN outputs within about 1e-5 standard deviations of a
+	// ReLU kink (checked over 30 seeds), so no batch makes the comparison
+	// safe; a wrong kernel shows up in TestModelsFusedVsUnfusedGPU, in
+	// runtime/cpu's GPU-forms test and in models/convnet's PyTorch oracle.
+	"convnet_bn": "a BN output 3.3e-6 standard deviations from a ReLU kink: f32 summation orders put the GPU (with PyTorch) and the CPU on either side (see knownGPUvsCPUGaps)",
+}
+
 // TestModelsGPUvsCPU: the GPU contracts a*b+c into FMAs (--fmad=true) and
 // cuBLAS picks its own summation order, where the CPU backend does
 // neither, so f32 results agree to rtol 1e-3, atol 1e-5, and first-step
@@ -186,6 +207,9 @@ func TestModelsGPUvsCPU(t *testing.T) {
 	for _, m := range genModels {
 		for _, fused := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fused=%v", m.name, fused), func(t *testing.T) {
+				if why, ok := knownGPUvsCPUGaps[m.name]; ok {
+					t.Skip(why)
+				}
 				mk := m.fused
 				if !fused {
 					mk = m.unfused
