@@ -1,40 +1,59 @@
 package cpu_test
 
 import (
+	"math/rand/v2"
+
 	"github.com/ngen-ml/ngen/generated/gpt"
 	"github.com/ngen-ml/ngen/generated/gpt_unfused"
 	"github.com/ngen-ml/ngen/generated/transformer"
 	"github.com/ngen-ml/ngen/generated/transformer_unfused"
 	decl "github.com/ngen-ml/ngen/models/transformer"
 	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/data"
 )
 
 // The Transformer models' rows of genPackages: token batches of their
 // own, as the sequence rows (gpuforms_seq_test.go). Batch 2 keeps the GPU
 // forms' fibers (the flash-attention kernels synchronise) quick; the
 // attention, LayerNorm and softmax kernels run with their GPU blocks.
-// knownGPUFormsGaps are rows whose comparison fails today, with why. The
-// fused TransformerLM's shared embedding gradient differs between the GPU
-// forms and the CPU forms by about 0.4% (embedding.weight[1024]: 6.25 ×
-// 1e-5 of the largest gradient beyond rtol 1e-4), where its unfused plan
-// and both GPT plans agree to within 0.15 of that bound. Bisected against
-// an f64 reference (the same model through codegen/jit, the same
-// parameters and batch, one gradient phase): in f64 the GPU forms and the
-// CPU forms agree to 1e-10 of the largest gradient, and in f32 the GPU
-// forms stay within 5e-5 of it from f64 in every tensor, while the default
-// CPU forms are off by up to 7.2e-3 of it (decoder.layers.1.linear1.weight,
-// then .bias; every tensor below it in the backward inherits it). The
-// losses agree to 9 digits. So the defect is in the f32 CPU forms'
-// backward of the fused post-LN plan, not in the GPU forms; not yet found
-// (issue 11 stays open for it).
-var knownGPUFormsGaps = map[string]string{
-	"transformer": "fused TransformerLM: the f32 CPU forms' gradients are off the f64 reference (the GPU forms are not); open defect, issue 11",
+//
+// The batch is transformerBatch's, not newSeqBatch's, because a ReLU's
+// derivative jumps at 0: where a feed-forward pre-activation lies within
+// f32 rounding of 0, the GPU forms and the CPU forms may take the two
+// sides, and that one element's gradient (the whole upstream gradient
+// or none of it) then moves every gradient below it. newSeqBatch's tokens
+// put one there: decoder layer 1's linear1 at [0, 8, 476] is +5.1e-8 in
+// f64 from the same parameters, +2.2e-7 in the CPU forms and -1.5e-7 in
+// the GPU forms, so the CPU forms pass the upstream gradient (as f64
+// does) and the GPU forms drop it, and the fused TransformerLM's
+// gradients differed by up to 7.2e-3 of the largest. Both forms' kernels
+// are right: in the four feed-forward layers the forms' pre-activations
+// near 0 differ by at most 1e-6 (rounding of the LayerNorm and GEMM
+// inputs, as f64 shows), and with no sign flip the gradients agree to
+// 1.5e-6 of the largest. transformerBatch's tokens keep every
+// pre-activation at least 6.9e-6 from 0 in the CPU forms, about 7 times
+// that noise (measured for the fused plan when this batch was chosen).
+// If a later change to rounding moves one across, this row fails with a
+// gradient differing by a large fraction of the largest while the losses
+// agree: look for a ReLU sign flip before looking for a kernel bug.
+var knownGPUFormsGaps = map[string]string{}
+
+// transformerBatch is newSeqBatch's batch drawn from another seed (see
+// above): only x and y, which is all the Transformer rows read.
+func transformerBatch(b, T int) seqBatch {
+	rng := rand.New(rand.NewPCG(12, 12))
+	vocab := min(data.WordVocab, data.CharVocab)
+	s := seqBatch{x: make([]int32, b*T), y: make([]int32, b*T)}
+	for i := range s.x {
+		s.x[i], s.y[i] = int32(2+rng.IntN(vocab-2)), int32(2+rng.IntN(vocab-2))
+	}
+	return s
 }
 
 func init() {
 	row := func(T int, open func(d runtime.Device, b int, s seqBatch) (genModel, error)) genPackage {
 		return genPackage{1, 2, func(d runtime.Device, b int) (genModel, error) {
-			return open(d, b, newSeqBatch(b, T, 0))
+			return open(d, b, transformerBatch(b, T))
 		}}
 	}
 	lm, g := decl.LMConfig().SeqLen, decl.GPTConfig().SeqLen
