@@ -37,6 +37,9 @@ func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
 	}
 	k.sync, k.soloBlocks = true, true
 	k.block = [3]int{128, 1, 1}
+	if n := ops.Lookup(v.Op).LoopThreads; n > 0 {
+		k.block[0] = n
+	}
 	blocks := ir.Shape{v.Shape[0]}
 	if d := ops.Lookup(v.Op); d.Blocks != nil {
 		blocks = d.Blocks(v)

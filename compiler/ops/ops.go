@@ -75,6 +75,8 @@ type Def struct {
 	// kernel's grid (its blocks' work items); nil means the leading
 	// dimension of the result (a block per sequence).
 	Blocks func(v *ir.Value) ir.Shape
+	// LoopThreads is a Loop kernel's block size on the GPU (0: 128).
+	LoopThreads int
 	// Expand, for a fused op, builds the same value from primitive ops:
 	// the "expand fused ops" pass uses it when fusion is off, so that
 	// -fuse=none computes the op the way a framework without the fused

@@ -32,6 +32,13 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	if G == 4 {
 		g.f("__shared__ %s cs[%d];", t, H)
 	}
+	// With the gates' pre-activations in shared memory (up to 32 KiB),
+	// the recurrent product runs a warp per row; beyond that, a thread
+	// per hidden unit walks its rows (strided reads).
+	warpRows := G*H*v.DType.Size() <= 32<<10
+	if warpRows {
+		g.f("__shared__ %s pre[%d];", t, G*H)
+	}
 	g.f("const long long nb = %s;", c.Dim(B))
 	g.f("for (long long b = blockIdx.x; b < nb; b += gridDim.x) {")
 	g.f("  for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
@@ -44,17 +51,35 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g.f("  for (int t = 0; t < %d; ++t) {", T)
 	g.f("    const long long xo = (b * %d + t) * %d;", T, G*H)
 	g.f("    %s *s = %s + (b * %d + t) * %d;", t, out, T, W)
+	if warpRows {
+		// The recurrent product W_hh·h: a warp per row of W_hh at a
+		// time, its lanes reading the row's consecutive elements
+		// (coalesced), summed across the warp into pre.
+		g.f("    for (int r = threadIdx.x >> 5; r < %d; r += blockDim.x >> 5) {", G*H)
+		g.f("      %s acc = %s;", t, c.Lit(0))
+		g.f("      for (int k = threadIdx.x & 31; k < %d; k += 32) acc += %s * hs[k];", H, at(1, "(long long)r * "+itoa(H)+" + k"))
+		g.f("      acc = ngen_warp_sum(acc);")
+		g.f("      if ((threadIdx.x & 31) == 0) pre[r] = acc;")
+		g.f("    }")
+		g.f("    __syncthreads();")
+	}
 	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
-	for q := 0; q < G; q++ {
-		g.f("      %s a%d = %s;", t, q, at(0, "xo + "+itoa(q*H)+" + j"))
+	if warpRows {
+		for q := 0; q < G; q++ {
+			g.f("      %s a%d = %s + pre[%d + j];", t, q, at(0, "xo + "+itoa(q*H)+" + j"), q*H)
+		}
+	} else {
+		for q := 0; q < G; q++ {
+			g.f("      %s a%d = %s;", t, q, at(0, "xo + "+itoa(q*H)+" + j"))
+		}
+		// The recurrent product W_hh·h for this unit's rows of every gate.
+		g.f("      for (int k = 0; k < %d; ++k) {", H)
+		g.f("        const %s hk = hs[k];", t)
+		for q := 0; q < G; q++ {
+			g.f("        a%d += %s * hk;", q, at(1, "(long long)("+itoa(q*H)+" + j) * "+itoa(H)+" + k"))
+		}
+		g.f("      }")
 	}
-	// The recurrent product W_hh·h for this unit's rows of every gate.
-	g.f("      for (int k = 0; k < %d; ++k) {", H)
-	g.f("        const %s hk = hs[k];", t)
-	for q := 0; q < G; q++ {
-		g.f("        a%d += %s * hk;", q, at(1, "(long long)("+itoa(q*H)+" + j) * "+itoa(H)+" + k"))
-	}
-	g.f("      }")
 	masked := len(v.Args) > 4
 	keep := func(x, prev string) string { // a masked-off step keeps the state
 		if !masked {
@@ -159,8 +184,17 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	g.f("    __syncthreads();")
 	// dh_{t-1} = W_hhᵀ · dpre_t.
 	g.f("    for (int j = threadIdx.x; j < %d; j += blockDim.x) {", H)
-	g.f("      %s acc = %s;", t, c.Lit(0))
-	g.f("      for (int r = 0; r < %d; ++r) acc += %s * dg[r];", G*H, at(2, "(long long)r * "+itoa(H)+" + j"))
+	// Four partial sums: four independent loads and FMA chains in flight
+	// per thread (the loop is bound by L2 latency, not bandwidth).
+	g.f("      %s acc0 = %s, acc1 = %s, acc2 = %s, acc3 = %s;", t, c.Lit(0), c.Lit(0), c.Lit(0), c.Lit(0))
+	g.f("      int r = 0;")
+	g.f("      for (; r + 3 < %d; r += 4) {", G*H)
+	for u := 0; u < 4; u++ {
+		g.f("        acc%d += %s * dg[r + %d];", u, at(2, "(long long)(r + "+itoa(u)+") * "+itoa(H)+" + j"), u)
+	}
+	g.f("      }")
+	g.f("      for (; r < %d; ++r) acc0 += %s * dg[r];", G*H, at(2, "(long long)r * "+itoa(H)+" + j"))
+	g.f("      const %s acc = (acc0 + acc1) + (acc2 + acc3);", t)
 	if masked {
 		g.f("      dh[j] = acc + carry[j];")
 	} else {

@@ -190,8 +190,17 @@ var knownGPUvsCPUGaps = map[string]string{
 	// ReLU kink (checked over 30 seeds), so no batch makes the comparison
 	// safe; a wrong kernel shows up in TestModelsFusedVsUnfusedGPU, in
 	// runtime/cpu's GPU-forms test and in models/convnet's PyTorch oracle.
-	"convnet_bn": "a BN output 3.3e-6 standard deviations from a ReLU kink: f32 summation orders put the GPU (with PyTorch) and the CPU on either side (see knownGPUvsCPUGaps)",
+	"convnet_bn/fused=true":  convnetBNKink,
+	"convnet_bn/fused=false": convnetBNKink,
+	// The fused TransformerLM on this batch: decoder layer 1's linear1
+	// has a pre-activation 5e-8 above zero in f64 (runtime/cpu's
+	// GPU-forms test found it, knownGPUFormsGaps' history), and the CPU's
+	// and the GPU's f32 sums fall on either side of that ReLU (H100,
+	// 2026-11-25: one parameter 0.28·lr apart after step 2).
+	"transformer/fused=true": "a ReLU pre-activation 5e-8 from its kink: f32 summation orders put the GPU and the CPU on either side (see knownGPUvsCPUGaps)",
 }
+
+const convnetBNKink = "a BN output 3.3e-6 standard deviations from a ReLU kink: f32 summation orders put the GPU (with PyTorch) and the CPU on either side (see knownGPUvsCPUGaps)"
 
 // TestModelsGPUvsCPU: the GPU contracts a*b+c into FMAs (--fmad=true) and
 // cuBLAS picks its own summation order, where the CPU backend does
@@ -207,7 +216,7 @@ func TestModelsGPUvsCPU(t *testing.T) {
 	for _, m := range genModels {
 		for _, fused := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fused=%v", m.name, fused), func(t *testing.T) {
-				if why, ok := knownGPUvsCPUGaps[m.name]; ok {
+				if why, ok := knownGPUvsCPUGaps[fmt.Sprintf("%s/fused=%v", m.name, fused)]; ok {
 					t.Skip(why)
 				}
 				mk := m.fused

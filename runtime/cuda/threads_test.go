@@ -34,7 +34,7 @@ func TestModelsCPUThreads(t *testing.T) {
 			dev  runtime.Device
 		}{{"threads=16", many}, {"gpu", gpu}} {
 			t.Run(fmt.Sprintf("%s/%s", m.name, pair.what), func(t *testing.T) {
-				if why, ok := knownGPUvsCPUGaps[m.name]; ok && pair.what == "gpu" {
+				if why, ok := knownGPUvsCPUGaps[m.name+"/fused=true"]; ok && pair.what == "gpu" {
 					t.Skip(why)
 				}
 				a, err := m.fused(pair.dev, m.batch)
