@@ -227,9 +227,10 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 		}
 		run := "NGEN_RUN_SIMPLE"
 		switch {
-		case ki.Sync && ki.SoloBlocks && strings.Contains(ki.Name, "rnn_scan"):
-			// The recurrences' CPU form calls the GEMM library, which wants
-			// the worker's own stack, not a fiber's. Only they: run_solo
+		case ki.Sync && ki.SoloBlocks && (strings.Contains(ki.Name, "rnn_scan") || strings.Contains(ki.Name, "attention")):
+			// The CPU forms of the recurrences and of attention call the
+			// GEMM library, which wants the worker's own stack, not a
+			// fiber's. Only they: run_solo
 			// instantiates a kernel's body twice (with and without fibers),
 			// which made the 148 reductions of gpt_unfused's glue take over
 			// 20 minutes to compile.

@@ -1,0 +1,163 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+)
+
+// The CPU emulation's GEMM form of attention and attention_bwd (f32),
+// chosen at run time inside the kernels as the recurrences' form is
+// (recur_fast.go): with one-thread blocks, on the worker's own stack
+// (NGEN_RUN_SOLO), unless NGEN_EMU_BASELINE asks for the form the GPU runs.
+//
+// The flash form computes every score with a scalar dot product and an
+// expf per element, and its backward computes each score twice (once for
+// the query tile's dq, once for the key tile's dk and dv); on one CPU core
+// that made the fused plan slower than the unfused one, whose batched
+// GEMMs run on the host's GEMM library. Here the item of a (batch, head)'s
+// first tile computes the whole head (the other items of the head have
+// nothing left to do): the T×T scores as one GEMM into a per-worker
+// scratch (a host buffer, never global memory of the plan), the masked
+// softmax and the dropout factors with ngen_emu::fast_expf and the
+// vectorised ngen_dropout (the same Philox bits, drawn at the same
+// indices, as every other form), then the output as one more GEMM.
+// Backward recomputes the scores once and forms dq, dk and dv as three
+// GEMMs. The arithmetic differs from the flash form's only in the order
+// of sums and in exp's last bits.
+
+// attnFastOK says whether the GEMM form applies: f32, and q, k and v in
+// memory (a constant operand has no address to hand the library).
+func attnFastOK(c *Ctx, args []*ir.Value) bool {
+	if c.T != "float" {
+		return false
+	}
+	for _, a := range args {
+		if a.Op == "fill" {
+			return false
+		}
+	}
+	return true
+}
+
+// attnFastOpen starts the form: per-worker scratch, and the loop over the
+// items whose index modulo per is 0, one per (b, h).
+func attnFastOpen(g *cg, c *Ctx, a attnDims, per int, scratch int) {
+	g.f("#ifdef NGEN_EMU")
+	g.f("if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {")
+	for s := 0; s < scratch; s++ {
+		g.f("  float *scr%d = ::ngen_emu::scan_scratch<float>(%d, %d);", s, s, a.Tq*a.Tk)
+	}
+	g.f("  float *rows = ::ngen_emu::scan_scratch<float>(3, %d);", 2*a.Tq)
+	g.f("  const long long nitems = %s * %d;", c.Dim(a.B), a.H*per)
+	g.f("  for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {")
+	g.f("    if (it %% %d != 0) continue; // the head's first item computes the whole head", per)
+	g.f("    const long long b = it / %d;", a.H*per)
+	g.f("    const int h = (int)(it / %d %% %d);", per, a.H)
+}
+
+func attnFastClose(g *cg) {
+	g.f("  }")
+	g.f("  return;")
+	g.f("}")
+	g.f("#endif")
+}
+
+// rowSum renders dst = Σ_k src[k] over k in [0, n) in eight partial sums,
+// which g++ vectorises (one serial float sum it may not reorder).
+func (g *cg) rowSum(ind, dst, src string, n int) {
+	full := n - n%8
+	g.f("%sfloat %s_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};", ind, dst)
+	g.f("%sfor (int k0 = 0; k0 < %d; k0 += 8)", ind, full)
+	g.f("%s  for (int u = 0; u < 8; ++u) %s_p[u] += %s;", ind, dst, fmt.Sprintf(src, "(k0 + u)"))
+	g.f("%sfloat %s = ((%s_p[0] + %s_p[1]) + (%s_p[2] + %s_p[3])) + ((%s_p[4] + %s_p[5]) + (%s_p[6] + %s_p[7]));", ind, dst, dst, dst, dst, dst, dst, dst, dst, dst)
+	if full < n {
+		g.f("%sfor (int k = %d; k < %d; ++k) %s += %s;", ind, full, n, dst, fmt.Sprintf(src, "k"))
+	}
+}
+
+func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
+	if !attnFastOK(c, v.Args[:3]) {
+		return
+	}
+	a, _ := attentionDims(v)
+	tile := tileFor(a.Dh, v.DType)
+	wq, wk, wv := v.Args[0].Shape[2].N, v.Args[1].Shape[2].N, v.Args[2].Shape[2].N
+	Tq, Tk, dh, ow := a.Tq, a.Tk, a.Dh, a.D+a.H
+	attnFastOpen(g, c, a, ceilDiv(Tq, tile), 2)
+	// scr0: scores, then unnormalised weights after dropout; scr1: output.
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, &%s, %d, &%s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(v.Attrs.F),
+		at(0, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh)), wq, at(1, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh)), wk, Tk)
+	g.f("    for (int qi = 0; qi < %d; ++qi) {", Tq)
+	g.f("      float *sr = scr0 + qi * %d;", Tk)
+	g.f("      float mx = -NGEN_INF;")
+	g.f("      for (int kj = 0; kj < %d; ++kj) {", Tk)
+	g.f("        const float s = (%s) ? sr[kj] : -NGEN_INF;", attnVisible(v, at, 3, a))
+	g.f("        sr[kj] = s;")
+	g.f("        mx = s > mx ? s : mx;")
+	g.f("      }")
+	g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);", Tk)
+	g.rowSum("      ", "l", "sr[%s]", Tk)
+	if v.Attrs.F2 > 0 {
+		g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] *= %s;", Tk, attnKeep(c, v, a))
+	}
+	g.f("      rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;")
+	g.f("      %s[(b * %d + qi) * %d + %d + h] = l > 0.0f ? mx + %s(l) : NGEN_INF;", out, Tq, ow, a.D, c.Math("log"))
+	g.f("    }")
+	g.f("    ::ngen_emu::gemm(false, false, %d, %d, %d, 1.0f, scr0, %d, &%s, %d, 0.0f, scr1, %d);", Tq, dh, Tk, Tk,
+		at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh)), wv, dh)
+	g.f("    for (int qi = 0; qi < %d; ++qi)", Tq)
+	g.f("      for (int d = 0; d < %d; ++d) %s[(b * %d + qi) * %d + h * %d + d] = scr1[qi * %d + d] * rows[qi];", dh, out, Tq, ow, dh, dh)
+	attnFastClose(g)
+}
+
+func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
+	if !attnFastOK(c, v.Args[1:4]) {
+		return
+	}
+	f := bwdView(v)
+	a, _ := attentionDims(f)
+	tile := tileFor(a.Dh, v.DType)
+	nqi, nki := attnItems(v, a, tile)
+	gO, q, k, val, res := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4]
+	gw, wq, wk, wv, ws, rw := gO.Shape[2].N, q.Shape[2].N, k.Shape[2].N, val.Shape[2].N, v.Shape[2].N, res.Shape[2].N
+	Tq, Tk, dh := a.Tq, a.Tk, a.Dh
+	m := v.Attrs.Ints[5]
+	vis := attnVisible(f, func(i int, idx string) string { return at(i+2, idx) }, 3, a)
+	qAt := at(1, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh))
+	kAt := at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh))
+	vAt := at(3, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh))
+	gAt := at(0, fmt.Sprintf("b * %d + h * %d", Tq*gw, dh))
+	attnFastOpen(g, c, a, nqi+nki, 2)
+	// scr0: scores, then the weights after dropout (pd); scr1: dO·Vᵀ,
+	// then the scores' gradient without the scale (ds).
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, &%s, %d, &%s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(f.Attrs.F), qAt, wq, kAt, wk, Tk)
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, 1.0f, &%s, %d, &%s, %d, 0.0f, scr1, %d);", Tq, Tk, dh, gAt, gw, vAt, wv, Tk)
+	g.f("    for (int qi = 0; qi < %d; ++qi) {", Tq)
+	g.f("      const long long row = (b * %d + qi) * %d;", Tq, rw)
+	g.rowSum("      ", "dd", fmt.Sprintf("%s * %s", at(0, fmt.Sprintf("(b * %d + qi) * %d + h * %d + %%[1]s", Tq, gw, dh)), at(4, fmt.Sprintf("row + h * %d + %%[1]s", dh))), dh)
+	g.f("      const float lse = %s;", at(4, fmt.Sprintf("row + %d + h", a.D)))
+	g.f("      float *sr = scr0 + qi * %d, *dr = scr1 + qi * %d;", Tk, Tk)
+	g.f("      for (int kj = 0; kj < %d; ++kj) {", Tk)
+	g.f("        const float p = (%s) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;", vis)
+	if f.Attrs.F2 > 0 {
+		g.f("        const float z = %s;", attnKeep(c, f, a))
+		g.f("        sr[kj] = p * z;")
+		g.f("        dr[kj] = p * (dr[kj] * z - dd);")
+	} else {
+		g.f("        sr[kj] = p;")
+		g.f("        dr[kj] = p * (dr[kj] - dd);")
+	}
+	g.f("      }")
+	g.f("    }")
+	if m&1 != 0 { // dq = scale · ds · k
+		g.f("    ::ngen_emu::gemm(false, false, %d, %d, %d, %s, scr1, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tq, dh, Tk, c.Lit(f.Attrs.F), Tk, kAt, wk, out, Tq*ws, a.QOff, dh, ws)
+	}
+	if m&2 != 0 { // dk = scale · dsᵀ · q
+		g.f("    ::ngen_emu::gemm(true, false, %d, %d, %d, %s, scr1, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tk, dh, Tq, c.Lit(f.Attrs.F), Tk, qAt, wq, out, Tk*ws, a.KOff, dh, ws)
+	}
+	if m&4 != 0 { // dv = pdᵀ · dO
+		g.f("    ::ngen_emu::gemm(true, false, %d, %d, %d, 1.0f, scr0, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tk, dh, Tq, Tk, gAt, gw, out, Tk*ws, a.VOff, dh, ws)
+	}
+	attnFastClose(g)
+}
