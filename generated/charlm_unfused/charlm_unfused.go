@@ -975,7 +975,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  131072,
 				Syms: []string{"B"},
@@ -1114,7 +1114,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  131072,
 				Syms: []string{"B"},
@@ -1415,7 +1415,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  196608,
 				Syms: []string{"B"},
@@ -1747,7 +1747,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  196608,
 				Syms: []string{"B"},
@@ -2375,7 +2375,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  131072,
 				Syms: []string{"B"},
@@ -2514,7 +2514,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  131072,
 				Syms: []string{"B"},

@@ -13,7 +13,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 2: NGEN_RUN_SPAN(l, add_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
   case 3: NGEN_RUN_SYNC(l, blocks_0_norm1_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 4: NGEN_RUN_SPAN(l, blocks_0_self_attn_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 5: NGEN_RUN_SYNC(l, blocks_0_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 5: NGEN_RUN_SOLO(l, blocks_0_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 6: NGEN_RUN_SPAN(l, slice_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 7: NGEN_RUN_SPAN(l, blocks_0_self_attn_out_proj_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 8: NGEN_RUN_SYNC(l, blocks_0_norm2_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -21,7 +21,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 10: NGEN_RUN_SPAN(l, blocks_0_linear2_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 11: NGEN_RUN_SYNC(l, blocks_1_norm1_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 12: NGEN_RUN_SPAN(l, blocks_1_self_attn_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 13: NGEN_RUN_SYNC(l, blocks_1_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 13: NGEN_RUN_SOLO(l, blocks_1_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 14: NGEN_RUN_SPAN(l, slice_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 15: NGEN_RUN_SPAN(l, blocks_1_self_attn_out_proj_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 16: NGEN_RUN_SYNC(l, blocks_1_norm2_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -29,7 +29,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 18: NGEN_RUN_SPAN(l, blocks_1_linear2_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 19: NGEN_RUN_SYNC(l, blocks_2_norm1_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 20: NGEN_RUN_SPAN(l, blocks_2_self_attn_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 21: NGEN_RUN_SYNC(l, blocks_2_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 21: NGEN_RUN_SOLO(l, blocks_2_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 22: NGEN_RUN_SPAN(l, slice_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 23: NGEN_RUN_SPAN(l, blocks_2_self_attn_out_proj_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 24: NGEN_RUN_SYNC(l, blocks_2_norm2_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -37,7 +37,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 26: NGEN_RUN_SPAN(l, blocks_2_linear2_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 27: NGEN_RUN_SYNC(l, blocks_3_norm1_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 28: NGEN_RUN_SPAN(l, blocks_3_self_attn_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 29: NGEN_RUN_SYNC(l, blocks_3_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 29: NGEN_RUN_SOLO(l, blocks_3_self_attn_attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 30: NGEN_RUN_SPAN(l, slice_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 31: NGEN_RUN_SPAN(l, blocks_3_self_attn_out_proj_bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 32: NGEN_RUN_SYNC(l, blocks_3_norm2_layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -58,7 +58,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 47: NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 48: NGEN_RUN_SPAN(l, add_dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 49: NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 50: NGEN_RUN_SYNC(l, blocks_3_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  case 50: NGEN_RUN_SOLO(l, blocks_3_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
   case 51: NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 52: NGEN_RUN_SYNC(l, blocks_3_norm1_layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 53: NGEN_RUN_SPAN(l, slice_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -74,7 +74,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 63: NGEN_RUN_SYNC(l, sum_bwd_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 64: NGEN_RUN_SPAN(l, add_dropout_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 65: NGEN_RUN_SYNC(l, sum_bwd_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 66: NGEN_RUN_SYNC(l, blocks_2_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  case 66: NGEN_RUN_SOLO(l, blocks_2_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
   case 67: NGEN_RUN_SYNC(l, sum_bwd_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 68: NGEN_RUN_SYNC(l, blocks_2_norm1_layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 69: NGEN_RUN_SPAN(l, slice_bwd_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -90,7 +90,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 79: NGEN_RUN_SYNC(l, sum_bwd_16(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 80: NGEN_RUN_SPAN(l, add_dropout_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 81: NGEN_RUN_SYNC(l, sum_bwd_17(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 82: NGEN_RUN_SYNC(l, blocks_1_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  case 82: NGEN_RUN_SOLO(l, blocks_1_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
   case 83: NGEN_RUN_SYNC(l, sum_bwd_18(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 84: NGEN_RUN_SYNC(l, blocks_1_norm1_layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 85: NGEN_RUN_SPAN(l, slice_bwd_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -106,7 +106,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 95: NGEN_RUN_SYNC(l, sum_bwd_22(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 96: NGEN_RUN_SPAN(l, add_dropout_bwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 97: NGEN_RUN_SYNC(l, sum_bwd_23(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 98: NGEN_RUN_SYNC(l, blocks_0_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  case 98: NGEN_RUN_SOLO(l, blocks_0_self_attn_out_proj_attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
   case 99: NGEN_RUN_SYNC(l, sum_bwd_24(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 100: NGEN_RUN_SYNC(l, blocks_0_norm1_layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 101: NGEN_RUN_SPAN(l, slice_bwd_17(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -120,7 +120,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 109: NGEN_RUN_SPAN(l, add_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
   case 110: NGEN_RUN_SYNC(l, blocks_0_norm1_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 111: NGEN_RUN_SPAN(l, blocks_0_self_attn_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 112: NGEN_RUN_SYNC(l, blocks_0_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 112: NGEN_RUN_SOLO(l, blocks_0_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 113: NGEN_RUN_SPAN(l, slice_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 114: NGEN_RUN_SPAN(l, blocks_0_self_attn_out_proj_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 115: NGEN_RUN_SYNC(l, blocks_0_norm2_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -128,7 +128,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 117: NGEN_RUN_SPAN(l, blocks_0_linear2_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 118: NGEN_RUN_SYNC(l, blocks_1_norm1_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 119: NGEN_RUN_SPAN(l, blocks_1_self_attn_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 120: NGEN_RUN_SYNC(l, blocks_1_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 120: NGEN_RUN_SOLO(l, blocks_1_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 121: NGEN_RUN_SPAN(l, slice_fwd_3_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 122: NGEN_RUN_SPAN(l, blocks_1_self_attn_out_proj_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 123: NGEN_RUN_SYNC(l, blocks_1_norm2_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -136,7 +136,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 125: NGEN_RUN_SPAN(l, blocks_1_linear2_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 126: NGEN_RUN_SYNC(l, blocks_2_norm1_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 127: NGEN_RUN_SPAN(l, blocks_2_self_attn_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 128: NGEN_RUN_SYNC(l, blocks_2_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 128: NGEN_RUN_SOLO(l, blocks_2_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 129: NGEN_RUN_SPAN(l, slice_fwd_4_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 130: NGEN_RUN_SPAN(l, blocks_2_self_attn_out_proj_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 131: NGEN_RUN_SYNC(l, blocks_2_norm2_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -144,7 +144,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 133: NGEN_RUN_SPAN(l, blocks_2_linear2_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 134: NGEN_RUN_SYNC(l, blocks_3_norm1_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 135: NGEN_RUN_SPAN(l, blocks_3_self_attn_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 136: NGEN_RUN_SYNC(l, blocks_3_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 136: NGEN_RUN_SOLO(l, blocks_3_self_attn_attention_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 137: NGEN_RUN_SPAN(l, slice_fwd_5_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 138: NGEN_RUN_SPAN(l, blocks_3_self_attn_out_proj_bias_dropout_add_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
   case 139: NGEN_RUN_SYNC(l, blocks_3_norm2_layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -155,7 +155,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 144: NGEN_RUN_SPAN(l, add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 145: NGEN_RUN_SYNC(l, blocks_0_norm1_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 146: NGEN_RUN_SPAN(l, blocks_0_self_attn_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 147: NGEN_RUN_SYNC(l, blocks_0_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 147: NGEN_RUN_SOLO(l, blocks_0_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 148: NGEN_RUN_SPAN(l, slice_fwd_2_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 149: NGEN_RUN_SPAN(l, blocks_0_self_attn_out_proj_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 150: NGEN_RUN_SYNC(l, blocks_0_norm2_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -163,7 +163,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 152: NGEN_RUN_SPAN(l, blocks_0_linear2_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 153: NGEN_RUN_SYNC(l, blocks_1_norm1_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 154: NGEN_RUN_SPAN(l, blocks_1_self_attn_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 155: NGEN_RUN_SYNC(l, blocks_1_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 155: NGEN_RUN_SOLO(l, blocks_1_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 156: NGEN_RUN_SPAN(l, slice_fwd_3_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 157: NGEN_RUN_SPAN(l, blocks_1_self_attn_out_proj_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 158: NGEN_RUN_SYNC(l, blocks_1_norm2_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -171,7 +171,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 160: NGEN_RUN_SPAN(l, blocks_1_linear2_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 161: NGEN_RUN_SYNC(l, blocks_2_norm1_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 162: NGEN_RUN_SPAN(l, blocks_2_self_attn_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 163: NGEN_RUN_SYNC(l, blocks_2_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 163: NGEN_RUN_SOLO(l, blocks_2_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 164: NGEN_RUN_SPAN(l, slice_fwd_4_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 165: NGEN_RUN_SPAN(l, blocks_2_self_attn_out_proj_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 166: NGEN_RUN_SYNC(l, blocks_2_norm2_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -179,7 +179,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_
   case 168: NGEN_RUN_SPAN(l, blocks_2_linear2_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 169: NGEN_RUN_SYNC(l, blocks_3_norm1_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 170: NGEN_RUN_SPAN(l, blocks_3_self_attn_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 171: NGEN_RUN_SYNC(l, blocks_3_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
+  case 171: NGEN_RUN_SOLO(l, blocks_3_self_attn_attention_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, int, 6)));
   case 172: NGEN_RUN_SPAN(l, slice_fwd_5_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 173: NGEN_RUN_SPAN(l, blocks_3_self_attn_out_proj_bias_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 174: NGEN_RUN_SYNC(l, blocks_3_norm2_layernorm_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));

@@ -35,11 +35,15 @@
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
+// The CPU emulation defines the f32 GELU itself, with an erf and exp that
+// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
+#ifndef NGEN_EMU_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
+#endif
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
@@ -206,6 +210,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd(co
 // blocks_0_self_attn_attention_fwd computes:
 //   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -448,6 +487,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd(co
 // blocks_1_self_attn_attention_fwd computes:
 //   v47 = attention <f32[B,128,260]> v46 v46 v46 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -690,6 +764,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd(co
 // blocks_2_self_attn_attention_fwd computes:
 //   v77 = attention <f32[B,128,260]> v76 v76 v76 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -932,6 +1041,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd(co
 // blocks_3_self_attn_attention_fwd computes:
 //   v107 = attention <f32[B,128,260]> v106 v106 v106 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -1636,6 +1780,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 // blocks_3_self_attn_out_proj_attention_bwd_bwd computes:
 //   v173 = attention_bwd <f32[B,128,768]> v169 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 64;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 16 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 64;
+      const int h = (int)(it / 16 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in1[b * 98304 + 0 + h * 64], 768, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 1.0f, &in0[b * 32768 + h * 64], 256, &in1[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        const long long row = (b * 128 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 128 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, &out0[b * 98304 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 0 + h * 64], 768, 0.0f, &out0[b * 98304 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 32768 + h * 64], 256, 0.0f, &out0[b * 98304 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -2296,6 +2474,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 // blocks_2_self_attn_out_proj_attention_bwd_bwd computes:
 //   v218 = attention_bwd <f32[B,128,768]> v214 v76 v76 v76 v77 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 64;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 16 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 64;
+      const int h = (int)(it / 16 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in1[b * 98304 + 0 + h * 64], 768, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 1.0f, &in0[b * 32768 + h * 64], 256, &in1[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        const long long row = (b * 128 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 128 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, &out0[b * 98304 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 0 + h * 64], 768, 0.0f, &out0[b * 98304 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 32768 + h * 64], 256, 0.0f, &out0[b * 98304 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -2956,6 +3168,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_17(const float * __res
 // blocks_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v263 = attention_bwd <f32[B,128,768]> v259 v46 v46 v46 v47 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 64;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 16 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 64;
+      const int h = (int)(it / 16 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in1[b * 98304 + 0 + h * 64], 768, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 1.0f, &in0[b * 32768 + h * 64], 256, &in1[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        const long long row = (b * 128 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 128 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, &out0[b * 98304 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 0 + h * 64], 768, 0.0f, &out0[b * 98304 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 32768 + h * 64], 256, 0.0f, &out0[b * 98304 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -3616,6 +3862,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_23(const float * __res
 // blocks_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v308 = attention_bwd <f32[B,128,768]> v304 v16 v16 v16 v17 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 64;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 16 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 64;
+      const int h = (int)(it / 16 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in1[b * 98304 + 0 + h * 64], 768, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 1.0f, &in0[b * 32768 + h * 64], 256, &in1[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        const long long row = (b * 128 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 128 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 256 + h * 64], 768, 0.0f, &out0[b * 98304 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 0.125f, scr1, 128, &in1[b * 98304 + 0 + h * 64], 768, 0.0f, &out0[b * 98304 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 32768 + h * 64], 256, 0.0f, &out0[b * 98304 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -4131,6 +4411,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd_2(
 // blocks_0_self_attn_attention_fwd_2 computes:
 //   v16 = attention <f32[B,128,260]> v15 v15 v15 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -4372,6 +4687,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd_2(
 // blocks_1_self_attn_attention_fwd_2 computes:
 //   v46 = attention <f32[B,128,260]> v45 v45 v45 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -4613,6 +4963,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd_2(
 // blocks_2_self_attn_attention_fwd_2 computes:
 //   v76 = attention <f32[B,128,260]> v75 v75 v75 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -4854,6 +5239,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd_2(
 // blocks_3_self_attn_attention_fwd_2 computes:
 //   v106 = attention <f32[B,128,260]> v105 v105 v105 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -5155,6 +5575,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd_3(
 // blocks_0_self_attn_attention_fwd_3 computes:
 //   v15 = attention <f32[B,128,260]> v14 v14 v14 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -5390,6 +5845,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd_3(
 // blocks_1_self_attn_attention_fwd_3 computes:
 //   v42 = attention <f32[B,128,260]> v41 v41 v41 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -5625,6 +6115,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd_3(
 // blocks_2_self_attn_attention_fwd_3 computes:
 //   v69 = attention <f32[B,128,260]> v68 v68 v68 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -5860,6 +6385,41 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd_3(
 // blocks_3_self_attn_attention_fwd_3 computes:
 //   v96 = attention <f32[B,128,260]> v95 v95 v95 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
+      for (int qi = 0; qi < 128; ++qi) {
+        float *sr = scr0 + qi * 128;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 128; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 128, 64, 128, 1.0f, scr0, 128, &in0[b * 98304 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 128; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 128 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;

@@ -1191,7 +1191,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -1311,7 +1311,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -1588,7 +1588,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  3072,
 				Syms: []string{"B"},
@@ -1795,7 +1795,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  3072,
 				Syms: []string{"B"},
@@ -2177,7 +2177,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -2351,7 +2351,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},

@@ -35,11 +35,15 @@
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
+// The CPU emulation defines the f32 GELU itself, with an erf and exp that
+// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
+#ifndef NGEN_EMU_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
+#endif
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
@@ -183,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * 
 
 // lstm_rnn_scan_fwd computes:
 //   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -304,6 +308,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float 
   #endif
   __shared__ float hs[128];
   __shared__ float cs[128];
+  __shared__ float pre[512];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -314,18 +319,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float 
     for (int t = 0; t < 1; ++t) {
       const long long xo = (b * 1 + t) * 512;
       float *s = out0 + (b * 1 + t) * 768;
+      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 128 + j];
-        float a2 = in0[xo + 256 + j];
-        float a3 = in0[xo + 384 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-          a1 += in1[(long long)(128 + j) * 128 + k] * hk;
-          a2 += in1[(long long)(256 + j) * 128 + k] * hk;
-          a3 += in1[(long long)(384 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 128 + j] + pre[128 + j];
+        float a2 = in0[xo + 256 + j] + pre[256 + j];
+        float a3 = in0[xo + 384 + j] + pre[384 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -414,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4(const float * 
 
 // lstm_rnn_scan_fwd_2 computes:
 //   v30 = rnn_scan <f32[B,1,768]> v29 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -535,6 +540,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const floa
   #endif
   __shared__ float hs[128];
   __shared__ float cs[128];
+  __shared__ float pre[512];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -545,18 +551,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const floa
     for (int t = 0; t < 1; ++t) {
       const long long xo = (b * 1 + t) * 512;
       float *s = out0 + (b * 1 + t) * 768;
+      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 128 + j];
-        float a2 = in0[xo + 256 + j];
-        float a3 = in0[xo + 384 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-          a1 += in1[(long long)(128 + j) * 128 + k] * hk;
-          a2 += in1[(long long)(256 + j) * 128 + k] * hk;
-          a3 += in1[(long long)(384 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 128 + j] + pre[128 + j];
+        float a2 = in0[xo + 256 + j] + pre[256 + j];
+        float a3 = in0[xo + 384 + j] + pre[384 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -732,7 +738,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 
 // lstm_rnn_scan_bwd_bwd computes:
 //   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -896,8 +902,16 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const fl
       }
       __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int r = 0; r < 512; ++r) acc += in2[(long long)r * 128 + j] * dg[r];
+        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+        int r = 0;
+        for (; r + 3 < 512; r += 4) {
+          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
+          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
+          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
+          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
+        }
+        for (; r < 512; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
+        const float acc = (acc0 + acc1) + (acc2 + acc3);
         dh[j] = acc;
       }
       __syncthreads();
@@ -1110,7 +1124,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 
 // lstm_rnn_scan_bwd_bwd_2 computes:
 //   v63 = rnn_scan_bwd <f32[B,2,512]> v62 v17 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -1274,8 +1288,16 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const 
       }
       __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int r = 0; r < 512; ++r) acc += in2[(long long)r * 128 + j] * dg[r];
+        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+        int r = 0;
+        for (; r + 3 < 512; r += 4) {
+          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
+          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
+          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
+          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
+        }
+        for (; r < 512; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
+        const float acc = (acc0 + acc1) + (acc2 + acc3);
         dh[j] = acc;
       }
       __syncthreads();
@@ -1733,7 +1755,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float 
 
 // lstm_rnn_scan_fwd_3 computes:
 //   v16 = rnn_scan <f32[B,1,768]> v15 v6 v10 v12 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -1854,6 +1876,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const floa
   #endif
   __shared__ float hs[128];
   __shared__ float cs[128];
+  __shared__ float pre[512];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -1864,18 +1887,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const floa
     for (int t = 0; t < 1; ++t) {
       const long long xo = (b * 1 + t) * 512;
       float *s = out0 + (b * 1 + t) * 768;
+      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 128 + j];
-        float a2 = in0[xo + 256 + j];
-        float a3 = in0[xo + 384 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-          a1 += in1[(long long)(128 + j) * 128 + k] * hk;
-          a2 += in1[(long long)(256 + j) * 128 + k] * hk;
-          a3 += in1[(long long)(384 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 128 + j] + pre[128 + j];
+        float a2 = in0[xo + 256 + j] + pre[256 + j];
+        float a3 = in0[xo + 384 + j] + pre[384 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -2009,7 +2032,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4_2(const float 
 
 // lstm_rnn_scan_fwd_2_2 computes:
 //   v34 = rnn_scan <f32[B,1,768]> v33 v24 v28 v30 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -2130,6 +2153,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const fl
   #endif
   __shared__ float hs[128];
   __shared__ float cs[128];
+  __shared__ float pre[512];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -2140,18 +2164,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const fl
     for (int t = 0; t < 1; ++t) {
       const long long xo = (b * 1 + t) * 512;
       float *s = out0 + (b * 1 + t) * 768;
+      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 128 + j];
-        float a2 = in0[xo + 256 + j];
-        float a3 = in0[xo + 384 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-          a1 += in1[(long long)(128 + j) * 128 + k] * hk;
-          a2 += in1[(long long)(256 + j) * 128 + k] * hk;
-          a3 += in1[(long long)(384 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 128 + j] + pre[128 + j];
+        float a2 = in0[xo + 256 + j] + pre[256 + j];
+        float a3 = in0[xo + 384 + j] + pre[384 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);

@@ -1378,7 +1378,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -1571,7 +1571,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -1897,7 +1897,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  3072,
 				Syms: []string{"B"},
@@ -2163,7 +2163,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  3072,
 				Syms: []string{"B"},
@@ -2785,7 +2785,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},
@@ -3050,7 +3050,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  2048,
 				Syms: []string{"B"},

@@ -791,7 +791,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  262144,
 				Syms: []string{"B"},
@@ -905,7 +905,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  262144,
 				Syms: []string{"B"},
@@ -1146,7 +1146,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  393216,
 				Syms: []string{"B"},
@@ -1401,7 +1401,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  393216,
 				Syms: []string{"B"},
@@ -1753,7 +1753,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  262144,
 				Syms: []string{"B"},
@@ -1867,7 +1867,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  262144,
 				Syms: []string{"B"},

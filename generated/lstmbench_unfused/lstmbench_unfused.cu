@@ -35,11 +35,15 @@
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
+// The CPU emulation defines the f32 GELU itself, with an erf and exp that
+// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
+#ifndef NGEN_EMU_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
+#endif
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
@@ -153,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * 
 
 // lstm_rnn_scan_fwd computes:
 //   v13 = rnn_scan <f32[B,64,1536]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -274,6 +278,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float 
   #endif
   __shared__ float hs[256];
   __shared__ float cs[256];
+  __shared__ float pre[1024];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
@@ -284,18 +289,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd(const float 
     for (int t = 0; t < 64; ++t) {
       const long long xo = (b * 64 + t) * 1024;
       float *s = out0 + (b * 64 + t) * 1536;
+      for (int r = threadIdx.x >> 5; r < 1024; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 256; k += 32) acc += in1[(long long)r * 256 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 256 + j];
-        float a2 = in0[xo + 512 + j];
-        float a3 = in0[xo + 768 + j];
-        for (int k = 0; k < 256; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 256 + k] * hk;
-          a1 += in1[(long long)(256 + j) * 256 + k] * hk;
-          a2 += in1[(long long)(512 + j) * 256 + k] * hk;
-          a3 += in1[(long long)(768 + j) * 256 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 256 + j] + pre[256 + j];
+        float a2 = in0[xo + 512 + j] + pre[512 + j];
+        float a3 = in0[xo + 768 + j] + pre[768 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -354,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4(const float * 
 
 // lstm_rnn_scan_fwd_2 computes:
 //   v24 = rnn_scan <f32[B,64,1536]> v23 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -475,6 +480,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const floa
   #endif
   __shared__ float hs[256];
   __shared__ float cs[256];
+  __shared__ float pre[1024];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
@@ -485,18 +491,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2(const floa
     for (int t = 0; t < 64; ++t) {
       const long long xo = (b * 64 + t) * 1024;
       float *s = out0 + (b * 64 + t) * 1536;
+      for (int r = threadIdx.x >> 5; r < 1024; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 256; k += 32) acc += in1[(long long)r * 256 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 256 + j];
-        float a2 = in0[xo + 512 + j];
-        float a3 = in0[xo + 768 + j];
-        for (int k = 0; k < 256; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 256 + k] * hk;
-          a1 += in1[(long long)(256 + j) * 256 + k] * hk;
-          a2 += in1[(long long)(512 + j) * 256 + k] * hk;
-          a3 += in1[(long long)(768 + j) * 256 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 256 + j] + pre[256 + j];
+        float a2 = in0[xo + 512 + j] + pre[512 + j];
+        float a3 = in0[xo + 768 + j] + pre[768 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -684,7 +690,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 
 // lstm_rnn_scan_bwd_bwd computes:
 //   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -848,8 +854,16 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd(const fl
       }
       __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int r = 0; r < 1024; ++r) acc += in2[(long long)r * 256 + j] * dg[r];
+        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+        int r = 0;
+        for (; r + 3 < 1024; r += 4) {
+          acc0 += in2[(long long)(r + 0) * 256 + j] * dg[r + 0];
+          acc1 += in2[(long long)(r + 1) * 256 + j] * dg[r + 1];
+          acc2 += in2[(long long)(r + 2) * 256 + j] * dg[r + 2];
+          acc3 += in2[(long long)(r + 3) * 256 + j] * dg[r + 3];
+        }
+        for (; r < 1024; ++r) acc0 += in2[(long long)r * 256 + j] * dg[r];
+        const float acc = (acc0 + acc1) + (acc2 + acc3);
         dh[j] = acc;
       }
       __syncthreads();
@@ -1107,7 +1121,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 
 // lstm_rnn_scan_bwd_bwd_2 computes:
 //   v57 = rnn_scan_bwd <f32[B,65,1024]> v56 v13 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -1271,8 +1285,16 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_bwd_bwd_2(const 
       }
       __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int r = 0; r < 1024; ++r) acc += in2[(long long)r * 256 + j] * dg[r];
+        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+        int r = 0;
+        for (; r + 3 < 1024; r += 4) {
+          acc0 += in2[(long long)(r + 0) * 256 + j] * dg[r + 0];
+          acc1 += in2[(long long)(r + 1) * 256 + j] * dg[r + 1];
+          acc2 += in2[(long long)(r + 2) * 256 + j] * dg[r + 2];
+          acc3 += in2[(long long)(r + 3) * 256 + j] * dg[r + 3];
+        }
+        for (; r < 1024; ++r) acc0 += in2[(long long)r * 256 + j] * dg[r];
+        const float acc = (acc0 + acc1) + (acc2 + acc3);
         dh[j] = acc;
       }
       __syncthreads();
@@ -1745,7 +1767,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float 
 
 // lstm_rnn_scan_fwd_3 computes:
 //   v12 = rnn_scan <f32[B,64,1536]> v11 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -1866,6 +1888,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const floa
   #endif
   __shared__ float hs[256];
   __shared__ float cs[256];
+  __shared__ float pre[1024];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
@@ -1876,18 +1899,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_3(const floa
     for (int t = 0; t < 64; ++t) {
       const long long xo = (b * 64 + t) * 1024;
       float *s = out0 + (b * 64 + t) * 1536;
+      for (int r = threadIdx.x >> 5; r < 1024; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 256; k += 32) acc += in1[(long long)r * 256 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 256 + j];
-        float a2 = in0[xo + 512 + j];
-        float a3 = in0[xo + 768 + j];
-        for (int k = 0; k < 256; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 256 + k] * hk;
-          a1 += in1[(long long)(256 + j) * 256 + k] * hk;
-          a2 += in1[(long long)(512 + j) * 256 + k] * hk;
-          a3 += in1[(long long)(768 + j) * 256 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 256 + j] + pre[256 + j];
+        float a2 = in0[xo + 512 + j] + pre[512 + j];
+        float a3 = in0[xo + 768 + j] + pre[768 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);
@@ -1946,7 +1969,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4_2(const float 
 
 // lstm_rnn_scan_fwd_2_2 computes:
 //   v23 = rnn_scan <f32[B,64,1536]> v22 v15 v18 v19 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -2067,6 +2090,7 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const fl
   #endif
   __shared__ float hs[256];
   __shared__ float cs[256];
+  __shared__ float pre[1024];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
@@ -2077,18 +2101,18 @@ extern "C" __global__ void __launch_bounds__(128) lstm_rnn_scan_fwd_2_2(const fl
     for (int t = 0; t < 64; ++t) {
       const long long xo = (b * 64 + t) * 1024;
       float *s = out0 + (b * 64 + t) * 1536;
+      for (int r = threadIdx.x >> 5; r < 1024; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 256; k += 32) acc += in1[(long long)r * 256 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        float a1 = in0[xo + 256 + j];
-        float a2 = in0[xo + 512 + j];
-        float a3 = in0[xo + 768 + j];
-        for (int k = 0; k < 256; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 256 + k] * hk;
-          a1 += in1[(long long)(256 + j) * 256 + k] * hk;
-          a2 += in1[(long long)(512 + j) * 256 + k] * hk;
-          a3 += in1[(long long)(768 + j) * 256 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
+        float a1 = in0[xo + 256 + j] + pre[256 + j];
+        float a2 = in0[xo + 512 + j] + pre[512 + j];
+        float a3 = in0[xo + 768 + j] + pre[768 + j];
         const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
         const float cn = f * cs[j] + i * gg;
         s[j] = o * tanhf(cn);

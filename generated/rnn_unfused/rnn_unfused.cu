@@ -35,11 +35,15 @@
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
+// The CPU emulation defines the f32 GELU itself, with an erf and exp that
+// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
+#ifndef NGEN_EMU_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
+#endif
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
@@ -153,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2(const float * _
 
 // rnn_rnn_scan_fwd computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -251,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd(const float *
   }
   #endif
   __shared__ float hs[128];
+  __shared__ float pre[128];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -260,12 +265,15 @@ extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd(const float *
     for (int t = 0; t < 16; ++t) {
       const long long xo = (b * 16 + t) * 128;
       float *s = out0 + (b * 16 + t) * 128;
+      for (int r = threadIdx.x >> 5; r < 128; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
         const bool on = in2[b * 16 + t] != 0;
         s[j] = (on ? tanhf(a0) : hs[j]);
       }
@@ -463,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 
 // rnn_rnn_scan_bwd_bwd computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -629,8 +637,16 @@ extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_bwd_bwd(const flo
       }
       __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int r = 0; r < 128; ++r) acc += in2[(long long)r * 128 + j] * dg[r];
+        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+        int r = 0;
+        for (; r + 3 < 128; r += 4) {
+          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
+          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
+          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
+          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
+        }
+        for (; r < 128; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
+        const float acc = (acc0 + acc1) + (acc2 + acc3);
         dh[j] = acc + carry[j];
       }
       __syncthreads();
@@ -1103,7 +1119,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2_2(const float *
 
 // rnn_rnn_scan_fwd_2 computes:
 //   v12 = rnn_scan <f32[B,16,128]> v11 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     auto fast = [&]() __attribute__((always_inline)) {
@@ -1201,6 +1217,7 @@ extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd_2(const float
   }
   #endif
   __shared__ float hs[128];
+  __shared__ float pre[128];
   const long long nb = (long long)B;
   for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
     for (int j = threadIdx.x; j < 128; j += blockDim.x) {
@@ -1210,12 +1227,15 @@ extern "C" __global__ void __launch_bounds__(128) rnn_rnn_scan_fwd_2(const float
     for (int t = 0; t < 16; ++t) {
       const long long xo = (b * 16 + t) * 128;
       float *s = out0 + (b * 16 + t) * 128;
+      for (int r = threadIdx.x >> 5; r < 128; r += blockDim.x >> 5) {
+        float acc = 0.0f;
+        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
+        acc = ngen_warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) pre[r] = acc;
+      }
+      __syncthreads();
       for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j];
-        for (int k = 0; k < 128; ++k) {
-          const float hk = hs[k];
-          a0 += in1[(long long)(0 + j) * 128 + k] * hk;
-        }
+        float a0 = in0[xo + 0 + j] + pre[0 + j];
         const bool on = in2[b * 16 + t] != 0;
         s[j] = (on ? tanhf(a0) : hs[j]);
       }

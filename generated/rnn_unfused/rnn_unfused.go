@@ -869,7 +869,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  8192,
 				Syms: []string{"B"},
@@ -1240,7 +1240,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  8192,
 				Syms: []string{"B"},
@@ -1877,7 +1877,7 @@ var Plan = &runtime.Plan{
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
 			}},
-			Block: [3]int{128, 1, 1},
+			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
 				Mul:  8192,
 				Syms: []string{"B"},

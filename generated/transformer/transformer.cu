@@ -35,11 +35,15 @@
 
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
+// The CPU emulation defines the f32 GELU itself, with an erf and exp that
+// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
+#ifndef NGEN_EMU_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
+#endif
+__device__ __forceinline__ double ngen_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
@@ -192,6 +196,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 // transformer_encoder_layers_0_self_attn_attention_fwd computes:
 //   v21 = attention <f32[B,64,260]> v20 v20 v20 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -398,6 +437,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 // transformer_encoder_layers_1_self_attn_attention_fwd computes:
 //   v45 = attention <f32[B,64,260]> v44 v44 v44 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -640,6 +714,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 // transformer_decoder_layers_0_self_attn_attention_fwd computes:
 //   v72 = attention <f32[B,64,260]> v71 v71 v71 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -879,6 +988,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 // transformer_decoder_layers_0_multihead_attn_attention_fwd computes:
 //   v90 = attention <f32[B,64,260]> v85 v89 v89 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -1085,6 +1229,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 // transformer_decoder_layers_1_self_attn_attention_fwd computes:
 //   v114 = attention <f32[B,64,260]> v113 v113 v113 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -1250,6 +1429,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __rest
 // transformer_decoder_layers_1_multihead_attn_attention_fwd computes:
 //   v132 = attention <f32[B,64,260]> v127 v131 v131 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -2149,6 +2363,38 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 // transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd computes:
 //   v210 = attention_bwd <f32[B,64,256]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 16384 + 0 + h * 64], 256, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in2[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in3[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in3[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, &out0[b * 16384 + 0 + h * 64], 256);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -2236,6 +2482,39 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
 // transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2 computes:
 //   v211 = attention_bwd <f32[B,64,512]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 16384 + 0 + h * 64], 256, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in2[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in3[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in3[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 16384 + 0 + h * 64], 256, 0.0f, &out0[b * 32768 + 0 + h * 64], 512);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 32768 + 256 + h * 64], 512);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -2676,6 +2955,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 // transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v245 = attention_bwd <f32[B,64,768]> v241 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 49152 + 0 + h * 64], 768, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in1[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, &out0[b * 49152 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 0 + h * 64], 768, 0.0f, &out0[b * 49152 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 49152 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -3352,6 +3665,38 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_17(const float * __res
 // transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd computes:
 //   v290 = attention_bwd <f32[B,64,256]> v286 v85 v89 v89 v90 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 16384 + 0 + h * 64], 256, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in2[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in3[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in3[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, &out0[b * 16384 + 0 + h * 64], 256);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -3439,6 +3784,39 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
 // transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2 computes:
 //   v291 = attention_bwd <f32[B,64,512]> v286 v85 v89 v89 v90 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 16384 + 0 + h * 64], 256, &in2[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in2[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in3[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in3[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 16384 + 0 + h * 64], 256, 0.0f, &out0[b * 32768 + 0 + h * 64], 512);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 32768 + 256 + h * 64], 512);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -3891,6 +4269,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_21(const float * __res
 // transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v326 = attention_bwd <f32[B,64,768]> v322 v71 v71 v71 v72 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 49152 + 0 + h * 64], 768, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in1[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, &out0[b * 49152 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 0 + h * 64], 768, 0.0f, &out0[b * 49152 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 49152 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -4714,6 +5126,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_28(const float * __res
 // transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v378 = attention_bwd <f32[B,64,768]> v374 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 49152 + 0 + h * 64], 768, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in1[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, &out0[b * 49152 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 0 + h * 64], 768, 0.0f, &out0[b * 49152 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 49152 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -5390,6 +5836,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_34(const float * __res
 // transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v423 = attention_bwd <f32[B,64,768]> v419 v20 v20 v20 v21 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 32;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 8 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 32;
+      const int h = (int)(it / 8 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in1[b * 49152 + 0 + h * 64], 768, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 1.0f, &in0[b * 16384 + h * 64], 256, &in1[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        const long long row = (b * 64 + qi) * 260;
+        float dd_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) dd_p[u] += in0[(b * 64 + qi) * 256 + h * 64 + (k0 + u)] * in2[row + h * 64 + (k0 + u)];
+        float dd = ((dd_p[0] + dd_p[1]) + (dd_p[2] + dd_p[3])) + ((dd_p[4] + dd_p[5]) + (dd_p[6] + dd_p[7]));
+        const float lse = in2[row + 256 + h];
+        float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
+          const float z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sr[kj] = p * z;
+          dr[kj] = p * (dr[kj] * z - dd);
+        }
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 256 + h * 64], 768, 0.0f, &out0[b * 49152 + 0 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 0 + h * 64], 768, 0.0f, &out0[b * 49152 + 256 + h * 64], 768);
+      ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 49152 + 512 + h * 64], 768);
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -5756,6 +6236,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 // transformer_encoder_layers_0_self_attn_attention_fwd_2 computes:
 //   v20 = attention <f32[B,64,260]> v19 v19 v19 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -5961,6 +6476,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 // transformer_encoder_layers_1_self_attn_attention_fwd_2 computes:
 //   v44 = attention <f32[B,64,260]> v43 v43 v43 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -6202,6 +6752,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 // transformer_decoder_layers_0_self_attn_attention_fwd_2 computes:
 //   v71 = attention <f32[B,64,260]> v70 v70 v70 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -6441,6 +7026,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __re
 // transformer_decoder_layers_0_multihead_attn_attention_fwd_2 computes:
 //   v89 = attention <f32[B,64,260]> v84 v88 v88 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -6646,6 +7266,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 // transformer_decoder_layers_1_self_attn_attention_fwd_2 computes:
 //   v113 = attention <f32[B,64,260]> v112 v112 v112 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -6811,6 +7466,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __re
 // transformer_decoder_layers_1_multihead_attn_attention_fwd_2 computes:
 //   v131 = attention <f32[B,64,260]> v126 v130 v130 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -7127,6 +7817,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 // transformer_encoder_layers_0_self_attn_attention_fwd_3 computes:
 //   v18 = attention <f32[B,64,260]> v17 v17 v17 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -7330,6 +8055,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 // transformer_encoder_layers_1_self_attn_attention_fwd_3 computes:
 //   v41 = attention <f32[B,64,260]> v40 v40 v40 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -7569,6 +8329,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 // transformer_decoder_layers_0_self_attn_attention_fwd_3 computes:
 //   v67 = attention <f32[B,64,260]> v66 v66 v66 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -7808,6 +8603,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2_3(const float * __re
 // transformer_decoder_layers_0_multihead_attn_attention_fwd_3 computes:
 //   v85 = attention <f32[B,64,260]> v80 v84 v84 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -8011,6 +8841,41 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 // transformer_decoder_layers_1_self_attn_attention_fwd_3 computes:
 //   v108 = attention <f32[B,64,260]> v107 v107 v107 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 49152 + 512 + h * 64], 768, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -8176,6 +9041,41 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4_3(const float * __re
 // transformer_decoder_layers_1_multihead_attn_attention_fwd_3 computes:
 //   v126 = attention <f32[B,64,260]> v121 v125 v125 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+  #ifdef NGEN_EMU
+  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
+    float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
+    float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
+    float *rows = ::ngen_emu::scan_scratch<float>(3, 128);
+    const long long nitems = (long long)B * 16;
+    for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {
+      if (it % 4 != 0) continue; // the head's first item computes the whole head
+      const long long b = it / 16;
+      const int h = (int)(it / 4 % 4);
+      ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
+      for (int qi = 0; qi < 64; ++qi) {
+        float *sr = scr0 + qi * 64;
+        float mx = -NGEN_INF;
+        for (int kj = 0; kj < 64; ++kj) {
+          const float s = (true) ? sr[kj] : -NGEN_INF;
+          sr[kj] = s;
+          mx = s > mx ? s : mx;
+        }
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
+        float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
+        out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
+      }
+      ::ngen_emu::gemm(false, false, 64, 64, 64, 1.0f, scr0, 64, &in1[b * 32768 + 256 + h * 64], 512, 0.0f, scr1, 64);
+      for (int qi = 0; qi < 64; ++qi)
+        for (int d = 0; d < 64; ++d) out0[(b * 64 + qi) * 260 + h * 64 + d] = scr1[qi * 64 + d] * rows[qi];
+    }
+    return;
+  }
+  #endif
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
