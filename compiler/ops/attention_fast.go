@@ -45,8 +45,11 @@ func attnFastOK(c *Ctx, args []*ir.Value) bool {
 func attnFastOpen(g *cg, c *Ctx, a attnDims, per int, scratch int) {
 	g.f("#ifdef NGEN_EMU")
 	g.f("if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {")
+	// Each scratch holds a Tq×Tk score matrix or, in the forward, the
+	// Tq×dh output before its scaling: keys shorter than the head (Tk <
+	// dh) need the larger.
 	for s := 0; s < scratch; s++ {
-		g.f("  float *scr%d = ::ngen_emu::scan_scratch<float>(%d, %d);", s, s, a.Tq*a.Tk)
+		g.f("  float *scr%d = ::ngen_emu::scan_scratch<float>(%d, %d);", s, s, a.Tq*max(a.Tk, a.Dh))
 	}
 	g.f("  float *rows = ::ngen_emu::scan_scratch<float>(3, %d);", 2*a.Tq)
 	g.f("  const long long nitems = %s * %d;", c.Dim(a.B), a.H*per)
