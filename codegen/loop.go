@@ -31,17 +31,18 @@ func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
 		}
 		return fmt.Sprintf("%s[%s]", ptr, idx)
 	}
-	body := ops.Lookup(v.Op).Loop(c, v, at, out[v])
+	d := ops.Lookup(v.Op)
+	body := d.Loop(c, v, at, out[v])
 	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 		k.body.WriteString("  " + line + "\n")
 	}
 	k.sync, k.soloBlocks = true, true
 	k.block = [3]int{128, 1, 1}
-	if n := ops.Lookup(v.Op).LoopThreads; n > 0 {
-		k.block[0] = n
+	if d.LoopThreads > 0 {
+		k.block[0] = d.LoopThreads
 	}
 	blocks := ir.Shape{v.Shape[0]}
-	if d := ops.Lookup(v.Op); d.Blocks != nil {
+	if d.Blocks != nil {
 		blocks = d.Blocks(v)
 	}
 	z := blocks.Size()
