@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl"
 	tf "github.com/ngen-ml/ngen/models/transformer"
@@ -146,5 +147,97 @@ func TestAttentionFlops(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("%d attention ops in the step, want 2", seen)
+	}
+}
+
+// scoreKernelBytes is what the unfused plan's attention moves at the
+// report's batch: the global bytes of every step of its training step
+// (launch or GEMM) that reads or writes a score-shaped tensor, rank 4
+// [B, H, Tq, Tk] (scores, softmax weights, their dropout, and the
+// gradients of each). That is ngen's own attention from primitive ops
+// (-fuse=none, ops' attentionExpand), which stores the score matrix, as
+// the same report models it; it includes what those steps also move of
+// q, k, v and the output, as a framework's attention would. tq and tk
+// are every attention's query and key lengths (the seed models at
+// SeqLen have both equal), and dh rules out the per-head views of q, k
+// and v ([B, H, T, dh]).
+func scoreKernelBytes(t *testing.T, p *compiler.Program, r *Report, heads, tq, tk int) (int64, int) {
+	t.Helper()
+	scoreShaped := func(v *ir.Value) bool {
+		s := v.Shape
+		return len(s) == 4 && s[1].N == heads && s[2].N == tq && s[3].N == tk
+	}
+	touches := map[int]bool{}
+	for _, g := range p.Groups[p.Step] {
+		for _, v := range g.Values {
+			hit := scoreShaped(v)
+			for _, a := range v.Args {
+				hit = hit || scoreShaped(a)
+			}
+			if hit {
+				touches[g.Step] = true
+			}
+		}
+	}
+	var n int64
+	for i, s := range r.Steps {
+		if touches[i] {
+			n += s.Bytes
+		}
+	}
+	return n, len(touches)
+}
+
+// TestAttentionBytesVsUnfusedAt1024 is issue 11's GPU target measured
+// against the kernels that store the score matrix: at T = 1024 the fused
+// attention kernels of both seed models move under 10% of the global
+// bytes that the unfused plan's attention (scoreKernelBytes) moves for
+// the same training step, in the same report. TestAttentionBytesAt1024
+// compares the same fused bytes with the least any score-storing kernel
+// could move (4 passes over the matrix), against which head size 64
+// cannot reach 10% at T = 1024.
+func TestAttentionBytesVsUnfusedAt1024(t *testing.T) {
+	const T, batch = 1024, 4
+	for _, c := range []tf.Config{tf.GPTConfig(), tf.LMConfig()} {
+		c.SeqLen, c.MaxLen = T, T
+		build := tf.NewGPT
+		if c.Name == "transformer" {
+			build = tf.NewTransformerLM
+		}
+		var fused, unfused int64
+		var nFused, nUnfused int
+		for _, fuse := range []bool{true, false} {
+			im, err := build(c).Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := compiler.Compile(im, compiler.Options{Fuse: fuse, RefBatch: batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := MakeReport(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fuse {
+				for _, s := range r.Steps {
+					if s.Kind == "launch" && strings.Contains(s.Ops, "attention") {
+						fused += s.Bytes
+						nFused++
+					}
+				}
+				continue
+			}
+			unfused, nUnfused = scoreKernelBytes(t, p, r, c.Heads, T, T)
+		}
+		if nFused == 0 || nUnfused == 0 {
+			t.Fatalf("%s T=%d: %d fused attention kernels, %d unfused steps on the score matrix", c.Name, T, nFused, nUnfused)
+		}
+		share := float64(fused) / float64(unfused)
+		t.Logf("%s T=%d batch %d: fused attention %d bytes in %d kernels = %.1f%% of the unfused plan's %d bytes in %d steps on the score matrix",
+			c.Name, T, batch, fused, nFused, 100*share, unfused, nUnfused)
+		if share >= 0.10 {
+			t.Errorf("%s T=%d: fused attention moves %.1f%% of the unfused attention's bytes, want < 10%%", c.Name, T, 100*share)
+		}
 	}
 }
