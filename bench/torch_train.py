@@ -66,6 +66,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp", help="mlp, convnet or convnet_bn")
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epoch-steps", type=int, default=0,
+                   help="sequence models: train each epoch on its first N shuffled batches only (0: all), as cmd/train -epoch-steps")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -114,6 +116,8 @@ def main():
         total, batches = 0.0, 0
         t0 = time.perf_counter()
         for s in range(0, n, a.batch):
+            if a.epoch_steps > 0 and batches == a.epoch_steps:
+                break
             idx = order[s:s + a.batch]
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
@@ -204,6 +208,8 @@ def train_seq(a):
         total, batches = 0.0, 0
         t0 = time.perf_counter()
         for s in range(0, n, a.batch):
+            if a.epoch_steps > 0 and batches == a.epoch_steps:
+                break
             idx = order[s:s + a.batch]
             loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
             loss.backward()
@@ -214,8 +220,9 @@ def train_seq(a):
         secs = time.perf_counter() - t0
         model.eval()
         vloss, vacc = evaluate(val)
-        r = {"epoch": epoch, "train_loss": round(total / batches, 4), "samples_per_s": round(n / secs, 1),
-             "epoch_s": round(secs, 3), "threads": torch.get_num_threads(), "batch": a.batch, "seed": a.seed, "model": a.model}
+        r = {"epoch": epoch, "train_loss": round(total / batches, 4), "samples_per_s": round(min(n, batches * a.batch) / secs, 1),
+             "epoch_s": round(secs, 3), "threads": torch.get_num_threads(), "batch": a.batch, "seed": a.seed, "model": a.model,
+             "steps": batches}
         if per_seq:
             r["val_acc"] = round(vacc, 4)
             if epoch == a.epochs and test is not None:

@@ -36,6 +36,7 @@ func main() {
 	var (
 		name    = flag.String("model", "mlp", "model to train: "+modelNames())
 		epochs  = flag.Int("epochs", 5, "epochs")
+		esteps  = flag.Int("epoch-steps", 0, "sequence models: train each epoch on its first N shuffled batches only (0: all); -torch passes the same cap")
 		batchS  = flag.String("batch", "64", "batch size, or auto: the largest that fits in -memory (runtime.MaxBatch)")
 		memory  = flag.Int64("memory", 0, "memory budget in bytes for -batch auto (0: what the device can still supply)")
 		seed    = flag.Uint64("seed", 1, "seed for initialisation, shuffling and dropout")
@@ -57,7 +58,11 @@ func main() {
 	sampling := false
 	flag.Visit(func(f *flag.Flag) { sampling = sampling || f.Name == "sample" })
 	if task, ok := seqTasks[*name]; ok {
-		err := trainSeq(*name, task, seqOptions{epochs: *epochs, batch: 64, seed: *seed, threads: *threads,
+		if *esteps < 0 {
+			fmt.Fprintf(os.Stderr, "train: -epoch-steps %d: want 0 (whole epochs) or more\n", *esteps)
+			os.Exit(2)
+		}
+		err := trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, seed: *seed, threads: *threads,
 			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile}, *batchS, *torch, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		if err != nil {
@@ -75,6 +80,9 @@ func main() {
 	}
 	if err == nil {
 		err = checkCounts(*epochs, *accum, flag.Args())
+	}
+	if err == nil && *esteps != 0 {
+		err = fmt.Errorf("-epoch-steps: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
@@ -104,6 +112,7 @@ type epochResult struct {
 	BPC       float64 `json:"val_bpc,omitempty"` // language models: validation bits per character
 	Loss      float64 `json:"train_loss"`
 	PerSecond float64 `json:"samples_per_s"`
+	Steps     int     `json:"steps,omitempty"` // training steps of the epoch (sequence models)
 }
 
 // compare runs the PyTorch peer on the same model, data and recipe and

@@ -35,6 +35,16 @@ var models = map[string]func(dev runtime.Device, batch int, seed uint64) (model,
 	},
 }
 
+// seqNames are the sequence models' names, sorted.
+func seqNames() []string {
+	var names []string
+	for n := range seqTasks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func modelNames() string {
 	var names []string
 	for n := range models {

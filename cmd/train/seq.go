@@ -107,12 +107,16 @@ func (m charModel) Predict(b seqBatch) ([]float32, error) { return m.Model.Predi
 // seqOptions are the flags the sequence loop reads.
 type seqOptions struct {
 	epochs, batch int
-	seed          uint64
-	threads       int
-	device, dir   string
-	save          string
-	quiet         bool
-	profile       bool
+	// epochSteps, when positive, caps each epoch at its first epochSteps
+	// batches of the shuffled order (a shorter recipe on a random part of
+	// the training split; the PyTorch peer gets the same cap).
+	epochSteps  int
+	seed        uint64
+	threads     int
+	device, dir string
+	save        string
+	quiet       bool
+	profile     bool
 	// trained, when not nil, receives the trained model's checkpoint.
 	trained *bytes.Buffer
 }
@@ -145,8 +149,12 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		return nil, err
 	}
 	tr := sets.Train
+	perEpoch := loader.Len()
+	if o.epochSteps > 0 && o.epochSteps < perEpoch {
+		perEpoch = o.epochSteps
+	}
 	fmt.Printf("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d, %d steps per epoch\n",
-		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, loader.Len())
+		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, perEpoch)
 	var results []epochResult
 	for epoch := 1; epoch <= o.epochs; epoch++ {
 		m.Train()
@@ -155,13 +163,13 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		}
 		var bar *progressbar.ProgressBar
 		if !o.quiet {
-			bar = progressbar.NewOptions(loader.Len(), progressbar.OptionSetDescription(fmt.Sprintf("epoch %d", epoch)),
+			bar = progressbar.NewOptions(perEpoch, progressbar.OptionSetDescription(fmt.Sprintf("epoch %d", epoch)),
 				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond),
 				progressbar.OptionClearOnFinish())
 		}
 		start := time.Now()
 		sum, n := 0.0, 0
-		for {
+		for n < perEpoch {
 			x, y, mask, ok := loader.Next()
 			if !ok {
 				break
@@ -186,10 +194,10 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		perS := float64(tr.N) / elapsed.Seconds()
+		perS := float64(n*o.batch) / elapsed.Seconds()
 		fmt.Printf("epoch %d: train loss %.4f, validation %s, %.0f sequences/s (%.0f tokens/s, %.1f s)\n",
 			epoch, sum/float64(n), ev, perS, perS*float64(tr.T), elapsed.Seconds())
-		r := epochResult{Epoch: epoch, Loss: sum / float64(n), PerSecond: perS}
+		r := epochResult{Epoch: epoch, Loss: sum / float64(n), PerSecond: perS, Steps: n}
 		if ev.perSeq {
 			r.ValAcc = ev.acc
 		} else {

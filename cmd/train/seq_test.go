@@ -112,6 +112,28 @@ func TestSeqTrainAndSample(t *testing.T) {
 	}
 }
 
+// TestSeqEpochSteps: -epoch-steps caps every epoch of ngen and of the
+// PyTorch peer at the same number of steps.
+func TestSeqEpochSteps(t *testing.T) {
+	dir := tinyFortunes(t, 40)
+	o := seqOptions{epochs: 2, epochSteps: 3, batch: 4, seed: 2, threads: 1, device: "cpu", dir: dir, quiet: true}
+	res, err := runSeq("lstm", seqTasks["lstm"], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Steps != 3 {
+			t.Fatalf("epoch %d trained %d steps, want 3 (-epoch-steps 3)", r.Epoch, r.Steps)
+		}
+	}
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	if err := compareSeq(res, seqTasks["lstm"], "../../bench/torch_train.py", "lstm", o); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSeqTorchPeer runs the PyTorch peer for one epoch of each sequence
 // model on the sequences cmd/train writes for it.
 func TestSeqTorchPeer(t *testing.T) {

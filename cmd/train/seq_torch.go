@@ -45,7 +45,7 @@ func compareSeq(ours []epochResult, task seqTask, script, name string, o seqOpti
 	}
 	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
 	cmd := exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
-		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab))
+		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab), "--epoch-steps", strconv.Itoa(o.epochSteps))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -61,6 +61,11 @@ func compareSeq(ours []epochResult, task seqTask, script, name string, o seqOpti
 	}
 	if len(theirs) != len(ours) {
 		return fmt.Errorf("PyTorch peer %s ran %d epochs, ngen %d", script, len(theirs), len(ours))
+	}
+	for i, r := range theirs {
+		if o.epochSteps > 0 && ours[i].Steps > 0 && r.Steps != ours[i].Steps {
+			return fmt.Errorf("PyTorch peer %s trained epoch %d for %d steps, ngen for %d", script, r.Epoch, r.Steps, ours[i].Steps)
+		}
 	}
 	metric, pick := "val acc", func(r epochResult) string { return fmt.Sprintf("%.2f%%", 100*r.ValAcc) }
 	if sets.Train.YPer > 1 {
