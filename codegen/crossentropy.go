@@ -16,7 +16,8 @@ import (
 // the row's loss to the mean with one atomic per row and writes
 // dlogits = (softmax - onehot) * g / N. The probabilities are recomputed,
 // never stored. A label out of range raises the status flag the runtime
-// checks after the step (naming the op and the user's line).
+// checks after the step (naming the op and the user's line). The CPU
+// emulation compiles its own form instead (ceCPUForm).
 func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	k := newKernel(p, g)
 	in, out := k.buffers(p, g)
@@ -140,7 +141,8 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 
 // ceThreadClasses is the most classes a single thread handles per row; a
 // warp per row would leave most lanes idle and pay for two shuffle
-// reductions. The oracle tests cover both forms.
+// reductions. On the CPU both give way to ceCPUForm; the GPU-forms tests
+// (codegen/jit's TestGPUFormsJITModels: 4 and 100 classes) run both.
 const ceThreadClasses = 16
 
 // ceCPUClasses is the most classes the CPU form (ceCPUForm) takes: it
