@@ -16,7 +16,8 @@ import (
 // the row's loss to the mean with one atomic per row and writes
 // dlogits = (softmax - onehot) * g / N. The probabilities are recomputed,
 // never stored. A label out of range raises the status flag the runtime
-// checks after the step (naming the op and the user's line).
+// checks after the step (naming the op and the user's line). The CPU
+// emulation compiles its own form instead (ceCPUForm).
 func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	k := newKernel(p, g)
 	in, out := k.buffers(p, g)
@@ -49,6 +50,25 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	rowsPerBlock := threads / lanes
 	fmt.Fprintf(w, "  const long long rows = %s;\n", k.size(labels.Shape))
 	fmt.Fprintf(w, "  const int C = %d;\n", C.N)
+	// The scale of the gradient: g / N.
+	scale := ""
+	if g.Grad != nil {
+		gv := g.Grad.Args[2]
+		switch {
+		case gv.Op == "fill":
+			scale = c.Lit(gv.Attrs.F)
+		case gv == g.Loss:
+			scale = out[g.Loss] + "[0]"
+		default:
+			scale = in[gv] + "[0]"
+		}
+		scale = fmt.Sprintf("%s / (%s)rows", scale, t)
+	}
+	cpu := C.N <= ceCPUClasses
+	if cpu {
+		k.ceCPUForm(p, g, in, out, C.N, status, code, scale)
+		w.WriteString("#else\n")
+	}
 	if lanes > 1 {
 		fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
 		w.WriteString("  const int lane = threadIdx.x & 31;\n")
@@ -98,17 +118,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	}
 	if g.Grad != nil || len(stores) > 0 {
 		if g.Grad != nil {
-			gv := g.Grad.Args[2]
-			gexpr := ""
-			switch {
-			case gv.Op == "fill":
-				gexpr = c.Lit(gv.Attrs.F)
-			case gv == g.Loss:
-				gexpr = out[g.Loss] + "[0]"
-			default:
-				gexpr = in[gv] + "[0]"
-			}
-			fmt.Fprintf(w, "  const %s scale = %s / (%s)rows;\n", t, gexpr, t)
+			fmt.Fprintf(w, "  const %s scale = %s;\n", t, scale)
 		}
 		w.WriteString(loop)
 		fmt.Fprintf(w, "    const %s xj = %s;\n", t, x("    ", "j"))
@@ -120,6 +130,9 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		}
 		w.WriteString("  }\n")
 	}
+	if cpu {
+		w.WriteString("#endif\n")
+	}
 	z := labels.Shape.Size()
 	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(rowsPerBlock)}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
 	k.block = [3]int{threads, 1, 1}
@@ -128,5 +141,92 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 
 // ceThreadClasses is the most classes a single thread handles per row; a
 // warp per row would leave most lanes idle and pay for two shuffle
-// reductions. The oracle tests cover both forms.
+// reductions. On the CPU both give way to ceCPUForm; the GPU-forms tests
+// (codegen/jit's TestGPUFormsJITModels: 4 and 100 classes) run both.
 const ceThreadClasses = 16
+
+// ceCPUClasses is the most classes the CPU form (ceCPUForm) takes: it
+// keeps two rows of that many elements on the worker's stack.
+const ceCPUClasses = 1 << 14
+
+// ceCPUForm renders the CPU emulation's form of the kernel, compiled in
+// place of the GPU forms (a warp or a thread per row) where NGEN_EMU is
+// defined without NGEN_EMU_GPU_FORMS. The warp form ran there as 32
+// fibers per row that switch at each of its two butterflies: about 3 µs a
+// row, 6.5 ms for the char models' 2048 rows of 99 classes. This form is
+// a grid-stride loop over rows (launched with NGEN_RUN_SPAN: no fibers,
+// one call per worker), each row in passes the host compiler vectorises:
+// the prologue into a row of logits, the max and the sum in eight partial
+// lanes, the exponentials once (ngen_emu::fast_expf for f32), and the
+// gradient from them. The loss is summed per worker, one atomic each.
+// Its sums run in another order than the GPU forms', which the GPU-forms
+// tests compare against it.
+func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*ir.Value]string, C int, status string, code int, scale string) {
+	w := &k.body
+	root := g.Root
+	logits, labels := root.Args[0], root.Args[1]
+	t := logits.DType.CType()
+	c := k.ctx(t, "")
+	exp := func(x string) string { return c.Math("exp") + "(" + x + ")" }
+	if t == "float" {
+		exp = func(x string) string { return "::ngen_emu::fast_expf(" + x + ")" }
+	}
+	k.gridStride = true
+	w.WriteString("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)\n")
+	if g.Grad != nil {
+		fmt.Fprintf(w, "  const %s scale = %s;\n", t, scale)
+	}
+	if g.Loss != nil {
+		fmt.Fprintf(w, "  %s loss = %s;\n", t, c.Lit(0))
+	}
+	w.WriteString("  NGEN_GRID_STRIDE(r, rows) {\n")
+	fmt.Fprintf(w, "    const int label = %s[r];\n", in[labels])
+	w.WriteString("    const bool bad = label < 0 || label >= C;\n")
+	fmt.Fprintf(w, "    if (bad && atomicCAS(%s, 0, %d) == 0) { %s[1] = label; %s[2] = (int)r; %s[3] = C; }\n", status, code, status, status, status)
+	fmt.Fprintf(w, "    %s xs[C], ex[C];\n", t)
+	// The prologue in rows of C (Ctx.Row): a broadcast bias is then
+	// indexed by the column alone.
+	k.rowLen = C
+	w.WriteString("    for (int j = 0; j < C; ++j) {\n")
+	w.WriteString("      const long long i = r * C + j;\n")
+	e := k.elementwise(p, g, in, "i", "      ", w)
+	fmt.Fprintf(w, "      xs[j] = %s;\n", k.operand(g, logits, in, e, "i", "      ", w))
+	for _, v := range g.Outputs {
+		if v != g.Loss && v != g.Grad {
+			fmt.Fprintf(w, "      %s[i] = v%d;\n", out[v], v.ID)
+		}
+	}
+	w.WriteString("    }\n")
+	k.rowLen = 0
+	// The max and the sum in eight lanes, which g++ keeps in vector
+	// registers: one chain through the row would be latency-bound. The
+	// max compares as fmax does when it starts from -inf (a NaN logit is
+	// passed over).
+	fmt.Fprintf(w, "    %s part[8];\n", t)
+	w.WriteString("    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;\n")
+	w.WriteString("    for (int j0 = 0; j0 + 8 <= C; j0 += 8)\n")
+	w.WriteString("      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];\n")
+	w.WriteString("    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];\n")
+	fmt.Fprintf(w, "    %s mx = part[0];\n", t)
+	w.WriteString("    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;\n")
+	fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) ex[j] = %s;\n", exp("xs[j] - mx"))
+	fmt.Fprintf(w, "    for (int l = 0; l < 8; ++l) part[l] = %s;\n", c.Lit(0))
+	w.WriteString("    for (int j0 = 0; j0 + 8 <= C; j0 += 8)\n")
+	w.WriteString("      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];\n")
+	w.WriteString("    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];\n")
+	fmt.Fprintf(w, "    const %s sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));\n", t)
+	if g.Loss != nil {
+		fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - xs[label]) / (%s)rows;\n", c.Math("log"), t)
+	}
+	if g.Grad != nil {
+		// The one-hot term outside the loop, which g++ vectorises only
+		// without the select: the label's element is rewritten after it.
+		fmt.Fprintf(w, "    %s *const dx = %s + r * C;\n", t, out[g.Grad])
+		fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : ex[j] / sum * scale;\n", c.Lit(0))
+		fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1))
+	}
+	w.WriteString("  }\n")
+	if g.Loss != nil {
+		fmt.Fprintf(w, "  atomicAdd(%s, loss);\n", out[g.Loss])
+	}
+}

@@ -235,6 +235,11 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 			// which made the 148 reductions of gpt_unfused's glue take over
 			// 20 minutes to compile.
 			run = "NGEN_RUN_SOLO"
+		case ki.Sync && ki.GridStride:
+			// A kernel whose GPU form synchronises but whose CPU
+			// form is a grid-stride loop (cross-entropy's warp per
+			// row, crossentropy.go).
+			run = "NGEN_RUN_SPAN"
 		case ki.Sync:
 			run = "NGEN_RUN_SYNC"
 		case ki.GridStride:

@@ -61,7 +61,9 @@ type KernelInfo struct {
 	// GridStride is true when the kernel is one NGEN_GRID_STRIDE loop of
 	// independent iterations, so any partition of the index range gives
 	// the same result: the CPU backend runs each worker's share of the
-	// grid as one contiguous span (NGEN_RUN_SPAN).
+	// grid as one contiguous span (NGEN_RUN_SPAN). With Sync, only the
+	// kernel's CPU emulation form is such a loop (cross-entropy's warp per
+	// row): the GPU forms run it with its barriers.
 	GridStride bool
 	// SoloBlocks is true when the kernel computes the same values with
 	// blocks of one thread as with the block it is launched with (its

@@ -14,9 +14,11 @@ import (
 //     checks after the function, and reads row 0. Its gradient
 //     embedding_bwd(g, ids) → [V, D] is computed per output element by
 //     walking the ids in order and adding the rows of g whose id matches:
-//     no atomics, the same bits on every run, O(V·D·N) work (fine for the
-//     character vocabularies of the seed models; a segmented reduction
-//     over sorted ids is the way for large vocabularies);
+//     no atomics, the same bits on every run, O(V·D·N) work on the GPU
+//     (fine for the character vocabularies of the seed models; a
+//     segmented reduction over sorted ids is the way for large
+//     vocabularies). The CPU emulation's form sums a whole output row in
+//     one pass over the ids, O(V·N + N·D), in the same order;
 //   - permute(x) reorders axes (Attrs.Perm: result axis i is x's axis
 //     Perm[i]); its gradient is the inverse permutation;
 //   - slice(x) keeps [start, end) of one axis (Attrs.Axes = [axis],

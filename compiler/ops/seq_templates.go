@@ -66,6 +66,34 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	g := &cg{}
 	p := out + "_"
 	row, col := g.rowCol(c, p, dim)
+	// The CPU form needs the kernel's loop over whole rows of the result
+	// (Ctx.Row), which the emulation walks one row at a time with the
+	// column from 0: at column 0 it sums the row for every column at once,
+	// in one pass over the ids that adds each matching row of g as a
+	// vector, and each column then reads its sum. O(V·N + N·D) instead of
+	// O(V·D·N), and the same bits: every sum adds the same terms in the
+	// same order (ids ascending); the GPU form below adds +0 for every
+	// other id besides, which changes no sum (a sum from +0 is never -0).
+	// The columns after the first read what column 0 wrote, against the
+	// loop's ivdep; that holds because g++ does not vectorise a loop that
+	// holds loops, so the columns run in order.
+	fast := c.Row != "" && c.RowLen == dim && dim <= embeddingBwdRowMax
+	if fast {
+		g.f("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)")
+		g.f("static thread_local %s %srow[%d];", c.T, p, dim)
+		g.f("if (%s == 0) {", c.Col)
+		g.f("  %s *const __restrict__ %sacc = %srow;", c.T, p, p)
+		g.f("  for (int k = 0; k < %d; ++k) %sacc[k] = %s;", dim, p, c.Lit(0))
+		g.f("  const long long %sn = %s;", p, c.Size(v.Args[1].Shape))
+		g.f("  for (long long t = 0; t < %sn; ++t) {", p)
+		g.f("    if (%s[t] != (int)%s) continue;", a[1], row)
+		g.f("    const %s *const __restrict__ %sg = %s + t * %d;", c.T, p, a[0], dim)
+		g.f("    for (int k = 0; k < %d; ++k) %sacc[k] += %sg[k];", dim, p, p)
+		g.f("  }")
+		g.f("}")
+		g.f("const %s %s = %srow[%s];", c.T, out, p, col)
+		g.f("#else")
+	}
 	// Every id in order, so the sum has one order on every run and
 	// backend; ids out of range match no row.
 	g.f("%s %s = %s;", c.T, out, c.Lit(0))
@@ -73,8 +101,15 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	g.f("for (long long t = 0; t < %sn; ++t) {", p)
 	g.f("  %s += %s[t] == (int)%s ? %s[t * %d + %s] : %s;", out, a[1], row, a[0], dim, col, c.Lit(0))
 	g.f("}")
+	if fast {
+		g.f("#endif")
+	}
 	return g.b.String()
 }
+
+// embeddingBwdRowMax bounds the row the CPU form of embedding_bwd keeps
+// per worker thread (a static thread_local array of this many elements).
+const embeddingBwdRowMax = 1 << 14
 
 func permuteGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	g := &cg{}
