@@ -206,12 +206,18 @@ func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps
 // dropout mask drawn where a dropout op over the sum draws (the element's
 // index in the global batch, sampleIndex).
 func lnInput(c *Ctx, v *ir.Value, at func(int, string) string, d, xi, bi, ri int) func(string) string {
+	in := lnInputCol(c, v, at, xi, bi, ri)
+	return func(i string) string { return in(i, "("+i+") % "+itoa(d)) }
+}
+
+// lnInputCol is lnInput with the column j of index i given (i % d),
+// which the CPU forms know without a division.
+func lnInputCol(c *Ctx, v *ir.Value, at func(int, string) string, xi, bi, ri int) func(i, j string) string {
 	if len(v.Args) != 5 {
-		return func(i string) string { return at(xi, i) }
+		return func(i, _ string) string { return at(xi, i) }
 	}
 	shape := v.Args[xi].Shape
-	return func(i string) string {
-		j := "(" + i + ") % " + itoa(d)
+	return func(i, j string) string {
 		z := "(" + at(xi, i) + " + " + at(bi, j) + ")"
 		if p := v.Attrs.F2; p > 0 {
 			ci := *c
@@ -223,6 +229,59 @@ func lnInput(c *Ctx, v *ir.Value, at func(int, string) string, d, xi, bi, ri int
 	}
 }
 
+// lnRowMax bounds the row the CPU forms below keep in a per-worker
+// buffer.
+const lnRowMax = 1 << 14
+
+// lnCPURow renders the start of the CPU form of a LayerNorm kernel: with
+// one-thread blocks (the CPU backend's launch of a Loop kernel) the
+// row's input, which the fused residual form computes as residual +
+// dropout(h + bias), is computed once into xr in a loop the host compiler
+// vectorises (the dropout draws four or eight consecutive elements a
+// call), and both passes read it. The GPU form's loops run over
+// threadIdx.x with stride blockDim.x, which the compiler cannot prove is
+// 1, so they ran scalar and drew every element's dropout twice. Same
+// bits: the same values, summed in the same order as the GPU form's
+// one-thread blocks. The caller closes the block with lnCPUEnd.
+func (g *cg) lnCPURow(c *Ctx, d int) bool {
+	if d > lnRowMax {
+		return false
+	}
+	g.f("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)")
+	g.f("if (blockDim.x == 1) {")
+	g.f("  static thread_local %s xr[%d];", c.T, d)
+	return true
+}
+
+func (g *cg) lnCPUEnd() {
+	g.f("  return;")
+	g.f("}")
+	g.f("#endif")
+}
+
+// lnCPUStats renders the one-thread form of shiftedStats over xr.
+func (g *cg) lnCPUStats(c *Ctx, in func(i, j string) string, base string, d int, eps float64, grad, gamma func(string) string) {
+	t := c.T
+	g.f("    _Pragma(\"GCC ivdep\") for (int j = 0; j < %d; ++j) xr[j] = %s;", d, in(base+" + j", "j"))
+	g.f("    const %s k0 = xr[0];", t)
+	g.f("    %s s1 = %s, s2 = %s;", t, c.Lit(0), c.Lit(0))
+	if grad != nil {
+		g.f("    %s sgg = %s, sgd = %s;", t, c.Lit(0), c.Lit(0))
+	}
+	g.f("    for (int j = 0; j < %d; ++j) {", d)
+	g.f("      const %s dj = xr[j] - k0;", t)
+	g.f("      s1 += dj; s2 += dj * dj;")
+	if grad != nil {
+		g.f("      const %s gg = %s * %s;", t, grad(base+" + j"), gamma("j"))
+		g.f("      sgg += gg; sgd += gg * dj;")
+	}
+	g.f("    }")
+	g.f("    const %s md = s1 / %s;", t, c.Lit(float64(d)))
+	g.f("    const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
+	g.f("    const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
+	g.f("    const %s mu = k0 + md;", t)
+}
+
 func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
 	x := v.Args[0]
 	d := x.Shape[len(x.Shape)-1].N
@@ -232,6 +291,15 @@ func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string)
 	}
 	in := lnInput(c, v, at, d, 0, 1, 2)
 	g := &cg{}
+	if g.lnCPURow(c, d) {
+		g.f("  const long long nrows = %s;", c.Size(rowsOf(x)))
+		g.f("  for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
+		g.f("    const long long base = r * %d;", d)
+		g.lnCPUStats(c, lnInputCol(c, v, at, 0, 1, 2), "base", d, v.Attrs.F, nil, nil)
+		g.f("    _Pragma(\"GCC ivdep\") for (int j = 0; j < %d; ++j) %s[base + j] = (xr[j] - mu) * rstd * %s + %s;", d, out, at(gi, "j"), at(gi+1, "j"))
+		g.f("  }")
+		g.lnCPUEnd()
+	}
 	g.blockRed(c.T, "red", 2)
 	g.f("const long long nrows = %s;", c.Size(rowsOf(x)))
 	g.f("for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
@@ -255,6 +323,26 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	w := rows*d + 2*d
 	g := &cg{}
 	t := c.T
+	if g.lnCPURow(c, d) {
+		g.f("  const long long nb = %s;", c.Dim(x.Shape[0]))
+		g.f("  for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
+		g.f("    %s *dx = %s + n * %d;", t, out, w)
+		g.f("    %s *pg = dx + %d, *pb = dx + %d;", t, rows*d, rows*d+d)
+		g.f("    for (int j = 0; j < %d; ++j) { pg[j] = %s; pb[j] = %s; }", d, c.Lit(0), c.Lit(0))
+		g.f("    for (int rr = 0; rr < %d; ++rr) {", rows)
+		g.f("    const long long base = (n * %d + rr) * %d;", rows, d)
+		g.lnCPUStats(c, lnInputCol(c, v, at, 1, 2, 3), "base", d, v.Attrs.F,
+			func(i string) string { return at(0, i) }, func(i string) string { return at(gi, i) })
+		g.f("    const %s mgg = sgg / %s, mgx = rstd * (sgd - md * sgg) / %s;", t, c.Lit(float64(d)), c.Lit(float64(d)))
+		g.f("    _Pragma(\"GCC ivdep\") for (int j = 0; j < %d; ++j) {", d)
+		g.f("      const %s xh = (xr[j] - mu) * rstd, gj = %s;", t, at(0, "base + j"))
+		g.f("      dx[rr * %d + j] = rstd * (gj * %s - mgg - xh * mgx);", d, at(gi, "j"))
+		g.f("      pg[j] += gj * xh; pb[j] += gj;")
+		g.f("    }")
+		g.f("    }")
+		g.f("  }")
+		g.lnCPUEnd()
+	}
 	g.blockRed(t, "red", 4)
 	g.f("const long long nb = %s;", c.Dim(x.Shape[0]))
 	g.f("for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
