@@ -114,39 +114,39 @@ __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned 
 }
 #endif
 
-// emb_embedding_fwd computes:
-//   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:80
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v3_j = j;
-    const int v3_id = in1[r];
-    const bool v3_bad = (unsigned)v3_id >= 99u;
-    if (v3_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v3_id; status[2] = (int)r; status[3] = 99; }
-    const float v3 = in0[(long long)(v3_bad ? 0 : v3_id) * 32 + v3_j];
-    out0[i] = v3;
+// lstm_bias_fwd computes:
+//   v10 = add <f32[99,512]> v9 v5  # models/lstm/model.go:81
+//   v11 = add <f32[99,512]> v10 v6  # models/lstm/model.go:81
+extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
+  const long long rows = 99LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
+    float a9 = in0[i];
+    float a5 = in1[(0) * 512LL + j];
+    float v10 = (a9 + a5);
+    float a6 = in2[(0) * 512LL + j];
+    float v11 = (v10 + a6);
+    out0[i] = v11;
   }
 }
 
-// lstm_bias_fwd computes:
-//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:81
-//   v12 = add <f32[B,64,512]> v11 v7  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+// embedding_fwd computes:
+//   v12 = embedding <f32[B,64,512]> v11 v0  # models/lstm/model.go:80
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    float a10 = in0[i];
-    float a6 = in1[(0) * 512LL + j];
-    float v11 = (a10 + a6);
-    float a7 = in2[(0) * 512LL + j];
-    float v12 = (v11 + a7);
+    const int v12_j = j;
+    const int v12_id = in1[r];
+    const bool v12_bad = (unsigned)v12_id >= 99u;
+    if (v12_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v12_id; status[2] = (int)r; status[3] = 99; }
+    const float v12 = in0[(long long)(v12_bad ? 0 : v12_id) * 512 + v12_j];
     out0[i] = v12;
   }
 }
 
 // lstm_rnn_scan_fwd computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
+//   v13 = rnn_scan <f32[B,64,768]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
@@ -534,6 +534,41 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in2[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a27 = in0[i];
+      float a28 = in1[(0) * 99LL + j];
+      float v29 = (a27 + a28);
+      xs[j] = v29;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+    float *const dx = out1 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -575,6 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_
     const float xj = v29;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:
@@ -919,7 +955,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // lstm_rnn_scan_bwd_bwd_2 computes:
-//   v57 = rnn_scan_bwd <f32[B,65,512]> v56 v13 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
+//   v57 = rnn_scan_bwd <f32[B,65,512]> v56 v13 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
@@ -1136,12 +1172,43 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __re
   }
 }
 
+// embedding_bwd_bwd computes:
+//   v65 = embedding_bwd <f32[99,512]> v58 v0 {shape=[99,512]}  # models/lstm/model.go:80
+extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 99LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
+    const int v65_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v65_row[512];
+    if (j == 0) {
+      float *const __restrict__ v65_acc = v65_row;
+      for (int k = 0; k < 512; ++k) v65_acc[k] = 0.0f;
+      const long long v65_n = (long long)B * 64LL;
+      for (long long t = 0; t < v65_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v65_g = in0 + t * 512;
+        for (int k = 0; k < 512; ++k) v65_acc[k] += v65_g[k];
+      }
+    }
+    const float v65 = v65_row[v65_j];
+    #else
+    float v65 = 0.0f;
+    const long long v65_n = (long long)B * 64LL;
+    for (long long t = 0; t < v65_n; ++t) {
+      v65 += in1[t] == (int)r ? in0[t * 512 + v65_j] : 0.0f;
+    }
+    #endif
+    out0[i] = v65;
+  }
+}
+
 // sum_bwd_3 computes:
-//   v65 = sum <f32[1,1,512]> v58 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-//   v67 = sum <f32[1,1,512]> v58 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
+//   v66 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:81
+//   v68 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:81
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long nout = 512LL;
-  const long long nred = 64LL * (long long)B;
+  const long long nred = 99LL;
   __shared__ float part0[256];
   __shared__ float part1[256];
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
@@ -1154,10 +1221,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
       for (long long r = 0; r < nred; ++r) {
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a58 = in0[i];
-          { const float x = a58; acc0_l[oc] = acc0_l[oc] + x; }
-          { const float x = a58; acc1_l[oc] = acc1_l[oc] + x; }
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+          float a65 = in0[i];
+          { const float x = a65; acc0_l[oc] = acc0_l[oc] + x; }
+          { const float x = a65; acc1_l[oc] = acc1_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1170,10 +1237,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     float acc0 = 0.0f;
     float acc1 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-      float a58 = in0[i];
-      { const float x = a58; acc0 = acc0 + x; }
-      { const float x = a58; acc1 = acc1 + x; }
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+      float a65 = in0[i];
+      { const float x = a65; acc0 = acc0 + x; }
+      { const float x = a65; acc1 = acc1 + x; }
     }
     part0[threadIdx.x] = acc0;
     part1[threadIdx.x] = acc1;
@@ -1190,97 +1257,81 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   }
 }
 
-// embedding_bwd_bwd computes:
-//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:80
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 99LL;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v73_j = j;
-    float v73 = 0.0f;
-    const long long v73_n = (long long)B * 64LL;
-    for (long long t = 0; t < v73_n; ++t) {
-      v73 += in1[t] == (int)r ? in0[t * 32 + v73_j] : 0.0f;
-    }
-    out0[i] = v73;
-  }
-}
-
 // optimizer_update computes:
-//   v78 = scale <f32[230979]> v76 {f=0.9}  # models/lstm/model.go:77
-//   v79 = scale <f32[230979]> v75 {f=0.09999999999999998}  # models/lstm/model.go:77
-//   v80 = add <f32[230979]> v78 v79  # models/lstm/model.go:77
-//   v81 = scale <f32[230979]> v77 {f=0.999}  # models/lstm/model.go:77
-//   v82 = mul <f32[230979]> v75 v75  # models/lstm/model.go:77
-//   v83 = scale <f32[230979]> v82 {f=0.0010000000000000009}  # models/lstm/model.go:77
-//   v84 = add <f32[230979]> v81 v83  # models/lstm/model.go:77
-//   v85 = sqrt <f32[230979]> v84  # models/lstm/model.go:77
-//   v87 = div <f32[230979]> v85 v86  # models/lstm/model.go:77
-//   v88 = addc <f32[230979]> v87 {f=1e-08}  # models/lstm/model.go:77
-//   v90 = div <f32[230979]> v80 v88  # models/lstm/model.go:77
-//   v91 = mul <f32[230979]> v89 v90  # models/lstm/model.go:77
-//   v92 = sub <f32[230979]> v74 v91  # models/lstm/model.go:77
+//   v76 = scale <f32[230979]> v74 {f=0.9}  # models/lstm/model.go:77
+//   v77 = scale <f32[230979]> v73 {f=0.09999999999999998}  # models/lstm/model.go:77
+//   v78 = add <f32[230979]> v76 v77  # models/lstm/model.go:77
+//   v79 = scale <f32[230979]> v75 {f=0.999}  # models/lstm/model.go:77
+//   v80 = mul <f32[230979]> v73 v73  # models/lstm/model.go:77
+//   v81 = scale <f32[230979]> v80 {f=0.0010000000000000009}  # models/lstm/model.go:77
+//   v82 = add <f32[230979]> v79 v81  # models/lstm/model.go:77
+//   v83 = sqrt <f32[230979]> v82  # models/lstm/model.go:77
+//   v85 = div <f32[230979]> v83 v84  # models/lstm/model.go:77
+//   v86 = addc <f32[230979]> v85 {f=1e-08}  # models/lstm/model.go:77
+//   v88 = div <f32[230979]> v78 v86  # models/lstm/model.go:77
+//   v89 = mul <f32[230979]> v87 v88  # models/lstm/model.go:77
+//   v90 = sub <f32[230979]> v72 v89  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a76 = in0[i];
-    float v78 = (a76 * 0.90000000000000002f);
-    float a75 = in1[i];
-    float v79 = (a75 * 0.099999999999999978f);
-    float v80 = (v78 + v79);
-    float a77 = in2[i];
-    float v81 = (a77 * 0.999f);
-    float v82 = (a75 * a75);
-    float v83 = (v82 * 0.0010000000000000009f);
-    float v84 = (v81 + v83);
-    float v85 = sqrtf(v84);
-    float v87 = (v85 / s_bc2_sqrt);
-    float v88 = (v87 + 1e-08f);
-    float v90 = (v80 / v88);
-    float v91 = (s_step_size * v90);
-    float a74 = in3[i];
-    float v92 = (a74 - v91);
-    out0[i] = v80;
-    out1[i] = v84;
-    out2[i] = v92;
-  }
-}
-
-// emb_embedding_fwd_2 computes:
-//   v2 = embedding <f32[B,64,32]> v1 v0  # models/lstm/model.go:80
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v2_j = j;
-    const int v2_id = in1[r];
-    const bool v2_bad = (unsigned)v2_id >= 99u;
-    if (v2_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v2_id; status[2] = (int)r; status[3] = 99; }
-    const float v2 = in0[(long long)(v2_bad ? 0 : v2_id) * 32 + v2_j];
-    out0[i] = v2;
+    float a74 = in0[i];
+    float v76 = (a74 * 0.90000000000000002f);
+    float a73 = in1[i];
+    float v77 = (a73 * 0.099999999999999978f);
+    float v78 = (v76 + v77);
+    float a75 = in2[i];
+    float v79 = (a75 * 0.999f);
+    float v80 = (a73 * a73);
+    float v81 = (v80 * 0.0010000000000000009f);
+    float v82 = (v79 + v81);
+    float v83 = sqrtf(v82);
+    float v85 = (v83 / s_bc2_sqrt);
+    float v86 = (v85 + 1e-08f);
+    float v88 = (v78 / v86);
+    float v89 = (s_step_size * v88);
+    float a72 = in3[i];
+    float v90 = (a72 - v89);
+    out0[i] = v78;
+    out1[i] = v82;
+    out2[i] = v90;
   }
 }
 
 // lstm_bias_fwd_3 computes:
-//   v10 = add <f32[B,64,512]> v9 v5  # models/lstm/model.go:81
-//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+//   v9 = add <f32[99,512]> v8 v4  # models/lstm/model.go:81
+//   v10 = add <f32[99,512]> v9 v5  # models/lstm/model.go:81
+extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
+  const long long rows = 99LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
+    const long long i = r * 512LL + j;
+    float a8 = in0[i];
+    float a4 = in1[(0) * 512LL + j];
+    float v9 = (a8 + a4);
+    float a5 = in2[(0) * 512LL + j];
+    float v10 = (v9 + a5);
+    out0[i] = v10;
+  }
+}
+
+// embedding_fwd_2 computes:
+//   v11 = embedding <f32[B,64,512]> v10 v0  # models/lstm/model.go:80
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    float a9 = in0[i];
-    float a5 = in1[(0) * 512LL + j];
-    float v10 = (a9 + a5);
-    float a6 = in2[(0) * 512LL + j];
-    float v11 = (v10 + a6);
+    const int v11_j = j;
+    const int v11_id = in1[r];
+    const bool v11_bad = (unsigned)v11_id >= 99u;
+    if (v11_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v11_id; status[2] = (int)r; status[3] = 99; }
+    const float v11 = in0[(long long)(v11_bad ? 0 : v11_id) * 512 + v11_j];
     out0[i] = v11;
   }
 }
 
 // lstm_rnn_scan_fwd_3 computes:
-//   v12 = rnn_scan <f32[B,64,768]> v11 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
+//   v12 = rnn_scan <f32[B,64,768]> v11 v3 v6 v7 {str=lstm}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {

@@ -293,6 +293,18 @@ var Plan = &runtime.Plan{
 		Role:      "status",
 		Shape:     "i32[8]",
 	}, {
+		Elems: runtime.Size{Mul: 50688},
+		Live:  [2]int{0, 1},
+		Name:  "step.v9",
+		Role:  "temp",
+		Shape: "f32[99,512]",
+	}, {
+		Elems: runtime.Size{Mul: 50688},
+		Live:  [2]int{1, 2},
+		Name:  "step.v11",
+		Role:  "temp",
+		Shape: "f32[99,512]",
+	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  64,
@@ -303,24 +315,6 @@ var Plan = &runtime.Plan{
 		Pos:       "models/lstm/model.go:78",
 		Role:      "input",
 		Shape:     "i32[B,64]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  2048,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{0, 36},
-		Name:  "step.v3",
-		Role:  "temp",
-		Shape: "f32[B,64,32]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  32768,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{1, 2},
-		Name:  "step.v10",
-		Role:  "temp",
-		Shape: "f32[B,64,512]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  32768,
@@ -526,7 +520,7 @@ var Plan = &runtime.Plan{
 			Mul:  32768,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{29, 36},
+		Live:  [2]int{29, 33},
 		Name:  "step.v58",
 		Role:  "temp",
 		Shape: "f32[B,64,512]",
@@ -540,14 +534,11 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,63,512]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  2048,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{34, 37},
-		Name:  "step.v69",
+		Elems: runtime.Size{Mul: 50688},
+		Live:  [2]int{33, 36},
+		Name:  "step.v65",
 		Role:  "temp",
-		Shape: "f32[B,64,32]",
+		Shape: "f32[99,512]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  6336,
@@ -558,25 +549,19 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[B,64,99]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  2048,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 50688},
 		Func:  1,
 		Live:  [2]int{0, 1},
-		Name:  "predict.v2",
+		Name:  "predict.v8",
 		Role:  "temp",
-		Shape: "f32[B,64,32]",
+		Shape: "f32[99,512]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  32768,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 50688},
 		Func:  1,
 		Live:  [2]int{1, 2},
-		Name:  "predict.v9",
+		Name:  "predict.v10",
 		Role:  "temp",
-		Shape: "f32[B,64,512]",
+		Shape: "f32[99,512]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  32768,
@@ -691,7 +676,7 @@ var Plan = &runtime.Plan{
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  28,
+			Buf:  30,
 			Name: "x",
 		}, {
 			Buf:  41,
@@ -703,76 +688,44 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 2}, {Buf: 28}, {Buf: 29}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {Buf: 27}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 12672}, {
-				Mul:  256,
-				Syms: []string{"B"},
-			}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  2048,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Ops: "embedding",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 65536}, {
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  2097152,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 12672}, {Mul: 65536}, {Mul: 202752}},
+			Flops: runtime.Sum{{Mul: 3244032}},
 			Gemm: runtime.Gemm{
-				A:     29,
-				Alpha: 1.0,
-				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      30,
+				A:      2,
+				Alpha:  1.0,
+				B:      4,
+				Batch:  runtime.Size{Mul: 1},
+				C:      28,
 				K:      runtime.Size{Mul: 32},
-				M:      runtime.Size{Mul: 64},
+				M:      runtime.Size{Mul: 99},
 				N:      runtime.Size{Mul: 512},
 				TransB: true,
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 30}, {Buf: 8}, {Buf: 10}, {Buf: 31}, {
+			Args:  []runtime.ArgRef{{Buf: 28}, {Buf: 8}, {Buf: 10}, {Buf: 29}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 202752}, {Mul: 2048}, {Mul: 2048}, {Mul: 202752}},
+			Flops: runtime.Sum{{Mul: 50688}, {Mul: 50688}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 50688},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Ops: "add+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 29}, {Buf: 30}, {Buf: 31}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}},
+			}, {Buf: 27}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}, {Mul: 2048}, {Mul: 2048}, {
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  32768,
+			Bytes: runtime.Sum{{Mul: 202752}, {
+				Mul:  256,
 				Syms: []string{"B"},
 			}, {
-				Mul:  32768,
+				Mul:  131072,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -784,7 +737,7 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 1,
-			Ops:    "add+add",
+			Ops:    "embedding",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 31}, {Buf: 6}, {Buf: 32}, {
 				Buf:    -1,
@@ -1509,7 +1462,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 11}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 53}, {Buf: 30}, {Buf: 55}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1518,105 +1471,60 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  131072,
 				Syms: []string{"B"},
-			}, {Mul: 2048}, {Mul: 2048}},
-			Flops: runtime.Sum{{
-				Mul:  32768,
-				Syms: []string{"B"},
 			}, {
-				Mul:  32768,
+				Mul:  256,
 				Syms: []string{"B"},
-			}},
+			}, {Mul: 202752}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 50688},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 19,
+			Ops:    "embedding_bwd",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 55}, {Buf: 11}, {Buf: 9}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 202752}, {Mul: 2048}, {Mul: 2048}},
+			Flops: runtime.Sum{{Mul: 50688}, {Mul: 50688}},
 			Grid: [3]runtime.Expr{{
 				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 512},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 19,
+			Kernel: 20,
 			Ops:    "sum+sum",
 		}, {
-			Bytes: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}, {Mul: 65536}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  2097152,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 202752}, {Mul: 65536}, {Mul: 12672}},
+			Flops: runtime.Sum{{Mul: 3244032}},
 			Gemm: runtime.Gemm{
-				A:     53,
+				A:     55,
 				Alpha: 1.0,
 				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      55,
-				K:      runtime.Size{Mul: 512},
-				M:      runtime.Size{Mul: 64},
-				N:      runtime.Size{Mul: 32},
+				Batch: runtime.Size{Mul: 1},
+				C:     3,
+				K:     runtime.Size{Mul: 512},
+				M:     runtime.Size{Mul: 99},
+				N:     runtime.Size{Mul: 32},
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Buf:  5,
-			Kind: runtime.MemsetStep,
-			Ops:  "zero v71",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 65536}},
-			Flops: runtime.Sum{{
-				Mul:  2097152,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 202752}, {Mul: 12672}, {Mul: 65536}},
+			Flops: runtime.Sum{{Mul: 3244032}},
 			Gemm: runtime.Gemm{
-				A:     53,
-				Alpha: 1.0,
-				B:     29,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA:   true,
-				BatchB:   true,
-				C:        5,
-				K:        runtime.Size{Mul: 64},
-				M:        runtime.Size{Mul: 512},
-				N:        runtime.Size{Mul: 32},
-				SumBatch: true,
-				TransA:   true,
+				A:      55,
+				Alpha:  1.0,
+				B:      2,
+				Batch:  runtime.Size{Mul: 1},
+				C:      5,
+				K:      runtime.Size{Mul: 99},
+				M:      runtime.Size{Mul: 512},
+				N:      runtime.Size{Mul: 32},
+				TransA: true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul+sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 55}, {Buf: 28}, {Buf: 3}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {
-				Mul:  256,
-				Syms: []string{"B"},
-			}, {Mul: 12672}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 3168},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 20,
-			Ops:    "embedding_bwd",
+			Ops:  "matmul",
 		}, {
 			Args:    []runtime.ArgRef{{Buf: 27}, {Buf: 1}, {Buf: 26}},
 			Block:   [3]int{256, 1, 1},
@@ -1652,10 +1560,10 @@ var Plan = &runtime.Plan{
 			Kernel: 21,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 39,
+		UpdateFrom: 38,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  28,
+			Buf:  30,
 			Name: "x",
 		}},
 		Name: "predict",
@@ -1664,77 +1572,45 @@ var Plan = &runtime.Plan{
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 2}, {Buf: 28}, {Buf: 57}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {Buf: 27}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 12672}, {
-				Mul:  256,
-				Syms: []string{"B"},
-			}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  2048,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 22,
-			Ops:    "embedding",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 65536}, {
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  2097152,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 12672}, {Mul: 65536}, {Mul: 202752}},
+			Flops: runtime.Sum{{Mul: 3244032}},
 			Gemm: runtime.Gemm{
-				A:     57,
-				Alpha: 1.0,
-				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      58,
+				A:      2,
+				Alpha:  1.0,
+				B:      4,
+				Batch:  runtime.Size{Mul: 1},
+				C:      57,
 				K:      runtime.Size{Mul: 32},
-				M:      runtime.Size{Mul: 64},
+				M:      runtime.Size{Mul: 99},
 				N:      runtime.Size{Mul: 512},
 				TransB: true,
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 8}, {Buf: 10}, {Buf: 59}, {
+			Args:  []runtime.ArgRef{{Buf: 57}, {Buf: 8}, {Buf: 10}, {Buf: 58}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 202752}, {Mul: 2048}, {Mul: 2048}, {Mul: 202752}},
+			Flops: runtime.Sum{{Mul: 50688}, {Mul: 50688}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 50688},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 22,
+			Ops:    "add+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 58}, {Buf: 30}, {Buf: 59}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}},
+			}, {Buf: 27}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}, {Mul: 2048}, {Mul: 2048}, {
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  32768,
+			Bytes: runtime.Sum{{Mul: 202752}, {
+				Mul:  256,
 				Syms: []string{"B"},
 			}, {
-				Mul:  32768,
+				Mul:  131072,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1746,7 +1622,7 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 23,
-			Ops:    "add+add",
+			Ops:    "embedding",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 59}, {Buf: 6}, {Buf: 60}, {
 				Buf:    -1,
@@ -1976,12 +1852,12 @@ var Plan = &runtime.Plan{
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
-		Name:       "emb_embedding_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
+		Name:       "lstm_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "lstm_bias_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "embedding_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
 	}, {
 		Name:       "lstm_rnn_scan_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -2005,9 +1881,10 @@ var Plan = &runtime.Plan{
 		Name:       "slice_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc_bias_cross_entropy_ce_grad_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
+		GridStride: true,
+		Name:       "fc_bias_cross_entropy_ce_grad_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:       true,
 	}, {
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -2055,26 +1932,26 @@ var Plan = &runtime.Plan{
 		Name:       "slice_bwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:       "sum_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		SoloBlocks: true,
-		Sync:       true,
-	}, {
 		GridStride: true,
 		Name:       "embedding_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:       "sum_bwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "emb_embedding_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
+		Name:       "lstm_bias_fwd_3",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "lstm_bias_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "embedding_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
 	}, {
 		Name:       "lstm_rnn_scan_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},

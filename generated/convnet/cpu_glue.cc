@@ -13,7 +13,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_e6cce678814d(int k, const n
   case 2: NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 3: NGEN_RUN_SPAN(l, conv2_maxpool_argmax_maxpool_pick_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 4: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 5: NGEN_RUN_SIMPLE(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
+  case 5: NGEN_RUN_SPAN(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 6: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 7: NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 8: NGEN_RUN_SYNC(l, relu_bwd_sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));

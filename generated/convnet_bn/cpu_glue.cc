@@ -19,7 +19,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, cons
   case 8: NGEN_RUN_SPAN(l, mul_add_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 9: NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 10: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 11: NGEN_RUN_SIMPLE(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
+  case 11: NGEN_RUN_SPAN(l, fc2_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 12: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 13: NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 14: NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));

@@ -73,8 +73,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_bn_unfused_64f70a6a1a13(int
   case 62: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 63: NGEN_RUN_SPAN(l, relu_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 64: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 65: NGEN_RUN_SIMPLE(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 66: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 65: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 66: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 67: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 68: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 69: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

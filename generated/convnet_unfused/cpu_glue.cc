@@ -21,8 +21,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k,
   case 10: NGEN_RUN_SPAN(l, fc1_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 11: NGEN_RUN_SPAN(l, relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 12: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 13: NGEN_RUN_SIMPLE(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 14: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 13: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 14: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 15: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 16: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 17: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

@@ -161,6 +161,28 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * 
 // blocks_0_norm1_layernorm_fwd computes:
 //   v10 = layernorm <f32[B,128,256]> v7 v8 v9 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -366,6 +388,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd computes:
 //   v25 = layernorm <f32[B,128,256]> v22 v23 v24 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -438,6 +482,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_
 // blocks_1_norm1_layernorm_fwd computes:
 //   v40 = layernorm <f32[B,128,256]> v37 v38 v39 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -643,6 +709,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd computes:
 //   v55 = layernorm <f32[B,128,256]> v52 v53 v54 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -715,6 +803,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_
 // blocks_2_norm1_layernorm_fwd computes:
 //   v70 = layernorm <f32[B,128,256]> v67 v68 v69 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -920,6 +1030,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd computes:
 //   v85 = layernorm <f32[B,128,256]> v82 v83 v84 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -992,6 +1124,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_
 // blocks_3_norm1_layernorm_fwd computes:
 //   v100 = layernorm <f32[B,128,256]> v97 v98 v99 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1197,6 +1351,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd computes:
 //   v115 = layernorm <f32[B,128,256]> v112 v113 v114 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1251,6 +1427,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dro
 // blocks_3_linear2_layernorm_fwd computes:
 //   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1290,6 +1488,39 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in1[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a128 = in0[i];
+      xs[j] = a128;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+    float *const dx = out1 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -1323,11 +1554,47 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(cons
     const float xj = a128;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // blocks_3_linear2_layernorm_bwd_bwd computes:
 //   v136 = layernorm_bwd <f32[B,33280]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -1580,6 +1847,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 // blocks_3_norm2_layernorm_bwd_bwd computes:
 //   v158 = layernorm_bwd <f32[B,33280]> v154 v112 v113 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2018,6 +2320,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 // blocks_3_norm1_layernorm_bwd_bwd computes:
 //   v180 = layernorm_bwd <f32[B,33280]> v176 v97 v98 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2274,6 +2611,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
 // blocks_2_norm2_layernorm_bwd_bwd computes:
 //   v203 = layernorm_bwd <f32[B,33280]> v199 v82 v83 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2712,6 +3084,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_12(const float * __res
 // blocks_2_norm1_layernorm_bwd_bwd computes:
 //   v225 = layernorm_bwd <f32[B,33280]> v221 v67 v68 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2968,6 +3375,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_15(const float * __res
 // blocks_1_norm2_layernorm_bwd_bwd computes:
 //   v248 = layernorm_bwd <f32[B,33280]> v244 v52 v53 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3406,6 +3848,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_18(const float * __res
 // blocks_1_norm1_layernorm_bwd_bwd computes:
 //   v270 = layernorm_bwd <f32[B,33280]> v266 v37 v38 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3662,6 +4139,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_21(const float * __res
 // blocks_0_norm2_layernorm_bwd_bwd computes:
 //   v293 = layernorm_bwd <f32[B,33280]> v289 v22 v23 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4100,6 +4612,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_24(const float * __res
 // blocks_0_norm1_layernorm_bwd_bwd computes:
 //   v315 = layernorm_bwd <f32[B,33280]> v311 v7 v8 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 33280;
+      float *pg = dx + 32768, *pb = dx + 33024;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 128; ++rr) {
+      const long long base = (n * 128 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4262,11 +4809,26 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     const int v324_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v324_row[256];
+    if (j == 0) {
+      float *const __restrict__ v324_acc = v324_row;
+      for (int k = 0; k < 256; ++k) v324_acc[k] = 0.0f;
+      const long long v324_n = (long long)B * 128LL;
+      for (long long t = 0; t < v324_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v324_g = in0 + t * 256;
+        for (int k = 0; k < 256; ++k) v324_acc[k] += v324_g[k];
+      }
+    }
+    const float v324 = v324_row[v324_j];
+    #else
     float v324 = 0.0f;
     const long long v324_n = (long long)B * 128LL;
     for (long long t = 0; t < v324_n; ++t) {
       v324 += in1[t] == (int)r ? in0[t * 256 + v324_j] : 0.0f;
     }
+    #endif
     float a135 = in2[i];
     float v325 = (a135 + v324);
     out0[i] = v325;
@@ -4362,6 +4924,28 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd_2(const float 
 // blocks_0_norm1_layernorm_fwd_2 computes:
 //   v9 = layernorm <f32[B,128,256]> v6 v7 v8 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -4567,6 +5151,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd_2 computes:
 //   v24 = layernorm <f32[B,128,256]> v21 v22 v23 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -4638,6 +5244,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_
 // blocks_1_norm1_layernorm_fwd_2 computes:
 //   v39 = layernorm <f32[B,128,256]> v36 v37 v38 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -4843,6 +5471,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd_2 computes:
 //   v54 = layernorm <f32[B,128,256]> v51 v52 v53 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -4914,6 +5564,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_
 // blocks_2_norm1_layernorm_fwd_2 computes:
 //   v69 = layernorm <f32[B,128,256]> v66 v67 v68 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5119,6 +5791,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd_2 computes:
 //   v84 = layernorm <f32[B,128,256]> v81 v82 v83 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5190,6 +5884,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_
 // blocks_3_norm1_layernorm_fwd_2 computes:
 //   v99 = layernorm <f32[B,128,256]> v96 v97 v98 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5395,6 +6111,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd_2 computes:
 //   v114 = layernorm <f32[B,128,256]> v111 v112 v113 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5448,6 +6186,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dro
 // blocks_3_linear2_layernorm_fwd_2 computes:
 //   v126 = layernorm <f32[B,128,256]> v122 v123 v111 v124 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5526,6 +6286,28 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 // blocks_0_norm1_layernorm_fwd_3 computes:
 //   v8 = layernorm <f32[B,128,256]> v5 v6 v7 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5729,6 +6511,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd_3 computes:
 //   v22 = layernorm <f32[B,128,256]> v19 v20 v21 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5796,6 +6600,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_add_fwd(
 // blocks_1_norm1_layernorm_fwd_3 computes:
 //   v35 = layernorm <f32[B,128,256]> v32 v33 v34 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5999,6 +6825,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd_3 computes:
 //   v49 = layernorm <f32[B,128,256]> v46 v47 v48 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6066,6 +6914,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_add_fwd(
 // blocks_2_norm1_layernorm_fwd_3 computes:
 //   v62 = layernorm <f32[B,128,256]> v59 v60 v61 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6269,6 +7139,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd_3 computes:
 //   v76 = layernorm <f32[B,128,256]> v73 v74 v75 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6336,6 +7228,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_add_fwd(
 // blocks_3_norm1_layernorm_fwd_3 computes:
 //   v89 = layernorm <f32[B,128,256]> v86 v87 v88 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6539,6 +7453,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd_3 computes:
 //   v103 = layernorm <f32[B,128,256]> v100 v101 v102 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6590,6 +7526,28 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_fwd
 // blocks_3_linear2_layernorm_fwd_3 computes:
 //   v114 = layernorm <f32[B,128,256]> v110 v111 v100 v112 v113 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 128LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {

@@ -12141,9 +12141,10 @@ var Plan = &runtime.Plan{
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
-		Name:   "cross_entropy_ce_grad_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
+		GridStride: true,
+		Name:       "cross_entropy_ce_grad_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:       true,
 	}, {
 		Name:       "blocks_3_linear2_layernorm_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},

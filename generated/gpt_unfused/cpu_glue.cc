@@ -199,8 +199,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_gpt_unfused_20cc8f217a4e(int k, con
   case 188: NGEN_RUN_SPAN(l, mul_fwd_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 189: NGEN_RUN_SPAN(l, ln_f_mul_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 190: NGEN_RUN_SPAN(l, ln_f_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 191: NGEN_RUN_SYNC(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 192: NGEN_RUN_SYNC(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 191: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 192: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 193: NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 194: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 195: NGEN_RUN_SPAN(l, ln_f_mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

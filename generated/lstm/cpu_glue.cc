@@ -17,7 +17,7 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_lstm_6ffa038f0b98(int k, const ngen
   case 6: NGEN_RUN_SOLO(l, lstm_rnn_scan_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5)));
   case 7: NGEN_RUN_SPAN(l, slice_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 8: NGEN_RUN_SPAN(l, slice_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 9: NGEN_RUN_SYNC(l, fc_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
+  case 9: NGEN_RUN_SPAN(l, fc_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 10: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 11: NGEN_RUN_SPAN(l, slice_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 12: NGEN_RUN_SPAN(l, slice_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

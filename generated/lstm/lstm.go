@@ -2598,9 +2598,10 @@ var Plan = &runtime.Plan{
 		Name:       "slice_fwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc_bias_cross_entropy_ce_grad_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		Sync:   true,
+		GridStride: true,
+		Name:       "fc_bias_cross_entropy_ce_grad_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Sync:       true,
 	}, {
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},

@@ -626,6 +626,35 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __re
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in1[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a37 = in0[i];
+      xs[j] = a37;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -652,6 +681,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a37 = in0[i];
     atomicAdd(out0, (lse - a37) / (float)rows);
   }
+#endif
 }
 
 // ce_grad_bwd computes:
@@ -659,6 +689,36 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in1[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a37 = in0[i];
+      xs[j] = a37;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    float *const dx = out0 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -687,6 +747,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a37;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:
@@ -1500,11 +1561,26 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v77_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v77_row[32];
+    if (j == 0) {
+      float *const __restrict__ v77_acc = v77_row;
+      for (int k = 0; k < 32; ++k) v77_acc[k] = 0.0f;
+      const long long v77_n = (long long)B;
+      for (long long t = 0; t < v77_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v77_g = in0 + t * 32;
+        for (int k = 0; k < 32; ++k) v77_acc[k] += v77_g[k];
+      }
+    }
+    const float v77 = v77_row[v77_j];
+    #else
     float v77 = 0.0f;
     const long long v77_n = (long long)B;
     for (long long t = 0; t < v77_n; ++t) {
       v77 += in1[t] == (int)r ? in0[t * 32 + v77_j] : 0.0f;
     }
+    #endif
     out0[i] = v77;
   }
 }

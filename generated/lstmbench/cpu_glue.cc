@@ -8,14 +8,14 @@ namespace {
 
 extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_lstmbench_0c29281cf41c(int k, const ngen_launch *l) {
   switch (k) {
-  case 0: NGEN_RUN_SPAN(l, emb_embedding_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int *, 4)));
-  case 1: NGEN_RUN_SPAN(l, lstm_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 0: NGEN_RUN_SPAN(l, lstm_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3)));
+  case 1: NGEN_RUN_SPAN(l, embedding_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int *, 4)));
   case 2: NGEN_RUN_SOLO(l, lstm_rnn_scan_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 3: NGEN_RUN_SPAN(l, slice_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 4: NGEN_RUN_SPAN(l, lstm_bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 5: NGEN_RUN_SOLO(l, lstm_rnn_scan_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 6: NGEN_RUN_SPAN(l, slice_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5)));
-  case 7: NGEN_RUN_SYNC(l, fc_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
+  case 7: NGEN_RUN_SPAN(l, fc_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 8: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 9: NGEN_RUN_SPAN(l, slice_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 10: NGEN_RUN_SOLO(l, lstm_rnn_scan_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -27,11 +27,11 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_lstmbench_0c29281cf41c(int k, const
   case 16: NGEN_RUN_SOLO(l, lstm_rnn_scan_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   case 17: NGEN_RUN_SPAN(l, slice_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 18: NGEN_RUN_SPAN(l, slice_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 19: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 20: NGEN_RUN_SPAN(l, embedding_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 19: NGEN_RUN_SPAN(l, embedding_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  case 20: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   case 21: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
-  case 22: NGEN_RUN_SPAN(l, emb_embedding_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int *, 4)));
-  case 23: NGEN_RUN_SPAN(l, lstm_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  case 22: NGEN_RUN_SPAN(l, lstm_bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3)));
+  case 23: NGEN_RUN_SPAN(l, embedding_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int *, 4)));
   case 24: NGEN_RUN_SOLO(l, lstm_rnn_scan_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 25: NGEN_RUN_SPAN(l, slice_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 26: NGEN_RUN_SPAN(l, lstm_bias_fwd_2_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));

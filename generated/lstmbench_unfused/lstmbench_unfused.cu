@@ -551,6 +551,35 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __re
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in1[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a29 = in0[i];
+      xs[j] = a29;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -577,6 +606,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a29 = in0[i];
     atomicAdd(out0, (lse - a29) / (float)rows);
   }
+#endif
 }
 
 // ce_grad_bwd computes:
@@ -584,6 +614,36 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in1[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a29 = in0[i];
+      xs[j] = a29;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    float *const dx = out0 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -612,6 +672,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a29;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:
@@ -1542,11 +1603,26 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
     const int v73_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v73_row[128];
+    if (j == 0) {
+      float *const __restrict__ v73_acc = v73_row;
+      for (int k = 0; k < 128; ++k) v73_acc[k] = 0.0f;
+      const long long v73_n = (long long)B * 64LL;
+      for (long long t = 0; t < v73_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v73_g = in0 + t * 128;
+        for (int k = 0; k < 128; ++k) v73_acc[k] += v73_g[k];
+      }
+    }
+    const float v73 = v73_row[v73_j];
+    #else
     float v73 = 0.0f;
     const long long v73_n = (long long)B * 64LL;
     for (long long t = 0; t < v73_n; ++t) {
       v73 += in1[t] == (int)r ? in0[t * 128 + v73_j] : 0.0f;
     }
+    #endif
     out0[i] = v73;
   }
 }

@@ -15,8 +15,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_mlp_unfused_5dcd01196532(int k, con
   case 4: NGEN_RUN_SPAN(l, relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 5: NGEN_RUN_SPAN(l, dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, long long, 6)));
   case 6: NGEN_RUN_SPAN(l, fc3_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 7: NGEN_RUN_SIMPLE(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 8: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 7: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 8: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 9: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 10: NGEN_RUN_SPAN(l, dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, unsigned long long, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, long long, 6)));
   case 11: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -151,6 +151,41 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float 
 extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 10;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in2[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a13 = in0[i];
+      float a14 = in1[(0) * 10LL + j];
+      float v15 = (a13 + a14);
+      xs[j] = v15;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+    float *const dx = out1 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
@@ -190,6 +225,7 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad
     const float xj = v15;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:

@@ -13,8 +13,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k
   case 2: NGEN_RUN_SPAN(l, fc2_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 3: NGEN_RUN_SPAN(l, relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 4: NGEN_RUN_SPAN(l, fc3_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 5: NGEN_RUN_SIMPLE(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 6: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 5: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 6: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 7: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 8: NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 9: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

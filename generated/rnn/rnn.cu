@@ -114,39 +114,39 @@ __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned 
 }
 #endif
 
-// emb_embedding_fwd computes:
-//   v4 = embedding <f32[B,16,32]> v3 v0  # models/rnn/model.go:42
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v4_j = j;
-    const int v4_id = in1[r];
-    const bool v4_bad = (unsigned)v4_id >= 54u;
-    if (v4_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v4_id; status[2] = (int)r; status[3] = 54; }
-    const float v4 = in0[(long long)(v4_bad ? 0 : v4_id) * 32 + v4_j];
-    out0[i] = v4;
+// rnn_bias_fwd computes:
+//   v10 = add <f32[54,128]> v9 v6  # models/rnn/model.go:48
+//   v11 = add <f32[54,128]> v10 v7  # models/rnn/model.go:48
+extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
+  const long long rows = 54LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
+    float a9 = in0[i];
+    float a6 = in1[(0) * 128LL + j];
+    float v10 = (a9 + a6);
+    float a7 = in2[(0) * 128LL + j];
+    float v11 = (v10 + a7);
+    out0[i] = v11;
   }
 }
 
-// rnn_bias_fwd computes:
-//   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:48
-//   v12 = add <f32[B,16,128]> v11 v8  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+// embedding_fwd computes:
+//   v12 = embedding <f32[B,16,128]> v11 v0  # models/rnn/model.go:42
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    float a10 = in0[i];
-    float a7 = in1[(0) * 128LL + j];
-    float v11 = (a10 + a7);
-    float a8 = in2[(0) * 128LL + j];
-    float v12 = (v11 + a8);
+    const int v12_j = j;
+    const int v12_id = in1[r];
+    const bool v12_bad = (unsigned)v12_id >= 54u;
+    if (v12_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v12_id; status[2] = (int)r; status[3] = 54; }
+    const float v12 = in0[(long long)(v12_bad ? 0 : v12_id) * 128 + v12_j];
     out0[i] = v12;
   }
 }
 
 // rnn_rnn_scan_fwd computes:
-//   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
@@ -328,6 +328,41 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = (long long)B;
   const int C = 5;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in2[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a21 = in0[i];
+      float a22 = in1[(0) * 5LL + j];
+      float v23 = (a21 + a22);
+      xs[j] = v23;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+    float *const dx = out1 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
@@ -367,6 +402,7 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_
     const float xj = v23;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:
@@ -432,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 }
 
 // rnn_rnn_scan_bwd_bwd computes:
-//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
@@ -665,12 +701,43 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   }
 }
 
+// embedding_bwd_bwd computes:
+//   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:42
+extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 54LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
+    const int v45_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v45_row[128];
+    if (j == 0) {
+      float *const __restrict__ v45_acc = v45_row;
+      for (int k = 0; k < 128; ++k) v45_acc[k] = 0.0f;
+      const long long v45_n = (long long)B * 16LL;
+      for (long long t = 0; t < v45_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v45_g = in0 + t * 128;
+        for (int k = 0; k < 128; ++k) v45_acc[k] += v45_g[k];
+      }
+    }
+    const float v45 = v45_row[v45_j];
+    #else
+    float v45 = 0.0f;
+    const long long v45_n = (long long)B * 16LL;
+    for (long long t = 0; t < v45_n; ++t) {
+      v45 += in1[t] == (int)r ? in0[t * 128 + v45_j] : 0.0f;
+    }
+    #endif
+    out0[i] = v45;
+  }
+}
+
 // sum_bwd_2 computes:
-//   v45 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:48
-//   v47 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
+//   v46 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:48
+//   v48 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:48
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long nout = 128LL;
-  const long long nred = 16LL * (long long)B;
+  const long long nred = 54LL;
   __shared__ float part0[256];
   __shared__ float part1[256];
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
@@ -683,10 +750,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
       for (long long r = 0; r < nred; ++r) {
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (128LL) + (((unsigned long long)(r)) / 16LL) * (2048LL));
-          float a38 = in0[i];
-          { const float x = a38; acc0_l[oc] = acc0_l[oc] + x; }
-          { const float x = a38; acc1_l[oc] = acc1_l[oc] + x; }
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a45 = in0[i];
+          { const float x = a45; acc0_l[oc] = acc0_l[oc] + x; }
+          { const float x = a45; acc1_l[oc] = acc1_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -699,10 +766,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     float acc0 = 0.0f;
     float acc1 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (128LL) + (((unsigned long long)(r)) / 16LL) * (2048LL));
-      float a38 = in0[i];
-      { const float x = a38; acc0 = acc0 + x; }
-      { const float x = a38; acc1 = acc1 + x; }
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a45 = in0[i];
+      { const float x = a45; acc0 = acc0 + x; }
+      { const float x = a45; acc1 = acc1 + x; }
     }
     part0[threadIdx.x] = acc0;
     part1[threadIdx.x] = acc1;
@@ -719,97 +786,81 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   }
 }
 
-// embedding_bwd_bwd computes:
-//   v53 = embedding_bwd <f32[54,32]> v49 v0 {shape=[54,32]}  # models/rnn/model.go:42
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 54LL;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v53_j = j;
-    float v53 = 0.0f;
-    const long long v53_n = (long long)B * 16LL;
-    for (long long t = 0; t < v53_n; ++t) {
-      v53 += in1[t] == (int)r ? in0[t * 32 + v53_j] : 0.0f;
-    }
-    out0[i] = v53;
-  }
-}
-
 // optimizer_update computes:
-//   v58 = scale <f32[23109]> v56 {f=0.9}  # models/rnn/model.go:38
-//   v59 = scale <f32[23109]> v55 {f=0.09999999999999998}  # models/rnn/model.go:38
-//   v60 = add <f32[23109]> v58 v59  # models/rnn/model.go:38
-//   v61 = scale <f32[23109]> v57 {f=0.999}  # models/rnn/model.go:38
-//   v62 = mul <f32[23109]> v55 v55  # models/rnn/model.go:38
-//   v63 = scale <f32[23109]> v62 {f=0.0010000000000000009}  # models/rnn/model.go:38
-//   v64 = add <f32[23109]> v61 v63  # models/rnn/model.go:38
-//   v65 = sqrt <f32[23109]> v64  # models/rnn/model.go:38
-//   v67 = div <f32[23109]> v65 v66  # models/rnn/model.go:38
-//   v68 = addc <f32[23109]> v67 {f=1e-08}  # models/rnn/model.go:38
-//   v70 = div <f32[23109]> v60 v68  # models/rnn/model.go:38
-//   v71 = mul <f32[23109]> v69 v70  # models/rnn/model.go:38
-//   v72 = sub <f32[23109]> v54 v71  # models/rnn/model.go:38
+//   v56 = scale <f32[23109]> v54 {f=0.9}  # models/rnn/model.go:38
+//   v57 = scale <f32[23109]> v53 {f=0.09999999999999998}  # models/rnn/model.go:38
+//   v58 = add <f32[23109]> v56 v57  # models/rnn/model.go:38
+//   v59 = scale <f32[23109]> v55 {f=0.999}  # models/rnn/model.go:38
+//   v60 = mul <f32[23109]> v53 v53  # models/rnn/model.go:38
+//   v61 = scale <f32[23109]> v60 {f=0.0010000000000000009}  # models/rnn/model.go:38
+//   v62 = add <f32[23109]> v59 v61  # models/rnn/model.go:38
+//   v63 = sqrt <f32[23109]> v62  # models/rnn/model.go:38
+//   v65 = div <f32[23109]> v63 v64  # models/rnn/model.go:38
+//   v66 = addc <f32[23109]> v65 {f=1e-08}  # models/rnn/model.go:38
+//   v68 = div <f32[23109]> v58 v66  # models/rnn/model.go:38
+//   v69 = mul <f32[23109]> v67 v68  # models/rnn/model.go:38
+//   v70 = sub <f32[23109]> v52 v69  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a56 = in0[i];
-    float v58 = (a56 * 0.90000000000000002f);
-    float a55 = in1[i];
-    float v59 = (a55 * 0.099999999999999978f);
-    float v60 = (v58 + v59);
-    float a57 = in2[i];
-    float v61 = (a57 * 0.999f);
-    float v62 = (a55 * a55);
-    float v63 = (v62 * 0.0010000000000000009f);
-    float v64 = (v61 + v63);
-    float v65 = sqrtf(v64);
-    float v67 = (v65 / s_bc2_sqrt);
-    float v68 = (v67 + 1e-08f);
-    float v70 = (v60 / v68);
-    float v71 = (s_step_size * v70);
-    float a54 = in3[i];
-    float v72 = (a54 - v71);
-    out0[i] = v60;
-    out1[i] = v64;
-    out2[i] = v72;
-  }
-}
-
-// emb_embedding_fwd_2 computes:
-//   v3 = embedding <f32[B,16,32]> v2 v0  # models/rnn/model.go:42
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v3_j = j;
-    const int v3_id = in1[r];
-    const bool v3_bad = (unsigned)v3_id >= 54u;
-    if (v3_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v3_id; status[2] = (int)r; status[3] = 54; }
-    const float v3 = in0[(long long)(v3_bad ? 0 : v3_id) * 32 + v3_j];
-    out0[i] = v3;
+    float a54 = in0[i];
+    float v56 = (a54 * 0.90000000000000002f);
+    float a53 = in1[i];
+    float v57 = (a53 * 0.099999999999999978f);
+    float v58 = (v56 + v57);
+    float a55 = in2[i];
+    float v59 = (a55 * 0.999f);
+    float v60 = (a53 * a53);
+    float v61 = (v60 * 0.0010000000000000009f);
+    float v62 = (v59 + v61);
+    float v63 = sqrtf(v62);
+    float v65 = (v63 / s_bc2_sqrt);
+    float v66 = (v65 + 1e-08f);
+    float v68 = (v58 / v66);
+    float v69 = (s_step_size * v68);
+    float a52 = in3[i];
+    float v70 = (a52 - v69);
+    out0[i] = v58;
+    out1[i] = v62;
+    out2[i] = v70;
   }
 }
 
 // rnn_bias_fwd_2 computes:
-//   v10 = add <f32[B,16,128]> v9 v6  # models/rnn/model.go:48
-//   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+//   v9 = add <f32[54,128]> v8 v5  # models/rnn/model.go:48
+//   v10 = add <f32[54,128]> v9 v6  # models/rnn/model.go:48
+extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
+  const long long rows = 54LL;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
+    float a8 = in0[i];
+    float a5 = in1[(0) * 128LL + j];
+    float v9 = (a8 + a5);
+    float a6 = in2[(0) * 128LL + j];
+    float v10 = (v9 + a6);
+    out0[i] = v10;
+  }
+}
+
+// embedding_fwd_2 computes:
+//   v11 = embedding <f32[B,16,128]> v10 v0  # models/rnn/model.go:42
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    float a9 = in0[i];
-    float a6 = in1[(0) * 128LL + j];
-    float v10 = (a9 + a6);
-    float a7 = in2[(0) * 128LL + j];
-    float v11 = (v10 + a7);
+    const int v11_j = j;
+    const int v11_id = in1[r];
+    const bool v11_bad = (unsigned)v11_id >= 54u;
+    if (v11_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v11_id; status[2] = (int)r; status[3] = 54; }
+    const float v11 = in0[(long long)(v11_bad ? 0 : v11_id) * 128 + v11_j];
     out0[i] = v11;
   }
 }
 
 // rnn_rnn_scan_fwd_2 computes:
-//   v12 = rnn_scan <f32[B,16,128]> v11 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v12 = rnn_scan <f32[B,16,128]> v11 v4 v7 v7 v1 {str=rnn_tanh}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {

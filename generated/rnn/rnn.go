@@ -213,6 +213,18 @@ var Plan = &runtime.Plan{
 		Role:      "status",
 		Shape:     "i32[8]",
 	}, {
+		Elems: runtime.Size{Mul: 6912},
+		Live:  [2]int{0, 1},
+		Name:  "step.v9",
+		Role:  "temp",
+		Shape: "f32[54,128]",
+	}, {
+		Elems: runtime.Size{Mul: 6912},
+		Live:  [2]int{1, 2},
+		Name:  "step.v11",
+		Role:  "temp",
+		Shape: "f32[54,128]",
+	}, {
 		DType: runtime.I32,
 		Elems: runtime.Size{
 			Mul:  16,
@@ -223,24 +235,6 @@ var Plan = &runtime.Plan{
 		Pos:       "models/rnn/model.go:39",
 		Role:      "input",
 		Shape:     "i32[B,16]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  512,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{0, 24},
-		Name:  "step.v4",
-		Role:  "temp",
-		Shape: "f32[B,16,32]",
-	}, {
-		Elems: runtime.Size{
-			Mul:  2048,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{1, 2},
-		Name:  "step.v10",
-		Role:  "temp",
-		Shape: "f32[B,16,128]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  2048,
@@ -436,7 +430,7 @@ var Plan = &runtime.Plan{
 			Mul:  2048,
 			Syms: []string{"B"},
 		},
-		Live:  [2]int{17, 24},
+		Live:  [2]int{17, 21},
 		Name:  "step.v38",
 		Role:  "temp",
 		Shape: "f32[B,16,128]",
@@ -468,14 +462,11 @@ var Plan = &runtime.Plan{
 		Role:  "temp",
 		Shape: "f32[B,15,128]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  512,
-			Syms: []string{"B"},
-		},
-		Live:  [2]int{22, 25},
-		Name:  "step.v49",
+		Elems: runtime.Size{Mul: 6912},
+		Live:  [2]int{21, 24},
+		Name:  "step.v45",
 		Role:  "temp",
-		Shape: "f32[B,16,32]",
+		Shape: "f32[54,128]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  128,
@@ -495,25 +486,19 @@ var Plan = &runtime.Plan{
 		Role:      "output",
 		Shape:     "f32[B,5]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  512,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 6912},
 		Func:  1,
 		Live:  [2]int{0, 1},
-		Name:  "predict.v3",
+		Name:  "predict.v8",
 		Role:  "temp",
-		Shape: "f32[B,16,32]",
+		Shape: "f32[54,128]",
 	}, {
-		Elems: runtime.Size{
-			Mul:  2048,
-			Syms: []string{"B"},
-		},
+		Elems: runtime.Size{Mul: 6912},
 		Func:  1,
 		Live:  [2]int{1, 2},
-		Name:  "predict.v9",
+		Name:  "predict.v10",
 		Role:  "temp",
-		Shape: "f32[B,16,128]",
+		Shape: "f32[54,128]",
 	}, {
 		Elems: runtime.Size{
 			Mul:  2048,
@@ -628,7 +613,7 @@ var Plan = &runtime.Plan{
 	}},
 	Funcs: []runtime.Func{{
 		Inputs: []runtime.Named{{
-			Buf:  20,
+			Buf:  22,
 			Name: "x",
 		}, {
 			Buf:  24,
@@ -643,76 +628,44 @@ var Plan = &runtime.Plan{
 			Name: "loss",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 2}, {Buf: 20}, {Buf: 21}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {Buf: 19}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 6912}, {
-				Mul:  64,
-				Syms: []string{"B"},
-			}, {
-				Mul:  2048,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  512,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Ops: "embedding",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  2048,
-				Syms: []string{"B"},
-			}, {Mul: 16384}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 6912}, {Mul: 16384}, {Mul: 27648}},
+			Flops: runtime.Sum{{Mul: 442368}},
 			Gemm: runtime.Gemm{
-				A:     21,
-				Alpha: 1.0,
-				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      22,
+				A:      2,
+				Alpha:  1.0,
+				B:      4,
+				Batch:  runtime.Size{Mul: 1},
+				C:      20,
 				K:      runtime.Size{Mul: 32},
-				M:      runtime.Size{Mul: 16},
+				M:      runtime.Size{Mul: 54},
 				N:      runtime.Size{Mul: 128},
 				TransB: true,
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 22}, {Buf: 8}, {Buf: 10}, {Buf: 23}, {
+			Args:  []runtime.ArgRef{{Buf: 20}, {Buf: 8}, {Buf: 10}, {Buf: 21}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 27648}, {Mul: 512}, {Mul: 512}, {Mul: 27648}},
+			Flops: runtime.Sum{{Mul: 6912}, {Mul: 6912}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 6912},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Ops: "add+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 21}, {Buf: 22}, {Buf: 23}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}},
+			}, {Buf: 19}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 512}, {Mul: 512}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  2048,
+			Bytes: runtime.Sum{{Mul: 27648}, {
+				Mul:  64,
 				Syms: []string{"B"},
 			}, {
-				Mul:  2048,
+				Mul:  8192,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -724,7 +677,7 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 1,
-			Ops:    "add+add",
+			Ops:    "embedding",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 23}, {Buf: 6}, {Buf: 24}, {Buf: 25}, {
 				Buf:    -1,
@@ -1176,7 +1129,7 @@ var Plan = &runtime.Plan{
 			Kind: runtime.GemmStep,
 			Ops:  "matmul+sum",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 11}, {Buf: 9}, {
+			Args: []runtime.ArgRef{{Buf: 43}, {Buf: 22}, {Buf: 47}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
@@ -1185,105 +1138,60 @@ var Plan = &runtime.Plan{
 			Bytes: runtime.Sum{{
 				Mul:  8192,
 				Syms: []string{"B"},
-			}, {Mul: 512}, {Mul: 512}},
-			Flops: runtime.Sum{{
-				Mul:  2048,
-				Syms: []string{"B"},
 			}, {
-				Mul:  2048,
+				Mul:  64,
 				Syms: []string{"B"},
-			}},
+			}, {Mul: 27648}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 6912},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 14,
+			Ops:    "embedding_bwd",
+		}, {
+			Args:  []runtime.ArgRef{{Buf: 47}, {Buf: 11}, {Buf: 9}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 27648}, {Mul: 512}, {Mul: 512}},
+			Flops: runtime.Sum{{Mul: 6912}, {Mul: 6912}},
 			Grid: [3]runtime.Expr{{
 				Div:  8,
 				Max:  1048576,
 				Size: runtime.Size{Mul: 128},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 14,
+			Kernel: 15,
 			Ops:    "sum+sum",
 		}, {
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 16384}, {
-				Mul:  2048,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 27648}, {Mul: 16384}, {Mul: 6912}},
+			Flops: runtime.Sum{{Mul: 442368}},
 			Gemm: runtime.Gemm{
-				A:     43,
+				A:     47,
 				Alpha: 1.0,
 				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      47,
-				K:      runtime.Size{Mul: 128},
-				M:      runtime.Size{Mul: 16},
-				N:      runtime.Size{Mul: 32},
+				Batch: runtime.Size{Mul: 1},
+				C:     3,
+				K:     runtime.Size{Mul: 128},
+				M:     runtime.Size{Mul: 54},
+				N:     runtime.Size{Mul: 32},
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Buf:  5,
-			Kind: runtime.MemsetStep,
-			Ops:  "zero v51",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {
-				Mul:  2048,
-				Syms: []string{"B"},
-			}, {Mul: 16384}},
-			Flops: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 27648}, {Mul: 6912}, {Mul: 16384}},
+			Flops: runtime.Sum{{Mul: 442368}},
 			Gemm: runtime.Gemm{
-				A:     43,
-				Alpha: 1.0,
-				B:     21,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA:   true,
-				BatchB:   true,
-				C:        5,
-				K:        runtime.Size{Mul: 16},
-				M:        runtime.Size{Mul: 128},
-				N:        runtime.Size{Mul: 32},
-				SumBatch: true,
-				TransA:   true,
+				A:      47,
+				Alpha:  1.0,
+				B:      2,
+				Batch:  runtime.Size{Mul: 1},
+				C:      5,
+				K:      runtime.Size{Mul: 54},
+				M:      runtime.Size{Mul: 128},
+				N:      runtime.Size{Mul: 32},
+				TransA: true,
 			},
 			Kind: runtime.GemmStep,
-			Ops:  "matmul+sum",
-		}, {
-			Args: []runtime.ArgRef{{Buf: 47}, {Buf: 20}, {Buf: 3}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  2048,
-				Syms: []string{"B"},
-			}, {
-				Mul:  64,
-				Syms: []string{"B"},
-			}, {Mul: 6912}},
-			Grid: [3]runtime.Expr{{
-				Div:  256,
-				Max:  1048576,
-				Size: runtime.Size{Mul: 1728},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 15,
-			Ops:    "embedding_bwd",
+			Ops:  "matmul",
 		}, {
 			Args:    []runtime.ArgRef{{Buf: 19}, {Buf: 1}, {Buf: 18}},
 			Block:   [3]int{256, 1, 1},
@@ -1319,10 +1227,10 @@ var Plan = &runtime.Plan{
 			Kernel: 16,
 			Ops:    "scale+scale+add+scale+mul+scale+add+sqrt+div+addc+div+mul+sub",
 		}},
-		UpdateFrom: 27,
+		UpdateFrom: 26,
 	}, {
 		Inputs: []runtime.Named{{
-			Buf:  20,
+			Buf:  22,
 			Name: "x",
 		}, {
 			Buf:  24,
@@ -1337,77 +1245,45 @@ var Plan = &runtime.Plan{
 			Name: "output",
 		}},
 		Steps: []runtime.Step{{
-			Args: []runtime.ArgRef{{Buf: 2}, {Buf: 20}, {Buf: 50}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "B",
-			}, {Buf: 19}},
-			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{Mul: 6912}, {
-				Mul:  64,
-				Syms: []string{"B"},
-			}, {
-				Mul:  2048,
-				Syms: []string{"B"},
-			}},
-			Grid: [3]runtime.Expr{{
-				Div: 256,
-				Max: 1048576,
-				Size: runtime.Size{
-					Mul:  512,
-					Syms: []string{"B"},
-				},
-			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
-			Kernel: 17,
-			Ops:    "embedding",
-		}, {
-			Bytes: runtime.Sum{{
-				Mul:  2048,
-				Syms: []string{"B"},
-			}, {Mul: 16384}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  131072,
-				Syms: []string{"B"},
-			}},
+			Bytes: runtime.Sum{{Mul: 6912}, {Mul: 16384}, {Mul: 27648}},
+			Flops: runtime.Sum{{Mul: 442368}},
 			Gemm: runtime.Gemm{
-				A:     50,
-				Alpha: 1.0,
-				B:     4,
-				Batch: runtime.Size{
-					Mul:  1,
-					Syms: []string{"B"},
-				},
-				BatchA: true,
-				C:      51,
+				A:      2,
+				Alpha:  1.0,
+				B:      4,
+				Batch:  runtime.Size{Mul: 1},
+				C:      50,
 				K:      runtime.Size{Mul: 32},
-				M:      runtime.Size{Mul: 16},
+				M:      runtime.Size{Mul: 54},
 				N:      runtime.Size{Mul: 128},
 				TransB: true,
 			},
 			Kind: runtime.GemmStep,
 			Ops:  "matmul",
 		}, {
-			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 8}, {Buf: 10}, {Buf: 52}, {
+			Args:  []runtime.ArgRef{{Buf: 50}, {Buf: 8}, {Buf: 10}, {Buf: 51}},
+			Block: [3]int{256, 1, 1},
+			Bytes: runtime.Sum{{Mul: 27648}, {Mul: 512}, {Mul: 512}, {Mul: 27648}},
+			Flops: runtime.Sum{{Mul: 6912}, {Mul: 6912}},
+			Grid: [3]runtime.Expr{{
+				Div:  256,
+				Max:  1048576,
+				Size: runtime.Size{Mul: 6912},
+			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
+			Kernel: 17,
+			Ops:    "add+add",
+		}, {
+			Args: []runtime.ArgRef{{Buf: 51}, {Buf: 22}, {Buf: 52}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "B",
-			}},
+			}, {Buf: 19}},
 			Block: [3]int{256, 1, 1},
-			Bytes: runtime.Sum{{
-				Mul:  8192,
-				Syms: []string{"B"},
-			}, {Mul: 512}, {Mul: 512}, {
-				Mul:  8192,
-				Syms: []string{"B"},
-			}},
-			Flops: runtime.Sum{{
-				Mul:  2048,
+			Bytes: runtime.Sum{{Mul: 27648}, {
+				Mul:  64,
 				Syms: []string{"B"},
 			}, {
-				Mul:  2048,
+				Mul:  8192,
 				Syms: []string{"B"},
 			}},
 			Grid: [3]runtime.Expr{{
@@ -1419,7 +1295,7 @@ var Plan = &runtime.Plan{
 				},
 			}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}},
 			Kernel: 18,
-			Ops:    "add+add",
+			Ops:    "embedding",
 		}, {
 			Args: []runtime.ArgRef{{Buf: 52}, {Buf: 6}, {Buf: 24}, {Buf: 53}, {
 				Buf:    -1,
@@ -1585,12 +1461,12 @@ var Plan = &runtime.Plan{
 	}},
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
-		Name:       "emb_embedding_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
+		Name:       "rnn_bias_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "rnn_bias_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "embedding_fwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
 	}, {
 		Name:       "rnn_rnn_scan_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1609,8 +1485,9 @@ var Plan = &runtime.Plan{
 		Name:       "slice_fwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:   "fc_bias_cross_entropy_ce_grad_bwd",
-		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		GridStride: true,
+		Name:       "fc_bias_cross_entropy_ce_grad_bwd",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:   "sum_bwd",
 		Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1640,26 +1517,26 @@ var Plan = &runtime.Plan{
 		Name:       "slice_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
-		Name:       "sum_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
-		SoloBlocks: true,
-		Sync:       true,
-	}, {
 		GridStride: true,
 		Name:       "embedding_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+	}, {
+		Name:       "sum_bwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
+		SoloBlocks: true,
+		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "optimizer_update",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgF32, runtime.ArgF32, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "emb_embedding_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
+		Name:       "rnn_bias_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		GridStride: true,
-		Name:       "rnn_bias_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
+		Name:       "embedding_fwd_2",
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgPtr},
 	}, {
 		Name:       "rnn_rnn_scan_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},

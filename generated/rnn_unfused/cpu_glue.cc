@@ -16,8 +16,8 @@ extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_rnn_unfused_3ba3e617af69(int k, con
   case 5: NGEN_RUN_SPAN(l, slice_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 6: NGEN_RUN_SPAN(l, slice_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 7: NGEN_RUN_SPAN(l, fc_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
-  case 8: NGEN_RUN_SIMPLE(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
-  case 9: NGEN_RUN_SIMPLE(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 8: NGEN_RUN_SPAN(l, cross_entropy_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
+  case 9: NGEN_RUN_SPAN(l, ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4)));
   case 10: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 11: NGEN_RUN_SPAN(l, slice_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 12: NGEN_RUN_SPAN(l, slice_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

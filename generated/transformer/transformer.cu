@@ -334,6 +334,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd computes:
 //   v26 = layernorm <f32[B,64,256]> v23 v18 v9 v24 v25 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -388,6 +410,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 // transformer_encoder_layers_0_linear2_layernorm_fwd computes:
 //   v38 = layernorm <f32[B,64,256]> v34 v35 v26 v36 v37 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -575,6 +619,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd computes:
 //   v50 = layernorm <f32[B,64,256]> v47 v42 v38 v48 v49 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -629,6 +695,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 // transformer_encoder_layers_1_linear2_layernorm_fwd computes:
 //   v62 = layernorm <f32[B,64,256]> v58 v59 v50 v60 v61 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -665,6 +753,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd computes:
 //   v65 = layernorm <f32[B,64,256]> v62 v63 v64 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -852,6 +962,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd computes:
 //   v77 = layernorm <f32[B,64,256]> v74 v69 v14 v75 v76 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1126,6 +1258,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd computes:
 //   v95 = layernorm <f32[B,64,256]> v92 v81 v77 v93 v94 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1180,6 +1334,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 // transformer_decoder_layers_0_linear2_layernorm_fwd computes:
 //   v107 = layernorm <f32[B,64,256]> v103 v104 v95 v105 v106 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1367,6 +1543,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd computes:
 //   v119 = layernorm <f32[B,64,256]> v116 v111 v107 v117 v118 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1567,6 +1765,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd computes:
 //   v137 = layernorm <f32[B,64,256]> v134 v123 v119 v135 v136 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1621,6 +1841,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 // transformer_decoder_layers_1_linear2_layernorm_fwd computes:
 //   v149 = layernorm <f32[B,64,256]> v145 v146 v137 v147 v148 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1657,6 +1899,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd computes:
 //   v152 = layernorm <f32[B,64,256]> v149 v150 v151 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1697,6 +1961,41 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layer
 extern "C" __global__ void __launch_bounds__(256) fc_out_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
+#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  const float scale = 1.0f / (float)rows;
+  float loss = 0.0f;
+  NGEN_GRID_STRIDE(r, rows) {
+    const int label = in2[r];
+    const bool bad = label < 0 || label >= C;
+    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
+    float xs[C], ex[C];
+    for (int j = 0; j < C; ++j) {
+      const long long i = r * C + j;
+      float a154 = in0[i];
+      float a155 = in1[(0) * 99LL + j];
+      float v156 = (a154 + a155);
+      xs[j] = v156;
+    }
+    float part[8];
+    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
+    float mx = part[0];
+    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
+    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
+    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
+    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
+      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
+    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
+    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
+    float *const dx = out1 + r * C;
+    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
+    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+  atomicAdd(out0, loss);
+#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -1738,6 +2037,7 @@ extern "C" __global__ void __launch_bounds__(256) fc_out_bias_cross_entropy_ce_g
     const float xj = v156;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
+#endif
 }
 
 // sum_bwd computes:
@@ -1760,6 +2060,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 // transformer_decoder_norm_layernorm_bwd_bwd computes:
 //   v166 = layernorm_bwd <f32[B,16896]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -1903,6 +2238,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // transformer_decoder_layers_1_linear2_layernorm_bwd_bwd computes:
 //   v173 = layernorm_bwd <f32[B,16896]> v168 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2167,6 +2537,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd computes:
 //   v196 = layernorm_bwd <f32[B,16896]> v195 v134 v123 v119 v135 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2759,6 +3164,41 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const floa
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v231 = layernorm_bwd <f32[B,16896]> v228 v116 v111 v107 v117 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3205,6 +3645,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __rest
 // transformer_decoder_layers_0_linear2_layernorm_bwd_bwd computes:
 //   v253 = layernorm_bwd <f32[B,16896]> v252 v103 v104 v95 v105 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3469,6 +3944,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __rest
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd computes:
 //   v276 = layernorm_bwd <f32[B,16896]> v275 v92 v81 v77 v93 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4073,6 +4583,41 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_4(const floa
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v312 = layernorm_bwd <f32[B,16896]> v309 v74 v69 v14 v75 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4523,6 +5068,41 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const fl
 // transformer_encoder_norm_layernorm_bwd_bwd computes:
 //   v334 = layernorm_bwd <f32[B,16896]> v299 v62 v63 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in2[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4666,6 +5246,41 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_23(const float * __res
 // transformer_encoder_layers_1_linear2_layernorm_bwd_bwd computes:
 //   v341 = layernorm_bwd <f32[B,16896]> v336 v58 v59 v50 v60 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4930,6 +5545,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_7(const float * __rest
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v364 = layernorm_bwd <f32[B,16896]> v363 v47 v42 v38 v48 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -5376,6 +6026,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_8(const float * __rest
 // transformer_encoder_layers_0_linear2_layernorm_bwd_bwd computes:
 //   v386 = layernorm_bwd <f32[B,16896]> v385 v34 v35 v26 v36 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -5640,6 +6325,41 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_9(const float * __rest
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v409 = layernorm_bwd <f32[B,16896]> v408 v23 v18 v9 v24 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nb = (long long)B;
+    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
+      float *dx = out0 + n * 16896;
+      float *pg = dx + 16384, *pb = dx + 16640;
+      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
+      for (int rr = 0; rr < 64; ++rr) {
+      const long long base = (n * 64 + rr) * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      float sgg = 0.0f, sgd = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+        const float gg = in0[base + j] * in4[j];
+        sgg += gg; sgd += gg * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
+        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
+        dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
+        pg[j] += gj * xh; pb[j] += gj;
+      }
+      }
+    }
+    return;
+  }
+  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -6096,17 +6816,47 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     const int v433_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v433_row[256];
+    if (j == 0) {
+      float *const __restrict__ v433_acc = v433_row;
+      for (int k = 0; k < 256; ++k) v433_acc[k] = 0.0f;
+      const long long v433_n = (long long)B * 64LL;
+      for (long long t = 0; t < v433_n; ++t) {
+        if (in1[t] != (int)r) continue;
+        const float *const __restrict__ v433_g = in0 + t * 256;
+        for (int k = 0; k < 256; ++k) v433_acc[k] += v433_g[k];
+      }
+    }
+    const float v433 = v433_row[v433_j];
+    #else
     float v433 = 0.0f;
     const long long v433_n = (long long)B * 64LL;
     for (long long t = 0; t < v433_n; ++t) {
       v433 += in1[t] == (int)r ? in0[t * 256 + v433_j] : 0.0f;
     }
+    #endif
     const int v436_j = j;
+    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+    static thread_local float v436_row[256];
+    if (j == 0) {
+      float *const __restrict__ v436_acc = v436_row;
+      for (int k = 0; k < 256; ++k) v436_acc[k] = 0.0f;
+      const long long v436_n = (long long)B * 64LL;
+      for (long long t = 0; t < v436_n; ++t) {
+        if (in3[t] != (int)r) continue;
+        const float *const __restrict__ v436_g = in2 + t * 256;
+        for (int k = 0; k < 256; ++k) v436_acc[k] += v436_g[k];
+      }
+    }
+    const float v436 = v436_row[v436_j];
+    #else
     float v436 = 0.0f;
     const long long v436_n = (long long)B * 64LL;
     for (long long t = 0; t < v436_n; ++t) {
       v436 += in3[t] == (int)r ? in2[t * 256 + v436_j] : 0.0f;
     }
+    #endif
     float v437 = (v433 + v436);
     out0[i] = v437;
   }
@@ -6374,6 +7124,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v25 = layernorm <f32[B,64,256]> v22 v17 v8 v23 v24 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6427,6 +7199,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 // transformer_encoder_layers_0_linear2_layernorm_fwd_2 computes:
 //   v37 = layernorm <f32[B,64,256]> v33 v34 v25 v35 v36 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6614,6 +7408,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v49 = layernorm <f32[B,64,256]> v46 v41 v37 v47 v48 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6667,6 +7483,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 // transformer_encoder_layers_1_linear2_layernorm_fwd_2 computes:
 //   v61 = layernorm <f32[B,64,256]> v57 v58 v49 v59 v60 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6703,6 +7541,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd_2 computes:
 //   v64 = layernorm <f32[B,64,256]> v61 v62 v63 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6890,6 +7750,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v76 = layernorm <f32[B,64,256]> v73 v68 v13 v74 v75 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7164,6 +8046,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2 computes:
 //   v94 = layernorm <f32[B,64,256]> v91 v80 v76 v92 v93 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7217,6 +8121,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 // transformer_decoder_layers_0_linear2_layernorm_fwd_2 computes:
 //   v106 = layernorm <f32[B,64,256]> v102 v103 v94 v104 v105 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7404,6 +8330,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v118 = layernorm <f32[B,64,256]> v115 v110 v106 v116 v117 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7604,6 +8552,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2 computes:
 //   v136 = layernorm <f32[B,64,256]> v133 v122 v118 v134 v135 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7657,6 +8627,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 // transformer_decoder_layers_1_linear2_layernorm_fwd_2 computes:
 //   v148 = layernorm <f32[B,64,256]> v144 v145 v136 v146 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7693,6 +8685,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd_2 computes:
 //   v151 = layernorm <f32[B,64,256]> v148 v149 v150 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7955,6 +8969,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v23 = layernorm <f32[B,64,256]> v20 v15 v7 v21 v22 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8006,6 +9042,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 // transformer_encoder_layers_0_linear2_layernorm_fwd_3 computes:
 //   v34 = layernorm <f32[B,64,256]> v30 v31 v23 v32 v33 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8193,6 +9251,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v46 = layernorm <f32[B,64,256]> v43 v38 v34 v44 v45 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8244,6 +9324,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 // transformer_encoder_layers_1_linear2_layernorm_fwd_3 computes:
 //   v57 = layernorm <f32[B,64,256]> v53 v54 v46 v55 v56 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8280,6 +9382,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd_3 computes:
 //   v60 = layernorm <f32[B,64,256]> v57 v58 v59 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8467,6 +9591,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v72 = layernorm <f32[B,64,256]> v69 v64 v11 v70 v71 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8741,6 +9887,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3 computes:
 //   v90 = layernorm <f32[B,64,256]> v87 v76 v72 v88 v89 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8792,6 +9960,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 // transformer_decoder_layers_0_linear2_layernorm_fwd_3 computes:
 //   v101 = layernorm <f32[B,64,256]> v97 v98 v90 v99 v100 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8979,6 +10169,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_3(const float * __
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v113 = layernorm <f32[B,64,256]> v110 v105 v101 v111 v112 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -9179,6 +10391,28 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_3(const float * __
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3 computes:
 //   v131 = layernorm <f32[B,64,256]> v128 v117 v113 v129 v130 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -9230,6 +10464,28 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 // transformer_decoder_layers_1_linear2_layernorm_fwd_3 computes:
 //   v142 = layernorm <f32[B,64,256]> v138 v139 v131 v140 v141 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in3[j] + in4[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -9266,6 +10522,28 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd_3 computes:
 //   v145 = layernorm <f32[B,64,256]> v142 v143 v144 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
+  if (blockDim.x == 1) {
+    static thread_local float xr[256];
+    const long long nrows = (long long)B * 64LL;
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+      const long long base = r * 256;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
+      const float k0 = xr[0];
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int j = 0; j < 256; ++j) {
+        const float dj = xr[j] - k0;
+        s1 += dj; s2 += dj * dj;
+      }
+      const float md = s1 / 256.0f;
+      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
+      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
+      const float mu = k0 + md;
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
+    }
+    return;
+  }
+  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {

@@ -842,7 +842,11 @@ inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
  * they fit the 1024 slots (64K elements: the seed MLP's two dropouts take
  * 768). A slot's index mixes in the stream so that two dropout ops of one
  * shape use different slots. 40 KB a worker: every thread of a binary
- * carries each package's thread-local storage. */
+ * carries each package's thread-local storage. Larger tensors (the gpt
+ * model's [B,128,1024] activations) miss in the backward kernel too, so
+ * drawing is most of dropout's cost there: on AVX2 hosts a miss draws
+ * four consecutive blocks at once (keep_fill), which keeps Philox's
+ * multiplies busy instead of waiting on each round's latency. */
 namespace {
 namespace ngen_emu {
 struct KeepSlot {
@@ -914,11 +918,17 @@ __attribute__((target("avx2"))) inline void keep_mul8(__m256i a, __m256i m, __m2
   lo = _mm256_unpacklo_epi64(t0, t1);
   hi = _mm256_unpackhi_epi64(t0, t1);
 }
-__attribute__((target("avx2"))) inline uint64_t keep_bits64_avx2(unsigned k0, unsigned k1, unsigned stream,
-                                                                 unsigned step, unsigned long long ctr, float keep) {
-  __m256i c0[2], c1[2], c2[2], c3[2];
-  for (int v = 0; v < 2; ++v) {
-    const unsigned long long b = ctr + 8 * v;
+/* keep_bits_avx2 draws NB blocks at once, blocks ctr/16 .. ctr/16+NB-1
+ * into out[0 .. NB-1]: 2 NB vectors of counters in flight. (Counters in
+ * the low halves of 64-bit lanes, which needs no shuffles in the rounds,
+ * measured slower on this project's AMD host.) */
+template <int NB>
+__attribute__((target("avx2"))) inline void keep_bits_avx2(unsigned k0, unsigned k1, unsigned stream, unsigned step,
+                                                           unsigned long long ctr, float keep, uint64_t *out) {
+  constexpr int NV = 2 * NB;
+  __m256i c0[NV], c1[NV], c2[NV], c3[NV];
+  for (int v = 0; v < NV; ++v) {
+    const unsigned long long b = ctr + 8 * v; /* ctr % 8 == 0: the low word does not wrap within a vector */
     c0[v] = _mm256_add_epi32(_mm256_set1_epi32((int)(unsigned)b), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     c1[v] = _mm256_set1_epi32((int)(unsigned)(b >> 32));
     c2[v] = _mm256_set1_epi32((int)stream);
@@ -927,7 +937,7 @@ __attribute__((target("avx2"))) inline uint64_t keep_bits64_avx2(unsigned k0, un
   const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u), m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
   for (int r = 0; r < 10; ++r) {
     const __m256i vk0 = _mm256_set1_epi32((int)k0), vk1 = _mm256_set1_epi32((int)k1);
-    for (int v = 0; v < 2; ++v) {
+    for (int v = 0; v < NV; ++v) {
       __m256i l0, h0, l1, h1;
       keep_mul8(c0[v], m0, l0, h0);
       keep_mul8(c2[v], m1, l1, h1);
@@ -940,21 +950,33 @@ __attribute__((target("avx2"))) inline uint64_t keep_bits64_avx2(unsigned k0, un
     k1 += 0xBB67AE85u;
   }
   const __m256 scale = _mm256_set1_ps(5.9604644775390625e-08f), vkeep = _mm256_set1_ps(keep);
-  uint64_t bits = 0;
-  for (int v = 0; v < 2; ++v) {
-    const __m256i w[4] = {c0[v], c1[v], c2[v], c3[v]};
-    for (int j = 0; j < 4; ++j) {
-      const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w[j], 8)), scale);
-      const int m = _mm256_movemask_ps(_mm256_cmp_ps(u, vkeep, _CMP_LT_OQ));
-      bits |= ((uint64_t)keep_spread[m & 15] | (uint64_t)keep_spread[m >> 4] << 16) << (32 * v + j);
+  for (int b = 0; b < NB; ++b) {
+    uint64_t bits = 0;
+    for (int h = 0; h < 2; ++h) {
+      const int v = 2 * b + h;
+      const __m256i w[4] = {c0[v], c1[v], c2[v], c3[v]};
+      for (int j = 0; j < 4; ++j) {
+        const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w[j], 8)), scale);
+        const int m = _mm256_movemask_ps(_mm256_cmp_ps(u, vkeep, _CMP_LT_OQ));
+        bits |= ((uint64_t)keep_spread[m & 15] | (uint64_t)keep_spread[m >> 4] << 16) << (32 * h + j);
+      }
     }
+    out[b] = bits;
   }
+}
+__attribute__((target("avx2"))) inline uint64_t keep_bits64_avx2(unsigned k0, unsigned k1, unsigned stream,
+                                                                 unsigned step, unsigned long long ctr, float keep) {
+  uint64_t bits;
+  keep_bits_avx2<1>(k0, k1, stream, step, ctr, keep, &bits);
   return bits;
+}
+inline bool keep_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
 }
 inline uint64_t keep_bits64(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long ctr,
                             float keep) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2 ? keep_bits64_avx2(k0, k1, stream, step, ctr, keep) : keep_bits64_sse2(k0, k1, stream, step, ctr, keep);
+  return keep_avx2() ? keep_bits64_avx2(k0, k1, stream, step, ctr, keep) : keep_bits64_sse2(k0, k1, stream, step, ctr, keep);
 }
 #else
 inline uint64_t keep_bits64(unsigned k0, unsigned k1, unsigned stream, unsigned step, unsigned long long ctr,
@@ -981,10 +1003,26 @@ inline uint64_t keep_bits64(unsigned k0, unsigned k1, unsigned stream, unsigned 
 }
 #endif
 
+/* keep_fill draws block into its slot s. With AVX2 it draws the next
+ * kKeepAhead - 1 blocks too, into theirs (distinct from s's and from each
+ * other: consecutive blocks differ in the slot index's low bits), which
+ * the same kernel asks for next. */
+__forceinline__ KeepSlot &keep_slot(unsigned stream, unsigned long long block);
+constexpr int kKeepAhead = 4;
 __attribute__((noinline)) void keep_fill(KeepSlot &s, unsigned k0, unsigned k1, unsigned stream, unsigned step,
                                          float keep, unsigned long long block) {
-  s = KeepSlot{block + 1, k0 | (unsigned long long)k1 << 32, stream | (unsigned long long)step << 32,
-               __float_as_uint(keep), 0, keep_bits64(k0, k1, stream, step, block * 16, keep)};
+  const unsigned long long key = k0 | (unsigned long long)k1 << 32, ctr = stream | (unsigned long long)step << 32;
+#ifdef NGEN_KEEP_SIMD
+  if (keep_avx2()) {
+    uint64_t bits[kKeepAhead];
+    keep_bits_avx2<kKeepAhead>(k0, k1, stream, step, block * 16, keep, bits);
+    for (int b = 1; b < kKeepAhead; ++b)
+      keep_slot(stream, block + b) = KeepSlot{block + b + 1, key, ctr, __float_as_uint(keep), 0, bits[b]};
+    s = KeepSlot{block + 1, key, ctr, __float_as_uint(keep), 0, bits[0]};
+    return;
+  }
+#endif
+  s = KeepSlot{block + 1, key, ctr, __float_as_uint(keep), 0, keep_bits64(k0, k1, stream, step, block * 16, keep)};
 }
 
 /* keep_slot is the cache slot of a block; keep_hit says whether it holds
@@ -1097,20 +1135,57 @@ extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m1
   return keep_lanes4((unsigned)(s.bits >> (lo0 & 63)) & 15u, scale);
 }
 /* The 8-lane AVX2 variant, which the entry's AVX2 clone (NGEN_EMU_ENTRY
- * below) calls: two 4-lane calls, so masks match the SSE build's bit for
- * bit. */
+ * below) calls. Its masks are the 4-lane variant's bit for bit: both read
+ * the same cached blocks, and off its fast path it makes two 4-lane
+ * calls. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi" /* a note that 32-byte vector arguments' ABI changed in GCC 4.6 */
 #define NGEN_LO(v) _mm256_castsi256_si128(v)
 #define NGEN_HI(v) _mm256_extracti128_si256(v, 1)
-extern "C" __attribute__((used, target("avx2"))) inline __m256 ngen_dropout_f_8(__m256i k0, __m256i k1, __m256i stream,
-                                                                               __m256i step, __m256i lo, __m256i hi,
-                                                                               __m256 keep, __m256 scale) {
+/* ngen_dropout_f_8 off its fast path (lanes that straddle a block or are
+ * not consecutive): two 4-lane calls. Out of line, so that the fast path
+ * keeps no vector live across a call. */
+__attribute__((noinline, target("avx2"))) inline __m256 ngen_dropout_f_8_slow(__m256i k0, __m256i k1, __m256i stream,
+                                                                             __m256i step, __m256i lo, __m256i hi,
+                                                                             __m256 keep, __m256 scale) {
   const __m128 a = ngen_dropout_f_4(NGEN_LO(k0), NGEN_LO(k1), NGEN_LO(stream), NGEN_LO(step), NGEN_LO(lo),
                                     NGEN_LO(hi), _mm256_castps256_ps128(keep), _mm256_castps256_ps128(scale));
   const __m128 b = ngen_dropout_f_4(NGEN_HI(k0), NGEN_HI(k1), NGEN_HI(stream), NGEN_HI(step), NGEN_HI(lo),
                                     NGEN_HI(hi), _mm256_extractf128_ps(keep, 1), _mm256_extractf128_ps(scale, 1));
   return _mm256_set_m128(b, a);
+}
+extern "C" __attribute__((used, target("avx2"))) inline __m256 ngen_dropout_f_8(__m256i k0, __m256i k1, __m256i stream,
+                                                                               __m256i step, __m256i lo, __m256i hi,
+                                                                               __m256 keep, __m256 scale) {
+  /* The fast path: the lanes are eight consecutive elements of one block,
+   * every other word the same in all of them (as a loop passes them).
+   * Lane 0's words are read out and the lanes checked against them first,
+   * so that no vector is live across the cache lookup: under -fPIC (cgo)
+   * the thread-local cache's address is a call to __tls_get_addr, which
+   * the linker relaxes but g++ still spills every vector register for. */
+#define NGEN_B0(v) _mm256_broadcastd_epi32(NGEN_LO(v))
+#define NGEN_DIFF(v) _mm256_xor_si256((v), NGEN_B0(v))
+  const unsigned q0 = (unsigned)_mm_cvtsi128_si32(NGEN_LO(k0)), q1 = (unsigned)_mm_cvtsi128_si32(NGEN_LO(k1));
+  const unsigned st = (unsigned)_mm_cvtsi128_si32(NGEN_LO(stream)), sp = (unsigned)_mm_cvtsi128_si32(NGEN_LO(step));
+  const unsigned lo0 = (unsigned)_mm_cvtsi128_si32(NGEN_LO(lo)), hi0 = (unsigned)_mm_cvtsi128_si32(NGEN_LO(hi));
+  const float kp = _mm256_cvtss_f32(keep);
+  const int sc = _mm_cvtsi128_si32(_mm256_castsi256_si128(_mm256_castps_si256(scale))); /* in a general register */
+  const __m256i fk = _mm256_castps_si256(keep), fs = _mm256_castps_si256(scale);
+  const __m256i d0 = _mm256_or_si256(NGEN_DIFF(k0), NGEN_DIFF(k1));
+  const __m256i d1 = _mm256_or_si256(NGEN_DIFF(stream), NGEN_DIFF(step));
+  const __m256i d2 = _mm256_or_si256(NGEN_DIFF(fk), NGEN_DIFF(fs));
+  const __m256i d3 = _mm256_or_si256(_mm256_xor_si256(lo, _mm256_add_epi32(NGEN_B0(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+                                     NGEN_DIFF(hi));
+#undef NGEN_DIFF
+#undef NGEN_B0
+  const __m256i d = _mm256_or_si256(_mm256_or_si256(d0, d1), _mm256_or_si256(d2, d3));
+  if (__builtin_expect(_mm256_testz_si256(d, d) && (lo0 & 63) <= 56, 1)) {
+    const uint64_t bits = ngen_emu::keep_bits(q0, q1, st, sp, lo0 | (unsigned long long)hi0 << 32, kp);
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(unsigned)(bits >> (lo0 & 63))), bit), bit);
+    return _mm256_castsi256_ps(_mm256_and_si256(on, _mm256_set1_epi32(sc)));
+  }
+  return ngen_dropout_f_8_slow(k0, k1, stream, step, lo, hi, keep, scale);
 }
 #undef NGEN_LO
 #undef NGEN_HI
@@ -1365,7 +1440,17 @@ inline float fast_erff(float a) {
   q = q * s + -3.76125336e-1f;
   q = q * s + 1.28379166e-1f;
   q = q * a + a;
-  return t > 0.927734375f ? big : q;
+  /* The select as bit operations (as fast_tanhf): with a ?: here, g++ 12
+   * left every GELU loop scalar ("control flow in loop": big's arithmetic
+   * ends up in a branch), about 9 ns an element instead of 1.7. */
+  const int m = -int(t > 0.927734375f);
+  int bb, qb;
+  memcpy(&bb, &big, sizeof bb);
+  memcpy(&qb, &q, sizeof qb);
+  const int rb = (bb & m) | (qb & ~m);
+  float r2;
+  memcpy(&r2, &rb, sizeof r2);
+  return r2;
 }
 } // namespace ngen_emu
 inline float ngen_gelu(float x) { return 0.5f * x * (1.0f + ::ngen_emu::fast_erff(x * 0.70710678118654752f)); }
