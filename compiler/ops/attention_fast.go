@@ -79,6 +79,30 @@ func (g *cg) rowSum(ind, dst, src string, n int) {
 	}
 }
 
+// rowMax renders dst = the largest src[k] over k in [0, n) (-inf for
+// none), in eight partial maxima, which g++ vectorises (maxps); one
+// serial float max it does not. The maximum is exact, so the order does
+// not change it; a NaN is skipped either way (s > m is false).
+func (g *cg) rowMax(ind, dst, src string, n int) {
+	full := n - n%8
+	max2 := func(a, b string) string { return fmt.Sprintf("(%s > %s ? %s : %s)", a, b, a, b) }
+	g.f("%sfloat %s_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};", ind, dst)
+	g.f("%sfor (int k0 = 0; k0 < %d; k0 += 8)", ind, full)
+	g.f("%s  for (int u = 0; u < 8; ++u) { const float s = %s; %s_p[u] = %s; }", ind, fmt.Sprintf(src, "(k0 + u)"), dst, max2("s", dst+"_p[u]"))
+	g.f("%sfor (int u = 0; u < 4; ++u) %s_p[u] = %s;", ind, dst, max2(dst+"_p[u + 4]", dst+"_p[u]"))
+	g.f("%sfloat %s = %s;", ind, dst, max2(max2(dst+"_p[1]", dst+"_p[0]"), max2(dst+"_p[3]", dst+"_p[2]")))
+	if full < n {
+		g.f("%sfor (int k = %d; k < %d; ++k) { const float s = %s; %s = %s; }", ind, full, n, fmt.Sprintf(src, "k"), dst, max2("s", dst))
+	}
+}
+
+// maskF renders the f32 x where cond holds, else +0, as a bit mask: with a
+// ?: g++ moves x's computation (an exp) into a branch and leaves the loop
+// scalar.
+func maskF(x, cond string) string {
+	return fmt.Sprintf("__int_as_float(__float_as_int(%s) & -(int)(%s))", x, cond)
+}
+
 func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
 	if !attnFastOK(c, v.Args[:3]) {
 		return
@@ -93,13 +117,9 @@ func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 		at(0, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh)), wq, at(1, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh)), wk, Tk)
 	g.f("    for (int qi = 0; qi < %d; ++qi) {", Tq)
 	g.f("      float *sr = scr0 + qi * %d;", Tk)
-	g.f("      float mx = -NGEN_INF;")
-	g.f("      for (int kj = 0; kj < %d; ++kj) {", Tk)
-	g.f("        const float s = (%s) ? sr[kj] : -NGEN_INF;", attnVisible(v, at, 3, a))
-	g.f("        sr[kj] = s;")
-	g.f("        mx = s > mx ? s : mx;")
-	g.f("      }")
-	g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);", Tk)
+	g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] = (%s) ? sr[kj] : -NGEN_INF;", Tk, attnVisible(v, at, 3, a))
+	g.rowMax("      ", "mx", "sr[%s]", Tk)
+	g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] = %s;", Tk, maskF("::ngen_emu::fast_expf(sr[kj] - mx)", "sr[kj] != -NGEN_INF"))
 	g.rowSum("      ", "l", "sr[%s]", Tk)
 	if v.Attrs.F2 > 0 {
 		g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] *= %s;", Tk, attnKeep(c, v, a))
@@ -142,7 +162,7 @@ func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 	g.f("      const float lse = %s;", at(4, fmt.Sprintf("row + %d + h", a.D)))
 	g.f("      float *sr = scr0 + qi * %d, *dr = scr1 + qi * %d;", Tk, Tk)
 	g.f("      for (int kj = 0; kj < %d; ++kj) {", Tk)
-	g.f("        const float p = (%s) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;", vis)
+	g.f("        const float p = %s;", maskF("::ngen_emu::fast_expf(sr[kj] - lse)", "("+vis+") && lse != NGEN_INF"))
 	if f.Attrs.F2 > 0 {
 		g.f("        const float z = %s;", attnKeep(c, f, a))
 		g.f("        sr[kj] = p * z;")

@@ -121,8 +121,7 @@ func attnKeep(c *Ctx, v *ir.Value, a attnDims) string {
 	ci := *c
 	ci.Index = fmt.Sprintf("(((b * %d + h) * %d + qi) * %d + kj)", a.H, a.Tq, a.Tk)
 	idx := sampleIndex(&ci, ir.Shape{a.B, ir.D(a.H), ir.D(a.Tq), ir.D(a.Tk)})
-	factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, idx, c.Lit(1-p), c.Lit(1/(1-p)))
-	return fmt.Sprintf("(%s ? %s : %s)", c.Scalar("train", "int"), factor, c.Lit(1))
+	return dropoutFactor(c, v.Attrs.I, idx, p)
 }
 
 func attentionFwdBlocks(v *ir.Value) ir.Shape {

@@ -171,7 +171,7 @@ func init() {
 			}),
 
 		backward("relu_bwd", 1, func(c *Ctx, v *ir.Value, g, y string) string {
-			return "(" + y + " > " + c.Lit(0) + " ? " + g + " : " + c.Lit(0) + ")"
+			return "ngen_relu_grad(" + y + ", " + g + ")"
 		}),
 		backward("sigmoid_bwd", 3, func(c *Ctx, v *ir.Value, g, y string) string {
 			return "(" + g + " * " + y + " * (" + c.Lit(1) + " - " + y + "))"
@@ -189,14 +189,19 @@ func init() {
 }
 
 func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
-	p := v.Attrs.F
-	train := c.Scalar("train", "int")
-	seed := c.Scalar("seed", "unsigned long long")
-	step := c.Scalar("step", "unsigned long long")
 	// A product, not a select, so the CPU emulation's loop vectorises (a
 	// dropped inf or NaN gives NaN, as in PyTorch).
-	factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", seed, step, v.Attrs.I, sampleIndex(c, v.Shape), c.Lit(1-p), c.Lit(1/(1-p)))
-	return fmt.Sprintf("(%s ? %s * %s : %s)", train, x, factor, x)
+	return fmt.Sprintf("(%s * %s)", x, dropoutFactor(c, v.Attrs.I, sampleIndex(c, v.Shape), v.Attrs.F))
+}
+
+// dropoutFactor renders the factor of the element at global index idx of
+// a dropout with probability p drawn from stream: scale or 0 in training
+// mode, 1 otherwise. It is one call, not a select on the train scalar
+// around a call, so that the emulation header can make it branch-free:
+// g++ does not vectorise a loop with a conditional call in it.
+func dropoutFactor(c *Ctx, stream int, idx string, p float64) string {
+	return fmt.Sprintf("ngen_dropout_if(%s, %s, %s, %du, %s, %s, %s)", c.Scalar("train", "int"),
+		c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), stream, idx, c.Lit(1-p), c.Lit(1/(1-p)))
 }
 
 // sampleIndex renders the index that keys an element's random draw: its

@@ -193,11 +193,18 @@ func (g *cg) shiftedStats(c *Ctx, x func(string) string, base string, d int, eps
 		vars = append(vars, "sgg", "sgd")
 	}
 	g.blockCombine("red", "sum", vars...)
-	g.f("  const %s md = s1 / %s;", t, c.Lit(float64(d)))
+	g.statsEnd(c, "  ", d, eps)
+}
+
+// statsEnd renders, indented by ind, mu and rstd from the shifted sums s1
+// and s2 of a row of d elements, and the mean's shift md.
+func (g *cg) statsEnd(c *Ctx, ind string, d int, eps float64) {
+	t := c.T
+	g.f(ind+"const %s md = s1 / %s;", t, c.Lit(float64(d)))
 	// Rounding may leave the variance of a constant row a hair below 0.
-	g.f("  const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
-	g.f("  const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
-	g.f("  const %s mu = k0 + md;", t)
+	g.f(ind+"const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
+	g.f(ind+"const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
+	g.f(ind+"const %s mu = k0 + md;", t)
 }
 
 // lnInput renders the normalised input at linear index base + j (j the
@@ -222,8 +229,7 @@ func lnInputCol(c *Ctx, v *ir.Value, at func(int, string) string, xi, bi, ri int
 		if p := v.Attrs.F2; p > 0 {
 			ci := *c
 			ci.Index = "(" + i + ")"
-			factor := fmt.Sprintf("ngen_dropout(%s, %s, %du, %s, %s, %s)", c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), v.Attrs.I, sampleIndex(&ci, shape), c.Lit(1-p), c.Lit(1/(1-p)))
-			z = fmt.Sprintf("(%s ? %s * %s : %s)", c.Scalar("train", "int"), z, factor, z)
+			z = "(" + z + " * " + dropoutFactor(c, v.Attrs.I, sampleIndex(&ci, shape), p) + ")"
 		}
 		return "(" + at(ri, i) + " + " + z + ")"
 	}
@@ -242,9 +248,12 @@ const lnRowMax = 1 << 14
 // threadIdx.x with stride blockDim.x, which the compiler cannot prove is
 // 1, so they ran scalar and drew every element's dropout twice. Same
 // bits: the same values, summed in the same order as the GPU form's
-// one-thread blocks. The caller closes the block with lnCPUEnd.
-func (g *cg) lnCPURow(c *Ctx, d int) bool {
-	if d > lnRowMax {
+// one-thread blocks. The caller closes the block with lnCPUEnd. Only the
+// fused residual form (five arguments) has one: a plain LayerNorm's input
+// is a load, which the copy to xr made slower (its backward went from 0.7
+// to 1.3-1.6 ms in the gpt step).
+func (g *cg) lnCPURow(c *Ctx, v *ir.Value, d int) bool {
+	if len(v.Args) != 5 || d > lnRowMax {
 		return false
 	}
 	g.f("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)")
@@ -276,10 +285,7 @@ func (g *cg) lnCPUStats(c *Ctx, in func(i, j string) string, base string, d int,
 		g.f("      sgg += gg; sgd += gg * dj;")
 	}
 	g.f("    }")
-	g.f("    const %s md = s1 / %s;", t, c.Lit(float64(d)))
-	g.f("    const %s var_ = %s(s2 / %s - md * md, %s);", t, c.Math("fmax"), c.Lit(float64(d)), c.Lit(0))
-	g.f("    const %s rstd = %s / %s(var_ + %s);", t, c.Lit(1), c.Math("sqrt"), c.Lit(eps))
-	g.f("    const %s mu = k0 + md;", t)
+	g.statsEnd(c, "    ", d, eps)
 }
 
 func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
@@ -291,7 +297,7 @@ func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string)
 	}
 	in := lnInput(c, v, at, d, 0, 1, 2)
 	g := &cg{}
-	if g.lnCPURow(c, d) {
+	if g.lnCPURow(c, v, d) {
 		g.f("  const long long nrows = %s;", c.Size(rowsOf(x)))
 		g.f("  for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {")
 		g.f("    const long long base = r * %d;", d)
@@ -323,7 +329,7 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	w := rows*d + 2*d
 	g := &cg{}
 	t := c.T
-	if g.lnCPURow(c, d) {
+	if g.lnCPURow(c, v, d) {
 		g.f("  const long long nb = %s;", c.Dim(x.Shape[0]))
 		g.f("  for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
 		g.f("    %s *dx = %s + n * %d;", t, out, w)

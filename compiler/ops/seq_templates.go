@@ -13,14 +13,27 @@ import (
 // compiler divides by cheaply).
 
 // coords decodes the linear index c.Index over shape s into one long long
-// coordinate per axis, named p+"c"+axis, and returns the names.
+// coordinate per axis, named p+"c"+axis, and returns the names. In a
+// kernel looping over rows of s's last dimension (Ctx.Row), that
+// coordinate is the column and the rest come from the row alone, which
+// the host compiler hoists out of the inner loop: a slice or concat
+// along an outer axis then copies contiguous rows in a vectorised loop
+// instead of dividing every element's index.
 func (g *cg) coords(c *Ctx, p string, s ir.Shape) []string {
 	names := make([]string, len(s))
 	if len(s) == 0 {
 		return names
 	}
-	g.f("unsigned long long %srem = (unsigned long long)(%s);", p, c.Index)
-	for i := len(s) - 1; i >= 0; i-- {
+	last := len(s) - 1
+	if n := len(s); n > 1 && c.Row != "" && s[last].Sym == "" && s[last].N == c.RowLen {
+		names[last] = p + "c" + itoa(last)
+		g.f("const long long %s = %s;", names[last], c.Col)
+		g.f("unsigned long long %srem = (unsigned long long)(%s);", p, c.Row)
+		last--
+	} else {
+		g.f("unsigned long long %srem = (unsigned long long)(%s);", p, c.Index)
+	}
+	for i := last; i >= 0; i-- {
 		names[i] = fmt.Sprintf("%sc%d", p, i)
 		if i == 0 {
 			g.f("const long long %s = (long long)%srem;", names[i], p)

@@ -1,0 +1,121 @@
+package codegen
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/dsl"
+	tf "github.com/ngen-ml/ngen/models/transformer"
+	"github.com/ngen-ml/ngen/runtime/cpu/emu"
+)
+
+// TestGeneratedLoopsVectorise guards the CPU speed of the generated
+// elementwise kernels: g++ must vectorise the grid-stride loop of every
+// one of them that draws a dropout mask or computes GELU, in both copies
+// of the entry (SSE2 and AVX2, NGEN_EMU_ENTRY), as the packages compile
+// them. It compiles the kernels this generator emits for the seed GPT,
+// not copies of them: a select on the train scalar around the dropout
+// call once kept these loops scalar (the GELU loops of the gpt step took
+// twice as long) while a test over hand-written copies passed.
+func TestGeneratedLoopsVectorise(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++")
+	}
+	for _, m := range []struct {
+		name  string
+		model *dsl.Model
+	}{{"gpt", tf.GPT()}, {"transformer", tf.TransformerLM()}} {
+		t.Run(m.name, func(t *testing.T) {
+			checkLoopsVectorise(t, compileDSL(t, m.model, 16))
+		})
+	}
+}
+
+func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
+	body, plan, err := Kernels(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cu := CUDA(p, body)
+	lines := strings.Split(cu, "\n")
+	// The loop line of each chosen kernel: the first grid-stride loop after
+	// its signature.
+	want := map[int]string{}
+	keep := map[int]bool{}
+	for i, ki := range plan.Kernels {
+		if !ki.GridStride || ki.Sync {
+			continue
+		}
+		sig := -1
+		for n, l := range lines {
+			if strings.HasPrefix(l, "extern \"C\" __global__") && strings.Contains(l, " "+ki.Name+"(") {
+				sig = n
+				break
+			}
+		}
+		if sig < 0 {
+			t.Fatalf("kernel %s: no signature in the .cu", ki.Name)
+		}
+		loop, vec := -1, false
+		for n := sig + 1; n < len(lines) && !strings.HasPrefix(lines[n], "}"); n++ {
+			if loop < 0 && strings.Contains(lines[n], "NGEN_GRID_STRIDE") {
+				loop = n + 1
+			}
+			vec = vec || strings.Contains(lines[n], "ngen_dropout") || strings.Contains(lines[n], "ngen_gelu")
+		}
+		if loop < 0 || !vec {
+			continue
+		}
+		want[loop] = ki.Name
+		keep[i] = true
+	}
+	if len(want) == 0 {
+		t.Fatal("no GELU or dropout kernel found")
+	}
+	// The entry with only the chosen kernels' cases, which keeps the
+	// compile to seconds.
+	var glue []string
+	for _, l := range strings.Split(CPUGlue(p, plan, "k.cu", "entry"), "\n") {
+		var k int
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "case %d:", &k); err == nil && !keep[k] {
+			continue
+		}
+		glue = append(glue, l)
+	}
+	dir := t.TempDir()
+	for name, text := range map[string]string{"k.cu": cu, "ngen_emu.h": emu.Header, "glue.cc": strings.Join(glue, "\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"-std=c++17", "-O3", "-fPIC", "-fopt-info-vec-optimized", "-c", "glue.cc", "-o", "glue.o"}
+	cmd := exec.Command("g++", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	got := map[int]int{}
+	re := regexp.MustCompile(`^k\.cu:(\d+):\d+: optimized: loop vectorized`)
+	for _, l := range strings.Split(string(out), "\n") {
+		if s := re.FindStringSubmatch(l); s != nil {
+			var n int
+			fmt.Sscan(s[1], &n)
+			got[n]++
+		}
+	}
+	for line, name := range want {
+		// At least once in each copy of the entry (g++ may also vectorise
+		// an epilogue).
+		if got[line] < 2 {
+			t.Errorf("kernel %s: its loop (k.cu:%d) was vectorised %d times, want at least once in each of the entry's 2 copies:\n%s", name, line, got[line], lines[line-1])
+		}
+	}
+	t.Logf("%d GELU and dropout kernel loops checked", len(want))
+}
