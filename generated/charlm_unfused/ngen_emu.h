@@ -1012,6 +1012,10 @@ constexpr int kKeepAhead = 4;
 __attribute__((noinline)) void keep_fill(KeepSlot &s, unsigned k0, unsigned k1, unsigned stream, unsigned step,
                                          float keep, unsigned long long block) {
   const unsigned long long key = k0 | (unsigned long long)k1 << 32, ctr = stream | (unsigned long long)step << 32;
+  if (keep >= 1.0f) { /* every draw is below 1: ngen_dropout_if out of training */
+    s = KeepSlot{block + 1, key, ctr, __float_as_uint(keep), 0, ~0ull};
+    return;
+  }
 #ifdef NGEN_KEEP_SIMD
   if (keep_avx2()) {
     uint64_t bits[kKeepAhead];
@@ -1206,6 +1210,15 @@ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long s
                                    float keep, float scale) {
   return ngen_dropout_f((unsigned)seed, (unsigned)(seed >> 32) ^ (unsigned)(step >> 32), stream, (unsigned)step,
                         (unsigned)idx, (unsigned)((unsigned long long)idx >> 32), keep, scale);
+}
+/* preamble.cuh's ngen_dropout_if without its branch, which would keep the
+ * kernel loop scalar (g++ does not vectorise a loop with a conditional
+ * call): out of training mode it draws with keep 1, which keeps every
+ * element (a draw is below 1), and scale 1, so the factor is exactly 1.
+ * keep_fill fills such blocks without running Philox. */
+__forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream,
+                                      long long idx, float keep, float scale) {
+  return ngen_dropout(seed, step, stream, idx, train ? keep : 1.0f, train ? scale : 1.0f);
 }
 } // namespace
 
@@ -1460,5 +1473,19 @@ inline float ngen_gelu_grad(float x) {
 }
 } // namespace
 #define NGEN_EMU_GELU_F32 1
+
+/* ---- ReLU's gradient ------------------------------------------------ */
+
+/* preamble.cuh's ngen_relu_grad, the select as a mask: with a ?: g++
+ * sinks whatever computes g alone into the branch, and where that is a
+ * dropout draw (dropout_relu_bwd) the loop stays scalar ("control flow in
+ * loop"). Same bits: g, or +0. */
+namespace {
+inline float ngen_relu_grad(float y, float g) { return __int_as_float(__float_as_int(g) & -int(y > 0.0f)); }
+inline double ngen_relu_grad(double y, double g) {
+  return __longlong_as_double(__double_as_longlong(g) & -(long long)(y > 0.0));
+}
+} // namespace
+#define NGEN_EMU_RELU_GRAD 1
 #endif /* __cplusplus */
 #endif /* NGEN_EMU_H */

@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -362,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
           float a39 = in0[i];
           float a29 = in1[i];
-          float v41 = (a29 > 0.0f ? a39 : 0.0f);
+          float v41 = ngen_relu_grad(a29, a39);
           out0[i] = v41;
           { const float x = v41; acc0_l[oc] = acc0_l[oc] + x; }
         }
@@ -378,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a39 = in0[i];
       float a29 = in1[i];
-      float v41 = (a29 > 0.0f ? a39 : 0.0f);
+      float v41 = ngen_relu_grad(a29, a39);
       out0[i] = v41;
       { const float x = v41; acc0 = acc0 + x; }
     }
@@ -422,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
             const long long i = base_o + ri;
             float a46 = in0[i];
             float a23 = in1[i];
-            float v47 = (a23 > 0.0f ? a46 : 0.0f);
+            float v47 = ngen_relu_grad(a23, a46);
             out0[i] = v47;
             { const float x = v47; acc0_l[ri_v] = acc0_l[ri_v] + x; }
           }
@@ -498,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_relu_bwd_bwd(const floa
       }
     }
     float a12 = in1[i];
-    float v59 = (a12 > 0.0f ? v58 : 0.0f);
+    float v59 = ngen_relu_grad(a12, v58);
     out0[i] = v59;
   }
 }

@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -676,7 +690,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
           float a107 = in0[i];
           float a97 = in1[i];
-          float v109 = (a97 > 0.0f ? a107 : 0.0f);
+          float v109 = ngen_relu_grad(a97, a107);
           out0[i] = v109;
           { const float x = v109; acc0_l[oc] = acc0_l[oc] + x; }
         }
@@ -692,7 +706,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a107 = in0[i];
       float a97 = in1[i];
-      float v109 = (a97 > 0.0f ? a107 : 0.0f);
+      float v109 = ngen_relu_grad(a97, a107);
       out0[i] = v109;
       { const float x = v109; acc0 = acc0 + x; }
     }
@@ -726,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
     const float v115_g = in0[v115_o];
     const float v115 = in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u) ? v115_g : 0.0f;
     float a89 = in2[i];
-    float v116 = (a89 > 0.0f ? v115 : 0.0f);
+    float v116 = ngen_relu_grad(a89, v115);
     out0[i] = v116;
   }
 }
@@ -843,7 +857,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_neg_mul_add_where_train_re
     float v133 = (v130 * a132);
     float v135 = (s_train ? v124 : 0.0f);
     float a66 = in7[i];
-    float v136 = (a66 > 0.0f ? v133 : 0.0f);
+    float v136 = ngen_relu_grad(a66, v133);
     float v137 = (-v136);
     float v138 = (v137 * 2.0f);
     float a62 = in8[i];
@@ -974,7 +988,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
     const float v161_g = in0[v161_o];
     const float v161 = in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u) ? v161_g : 0.0f;
     float a44 = in2[i];
-    float v162 = (a44 > 0.0f ? v161 : 0.0f);
+    float v162 = ngen_relu_grad(a44, v161);
     out0[i] = v162;
   }
 }
@@ -1091,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_neg_mul_add_where_train_re
     float v179 = (v176 * a178);
     float v181 = (s_train ? v170 : 0.0f);
     float a21 = in7[i];
-    float v182 = (a21 > 0.0f ? v179 : 0.0f);
+    float v182 = ngen_relu_grad(a21, v179);
     float v183 = (-v182);
     float v184 = (v183 * 2.0f);
     float a17 = in8[i];

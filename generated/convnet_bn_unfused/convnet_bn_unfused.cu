@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -1256,7 +1270,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
   NGEN_GRID_STRIDE(i, n) {
     float a107 = in0[i];
     float a97 = in1[i];
-    float v109 = (a97 > 0.0f ? a107 : 0.0f);
+    float v109 = ngen_relu_grad(a97, a107);
     out0[i] = v109;
   }
 }
@@ -1331,7 +1345,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a115 = in0[i];
     float a89 = in1[i];
-    float v116 = (a89 > 0.0f ? a115 : 0.0f);
+    float v116 = ngen_relu_grad(a89, a115);
     out0[i] = v116;
   }
 }
@@ -1601,7 +1615,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a133 = in0[i];
     float a66 = in1[i];
-    float v136 = (a66 > 0.0f ? a133 : 0.0f);
+    float v136 = ngen_relu_grad(a66, a133);
     out0[i] = v136;
   }
 }
@@ -1895,7 +1909,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a161 = in0[i];
     float a44 = in1[i];
-    float v162 = (a44 > 0.0f ? a161 : 0.0f);
+    float v162 = ngen_relu_grad(a44, a161);
     out0[i] = v162;
   }
 }
@@ -2165,7 +2179,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a179 = in0[i];
     float a21 = in1[i];
-    float v182 = (a21 > 0.0f ? a179 : 0.0f);
+    float v182 = ngen_relu_grad(a21, a179);
     out0[i] = v182;
   }
 }

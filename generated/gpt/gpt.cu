@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // tok_emb_embedding_fwd computes:
@@ -135,8 +149,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v5_rem = (unsigned long long)(i);
-    const long long v5_c1 = (long long)(v5_rem % (unsigned long long)(256LL)); v5_rem /= (unsigned long long)(256LL);
+    const long long v5_c1 = j;
+    unsigned long long v5_rem = (unsigned long long)(r);
     const long long v5_c0 = (long long)v5_rem;
     const float v5 = in0[((v5_c0 + 0) * 256LL + v5_c1)];
     out0[i] = v5;
@@ -146,14 +160,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 // add_dropout_fwd computes:
 //   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:83
 //   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
     float a3 = in0[i];
     float a5 = in1[(0) * 32768LL + j];
     float v6 = (a3 + a5);
-    float v7 = (s_train ? v6 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v6);
+    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v7;
   }
 }
@@ -161,28 +175,6 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * 
 // blocks_0_norm1_layernorm_fwd computes:
 //   v10 = layernorm <f32[B,128,256]> v7 v8 v9 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -231,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd(co
 
 // blocks_0_self_attn_attention_fwd computes:
 //   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -245,18 +237,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -320,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -358,8 +350,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v18_rem = (unsigned long long)(i);
-    const long long v18_c2 = (long long)(v18_rem % (unsigned long long)(256LL)); v18_rem /= (unsigned long long)(256LL);
+    const long long v18_c2 = j;
+    unsigned long long v18_rem = (unsigned long long)(r);
     const long long v18_c1 = (long long)(v18_rem % (unsigned long long)(128LL)); v18_rem /= (unsigned long long)(128LL);
     const long long v18_c0 = (long long)v18_rem;
     const float v18 = in0[(((v18_c0) * 128LL + v18_c1) * 260LL + v18_c2 + 0)];
@@ -371,14 +363,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 //   v20 = add <f32[B,128,256]> v19 v14  # models/transformer/model.go:85
 //   v21 = dropout <f32[B,128,256]> v20 {f=0.1 i=3}  # models/transformer/model.go:85
 //   v22 = add <f32[B,128,256]> v7 v21  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a19 = in0[i];
     float a14 = in1[(0) * 256LL + j];
     float v20 = (a19 + a14);
-    float v21 = (s_train ? v20 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v20);
+    float v21 = (v20 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a7 = in2[i];
     float v22 = (a7 + v21);
     out0[i] = v22;
@@ -388,28 +380,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd computes:
 //   v25 = layernorm <f32[B,128,256]> v22 v23 v24 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -447,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd(c
 //   v29 = add <f32[B,128,1024]> v27 v28  # models/transformer/model.go:85
 //   v30 = gelu <f32[B,128,1024]> v29  # models/transformer/model.go:85
 //   v31 = dropout <f32[B,128,1024]> v30 {f=0.1 i=4}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -455,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dro
     float a28 = in1[(0) * 1024LL + j];
     float v29 = (a27 + a28);
     float v30 = ngen_gelu(v29);
-    float v31 = (s_train ? v30 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v30);
+    float v31 = (v30 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v29;
     out1[i] = v31;
   }
@@ -465,14 +435,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dro
 //   v35 = add <f32[B,128,256]> v33 v34  # models/transformer/model.go:85
 //   v36 = dropout <f32[B,128,256]> v35 {f=0.1 i=5}  # models/transformer/model.go:85
 //   v37 = add <f32[B,128,256]> v22 v36  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a33 = in0[i];
     float a34 = in1[(0) * 256LL + j];
     float v35 = (a33 + a34);
-    float v36 = (s_train ? v35 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v35);
+    float v36 = (v35 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a22 = in2[i];
     float v37 = (a22 + v36);
     out0[i] = v37;
@@ -482,28 +452,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_
 // blocks_1_norm1_layernorm_fwd computes:
 //   v40 = layernorm <f32[B,128,256]> v37 v38 v39 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -552,7 +500,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd(co
 
 // blocks_1_self_attn_attention_fwd computes:
 //   v47 = attention <f32[B,128,260]> v46 v46 v46 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -566,18 +514,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -641,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -679,8 +627,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v48_rem = (unsigned long long)(i);
-    const long long v48_c2 = (long long)(v48_rem % (unsigned long long)(256LL)); v48_rem /= (unsigned long long)(256LL);
+    const long long v48_c2 = j;
+    unsigned long long v48_rem = (unsigned long long)(r);
     const long long v48_c1 = (long long)(v48_rem % (unsigned long long)(128LL)); v48_rem /= (unsigned long long)(128LL);
     const long long v48_c0 = (long long)v48_rem;
     const float v48 = in0[(((v48_c0) * 128LL + v48_c1) * 260LL + v48_c2 + 0)];
@@ -692,14 +640,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 //   v50 = add <f32[B,128,256]> v49 v44  # models/transformer/model.go:85
 //   v51 = dropout <f32[B,128,256]> v50 {f=0.1 i=7}  # models/transformer/model.go:85
 //   v52 = add <f32[B,128,256]> v37 v51  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a49 = in0[i];
     float a44 = in1[(0) * 256LL + j];
     float v50 = (a49 + a44);
-    float v51 = (s_train ? v50 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v50);
+    float v51 = (v50 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a37 = in2[i];
     float v52 = (a37 + v51);
     out0[i] = v52;
@@ -709,28 +657,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd computes:
 //   v55 = layernorm <f32[B,128,256]> v52 v53 v54 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -768,7 +694,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd(c
 //   v59 = add <f32[B,128,1024]> v57 v58  # models/transformer/model.go:85
 //   v60 = gelu <f32[B,128,1024]> v59  # models/transformer/model.go:85
 //   v61 = dropout <f32[B,128,1024]> v60 {f=0.1 i=8}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -776,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dro
     float a58 = in1[(0) * 1024LL + j];
     float v59 = (a57 + a58);
     float v60 = ngen_gelu(v59);
-    float v61 = (s_train ? v60 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v60);
+    float v61 = (v60 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v59;
     out1[i] = v61;
   }
@@ -786,14 +712,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dro
 //   v65 = add <f32[B,128,256]> v63 v64  # models/transformer/model.go:85
 //   v66 = dropout <f32[B,128,256]> v65 {f=0.1 i=9}  # models/transformer/model.go:85
 //   v67 = add <f32[B,128,256]> v52 v66  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a63 = in0[i];
     float a64 = in1[(0) * 256LL + j];
     float v65 = (a63 + a64);
-    float v66 = (s_train ? v65 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v65);
+    float v66 = (v65 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a52 = in2[i];
     float v67 = (a52 + v66);
     out0[i] = v67;
@@ -803,28 +729,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_
 // blocks_2_norm1_layernorm_fwd computes:
 //   v70 = layernorm <f32[B,128,256]> v67 v68 v69 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -873,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd(co
 
 // blocks_2_self_attn_attention_fwd computes:
 //   v77 = attention <f32[B,128,260]> v76 v76 v76 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -887,18 +791,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -962,7 +866,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -1000,8 +904,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v78_rem = (unsigned long long)(i);
-    const long long v78_c2 = (long long)(v78_rem % (unsigned long long)(256LL)); v78_rem /= (unsigned long long)(256LL);
+    const long long v78_c2 = j;
+    unsigned long long v78_rem = (unsigned long long)(r);
     const long long v78_c1 = (long long)(v78_rem % (unsigned long long)(128LL)); v78_rem /= (unsigned long long)(128LL);
     const long long v78_c0 = (long long)v78_rem;
     const float v78 = in0[(((v78_c0) * 128LL + v78_c1) * 260LL + v78_c2 + 0)];
@@ -1013,14 +917,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 //   v80 = add <f32[B,128,256]> v79 v74  # models/transformer/model.go:85
 //   v81 = dropout <f32[B,128,256]> v80 {f=0.1 i=11}  # models/transformer/model.go:85
 //   v82 = add <f32[B,128,256]> v67 v81  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a79 = in0[i];
     float a74 = in1[(0) * 256LL + j];
     float v80 = (a79 + a74);
-    float v81 = (s_train ? v80 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v80);
+    float v81 = (v80 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a67 = in2[i];
     float v82 = (a67 + v81);
     out0[i] = v82;
@@ -1030,28 +934,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd computes:
 //   v85 = layernorm <f32[B,128,256]> v82 v83 v84 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1089,7 +971,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd(c
 //   v89 = add <f32[B,128,1024]> v87 v88  # models/transformer/model.go:85
 //   v90 = gelu <f32[B,128,1024]> v89  # models/transformer/model.go:85
 //   v91 = dropout <f32[B,128,1024]> v90 {f=0.1 i=12}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -1097,7 +979,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dro
     float a88 = in1[(0) * 1024LL + j];
     float v89 = (a87 + a88);
     float v90 = ngen_gelu(v89);
-    float v91 = (s_train ? v90 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v90);
+    float v91 = (v90 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v89;
     out1[i] = v91;
   }
@@ -1107,14 +989,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dro
 //   v95 = add <f32[B,128,256]> v93 v94  # models/transformer/model.go:85
 //   v96 = dropout <f32[B,128,256]> v95 {f=0.1 i=13}  # models/transformer/model.go:85
 //   v97 = add <f32[B,128,256]> v82 v96  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a93 = in0[i];
     float a94 = in1[(0) * 256LL + j];
     float v95 = (a93 + a94);
-    float v96 = (s_train ? v95 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v95);
+    float v96 = (v95 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a82 = in2[i];
     float v97 = (a82 + v96);
     out0[i] = v97;
@@ -1124,28 +1006,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_
 // blocks_3_norm1_layernorm_fwd computes:
 //   v100 = layernorm <f32[B,128,256]> v97 v98 v99 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1194,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd(co
 
 // blocks_3_self_attn_attention_fwd computes:
 //   v107 = attention <f32[B,128,260]> v106 v106 v106 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -1208,18 +1068,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -1283,7 +1143,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -1321,8 +1181,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v108_rem = (unsigned long long)(i);
-    const long long v108_c2 = (long long)(v108_rem % (unsigned long long)(256LL)); v108_rem /= (unsigned long long)(256LL);
+    const long long v108_c2 = j;
+    unsigned long long v108_rem = (unsigned long long)(r);
     const long long v108_c1 = (long long)(v108_rem % (unsigned long long)(128LL)); v108_rem /= (unsigned long long)(128LL);
     const long long v108_c0 = (long long)v108_rem;
     const float v108 = in0[(((v108_c0) * 128LL + v108_c1) * 260LL + v108_c2 + 0)];
@@ -1334,14 +1194,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 //   v110 = add <f32[B,128,256]> v109 v104  # models/transformer/model.go:85
 //   v111 = dropout <f32[B,128,256]> v110 {f=0.1 i=15}  # models/transformer/model.go:85
 //   v112 = add <f32[B,128,256]> v97 v111  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a109 = in0[i];
     float a104 = in1[(0) * 256LL + j];
     float v110 = (a109 + a104);
-    float v111 = (s_train ? v110 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v110);
+    float v111 = (v110 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a97 = in2[i];
     float v112 = (a97 + v111);
     out0[i] = v112;
@@ -1351,28 +1211,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd computes:
 //   v115 = layernorm <f32[B,128,256]> v112 v113 v114 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1410,7 +1248,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd(c
 //   v119 = add <f32[B,128,1024]> v117 v118  # models/transformer/model.go:85
 //   v120 = gelu <f32[B,128,1024]> v119  # models/transformer/model.go:85
 //   v121 = dropout <f32[B,128,1024]> v120 {f=0.1 i=16}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -1418,7 +1256,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dro
     float a118 = in1[(0) * 1024LL + j];
     float v119 = (a117 + a118);
     float v120 = ngen_gelu(v119);
-    float v121 = (s_train ? v120 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v120);
+    float v121 = (v120 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v119;
     out1[i] = v121;
   }
@@ -1426,14 +1264,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dro
 
 // blocks_3_linear2_layernorm_fwd computes:
 //   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
-extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 128LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1453,10 +1291,10 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1477,7 +1315,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1559,7 +1397,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(cons
 
 // blocks_3_linear2_layernorm_bwd_bwd computes:
 //   v136 = layernorm_bwd <f32[B,33280]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
-extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -1570,7 +1408,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 128; ++rr) {
       const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -1603,11 +1441,11 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 128; ++rr) {
     const long long base = (n * 128 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -1637,7 +1475,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_bwd
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -1651,8 +1489,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v137_rem = (unsigned long long)(i);
-    const long long v137_c1 = (long long)(v137_rem % (unsigned long long)(32768LL)); v137_rem /= (unsigned long long)(32768LL);
+    const long long v137_c1 = j;
+    unsigned long long v137_rem = (unsigned long long)(r);
     const long long v137_c0 = (long long)v137_rem;
     const float v137 = in0[((v137_c0) * 33280LL + v137_c1 + 0)];
     out0[i] = v137;
@@ -1666,12 +1504,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v139_rem = (unsigned long long)(i);
-    const long long v139_c1 = (long long)(v139_rem % (unsigned long long)(256LL)); v139_rem /= (unsigned long long)(256LL);
+    const long long v139_c1 = j;
+    unsigned long long v139_rem = (unsigned long long)(r);
     const long long v139_c0 = (long long)v139_rem;
     const float v139 = in0[((v139_c0) * 33280LL + v139_c1 + 32768)];
-    unsigned long long v141_rem = (unsigned long long)(i);
-    const long long v141_c1 = (long long)(v141_rem % (unsigned long long)(256LL)); v141_rem /= (unsigned long long)(256LL);
+    const long long v141_c1 = j;
+    unsigned long long v141_rem = (unsigned long long)(r);
     const long long v141_c0 = (long long)v141_rem;
     const float v141 = in0[((v141_c0) * 33280LL + v141_c1 + 33024)];
     out0[i] = v139;
@@ -1737,11 +1575,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 
 // dropout_bwd computes:
 //   v143 = dropout <f32[B,128,256]> v138 {f=0.1 i=17}  # models/transformer/model.go:87
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a138 = in0[i];
-    float v143 = (s_train ? a138 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a138);
+    float v143 = (a138 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v143;
   }
 }
@@ -1791,11 +1629,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // dropout_gelu_bwd_bwd computes:
 //   v150 = dropout <f32[B,128,1024]> v146 {f=0.1 i=16}  # models/transformer/model.go:85
 //   v151 = gelu_bwd <f32[B,128,1024]> v150 v119  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a146 = in0[i];
-    float v150 = (s_train ? a146 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a146);
+    float v150 = (a146 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a119 = in1[i];
     float v151 = (v150 * ngen_gelu_grad(a119));
     out0[i] = v151;
@@ -1847,41 +1685,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 // blocks_3_norm2_layernorm_bwd_bwd computes:
 //   v158 = layernorm_bwd <f32[B,33280]> v154 v112 v113 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -1938,8 +1741,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v159_rem = (unsigned long long)(i);
-    const long long v159_c1 = (long long)(v159_rem % (unsigned long long)(32768LL)); v159_rem /= (unsigned long long)(32768LL);
+    const long long v159_c1 = j;
+    unsigned long long v159_rem = (unsigned long long)(r);
     const long long v159_c0 = (long long)v159_rem;
     const float v159 = in0[((v159_c0) * 33280LL + v159_c1 + 0)];
     out0[i] = v159;
@@ -1953,12 +1756,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v161_rem = (unsigned long long)(i);
-    const long long v161_c1 = (long long)(v161_rem % (unsigned long long)(256LL)); v161_rem /= (unsigned long long)(256LL);
+    const long long v161_c1 = j;
+    unsigned long long v161_rem = (unsigned long long)(r);
     const long long v161_c0 = (long long)v161_rem;
     const float v161 = in0[((v161_c0) * 33280LL + v161_c1 + 32768)];
-    unsigned long long v163_rem = (unsigned long long)(i);
-    const long long v163_c1 = (long long)(v163_rem % (unsigned long long)(256LL)); v163_rem /= (unsigned long long)(256LL);
+    const long long v163_c1 = j;
+    unsigned long long v163_rem = (unsigned long long)(r);
     const long long v163_c0 = (long long)v163_rem;
     const float v163 = in0[((v163_c0) * 33280LL + v163_c1 + 33024)];
     out0[i] = v161;
@@ -2025,13 +1828,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 // add_dropout_bwd computes:
 //   v165 = add <f32[B,128,256]> v138 v160  # models/transformer/model.go:85
 //   v166 = dropout <f32[B,128,256]> v165 {f=0.1 i=15}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a138 = in0[i];
     float a160 = in1[i];
     float v165 = (a138 + a160);
-    float v166 = (s_train ? v165 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v165);
+    float v166 = (v165 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v165;
     out1[i] = v166;
   }
@@ -2081,7 +1884,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 
 // blocks_3_self_attn_out_proj_attention_bwd_bwd computes:
 //   v173 = attention_bwd <f32[B,128,768]> v169 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -2103,8 +1906,8 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -2169,7 +1972,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -2241,7 +2044,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -2320,41 +2123,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 // blocks_3_norm1_layernorm_bwd_bwd computes:
 //   v180 = layernorm_bwd <f32[B,33280]> v176 v97 v98 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2411,8 +2179,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_5(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v181_rem = (unsigned long long)(i);
-    const long long v181_c1 = (long long)(v181_rem % (unsigned long long)(32768LL)); v181_rem /= (unsigned long long)(32768LL);
+    const long long v181_c1 = j;
+    unsigned long long v181_rem = (unsigned long long)(r);
     const long long v181_c0 = (long long)v181_rem;
     const float v181 = in0[((v181_c0) * 33280LL + v181_c1 + 0)];
     out0[i] = v181;
@@ -2426,12 +2194,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v183_rem = (unsigned long long)(i);
-    const long long v183_c1 = (long long)(v183_rem % (unsigned long long)(256LL)); v183_rem /= (unsigned long long)(256LL);
+    const long long v183_c1 = j;
+    unsigned long long v183_rem = (unsigned long long)(r);
     const long long v183_c0 = (long long)v183_rem;
     const float v183 = in0[((v183_c0) * 33280LL + v183_c1 + 32768)];
-    unsigned long long v185_rem = (unsigned long long)(i);
-    const long long v185_c1 = (long long)(v185_rem % (unsigned long long)(256LL)); v185_rem /= (unsigned long long)(256LL);
+    const long long v185_c1 = j;
+    unsigned long long v185_rem = (unsigned long long)(r);
     const long long v185_c0 = (long long)v185_rem;
     const float v185 = in0[((v185_c0) * 33280LL + v185_c1 + 33024)];
     out0[i] = v183;
@@ -2498,13 +2266,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 // add_dropout_bwd_2 computes:
 //   v187 = add <f32[B,128,256]> v165 v182  # models/transformer/model.go:85
 //   v188 = dropout <f32[B,128,256]> v187 {f=0.1 i=13}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a165 = in0[i];
     float a182 = in1[i];
     float v187 = (a165 + a182);
-    float v188 = (s_train ? v187 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v187);
+    float v188 = (v187 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v187;
     out1[i] = v188;
   }
@@ -2555,11 +2323,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 // dropout_gelu_bwd_bwd_2 computes:
 //   v195 = dropout <f32[B,128,1024]> v191 {f=0.1 i=12}  # models/transformer/model.go:85
 //   v196 = gelu_bwd <f32[B,128,1024]> v195 v89  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a191 = in0[i];
-    float v195 = (s_train ? a191 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a191);
+    float v195 = (a191 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a89 = in1[i];
     float v196 = (v195 * ngen_gelu_grad(a89));
     out0[i] = v196;
@@ -2611,41 +2379,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
 // blocks_2_norm2_layernorm_bwd_bwd computes:
 //   v203 = layernorm_bwd <f32[B,33280]> v199 v82 v83 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2702,8 +2435,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_7(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v204_rem = (unsigned long long)(i);
-    const long long v204_c1 = (long long)(v204_rem % (unsigned long long)(32768LL)); v204_rem /= (unsigned long long)(32768LL);
+    const long long v204_c1 = j;
+    unsigned long long v204_rem = (unsigned long long)(r);
     const long long v204_c0 = (long long)v204_rem;
     const float v204 = in0[((v204_c0) * 33280LL + v204_c1 + 0)];
     out0[i] = v204;
@@ -2717,12 +2450,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_8(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v206_rem = (unsigned long long)(i);
-    const long long v206_c1 = (long long)(v206_rem % (unsigned long long)(256LL)); v206_rem /= (unsigned long long)(256LL);
+    const long long v206_c1 = j;
+    unsigned long long v206_rem = (unsigned long long)(r);
     const long long v206_c0 = (long long)v206_rem;
     const float v206 = in0[((v206_c0) * 33280LL + v206_c1 + 32768)];
-    unsigned long long v208_rem = (unsigned long long)(i);
-    const long long v208_c1 = (long long)(v208_rem % (unsigned long long)(256LL)); v208_rem /= (unsigned long long)(256LL);
+    const long long v208_c1 = j;
+    unsigned long long v208_rem = (unsigned long long)(r);
     const long long v208_c0 = (long long)v208_rem;
     const float v208 = in0[((v208_c0) * 33280LL + v208_c1 + 33024)];
     out0[i] = v206;
@@ -2789,13 +2522,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
 // add_dropout_bwd_3 computes:
 //   v210 = add <f32[B,128,256]> v187 v205  # models/transformer/model.go:85
 //   v211 = dropout <f32[B,128,256]> v210 {f=0.1 i=11}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a187 = in0[i];
     float a205 = in1[i];
     float v210 = (a187 + a205);
-    float v211 = (s_train ? v210 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v210);
+    float v211 = (v210 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v210;
     out1[i] = v211;
   }
@@ -2845,7 +2578,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 
 // blocks_2_self_attn_out_proj_attention_bwd_bwd computes:
 //   v218 = attention_bwd <f32[B,128,768]> v214 v76 v76 v76 v77 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -2867,8 +2600,8 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -2933,7 +2666,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -3005,7 +2738,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -3084,41 +2817,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_12(const float * __res
 // blocks_2_norm1_layernorm_bwd_bwd computes:
 //   v225 = layernorm_bwd <f32[B,33280]> v221 v67 v68 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3175,8 +2873,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_9(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v226_rem = (unsigned long long)(i);
-    const long long v226_c1 = (long long)(v226_rem % (unsigned long long)(32768LL)); v226_rem /= (unsigned long long)(32768LL);
+    const long long v226_c1 = j;
+    unsigned long long v226_rem = (unsigned long long)(r);
     const long long v226_c0 = (long long)v226_rem;
     const float v226 = in0[((v226_c0) * 33280LL + v226_c1 + 0)];
     out0[i] = v226;
@@ -3190,12 +2888,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_10(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v228_rem = (unsigned long long)(i);
-    const long long v228_c1 = (long long)(v228_rem % (unsigned long long)(256LL)); v228_rem /= (unsigned long long)(256LL);
+    const long long v228_c1 = j;
+    unsigned long long v228_rem = (unsigned long long)(r);
     const long long v228_c0 = (long long)v228_rem;
     const float v228 = in0[((v228_c0) * 33280LL + v228_c1 + 32768)];
-    unsigned long long v230_rem = (unsigned long long)(i);
-    const long long v230_c1 = (long long)(v230_rem % (unsigned long long)(256LL)); v230_rem /= (unsigned long long)(256LL);
+    const long long v230_c1 = j;
+    unsigned long long v230_rem = (unsigned long long)(r);
     const long long v230_c0 = (long long)v230_rem;
     const float v230 = in0[((v230_c0) * 33280LL + v230_c1 + 33024)];
     out0[i] = v228;
@@ -3262,13 +2960,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_13(const float * __res
 // add_dropout_bwd_4 computes:
 //   v232 = add <f32[B,128,256]> v210 v227  # models/transformer/model.go:85
 //   v233 = dropout <f32[B,128,256]> v232 {f=0.1 i=9}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a210 = in0[i];
     float a227 = in1[i];
     float v232 = (a210 + a227);
-    float v233 = (s_train ? v232 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v232);
+    float v233 = (v232 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v232;
     out1[i] = v233;
   }
@@ -3319,11 +3017,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
 // dropout_gelu_bwd_bwd_3 computes:
 //   v240 = dropout <f32[B,128,1024]> v236 {f=0.1 i=8}  # models/transformer/model.go:85
 //   v241 = gelu_bwd <f32[B,128,1024]> v240 v59  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a236 = in0[i];
-    float v240 = (s_train ? a236 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a236);
+    float v240 = (a236 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a59 = in1[i];
     float v241 = (v240 * ngen_gelu_grad(a59));
     out0[i] = v241;
@@ -3375,41 +3073,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_15(const float * __res
 // blocks_1_norm2_layernorm_bwd_bwd computes:
 //   v248 = layernorm_bwd <f32[B,33280]> v244 v52 v53 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3466,8 +3129,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_11(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v249_rem = (unsigned long long)(i);
-    const long long v249_c1 = (long long)(v249_rem % (unsigned long long)(32768LL)); v249_rem /= (unsigned long long)(32768LL);
+    const long long v249_c1 = j;
+    unsigned long long v249_rem = (unsigned long long)(r);
     const long long v249_c0 = (long long)v249_rem;
     const float v249 = in0[((v249_c0) * 33280LL + v249_c1 + 0)];
     out0[i] = v249;
@@ -3481,12 +3144,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_12(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v251_rem = (unsigned long long)(i);
-    const long long v251_c1 = (long long)(v251_rem % (unsigned long long)(256LL)); v251_rem /= (unsigned long long)(256LL);
+    const long long v251_c1 = j;
+    unsigned long long v251_rem = (unsigned long long)(r);
     const long long v251_c0 = (long long)v251_rem;
     const float v251 = in0[((v251_c0) * 33280LL + v251_c1 + 32768)];
-    unsigned long long v253_rem = (unsigned long long)(i);
-    const long long v253_c1 = (long long)(v253_rem % (unsigned long long)(256LL)); v253_rem /= (unsigned long long)(256LL);
+    const long long v253_c1 = j;
+    unsigned long long v253_rem = (unsigned long long)(r);
     const long long v253_c0 = (long long)v253_rem;
     const float v253 = in0[((v253_c0) * 33280LL + v253_c1 + 33024)];
     out0[i] = v251;
@@ -3553,13 +3216,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_16(const float * __res
 // add_dropout_bwd_5 computes:
 //   v255 = add <f32[B,128,256]> v232 v250  # models/transformer/model.go:85
 //   v256 = dropout <f32[B,128,256]> v255 {f=0.1 i=7}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a232 = in0[i];
     float a250 = in1[i];
     float v255 = (a232 + a250);
-    float v256 = (s_train ? v255 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v255);
+    float v256 = (v255 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v255;
     out1[i] = v256;
   }
@@ -3609,7 +3272,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_17(const float * __res
 
 // blocks_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v263 = attention_bwd <f32[B,128,768]> v259 v46 v46 v46 v47 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -3631,8 +3294,8 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -3697,7 +3360,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -3769,7 +3432,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -3848,41 +3511,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_18(const float * __res
 // blocks_1_norm1_layernorm_bwd_bwd computes:
 //   v270 = layernorm_bwd <f32[B,33280]> v266 v37 v38 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -3939,8 +3567,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_13(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v271_rem = (unsigned long long)(i);
-    const long long v271_c1 = (long long)(v271_rem % (unsigned long long)(32768LL)); v271_rem /= (unsigned long long)(32768LL);
+    const long long v271_c1 = j;
+    unsigned long long v271_rem = (unsigned long long)(r);
     const long long v271_c0 = (long long)v271_rem;
     const float v271 = in0[((v271_c0) * 33280LL + v271_c1 + 0)];
     out0[i] = v271;
@@ -3954,12 +3582,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_14(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v273_rem = (unsigned long long)(i);
-    const long long v273_c1 = (long long)(v273_rem % (unsigned long long)(256LL)); v273_rem /= (unsigned long long)(256LL);
+    const long long v273_c1 = j;
+    unsigned long long v273_rem = (unsigned long long)(r);
     const long long v273_c0 = (long long)v273_rem;
     const float v273 = in0[((v273_c0) * 33280LL + v273_c1 + 32768)];
-    unsigned long long v275_rem = (unsigned long long)(i);
-    const long long v275_c1 = (long long)(v275_rem % (unsigned long long)(256LL)); v275_rem /= (unsigned long long)(256LL);
+    const long long v275_c1 = j;
+    unsigned long long v275_rem = (unsigned long long)(r);
     const long long v275_c0 = (long long)v275_rem;
     const float v275 = in0[((v275_c0) * 33280LL + v275_c1 + 33024)];
     out0[i] = v273;
@@ -4026,13 +3654,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_19(const float * __res
 // add_dropout_bwd_6 computes:
 //   v277 = add <f32[B,128,256]> v255 v272  # models/transformer/model.go:85
 //   v278 = dropout <f32[B,128,256]> v277 {f=0.1 i=5}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a255 = in0[i];
     float a272 = in1[i];
     float v277 = (a255 + a272);
-    float v278 = (s_train ? v277 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v277);
+    float v278 = (v277 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v277;
     out1[i] = v278;
   }
@@ -4083,11 +3711,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_20(const float * __res
 // dropout_gelu_bwd_bwd_4 computes:
 //   v285 = dropout <f32[B,128,1024]> v281 {f=0.1 i=4}  # models/transformer/model.go:85
 //   v286 = gelu_bwd <f32[B,128,1024]> v285 v29  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a281 = in0[i];
-    float v285 = (s_train ? a281 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a281);
+    float v285 = (a281 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a29 = in1[i];
     float v286 = (v285 * ngen_gelu_grad(a29));
     out0[i] = v286;
@@ -4139,41 +3767,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_21(const float * __res
 // blocks_0_norm2_layernorm_bwd_bwd computes:
 //   v293 = layernorm_bwd <f32[B,33280]> v289 v22 v23 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4230,8 +3823,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_15(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v294_rem = (unsigned long long)(i);
-    const long long v294_c1 = (long long)(v294_rem % (unsigned long long)(32768LL)); v294_rem /= (unsigned long long)(32768LL);
+    const long long v294_c1 = j;
+    unsigned long long v294_rem = (unsigned long long)(r);
     const long long v294_c0 = (long long)v294_rem;
     const float v294 = in0[((v294_c0) * 33280LL + v294_c1 + 0)];
     out0[i] = v294;
@@ -4245,12 +3838,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_16(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v296_rem = (unsigned long long)(i);
-    const long long v296_c1 = (long long)(v296_rem % (unsigned long long)(256LL)); v296_rem /= (unsigned long long)(256LL);
+    const long long v296_c1 = j;
+    unsigned long long v296_rem = (unsigned long long)(r);
     const long long v296_c0 = (long long)v296_rem;
     const float v296 = in0[((v296_c0) * 33280LL + v296_c1 + 32768)];
-    unsigned long long v298_rem = (unsigned long long)(i);
-    const long long v298_c1 = (long long)(v298_rem % (unsigned long long)(256LL)); v298_rem /= (unsigned long long)(256LL);
+    const long long v298_c1 = j;
+    unsigned long long v298_rem = (unsigned long long)(r);
     const long long v298_c0 = (long long)v298_rem;
     const float v298 = in0[((v298_c0) * 33280LL + v298_c1 + 33024)];
     out0[i] = v296;
@@ -4317,13 +3910,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_22(const float * __res
 // add_dropout_bwd_7 computes:
 //   v300 = add <f32[B,128,256]> v277 v295  # models/transformer/model.go:85
 //   v301 = dropout <f32[B,128,256]> v300 {f=0.1 i=3}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a277 = in0[i];
     float a295 = in1[i];
     float v300 = (a277 + a295);
-    float v301 = (s_train ? v300 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v300);
+    float v301 = (v300 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v300;
     out1[i] = v301;
   }
@@ -4373,7 +3966,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_23(const float * __res
 
 // blocks_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v308 = attention_bwd <f32[B,128,768]> v304 v16 v16 v16 v17 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -4395,8 +3988,8 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -4461,7 +4054,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -4533,7 +4126,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -4612,41 +4205,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_24(const float * __res
 // blocks_0_norm1_layernorm_bwd_bwd computes:
 //   v315 = layernorm_bwd <f32[B,33280]> v311 v7 v8 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -4703,8 +4261,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_17(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
-    unsigned long long v316_rem = (unsigned long long)(i);
-    const long long v316_c1 = (long long)(v316_rem % (unsigned long long)(32768LL)); v316_rem /= (unsigned long long)(32768LL);
+    const long long v316_c1 = j;
+    unsigned long long v316_rem = (unsigned long long)(r);
     const long long v316_c0 = (long long)v316_rem;
     const float v316 = in0[((v316_c0) * 33280LL + v316_c1 + 0)];
     out0[i] = v316;
@@ -4718,12 +4276,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_18(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v318_rem = (unsigned long long)(i);
-    const long long v318_c1 = (long long)(v318_rem % (unsigned long long)(256LL)); v318_rem /= (unsigned long long)(256LL);
+    const long long v318_c1 = j;
+    unsigned long long v318_rem = (unsigned long long)(r);
     const long long v318_c0 = (long long)v318_rem;
     const float v318 = in0[((v318_c0) * 33280LL + v318_c1 + 32768)];
-    unsigned long long v320_rem = (unsigned long long)(i);
-    const long long v320_c1 = (long long)(v320_rem % (unsigned long long)(256LL)); v320_rem /= (unsigned long long)(256LL);
+    const long long v320_c1 = j;
+    unsigned long long v320_rem = (unsigned long long)(r);
     const long long v320_c0 = (long long)v320_rem;
     const float v320 = in0[((v320_c0) * 33280LL + v320_c1 + 33024)];
     out0[i] = v318;
@@ -4790,13 +4348,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_25(const float * __res
 // add_dropout_bwd_8 computes:
 //   v322 = add <f32[B,128,256]> v300 v317  # models/transformer/model.go:85
 //   v323 = dropout <f32[B,128,256]> v322 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a300 = in0[i];
     float a317 = in1[i];
     float v322 = (a300 + a317);
-    float v323 = (s_train ? v322 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v322);
+    float v323 = (v322 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v323;
   }
 }
@@ -4898,8 +4456,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v4_rem = (unsigned long long)(i);
-    const long long v4_c1 = (long long)(v4_rem % (unsigned long long)(256LL)); v4_rem /= (unsigned long long)(256LL);
+    const long long v4_c1 = j;
+    unsigned long long v4_rem = (unsigned long long)(r);
     const long long v4_c0 = (long long)v4_rem;
     const float v4 = in0[((v4_c0 + 0) * 256LL + v4_c1)];
     out0[i] = v4;
@@ -4909,14 +4467,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 // add_dropout_fwd_2 computes:
 //   v5 = add <f32[B,128,256]> v2 v4  # models/transformer/model.go:83
 //   v6 = dropout <f32[B,128,256]> v5 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
     float a2 = in0[i];
     float a4 = in1[(0) * 32768LL + j];
     float v5 = (a2 + a4);
-    float v6 = (s_train ? v5 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v5);
+    float v6 = (v5 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v6;
   }
 }
@@ -4924,28 +4482,6 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd_2(const float 
 // blocks_0_norm1_layernorm_fwd_2 computes:
 //   v9 = layernorm <f32[B,128,256]> v6 v7 v8 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -4994,7 +4530,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd_2(
 
 // blocks_0_self_attn_attention_fwd_2 computes:
 //   v16 = attention <f32[B,128,260]> v15 v15 v15 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -5008,18 +4544,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -5083,7 +4619,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -5121,8 +4657,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v17_rem = (unsigned long long)(i);
-    const long long v17_c2 = (long long)(v17_rem % (unsigned long long)(256LL)); v17_rem /= (unsigned long long)(256LL);
+    const long long v17_c2 = j;
+    unsigned long long v17_rem = (unsigned long long)(r);
     const long long v17_c1 = (long long)(v17_rem % (unsigned long long)(128LL)); v17_rem /= (unsigned long long)(128LL);
     const long long v17_c0 = (long long)v17_rem;
     const float v17 = in0[(((v17_c0) * 128LL + v17_c1) * 260LL + v17_c2 + 0)];
@@ -5134,14 +4670,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
 //   v19 = add <f32[B,128,256]> v18 v13  # models/transformer/model.go:85
 //   v20 = dropout <f32[B,128,256]> v19 {f=0.1 i=3}  # models/transformer/model.go:85
 //   v21 = add <f32[B,128,256]> v6 v20  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a18 = in0[i];
     float a13 = in1[(0) * 256LL + j];
     float v19 = (a18 + a13);
-    float v20 = (s_train ? v19 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v19);
+    float v20 = (v19 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a6 = in2[i];
     float v21 = (a6 + v20);
     out0[i] = v21;
@@ -5151,28 +4687,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd_2 computes:
 //   v24 = layernorm <f32[B,128,256]> v21 v22 v23 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5210,7 +4724,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd_2
 //   v28 = add <f32[B,128,1024]> v26 v27  # models/transformer/model.go:85
 //   v29 = gelu <f32[B,128,1024]> v28  # models/transformer/model.go:85
 //   v30 = dropout <f32[B,128,1024]> v29 {f=0.1 i=4}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -5218,7 +4732,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dro
     float a27 = in1[(0) * 1024LL + j];
     float v28 = (a26 + a27);
     float v29 = ngen_gelu(v28);
-    float v30 = (s_train ? v29 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v29);
+    float v30 = (v29 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v30;
   }
 }
@@ -5227,14 +4741,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear1_bias_gelu_dro
 //   v34 = add <f32[B,128,256]> v32 v33  # models/transformer/model.go:85
 //   v35 = dropout <f32[B,128,256]> v34 {f=0.1 i=5}  # models/transformer/model.go:85
 //   v36 = add <f32[B,128,256]> v21 v35  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a32 = in0[i];
     float a33 = in1[(0) * 256LL + j];
     float v34 = (a32 + a33);
-    float v35 = (s_train ? v34 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v34);
+    float v35 = (v34 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a21 = in2[i];
     float v36 = (a21 + v35);
     out0[i] = v36;
@@ -5244,28 +4758,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_dropout_
 // blocks_1_norm1_layernorm_fwd_2 computes:
 //   v39 = layernorm <f32[B,128,256]> v36 v37 v38 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5314,7 +4806,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd_2(
 
 // blocks_1_self_attn_attention_fwd_2 computes:
 //   v46 = attention <f32[B,128,260]> v45 v45 v45 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -5328,18 +4820,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -5403,7 +4895,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -5441,8 +4933,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v47_rem = (unsigned long long)(i);
-    const long long v47_c2 = (long long)(v47_rem % (unsigned long long)(256LL)); v47_rem /= (unsigned long long)(256LL);
+    const long long v47_c2 = j;
+    unsigned long long v47_rem = (unsigned long long)(r);
     const long long v47_c1 = (long long)(v47_rem % (unsigned long long)(128LL)); v47_rem /= (unsigned long long)(128LL);
     const long long v47_c0 = (long long)v47_rem;
     const float v47 = in0[(((v47_c0) * 128LL + v47_c1) * 260LL + v47_c2 + 0)];
@@ -5454,14 +4946,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
 //   v49 = add <f32[B,128,256]> v48 v43  # models/transformer/model.go:85
 //   v50 = dropout <f32[B,128,256]> v49 {f=0.1 i=7}  # models/transformer/model.go:85
 //   v51 = add <f32[B,128,256]> v36 v50  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a48 = in0[i];
     float a43 = in1[(0) * 256LL + j];
     float v49 = (a48 + a43);
-    float v50 = (s_train ? v49 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v49);
+    float v50 = (v49 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a36 = in2[i];
     float v51 = (a36 + v50);
     out0[i] = v51;
@@ -5471,28 +4963,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd_2 computes:
 //   v54 = layernorm <f32[B,128,256]> v51 v52 v53 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5530,7 +5000,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd_2
 //   v58 = add <f32[B,128,1024]> v56 v57  # models/transformer/model.go:85
 //   v59 = gelu <f32[B,128,1024]> v58  # models/transformer/model.go:85
 //   v60 = dropout <f32[B,128,1024]> v59 {f=0.1 i=8}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -5538,7 +5008,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dro
     float a57 = in1[(0) * 1024LL + j];
     float v58 = (a56 + a57);
     float v59 = ngen_gelu(v58);
-    float v60 = (s_train ? v59 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v59);
+    float v60 = (v59 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v60;
   }
 }
@@ -5547,14 +5017,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear1_bias_gelu_dro
 //   v64 = add <f32[B,128,256]> v62 v63  # models/transformer/model.go:85
 //   v65 = dropout <f32[B,128,256]> v64 {f=0.1 i=9}  # models/transformer/model.go:85
 //   v66 = add <f32[B,128,256]> v51 v65  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a62 = in0[i];
     float a63 = in1[(0) * 256LL + j];
     float v64 = (a62 + a63);
-    float v65 = (s_train ? v64 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v64);
+    float v65 = (v64 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a51 = in2[i];
     float v66 = (a51 + v65);
     out0[i] = v66;
@@ -5564,28 +5034,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_dropout_
 // blocks_2_norm1_layernorm_fwd_2 computes:
 //   v69 = layernorm <f32[B,128,256]> v66 v67 v68 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5634,7 +5082,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd_2(
 
 // blocks_2_self_attn_attention_fwd_2 computes:
 //   v76 = attention <f32[B,128,260]> v75 v75 v75 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -5648,18 +5096,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -5723,7 +5171,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -5761,8 +5209,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v77_rem = (unsigned long long)(i);
-    const long long v77_c2 = (long long)(v77_rem % (unsigned long long)(256LL)); v77_rem /= (unsigned long long)(256LL);
+    const long long v77_c2 = j;
+    unsigned long long v77_rem = (unsigned long long)(r);
     const long long v77_c1 = (long long)(v77_rem % (unsigned long long)(128LL)); v77_rem /= (unsigned long long)(128LL);
     const long long v77_c0 = (long long)v77_rem;
     const float v77 = in0[(((v77_c0) * 128LL + v77_c1) * 260LL + v77_c2 + 0)];
@@ -5774,14 +5222,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
 //   v79 = add <f32[B,128,256]> v78 v73  # models/transformer/model.go:85
 //   v80 = dropout <f32[B,128,256]> v79 {f=0.1 i=11}  # models/transformer/model.go:85
 //   v81 = add <f32[B,128,256]> v66 v80  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a78 = in0[i];
     float a73 = in1[(0) * 256LL + j];
     float v79 = (a78 + a73);
-    float v80 = (s_train ? v79 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v79);
+    float v80 = (v79 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a66 = in2[i];
     float v81 = (a66 + v80);
     out0[i] = v81;
@@ -5791,28 +5239,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd_2 computes:
 //   v84 = layernorm <f32[B,128,256]> v81 v82 v83 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5850,7 +5276,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd_2
 //   v88 = add <f32[B,128,1024]> v86 v87  # models/transformer/model.go:85
 //   v89 = gelu <f32[B,128,1024]> v88  # models/transformer/model.go:85
 //   v90 = dropout <f32[B,128,1024]> v89 {f=0.1 i=12}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -5858,7 +5284,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dro
     float a87 = in1[(0) * 1024LL + j];
     float v88 = (a86 + a87);
     float v89 = ngen_gelu(v88);
-    float v90 = (s_train ? v89 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v89);
+    float v90 = (v89 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v90;
   }
 }
@@ -5867,14 +5293,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear1_bias_gelu_dro
 //   v94 = add <f32[B,128,256]> v92 v93  # models/transformer/model.go:85
 //   v95 = dropout <f32[B,128,256]> v94 {f=0.1 i=13}  # models/transformer/model.go:85
 //   v96 = add <f32[B,128,256]> v81 v95  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a92 = in0[i];
     float a93 = in1[(0) * 256LL + j];
     float v94 = (a92 + a93);
-    float v95 = (s_train ? v94 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v94);
+    float v95 = (v94 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a81 = in2[i];
     float v96 = (a81 + v95);
     out0[i] = v96;
@@ -5884,28 +5310,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_dropout_
 // blocks_3_norm1_layernorm_fwd_2 computes:
 //   v99 = layernorm <f32[B,128,256]> v96 v97 v98 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -5954,7 +5358,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd_2(
 
 // blocks_3_self_attn_attention_fwd_2 computes:
 //   v106 = attention <f32[B,128,260]> v105 v105 v105 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -5968,18 +5372,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -6043,7 +5447,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -6081,8 +5485,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v107_rem = (unsigned long long)(i);
-    const long long v107_c2 = (long long)(v107_rem % (unsigned long long)(256LL)); v107_rem /= (unsigned long long)(256LL);
+    const long long v107_c2 = j;
+    unsigned long long v107_rem = (unsigned long long)(r);
     const long long v107_c1 = (long long)(v107_rem % (unsigned long long)(128LL)); v107_rem /= (unsigned long long)(128LL);
     const long long v107_c0 = (long long)v107_rem;
     const float v107 = in0[(((v107_c0) * 128LL + v107_c1) * 260LL + v107_c2 + 0)];
@@ -6094,14 +5498,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
 //   v109 = add <f32[B,128,256]> v108 v103  # models/transformer/model.go:85
 //   v110 = dropout <f32[B,128,256]> v109 {f=0.1 i=15}  # models/transformer/model.go:85
 //   v111 = add <f32[B,128,256]> v96 v110  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bias_dropout_add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a108 = in0[i];
     float a103 = in1[(0) * 256LL + j];
     float v109 = (a108 + a103);
-    float v110 = (s_train ? v109 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v109);
+    float v110 = (v109 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float a96 = in2[i];
     float v111 = (a96 + v110);
     out0[i] = v111;
@@ -6111,28 +5515,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd_2 computes:
 //   v114 = layernorm <f32[B,128,256]> v111 v112 v113 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6170,7 +5552,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd_2
 //   v118 = add <f32[B,128,1024]> v116 v117  # models/transformer/model.go:85
 //   v119 = gelu <f32[B,128,1024]> v118  # models/transformer/model.go:85
 //   v120 = dropout <f32[B,128,1024]> v119 {f=0.1 i=16}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -6178,21 +5560,21 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_dro
     float a117 = in1[(0) * 1024LL + j];
     float v118 = (a116 + a117);
     float v119 = ngen_gelu(v118);
-    float v120 = (s_train ? v119 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v119);
+    float v120 = (v119 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v120;
   }
 }
 
 // blocks_3_linear2_layernorm_fwd_2 computes:
 //   v126 = layernorm <f32[B,128,256]> v122 v123 v111 v124 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
-extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 128LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -6212,10 +5594,10 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -6236,7 +5618,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -6262,8 +5644,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v4_rem = (unsigned long long)(i);
-    const long long v4_c1 = (long long)(v4_rem % (unsigned long long)(256LL)); v4_rem /= (unsigned long long)(256LL);
+    const long long v4_c1 = j;
+    unsigned long long v4_rem = (unsigned long long)(r);
     const long long v4_c0 = (long long)v4_rem;
     const float v4 = in0[((v4_c0 + 0) * 256LL + v4_c1)];
     out0[i] = v4;
@@ -6286,28 +5668,6 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 // blocks_0_norm1_layernorm_fwd_3 computes:
 //   v8 = layernorm <f32[B,128,256]> v5 v6 v7 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6356,7 +5716,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_bias_fwd_3(
 
 // blocks_0_self_attn_attention_fwd_3 computes:
 //   v15 = attention <f32[B,128,260]> v14 v14 v14 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -6370,18 +5730,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -6445,7 +5805,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -6483,8 +5843,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v16_rem = (unsigned long long)(i);
-    const long long v16_c2 = (long long)(v16_rem % (unsigned long long)(256LL)); v16_rem /= (unsigned long long)(256LL);
+    const long long v16_c2 = j;
+    unsigned long long v16_rem = (unsigned long long)(r);
     const long long v16_c1 = (long long)(v16_rem % (unsigned long long)(128LL)); v16_rem /= (unsigned long long)(128LL);
     const long long v16_c0 = (long long)v16_rem;
     const float v16 = in0[(((v16_c0) * 128LL + v16_c1) * 260LL + v16_c2 + 0)];
@@ -6511,28 +5871,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 // blocks_0_norm2_layernorm_fwd_3 computes:
 //   v22 = layernorm <f32[B,128,256]> v19 v20 v21 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_0_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6600,28 +5938,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_add_fwd(
 // blocks_1_norm1_layernorm_fwd_3 computes:
 //   v35 = layernorm <f32[B,128,256]> v32 v33 v34 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6670,7 +5986,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_bias_fwd_3(
 
 // blocks_1_self_attn_attention_fwd_3 computes:
 //   v42 = attention <f32[B,128,260]> v41 v41 v41 {f=0.125 f2=0.1 i=6 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -6684,18 +6000,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -6759,7 +6075,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -6797,8 +6113,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v43_rem = (unsigned long long)(i);
-    const long long v43_c2 = (long long)(v43_rem % (unsigned long long)(256LL)); v43_rem /= (unsigned long long)(256LL);
+    const long long v43_c2 = j;
+    unsigned long long v43_rem = (unsigned long long)(r);
     const long long v43_c1 = (long long)(v43_rem % (unsigned long long)(128LL)); v43_rem /= (unsigned long long)(128LL);
     const long long v43_c0 = (long long)v43_rem;
     const float v43 = in0[(((v43_c0) * 128LL + v43_c1) * 260LL + v43_c2 + 0)];
@@ -6825,28 +6141,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 // blocks_1_norm2_layernorm_fwd_3 computes:
 //   v49 = layernorm <f32[B,128,256]> v46 v47 v48 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_1_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6914,28 +6208,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_add_fwd(
 // blocks_2_norm1_layernorm_fwd_3 computes:
 //   v62 = layernorm <f32[B,128,256]> v59 v60 v61 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -6984,7 +6256,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_bias_fwd_3(
 
 // blocks_2_self_attn_attention_fwd_3 computes:
 //   v69 = attention <f32[B,128,260]> v68 v68 v68 {f=0.125 f2=0.1 i=10 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -6998,18 +6270,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7073,7 +6345,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -7111,8 +6383,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v70_rem = (unsigned long long)(i);
-    const long long v70_c2 = (long long)(v70_rem % (unsigned long long)(256LL)); v70_rem /= (unsigned long long)(256LL);
+    const long long v70_c2 = j;
+    unsigned long long v70_rem = (unsigned long long)(r);
     const long long v70_c1 = (long long)(v70_rem % (unsigned long long)(128LL)); v70_rem /= (unsigned long long)(128LL);
     const long long v70_c0 = (long long)v70_rem;
     const float v70 = in0[(((v70_c0) * 128LL + v70_c1) * 260LL + v70_c2 + 0)];
@@ -7139,28 +6411,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 // blocks_2_norm2_layernorm_fwd_3 computes:
 //   v76 = layernorm <f32[B,128,256]> v73 v74 v75 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_2_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7228,28 +6478,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_add_fwd(
 // blocks_3_norm1_layernorm_fwd_3 computes:
 //   v89 = layernorm <f32[B,128,256]> v86 v87 v88 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm1_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7298,7 +6526,7 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_bias_fwd_3(
 
 // blocks_3_self_attn_attention_fwd_3 computes:
 //   v96 = attention <f32[B,128,260]> v95 v95 v95 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
@@ -7312,18 +6540,18 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
       ::ngen_emu::gemm(false, true, 128, 128, 64, 0.125f, &in0[b * 98304 + 0 + h * 64], 768, &in0[b * 98304 + 256 + h * 64], 768, 0.0f, scr0, 128);
       for (int qi = 0; qi < 128; ++qi) {
         float *sr = scr0 + qi * 128;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 128; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 128; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 128; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 128 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7387,7 +6615,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -7425,8 +6653,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v97_rem = (unsigned long long)(i);
-    const long long v97_c2 = (long long)(v97_rem % (unsigned long long)(256LL)); v97_rem /= (unsigned long long)(256LL);
+    const long long v97_c2 = j;
+    unsigned long long v97_rem = (unsigned long long)(r);
     const long long v97_c1 = (long long)(v97_rem % (unsigned long long)(128LL)); v97_rem /= (unsigned long long)(128LL);
     const long long v97_c0 = (long long)v97_rem;
     const float v97 = in0[(((v97_c0) * 128LL + v97_c1) * 260LL + v97_c2 + 0)];
@@ -7453,28 +6681,6 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 // blocks_3_norm2_layernorm_fwd_3 computes:
 //   v103 = layernorm <f32[B,128,256]> v100 v101 v102 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) blocks_3_norm2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 128LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7525,14 +6731,14 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear1_bias_gelu_fwd
 
 // blocks_3_linear2_layernorm_fwd_3 computes:
 //   v114 = layernorm <f32[B,128,256]> v110 v111 v100 v112 v113 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
-extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 128LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7552,10 +6758,10 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7576,7 +6782,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_linear2_layernorm_fwd
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }

@@ -3479,6 +3479,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -3489,10 +3493,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -3614,16 +3614,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -3706,6 +3706,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -3716,10 +3720,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -3815,6 +3815,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -3825,10 +3829,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -3897,6 +3897,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -3907,10 +3911,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4038,16 +4038,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4130,6 +4130,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4140,10 +4144,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4239,6 +4239,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4249,10 +4253,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4321,6 +4321,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4331,10 +4335,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4462,16 +4462,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4554,6 +4554,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4564,10 +4568,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4663,6 +4663,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4673,10 +4677,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4745,6 +4745,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4755,10 +4759,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4886,16 +4886,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4978,6 +4978,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4988,10 +4992,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5087,6 +5087,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5097,10 +5101,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5169,20 +5169,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5344,20 +5344,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5472,6 +5472,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5482,10 +5486,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5601,6 +5601,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5611,10 +5615,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5845,6 +5845,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5855,10 +5859,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5987,16 +5987,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6226,6 +6226,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6236,10 +6240,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6364,6 +6364,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6374,10 +6378,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6608,6 +6608,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6618,10 +6622,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6750,16 +6750,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6989,6 +6989,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6999,10 +7003,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7127,6 +7127,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7137,10 +7141,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7371,6 +7371,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7381,10 +7385,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7513,16 +7513,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7752,6 +7752,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7762,10 +7766,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7890,6 +7890,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7900,10 +7904,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8134,6 +8134,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8144,10 +8148,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8276,16 +8276,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8515,6 +8515,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8525,10 +8529,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8668,6 +8668,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8678,10 +8682,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8803,16 +8803,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8895,6 +8895,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8905,10 +8909,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9004,6 +9004,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9014,10 +9018,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9083,6 +9083,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9093,10 +9097,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9224,16 +9224,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9316,6 +9316,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9326,10 +9330,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9425,6 +9425,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9435,10 +9439,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9504,6 +9504,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9514,10 +9518,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9645,16 +9645,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9737,6 +9737,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9747,10 +9751,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9846,6 +9846,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9856,10 +9860,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9925,6 +9925,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9935,10 +9939,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10066,16 +10066,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10158,6 +10158,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -10168,10 +10172,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10267,6 +10267,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -10277,10 +10281,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10346,20 +10346,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10583,16 +10583,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10947,16 +10947,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11311,16 +11311,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11675,16 +11675,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11917,20 +11917,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11998,7 +11998,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_0_norm1_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12010,7 +12010,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_0_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12020,7 +12020,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_self_attn_out_proj_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_0_norm2_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12029,11 +12029,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear1_bias_gelu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear2_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_1_norm1_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12045,7 +12045,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_1_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12055,7 +12055,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_self_attn_out_proj_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_1_norm2_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12064,11 +12064,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear1_bias_gelu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear2_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_2_norm1_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12080,7 +12080,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_2_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12090,7 +12090,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_self_attn_out_proj_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_2_norm2_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12099,11 +12099,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear1_bias_gelu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear2_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_norm1_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12115,7 +12115,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_3_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12125,7 +12125,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_self_attn_out_proj_bias_dropout_add_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_norm2_layernorm_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12134,10 +12134,10 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_linear1_bias_gelu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_linear2_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12147,7 +12147,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "blocks_3_linear2_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12166,7 +12166,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12175,7 +12175,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_gelu_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12202,7 +12202,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12210,7 +12210,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "blocks_3_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12239,7 +12239,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_8",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12248,7 +12248,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_gelu_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_9",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12275,7 +12275,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_11",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12283,7 +12283,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "blocks_2_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12312,7 +12312,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_14",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12321,7 +12321,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_gelu_bwd_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_15",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12348,7 +12348,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_17",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12356,7 +12356,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "blocks_1_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12385,7 +12385,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_20",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12394,7 +12394,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_gelu_bwd_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_21",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12421,7 +12421,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_23",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12429,7 +12429,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "blocks_0_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12458,7 +12458,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_bwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "embedding_bwd_add_bwd",
@@ -12478,7 +12478,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_0_norm1_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12490,7 +12490,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_0_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12500,7 +12500,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_self_attn_out_proj_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_0_norm2_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12509,11 +12509,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear1_bias_gelu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear2_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_1_norm1_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12525,7 +12525,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_1_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12535,7 +12535,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_self_attn_out_proj_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_1_norm2_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12544,11 +12544,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear1_bias_gelu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear2_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_2_norm1_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12560,7 +12560,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_2_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12570,7 +12570,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_self_attn_out_proj_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_2_norm2_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12579,11 +12579,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear1_bias_gelu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear2_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_norm1_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12595,7 +12595,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_3_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12605,7 +12605,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_self_attn_out_proj_bias_dropout_add_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_norm2_layernorm_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -12614,10 +12614,10 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_linear1_bias_gelu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "blocks_3_linear2_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12643,7 +12643,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_0_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12678,7 +12678,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_1_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12713,7 +12713,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_2_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12748,7 +12748,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_3_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -12770,7 +12770,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "blocks_3_linear2_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {

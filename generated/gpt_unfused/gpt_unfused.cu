@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // tok_emb_embedding_fwd computes:
@@ -135,8 +149,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v5_rem = (unsigned long long)(i);
-    const long long v5_c1 = (long long)(v5_rem % (unsigned long long)(256LL)); v5_rem /= (unsigned long long)(256LL);
+    const long long v5_c1 = j;
+    unsigned long long v5_rem = (unsigned long long)(r);
     const long long v5_c0 = (long long)v5_rem;
     const float v5 = in0[((v5_c0 + 0) * 256LL + v5_c1)];
     out0[i] = v5;
@@ -158,11 +172,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 
 // dropout_fwd computes:
 //   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
-    float v7 = (s_train ? a6 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a6);
+    float v7 = (a6 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v7;
   }
 }
@@ -173,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v10_rem = (unsigned long long)(i);
-    const long long v10_c2 = (long long)(v10_rem % (unsigned long long)(1LL)); v10_rem /= (unsigned long long)(1LL);
+    const long long v10_c2 = j;
+    unsigned long long v10_rem = (unsigned long long)(r);
     const long long v10_c1 = (long long)(v10_rem % (unsigned long long)(128LL)); v10_rem /= (unsigned long long)(128LL);
     const long long v10_c0 = (long long)v10_rem;
     const float v10 = in0[(((v10_c0) * 128LL + v10_c1) * 256LL + v10_c2 + 0)];
@@ -361,8 +375,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v28_rem = (unsigned long long)(i);
-    const long long v28_c2 = (long long)(v28_rem % (unsigned long long)(256LL)); v28_rem /= (unsigned long long)(256LL);
+    const long long v28_c2 = j;
+    unsigned long long v28_rem = (unsigned long long)(r);
     const long long v28_c1 = (long long)(v28_rem % (unsigned long long)(128LL)); v28_rem /= (unsigned long long)(128LL);
     const long long v28_c0 = (long long)v28_rem;
     const float v28 = in0[(((v28_c0) * 128LL + v28_c1) * 768LL + v28_c2 + 0)];
@@ -376,8 +390,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __re
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v30_rem = (unsigned long long)(i);
-    const long long v30_c3 = (long long)(v30_rem % (unsigned long long)(64LL)); v30_rem /= (unsigned long long)(64LL);
+    const long long v30_c3 = j;
+    unsigned long long v30_rem = (unsigned long long)(r);
     const long long v30_c2 = (long long)(v30_rem % (unsigned long long)(128LL)); v30_rem /= (unsigned long long)(128LL);
     const long long v30_c1 = (long long)(v30_rem % (unsigned long long)(4LL)); v30_rem /= (unsigned long long)(4LL);
     const long long v30_c0 = (long long)v30_rem;
@@ -392,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v31_rem = (unsigned long long)(i);
-    const long long v31_c2 = (long long)(v31_rem % (unsigned long long)(256LL)); v31_rem /= (unsigned long long)(256LL);
+    const long long v31_c2 = j;
+    unsigned long long v31_rem = (unsigned long long)(r);
     const long long v31_c1 = (long long)(v31_rem % (unsigned long long)(128LL)); v31_rem /= (unsigned long long)(128LL);
     const long long v31_c0 = (long long)v31_rem;
     const float v31 = in0[(((v31_c0) * 128LL + v31_c1) * 768LL + v31_c2 + 256)];
@@ -407,8 +421,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v33_rem = (unsigned long long)(i);
-    const long long v33_c3 = (long long)(v33_rem % (unsigned long long)(64LL)); v33_rem /= (unsigned long long)(64LL);
+    const long long v33_c3 = j;
+    unsigned long long v33_rem = (unsigned long long)(r);
     const long long v33_c2 = (long long)(v33_rem % (unsigned long long)(128LL)); v33_rem /= (unsigned long long)(128LL);
     const long long v33_c1 = (long long)(v33_rem % (unsigned long long)(4LL)); v33_rem /= (unsigned long long)(4LL);
     const long long v33_c0 = (long long)v33_rem;
@@ -423,8 +437,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v34_rem = (unsigned long long)(i);
-    const long long v34_c2 = (long long)(v34_rem % (unsigned long long)(256LL)); v34_rem /= (unsigned long long)(256LL);
+    const long long v34_c2 = j;
+    unsigned long long v34_rem = (unsigned long long)(r);
     const long long v34_c1 = (long long)(v34_rem % (unsigned long long)(128LL)); v34_rem /= (unsigned long long)(128LL);
     const long long v34_c0 = (long long)v34_rem;
     const float v34 = in0[(((v34_c0) * 128LL + v34_c1) * 768LL + v34_c2 + 512)];
@@ -438,8 +452,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v36_rem = (unsigned long long)(i);
-    const long long v36_c3 = (long long)(v36_rem % (unsigned long long)(64LL)); v36_rem /= (unsigned long long)(64LL);
+    const long long v36_c3 = j;
+    unsigned long long v36_rem = (unsigned long long)(r);
     const long long v36_c2 = (long long)(v36_rem % (unsigned long long)(128LL)); v36_rem /= (unsigned long long)(128LL);
     const long long v36_c1 = (long long)(v36_rem % (unsigned long long)(4LL)); v36_rem /= (unsigned long long)(4LL);
     const long long v36_c0 = (long long)v36_rem;
@@ -506,11 +520,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __re
 
 // dropout_fwd_2 computes:
 //   v40 = dropout <f32[B,4,128,128]> v39 {f=0.1 i=2}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a39 = in0[i];
-    float v40 = (s_train ? a39 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a39);
+    float v40 = (a39 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v40;
   }
 }
@@ -521,8 +535,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v42_rem = (unsigned long long)(i);
-    const long long v42_c3 = (long long)(v42_rem % (unsigned long long)(64LL)); v42_rem /= (unsigned long long)(64LL);
+    const long long v42_c3 = j;
+    unsigned long long v42_rem = (unsigned long long)(r);
     const long long v42_c2 = (long long)(v42_rem % (unsigned long long)(4LL)); v42_rem /= (unsigned long long)(4LL);
     const long long v42_c1 = (long long)(v42_rem % (unsigned long long)(128LL)); v42_rem /= (unsigned long long)(128LL);
     const long long v42_c0 = (long long)v42_rem;
@@ -537,8 +551,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v44_rem = (unsigned long long)(i);
-    const long long v44_c2 = (long long)(v44_rem % (unsigned long long)(260LL)); v44_rem /= (unsigned long long)(260LL);
+    const long long v44_c2 = j;
+    unsigned long long v44_rem = (unsigned long long)(r);
     const long long v44_c1 = (long long)(v44_rem % (unsigned long long)(128LL)); v44_rem /= (unsigned long long)(128LL);
     const long long v44_c0 = (long long)v44_rem;
     const float v44 = (v44_c2 >= 0 && v44_c2 < 256) ? in0[(((v44_c0) * 128LL + v44_c1) * 256LL + (v44_c2 >= 0 && v44_c2 < 256 ? v44_c2 - 0 : 0))] : 0.0f;
@@ -552,8 +566,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v46_rem = (unsigned long long)(i);
-    const long long v46_c2 = (long long)(v46_rem % (unsigned long long)(256LL)); v46_rem /= (unsigned long long)(256LL);
+    const long long v46_c2 = j;
+    unsigned long long v46_rem = (unsigned long long)(r);
     const long long v46_c1 = (long long)(v46_rem % (unsigned long long)(128LL)); v46_rem /= (unsigned long long)(128LL);
     const long long v46_c0 = (long long)v46_rem;
     const float v46 = in0[(((v46_c0) * 128LL + v46_c1) * 260LL + v46_c2 + 0)];
@@ -576,11 +590,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 
 // dropout_fwd_3 computes:
 //   v49 = dropout <f32[B,128,256]> v48 {f=0.1 i=3}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a48 = in0[i];
-    float v49 = (s_train ? a48 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a48);
+    float v49 = (a48 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v49;
   }
 }
@@ -603,8 +617,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v53_rem = (unsigned long long)(i);
-    const long long v53_c2 = (long long)(v53_rem % (unsigned long long)(1LL)); v53_rem /= (unsigned long long)(1LL);
+    const long long v53_c2 = j;
+    unsigned long long v53_rem = (unsigned long long)(r);
     const long long v53_c1 = (long long)(v53_rem % (unsigned long long)(128LL)); v53_rem /= (unsigned long long)(128LL);
     const long long v53_c0 = (long long)v53_rem;
     const float v53 = in0[(((v53_c0) * 128LL + v53_c1) * 256LL + v53_c2 + 0)];
@@ -798,11 +812,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd(const float * __restr
 
 // dropout_fwd_4 computes:
 //   v70 = dropout <f32[B,128,1024]> v69 {f=0.1 i=4}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a69 = in0[i];
-    float v70 = (s_train ? a69 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a69);
+    float v70 = (a69 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v70;
   }
 }
@@ -822,11 +836,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_fwd(cons
 
 // dropout_fwd_5 computes:
 //   v75 = dropout <f32[B,128,256]> v74 {f=0.1 i=5}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a74 = in0[i];
-    float v75 = (s_train ? a74 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a74);
+    float v75 = (a74 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v75;
   }
 }
@@ -849,8 +863,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v79_rem = (unsigned long long)(i);
-    const long long v79_c2 = (long long)(v79_rem % (unsigned long long)(1LL)); v79_rem /= (unsigned long long)(1LL);
+    const long long v79_c2 = j;
+    unsigned long long v79_rem = (unsigned long long)(r);
     const long long v79_c1 = (long long)(v79_rem % (unsigned long long)(128LL)); v79_rem /= (unsigned long long)(128LL);
     const long long v79_c0 = (long long)v79_rem;
     const float v79 = in0[(((v79_c0) * 128LL + v79_c1) * 256LL + v79_c2 + 0)];
@@ -1037,8 +1051,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v97_rem = (unsigned long long)(i);
-    const long long v97_c2 = (long long)(v97_rem % (unsigned long long)(256LL)); v97_rem /= (unsigned long long)(256LL);
+    const long long v97_c2 = j;
+    unsigned long long v97_rem = (unsigned long long)(r);
     const long long v97_c1 = (long long)(v97_rem % (unsigned long long)(128LL)); v97_rem /= (unsigned long long)(128LL);
     const long long v97_c0 = (long long)v97_rem;
     const float v97 = in0[(((v97_c0) * 128LL + v97_c1) * 768LL + v97_c2 + 0)];
@@ -1052,8 +1066,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v99_rem = (unsigned long long)(i);
-    const long long v99_c3 = (long long)(v99_rem % (unsigned long long)(64LL)); v99_rem /= (unsigned long long)(64LL);
+    const long long v99_c3 = j;
+    unsigned long long v99_rem = (unsigned long long)(r);
     const long long v99_c2 = (long long)(v99_rem % (unsigned long long)(128LL)); v99_rem /= (unsigned long long)(128LL);
     const long long v99_c1 = (long long)(v99_rem % (unsigned long long)(4LL)); v99_rem /= (unsigned long long)(4LL);
     const long long v99_c0 = (long long)v99_rem;
@@ -1068,8 +1082,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v100_rem = (unsigned long long)(i);
-    const long long v100_c2 = (long long)(v100_rem % (unsigned long long)(256LL)); v100_rem /= (unsigned long long)(256LL);
+    const long long v100_c2 = j;
+    unsigned long long v100_rem = (unsigned long long)(r);
     const long long v100_c1 = (long long)(v100_rem % (unsigned long long)(128LL)); v100_rem /= (unsigned long long)(128LL);
     const long long v100_c0 = (long long)v100_rem;
     const float v100 = in0[(((v100_c0) * 128LL + v100_c1) * 768LL + v100_c2 + 256)];
@@ -1083,8 +1097,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v102_rem = (unsigned long long)(i);
-    const long long v102_c3 = (long long)(v102_rem % (unsigned long long)(64LL)); v102_rem /= (unsigned long long)(64LL);
+    const long long v102_c3 = j;
+    unsigned long long v102_rem = (unsigned long long)(r);
     const long long v102_c2 = (long long)(v102_rem % (unsigned long long)(128LL)); v102_rem /= (unsigned long long)(128LL);
     const long long v102_c1 = (long long)(v102_rem % (unsigned long long)(4LL)); v102_rem /= (unsigned long long)(4LL);
     const long long v102_c0 = (long long)v102_rem;
@@ -1099,8 +1113,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v103_rem = (unsigned long long)(i);
-    const long long v103_c2 = (long long)(v103_rem % (unsigned long long)(256LL)); v103_rem /= (unsigned long long)(256LL);
+    const long long v103_c2 = j;
+    unsigned long long v103_rem = (unsigned long long)(r);
     const long long v103_c1 = (long long)(v103_rem % (unsigned long long)(128LL)); v103_rem /= (unsigned long long)(128LL);
     const long long v103_c0 = (long long)v103_rem;
     const float v103 = in0[(((v103_c0) * 128LL + v103_c1) * 768LL + v103_c2 + 512)];
@@ -1114,8 +1128,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v105_rem = (unsigned long long)(i);
-    const long long v105_c3 = (long long)(v105_rem % (unsigned long long)(64LL)); v105_rem /= (unsigned long long)(64LL);
+    const long long v105_c3 = j;
+    unsigned long long v105_rem = (unsigned long long)(r);
     const long long v105_c2 = (long long)(v105_rem % (unsigned long long)(128LL)); v105_rem /= (unsigned long long)(128LL);
     const long long v105_c1 = (long long)(v105_rem % (unsigned long long)(4LL)); v105_rem /= (unsigned long long)(4LL);
     const long long v105_c0 = (long long)v105_rem;
@@ -1182,11 +1196,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2(const float * __
 
 // dropout_fwd_6 computes:
 //   v109 = dropout <f32[B,4,128,128]> v108 {f=0.1 i=6}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a108 = in0[i];
-    float v109 = (s_train ? a108 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a108);
+    float v109 = (a108 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v109;
   }
 }
@@ -1197,8 +1211,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v111_rem = (unsigned long long)(i);
-    const long long v111_c3 = (long long)(v111_rem % (unsigned long long)(64LL)); v111_rem /= (unsigned long long)(64LL);
+    const long long v111_c3 = j;
+    unsigned long long v111_rem = (unsigned long long)(r);
     const long long v111_c2 = (long long)(v111_rem % (unsigned long long)(4LL)); v111_rem /= (unsigned long long)(4LL);
     const long long v111_c1 = (long long)(v111_rem % (unsigned long long)(128LL)); v111_rem /= (unsigned long long)(128LL);
     const long long v111_c0 = (long long)v111_rem;
@@ -1213,8 +1227,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v113_rem = (unsigned long long)(i);
-    const long long v113_c2 = (long long)(v113_rem % (unsigned long long)(260LL)); v113_rem /= (unsigned long long)(260LL);
+    const long long v113_c2 = j;
+    unsigned long long v113_rem = (unsigned long long)(r);
     const long long v113_c1 = (long long)(v113_rem % (unsigned long long)(128LL)); v113_rem /= (unsigned long long)(128LL);
     const long long v113_c0 = (long long)v113_rem;
     const float v113 = (v113_c2 >= 0 && v113_c2 < 256) ? in0[(((v113_c0) * 128LL + v113_c1) * 256LL + (v113_c2 >= 0 && v113_c2 < 256 ? v113_c2 - 0 : 0))] : 0.0f;
@@ -1228,8 +1242,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v115_rem = (unsigned long long)(i);
-    const long long v115_c2 = (long long)(v115_rem % (unsigned long long)(256LL)); v115_rem /= (unsigned long long)(256LL);
+    const long long v115_c2 = j;
+    unsigned long long v115_rem = (unsigned long long)(r);
     const long long v115_c1 = (long long)(v115_rem % (unsigned long long)(128LL)); v115_rem /= (unsigned long long)(128LL);
     const long long v115_c0 = (long long)v115_rem;
     const float v115 = in0[(((v115_c0) * 128LL + v115_c1) * 260LL + v115_c2 + 0)];
@@ -1252,11 +1266,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 
 // dropout_fwd_7 computes:
 //   v118 = dropout <f32[B,128,256]> v117 {f=0.1 i=7}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a117 = in0[i];
-    float v118 = (s_train ? a117 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a117);
+    float v118 = (a117 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v118;
   }
 }
@@ -1279,8 +1293,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v122_rem = (unsigned long long)(i);
-    const long long v122_c2 = (long long)(v122_rem % (unsigned long long)(1LL)); v122_rem /= (unsigned long long)(1LL);
+    const long long v122_c2 = j;
+    unsigned long long v122_rem = (unsigned long long)(r);
     const long long v122_c1 = (long long)(v122_rem % (unsigned long long)(128LL)); v122_rem /= (unsigned long long)(128LL);
     const long long v122_c0 = (long long)v122_rem;
     const float v122 = in0[(((v122_c0) * 128LL + v122_c1) * 256LL + v122_c2 + 0)];
@@ -1474,11 +1488,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_2(const float * __res
 
 // dropout_fwd_8 computes:
 //   v139 = dropout <f32[B,128,1024]> v138 {f=0.1 i=8}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a138 = in0[i];
-    float v139 = (s_train ? a138 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a138);
+    float v139 = (a138 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v139;
   }
 }
@@ -1498,11 +1512,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_fwd(cons
 
 // dropout_fwd_9 computes:
 //   v144 = dropout <f32[B,128,256]> v143 {f=0.1 i=9}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a143 = in0[i];
-    float v144 = (s_train ? a143 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a143);
+    float v144 = (a143 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v144;
   }
 }
@@ -1525,8 +1539,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v148_rem = (unsigned long long)(i);
-    const long long v148_c2 = (long long)(v148_rem % (unsigned long long)(1LL)); v148_rem /= (unsigned long long)(1LL);
+    const long long v148_c2 = j;
+    unsigned long long v148_rem = (unsigned long long)(r);
     const long long v148_c1 = (long long)(v148_rem % (unsigned long long)(128LL)); v148_rem /= (unsigned long long)(128LL);
     const long long v148_c0 = (long long)v148_rem;
     const float v148 = in0[(((v148_c0) * 128LL + v148_c1) * 256LL + v148_c2 + 0)];
@@ -1713,8 +1727,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v166_rem = (unsigned long long)(i);
-    const long long v166_c2 = (long long)(v166_rem % (unsigned long long)(256LL)); v166_rem /= (unsigned long long)(256LL);
+    const long long v166_c2 = j;
+    unsigned long long v166_rem = (unsigned long long)(r);
     const long long v166_c1 = (long long)(v166_rem % (unsigned long long)(128LL)); v166_rem /= (unsigned long long)(128LL);
     const long long v166_c0 = (long long)v166_rem;
     const float v166 = in0[(((v166_c0) * 128LL + v166_c1) * 768LL + v166_c2 + 0)];
@@ -1728,8 +1742,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v168_rem = (unsigned long long)(i);
-    const long long v168_c3 = (long long)(v168_rem % (unsigned long long)(64LL)); v168_rem /= (unsigned long long)(64LL);
+    const long long v168_c3 = j;
+    unsigned long long v168_rem = (unsigned long long)(r);
     const long long v168_c2 = (long long)(v168_rem % (unsigned long long)(128LL)); v168_rem /= (unsigned long long)(128LL);
     const long long v168_c1 = (long long)(v168_rem % (unsigned long long)(4LL)); v168_rem /= (unsigned long long)(4LL);
     const long long v168_c0 = (long long)v168_rem;
@@ -1744,8 +1758,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v169_rem = (unsigned long long)(i);
-    const long long v169_c2 = (long long)(v169_rem % (unsigned long long)(256LL)); v169_rem /= (unsigned long long)(256LL);
+    const long long v169_c2 = j;
+    unsigned long long v169_rem = (unsigned long long)(r);
     const long long v169_c1 = (long long)(v169_rem % (unsigned long long)(128LL)); v169_rem /= (unsigned long long)(128LL);
     const long long v169_c0 = (long long)v169_rem;
     const float v169 = in0[(((v169_c0) * 128LL + v169_c1) * 768LL + v169_c2 + 256)];
@@ -1759,8 +1773,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v171_rem = (unsigned long long)(i);
-    const long long v171_c3 = (long long)(v171_rem % (unsigned long long)(64LL)); v171_rem /= (unsigned long long)(64LL);
+    const long long v171_c3 = j;
+    unsigned long long v171_rem = (unsigned long long)(r);
     const long long v171_c2 = (long long)(v171_rem % (unsigned long long)(128LL)); v171_rem /= (unsigned long long)(128LL);
     const long long v171_c1 = (long long)(v171_rem % (unsigned long long)(4LL)); v171_rem /= (unsigned long long)(4LL);
     const long long v171_c0 = (long long)v171_rem;
@@ -1775,8 +1789,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v172_rem = (unsigned long long)(i);
-    const long long v172_c2 = (long long)(v172_rem % (unsigned long long)(256LL)); v172_rem /= (unsigned long long)(256LL);
+    const long long v172_c2 = j;
+    unsigned long long v172_rem = (unsigned long long)(r);
     const long long v172_c1 = (long long)(v172_rem % (unsigned long long)(128LL)); v172_rem /= (unsigned long long)(128LL);
     const long long v172_c0 = (long long)v172_rem;
     const float v172 = in0[(((v172_c0) * 128LL + v172_c1) * 768LL + v172_c2 + 512)];
@@ -1790,8 +1804,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v174_rem = (unsigned long long)(i);
-    const long long v174_c3 = (long long)(v174_rem % (unsigned long long)(64LL)); v174_rem /= (unsigned long long)(64LL);
+    const long long v174_c3 = j;
+    unsigned long long v174_rem = (unsigned long long)(r);
     const long long v174_c2 = (long long)(v174_rem % (unsigned long long)(128LL)); v174_rem /= (unsigned long long)(128LL);
     const long long v174_c1 = (long long)(v174_rem % (unsigned long long)(4LL)); v174_rem /= (unsigned long long)(4LL);
     const long long v174_c0 = (long long)v174_rem;
@@ -1858,11 +1872,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_3(const float * __
 
 // dropout_fwd_10 computes:
 //   v178 = dropout <f32[B,4,128,128]> v177 {f=0.1 i=10}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a177 = in0[i];
-    float v178 = (s_train ? a177 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a177);
+    float v178 = (a177 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v178;
   }
 }
@@ -1873,8 +1887,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v180_rem = (unsigned long long)(i);
-    const long long v180_c3 = (long long)(v180_rem % (unsigned long long)(64LL)); v180_rem /= (unsigned long long)(64LL);
+    const long long v180_c3 = j;
+    unsigned long long v180_rem = (unsigned long long)(r);
     const long long v180_c2 = (long long)(v180_rem % (unsigned long long)(4LL)); v180_rem /= (unsigned long long)(4LL);
     const long long v180_c1 = (long long)(v180_rem % (unsigned long long)(128LL)); v180_rem /= (unsigned long long)(128LL);
     const long long v180_c0 = (long long)v180_rem;
@@ -1889,8 +1903,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v182_rem = (unsigned long long)(i);
-    const long long v182_c2 = (long long)(v182_rem % (unsigned long long)(260LL)); v182_rem /= (unsigned long long)(260LL);
+    const long long v182_c2 = j;
+    unsigned long long v182_rem = (unsigned long long)(r);
     const long long v182_c1 = (long long)(v182_rem % (unsigned long long)(128LL)); v182_rem /= (unsigned long long)(128LL);
     const long long v182_c0 = (long long)v182_rem;
     const float v182 = (v182_c2 >= 0 && v182_c2 < 256) ? in0[(((v182_c0) * 128LL + v182_c1) * 256LL + (v182_c2 >= 0 && v182_c2 < 256 ? v182_c2 - 0 : 0))] : 0.0f;
@@ -1904,8 +1918,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v184_rem = (unsigned long long)(i);
-    const long long v184_c2 = (long long)(v184_rem % (unsigned long long)(256LL)); v184_rem /= (unsigned long long)(256LL);
+    const long long v184_c2 = j;
+    unsigned long long v184_rem = (unsigned long long)(r);
     const long long v184_c1 = (long long)(v184_rem % (unsigned long long)(128LL)); v184_rem /= (unsigned long long)(128LL);
     const long long v184_c0 = (long long)v184_rem;
     const float v184 = in0[(((v184_c0) * 128LL + v184_c1) * 260LL + v184_c2 + 0)];
@@ -1928,11 +1942,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 
 // dropout_fwd_11 computes:
 //   v187 = dropout <f32[B,128,256]> v186 {f=0.1 i=11}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a186 = in0[i];
-    float v187 = (s_train ? a186 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a186);
+    float v187 = (a186 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v187;
   }
 }
@@ -1955,8 +1969,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v191_rem = (unsigned long long)(i);
-    const long long v191_c2 = (long long)(v191_rem % (unsigned long long)(1LL)); v191_rem /= (unsigned long long)(1LL);
+    const long long v191_c2 = j;
+    unsigned long long v191_rem = (unsigned long long)(r);
     const long long v191_c1 = (long long)(v191_rem % (unsigned long long)(128LL)); v191_rem /= (unsigned long long)(128LL);
     const long long v191_c0 = (long long)v191_rem;
     const float v191 = in0[(((v191_c0) * 128LL + v191_c1) * 256LL + v191_c2 + 0)];
@@ -2150,11 +2164,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_3(const float * __res
 
 // dropout_fwd_12 computes:
 //   v208 = dropout <f32[B,128,1024]> v207 {f=0.1 i=12}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a207 = in0[i];
-    float v208 = (s_train ? a207 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a207);
+    float v208 = (a207 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v208;
   }
 }
@@ -2174,11 +2188,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_fwd(cons
 
 // dropout_fwd_13 computes:
 //   v213 = dropout <f32[B,128,256]> v212 {f=0.1 i=13}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a212 = in0[i];
-    float v213 = (s_train ? a212 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a212);
+    float v213 = (a212 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v213;
   }
 }
@@ -2201,8 +2215,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v217_rem = (unsigned long long)(i);
-    const long long v217_c2 = (long long)(v217_rem % (unsigned long long)(1LL)); v217_rem /= (unsigned long long)(1LL);
+    const long long v217_c2 = j;
+    unsigned long long v217_rem = (unsigned long long)(r);
     const long long v217_c1 = (long long)(v217_rem % (unsigned long long)(128LL)); v217_rem /= (unsigned long long)(128LL);
     const long long v217_c0 = (long long)v217_rem;
     const float v217 = in0[(((v217_c0) * 128LL + v217_c1) * 256LL + v217_c2 + 0)];
@@ -2389,8 +2403,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v235_rem = (unsigned long long)(i);
-    const long long v235_c2 = (long long)(v235_rem % (unsigned long long)(256LL)); v235_rem /= (unsigned long long)(256LL);
+    const long long v235_c2 = j;
+    unsigned long long v235_rem = (unsigned long long)(r);
     const long long v235_c1 = (long long)(v235_rem % (unsigned long long)(128LL)); v235_rem /= (unsigned long long)(128LL);
     const long long v235_c0 = (long long)v235_rem;
     const float v235 = in0[(((v235_c0) * 128LL + v235_c1) * 768LL + v235_c2 + 0)];
@@ -2404,8 +2418,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v237_rem = (unsigned long long)(i);
-    const long long v237_c3 = (long long)(v237_rem % (unsigned long long)(64LL)); v237_rem /= (unsigned long long)(64LL);
+    const long long v237_c3 = j;
+    unsigned long long v237_rem = (unsigned long long)(r);
     const long long v237_c2 = (long long)(v237_rem % (unsigned long long)(128LL)); v237_rem /= (unsigned long long)(128LL);
     const long long v237_c1 = (long long)(v237_rem % (unsigned long long)(4LL)); v237_rem /= (unsigned long long)(4LL);
     const long long v237_c0 = (long long)v237_rem;
@@ -2420,8 +2434,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v238_rem = (unsigned long long)(i);
-    const long long v238_c2 = (long long)(v238_rem % (unsigned long long)(256LL)); v238_rem /= (unsigned long long)(256LL);
+    const long long v238_c2 = j;
+    unsigned long long v238_rem = (unsigned long long)(r);
     const long long v238_c1 = (long long)(v238_rem % (unsigned long long)(128LL)); v238_rem /= (unsigned long long)(128LL);
     const long long v238_c0 = (long long)v238_rem;
     const float v238 = in0[(((v238_c0) * 128LL + v238_c1) * 768LL + v238_c2 + 256)];
@@ -2435,8 +2449,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v240_rem = (unsigned long long)(i);
-    const long long v240_c3 = (long long)(v240_rem % (unsigned long long)(64LL)); v240_rem /= (unsigned long long)(64LL);
+    const long long v240_c3 = j;
+    unsigned long long v240_rem = (unsigned long long)(r);
     const long long v240_c2 = (long long)(v240_rem % (unsigned long long)(128LL)); v240_rem /= (unsigned long long)(128LL);
     const long long v240_c1 = (long long)(v240_rem % (unsigned long long)(4LL)); v240_rem /= (unsigned long long)(4LL);
     const long long v240_c0 = (long long)v240_rem;
@@ -2451,8 +2465,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v241_rem = (unsigned long long)(i);
-    const long long v241_c2 = (long long)(v241_rem % (unsigned long long)(256LL)); v241_rem /= (unsigned long long)(256LL);
+    const long long v241_c2 = j;
+    unsigned long long v241_rem = (unsigned long long)(r);
     const long long v241_c1 = (long long)(v241_rem % (unsigned long long)(128LL)); v241_rem /= (unsigned long long)(128LL);
     const long long v241_c0 = (long long)v241_rem;
     const float v241 = in0[(((v241_c0) * 128LL + v241_c1) * 768LL + v241_c2 + 512)];
@@ -2466,8 +2480,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v243_rem = (unsigned long long)(i);
-    const long long v243_c3 = (long long)(v243_rem % (unsigned long long)(64LL)); v243_rem /= (unsigned long long)(64LL);
+    const long long v243_c3 = j;
+    unsigned long long v243_rem = (unsigned long long)(r);
     const long long v243_c2 = (long long)(v243_rem % (unsigned long long)(128LL)); v243_rem /= (unsigned long long)(128LL);
     const long long v243_c1 = (long long)(v243_rem % (unsigned long long)(4LL)); v243_rem /= (unsigned long long)(4LL);
     const long long v243_c0 = (long long)v243_rem;
@@ -2534,11 +2548,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_4(const float * __
 
 // dropout_fwd_14 computes:
 //   v247 = dropout <f32[B,4,128,128]> v246 {f=0.1 i=14}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a246 = in0[i];
-    float v247 = (s_train ? a246 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a246);
+    float v247 = (a246 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v247;
   }
 }
@@ -2549,8 +2563,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v249_rem = (unsigned long long)(i);
-    const long long v249_c3 = (long long)(v249_rem % (unsigned long long)(64LL)); v249_rem /= (unsigned long long)(64LL);
+    const long long v249_c3 = j;
+    unsigned long long v249_rem = (unsigned long long)(r);
     const long long v249_c2 = (long long)(v249_rem % (unsigned long long)(4LL)); v249_rem /= (unsigned long long)(4LL);
     const long long v249_c1 = (long long)(v249_rem % (unsigned long long)(128LL)); v249_rem /= (unsigned long long)(128LL);
     const long long v249_c0 = (long long)v249_rem;
@@ -2565,8 +2579,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v251_rem = (unsigned long long)(i);
-    const long long v251_c2 = (long long)(v251_rem % (unsigned long long)(260LL)); v251_rem /= (unsigned long long)(260LL);
+    const long long v251_c2 = j;
+    unsigned long long v251_rem = (unsigned long long)(r);
     const long long v251_c1 = (long long)(v251_rem % (unsigned long long)(128LL)); v251_rem /= (unsigned long long)(128LL);
     const long long v251_c0 = (long long)v251_rem;
     const float v251 = (v251_c2 >= 0 && v251_c2 < 256) ? in0[(((v251_c0) * 128LL + v251_c1) * 256LL + (v251_c2 >= 0 && v251_c2 < 256 ? v251_c2 - 0 : 0))] : 0.0f;
@@ -2580,8 +2594,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v253_rem = (unsigned long long)(i);
-    const long long v253_c2 = (long long)(v253_rem % (unsigned long long)(256LL)); v253_rem /= (unsigned long long)(256LL);
+    const long long v253_c2 = j;
+    unsigned long long v253_rem = (unsigned long long)(r);
     const long long v253_c1 = (long long)(v253_rem % (unsigned long long)(128LL)); v253_rem /= (unsigned long long)(128LL);
     const long long v253_c0 = (long long)v253_rem;
     const float v253 = in0[(((v253_c0) * 128LL + v253_c1) * 260LL + v253_c2 + 0)];
@@ -2604,11 +2618,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 
 // dropout_fwd_15 computes:
 //   v256 = dropout <f32[B,128,256]> v255 {f=0.1 i=15}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a255 = in0[i];
-    float v256 = (s_train ? a255 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a255);
+    float v256 = (a255 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v256;
   }
 }
@@ -2631,8 +2645,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v260_rem = (unsigned long long)(i);
-    const long long v260_c2 = (long long)(v260_rem % (unsigned long long)(1LL)); v260_rem /= (unsigned long long)(1LL);
+    const long long v260_c2 = j;
+    unsigned long long v260_rem = (unsigned long long)(r);
     const long long v260_c1 = (long long)(v260_rem % (unsigned long long)(128LL)); v260_rem /= (unsigned long long)(128LL);
     const long long v260_c0 = (long long)v260_rem;
     const float v260 = in0[(((v260_c0) * 128LL + v260_c1) * 256LL + v260_c2 + 0)];
@@ -2826,11 +2840,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_4(const float * __res
 
 // dropout_fwd_16 computes:
 //   v277 = dropout <f32[B,128,1024]> v276 {f=0.1 i=16}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a276 = in0[i];
-    float v277 = (s_train ? a276 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a276);
+    float v277 = (a276 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v277;
   }
 }
@@ -2850,11 +2864,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear2_bias_fwd(cons
 
 // dropout_fwd_17 computes:
 //   v282 = dropout <f32[B,128,256]> v281 {f=0.1 i=17}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a281 = in0[i];
-    float v282 = (s_train ? a281 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a281);
+    float v282 = (a281 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v282;
   }
 }
@@ -2877,8 +2891,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26(const float * __r
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v286_rem = (unsigned long long)(i);
-    const long long v286_c2 = (long long)(v286_rem % (unsigned long long)(1LL)); v286_rem /= (unsigned long long)(1LL);
+    const long long v286_c2 = j;
+    unsigned long long v286_rem = (unsigned long long)(r);
     const long long v286_c1 = (long long)(v286_rem % (unsigned long long)(128LL)); v286_rem /= (unsigned long long)(128LL);
     const long long v286_c0 = (long long)v286_rem;
     const float v286 = in0[(((v286_c0) * 128LL + v286_c1) * 256LL + v286_c2 + 0)];
@@ -3599,8 +3613,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v331_rem = (unsigned long long)(i);
-    const long long v331_c2 = (long long)(v331_rem % (unsigned long long)(256LL)); v331_rem /= (unsigned long long)(256LL);
+    const long long v331_c2 = j;
+    unsigned long long v331_rem = (unsigned long long)(r);
     const long long v331_c1 = (long long)(v331_rem % (unsigned long long)(128LL)); v331_rem /= (unsigned long long)(128LL);
     const long long v331_c0 = (long long)v331_rem;
     const float v331 = (v331_c2 >= 0 && v331_c2 < 1) ? in0[(((v331_c0) * 128LL + v331_c1) * 1LL + (v331_c2 >= 0 && v331_c2 < 1 ? v331_c2 - 0 : 0))] : 0.0f;
@@ -3622,11 +3636,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __rest
 
 // dropout_bwd computes:
 //   v333 = dropout <f32[B,128,256]> v332 {f=0.1 i=17}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a332 = in0[i];
-    float v333 = (s_train ? a332 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a332);
+    float v333 = (a332 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v333;
   }
 }
@@ -3717,11 +3731,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 
 // dropout_bwd_2 computes:
 //   v340 = dropout <f32[B,128,1024]> v336 {f=0.1 i=16}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a336 = in0[i];
-    float v340 = (s_train ? a336 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a336);
+    float v340 = (a336 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v340;
   }
 }
@@ -4216,8 +4230,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v374_rem = (unsigned long long)(i);
-    const long long v374_c2 = (long long)(v374_rem % (unsigned long long)(256LL)); v374_rem /= (unsigned long long)(256LL);
+    const long long v374_c2 = j;
+    unsigned long long v374_rem = (unsigned long long)(r);
     const long long v374_c1 = (long long)(v374_rem % (unsigned long long)(128LL)); v374_rem /= (unsigned long long)(128LL);
     const long long v374_c0 = (long long)v374_rem;
     const float v374 = (v374_c2 >= 0 && v374_c2 < 1) ? in0[(((v374_c0) * 128LL + v374_c1) * 1LL + (v374_c2 >= 0 && v374_c2 < 1 ? v374_c2 - 0 : 0))] : 0.0f;
@@ -4239,11 +4253,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_7(const float * __rest
 
 // dropout_bwd_3 computes:
 //   v376 = dropout <f32[B,128,256]> v375 {f=0.1 i=15}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a375 = in0[i];
-    float v376 = (s_train ? a375 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a375);
+    float v376 = (a375 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v376;
   }
 }
@@ -4338,8 +4352,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v383_rem = (unsigned long long)(i);
-    const long long v383_c2 = (long long)(v383_rem % (unsigned long long)(260LL)); v383_rem /= (unsigned long long)(260LL);
+    const long long v383_c2 = j;
+    unsigned long long v383_rem = (unsigned long long)(r);
     const long long v383_c1 = (long long)(v383_rem % (unsigned long long)(128LL)); v383_rem /= (unsigned long long)(128LL);
     const long long v383_c0 = (long long)v383_rem;
     const float v383 = (v383_c2 >= 0 && v383_c2 < 256) ? in0[(((v383_c0) * 128LL + v383_c1) * 256LL + (v383_c2 >= 0 && v383_c2 < 256 ? v383_c2 - 0 : 0))] : 0.0f;
@@ -4353,8 +4367,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v385_rem = (unsigned long long)(i);
-    const long long v385_c2 = (long long)(v385_rem % (unsigned long long)(256LL)); v385_rem /= (unsigned long long)(256LL);
+    const long long v385_c2 = j;
+    unsigned long long v385_rem = (unsigned long long)(r);
     const long long v385_c1 = (long long)(v385_rem % (unsigned long long)(128LL)); v385_rem /= (unsigned long long)(128LL);
     const long long v385_c0 = (long long)v385_rem;
     const float v385 = in0[(((v385_c0) * 128LL + v385_c1) * 260LL + v385_c2 + 0)];
@@ -4368,8 +4382,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd(const float * __re
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v387_rem = (unsigned long long)(i);
-    const long long v387_c3 = (long long)(v387_rem % (unsigned long long)(64LL)); v387_rem /= (unsigned long long)(64LL);
+    const long long v387_c3 = j;
+    unsigned long long v387_rem = (unsigned long long)(r);
     const long long v387_c2 = (long long)(v387_rem % (unsigned long long)(128LL)); v387_rem /= (unsigned long long)(128LL);
     const long long v387_c1 = (long long)(v387_rem % (unsigned long long)(4LL)); v387_rem /= (unsigned long long)(4LL);
     const long long v387_c0 = (long long)v387_rem;
@@ -4380,11 +4394,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd(const float * __re
 
 // dropout_bwd_4 computes:
 //   v390 = dropout <f32[B,4,128,128]> v388 {f=0.1 i=14}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a388 = in0[i];
-    float v390 = (s_train ? a388 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a388);
+    float v390 = (a388 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v390;
   }
 }
@@ -4432,8 +4446,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_2(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v395_rem = (unsigned long long)(i);
-    const long long v395_c3 = (long long)(v395_rem % (unsigned long long)(64LL)); v395_rem /= (unsigned long long)(64LL);
+    const long long v395_c3 = j;
+    unsigned long long v395_rem = (unsigned long long)(r);
     const long long v395_c2 = (long long)(v395_rem % (unsigned long long)(4LL)); v395_rem /= (unsigned long long)(4LL);
     const long long v395_c1 = (long long)(v395_rem % (unsigned long long)(128LL)); v395_rem /= (unsigned long long)(128LL);
     const long long v395_c0 = (long long)v395_rem;
@@ -4448,8 +4462,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v397_rem = (unsigned long long)(i);
-    const long long v397_c2 = (long long)(v397_rem % (unsigned long long)(768LL)); v397_rem /= (unsigned long long)(768LL);
+    const long long v397_c2 = j;
+    unsigned long long v397_rem = (unsigned long long)(r);
     const long long v397_c1 = (long long)(v397_rem % (unsigned long long)(128LL)); v397_rem /= (unsigned long long)(128LL);
     const long long v397_c0 = (long long)v397_rem;
     const float v397 = (v397_c2 >= 512 && v397_c2 < 768) ? in0[(((v397_c0) * 128LL + v397_c1) * 256LL + (v397_c2 >= 512 && v397_c2 < 768 ? v397_c2 - 512 : 0))] : 0.0f;
@@ -4463,8 +4477,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_3(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v398_rem = (unsigned long long)(i);
-    const long long v398_c3 = (long long)(v398_rem % (unsigned long long)(64LL)); v398_rem /= (unsigned long long)(64LL);
+    const long long v398_c3 = j;
+    unsigned long long v398_rem = (unsigned long long)(r);
     const long long v398_c2 = (long long)(v398_rem % (unsigned long long)(4LL)); v398_rem /= (unsigned long long)(4LL);
     const long long v398_c1 = (long long)(v398_rem % (unsigned long long)(128LL)); v398_rem /= (unsigned long long)(128LL);
     const long long v398_c0 = (long long)v398_rem;
@@ -4479,8 +4493,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_5(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v400_rem = (unsigned long long)(i);
-    const long long v400_c2 = (long long)(v400_rem % (unsigned long long)(768LL)); v400_rem /= (unsigned long long)(768LL);
+    const long long v400_c2 = j;
+    unsigned long long v400_rem = (unsigned long long)(r);
     const long long v400_c1 = (long long)(v400_rem % (unsigned long long)(128LL)); v400_rem /= (unsigned long long)(128LL);
     const long long v400_c0 = (long long)v400_rem;
     const float v400 = (v400_c2 >= 256 && v400_c2 < 512) ? in0[(((v400_c0) * 128LL + v400_c1) * 256LL + (v400_c2 >= 256 && v400_c2 < 512 ? v400_c2 - 256 : 0))] : 0.0f;
@@ -4506,8 +4520,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_4(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v402_rem = (unsigned long long)(i);
-    const long long v402_c3 = (long long)(v402_rem % (unsigned long long)(64LL)); v402_rem /= (unsigned long long)(64LL);
+    const long long v402_c3 = j;
+    unsigned long long v402_rem = (unsigned long long)(r);
     const long long v402_c2 = (long long)(v402_rem % (unsigned long long)(4LL)); v402_rem /= (unsigned long long)(4LL);
     const long long v402_c1 = (long long)(v402_rem % (unsigned long long)(128LL)); v402_rem /= (unsigned long long)(128LL);
     const long long v402_c0 = (long long)v402_rem;
@@ -4522,8 +4536,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_6(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v404_rem = (unsigned long long)(i);
-    const long long v404_c2 = (long long)(v404_rem % (unsigned long long)(768LL)); v404_rem /= (unsigned long long)(768LL);
+    const long long v404_c2 = j;
+    unsigned long long v404_rem = (unsigned long long)(r);
     const long long v404_c1 = (long long)(v404_rem % (unsigned long long)(128LL)); v404_rem /= (unsigned long long)(128LL);
     const long long v404_c0 = (long long)v404_rem;
     const float v404 = (v404_c2 >= 0 && v404_c2 < 256) ? in0[(((v404_c0) * 128LL + v404_c1) * 256LL + (v404_c2 >= 0 && v404_c2 < 256 ? v404_c2 - 0 : 0))] : 0.0f;
@@ -5021,8 +5035,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_7(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v438_rem = (unsigned long long)(i);
-    const long long v438_c2 = (long long)(v438_rem % (unsigned long long)(256LL)); v438_rem /= (unsigned long long)(256LL);
+    const long long v438_c2 = j;
+    unsigned long long v438_rem = (unsigned long long)(r);
     const long long v438_c1 = (long long)(v438_rem % (unsigned long long)(128LL)); v438_rem /= (unsigned long long)(128LL);
     const long long v438_c0 = (long long)v438_rem;
     const float v438 = (v438_c2 >= 0 && v438_c2 < 1) ? in0[(((v438_c0) * 128LL + v438_c1) * 1LL + (v438_c2 >= 0 && v438_c2 < 1 ? v438_c2 - 0 : 0))] : 0.0f;
@@ -5044,11 +5058,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_13(const float * __res
 
 // dropout_bwd_5 computes:
 //   v440 = dropout <f32[B,128,256]> v439 {f=0.1 i=13}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a439 = in0[i];
-    float v440 = (s_train ? a439 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a439);
+    float v440 = (a439 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v440;
   }
 }
@@ -5139,11 +5153,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_26(const float * __res
 
 // dropout_bwd_6 computes:
 //   v447 = dropout <f32[B,128,1024]> v443 {f=0.1 i=12}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a443 = in0[i];
-    float v447 = (s_train ? a443 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a443);
+    float v447 = (a443 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v447;
   }
 }
@@ -5638,8 +5652,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_8(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v481_rem = (unsigned long long)(i);
-    const long long v481_c2 = (long long)(v481_rem % (unsigned long long)(256LL)); v481_rem /= (unsigned long long)(256LL);
+    const long long v481_c2 = j;
+    unsigned long long v481_rem = (unsigned long long)(r);
     const long long v481_c1 = (long long)(v481_rem % (unsigned long long)(128LL)); v481_rem /= (unsigned long long)(128LL);
     const long long v481_c0 = (long long)v481_rem;
     const float v481 = (v481_c2 >= 0 && v481_c2 < 1) ? in0[(((v481_c0) * 128LL + v481_c1) * 1LL + (v481_c2 >= 0 && v481_c2 < 1 ? v481_c2 - 0 : 0))] : 0.0f;
@@ -5661,11 +5675,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_17(const float * __res
 
 // dropout_bwd_7 computes:
 //   v483 = dropout <f32[B,128,256]> v482 {f=0.1 i=11}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a482 = in0[i];
-    float v483 = (s_train ? a482 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a482);
+    float v483 = (a482 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v483;
   }
 }
@@ -5760,8 +5774,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_9(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v490_rem = (unsigned long long)(i);
-    const long long v490_c2 = (long long)(v490_rem % (unsigned long long)(260LL)); v490_rem /= (unsigned long long)(260LL);
+    const long long v490_c2 = j;
+    unsigned long long v490_rem = (unsigned long long)(r);
     const long long v490_c1 = (long long)(v490_rem % (unsigned long long)(128LL)); v490_rem /= (unsigned long long)(128LL);
     const long long v490_c0 = (long long)v490_rem;
     const float v490 = (v490_c2 >= 0 && v490_c2 < 256) ? in0[(((v490_c0) * 128LL + v490_c1) * 256LL + (v490_c2 >= 0 && v490_c2 < 256 ? v490_c2 - 0 : 0))] : 0.0f;
@@ -5775,8 +5789,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v492_rem = (unsigned long long)(i);
-    const long long v492_c2 = (long long)(v492_rem % (unsigned long long)(256LL)); v492_rem /= (unsigned long long)(256LL);
+    const long long v492_c2 = j;
+    unsigned long long v492_rem = (unsigned long long)(r);
     const long long v492_c1 = (long long)(v492_rem % (unsigned long long)(128LL)); v492_rem /= (unsigned long long)(128LL);
     const long long v492_c0 = (long long)v492_rem;
     const float v492 = in0[(((v492_c0) * 128LL + v492_c1) * 260LL + v492_c2 + 0)];
@@ -5790,8 +5804,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_5(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v494_rem = (unsigned long long)(i);
-    const long long v494_c3 = (long long)(v494_rem % (unsigned long long)(64LL)); v494_rem /= (unsigned long long)(64LL);
+    const long long v494_c3 = j;
+    unsigned long long v494_rem = (unsigned long long)(r);
     const long long v494_c2 = (long long)(v494_rem % (unsigned long long)(128LL)); v494_rem /= (unsigned long long)(128LL);
     const long long v494_c1 = (long long)(v494_rem % (unsigned long long)(4LL)); v494_rem /= (unsigned long long)(4LL);
     const long long v494_c0 = (long long)v494_rem;
@@ -5802,11 +5816,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_5(const float * __
 
 // dropout_bwd_8 computes:
 //   v497 = dropout <f32[B,4,128,128]> v495 {f=0.1 i=10}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a495 = in0[i];
-    float v497 = (s_train ? a495 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a495);
+    float v497 = (a495 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v497;
   }
 }
@@ -5854,8 +5868,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_6(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v502_rem = (unsigned long long)(i);
-    const long long v502_c3 = (long long)(v502_rem % (unsigned long long)(64LL)); v502_rem /= (unsigned long long)(64LL);
+    const long long v502_c3 = j;
+    unsigned long long v502_rem = (unsigned long long)(r);
     const long long v502_c2 = (long long)(v502_rem % (unsigned long long)(4LL)); v502_rem /= (unsigned long long)(4LL);
     const long long v502_c1 = (long long)(v502_rem % (unsigned long long)(128LL)); v502_rem /= (unsigned long long)(128LL);
     const long long v502_c0 = (long long)v502_rem;
@@ -5870,8 +5884,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_10(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v504_rem = (unsigned long long)(i);
-    const long long v504_c2 = (long long)(v504_rem % (unsigned long long)(768LL)); v504_rem /= (unsigned long long)(768LL);
+    const long long v504_c2 = j;
+    unsigned long long v504_rem = (unsigned long long)(r);
     const long long v504_c1 = (long long)(v504_rem % (unsigned long long)(128LL)); v504_rem /= (unsigned long long)(128LL);
     const long long v504_c0 = (long long)v504_rem;
     const float v504 = (v504_c2 >= 512 && v504_c2 < 768) ? in0[(((v504_c0) * 128LL + v504_c1) * 256LL + (v504_c2 >= 512 && v504_c2 < 768 ? v504_c2 - 512 : 0))] : 0.0f;
@@ -5885,8 +5899,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_7(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v505_rem = (unsigned long long)(i);
-    const long long v505_c3 = (long long)(v505_rem % (unsigned long long)(64LL)); v505_rem /= (unsigned long long)(64LL);
+    const long long v505_c3 = j;
+    unsigned long long v505_rem = (unsigned long long)(r);
     const long long v505_c2 = (long long)(v505_rem % (unsigned long long)(4LL)); v505_rem /= (unsigned long long)(4LL);
     const long long v505_c1 = (long long)(v505_rem % (unsigned long long)(128LL)); v505_rem /= (unsigned long long)(128LL);
     const long long v505_c0 = (long long)v505_rem;
@@ -5901,8 +5915,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_11(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v507_rem = (unsigned long long)(i);
-    const long long v507_c2 = (long long)(v507_rem % (unsigned long long)(768LL)); v507_rem /= (unsigned long long)(768LL);
+    const long long v507_c2 = j;
+    unsigned long long v507_rem = (unsigned long long)(r);
     const long long v507_c1 = (long long)(v507_rem % (unsigned long long)(128LL)); v507_rem /= (unsigned long long)(128LL);
     const long long v507_c0 = (long long)v507_rem;
     const float v507 = (v507_c2 >= 256 && v507_c2 < 512) ? in0[(((v507_c0) * 128LL + v507_c1) * 256LL + (v507_c2 >= 256 && v507_c2 < 512 ? v507_c2 - 256 : 0))] : 0.0f;
@@ -5928,8 +5942,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_8(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v509_rem = (unsigned long long)(i);
-    const long long v509_c3 = (long long)(v509_rem % (unsigned long long)(64LL)); v509_rem /= (unsigned long long)(64LL);
+    const long long v509_c3 = j;
+    unsigned long long v509_rem = (unsigned long long)(r);
     const long long v509_c2 = (long long)(v509_rem % (unsigned long long)(4LL)); v509_rem /= (unsigned long long)(4LL);
     const long long v509_c1 = (long long)(v509_rem % (unsigned long long)(128LL)); v509_rem /= (unsigned long long)(128LL);
     const long long v509_c0 = (long long)v509_rem;
@@ -5944,8 +5958,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_12(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v511_rem = (unsigned long long)(i);
-    const long long v511_c2 = (long long)(v511_rem % (unsigned long long)(768LL)); v511_rem /= (unsigned long long)(768LL);
+    const long long v511_c2 = j;
+    unsigned long long v511_rem = (unsigned long long)(r);
     const long long v511_c1 = (long long)(v511_rem % (unsigned long long)(128LL)); v511_rem /= (unsigned long long)(128LL);
     const long long v511_c0 = (long long)v511_rem;
     const float v511 = (v511_c2 >= 0 && v511_c2 < 256) ? in0[(((v511_c0) * 128LL + v511_c1) * 256LL + (v511_c2 >= 0 && v511_c2 < 256 ? v511_c2 - 0 : 0))] : 0.0f;
@@ -6443,8 +6457,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_13(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v545_rem = (unsigned long long)(i);
-    const long long v545_c2 = (long long)(v545_rem % (unsigned long long)(256LL)); v545_rem /= (unsigned long long)(256LL);
+    const long long v545_c2 = j;
+    unsigned long long v545_rem = (unsigned long long)(r);
     const long long v545_c1 = (long long)(v545_rem % (unsigned long long)(128LL)); v545_rem /= (unsigned long long)(128LL);
     const long long v545_c0 = (long long)v545_rem;
     const float v545 = (v545_c2 >= 0 && v545_c2 < 1) ? in0[(((v545_c0) * 128LL + v545_c1) * 1LL + (v545_c2 >= 0 && v545_c2 < 1 ? v545_c2 - 0 : 0))] : 0.0f;
@@ -6466,11 +6480,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_23(const float * __res
 
 // dropout_bwd_9 computes:
 //   v547 = dropout <f32[B,128,256]> v546 {f=0.1 i=9}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a546 = in0[i];
-    float v547 = (s_train ? a546 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a546);
+    float v547 = (a546 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v547;
   }
 }
@@ -6561,11 +6575,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_44(const float * __res
 
 // dropout_bwd_10 computes:
 //   v554 = dropout <f32[B,128,1024]> v550 {f=0.1 i=8}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a550 = in0[i];
-    float v554 = (s_train ? a550 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a550);
+    float v554 = (a550 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v554;
   }
 }
@@ -7060,8 +7074,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_14(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v588_rem = (unsigned long long)(i);
-    const long long v588_c2 = (long long)(v588_rem % (unsigned long long)(256LL)); v588_rem /= (unsigned long long)(256LL);
+    const long long v588_c2 = j;
+    unsigned long long v588_rem = (unsigned long long)(r);
     const long long v588_c1 = (long long)(v588_rem % (unsigned long long)(128LL)); v588_rem /= (unsigned long long)(128LL);
     const long long v588_c0 = (long long)v588_rem;
     const float v588 = (v588_c2 >= 0 && v588_c2 < 1) ? in0[(((v588_c0) * 128LL + v588_c1) * 1LL + (v588_c2 >= 0 && v588_c2 < 1 ? v588_c2 - 0 : 0))] : 0.0f;
@@ -7083,11 +7097,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_27(const float * __res
 
 // dropout_bwd_11 computes:
 //   v590 = dropout <f32[B,128,256]> v589 {f=0.1 i=7}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a589 = in0[i];
-    float v590 = (s_train ? a589 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a589);
+    float v590 = (a589 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v590;
   }
 }
@@ -7182,8 +7196,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_15(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v597_rem = (unsigned long long)(i);
-    const long long v597_c2 = (long long)(v597_rem % (unsigned long long)(260LL)); v597_rem /= (unsigned long long)(260LL);
+    const long long v597_c2 = j;
+    unsigned long long v597_rem = (unsigned long long)(r);
     const long long v597_c1 = (long long)(v597_rem % (unsigned long long)(128LL)); v597_rem /= (unsigned long long)(128LL);
     const long long v597_c0 = (long long)v597_rem;
     const float v597 = (v597_c2 >= 0 && v597_c2 < 256) ? in0[(((v597_c0) * 128LL + v597_c1) * 256LL + (v597_c2 >= 0 && v597_c2 < 256 ? v597_c2 - 0 : 0))] : 0.0f;
@@ -7197,8 +7211,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v599_rem = (unsigned long long)(i);
-    const long long v599_c2 = (long long)(v599_rem % (unsigned long long)(256LL)); v599_rem /= (unsigned long long)(256LL);
+    const long long v599_c2 = j;
+    unsigned long long v599_rem = (unsigned long long)(r);
     const long long v599_c1 = (long long)(v599_rem % (unsigned long long)(128LL)); v599_rem /= (unsigned long long)(128LL);
     const long long v599_c0 = (long long)v599_rem;
     const float v599 = in0[(((v599_c0) * 128LL + v599_c1) * 260LL + v599_c2 + 0)];
@@ -7212,8 +7226,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_9(const float * __
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v601_rem = (unsigned long long)(i);
-    const long long v601_c3 = (long long)(v601_rem % (unsigned long long)(64LL)); v601_rem /= (unsigned long long)(64LL);
+    const long long v601_c3 = j;
+    unsigned long long v601_rem = (unsigned long long)(r);
     const long long v601_c2 = (long long)(v601_rem % (unsigned long long)(128LL)); v601_rem /= (unsigned long long)(128LL);
     const long long v601_c1 = (long long)(v601_rem % (unsigned long long)(4LL)); v601_rem /= (unsigned long long)(4LL);
     const long long v601_c0 = (long long)v601_rem;
@@ -7224,11 +7238,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_9(const float * __
 
 // dropout_bwd_12 computes:
 //   v604 = dropout <f32[B,4,128,128]> v602 {f=0.1 i=6}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a602 = in0[i];
-    float v604 = (s_train ? a602 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a602);
+    float v604 = (a602 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v604;
   }
 }
@@ -7276,8 +7290,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_10(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v609_rem = (unsigned long long)(i);
-    const long long v609_c3 = (long long)(v609_rem % (unsigned long long)(64LL)); v609_rem /= (unsigned long long)(64LL);
+    const long long v609_c3 = j;
+    unsigned long long v609_rem = (unsigned long long)(r);
     const long long v609_c2 = (long long)(v609_rem % (unsigned long long)(4LL)); v609_rem /= (unsigned long long)(4LL);
     const long long v609_c1 = (long long)(v609_rem % (unsigned long long)(128LL)); v609_rem /= (unsigned long long)(128LL);
     const long long v609_c0 = (long long)v609_rem;
@@ -7292,8 +7306,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_16(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v611_rem = (unsigned long long)(i);
-    const long long v611_c2 = (long long)(v611_rem % (unsigned long long)(768LL)); v611_rem /= (unsigned long long)(768LL);
+    const long long v611_c2 = j;
+    unsigned long long v611_rem = (unsigned long long)(r);
     const long long v611_c1 = (long long)(v611_rem % (unsigned long long)(128LL)); v611_rem /= (unsigned long long)(128LL);
     const long long v611_c0 = (long long)v611_rem;
     const float v611 = (v611_c2 >= 512 && v611_c2 < 768) ? in0[(((v611_c0) * 128LL + v611_c1) * 256LL + (v611_c2 >= 512 && v611_c2 < 768 ? v611_c2 - 512 : 0))] : 0.0f;
@@ -7307,8 +7321,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_11(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v612_rem = (unsigned long long)(i);
-    const long long v612_c3 = (long long)(v612_rem % (unsigned long long)(64LL)); v612_rem /= (unsigned long long)(64LL);
+    const long long v612_c3 = j;
+    unsigned long long v612_rem = (unsigned long long)(r);
     const long long v612_c2 = (long long)(v612_rem % (unsigned long long)(4LL)); v612_rem /= (unsigned long long)(4LL);
     const long long v612_c1 = (long long)(v612_rem % (unsigned long long)(128LL)); v612_rem /= (unsigned long long)(128LL);
     const long long v612_c0 = (long long)v612_rem;
@@ -7323,8 +7337,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_17(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v614_rem = (unsigned long long)(i);
-    const long long v614_c2 = (long long)(v614_rem % (unsigned long long)(768LL)); v614_rem /= (unsigned long long)(768LL);
+    const long long v614_c2 = j;
+    unsigned long long v614_rem = (unsigned long long)(r);
     const long long v614_c1 = (long long)(v614_rem % (unsigned long long)(128LL)); v614_rem /= (unsigned long long)(128LL);
     const long long v614_c0 = (long long)v614_rem;
     const float v614 = (v614_c2 >= 256 && v614_c2 < 512) ? in0[(((v614_c0) * 128LL + v614_c1) * 256LL + (v614_c2 >= 256 && v614_c2 < 512 ? v614_c2 - 256 : 0))] : 0.0f;
@@ -7350,8 +7364,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_12(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v616_rem = (unsigned long long)(i);
-    const long long v616_c3 = (long long)(v616_rem % (unsigned long long)(64LL)); v616_rem /= (unsigned long long)(64LL);
+    const long long v616_c3 = j;
+    unsigned long long v616_rem = (unsigned long long)(r);
     const long long v616_c2 = (long long)(v616_rem % (unsigned long long)(4LL)); v616_rem /= (unsigned long long)(4LL);
     const long long v616_c1 = (long long)(v616_rem % (unsigned long long)(128LL)); v616_rem /= (unsigned long long)(128LL);
     const long long v616_c0 = (long long)v616_rem;
@@ -7366,8 +7380,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_18(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v618_rem = (unsigned long long)(i);
-    const long long v618_c2 = (long long)(v618_rem % (unsigned long long)(768LL)); v618_rem /= (unsigned long long)(768LL);
+    const long long v618_c2 = j;
+    unsigned long long v618_rem = (unsigned long long)(r);
     const long long v618_c1 = (long long)(v618_rem % (unsigned long long)(128LL)); v618_rem /= (unsigned long long)(128LL);
     const long long v618_c0 = (long long)v618_rem;
     const float v618 = (v618_c2 >= 0 && v618_c2 < 256) ? in0[(((v618_c0) * 128LL + v618_c1) * 256LL + (v618_c2 >= 0 && v618_c2 < 256 ? v618_c2 - 0 : 0))] : 0.0f;
@@ -7865,8 +7879,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_19(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v652_rem = (unsigned long long)(i);
-    const long long v652_c2 = (long long)(v652_rem % (unsigned long long)(256LL)); v652_rem /= (unsigned long long)(256LL);
+    const long long v652_c2 = j;
+    unsigned long long v652_rem = (unsigned long long)(r);
     const long long v652_c1 = (long long)(v652_rem % (unsigned long long)(128LL)); v652_rem /= (unsigned long long)(128LL);
     const long long v652_c0 = (long long)v652_rem;
     const float v652 = (v652_c2 >= 0 && v652_c2 < 1) ? in0[(((v652_c0) * 128LL + v652_c1) * 1LL + (v652_c2 >= 0 && v652_c2 < 1 ? v652_c2 - 0 : 0))] : 0.0f;
@@ -7888,11 +7902,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_33(const float * __res
 
 // dropout_bwd_13 computes:
 //   v654 = dropout <f32[B,128,256]> v653 {f=0.1 i=5}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a653 = in0[i];
-    float v654 = (s_train ? a653 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a653);
+    float v654 = (a653 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v654;
   }
 }
@@ -7983,11 +7997,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_62(const float * __res
 
 // dropout_bwd_14 computes:
 //   v661 = dropout <f32[B,128,1024]> v657 {f=0.1 i=4}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a657 = in0[i];
-    float v661 = (s_train ? a657 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a657);
+    float v661 = (a657 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v661;
   }
 }
@@ -8482,8 +8496,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_20(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v695_rem = (unsigned long long)(i);
-    const long long v695_c2 = (long long)(v695_rem % (unsigned long long)(256LL)); v695_rem /= (unsigned long long)(256LL);
+    const long long v695_c2 = j;
+    unsigned long long v695_rem = (unsigned long long)(r);
     const long long v695_c1 = (long long)(v695_rem % (unsigned long long)(128LL)); v695_rem /= (unsigned long long)(128LL);
     const long long v695_c0 = (long long)v695_rem;
     const float v695 = (v695_c2 >= 0 && v695_c2 < 1) ? in0[(((v695_c0) * 128LL + v695_c1) * 1LL + (v695_c2 >= 0 && v695_c2 < 1 ? v695_c2 - 0 : 0))] : 0.0f;
@@ -8505,11 +8519,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_37(const float * __res
 
 // dropout_bwd_15 computes:
 //   v697 = dropout <f32[B,128,256]> v696 {f=0.1 i=3}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a696 = in0[i];
-    float v697 = (s_train ? a696 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a696);
+    float v697 = (a696 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v697;
   }
 }
@@ -8604,8 +8618,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_21(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v704_rem = (unsigned long long)(i);
-    const long long v704_c2 = (long long)(v704_rem % (unsigned long long)(260LL)); v704_rem /= (unsigned long long)(260LL);
+    const long long v704_c2 = j;
+    unsigned long long v704_rem = (unsigned long long)(r);
     const long long v704_c1 = (long long)(v704_rem % (unsigned long long)(128LL)); v704_rem /= (unsigned long long)(128LL);
     const long long v704_c0 = (long long)v704_rem;
     const float v704 = (v704_c2 >= 0 && v704_c2 < 256) ? in0[(((v704_c0) * 128LL + v704_c1) * 256LL + (v704_c2 >= 0 && v704_c2 < 256 ? v704_c2 - 0 : 0))] : 0.0f;
@@ -8619,8 +8633,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v706_rem = (unsigned long long)(i);
-    const long long v706_c2 = (long long)(v706_rem % (unsigned long long)(256LL)); v706_rem /= (unsigned long long)(256LL);
+    const long long v706_c2 = j;
+    unsigned long long v706_rem = (unsigned long long)(r);
     const long long v706_c1 = (long long)(v706_rem % (unsigned long long)(128LL)); v706_rem /= (unsigned long long)(128LL);
     const long long v706_c0 = (long long)v706_rem;
     const float v706 = in0[(((v706_c0) * 128LL + v706_c1) * 260LL + v706_c2 + 0)];
@@ -8634,8 +8648,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_13(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v708_rem = (unsigned long long)(i);
-    const long long v708_c3 = (long long)(v708_rem % (unsigned long long)(64LL)); v708_rem /= (unsigned long long)(64LL);
+    const long long v708_c3 = j;
+    unsigned long long v708_rem = (unsigned long long)(r);
     const long long v708_c2 = (long long)(v708_rem % (unsigned long long)(128LL)); v708_rem /= (unsigned long long)(128LL);
     const long long v708_c1 = (long long)(v708_rem % (unsigned long long)(4LL)); v708_rem /= (unsigned long long)(4LL);
     const long long v708_c0 = (long long)v708_rem;
@@ -8646,11 +8660,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_13(const float * _
 
 // dropout_bwd_16 computes:
 //   v711 = dropout <f32[B,4,128,128]> v709 {f=0.1 i=2}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a709 = in0[i];
-    float v711 = (s_train ? a709 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a709);
+    float v711 = (a709 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v711;
   }
 }
@@ -8698,8 +8712,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_14(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v716_rem = (unsigned long long)(i);
-    const long long v716_c3 = (long long)(v716_rem % (unsigned long long)(64LL)); v716_rem /= (unsigned long long)(64LL);
+    const long long v716_c3 = j;
+    unsigned long long v716_rem = (unsigned long long)(r);
     const long long v716_c2 = (long long)(v716_rem % (unsigned long long)(4LL)); v716_rem /= (unsigned long long)(4LL);
     const long long v716_c1 = (long long)(v716_rem % (unsigned long long)(128LL)); v716_rem /= (unsigned long long)(128LL);
     const long long v716_c0 = (long long)v716_rem;
@@ -8714,8 +8728,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_22(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v718_rem = (unsigned long long)(i);
-    const long long v718_c2 = (long long)(v718_rem % (unsigned long long)(768LL)); v718_rem /= (unsigned long long)(768LL);
+    const long long v718_c2 = j;
+    unsigned long long v718_rem = (unsigned long long)(r);
     const long long v718_c1 = (long long)(v718_rem % (unsigned long long)(128LL)); v718_rem /= (unsigned long long)(128LL);
     const long long v718_c0 = (long long)v718_rem;
     const float v718 = (v718_c2 >= 512 && v718_c2 < 768) ? in0[(((v718_c0) * 128LL + v718_c1) * 256LL + (v718_c2 >= 512 && v718_c2 < 768 ? v718_c2 - 512 : 0))] : 0.0f;
@@ -8729,8 +8743,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_15(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v719_rem = (unsigned long long)(i);
-    const long long v719_c3 = (long long)(v719_rem % (unsigned long long)(64LL)); v719_rem /= (unsigned long long)(64LL);
+    const long long v719_c3 = j;
+    unsigned long long v719_rem = (unsigned long long)(r);
     const long long v719_c2 = (long long)(v719_rem % (unsigned long long)(4LL)); v719_rem /= (unsigned long long)(4LL);
     const long long v719_c1 = (long long)(v719_rem % (unsigned long long)(128LL)); v719_rem /= (unsigned long long)(128LL);
     const long long v719_c0 = (long long)v719_rem;
@@ -8745,8 +8759,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_23(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v721_rem = (unsigned long long)(i);
-    const long long v721_c2 = (long long)(v721_rem % (unsigned long long)(768LL)); v721_rem /= (unsigned long long)(768LL);
+    const long long v721_c2 = j;
+    unsigned long long v721_rem = (unsigned long long)(r);
     const long long v721_c1 = (long long)(v721_rem % (unsigned long long)(128LL)); v721_rem /= (unsigned long long)(128LL);
     const long long v721_c0 = (long long)v721_rem;
     const float v721 = (v721_c2 >= 256 && v721_c2 < 512) ? in0[(((v721_c0) * 128LL + v721_c1) * 256LL + (v721_c2 >= 256 && v721_c2 < 512 ? v721_c2 - 256 : 0))] : 0.0f;
@@ -8772,8 +8786,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_16(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v723_rem = (unsigned long long)(i);
-    const long long v723_c3 = (long long)(v723_rem % (unsigned long long)(64LL)); v723_rem /= (unsigned long long)(64LL);
+    const long long v723_c3 = j;
+    unsigned long long v723_rem = (unsigned long long)(r);
     const long long v723_c2 = (long long)(v723_rem % (unsigned long long)(4LL)); v723_rem /= (unsigned long long)(4LL);
     const long long v723_c1 = (long long)(v723_rem % (unsigned long long)(128LL)); v723_rem /= (unsigned long long)(128LL);
     const long long v723_c0 = (long long)v723_rem;
@@ -8788,8 +8802,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_24(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v725_rem = (unsigned long long)(i);
-    const long long v725_c2 = (long long)(v725_rem % (unsigned long long)(768LL)); v725_rem /= (unsigned long long)(768LL);
+    const long long v725_c2 = j;
+    unsigned long long v725_rem = (unsigned long long)(r);
     const long long v725_c1 = (long long)(v725_rem % (unsigned long long)(128LL)); v725_rem /= (unsigned long long)(128LL);
     const long long v725_c0 = (long long)v725_rem;
     const float v725 = (v725_c2 >= 0 && v725_c2 < 256) ? in0[(((v725_c0) * 128LL + v725_c1) * 256LL + (v725_c2 >= 0 && v725_c2 < 256 ? v725_c2 - 0 : 0))] : 0.0f;
@@ -9287,8 +9301,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_25(const float *
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v759_rem = (unsigned long long)(i);
-    const long long v759_c2 = (long long)(v759_rem % (unsigned long long)(256LL)); v759_rem /= (unsigned long long)(256LL);
+    const long long v759_c2 = j;
+    unsigned long long v759_rem = (unsigned long long)(r);
     const long long v759_c1 = (long long)(v759_rem % (unsigned long long)(128LL)); v759_rem /= (unsigned long long)(128LL);
     const long long v759_c0 = (long long)v759_rem;
     const float v759 = (v759_c2 >= 0 && v759_c2 < 1) ? in0[(((v759_c0) * 128LL + v759_c1) * 1LL + (v759_c2 >= 0 && v759_c2 < 1 ? v759_c2 - 0 : 0))] : 0.0f;
@@ -9310,11 +9324,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_43(const float * __res
 
 // dropout_bwd_17 computes:
 //   v761 = dropout <f32[B,128,256]> v760 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a760 = in0[i];
-    float v761 = (s_train ? a760 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a760);
+    float v761 = (a760 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v761;
   }
 }
@@ -9556,8 +9570,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_27(const float * __r
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v4_rem = (unsigned long long)(i);
-    const long long v4_c1 = (long long)(v4_rem % (unsigned long long)(256LL)); v4_rem /= (unsigned long long)(256LL);
+    const long long v4_c1 = j;
+    unsigned long long v4_rem = (unsigned long long)(r);
     const long long v4_c0 = (long long)v4_rem;
     const float v4 = in0[((v4_c0 + 0) * 256LL + v4_c1)];
     out0[i] = v4;
@@ -9579,11 +9593,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_10(const float * __res
 
 // dropout_fwd_18 computes:
 //   v6 = dropout <f32[B,128,256]> v5 {f=0.1 i=1}  # models/transformer/model.go:83
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
-    float v6 = (s_train ? a5 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a5);
+    float v6 = (a5 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v6;
   }
 }
@@ -9594,8 +9608,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v9_rem = (unsigned long long)(i);
-    const long long v9_c2 = (long long)(v9_rem % (unsigned long long)(1LL)); v9_rem /= (unsigned long long)(1LL);
+    const long long v9_c2 = j;
+    unsigned long long v9_rem = (unsigned long long)(r);
     const long long v9_c1 = (long long)(v9_rem % (unsigned long long)(128LL)); v9_rem /= (unsigned long long)(128LL);
     const long long v9_c0 = (long long)v9_rem;
     const float v9 = in0[(((v9_c0) * 128LL + v9_c1) * 256LL + v9_c2 + 0)];
@@ -9782,8 +9796,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v27_rem = (unsigned long long)(i);
-    const long long v27_c2 = (long long)(v27_rem % (unsigned long long)(256LL)); v27_rem /= (unsigned long long)(256LL);
+    const long long v27_c2 = j;
+    unsigned long long v27_rem = (unsigned long long)(r);
     const long long v27_c1 = (long long)(v27_rem % (unsigned long long)(128LL)); v27_rem /= (unsigned long long)(128LL);
     const long long v27_c0 = (long long)v27_rem;
     const float v27 = in0[(((v27_c0) * 128LL + v27_c1) * 768LL + v27_c2 + 0)];
@@ -9797,8 +9811,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_17(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v29_rem = (unsigned long long)(i);
-    const long long v29_c3 = (long long)(v29_rem % (unsigned long long)(64LL)); v29_rem /= (unsigned long long)(64LL);
+    const long long v29_c3 = j;
+    unsigned long long v29_rem = (unsigned long long)(r);
     const long long v29_c2 = (long long)(v29_rem % (unsigned long long)(128LL)); v29_rem /= (unsigned long long)(128LL);
     const long long v29_c1 = (long long)(v29_rem % (unsigned long long)(4LL)); v29_rem /= (unsigned long long)(4LL);
     const long long v29_c0 = (long long)v29_rem;
@@ -9813,8 +9827,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v30_rem = (unsigned long long)(i);
-    const long long v30_c2 = (long long)(v30_rem % (unsigned long long)(256LL)); v30_rem /= (unsigned long long)(256LL);
+    const long long v30_c2 = j;
+    unsigned long long v30_rem = (unsigned long long)(r);
     const long long v30_c1 = (long long)(v30_rem % (unsigned long long)(128LL)); v30_rem /= (unsigned long long)(128LL);
     const long long v30_c0 = (long long)v30_rem;
     const float v30 = in0[(((v30_c0) * 128LL + v30_c1) * 768LL + v30_c2 + 256)];
@@ -9828,8 +9842,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v32_rem = (unsigned long long)(i);
-    const long long v32_c3 = (long long)(v32_rem % (unsigned long long)(64LL)); v32_rem /= (unsigned long long)(64LL);
+    const long long v32_c3 = j;
+    unsigned long long v32_rem = (unsigned long long)(r);
     const long long v32_c2 = (long long)(v32_rem % (unsigned long long)(128LL)); v32_rem /= (unsigned long long)(128LL);
     const long long v32_c1 = (long long)(v32_rem % (unsigned long long)(4LL)); v32_rem /= (unsigned long long)(4LL);
     const long long v32_c0 = (long long)v32_rem;
@@ -9844,8 +9858,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v33_rem = (unsigned long long)(i);
-    const long long v33_c2 = (long long)(v33_rem % (unsigned long long)(256LL)); v33_rem /= (unsigned long long)(256LL);
+    const long long v33_c2 = j;
+    unsigned long long v33_rem = (unsigned long long)(r);
     const long long v33_c1 = (long long)(v33_rem % (unsigned long long)(128LL)); v33_rem /= (unsigned long long)(128LL);
     const long long v33_c0 = (long long)v33_rem;
     const float v33 = in0[(((v33_c0) * 128LL + v33_c1) * 768LL + v33_c2 + 512)];
@@ -9859,8 +9873,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v35_rem = (unsigned long long)(i);
-    const long long v35_c3 = (long long)(v35_rem % (unsigned long long)(64LL)); v35_rem /= (unsigned long long)(64LL);
+    const long long v35_c3 = j;
+    unsigned long long v35_rem = (unsigned long long)(r);
     const long long v35_c2 = (long long)(v35_rem % (unsigned long long)(128LL)); v35_rem /= (unsigned long long)(128LL);
     const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(4LL)); v35_rem /= (unsigned long long)(4LL);
     const long long v35_c0 = (long long)v35_rem;
@@ -9927,11 +9941,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_5(const float * __
 
 // dropout_fwd_2_2 computes:
 //   v39 = dropout <f32[B,4,128,128]> v38 {f=0.1 i=2}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
-    float v39 = (s_train ? a38 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a38);
+    float v39 = (a38 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v39;
   }
 }
@@ -9942,8 +9956,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v41_rem = (unsigned long long)(i);
-    const long long v41_c3 = (long long)(v41_rem % (unsigned long long)(64LL)); v41_rem /= (unsigned long long)(64LL);
+    const long long v41_c3 = j;
+    unsigned long long v41_rem = (unsigned long long)(r);
     const long long v41_c2 = (long long)(v41_rem % (unsigned long long)(4LL)); v41_rem /= (unsigned long long)(4LL);
     const long long v41_c1 = (long long)(v41_rem % (unsigned long long)(128LL)); v41_rem /= (unsigned long long)(128LL);
     const long long v41_c0 = (long long)v41_rem;
@@ -9958,8 +9972,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_5(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v43_rem = (unsigned long long)(i);
-    const long long v43_c2 = (long long)(v43_rem % (unsigned long long)(260LL)); v43_rem /= (unsigned long long)(260LL);
+    const long long v43_c2 = j;
+    unsigned long long v43_rem = (unsigned long long)(r);
     const long long v43_c1 = (long long)(v43_rem % (unsigned long long)(128LL)); v43_rem /= (unsigned long long)(128LL);
     const long long v43_c0 = (long long)v43_rem;
     const float v43 = (v43_c2 >= 0 && v43_c2 < 256) ? in0[(((v43_c0) * 128LL + v43_c1) * 256LL + (v43_c2 >= 0 && v43_c2 < 256 ? v43_c2 - 0 : 0))] : 0.0f;
@@ -9973,8 +9987,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v45_rem = (unsigned long long)(i);
-    const long long v45_c2 = (long long)(v45_rem % (unsigned long long)(256LL)); v45_rem /= (unsigned long long)(256LL);
+    const long long v45_c2 = j;
+    unsigned long long v45_rem = (unsigned long long)(r);
     const long long v45_c1 = (long long)(v45_rem % (unsigned long long)(128LL)); v45_rem /= (unsigned long long)(128LL);
     const long long v45_c0 = (long long)v45_rem;
     const float v45 = in0[(((v45_c0) * 128LL + v45_c1) * 260LL + v45_c2 + 0)];
@@ -9997,11 +10011,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_self_attn_out_proj_bi
 
 // dropout_fwd_3_2 computes:
 //   v48 = dropout <f32[B,128,256]> v47 {f=0.1 i=3}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a47 = in0[i];
-    float v48 = (s_train ? a47 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a47);
+    float v48 = (a47 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v48;
   }
 }
@@ -10024,8 +10038,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v52_rem = (unsigned long long)(i);
-    const long long v52_c2 = (long long)(v52_rem % (unsigned long long)(1LL)); v52_rem /= (unsigned long long)(1LL);
+    const long long v52_c2 = j;
+    unsigned long long v52_rem = (unsigned long long)(r);
     const long long v52_c1 = (long long)(v52_rem % (unsigned long long)(128LL)); v52_rem /= (unsigned long long)(128LL);
     const long long v52_c0 = (long long)v52_rem;
     const float v52 = in0[(((v52_c0) * 128LL + v52_c1) * 256LL + v52_c2 + 0)];
@@ -10219,11 +10233,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_5(const float * __res
 
 // dropout_fwd_4_2 computes:
 //   v69 = dropout <f32[B,128,1024]> v68 {f=0.1 i=4}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a68 = in0[i];
-    float v69 = (s_train ? a68 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a68);
+    float v69 = (a68 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v69;
   }
 }
@@ -10243,11 +10257,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_0_linear2_bias_fwd_2(co
 
 // dropout_fwd_5_2 computes:
 //   v74 = dropout <f32[B,128,256]> v73 {f=0.1 i=5}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a73 = in0[i];
-    float v74 = (s_train ? a73 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a73);
+    float v74 = (a73 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v74;
   }
 }
@@ -10270,8 +10284,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v78_rem = (unsigned long long)(i);
-    const long long v78_c2 = (long long)(v78_rem % (unsigned long long)(1LL)); v78_rem /= (unsigned long long)(1LL);
+    const long long v78_c2 = j;
+    unsigned long long v78_rem = (unsigned long long)(r);
     const long long v78_c1 = (long long)(v78_rem % (unsigned long long)(128LL)); v78_rem /= (unsigned long long)(128LL);
     const long long v78_c0 = (long long)v78_rem;
     const float v78 = in0[(((v78_c0) * 128LL + v78_c1) * 256LL + v78_c2 + 0)];
@@ -10458,8 +10472,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9_2(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v96_rem = (unsigned long long)(i);
-    const long long v96_c2 = (long long)(v96_rem % (unsigned long long)(256LL)); v96_rem /= (unsigned long long)(256LL);
+    const long long v96_c2 = j;
+    unsigned long long v96_rem = (unsigned long long)(r);
     const long long v96_c1 = (long long)(v96_rem % (unsigned long long)(128LL)); v96_rem /= (unsigned long long)(128LL);
     const long long v96_c0 = (long long)v96_rem;
     const float v96 = in0[(((v96_c0) * 128LL + v96_c1) * 768LL + v96_c2 + 0)];
@@ -10473,8 +10487,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v98_rem = (unsigned long long)(i);
-    const long long v98_c3 = (long long)(v98_rem % (unsigned long long)(64LL)); v98_rem /= (unsigned long long)(64LL);
+    const long long v98_c3 = j;
+    unsigned long long v98_rem = (unsigned long long)(r);
     const long long v98_c2 = (long long)(v98_rem % (unsigned long long)(128LL)); v98_rem /= (unsigned long long)(128LL);
     const long long v98_c1 = (long long)(v98_rem % (unsigned long long)(4LL)); v98_rem /= (unsigned long long)(4LL);
     const long long v98_c0 = (long long)v98_rem;
@@ -10489,8 +10503,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v99_rem = (unsigned long long)(i);
-    const long long v99_c2 = (long long)(v99_rem % (unsigned long long)(256LL)); v99_rem /= (unsigned long long)(256LL);
+    const long long v99_c2 = j;
+    unsigned long long v99_rem = (unsigned long long)(r);
     const long long v99_c1 = (long long)(v99_rem % (unsigned long long)(128LL)); v99_rem /= (unsigned long long)(128LL);
     const long long v99_c0 = (long long)v99_rem;
     const float v99 = in0[(((v99_c0) * 128LL + v99_c1) * 768LL + v99_c2 + 256)];
@@ -10504,8 +10518,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v101_rem = (unsigned long long)(i);
-    const long long v101_c3 = (long long)(v101_rem % (unsigned long long)(64LL)); v101_rem /= (unsigned long long)(64LL);
+    const long long v101_c3 = j;
+    unsigned long long v101_rem = (unsigned long long)(r);
     const long long v101_c2 = (long long)(v101_rem % (unsigned long long)(128LL)); v101_rem /= (unsigned long long)(128LL);
     const long long v101_c1 = (long long)(v101_rem % (unsigned long long)(4LL)); v101_rem /= (unsigned long long)(4LL);
     const long long v101_c0 = (long long)v101_rem;
@@ -10520,8 +10534,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v102_rem = (unsigned long long)(i);
-    const long long v102_c2 = (long long)(v102_rem % (unsigned long long)(256LL)); v102_rem /= (unsigned long long)(256LL);
+    const long long v102_c2 = j;
+    unsigned long long v102_rem = (unsigned long long)(r);
     const long long v102_c1 = (long long)(v102_rem % (unsigned long long)(128LL)); v102_rem /= (unsigned long long)(128LL);
     const long long v102_c0 = (long long)v102_rem;
     const float v102 = in0[(((v102_c0) * 128LL + v102_c1) * 768LL + v102_c2 + 512)];
@@ -10535,8 +10549,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v104_rem = (unsigned long long)(i);
-    const long long v104_c3 = (long long)(v104_rem % (unsigned long long)(64LL)); v104_rem /= (unsigned long long)(64LL);
+    const long long v104_c3 = j;
+    unsigned long long v104_rem = (unsigned long long)(r);
     const long long v104_c2 = (long long)(v104_rem % (unsigned long long)(128LL)); v104_rem /= (unsigned long long)(128LL);
     const long long v104_c1 = (long long)(v104_rem % (unsigned long long)(4LL)); v104_rem /= (unsigned long long)(4LL);
     const long long v104_c0 = (long long)v104_rem;
@@ -10603,11 +10617,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2_2(const float * 
 
 // dropout_fwd_6_2 computes:
 //   v108 = dropout <f32[B,4,128,128]> v107 {f=0.1 i=6}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a107 = in0[i];
-    float v108 = (s_train ? a107 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a107);
+    float v108 = (a107 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v108;
   }
 }
@@ -10618,8 +10632,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v110_rem = (unsigned long long)(i);
-    const long long v110_c3 = (long long)(v110_rem % (unsigned long long)(64LL)); v110_rem /= (unsigned long long)(64LL);
+    const long long v110_c3 = j;
+    unsigned long long v110_rem = (unsigned long long)(r);
     const long long v110_c2 = (long long)(v110_rem % (unsigned long long)(4LL)); v110_rem /= (unsigned long long)(4LL);
     const long long v110_c1 = (long long)(v110_rem % (unsigned long long)(128LL)); v110_rem /= (unsigned long long)(128LL);
     const long long v110_c0 = (long long)v110_rem;
@@ -10634,8 +10648,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2_2(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v112_rem = (unsigned long long)(i);
-    const long long v112_c2 = (long long)(v112_rem % (unsigned long long)(260LL)); v112_rem /= (unsigned long long)(260LL);
+    const long long v112_c2 = j;
+    unsigned long long v112_rem = (unsigned long long)(r);
     const long long v112_c1 = (long long)(v112_rem % (unsigned long long)(128LL)); v112_rem /= (unsigned long long)(128LL);
     const long long v112_c0 = (long long)v112_rem;
     const float v112 = (v112_c2 >= 0 && v112_c2 < 256) ? in0[(((v112_c0) * 128LL + v112_c1) * 256LL + (v112_c2 >= 0 && v112_c2 < 256 ? v112_c2 - 0 : 0))] : 0.0f;
@@ -10649,8 +10663,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v114_rem = (unsigned long long)(i);
-    const long long v114_c2 = (long long)(v114_rem % (unsigned long long)(256LL)); v114_rem /= (unsigned long long)(256LL);
+    const long long v114_c2 = j;
+    unsigned long long v114_rem = (unsigned long long)(r);
     const long long v114_c1 = (long long)(v114_rem % (unsigned long long)(128LL)); v114_rem /= (unsigned long long)(128LL);
     const long long v114_c0 = (long long)v114_rem;
     const float v114 = in0[(((v114_c0) * 128LL + v114_c1) * 260LL + v114_c2 + 0)];
@@ -10673,11 +10687,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_self_attn_out_proj_bi
 
 // dropout_fwd_7_2 computes:
 //   v117 = dropout <f32[B,128,256]> v116 {f=0.1 i=7}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a116 = in0[i];
-    float v117 = (s_train ? a116 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a116);
+    float v117 = (a116 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v117;
   }
 }
@@ -10700,8 +10714,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v121_rem = (unsigned long long)(i);
-    const long long v121_c2 = (long long)(v121_rem % (unsigned long long)(1LL)); v121_rem /= (unsigned long long)(1LL);
+    const long long v121_c2 = j;
+    unsigned long long v121_rem = (unsigned long long)(r);
     const long long v121_c1 = (long long)(v121_rem % (unsigned long long)(128LL)); v121_rem /= (unsigned long long)(128LL);
     const long long v121_c0 = (long long)v121_rem;
     const float v121 = in0[(((v121_c0) * 128LL + v121_c1) * 256LL + v121_c2 + 0)];
@@ -10895,11 +10909,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_2_2(const float * __r
 
 // dropout_fwd_8_2 computes:
 //   v138 = dropout <f32[B,128,1024]> v137 {f=0.1 i=8}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a137 = in0[i];
-    float v138 = (s_train ? a137 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a137);
+    float v138 = (a137 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v138;
   }
 }
@@ -10919,11 +10933,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_1_linear2_bias_fwd_2(co
 
 // dropout_fwd_9_2 computes:
 //   v143 = dropout <f32[B,128,256]> v142 {f=0.1 i=9}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a142 = in0[i];
-    float v143 = (s_train ? a142 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a142);
+    float v143 = (a142 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v143;
   }
 }
@@ -10946,8 +10960,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v147_rem = (unsigned long long)(i);
-    const long long v147_c2 = (long long)(v147_rem % (unsigned long long)(1LL)); v147_rem /= (unsigned long long)(1LL);
+    const long long v147_c2 = j;
+    unsigned long long v147_rem = (unsigned long long)(r);
     const long long v147_c1 = (long long)(v147_rem % (unsigned long long)(128LL)); v147_rem /= (unsigned long long)(128LL);
     const long long v147_c0 = (long long)v147_rem;
     const float v147 = in0[(((v147_c0) * 128LL + v147_c1) * 256LL + v147_c2 + 0)];
@@ -11134,8 +11148,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v165_rem = (unsigned long long)(i);
-    const long long v165_c2 = (long long)(v165_rem % (unsigned long long)(256LL)); v165_rem /= (unsigned long long)(256LL);
+    const long long v165_c2 = j;
+    unsigned long long v165_rem = (unsigned long long)(r);
     const long long v165_c1 = (long long)(v165_rem % (unsigned long long)(128LL)); v165_rem /= (unsigned long long)(128LL);
     const long long v165_c0 = (long long)v165_rem;
     const float v165 = in0[(((v165_c0) * 128LL + v165_c1) * 768LL + v165_c2 + 0)];
@@ -11149,8 +11163,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9_2(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v167_rem = (unsigned long long)(i);
-    const long long v167_c3 = (long long)(v167_rem % (unsigned long long)(64LL)); v167_rem /= (unsigned long long)(64LL);
+    const long long v167_c3 = j;
+    unsigned long long v167_rem = (unsigned long long)(r);
     const long long v167_c2 = (long long)(v167_rem % (unsigned long long)(128LL)); v167_rem /= (unsigned long long)(128LL);
     const long long v167_c1 = (long long)(v167_rem % (unsigned long long)(4LL)); v167_rem /= (unsigned long long)(4LL);
     const long long v167_c0 = (long long)v167_rem;
@@ -11165,8 +11179,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v168_rem = (unsigned long long)(i);
-    const long long v168_c2 = (long long)(v168_rem % (unsigned long long)(256LL)); v168_rem /= (unsigned long long)(256LL);
+    const long long v168_c2 = j;
+    unsigned long long v168_rem = (unsigned long long)(r);
     const long long v168_c1 = (long long)(v168_rem % (unsigned long long)(128LL)); v168_rem /= (unsigned long long)(128LL);
     const long long v168_c0 = (long long)v168_rem;
     const float v168 = in0[(((v168_c0) * 128LL + v168_c1) * 768LL + v168_c2 + 256)];
@@ -11180,8 +11194,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v170_rem = (unsigned long long)(i);
-    const long long v170_c3 = (long long)(v170_rem % (unsigned long long)(64LL)); v170_rem /= (unsigned long long)(64LL);
+    const long long v170_c3 = j;
+    unsigned long long v170_rem = (unsigned long long)(r);
     const long long v170_c2 = (long long)(v170_rem % (unsigned long long)(128LL)); v170_rem /= (unsigned long long)(128LL);
     const long long v170_c1 = (long long)(v170_rem % (unsigned long long)(4LL)); v170_rem /= (unsigned long long)(4LL);
     const long long v170_c0 = (long long)v170_rem;
@@ -11196,8 +11210,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v171_rem = (unsigned long long)(i);
-    const long long v171_c2 = (long long)(v171_rem % (unsigned long long)(256LL)); v171_rem /= (unsigned long long)(256LL);
+    const long long v171_c2 = j;
+    unsigned long long v171_rem = (unsigned long long)(r);
     const long long v171_c1 = (long long)(v171_rem % (unsigned long long)(128LL)); v171_rem /= (unsigned long long)(128LL);
     const long long v171_c0 = (long long)v171_rem;
     const float v171 = in0[(((v171_c0) * 128LL + v171_c1) * 768LL + v171_c2 + 512)];
@@ -11211,8 +11225,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v173_rem = (unsigned long long)(i);
-    const long long v173_c3 = (long long)(v173_rem % (unsigned long long)(64LL)); v173_rem /= (unsigned long long)(64LL);
+    const long long v173_c3 = j;
+    unsigned long long v173_rem = (unsigned long long)(r);
     const long long v173_c2 = (long long)(v173_rem % (unsigned long long)(128LL)); v173_rem /= (unsigned long long)(128LL);
     const long long v173_c1 = (long long)(v173_rem % (unsigned long long)(4LL)); v173_rem /= (unsigned long long)(4LL);
     const long long v173_c0 = (long long)v173_rem;
@@ -11279,11 +11293,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_3_2(const float * 
 
 // dropout_fwd_10_2 computes:
 //   v177 = dropout <f32[B,4,128,128]> v176 {f=0.1 i=10}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a176 = in0[i];
-    float v177 = (s_train ? a176 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a176);
+    float v177 = (a176 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v177;
   }
 }
@@ -11294,8 +11308,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v179_rem = (unsigned long long)(i);
-    const long long v179_c3 = (long long)(v179_rem % (unsigned long long)(64LL)); v179_rem /= (unsigned long long)(64LL);
+    const long long v179_c3 = j;
+    unsigned long long v179_rem = (unsigned long long)(r);
     const long long v179_c2 = (long long)(v179_rem % (unsigned long long)(4LL)); v179_rem /= (unsigned long long)(4LL);
     const long long v179_c1 = (long long)(v179_rem % (unsigned long long)(128LL)); v179_rem /= (unsigned long long)(128LL);
     const long long v179_c0 = (long long)v179_rem;
@@ -11310,8 +11324,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3_2(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v181_rem = (unsigned long long)(i);
-    const long long v181_c2 = (long long)(v181_rem % (unsigned long long)(260LL)); v181_rem /= (unsigned long long)(260LL);
+    const long long v181_c2 = j;
+    unsigned long long v181_rem = (unsigned long long)(r);
     const long long v181_c1 = (long long)(v181_rem % (unsigned long long)(128LL)); v181_rem /= (unsigned long long)(128LL);
     const long long v181_c0 = (long long)v181_rem;
     const float v181 = (v181_c2 >= 0 && v181_c2 < 256) ? in0[(((v181_c0) * 128LL + v181_c1) * 256LL + (v181_c2 >= 0 && v181_c2 < 256 ? v181_c2 - 0 : 0))] : 0.0f;
@@ -11325,8 +11339,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v183_rem = (unsigned long long)(i);
-    const long long v183_c2 = (long long)(v183_rem % (unsigned long long)(256LL)); v183_rem /= (unsigned long long)(256LL);
+    const long long v183_c2 = j;
+    unsigned long long v183_rem = (unsigned long long)(r);
     const long long v183_c1 = (long long)(v183_rem % (unsigned long long)(128LL)); v183_rem /= (unsigned long long)(128LL);
     const long long v183_c0 = (long long)v183_rem;
     const float v183 = in0[(((v183_c0) * 128LL + v183_c1) * 260LL + v183_c2 + 0)];
@@ -11349,11 +11363,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_self_attn_out_proj_bi
 
 // dropout_fwd_11_2 computes:
 //   v186 = dropout <f32[B,128,256]> v185 {f=0.1 i=11}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a185 = in0[i];
-    float v186 = (s_train ? a185 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a185);
+    float v186 = (a185 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v186;
   }
 }
@@ -11376,8 +11390,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v190_rem = (unsigned long long)(i);
-    const long long v190_c2 = (long long)(v190_rem % (unsigned long long)(1LL)); v190_rem /= (unsigned long long)(1LL);
+    const long long v190_c2 = j;
+    unsigned long long v190_rem = (unsigned long long)(r);
     const long long v190_c1 = (long long)(v190_rem % (unsigned long long)(128LL)); v190_rem /= (unsigned long long)(128LL);
     const long long v190_c0 = (long long)v190_rem;
     const float v190 = in0[(((v190_c0) * 128LL + v190_c1) * 256LL + v190_c2 + 0)];
@@ -11571,11 +11585,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_3_2(const float * __r
 
 // dropout_fwd_12_2 computes:
 //   v207 = dropout <f32[B,128,1024]> v206 {f=0.1 i=12}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a206 = in0[i];
-    float v207 = (s_train ? a206 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a206);
+    float v207 = (a206 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v207;
   }
 }
@@ -11595,11 +11609,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_2_linear2_bias_fwd_2(co
 
 // dropout_fwd_13_2 computes:
 //   v212 = dropout <f32[B,128,256]> v211 {f=0.1 i=13}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a211 = in0[i];
-    float v212 = (s_train ? a211 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a211);
+    float v212 = (a211 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v212;
   }
 }
@@ -11622,8 +11636,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v216_rem = (unsigned long long)(i);
-    const long long v216_c2 = (long long)(v216_rem % (unsigned long long)(1LL)); v216_rem /= (unsigned long long)(1LL);
+    const long long v216_c2 = j;
+    unsigned long long v216_rem = (unsigned long long)(r);
     const long long v216_c1 = (long long)(v216_rem % (unsigned long long)(128LL)); v216_rem /= (unsigned long long)(128LL);
     const long long v216_c0 = (long long)v216_rem;
     const float v216 = in0[(((v216_c0) * 128LL + v216_c1) * 256LL + v216_c2 + 0)];
@@ -11810,8 +11824,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v234_rem = (unsigned long long)(i);
-    const long long v234_c2 = (long long)(v234_rem % (unsigned long long)(256LL)); v234_rem /= (unsigned long long)(256LL);
+    const long long v234_c2 = j;
+    unsigned long long v234_rem = (unsigned long long)(r);
     const long long v234_c1 = (long long)(v234_rem % (unsigned long long)(128LL)); v234_rem /= (unsigned long long)(128LL);
     const long long v234_c0 = (long long)v234_rem;
     const float v234 = in0[(((v234_c0) * 128LL + v234_c1) * 768LL + v234_c2 + 0)];
@@ -11825,8 +11839,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v236_rem = (unsigned long long)(i);
-    const long long v236_c3 = (long long)(v236_rem % (unsigned long long)(64LL)); v236_rem /= (unsigned long long)(64LL);
+    const long long v236_c3 = j;
+    unsigned long long v236_rem = (unsigned long long)(r);
     const long long v236_c2 = (long long)(v236_rem % (unsigned long long)(128LL)); v236_rem /= (unsigned long long)(128LL);
     const long long v236_c1 = (long long)(v236_rem % (unsigned long long)(4LL)); v236_rem /= (unsigned long long)(4LL);
     const long long v236_c0 = (long long)v236_rem;
@@ -11841,8 +11855,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v237_rem = (unsigned long long)(i);
-    const long long v237_c2 = (long long)(v237_rem % (unsigned long long)(256LL)); v237_rem /= (unsigned long long)(256LL);
+    const long long v237_c2 = j;
+    unsigned long long v237_rem = (unsigned long long)(r);
     const long long v237_c1 = (long long)(v237_rem % (unsigned long long)(128LL)); v237_rem /= (unsigned long long)(128LL);
     const long long v237_c0 = (long long)v237_rem;
     const float v237 = in0[(((v237_c0) * 128LL + v237_c1) * 768LL + v237_c2 + 256)];
@@ -11856,8 +11870,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v239_rem = (unsigned long long)(i);
-    const long long v239_c3 = (long long)(v239_rem % (unsigned long long)(64LL)); v239_rem /= (unsigned long long)(64LL);
+    const long long v239_c3 = j;
+    unsigned long long v239_rem = (unsigned long long)(r);
     const long long v239_c2 = (long long)(v239_rem % (unsigned long long)(128LL)); v239_rem /= (unsigned long long)(128LL);
     const long long v239_c1 = (long long)(v239_rem % (unsigned long long)(4LL)); v239_rem /= (unsigned long long)(4LL);
     const long long v239_c0 = (long long)v239_rem;
@@ -11872,8 +11886,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v240_rem = (unsigned long long)(i);
-    const long long v240_c2 = (long long)(v240_rem % (unsigned long long)(256LL)); v240_rem /= (unsigned long long)(256LL);
+    const long long v240_c2 = j;
+    unsigned long long v240_rem = (unsigned long long)(r);
     const long long v240_c1 = (long long)(v240_rem % (unsigned long long)(128LL)); v240_rem /= (unsigned long long)(128LL);
     const long long v240_c0 = (long long)v240_rem;
     const float v240 = in0[(((v240_c0) * 128LL + v240_c1) * 768LL + v240_c2 + 512)];
@@ -11887,8 +11901,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v242_rem = (unsigned long long)(i);
-    const long long v242_c3 = (long long)(v242_rem % (unsigned long long)(64LL)); v242_rem /= (unsigned long long)(64LL);
+    const long long v242_c3 = j;
+    unsigned long long v242_rem = (unsigned long long)(r);
     const long long v242_c2 = (long long)(v242_rem % (unsigned long long)(128LL)); v242_rem /= (unsigned long long)(128LL);
     const long long v242_c1 = (long long)(v242_rem % (unsigned long long)(4LL)); v242_rem /= (unsigned long long)(4LL);
     const long long v242_c0 = (long long)v242_rem;
@@ -11955,11 +11969,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_4_2(const float * 
 
 // dropout_fwd_14_2 computes:
 //   v246 = dropout <f32[B,4,128,128]> v245 {f=0.1 i=14}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a245 = in0[i];
-    float v246 = (s_train ? a245 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f) : a245);
+    float v246 = (a245 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v246;
   }
 }
@@ -11970,8 +11984,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16_2(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v248_rem = (unsigned long long)(i);
-    const long long v248_c3 = (long long)(v248_rem % (unsigned long long)(64LL)); v248_rem /= (unsigned long long)(64LL);
+    const long long v248_c3 = j;
+    unsigned long long v248_rem = (unsigned long long)(r);
     const long long v248_c2 = (long long)(v248_rem % (unsigned long long)(4LL)); v248_rem /= (unsigned long long)(4LL);
     const long long v248_c1 = (long long)(v248_rem % (unsigned long long)(128LL)); v248_rem /= (unsigned long long)(128LL);
     const long long v248_c0 = (long long)v248_rem;
@@ -11986,8 +12000,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4_2(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v250_rem = (unsigned long long)(i);
-    const long long v250_c2 = (long long)(v250_rem % (unsigned long long)(260LL)); v250_rem /= (unsigned long long)(260LL);
+    const long long v250_c2 = j;
+    unsigned long long v250_rem = (unsigned long long)(r);
     const long long v250_c1 = (long long)(v250_rem % (unsigned long long)(128LL)); v250_rem /= (unsigned long long)(128LL);
     const long long v250_c0 = (long long)v250_rem;
     const float v250 = (v250_c2 >= 0 && v250_c2 < 256) ? in0[(((v250_c0) * 128LL + v250_c1) * 256LL + (v250_c2 >= 0 && v250_c2 < 256 ? v250_c2 - 0 : 0))] : 0.0f;
@@ -12001,8 +12015,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v252_rem = (unsigned long long)(i);
-    const long long v252_c2 = (long long)(v252_rem % (unsigned long long)(256LL)); v252_rem /= (unsigned long long)(256LL);
+    const long long v252_c2 = j;
+    unsigned long long v252_rem = (unsigned long long)(r);
     const long long v252_c1 = (long long)(v252_rem % (unsigned long long)(128LL)); v252_rem /= (unsigned long long)(128LL);
     const long long v252_c0 = (long long)v252_rem;
     const float v252 = in0[(((v252_c0) * 128LL + v252_c1) * 260LL + v252_c2 + 0)];
@@ -12025,11 +12039,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_self_attn_out_proj_bi
 
 // dropout_fwd_15_2 computes:
 //   v255 = dropout <f32[B,128,256]> v254 {f=0.1 i=15}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a254 = in0[i];
-    float v255 = (s_train ? a254 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a254);
+    float v255 = (a254 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v255;
   }
 }
@@ -12052,8 +12066,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v259_rem = (unsigned long long)(i);
-    const long long v259_c2 = (long long)(v259_rem % (unsigned long long)(1LL)); v259_rem /= (unsigned long long)(1LL);
+    const long long v259_c2 = j;
+    unsigned long long v259_rem = (unsigned long long)(r);
     const long long v259_c1 = (long long)(v259_rem % (unsigned long long)(128LL)); v259_rem /= (unsigned long long)(128LL);
     const long long v259_c0 = (long long)v259_rem;
     const float v259 = in0[(((v259_c0) * 128LL + v259_c1) * 256LL + v259_c2 + 0)];
@@ -12247,11 +12261,11 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd_4_2(const float * __r
 
 // dropout_fwd_16_2 computes:
 //   v276 = dropout <f32[B,128,1024]> v275 {f=0.1 i=16}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a275 = in0[i];
-    float v276 = (s_train ? a275 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a275);
+    float v276 = (a275 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v276;
   }
 }
@@ -12271,11 +12285,11 @@ extern "C" __global__ void __launch_bounds__(256) blocks_3_linear2_bias_fwd_2(co
 
 // dropout_fwd_17_2 computes:
 //   v281 = dropout <f32[B,128,256]> v280 {f=0.1 i=17}  # models/transformer/model.go:85
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a280 = in0[i];
-    float v281 = (s_train ? a280 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a280);
+    float v281 = (a280 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v281;
   }
 }
@@ -12298,8 +12312,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26_2(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v285_rem = (unsigned long long)(i);
-    const long long v285_c2 = (long long)(v285_rem % (unsigned long long)(1LL)); v285_rem /= (unsigned long long)(1LL);
+    const long long v285_c2 = j;
+    unsigned long long v285_rem = (unsigned long long)(r);
     const long long v285_c1 = (long long)(v285_rem % (unsigned long long)(128LL)); v285_rem /= (unsigned long long)(128LL);
     const long long v285_c0 = (long long)v285_rem;
     const float v285 = in0[(((v285_c0) * 128LL + v285_c1) * 256LL + v285_c2 + 0)];
@@ -12488,8 +12502,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_28(const float * __r
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v4_rem = (unsigned long long)(i);
-    const long long v4_c1 = (long long)(v4_rem % (unsigned long long)(256LL)); v4_rem /= (unsigned long long)(256LL);
+    const long long v4_c1 = j;
+    unsigned long long v4_rem = (unsigned long long)(r);
     const long long v4_c0 = (long long)v4_rem;
     const float v4 = in0[((v4_c0 + 0) * 256LL + v4_c1)];
     out0[i] = v4;
@@ -12515,8 +12529,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v8_rem = (unsigned long long)(i);
-    const long long v8_c2 = (long long)(v8_rem % (unsigned long long)(1LL)); v8_rem /= (unsigned long long)(1LL);
+    const long long v8_c2 = j;
+    unsigned long long v8_rem = (unsigned long long)(r);
     const long long v8_c1 = (long long)(v8_rem % (unsigned long long)(128LL)); v8_rem /= (unsigned long long)(128LL);
     const long long v8_c0 = (long long)v8_rem;
     const float v8 = in0[(((v8_c0) * 128LL + v8_c1) * 256LL + v8_c2 + 0)];
@@ -12703,8 +12717,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v26_rem = (unsigned long long)(i);
-    const long long v26_c2 = (long long)(v26_rem % (unsigned long long)(256LL)); v26_rem /= (unsigned long long)(256LL);
+    const long long v26_c2 = j;
+    unsigned long long v26_rem = (unsigned long long)(r);
     const long long v26_c1 = (long long)(v26_rem % (unsigned long long)(128LL)); v26_rem /= (unsigned long long)(128LL);
     const long long v26_c0 = (long long)v26_rem;
     const float v26 = in0[(((v26_c0) * 128LL + v26_c1) * 768LL + v26_c2 + 0)];
@@ -12718,8 +12732,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_18(const float * _
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v28_rem = (unsigned long long)(i);
-    const long long v28_c3 = (long long)(v28_rem % (unsigned long long)(64LL)); v28_rem /= (unsigned long long)(64LL);
+    const long long v28_c3 = j;
+    unsigned long long v28_rem = (unsigned long long)(r);
     const long long v28_c2 = (long long)(v28_rem % (unsigned long long)(128LL)); v28_rem /= (unsigned long long)(128LL);
     const long long v28_c1 = (long long)(v28_rem % (unsigned long long)(4LL)); v28_rem /= (unsigned long long)(4LL);
     const long long v28_c0 = (long long)v28_rem;
@@ -12734,8 +12748,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v29_rem = (unsigned long long)(i);
-    const long long v29_c2 = (long long)(v29_rem % (unsigned long long)(256LL)); v29_rem /= (unsigned long long)(256LL);
+    const long long v29_c2 = j;
+    unsigned long long v29_rem = (unsigned long long)(r);
     const long long v29_c1 = (long long)(v29_rem % (unsigned long long)(128LL)); v29_rem /= (unsigned long long)(128LL);
     const long long v29_c0 = (long long)v29_rem;
     const float v29 = in0[(((v29_c0) * 128LL + v29_c1) * 768LL + v29_c2 + 256)];
@@ -12749,8 +12763,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v31_rem = (unsigned long long)(i);
-    const long long v31_c3 = (long long)(v31_rem % (unsigned long long)(64LL)); v31_rem /= (unsigned long long)(64LL);
+    const long long v31_c3 = j;
+    unsigned long long v31_rem = (unsigned long long)(r);
     const long long v31_c2 = (long long)(v31_rem % (unsigned long long)(128LL)); v31_rem /= (unsigned long long)(128LL);
     const long long v31_c1 = (long long)(v31_rem % (unsigned long long)(4LL)); v31_rem /= (unsigned long long)(4LL);
     const long long v31_c0 = (long long)v31_rem;
@@ -12765,8 +12779,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v32_rem = (unsigned long long)(i);
-    const long long v32_c2 = (long long)(v32_rem % (unsigned long long)(256LL)); v32_rem /= (unsigned long long)(256LL);
+    const long long v32_c2 = j;
+    unsigned long long v32_rem = (unsigned long long)(r);
     const long long v32_c1 = (long long)(v32_rem % (unsigned long long)(128LL)); v32_rem /= (unsigned long long)(128LL);
     const long long v32_c0 = (long long)v32_rem;
     const float v32 = in0[(((v32_c0) * 128LL + v32_c1) * 768LL + v32_c2 + 512)];
@@ -12780,8 +12794,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v34_rem = (unsigned long long)(i);
-    const long long v34_c3 = (long long)(v34_rem % (unsigned long long)(64LL)); v34_rem /= (unsigned long long)(64LL);
+    const long long v34_c3 = j;
+    unsigned long long v34_rem = (unsigned long long)(r);
     const long long v34_c2 = (long long)(v34_rem % (unsigned long long)(128LL)); v34_rem /= (unsigned long long)(128LL);
     const long long v34_c1 = (long long)(v34_rem % (unsigned long long)(4LL)); v34_rem /= (unsigned long long)(4LL);
     const long long v34_c0 = (long long)v34_rem;
@@ -12852,8 +12866,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v39_rem = (unsigned long long)(i);
-    const long long v39_c3 = (long long)(v39_rem % (unsigned long long)(64LL)); v39_rem /= (unsigned long long)(64LL);
+    const long long v39_c3 = j;
+    unsigned long long v39_rem = (unsigned long long)(r);
     const long long v39_c2 = (long long)(v39_rem % (unsigned long long)(4LL)); v39_rem /= (unsigned long long)(4LL);
     const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(128LL)); v39_rem /= (unsigned long long)(128LL);
     const long long v39_c0 = (long long)v39_rem;
@@ -12868,8 +12882,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_6(const float * 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v41_rem = (unsigned long long)(i);
-    const long long v41_c2 = (long long)(v41_rem % (unsigned long long)(260LL)); v41_rem /= (unsigned long long)(260LL);
+    const long long v41_c2 = j;
+    unsigned long long v41_rem = (unsigned long long)(r);
     const long long v41_c1 = (long long)(v41_rem % (unsigned long long)(128LL)); v41_rem /= (unsigned long long)(128LL);
     const long long v41_c0 = (long long)v41_rem;
     const float v41 = (v41_c2 >= 0 && v41_c2 < 256) ? in0[(((v41_c0) * 128LL + v41_c1) * 256LL + (v41_c2 >= 0 && v41_c2 < 256 ? v41_c2 - 0 : 0))] : 0.0f;
@@ -12883,8 +12897,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v43_rem = (unsigned long long)(i);
-    const long long v43_c2 = (long long)(v43_rem % (unsigned long long)(256LL)); v43_rem /= (unsigned long long)(256LL);
+    const long long v43_c2 = j;
+    unsigned long long v43_rem = (unsigned long long)(r);
     const long long v43_c1 = (long long)(v43_rem % (unsigned long long)(128LL)); v43_rem /= (unsigned long long)(128LL);
     const long long v43_c0 = (long long)v43_rem;
     const float v43 = in0[(((v43_c0) * 128LL + v43_c1) * 260LL + v43_c2 + 0)];
@@ -12923,8 +12937,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v49_rem = (unsigned long long)(i);
-    const long long v49_c2 = (long long)(v49_rem % (unsigned long long)(1LL)); v49_rem /= (unsigned long long)(1LL);
+    const long long v49_c2 = j;
+    unsigned long long v49_rem = (unsigned long long)(r);
     const long long v49_c1 = (long long)(v49_rem % (unsigned long long)(128LL)); v49_rem /= (unsigned long long)(128LL);
     const long long v49_c0 = (long long)v49_rem;
     const float v49 = in0[(((v49_c0) * 128LL + v49_c1) * 256LL + v49_c2 + 0)];
@@ -13147,8 +13161,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v73_rem = (unsigned long long)(i);
-    const long long v73_c2 = (long long)(v73_rem % (unsigned long long)(1LL)); v73_rem /= (unsigned long long)(1LL);
+    const long long v73_c2 = j;
+    unsigned long long v73_rem = (unsigned long long)(r);
     const long long v73_c1 = (long long)(v73_rem % (unsigned long long)(128LL)); v73_rem /= (unsigned long long)(128LL);
     const long long v73_c0 = (long long)v73_rem;
     const float v73 = in0[(((v73_c0) * 128LL + v73_c1) * 256LL + v73_c2 + 0)];
@@ -13335,8 +13349,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9_3(const float * __
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v91_rem = (unsigned long long)(i);
-    const long long v91_c2 = (long long)(v91_rem % (unsigned long long)(256LL)); v91_rem /= (unsigned long long)(256LL);
+    const long long v91_c2 = j;
+    unsigned long long v91_rem = (unsigned long long)(r);
     const long long v91_c1 = (long long)(v91_rem % (unsigned long long)(128LL)); v91_rem /= (unsigned long long)(128LL);
     const long long v91_c0 = (long long)v91_rem;
     const float v91 = in0[(((v91_c0) * 128LL + v91_c1) * 768LL + v91_c2 + 0)];
@@ -13350,8 +13364,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v93_rem = (unsigned long long)(i);
-    const long long v93_c3 = (long long)(v93_rem % (unsigned long long)(64LL)); v93_rem /= (unsigned long long)(64LL);
+    const long long v93_c3 = j;
+    unsigned long long v93_rem = (unsigned long long)(r);
     const long long v93_c2 = (long long)(v93_rem % (unsigned long long)(128LL)); v93_rem /= (unsigned long long)(128LL);
     const long long v93_c1 = (long long)(v93_rem % (unsigned long long)(4LL)); v93_rem /= (unsigned long long)(4LL);
     const long long v93_c0 = (long long)v93_rem;
@@ -13366,8 +13380,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v94_rem = (unsigned long long)(i);
-    const long long v94_c2 = (long long)(v94_rem % (unsigned long long)(256LL)); v94_rem /= (unsigned long long)(256LL);
+    const long long v94_c2 = j;
+    unsigned long long v94_rem = (unsigned long long)(r);
     const long long v94_c1 = (long long)(v94_rem % (unsigned long long)(128LL)); v94_rem /= (unsigned long long)(128LL);
     const long long v94_c0 = (long long)v94_rem;
     const float v94 = in0[(((v94_c0) * 128LL + v94_c1) * 768LL + v94_c2 + 256)];
@@ -13381,8 +13395,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v96_rem = (unsigned long long)(i);
-    const long long v96_c3 = (long long)(v96_rem % (unsigned long long)(64LL)); v96_rem /= (unsigned long long)(64LL);
+    const long long v96_c3 = j;
+    unsigned long long v96_rem = (unsigned long long)(r);
     const long long v96_c2 = (long long)(v96_rem % (unsigned long long)(128LL)); v96_rem /= (unsigned long long)(128LL);
     const long long v96_c1 = (long long)(v96_rem % (unsigned long long)(4LL)); v96_rem /= (unsigned long long)(4LL);
     const long long v96_c0 = (long long)v96_rem;
@@ -13397,8 +13411,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v97_rem = (unsigned long long)(i);
-    const long long v97_c2 = (long long)(v97_rem % (unsigned long long)(256LL)); v97_rem /= (unsigned long long)(256LL);
+    const long long v97_c2 = j;
+    unsigned long long v97_rem = (unsigned long long)(r);
     const long long v97_c1 = (long long)(v97_rem % (unsigned long long)(128LL)); v97_rem /= (unsigned long long)(128LL);
     const long long v97_c0 = (long long)v97_rem;
     const float v97 = in0[(((v97_c0) * 128LL + v97_c1) * 768LL + v97_c2 + 512)];
@@ -13412,8 +13426,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v99_rem = (unsigned long long)(i);
-    const long long v99_c3 = (long long)(v99_rem % (unsigned long long)(64LL)); v99_rem /= (unsigned long long)(64LL);
+    const long long v99_c3 = j;
+    unsigned long long v99_rem = (unsigned long long)(r);
     const long long v99_c2 = (long long)(v99_rem % (unsigned long long)(128LL)); v99_rem /= (unsigned long long)(128LL);
     const long long v99_c1 = (long long)(v99_rem % (unsigned long long)(4LL)); v99_rem /= (unsigned long long)(4LL);
     const long long v99_c0 = (long long)v99_rem;
@@ -13484,8 +13498,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v104_rem = (unsigned long long)(i);
-    const long long v104_c3 = (long long)(v104_rem % (unsigned long long)(64LL)); v104_rem /= (unsigned long long)(64LL);
+    const long long v104_c3 = j;
+    unsigned long long v104_rem = (unsigned long long)(r);
     const long long v104_c2 = (long long)(v104_rem % (unsigned long long)(4LL)); v104_rem /= (unsigned long long)(4LL);
     const long long v104_c1 = (long long)(v104_rem % (unsigned long long)(128LL)); v104_rem /= (unsigned long long)(128LL);
     const long long v104_c0 = (long long)v104_rem;
@@ -13500,8 +13514,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2_3(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v106_rem = (unsigned long long)(i);
-    const long long v106_c2 = (long long)(v106_rem % (unsigned long long)(260LL)); v106_rem /= (unsigned long long)(260LL);
+    const long long v106_c2 = j;
+    unsigned long long v106_rem = (unsigned long long)(r);
     const long long v106_c1 = (long long)(v106_rem % (unsigned long long)(128LL)); v106_rem /= (unsigned long long)(128LL);
     const long long v106_c0 = (long long)v106_rem;
     const float v106 = (v106_c2 >= 0 && v106_c2 < 256) ? in0[(((v106_c0) * 128LL + v106_c1) * 256LL + (v106_c2 >= 0 && v106_c2 < 256 ? v106_c2 - 0 : 0))] : 0.0f;
@@ -13515,8 +13529,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v108_rem = (unsigned long long)(i);
-    const long long v108_c2 = (long long)(v108_rem % (unsigned long long)(256LL)); v108_rem /= (unsigned long long)(256LL);
+    const long long v108_c2 = j;
+    unsigned long long v108_rem = (unsigned long long)(r);
     const long long v108_c1 = (long long)(v108_rem % (unsigned long long)(128LL)); v108_rem /= (unsigned long long)(128LL);
     const long long v108_c0 = (long long)v108_rem;
     const float v108 = in0[(((v108_c0) * 128LL + v108_c1) * 260LL + v108_c2 + 0)];
@@ -13555,8 +13569,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v114_rem = (unsigned long long)(i);
-    const long long v114_c2 = (long long)(v114_rem % (unsigned long long)(1LL)); v114_rem /= (unsigned long long)(1LL);
+    const long long v114_c2 = j;
+    unsigned long long v114_rem = (unsigned long long)(r);
     const long long v114_c1 = (long long)(v114_rem % (unsigned long long)(128LL)); v114_rem /= (unsigned long long)(128LL);
     const long long v114_c0 = (long long)v114_rem;
     const float v114 = in0[(((v114_c0) * 128LL + v114_c1) * 256LL + v114_c2 + 0)];
@@ -13779,8 +13793,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v138_rem = (unsigned long long)(i);
-    const long long v138_c2 = (long long)(v138_rem % (unsigned long long)(1LL)); v138_rem /= (unsigned long long)(1LL);
+    const long long v138_c2 = j;
+    unsigned long long v138_rem = (unsigned long long)(r);
     const long long v138_c1 = (long long)(v138_rem % (unsigned long long)(128LL)); v138_rem /= (unsigned long long)(128LL);
     const long long v138_c0 = (long long)v138_rem;
     const float v138 = in0[(((v138_c0) * 128LL + v138_c1) * 256LL + v138_c2 + 0)];
@@ -13967,8 +13981,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v156_rem = (unsigned long long)(i);
-    const long long v156_c2 = (long long)(v156_rem % (unsigned long long)(256LL)); v156_rem /= (unsigned long long)(256LL);
+    const long long v156_c2 = j;
+    unsigned long long v156_rem = (unsigned long long)(r);
     const long long v156_c1 = (long long)(v156_rem % (unsigned long long)(128LL)); v156_rem /= (unsigned long long)(128LL);
     const long long v156_c0 = (long long)v156_rem;
     const float v156 = in0[(((v156_c0) * 128LL + v156_c1) * 768LL + v156_c2 + 0)];
@@ -13982,8 +13996,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9_3(const float * 
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v158_rem = (unsigned long long)(i);
-    const long long v158_c3 = (long long)(v158_rem % (unsigned long long)(64LL)); v158_rem /= (unsigned long long)(64LL);
+    const long long v158_c3 = j;
+    unsigned long long v158_rem = (unsigned long long)(r);
     const long long v158_c2 = (long long)(v158_rem % (unsigned long long)(128LL)); v158_rem /= (unsigned long long)(128LL);
     const long long v158_c1 = (long long)(v158_rem % (unsigned long long)(4LL)); v158_rem /= (unsigned long long)(4LL);
     const long long v158_c0 = (long long)v158_rem;
@@ -13998,8 +14012,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v159_rem = (unsigned long long)(i);
-    const long long v159_c2 = (long long)(v159_rem % (unsigned long long)(256LL)); v159_rem /= (unsigned long long)(256LL);
+    const long long v159_c2 = j;
+    unsigned long long v159_rem = (unsigned long long)(r);
     const long long v159_c1 = (long long)(v159_rem % (unsigned long long)(128LL)); v159_rem /= (unsigned long long)(128LL);
     const long long v159_c0 = (long long)v159_rem;
     const float v159 = in0[(((v159_c0) * 128LL + v159_c1) * 768LL + v159_c2 + 256)];
@@ -14013,8 +14027,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v161_rem = (unsigned long long)(i);
-    const long long v161_c3 = (long long)(v161_rem % (unsigned long long)(64LL)); v161_rem /= (unsigned long long)(64LL);
+    const long long v161_c3 = j;
+    unsigned long long v161_rem = (unsigned long long)(r);
     const long long v161_c2 = (long long)(v161_rem % (unsigned long long)(128LL)); v161_rem /= (unsigned long long)(128LL);
     const long long v161_c1 = (long long)(v161_rem % (unsigned long long)(4LL)); v161_rem /= (unsigned long long)(4LL);
     const long long v161_c0 = (long long)v161_rem;
@@ -14029,8 +14043,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v162_rem = (unsigned long long)(i);
-    const long long v162_c2 = (long long)(v162_rem % (unsigned long long)(256LL)); v162_rem /= (unsigned long long)(256LL);
+    const long long v162_c2 = j;
+    unsigned long long v162_rem = (unsigned long long)(r);
     const long long v162_c1 = (long long)(v162_rem % (unsigned long long)(128LL)); v162_rem /= (unsigned long long)(128LL);
     const long long v162_c0 = (long long)v162_rem;
     const float v162 = in0[(((v162_c0) * 128LL + v162_c1) * 768LL + v162_c2 + 512)];
@@ -14044,8 +14058,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v164_rem = (unsigned long long)(i);
-    const long long v164_c3 = (long long)(v164_rem % (unsigned long long)(64LL)); v164_rem /= (unsigned long long)(64LL);
+    const long long v164_c3 = j;
+    unsigned long long v164_rem = (unsigned long long)(r);
     const long long v164_c2 = (long long)(v164_rem % (unsigned long long)(128LL)); v164_rem /= (unsigned long long)(128LL);
     const long long v164_c1 = (long long)(v164_rem % (unsigned long long)(4LL)); v164_rem /= (unsigned long long)(4LL);
     const long long v164_c0 = (long long)v164_rem;
@@ -14116,8 +14130,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v169_rem = (unsigned long long)(i);
-    const long long v169_c3 = (long long)(v169_rem % (unsigned long long)(64LL)); v169_rem /= (unsigned long long)(64LL);
+    const long long v169_c3 = j;
+    unsigned long long v169_rem = (unsigned long long)(r);
     const long long v169_c2 = (long long)(v169_rem % (unsigned long long)(4LL)); v169_rem /= (unsigned long long)(4LL);
     const long long v169_c1 = (long long)(v169_rem % (unsigned long long)(128LL)); v169_rem /= (unsigned long long)(128LL);
     const long long v169_c0 = (long long)v169_rem;
@@ -14132,8 +14146,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3_3(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v171_rem = (unsigned long long)(i);
-    const long long v171_c2 = (long long)(v171_rem % (unsigned long long)(260LL)); v171_rem /= (unsigned long long)(260LL);
+    const long long v171_c2 = j;
+    unsigned long long v171_rem = (unsigned long long)(r);
     const long long v171_c1 = (long long)(v171_rem % (unsigned long long)(128LL)); v171_rem /= (unsigned long long)(128LL);
     const long long v171_c0 = (long long)v171_rem;
     const float v171 = (v171_c2 >= 0 && v171_c2 < 256) ? in0[(((v171_c0) * 128LL + v171_c1) * 256LL + (v171_c2 >= 0 && v171_c2 < 256 ? v171_c2 - 0 : 0))] : 0.0f;
@@ -14147,8 +14161,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v173_rem = (unsigned long long)(i);
-    const long long v173_c2 = (long long)(v173_rem % (unsigned long long)(256LL)); v173_rem /= (unsigned long long)(256LL);
+    const long long v173_c2 = j;
+    unsigned long long v173_rem = (unsigned long long)(r);
     const long long v173_c1 = (long long)(v173_rem % (unsigned long long)(128LL)); v173_rem /= (unsigned long long)(128LL);
     const long long v173_c0 = (long long)v173_rem;
     const float v173 = in0[(((v173_c0) * 128LL + v173_c1) * 260LL + v173_c2 + 0)];
@@ -14187,8 +14201,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v179_rem = (unsigned long long)(i);
-    const long long v179_c2 = (long long)(v179_rem % (unsigned long long)(1LL)); v179_rem /= (unsigned long long)(1LL);
+    const long long v179_c2 = j;
+    unsigned long long v179_rem = (unsigned long long)(r);
     const long long v179_c1 = (long long)(v179_rem % (unsigned long long)(128LL)); v179_rem /= (unsigned long long)(128LL);
     const long long v179_c0 = (long long)v179_rem;
     const float v179 = in0[(((v179_c0) * 128LL + v179_c1) * 256LL + v179_c2 + 0)];
@@ -14411,8 +14425,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v203_rem = (unsigned long long)(i);
-    const long long v203_c2 = (long long)(v203_rem % (unsigned long long)(1LL)); v203_rem /= (unsigned long long)(1LL);
+    const long long v203_c2 = j;
+    unsigned long long v203_rem = (unsigned long long)(r);
     const long long v203_c1 = (long long)(v203_rem % (unsigned long long)(128LL)); v203_rem /= (unsigned long long)(128LL);
     const long long v203_c0 = (long long)v203_rem;
     const float v203 = in0[(((v203_c0) * 128LL + v203_c1) * 256LL + v203_c2 + 0)];
@@ -14599,8 +14613,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v221_rem = (unsigned long long)(i);
-    const long long v221_c2 = (long long)(v221_rem % (unsigned long long)(256LL)); v221_rem /= (unsigned long long)(256LL);
+    const long long v221_c2 = j;
+    unsigned long long v221_rem = (unsigned long long)(r);
     const long long v221_c1 = (long long)(v221_rem % (unsigned long long)(128LL)); v221_rem /= (unsigned long long)(128LL);
     const long long v221_c0 = (long long)v221_rem;
     const float v221 = in0[(((v221_c0) * 128LL + v221_c1) * 768LL + v221_c2 + 0)];
@@ -14614,8 +14628,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v223_rem = (unsigned long long)(i);
-    const long long v223_c3 = (long long)(v223_rem % (unsigned long long)(64LL)); v223_rem /= (unsigned long long)(64LL);
+    const long long v223_c3 = j;
+    unsigned long long v223_rem = (unsigned long long)(r);
     const long long v223_c2 = (long long)(v223_rem % (unsigned long long)(128LL)); v223_rem /= (unsigned long long)(128LL);
     const long long v223_c1 = (long long)(v223_rem % (unsigned long long)(4LL)); v223_rem /= (unsigned long long)(4LL);
     const long long v223_c0 = (long long)v223_rem;
@@ -14630,8 +14644,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v224_rem = (unsigned long long)(i);
-    const long long v224_c2 = (long long)(v224_rem % (unsigned long long)(256LL)); v224_rem /= (unsigned long long)(256LL);
+    const long long v224_c2 = j;
+    unsigned long long v224_rem = (unsigned long long)(r);
     const long long v224_c1 = (long long)(v224_rem % (unsigned long long)(128LL)); v224_rem /= (unsigned long long)(128LL);
     const long long v224_c0 = (long long)v224_rem;
     const float v224 = in0[(((v224_c0) * 128LL + v224_c1) * 768LL + v224_c2 + 256)];
@@ -14645,8 +14659,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v226_rem = (unsigned long long)(i);
-    const long long v226_c3 = (long long)(v226_rem % (unsigned long long)(64LL)); v226_rem /= (unsigned long long)(64LL);
+    const long long v226_c3 = j;
+    unsigned long long v226_rem = (unsigned long long)(r);
     const long long v226_c2 = (long long)(v226_rem % (unsigned long long)(128LL)); v226_rem /= (unsigned long long)(128LL);
     const long long v226_c1 = (long long)(v226_rem % (unsigned long long)(4LL)); v226_rem /= (unsigned long long)(4LL);
     const long long v226_c0 = (long long)v226_rem;
@@ -14661,8 +14675,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v227_rem = (unsigned long long)(i);
-    const long long v227_c2 = (long long)(v227_rem % (unsigned long long)(256LL)); v227_rem /= (unsigned long long)(256LL);
+    const long long v227_c2 = j;
+    unsigned long long v227_rem = (unsigned long long)(r);
     const long long v227_c1 = (long long)(v227_rem % (unsigned long long)(128LL)); v227_rem /= (unsigned long long)(128LL);
     const long long v227_c0 = (long long)v227_rem;
     const float v227 = in0[(((v227_c0) * 128LL + v227_c1) * 768LL + v227_c2 + 512)];
@@ -14676,8 +14690,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v229_rem = (unsigned long long)(i);
-    const long long v229_c3 = (long long)(v229_rem % (unsigned long long)(64LL)); v229_rem /= (unsigned long long)(64LL);
+    const long long v229_c3 = j;
+    unsigned long long v229_rem = (unsigned long long)(r);
     const long long v229_c2 = (long long)(v229_rem % (unsigned long long)(128LL)); v229_rem /= (unsigned long long)(128LL);
     const long long v229_c1 = (long long)(v229_rem % (unsigned long long)(4LL)); v229_rem /= (unsigned long long)(4LL);
     const long long v229_c0 = (long long)v229_rem;
@@ -14748,8 +14762,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16_3(const float *
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v234_rem = (unsigned long long)(i);
-    const long long v234_c3 = (long long)(v234_rem % (unsigned long long)(64LL)); v234_rem /= (unsigned long long)(64LL);
+    const long long v234_c3 = j;
+    unsigned long long v234_rem = (unsigned long long)(r);
     const long long v234_c2 = (long long)(v234_rem % (unsigned long long)(4LL)); v234_rem /= (unsigned long long)(4LL);
     const long long v234_c1 = (long long)(v234_rem % (unsigned long long)(128LL)); v234_rem /= (unsigned long long)(128LL);
     const long long v234_c0 = (long long)v234_rem;
@@ -14764,8 +14778,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4_3(const float 
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v236_rem = (unsigned long long)(i);
-    const long long v236_c2 = (long long)(v236_rem % (unsigned long long)(260LL)); v236_rem /= (unsigned long long)(260LL);
+    const long long v236_c2 = j;
+    unsigned long long v236_rem = (unsigned long long)(r);
     const long long v236_c1 = (long long)(v236_rem % (unsigned long long)(128LL)); v236_rem /= (unsigned long long)(128LL);
     const long long v236_c0 = (long long)v236_rem;
     const float v236 = (v236_c2 >= 0 && v236_c2 < 256) ? in0[(((v236_c0) * 128LL + v236_c1) * 256LL + (v236_c2 >= 0 && v236_c2 < 256 ? v236_c2 - 0 : 0))] : 0.0f;
@@ -14779,8 +14793,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v238_rem = (unsigned long long)(i);
-    const long long v238_c2 = (long long)(v238_rem % (unsigned long long)(256LL)); v238_rem /= (unsigned long long)(256LL);
+    const long long v238_c2 = j;
+    unsigned long long v238_rem = (unsigned long long)(r);
     const long long v238_c1 = (long long)(v238_rem % (unsigned long long)(128LL)); v238_rem /= (unsigned long long)(128LL);
     const long long v238_c0 = (long long)v238_rem;
     const float v238 = in0[(((v238_c0) * 128LL + v238_c1) * 260LL + v238_c2 + 0)];
@@ -14819,8 +14833,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v244_rem = (unsigned long long)(i);
-    const long long v244_c2 = (long long)(v244_rem % (unsigned long long)(1LL)); v244_rem /= (unsigned long long)(1LL);
+    const long long v244_c2 = j;
+    unsigned long long v244_rem = (unsigned long long)(r);
     const long long v244_c1 = (long long)(v244_rem % (unsigned long long)(128LL)); v244_rem /= (unsigned long long)(128LL);
     const long long v244_c0 = (long long)v244_rem;
     const float v244 = in0[(((v244_c0) * 128LL + v244_c1) * 256LL + v244_c2 + 0)];
@@ -15043,8 +15057,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26_3(const float * _
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v268_rem = (unsigned long long)(i);
-    const long long v268_c2 = (long long)(v268_rem % (unsigned long long)(1LL)); v268_rem /= (unsigned long long)(1LL);
+    const long long v268_c2 = j;
+    unsigned long long v268_rem = (unsigned long long)(r);
     const long long v268_c1 = (long long)(v268_rem % (unsigned long long)(128LL)); v268_rem /= (unsigned long long)(128LL);
     const long long v268_c0 = (long long)v268_rem;
     const float v268 = in0[(((v268_c0) * 128LL + v268_c1) * 256LL + v268_c2 + 0)];

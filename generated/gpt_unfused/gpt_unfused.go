@@ -11468,6 +11468,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11478,10 +11482,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12114,6 +12114,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12124,10 +12128,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12319,6 +12319,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12329,10 +12333,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12792,6 +12792,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12802,10 +12806,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12893,6 +12893,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12903,10 +12907,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13570,6 +13570,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -13580,10 +13584,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13775,6 +13775,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -13785,10 +13789,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14248,6 +14248,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -14258,10 +14262,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14349,6 +14349,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -14359,10 +14363,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15026,6 +15026,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -15036,10 +15040,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15231,6 +15231,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -15241,10 +15245,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15704,6 +15704,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -15714,10 +15718,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15805,6 +15805,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -15815,10 +15819,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16482,6 +16482,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16492,10 +16496,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16687,6 +16687,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16697,10 +16701,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -17160,6 +17160,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -17170,10 +17174,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -17261,6 +17261,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -17271,10 +17275,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -18494,6 +18494,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -18504,10 +18508,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -18643,6 +18643,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -18653,10 +18657,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -19526,6 +19526,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -19536,10 +19540,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -19813,6 +19813,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -19823,10 +19827,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -20994,6 +20994,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -21004,10 +21008,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -21143,6 +21143,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -21153,10 +21157,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -22026,6 +22026,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -22036,10 +22040,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -22313,6 +22313,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -22323,10 +22327,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23494,6 +23494,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23504,10 +23508,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23643,6 +23643,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23653,10 +23657,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -24526,6 +24526,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -24536,10 +24540,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -24813,6 +24813,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -24823,10 +24827,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -25994,6 +25994,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -26004,10 +26008,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -26143,6 +26143,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -26153,10 +26157,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -27026,6 +27026,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -27036,10 +27040,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -27313,6 +27313,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -27323,10 +27327,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -28494,6 +28494,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -28504,10 +28508,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -28824,6 +28824,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -28834,10 +28838,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -29470,6 +29470,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -29480,10 +29484,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -29675,6 +29675,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -29685,10 +29689,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -30148,6 +30148,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -30158,10 +30162,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -30249,6 +30249,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -30259,10 +30263,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -30926,6 +30926,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -30936,10 +30940,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -31131,6 +31131,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -31141,10 +31145,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -31604,6 +31604,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -31614,10 +31618,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -31705,6 +31705,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -31715,10 +31719,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -32382,6 +32382,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -32392,10 +32396,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -32587,6 +32587,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -32597,10 +32601,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -33060,6 +33060,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -33070,10 +33074,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -33161,6 +33161,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -33171,10 +33175,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -33838,6 +33838,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -33848,10 +33852,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -34043,6 +34043,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -34053,10 +34057,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -34516,6 +34516,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -34526,10 +34530,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -34617,6 +34617,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -34627,10 +34631,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -40580,7 +40580,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "slice_fwd_2",
@@ -40667,7 +40667,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_4",
@@ -40687,7 +40687,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_2",
@@ -40749,7 +40749,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear2_bias_fwd",
@@ -40757,7 +40757,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_3",
@@ -40848,7 +40848,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_8",
@@ -40868,7 +40868,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_4",
@@ -40930,7 +40930,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear2_bias_fwd",
@@ -40938,7 +40938,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_5",
@@ -41029,7 +41029,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_12",
@@ -41049,7 +41049,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_6",
@@ -41111,7 +41111,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear2_bias_fwd",
@@ -41119,7 +41119,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_7",
@@ -41210,7 +41210,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_14",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_16",
@@ -41230,7 +41230,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_15",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_8",
@@ -41292,7 +41292,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_16",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_linear2_bias_fwd",
@@ -41300,7 +41300,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_17",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_9",
@@ -41470,7 +41470,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_7",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -41484,7 +41484,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "gelu_bwd_bwd",
@@ -41607,7 +41607,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_16",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -41633,7 +41633,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -41793,7 +41793,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_25",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -41807,7 +41807,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "gelu_bwd_bwd_2",
@@ -41930,7 +41930,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_34",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -41956,7 +41956,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42116,7 +42116,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_43",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42130,7 +42130,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "gelu_bwd_bwd_3",
@@ -42253,7 +42253,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_52",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42279,7 +42279,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42439,7 +42439,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_61",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42453,7 +42453,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_14",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "gelu_bwd_bwd_4",
@@ -42576,7 +42576,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_15",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_70",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42602,7 +42602,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_16",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -42762,7 +42762,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_17",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "embedding_bwd_bwd",
@@ -42838,7 +42838,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_18",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "slice_fwd_2_2",
@@ -42925,7 +42925,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_4_2",
@@ -42945,7 +42945,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_2_2",
@@ -43007,7 +43007,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_4_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_0_linear2_bias_fwd_2",
@@ -43015,7 +43015,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_5_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_3_2",
@@ -43106,7 +43106,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_6_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_8_2",
@@ -43126,7 +43126,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_7_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_4_2",
@@ -43188,7 +43188,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_8_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_1_linear2_bias_fwd_2",
@@ -43196,7 +43196,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_9_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_5_2",
@@ -43287,7 +43287,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_10_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_12_2",
@@ -43307,7 +43307,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_11_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_6_2",
@@ -43369,7 +43369,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_12_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_2_linear2_bias_fwd_2",
@@ -43377,7 +43377,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_13_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_7_2",
@@ -43468,7 +43468,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_14_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_16_2",
@@ -43488,7 +43488,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_15_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_8_2",
@@ -43550,7 +43550,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_16_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "blocks_3_linear2_bias_fwd_2",
@@ -43558,7 +43558,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_17_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_9_2",

@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // emb_embedding_fwd computes:
@@ -135,8 +149,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v10_rem = (unsigned long long)(i);
-    const long long v10_c2 = (long long)(v10_rem % (unsigned long long)(128LL)); v10_rem /= (unsigned long long)(128LL);
+    const long long v10_c2 = j;
+    unsigned long long v10_rem = (unsigned long long)(r);
     const long long v10_c1 = (long long)(v10_rem % (unsigned long long)((long long)B)); v10_rem /= (unsigned long long)((long long)B);
     const long long v10_c0 = (long long)v10_rem;
     const float v10 = in0[(((v10_c0 + 0) * (long long)B + v10_c1) * 128LL + v10_c2)];
@@ -150,8 +164,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v12_rem = (unsigned long long)(i);
-    const long long v12_c2 = (long long)(v12_rem % (unsigned long long)(128LL)); v12_rem /= (unsigned long long)(128LL);
+    const long long v12_c2 = j;
+    unsigned long long v12_rem = (unsigned long long)(r);
     const long long v12_c1 = (long long)(v12_rem % (unsigned long long)((long long)B)); v12_rem /= (unsigned long long)((long long)B);
     const long long v12_c0 = (long long)v12_rem;
     const float v12 = in0[(((v12_c0 + 0) * (long long)B + v12_c1) * 128LL + v12_c2)];
@@ -352,8 +366,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v18_rem = (unsigned long long)(i);
-    const long long v18_c2 = (long long)(v18_rem % (unsigned long long)(128LL)); v18_rem /= (unsigned long long)(128LL);
+    const long long v18_c2 = j;
+    unsigned long long v18_rem = (unsigned long long)(r);
     const long long v18_c1 = (long long)(v18_rem % (unsigned long long)(1LL)); v18_rem /= (unsigned long long)(1LL);
     const long long v18_c0 = (long long)v18_rem;
     const float v18 = in0[(((v18_c0) * 1LL + v18_c1) * 768LL + v18_c2 + 0)];
@@ -367,8 +381,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v23_rem = (unsigned long long)(i);
-    const long long v23_c2 = (long long)(v23_rem % (unsigned long long)(128LL)); v23_rem /= (unsigned long long)(128LL);
+    const long long v23_c2 = j;
+    unsigned long long v23_rem = (unsigned long long)(r);
     const long long v23_c1 = (long long)(v23_rem % (unsigned long long)((long long)B)); v23_rem /= (unsigned long long)((long long)B);
     const long long v23_c0 = (long long)v23_rem;
     const float v23 = in0[(((v23_c0 + 1) * (long long)B + v23_c1) * 128LL + v23_c2)];
@@ -382,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v25_rem = (unsigned long long)(i);
-    const long long v25_c2 = (long long)(v25_rem % (unsigned long long)(128LL)); v25_rem /= (unsigned long long)(128LL);
+    const long long v25_c2 = j;
+    unsigned long long v25_rem = (unsigned long long)(r);
     const long long v25_c1 = (long long)(v25_rem % (unsigned long long)((long long)B)); v25_rem /= (unsigned long long)((long long)B);
     const long long v25_c0 = (long long)v25_rem;
     const float v25 = in0[(((v25_c0 + 1) * (long long)B + v25_c1) * 128LL + v25_c2)];
@@ -584,8 +598,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v31_rem = (unsigned long long)(i);
-    const long long v31_c2 = (long long)(v31_rem % (unsigned long long)(128LL)); v31_rem /= (unsigned long long)(128LL);
+    const long long v31_c2 = j;
+    unsigned long long v31_rem = (unsigned long long)(r);
     const long long v31_c1 = (long long)(v31_rem % (unsigned long long)(1LL)); v31_rem /= (unsigned long long)(1LL);
     const long long v31_c0 = (long long)v31_rem;
     const float v31 = in0[(((v31_c0) * 1LL + v31_c1) * 768LL + v31_c2 + 0)];
@@ -599,8 +613,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v32_rem = (unsigned long long)(i);
-    const long long v32_c2 = (long long)(v32_rem % (unsigned long long)(128LL)); v32_rem /= (unsigned long long)(128LL);
+    const long long v32_c2 = j;
+    unsigned long long v32_rem = (unsigned long long)(r);
     const long long v32_c1 = (long long)(v32_rem % (unsigned long long)(1LL)); v32_rem /= (unsigned long long)(1LL);
     const long long v32_c0 = (long long)v32_rem;
     const float v32 = in0[(((v32_c0) * 1LL + v32_c1 + 0) * 128LL + v32_c2)];
@@ -773,8 +787,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v46_rem = (unsigned long long)(i);
-    const long long v46_c2 = (long long)(v46_rem % (unsigned long long)(128LL)); v46_rem /= (unsigned long long)(128LL);
+    const long long v46_c2 = j;
+    unsigned long long v46_rem = (unsigned long long)(r);
     const long long v46_c1 = (long long)(v46_rem % (unsigned long long)(1LL)); v46_rem /= (unsigned long long)(1LL);
     const long long v46_c0 = (long long)v46_rem;
     const float v46 = (v46_c1 >= 0 && v46_c1 < 1) ? in0[(((v46_c0) * 1LL + (v46_c1 >= 0 && v46_c1 < 1 ? v46_c1 - 0 : 0)) * 128LL + v46_c2)] : 0.0f;
@@ -788,8 +802,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v47_rem = (unsigned long long)(i);
-    const long long v47_c2 = (long long)(v47_rem % (unsigned long long)(768LL)); v47_rem /= (unsigned long long)(768LL);
+    const long long v47_c2 = j;
+    unsigned long long v47_rem = (unsigned long long)(r);
     const long long v47_c1 = (long long)(v47_rem % (unsigned long long)(1LL)); v47_rem /= (unsigned long long)(1LL);
     const long long v47_c0 = (long long)v47_rem;
     const float v47 = (v47_c2 >= 0 && v47_c2 < 128) ? in0[(((v47_c0) * 1LL + v47_c1) * 128LL + (v47_c2 >= 0 && v47_c2 < 128 ? v47_c2 - 0 : 0))] : 0.0f;
@@ -991,8 +1005,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v49_rem = (unsigned long long)(i);
-    const long long v49_c2 = (long long)(v49_rem % (unsigned long long)(512LL)); v49_rem /= (unsigned long long)(512LL);
+    const long long v49_c2 = j;
+    unsigned long long v49_rem = (unsigned long long)(r);
     const long long v49_c1 = (long long)(v49_rem % (unsigned long long)(1LL)); v49_rem /= (unsigned long long)(1LL);
     const long long v49_c0 = (long long)v49_rem;
     const float v49 = in0[(((v49_c0) * 2LL + v49_c1 + 0) * 512LL + v49_c2)];
@@ -1174,8 +1188,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v62_rem = (unsigned long long)(i);
-    const long long v62_c2 = (long long)(v62_rem % (unsigned long long)(768LL)); v62_rem /= (unsigned long long)(768LL);
+    const long long v62_c2 = j;
+    unsigned long long v62_rem = (unsigned long long)(r);
     const long long v62_c1 = (long long)(v62_rem % (unsigned long long)(1LL)); v62_rem /= (unsigned long long)(1LL);
     const long long v62_c0 = (long long)v62_rem;
     const float v62 = (v62_c2 >= 0 && v62_c2 < 128) ? in0[(((v62_c0) * 1LL + v62_c1) * 128LL + (v62_c2 >= 0 && v62_c2 < 128 ? v62_c2 - 0 : 0))] : 0.0f;
@@ -1377,8 +1391,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v64_rem = (unsigned long long)(i);
-    const long long v64_c2 = (long long)(v64_rem % (unsigned long long)(512LL)); v64_rem /= (unsigned long long)(512LL);
+    const long long v64_c2 = j;
+    unsigned long long v64_rem = (unsigned long long)(r);
     const long long v64_c1 = (long long)(v64_rem % (unsigned long long)(1LL)); v64_rem /= (unsigned long long)(1LL);
     const long long v64_c0 = (long long)v64_rem;
     const float v64 = in0[(((v64_c0) * 2LL + v64_c1 + 0) * 512LL + v64_c2)];
@@ -1779,8 +1793,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v9_rem = (unsigned long long)(i);
-    const long long v9_c2 = (long long)(v9_rem % (unsigned long long)(128LL)); v9_rem /= (unsigned long long)(128LL);
+    const long long v9_c2 = j;
+    unsigned long long v9_rem = (unsigned long long)(r);
     const long long v9_c1 = (long long)(v9_rem % (unsigned long long)((long long)B)); v9_rem /= (unsigned long long)((long long)B);
     const long long v9_c0 = (long long)v9_rem;
     const float v9 = in0[(((v9_c0 + 0) * (long long)B + v9_c1) * 128LL + v9_c2)];
@@ -1794,8 +1808,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v11_rem = (unsigned long long)(i);
-    const long long v11_c2 = (long long)(v11_rem % (unsigned long long)(128LL)); v11_rem /= (unsigned long long)(128LL);
+    const long long v11_c2 = j;
+    unsigned long long v11_rem = (unsigned long long)(r);
     const long long v11_c1 = (long long)(v11_rem % (unsigned long long)((long long)B)); v11_rem /= (unsigned long long)((long long)B);
     const long long v11_c0 = (long long)v11_rem;
     const float v11 = in0[(((v11_c0 + 0) * (long long)B + v11_c1) * 128LL + v11_c2)];
@@ -1996,8 +2010,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v17_rem = (unsigned long long)(i);
-    const long long v17_c2 = (long long)(v17_rem % (unsigned long long)(128LL)); v17_rem /= (unsigned long long)(128LL);
+    const long long v17_c2 = j;
+    unsigned long long v17_rem = (unsigned long long)(r);
     const long long v17_c1 = (long long)(v17_rem % (unsigned long long)(1LL)); v17_rem /= (unsigned long long)(1LL);
     const long long v17_c0 = (long long)v17_rem;
     const float v17 = in0[(((v17_c0) * 1LL + v17_c1) * 768LL + v17_c2 + 0)];
@@ -2011,8 +2025,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v18_rem = (unsigned long long)(i);
-    const long long v18_c2 = (long long)(v18_rem % (unsigned long long)(128LL)); v18_rem /= (unsigned long long)(128LL);
+    const long long v18_c2 = j;
+    unsigned long long v18_rem = (unsigned long long)(r);
     const long long v18_c1 = (long long)(v18_rem % (unsigned long long)(1LL)); v18_rem /= (unsigned long long)(1LL);
     const long long v18_c0 = (long long)v18_rem;
     const float v18 = in0[(((v18_c0) * 1LL + v18_c1 + 0) * 128LL + v18_c2)];
@@ -2026,8 +2040,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v20_rem = (unsigned long long)(i);
-    const long long v20_c2 = (long long)(v20_rem % (unsigned long long)(128LL)); v20_rem /= (unsigned long long)(128LL);
+    const long long v20_c2 = j;
+    unsigned long long v20_rem = (unsigned long long)(r);
     const long long v20_c1 = (long long)(v20_rem % (unsigned long long)(1LL)); v20_rem /= (unsigned long long)(1LL);
     const long long v20_c0 = (long long)v20_rem;
     const float v20 = in0[(((v20_c0) * 1LL + v20_c1) * 768LL + v20_c2 + 128)];
@@ -2041,8 +2055,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v21_rem = (unsigned long long)(i);
-    const long long v21_c2 = (long long)(v21_rem % (unsigned long long)(128LL)); v21_rem /= (unsigned long long)(128LL);
+    const long long v21_c2 = j;
+    unsigned long long v21_rem = (unsigned long long)(r);
     const long long v21_c1 = (long long)(v21_rem % (unsigned long long)(1LL)); v21_rem /= (unsigned long long)(1LL);
     const long long v21_c0 = (long long)v21_rem;
     const float v21 = in0[(((v21_c0) * 1LL + v21_c1 + 0) * 128LL + v21_c2)];
@@ -2056,8 +2070,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v27_rem = (unsigned long long)(i);
-    const long long v27_c2 = (long long)(v27_rem % (unsigned long long)(128LL)); v27_rem /= (unsigned long long)(128LL);
+    const long long v27_c2 = j;
+    unsigned long long v27_rem = (unsigned long long)(r);
     const long long v27_c1 = (long long)(v27_rem % (unsigned long long)((long long)B)); v27_rem /= (unsigned long long)((long long)B);
     const long long v27_c0 = (long long)v27_rem;
     const float v27 = in0[(((v27_c0 + 1) * (long long)B + v27_c1) * 128LL + v27_c2)];
@@ -2071,8 +2085,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v29_rem = (unsigned long long)(i);
-    const long long v29_c2 = (long long)(v29_rem % (unsigned long long)(128LL)); v29_rem /= (unsigned long long)(128LL);
+    const long long v29_c2 = j;
+    unsigned long long v29_rem = (unsigned long long)(r);
     const long long v29_c1 = (long long)(v29_rem % (unsigned long long)((long long)B)); v29_rem /= (unsigned long long)((long long)B);
     const long long v29_c0 = (long long)v29_rem;
     const float v29 = in0[(((v29_c0 + 1) * (long long)B + v29_c1) * 128LL + v29_c2)];
@@ -2273,8 +2287,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v35_rem = (unsigned long long)(i);
-    const long long v35_c2 = (long long)(v35_rem % (unsigned long long)(128LL)); v35_rem /= (unsigned long long)(128LL);
+    const long long v35_c2 = j;
+    unsigned long long v35_rem = (unsigned long long)(r);
     const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(1LL)); v35_rem /= (unsigned long long)(1LL);
     const long long v35_c0 = (long long)v35_rem;
     const float v35 = in0[(((v35_c0) * 1LL + v35_c1) * 768LL + v35_c2 + 0)];
@@ -2288,8 +2302,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v36_rem = (unsigned long long)(i);
-    const long long v36_c2 = (long long)(v36_rem % (unsigned long long)(128LL)); v36_rem /= (unsigned long long)(128LL);
+    const long long v36_c2 = j;
+    unsigned long long v36_rem = (unsigned long long)(r);
     const long long v36_c1 = (long long)(v36_rem % (unsigned long long)(1LL)); v36_rem /= (unsigned long long)(1LL);
     const long long v36_c0 = (long long)v36_rem;
     const float v36 = in0[(((v36_c0) * 1LL + v36_c1 + 0) * 128LL + v36_c2)];
@@ -2303,8 +2317,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v38_rem = (unsigned long long)(i);
-    const long long v38_c2 = (long long)(v38_rem % (unsigned long long)(128LL)); v38_rem /= (unsigned long long)(128LL);
+    const long long v38_c2 = j;
+    unsigned long long v38_rem = (unsigned long long)(r);
     const long long v38_c1 = (long long)(v38_rem % (unsigned long long)(1LL)); v38_rem /= (unsigned long long)(1LL);
     const long long v38_c0 = (long long)v38_rem;
     const float v38 = in0[(((v38_c0) * 1LL + v38_c1) * 768LL + v38_c2 + 128)];
@@ -2318,8 +2332,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v39_rem = (unsigned long long)(i);
-    const long long v39_c2 = (long long)(v39_rem % (unsigned long long)(128LL)); v39_rem /= (unsigned long long)(128LL);
+    const long long v39_c2 = j;
+    unsigned long long v39_rem = (unsigned long long)(r);
     const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(1LL)); v39_rem /= (unsigned long long)(1LL);
     const long long v39_c0 = (long long)v39_rem;
     const float v39 = in0[(((v39_c0) * 1LL + v39_c1 + 0) * 128LL + v39_c2)];
@@ -2333,8 +2347,8 @@ extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __res
   const long long rows = 2LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v43_rem = (unsigned long long)(i);
-    const long long v43_c2 = (long long)(v43_rem % (unsigned long long)(128LL)); v43_rem /= (unsigned long long)(128LL);
+    const long long v43_c2 = j;
+    unsigned long long v43_rem = (unsigned long long)(r);
     const long long v43_c1 = (long long)(v43_rem % (unsigned long long)((long long)B)); v43_rem /= (unsigned long long)((long long)B);
     const long long v43_c0 = (long long)v43_rem;
     float v43;
@@ -2349,8 +2363,8 @@ extern "C" __global__ void __launch_bounds__(256) concat_fwd_2(const float * __r
   const long long rows = 2LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v46_rem = (unsigned long long)(i);
-    const long long v46_c2 = (long long)(v46_rem % (unsigned long long)(128LL)); v46_rem /= (unsigned long long)(128LL);
+    const long long v46_c2 = j;
+    unsigned long long v46_rem = (unsigned long long)(r);
     const long long v46_c1 = (long long)(v46_rem % (unsigned long long)((long long)B)); v46_rem /= (unsigned long long)((long long)B);
     const long long v46_c0 = (long long)v46_rem;
     float v46;
@@ -2365,8 +2379,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v47_rem = (unsigned long long)(i);
-    const long long v47_c2 = (long long)(v47_rem % (unsigned long long)(128LL)); v47_rem /= (unsigned long long)(128LL);
+    const long long v47_c2 = j;
+    unsigned long long v47_rem = (unsigned long long)(r);
     const long long v47_c1 = (long long)(v47_rem % (unsigned long long)(1LL)); v47_rem /= (unsigned long long)(1LL);
     const long long v47_c0 = (long long)v47_rem;
     const float v47 = in0[(((v47_c0) * 1LL + v47_c1 + 0) * 128LL + v47_c2)];

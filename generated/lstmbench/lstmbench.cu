@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -312,8 +326,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v14_rem = (unsigned long long)(i);
-    const long long v14_c2 = (long long)(v14_rem % (unsigned long long)(256LL)); v14_rem /= (unsigned long long)(256LL);
+    const long long v14_c2 = j;
+    unsigned long long v14_rem = (unsigned long long)(r);
     const long long v14_c1 = (long long)(v14_rem % (unsigned long long)(64LL)); v14_rem /= (unsigned long long)(64LL);
     const long long v14_c0 = (long long)v14_rem;
     const float v14 = in0[(((v14_c0) * 64LL + v14_c1) * 1536LL + v14_c2 + 0)];
@@ -506,18 +520,18 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v25_rem = (unsigned long long)(i);
-    const long long v25_c2 = (long long)(v25_rem % (unsigned long long)(256LL)); v25_rem /= (unsigned long long)(256LL);
+    const long long v25_c2 = j;
+    unsigned long long v25_rem = (unsigned long long)(r);
     const long long v25_c1 = (long long)(v25_rem % (unsigned long long)(64LL)); v25_rem /= (unsigned long long)(64LL);
     const long long v25_c0 = (long long)v25_rem;
     const float v25 = in0[(((v25_c0) * 64LL + v25_c1) * 1536LL + v25_c2 + 0)];
-    unsigned long long v42_rem = (unsigned long long)(i);
-    const long long v42_c2 = (long long)(v42_rem % (unsigned long long)(256LL)); v42_rem /= (unsigned long long)(256LL);
+    const long long v42_c2 = j;
+    unsigned long long v42_rem = (unsigned long long)(r);
     const long long v42_c1 = (long long)(v42_rem % (unsigned long long)(64LL)); v42_rem /= (unsigned long long)(64LL);
     const long long v42_c0 = (long long)v42_rem;
     const float v42 = in0[(((v42_c0) * 64LL + v42_c1) * 1536LL + v42_c2 + 0)];
-    unsigned long long v59_rem = (unsigned long long)(i);
-    const long long v59_c2 = (long long)(v59_rem % (unsigned long long)(256LL)); v59_rem /= (unsigned long long)(256LL);
+    const long long v59_c2 = j;
+    unsigned long long v59_rem = (unsigned long long)(r);
     const long long v59_c1 = (long long)(v59_rem % (unsigned long long)(64LL)); v59_rem /= (unsigned long long)(64LL);
     const long long v59_c0 = (long long)v59_rem;
     const float v59 = in1[(((v59_c0) * 64LL + v59_c1) * 1536LL + v59_c2 + 0)];
@@ -636,8 +650,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1536) {
     const long long i = r * 1536LL + j;
-    unsigned long long v39_rem = (unsigned long long)(i);
-    const long long v39_c2 = (long long)(v39_rem % (unsigned long long)(1536LL)); v39_rem /= (unsigned long long)(1536LL);
+    const long long v39_c2 = j;
+    unsigned long long v39_rem = (unsigned long long)(r);
     const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(64LL)); v39_rem /= (unsigned long long)(64LL);
     const long long v39_c0 = (long long)v39_rem;
     const float v39 = (v39_c2 >= 0 && v39_c2 < 256) ? in0[(((v39_c0) * 64LL + v39_c1) * 256LL + (v39_c2 >= 0 && v39_c2 < 256 ? v39_c2 - 0 : 0))] : 0.0f;
@@ -839,8 +853,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
-    unsigned long long v41_rem = (unsigned long long)(i);
-    const long long v41_c2 = (long long)(v41_rem % (unsigned long long)(1024LL)); v41_rem /= (unsigned long long)(1024LL);
+    const long long v41_c2 = j;
+    unsigned long long v41_rem = (unsigned long long)(r);
     const long long v41_c1 = (long long)(v41_rem % (unsigned long long)(64LL)); v41_rem /= (unsigned long long)(64LL);
     const long long v41_c0 = (long long)v41_rem;
     const float v41 = in0[(((v41_c0) * 65LL + v41_c1 + 0) * 1024LL + v41_c2)];
@@ -854,8 +868,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
-    unsigned long long v43_rem = (unsigned long long)(i);
-    const long long v43_c2 = (long long)(v43_rem % (unsigned long long)(1024LL)); v43_rem /= (unsigned long long)(1024LL);
+    const long long v43_c2 = j;
+    unsigned long long v43_rem = (unsigned long long)(r);
     const long long v43_c1 = (long long)(v43_rem % (unsigned long long)(63LL)); v43_rem /= (unsigned long long)(63LL);
     const long long v43_c0 = (long long)v43_rem;
     const float v43 = in0[(((v43_c0) * 64LL + v43_c1 + 1) * 1024LL + v43_c2)];
@@ -870,13 +884,13 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v44_rem = (unsigned long long)(i);
-    const long long v44_c2 = (long long)(v44_rem % (unsigned long long)(256LL)); v44_rem /= (unsigned long long)(256LL);
+    const long long v44_c2 = j;
+    unsigned long long v44_rem = (unsigned long long)(r);
     const long long v44_c1 = (long long)(v44_rem % (unsigned long long)(63LL)); v44_rem /= (unsigned long long)(63LL);
     const long long v44_c0 = (long long)v44_rem;
     const float v44 = in0[(((v44_c0) * 64LL + v44_c1 + 0) * 256LL + v44_c2)];
-    unsigned long long v61_rem = (unsigned long long)(i);
-    const long long v61_c2 = (long long)(v61_rem % (unsigned long long)(256LL)); v61_rem /= (unsigned long long)(256LL);
+    const long long v61_c2 = j;
+    unsigned long long v61_rem = (unsigned long long)(r);
     const long long v61_c1 = (long long)(v61_rem % (unsigned long long)(63LL)); v61_rem /= (unsigned long long)(63LL);
     const long long v61_c0 = (long long)v61_rem;
     const float v61 = in1[(((v61_c0) * 64LL + v61_c1 + 0) * 256LL + v61_c2)];
@@ -945,8 +959,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1536) {
     const long long i = r * 1536LL + j;
-    unsigned long long v56_rem = (unsigned long long)(i);
-    const long long v56_c2 = (long long)(v56_rem % (unsigned long long)(1536LL)); v56_rem /= (unsigned long long)(1536LL);
+    const long long v56_c2 = j;
+    unsigned long long v56_rem = (unsigned long long)(r);
     const long long v56_c1 = (long long)(v56_rem % (unsigned long long)(64LL)); v56_rem /= (unsigned long long)(64LL);
     const long long v56_c0 = (long long)v56_rem;
     const float v56 = (v56_c2 >= 0 && v56_c2 < 256) ? in0[(((v56_c0) * 64LL + v56_c1) * 256LL + (v56_c2 >= 0 && v56_c2 < 256 ? v56_c2 - 0 : 0))] : 0.0f;
@@ -1148,8 +1162,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_5(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
-    unsigned long long v58_rem = (unsigned long long)(i);
-    const long long v58_c2 = (long long)(v58_rem % (unsigned long long)(1024LL)); v58_rem /= (unsigned long long)(1024LL);
+    const long long v58_c2 = j;
+    unsigned long long v58_rem = (unsigned long long)(r);
     const long long v58_c1 = (long long)(v58_rem % (unsigned long long)(64LL)); v58_rem /= (unsigned long long)(64LL);
     const long long v58_c0 = (long long)v58_rem;
     const float v58 = in0[(((v58_c0) * 65LL + v58_c1 + 0) * 1024LL + v58_c2)];
@@ -1163,8 +1177,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __re
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
-    unsigned long long v60_rem = (unsigned long long)(i);
-    const long long v60_c2 = (long long)(v60_rem % (unsigned long long)(1024LL)); v60_rem /= (unsigned long long)(1024LL);
+    const long long v60_c2 = j;
+    unsigned long long v60_rem = (unsigned long long)(r);
     const long long v60_c1 = (long long)(v60_rem % (unsigned long long)(63LL)); v60_rem /= (unsigned long long)(63LL);
     const long long v60_c0 = (long long)v60_rem;
     const float v60 = in0[(((v60_c0) * 64LL + v60_c1 + 1) * 1024LL + v60_c2)];
@@ -1497,8 +1511,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v13_rem = (unsigned long long)(i);
-    const long long v13_c2 = (long long)(v13_rem % (unsigned long long)(256LL)); v13_rem /= (unsigned long long)(256LL);
+    const long long v13_c2 = j;
+    unsigned long long v13_rem = (unsigned long long)(r);
     const long long v13_c1 = (long long)(v13_rem % (unsigned long long)(64LL)); v13_rem /= (unsigned long long)(64LL);
     const long long v13_c0 = (long long)v13_rem;
     const float v13 = in0[(((v13_c0) * 64LL + v13_c1) * 1536LL + v13_c2 + 0)];
@@ -1689,8 +1703,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v24_rem = (unsigned long long)(i);
-    const long long v24_c2 = (long long)(v24_rem % (unsigned long long)(256LL)); v24_rem /= (unsigned long long)(256LL);
+    const long long v24_c2 = j;
+    unsigned long long v24_rem = (unsigned long long)(r);
     const long long v24_c1 = (long long)(v24_rem % (unsigned long long)(64LL)); v24_rem /= (unsigned long long)(64LL);
     const long long v24_c0 = (long long)v24_rem;
     const float v24 = in0[(((v24_c0) * 64LL + v24_c1) * 1536LL + v24_c2 + 0)];

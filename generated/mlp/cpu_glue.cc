@@ -8,17 +8,17 @@ namespace {
 
 extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry_mlp_d669ac693d03(int k, const ngen_launch *l) {
   switch (k) {
-  case 0: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
-  case 1: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, long long, 8)));
+  case 0: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8)));
+  case 1: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8)));
   case 2: NGEN_RUN_SPAN(l, fc3_bias_cross_entropy_ce_grad_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6)));
   case 3: NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 4: NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
+  case 4: NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));
   case 5: NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
-  case 6: NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
+  case 6: NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));
   case 7: NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   case 8: NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
-  case 9: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
-  case 10: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, long long, 7)));
+  case 9: NGEN_RUN_SPAN(l, fc1_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));
+  case 10: NGEN_RUN_SPAN(l, fc2_bias_relu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7)));
   case 11: NGEN_RUN_SPAN(l, fc3_bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 12: NGEN_RUN_SPAN(l, fc1_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   case 13: NGEN_RUN_SPAN(l, fc2_bias_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

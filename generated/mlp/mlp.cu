@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,13 +119,20 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // fc1_bias_relu_dropout_fwd computes:
 //   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:15
 //   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -126,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(cons
     float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
     float v6 = (v5 <= 0.0f ? 0.0f : v5);
-    float v7 = (s_train ? v6 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : v6);
+    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
     out1[i] = v7;
   }
@@ -136,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd(cons
 //   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:16
 //   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
@@ -144,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd(cons
     float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
     float v12 = (v11 <= 0.0f ? 0.0f : v11);
-    float v13 = (s_train ? v12 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : v12);
+    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
     out1[i] = v13;
   }
@@ -254,13 +268,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 // dropout_relu_bwd_bwd computes:
 //   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:16
 //   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a23 = in0[i];
-    float v25 = (s_train ? a23 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : a23);
+    float v25 = (a23 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     float a12 = in1[i];
-    float v26 = (a12 > 0.0f ? v25 : 0.0f);
+    float v26 = ngen_relu_grad(a12, v25);
     out0[i] = v26;
   }
 }
@@ -310,13 +324,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // dropout_relu_bwd_bwd_2 computes:
 //   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:15
 //   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a29 = in0[i];
-    float v31 = (s_train ? a29 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : a29);
+    float v31 = (a29 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     float a6 = in1[i];
-    float v32 = (a6 > 0.0f ? v31 : 0.0f);
+    float v32 = ngen_relu_grad(a6, v31);
     out0[i] = v32;
   }
 }
@@ -409,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
 //   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
 //   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -417,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(co
     float a3 = in1[(0) * 512LL + j];
     float v4 = (a2 + a3);
     float v5 = (v4 <= 0.0f ? 0.0f : v4);
-    float v6 = (s_train ? v5 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : v5);
+    float v6 = (v5 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
   }
 }
@@ -426,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_dropout_fwd_2(co
 //   v10 = add <f32[B,256]> v8 v9  # models/mlp/model.go:16
 //   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:16
 //   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
@@ -434,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_dropout_fwd_2(co
     float a9 = in1[(0) * 256LL + j];
     float v10 = (a8 + a9);
     float v11 = (v10 <= 0.0f ? 0.0f : v10);
-    float v12 = (s_train ? v11 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : v11);
+    float v12 = (v11 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
   }
 }

@@ -504,6 +504,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -514,10 +518,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -584,6 +584,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -594,10 +598,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -782,6 +782,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -792,10 +796,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -909,6 +909,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -919,10 +923,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1083,6 +1083,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1093,10 +1097,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1161,6 +1161,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1171,10 +1175,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1450,11 +1450,11 @@ var Plan = &runtime.Plan{
 	Kernels: []runtime.KernelInfo{{
 		GridStride: true,
 		Name:       "fc1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_cross_entropy_ce_grad_bwd",
@@ -1465,7 +1465,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1474,7 +1474,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -1487,11 +1487,11 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "fc1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd",

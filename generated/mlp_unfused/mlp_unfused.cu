@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // fc1_bias_fwd computes:
@@ -140,11 +154,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 
 // dropout_fwd computes:
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
-    float v7 = (s_train ? a6 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : a6);
+    float v7 = (a6 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v7;
   }
 }
@@ -175,11 +189,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 
 // dropout_fwd_2 computes:
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
-    float v13 = (s_train ? a12 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : a12);
+    float v13 = (a12 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v13;
   }
 }
@@ -341,11 +355,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 
 // dropout_bwd computes:
 //   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a23 = in0[i];
-    float v25 = (s_train ? a23 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : a23);
+    float v25 = (a23 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v25;
   }
 }
@@ -357,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
   NGEN_GRID_STRIDE(i, n) {
     float a25 = in0[i];
     float a12 = in1[i];
-    float v26 = (a12 > 0.0f ? a25 : 0.0f);
+    float v26 = ngen_relu_grad(a12, a25);
     out0[i] = v26;
   }
 }
@@ -406,11 +420,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // dropout_bwd_2 computes:
 //   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a29 = in0[i];
-    float v31 = (s_train ? a29 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : a29);
+    float v31 = (a29 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v31;
   }
 }
@@ -422,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a31 = in0[i];
     float a6 = in1[i];
-    float v32 = (a6 > 0.0f ? a31 : 0.0f);
+    float v32 = ngen_relu_grad(a6, a31);
     out0[i] = v32;
   }
 }
@@ -668,11 +682,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 
 // dropout_fwd_3 computes:
 //   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
-    float v6 = (s_train ? a5 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f) : a5);
+    float v6 = (a5 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
   }
 }
@@ -703,11 +717,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 
 // dropout_fwd_2_2 computes:
 //   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a11 = in0[i];
-    float v12 = (s_train ? a11 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f) : a11);
+    float v12 = (a11 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
   }
 }

@@ -731,6 +731,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -741,10 +745,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -859,6 +859,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -869,10 +873,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1097,6 +1097,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1107,10 +1111,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1249,6 +1249,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1259,10 +1263,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1648,6 +1648,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1658,10 +1662,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -1776,6 +1776,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -1786,10 +1790,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -2117,7 +2117,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_fwd",
@@ -2129,7 +2129,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd",
@@ -2148,7 +2148,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd",
@@ -2161,7 +2161,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_2",
@@ -2234,7 +2234,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc2_bias_fwd_2",
@@ -2246,7 +2246,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "fc3_bias_fwd_2",

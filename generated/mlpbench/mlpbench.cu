@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -263,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
           float a21 = in0[i];
           float a11 = in1[i];
-          float v23 = (a11 > 0.0f ? a21 : 0.0f);
+          float v23 = ngen_relu_grad(a11, a21);
           out0[i] = v23;
           { const float x = v23; acc0_l[oc] = acc0_l[oc] + x; }
         }
@@ -279,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
       float a21 = in0[i];
       float a11 = in1[i];
-      float v23 = (a11 > 0.0f ? a21 : 0.0f);
+      float v23 = ngen_relu_grad(a11, a21);
       out0[i] = v23;
       { const float x = v23; acc0 = acc0 + x; }
     }
@@ -312,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
           float a26 = in0[i];
           float a6 = in1[i];
-          float v28 = (a6 > 0.0f ? a26 : 0.0f);
+          float v28 = ngen_relu_grad(a6, a26);
           out0[i] = v28;
           { const float x = v28; acc0_l[oc] = acc0_l[oc] + x; }
         }
@@ -328,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
       float a26 = in0[i];
       float a6 = in1[i];
-      float v28 = (a6 > 0.0f ? a26 : 0.0f);
+      float v28 = ngen_relu_grad(a6, a26);
       out0[i] = v28;
       { const float x = v28; acc0 = acc0 + x; }
     }

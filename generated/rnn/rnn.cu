@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -111,6 +118,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 }
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
+}
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
 }
 #endif
 
@@ -282,8 +296,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v14_rem = (unsigned long long)(i);
-    const long long v14_c2 = (long long)(v14_rem % (unsigned long long)(128LL)); v14_rem /= (unsigned long long)(128LL);
+    const long long v14_c2 = j;
+    unsigned long long v14_rem = (unsigned long long)(r);
     const long long v14_c1 = (long long)(v14_rem % (unsigned long long)(16LL)); v14_rem /= (unsigned long long)(16LL);
     const long long v14_c0 = (long long)v14_rem;
     const float v14 = in0[(((v14_c0) * 16LL + v14_c1) * 128LL + v14_c2 + 0)];
@@ -297,8 +311,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v15_rem = (unsigned long long)(i);
-    const long long v15_c2 = (long long)(v15_rem % (unsigned long long)(128LL)); v15_rem /= (unsigned long long)(128LL);
+    const long long v15_c2 = j;
+    unsigned long long v15_rem = (unsigned long long)(r);
     const long long v15_c1 = (long long)(v15_rem % (unsigned long long)(1LL)); v15_rem /= (unsigned long long)(1LL);
     const long long v15_c0 = (long long)v15_rem;
     const float v15 = in0[(((v15_c0) * 16LL + v15_c1 + 15) * 128LL + v15_c2)];
@@ -312,8 +326,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v18_rem = (unsigned long long)(i);
-    const long long v18_c2 = (long long)(v18_rem % (unsigned long long)(128LL)); v18_rem /= (unsigned long long)(128LL);
+    const long long v18_c2 = j;
+    unsigned long long v18_rem = (unsigned long long)(r);
     const long long v18_c1 = (long long)(v18_rem % (unsigned long long)((long long)B)); v18_rem /= (unsigned long long)((long long)B);
     const long long v18_c0 = (long long)v18_rem;
     const float v18 = in0[(((v18_c0 + 0) * (long long)B + v18_c1) * 128LL + v18_c2)];
@@ -428,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v32_rem = (unsigned long long)(i);
-    const long long v32_c2 = (long long)(v32_rem % (unsigned long long)(128LL)); v32_rem /= (unsigned long long)(128LL);
+    const long long v32_c2 = j;
+    unsigned long long v32_rem = (unsigned long long)(r);
     const long long v32_c1 = (long long)(v32_rem % (unsigned long long)((long long)B)); v32_rem /= (unsigned long long)((long long)B);
     const long long v32_c0 = (long long)v32_rem;
     const float v32 = (v32_c0 >= 0 && v32_c0 < 1) ? in0[((((v32_c0 >= 0 && v32_c0 < 1 ? v32_c0 - 0 : 0)) * (long long)B + v32_c1) * 128LL + v32_c2)] : 0.0f;
@@ -443,8 +457,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v35_rem = (unsigned long long)(i);
-    const long long v35_c2 = (long long)(v35_rem % (unsigned long long)(128LL)); v35_rem /= (unsigned long long)(128LL);
+    const long long v35_c2 = j;
+    unsigned long long v35_rem = (unsigned long long)(r);
     const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(16LL)); v35_rem /= (unsigned long long)(16LL);
     const long long v35_c0 = (long long)v35_rem;
     const float v35 = (v35_c1 >= 15 && v35_c1 < 16) ? in0[(((v35_c0) * 1LL + (v35_c1 >= 15 && v35_c1 < 16 ? v35_c1 - 15 : 0)) * 128LL + v35_c2)] : 0.0f;
@@ -458,8 +472,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v36_rem = (unsigned long long)(i);
-    const long long v36_c2 = (long long)(v36_rem % (unsigned long long)(128LL)); v36_rem /= (unsigned long long)(128LL);
+    const long long v36_c2 = j;
+    unsigned long long v36_rem = (unsigned long long)(r);
     const long long v36_c1 = (long long)(v36_rem % (unsigned long long)(16LL)); v36_rem /= (unsigned long long)(16LL);
     const long long v36_c0 = (long long)v36_rem;
     const float v36 = (v36_c2 >= 0 && v36_c2 < 128) ? in0[(((v36_c0) * 16LL + v36_c1) * 128LL + (v36_c2 >= 0 && v36_c2 < 128 ? v36_c2 - 0 : 0))] : 0.0f;
@@ -664,13 +678,13 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v38_rem = (unsigned long long)(i);
-    const long long v38_c2 = (long long)(v38_rem % (unsigned long long)(128LL)); v38_rem /= (unsigned long long)(128LL);
+    const long long v38_c2 = j;
+    unsigned long long v38_rem = (unsigned long long)(r);
     const long long v38_c1 = (long long)(v38_rem % (unsigned long long)(16LL)); v38_rem /= (unsigned long long)(16LL);
     const long long v38_c0 = (long long)v38_rem;
     const float v38 = in0[(((v38_c0) * 17LL + v38_c1 + 0) * 128LL + v38_c2)];
-    unsigned long long v39_rem = (unsigned long long)(i);
-    const long long v39_c2 = (long long)(v39_rem % (unsigned long long)(128LL)); v39_rem /= (unsigned long long)(128LL);
+    const long long v39_c2 = j;
+    unsigned long long v39_rem = (unsigned long long)(r);
     const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(16LL)); v39_rem /= (unsigned long long)(16LL);
     const long long v39_c0 = (long long)v39_rem;
     const float v39 = in1[(((v39_c0) * 16LL + v39_c1) * 128LL + v39_c2 + 0)];
@@ -686,13 +700,13 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v40_rem = (unsigned long long)(i);
-    const long long v40_c2 = (long long)(v40_rem % (unsigned long long)(128LL)); v40_rem /= (unsigned long long)(128LL);
+    const long long v40_c2 = j;
+    unsigned long long v40_rem = (unsigned long long)(r);
     const long long v40_c1 = (long long)(v40_rem % (unsigned long long)(15LL)); v40_rem /= (unsigned long long)(15LL);
     const long long v40_c0 = (long long)v40_rem;
     const float v40 = in0[(((v40_c0) * 16LL + v40_c1 + 1) * 128LL + v40_c2)];
-    unsigned long long v41_rem = (unsigned long long)(i);
-    const long long v41_c2 = (long long)(v41_rem % (unsigned long long)(128LL)); v41_rem /= (unsigned long long)(128LL);
+    const long long v41_c2 = j;
+    unsigned long long v41_rem = (unsigned long long)(r);
     const long long v41_c1 = (long long)(v41_rem % (unsigned long long)(15LL)); v41_rem /= (unsigned long long)(15LL);
     const long long v41_c0 = (long long)v41_rem;
     const float v41 = in1[(((v41_c0) * 16LL + v41_c1 + 0) * 128LL + v41_c2)];
@@ -996,8 +1010,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v13_rem = (unsigned long long)(i);
-    const long long v13_c2 = (long long)(v13_rem % (unsigned long long)(128LL)); v13_rem /= (unsigned long long)(128LL);
+    const long long v13_c2 = j;
+    unsigned long long v13_rem = (unsigned long long)(r);
     const long long v13_c1 = (long long)(v13_rem % (unsigned long long)(16LL)); v13_rem /= (unsigned long long)(16LL);
     const long long v13_c0 = (long long)v13_rem;
     const float v13 = in0[(((v13_c0) * 16LL + v13_c1) * 128LL + v13_c2 + 0)];
@@ -1011,8 +1025,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v14_rem = (unsigned long long)(i);
-    const long long v14_c2 = (long long)(v14_rem % (unsigned long long)(128LL)); v14_rem /= (unsigned long long)(128LL);
+    const long long v14_c2 = j;
+    unsigned long long v14_rem = (unsigned long long)(r);
     const long long v14_c1 = (long long)(v14_rem % (unsigned long long)(1LL)); v14_rem /= (unsigned long long)(1LL);
     const long long v14_c0 = (long long)v14_rem;
     const float v14 = in0[(((v14_c0) * 16LL + v14_c1 + 15) * 128LL + v14_c2)];
@@ -1026,8 +1040,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    unsigned long long v17_rem = (unsigned long long)(i);
-    const long long v17_c2 = (long long)(v17_rem % (unsigned long long)(128LL)); v17_rem /= (unsigned long long)(128LL);
+    const long long v17_c2 = j;
+    unsigned long long v17_rem = (unsigned long long)(r);
     const long long v17_c1 = (long long)(v17_rem % (unsigned long long)((long long)B)); v17_rem /= (unsigned long long)((long long)B);
     const long long v17_c0 = (long long)v17_rem;
     const float v17 = in0[(((v17_c0 + 0) * (long long)B + v17_c1) * 128LL + v17_c2)];

@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // embedding_embedding_scale_fwd computes:
@@ -138,12 +152,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v7_rem = (unsigned long long)(i);
-    const long long v7_c1 = (long long)(v7_rem % (unsigned long long)(256LL)); v7_rem /= (unsigned long long)(256LL);
+    const long long v7_c1 = j;
+    unsigned long long v7_rem = (unsigned long long)(r);
     const long long v7_c0 = (long long)v7_rem;
     const float v7 = in0[((v7_c0 + 0) * 256LL + v7_c1)];
-    unsigned long long v12_rem = (unsigned long long)(i);
-    const long long v12_c1 = (long long)(v12_rem % (unsigned long long)(256LL)); v12_rem /= (unsigned long long)(256LL);
+    const long long v12_c1 = j;
+    unsigned long long v12_rem = (unsigned long long)(r);
     const long long v12_c0 = (long long)v12_rem;
     const float v12 = in0[((v12_c0 + 0) * 256LL + v12_c1)];
     out0[i] = v7;
@@ -158,14 +172,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 //   v11 = scale <f32[B,64,256]> v10 {f=16}  # models/transformer/model.go:61
 //   v13 = add <f32[B,64,256]> v11 v12  # models/transformer/model.go:61
 //   v14 = dropout <f32[B,64,256]> v13 {f=0.1 i=2}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embedding_scale_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int *status) {
+extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embedding_scale_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int *status) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a5 = in0[i];
     float a7 = in1[((long long)((((unsigned long long)(r)) % 64LL))) * 256LL + j];
     float v8 = (a5 + a7);
-    float v9 = (s_train ? v8 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v8);
+    float v9 = (v8 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     const int v10_j = j;
     const int v10_id = in3[r];
     const bool v10_bad = (unsigned)v10_id >= 99u;
@@ -174,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embeddin
     float v11 = (v10 * 16.0f);
     float a12 = in4[((long long)((((unsigned long long)(r)) % 64LL))) * 256LL + j];
     float v13 = (v11 + a12);
-    float v14 = (s_train ? v13 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v13);
+    float v14 = (v13 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v9;
     out1[i] = v14;
   }
@@ -195,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 
 // transformer_encoder_layers_0_self_attn_attention_fwd computes:
 //   v21 = attention <f32[B,64,260]> v20 v20 v20 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -209,18 +223,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -284,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -322,8 +336,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v22_rem = (unsigned long long)(i);
-    const long long v22_c2 = (long long)(v22_rem % (unsigned long long)(256LL)); v22_rem /= (unsigned long long)(256LL);
+    const long long v22_c2 = j;
+    unsigned long long v22_rem = (unsigned long long)(r);
     const long long v22_c1 = (long long)(v22_rem % (unsigned long long)(64LL)); v22_rem /= (unsigned long long)(64LL);
     const long long v22_c0 = (long long)v22_rem;
     const float v22 = in0[(((v22_c0) * 64LL + v22_c1) * 260LL + v22_c2 + 0)];
@@ -333,14 +347,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd computes:
 //   v26 = layernorm <f32[B,64,256]> v23 v18 v9 v24 v25 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -360,10 +374,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -384,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -393,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
 //   v30 = add <f32[B,64,1024]> v28 v29  # models/transformer/model.go:65
 //   v31 = relu <f32[B,64,1024]> v30  # models/transformer/model.go:65
 //   v32 = dropout <f32[B,64,1024]> v31 {f=0.1 i=5}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -401,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
     float a29 = in1[(0) * 1024LL + j];
     float v30 = (a28 + a29);
     float v31 = (v30 <= 0.0f ? 0.0f : v30);
-    float v32 = (s_train ? v31 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v31);
+    float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v31;
     out1[i] = v32;
   }
@@ -409,14 +423,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 
 // transformer_encoder_layers_0_linear2_layernorm_fwd computes:
 //   v38 = layernorm <f32[B,64,256]> v34 v35 v26 v36 v37 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -436,10 +450,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -460,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -480,7 +494,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 
 // transformer_encoder_layers_1_self_attn_attention_fwd computes:
 //   v45 = attention <f32[B,64,260]> v44 v44 v44 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -494,18 +508,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -569,7 +583,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -607,8 +621,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v46_rem = (unsigned long long)(i);
-    const long long v46_c2 = (long long)(v46_rem % (unsigned long long)(256LL)); v46_rem /= (unsigned long long)(256LL);
+    const long long v46_c2 = j;
+    unsigned long long v46_rem = (unsigned long long)(r);
     const long long v46_c1 = (long long)(v46_rem % (unsigned long long)(64LL)); v46_rem /= (unsigned long long)(64LL);
     const long long v46_c0 = (long long)v46_rem;
     const float v46 = in0[(((v46_c0) * 64LL + v46_c1) * 260LL + v46_c2 + 0)];
@@ -618,14 +632,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd computes:
 //   v50 = layernorm <f32[B,64,256]> v47 v42 v38 v48 v49 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -645,10 +659,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -669,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -678,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
 //   v54 = add <f32[B,64,1024]> v52 v53  # models/transformer/model.go:65
 //   v55 = relu <f32[B,64,1024]> v54  # models/transformer/model.go:65
 //   v56 = dropout <f32[B,64,1024]> v55 {f=0.1 i=9}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -686,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
     float a53 = in1[(0) * 1024LL + j];
     float v54 = (a52 + a53);
     float v55 = (v54 <= 0.0f ? 0.0f : v54);
-    float v56 = (s_train ? v55 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v55);
+    float v56 = (v55 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v55;
     out1[i] = v56;
   }
@@ -694,14 +708,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 
 // transformer_encoder_layers_1_linear2_layernorm_fwd computes:
 //   v62 = layernorm <f32[B,64,256]> v58 v59 v50 v60 v61 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -721,10 +735,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -745,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -753,28 +767,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd computes:
 //   v65 = layernorm <f32[B,64,256]> v62 v63 v64 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -823,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 
 // transformer_decoder_layers_0_self_attn_attention_fwd computes:
 //   v72 = attention <f32[B,64,260]> v71 v71 v71 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -837,18 +829,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -912,7 +904,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -950,8 +942,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v73_rem = (unsigned long long)(i);
-    const long long v73_c2 = (long long)(v73_rem % (unsigned long long)(256LL)); v73_rem /= (unsigned long long)(256LL);
+    const long long v73_c2 = j;
+    unsigned long long v73_rem = (unsigned long long)(r);
     const long long v73_c1 = (long long)(v73_rem % (unsigned long long)(64LL)); v73_rem /= (unsigned long long)(64LL);
     const long long v73_c0 = (long long)v73_rem;
     const float v73 = in0[(((v73_c0) * 64LL + v73_c1) * 260LL + v73_c2 + 0)];
@@ -961,14 +953,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd computes:
 //   v77 = layernorm <f32[B,64,256]> v74 v69 v14 v75 v76 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -988,10 +980,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1012,7 +1004,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1024,12 +1016,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v82_rem = (unsigned long long)(i);
-    const long long v82_c1 = (long long)(v82_rem % (unsigned long long)(256LL)); v82_rem /= (unsigned long long)(256LL);
+    const long long v82_c1 = j;
+    unsigned long long v82_rem = (unsigned long long)(r);
     const long long v82_c0 = (long long)v82_rem;
     const float v82 = in0[((v82_c0 + 0) * 256LL + v82_c1)];
-    unsigned long long v124_rem = (unsigned long long)(i);
-    const long long v124_c1 = (long long)(v124_rem % (unsigned long long)(256LL)); v124_rem /= (unsigned long long)(256LL);
+    const long long v124_c1 = j;
+    unsigned long long v124_rem = (unsigned long long)(r);
     const long long v124_c0 = (long long)v124_rem;
     const float v124 = in1[((v124_c0 + 0) * 256LL + v124_c1)];
     out0[i] = v82;
@@ -1074,12 +1066,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v86_rem = (unsigned long long)(i);
-    const long long v86_c1 = (long long)(v86_rem % (unsigned long long)(256LL)); v86_rem /= (unsigned long long)(256LL);
+    const long long v86_c1 = j;
+    unsigned long long v86_rem = (unsigned long long)(r);
     const long long v86_c0 = (long long)v86_rem;
     const float v86 = in0[((v86_c0 + 256) * 256LL + v86_c1)];
-    unsigned long long v128_rem = (unsigned long long)(i);
-    const long long v128_c1 = (long long)(v128_rem % (unsigned long long)(256LL)); v128_rem /= (unsigned long long)(256LL);
+    const long long v128_c1 = j;
+    unsigned long long v128_rem = (unsigned long long)(r);
     const long long v128_c0 = (long long)v128_rem;
     const float v128 = in1[((v128_c0 + 256) * 256LL + v128_c1)];
     out0[i] = v86;
@@ -1119,7 +1111,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 
 // transformer_decoder_layers_0_multihead_attn_attention_fwd computes:
 //   v90 = attention <f32[B,64,260]> v85 v89 v89 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -1133,18 +1125,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -1208,7 +1200,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -1246,8 +1238,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v91_rem = (unsigned long long)(i);
-    const long long v91_c2 = (long long)(v91_rem % (unsigned long long)(256LL)); v91_rem /= (unsigned long long)(256LL);
+    const long long v91_c2 = j;
+    unsigned long long v91_rem = (unsigned long long)(r);
     const long long v91_c1 = (long long)(v91_rem % (unsigned long long)(64LL)); v91_rem /= (unsigned long long)(64LL);
     const long long v91_c0 = (long long)v91_rem;
     const float v91 = in0[(((v91_c0) * 64LL + v91_c1) * 260LL + v91_c2 + 0)];
@@ -1257,14 +1249,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd computes:
 //   v95 = layernorm <f32[B,64,256]> v92 v81 v77 v93 v94 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1284,10 +1276,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1308,7 +1300,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1317,7 +1309,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
 //   v99 = add <f32[B,64,1024]> v97 v98  # models/transformer/model.go:65
 //   v100 = relu <f32[B,64,1024]> v99  # models/transformer/model.go:65
 //   v101 = dropout <f32[B,64,1024]> v100 {f=0.1 i=15}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -1325,7 +1317,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
     float a98 = in1[(0) * 1024LL + j];
     float v99 = (a97 + a98);
     float v100 = (v99 <= 0.0f ? 0.0f : v99);
-    float v101 = (s_train ? v100 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v100);
+    float v101 = (v100 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v100;
     out1[i] = v101;
   }
@@ -1333,14 +1325,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 
 // transformer_decoder_layers_0_linear2_layernorm_fwd computes:
 //   v107 = layernorm <f32[B,64,256]> v103 v104 v95 v105 v106 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1360,10 +1352,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1384,7 +1376,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1404,7 +1396,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 
 // transformer_decoder_layers_1_self_attn_attention_fwd computes:
 //   v114 = attention <f32[B,64,260]> v113 v113 v113 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -1418,18 +1410,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -1493,7 +1485,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -1531,8 +1523,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v115_rem = (unsigned long long)(i);
-    const long long v115_c2 = (long long)(v115_rem % (unsigned long long)(256LL)); v115_rem /= (unsigned long long)(256LL);
+    const long long v115_c2 = j;
+    unsigned long long v115_rem = (unsigned long long)(r);
     const long long v115_c1 = (long long)(v115_rem % (unsigned long long)(64LL)); v115_rem /= (unsigned long long)(64LL);
     const long long v115_c0 = (long long)v115_rem;
     const float v115 = in0[(((v115_c0) * 64LL + v115_c1) * 260LL + v115_c2 + 0)];
@@ -1542,14 +1534,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd computes:
 //   v119 = layernorm <f32[B,64,256]> v116 v111 v107 v117 v118 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1569,10 +1561,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1593,7 +1585,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1626,7 +1618,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __rest
 
 // transformer_decoder_layers_1_multihead_attn_attention_fwd computes:
 //   v132 = attention <f32[B,64,260]> v127 v131 v131 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -1640,18 +1632,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -1715,7 +1707,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -1753,8 +1745,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v133_rem = (unsigned long long)(i);
-    const long long v133_c2 = (long long)(v133_rem % (unsigned long long)(256LL)); v133_rem /= (unsigned long long)(256LL);
+    const long long v133_c2 = j;
+    unsigned long long v133_rem = (unsigned long long)(r);
     const long long v133_c1 = (long long)(v133_rem % (unsigned long long)(64LL)); v133_rem /= (unsigned long long)(64LL);
     const long long v133_c0 = (long long)v133_rem;
     const float v133 = in0[(((v133_c0) * 64LL + v133_c1) * 260LL + v133_c2 + 0)];
@@ -1764,14 +1756,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd computes:
 //   v137 = layernorm <f32[B,64,256]> v134 v123 v119 v135 v136 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1791,10 +1783,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1815,7 +1807,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1824,7 +1816,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
 //   v141 = add <f32[B,64,1024]> v139 v140  # models/transformer/model.go:65
 //   v142 = relu <f32[B,64,1024]> v141  # models/transformer/model.go:65
 //   v143 = dropout <f32[B,64,1024]> v142 {f=0.1 i=21}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -1832,7 +1824,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
     float a140 = in1[(0) * 1024LL + j];
     float v141 = (a139 + a140);
     float v142 = (v141 <= 0.0f ? 0.0f : v141);
-    float v143 = (s_train ? v142 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v142);
+    float v143 = (v142 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v142;
     out1[i] = v143;
   }
@@ -1840,14 +1832,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 
 // transformer_decoder_layers_1_linear2_layernorm_fwd computes:
 //   v149 = layernorm <f32[B,64,256]> v145 v146 v137 v147 v148 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -1867,10 +1859,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -1891,7 +1883,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -1899,28 +1891,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd computes:
 //   v152 = layernorm <f32[B,64,256]> v149 v150 v151 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -2060,41 +2030,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 // transformer_decoder_norm_layernorm_bwd_bwd computes:
 //   v166 = layernorm_bwd <f32[B,16896]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 16896;
-      float *pg = dx + 16384, *pb = dx + 16640;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 64; ++rr) {
-      const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -2151,8 +2086,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v167_rem = (unsigned long long)(i);
-    const long long v167_c1 = (long long)(v167_rem % (unsigned long long)(16384LL)); v167_rem /= (unsigned long long)(16384LL);
+    const long long v167_c1 = j;
+    unsigned long long v167_rem = (unsigned long long)(r);
     const long long v167_c0 = (long long)v167_rem;
     const float v167 = in0[((v167_c0) * 16896LL + v167_c1 + 0)];
     out0[i] = v167;
@@ -2166,12 +2101,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v169_rem = (unsigned long long)(i);
-    const long long v169_c1 = (long long)(v169_rem % (unsigned long long)(256LL)); v169_rem /= (unsigned long long)(256LL);
+    const long long v169_c1 = j;
+    unsigned long long v169_rem = (unsigned long long)(r);
     const long long v169_c0 = (long long)v169_rem;
     const float v169 = in0[((v169_c0) * 16896LL + v169_c1 + 16384)];
-    unsigned long long v171_rem = (unsigned long long)(i);
-    const long long v171_c1 = (long long)(v171_rem % (unsigned long long)(256LL)); v171_rem /= (unsigned long long)(256LL);
+    const long long v171_c1 = j;
+    unsigned long long v171_rem = (unsigned long long)(r);
     const long long v171_c0 = (long long)v171_rem;
     const float v171 = in0[((v171_c0) * 16896LL + v171_c1 + 16640)];
     out0[i] = v169;
@@ -2237,7 +2172,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // transformer_decoder_layers_1_linear2_layernorm_bwd_bwd computes:
 //   v173 = layernorm_bwd <f32[B,16896]> v168 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -2248,7 +2183,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -2281,11 +2216,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -2315,7 +2250,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -2329,8 +2264,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v174_rem = (unsigned long long)(i);
-    const long long v174_c1 = (long long)(v174_rem % (unsigned long long)(16384LL)); v174_rem /= (unsigned long long)(16384LL);
+    const long long v174_c1 = j;
+    unsigned long long v174_rem = (unsigned long long)(r);
     const long long v174_c0 = (long long)v174_rem;
     const float v174 = in0[((v174_c0) * 16896LL + v174_c1 + 0)];
     out0[i] = v174;
@@ -2344,12 +2279,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v176_rem = (unsigned long long)(i);
-    const long long v176_c1 = (long long)(v176_rem % (unsigned long long)(256LL)); v176_rem /= (unsigned long long)(256LL);
+    const long long v176_c1 = j;
+    unsigned long long v176_rem = (unsigned long long)(r);
     const long long v176_c0 = (long long)v176_rem;
     const float v176 = in0[((v176_c0) * 16896LL + v176_c1 + 16384)];
-    unsigned long long v178_rem = (unsigned long long)(i);
-    const long long v178_c1 = (long long)(v178_rem % (unsigned long long)(256LL)); v178_rem /= (unsigned long long)(256LL);
+    const long long v178_c1 = j;
+    unsigned long long v178_rem = (unsigned long long)(r);
     const long long v178_c0 = (long long)v178_rem;
     const float v178 = in0[((v178_c0) * 16896LL + v178_c1 + 16640)];
     out0[i] = v176;
@@ -2415,11 +2350,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 
 // dropout_bwd computes:
 //   v180 = dropout <f32[B,64,256]> v175 {f=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a175 = in0[i];
-    float v180 = (s_train ? a175 * ngen_dropout(s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a175);
+    float v180 = (a175 * ngen_dropout_if(s_train, s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v180;
   }
 }
@@ -2469,13 +2404,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 // dropout_relu_bwd_bwd computes:
 //   v187 = dropout <f32[B,64,1024]> v183 {f=0.1 i=21}  # models/transformer/model.go:65
 //   v188 = relu_bwd <f32[B,64,1024]> v187 v142  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a183 = in0[i];
-    float v187 = (s_train ? a183 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a183);
+    float v187 = (a183 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a142 = in1[i];
-    float v188 = (a142 > 0.0f ? v187 : 0.0f);
+    float v188 = ngen_relu_grad(a142, v187);
     out0[i] = v188;
   }
 }
@@ -2536,7 +2471,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd computes:
 //   v196 = layernorm_bwd <f32[B,16896]> v195 v134 v123 v119 v135 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -2547,7 +2482,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -2580,11 +2515,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -2614,7 +2549,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -2628,8 +2563,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_5(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v197_rem = (unsigned long long)(i);
-    const long long v197_c1 = (long long)(v197_rem % (unsigned long long)(16384LL)); v197_rem /= (unsigned long long)(16384LL);
+    const long long v197_c1 = j;
+    unsigned long long v197_rem = (unsigned long long)(r);
     const long long v197_c0 = (long long)v197_rem;
     const float v197 = in0[((v197_c0) * 16896LL + v197_c1 + 0)];
     out0[i] = v197;
@@ -2643,12 +2578,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v199_rem = (unsigned long long)(i);
-    const long long v199_c1 = (long long)(v199_rem % (unsigned long long)(256LL)); v199_rem /= (unsigned long long)(256LL);
+    const long long v199_c1 = j;
+    unsigned long long v199_rem = (unsigned long long)(r);
     const long long v199_c0 = (long long)v199_rem;
     const float v199 = in0[((v199_c0) * 16896LL + v199_c1 + 16384)];
-    unsigned long long v201_rem = (unsigned long long)(i);
-    const long long v201_c1 = (long long)(v201_rem % (unsigned long long)(256LL)); v201_rem /= (unsigned long long)(256LL);
+    const long long v201_c1 = j;
+    unsigned long long v201_rem = (unsigned long long)(r);
     const long long v201_c0 = (long long)v201_rem;
     const float v201 = in0[((v201_c0) * 16896LL + v201_c1 + 16640)];
     out0[i] = v199;
@@ -2714,11 +2649,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 
 // dropout_bwd_2 computes:
 //   v203 = dropout <f32[B,64,256]> v198 {f=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a198 = in0[i];
-    float v203 = (s_train ? a198 * ngen_dropout(s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a198);
+    float v203 = (a198 * ngen_dropout_if(s_train, s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v203;
   }
 }
@@ -2767,7 +2702,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd computes:
 //   v210 = attention_bwd <f32[B,64,256]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -2789,8 +2724,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -2852,7 +2787,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -2886,7 +2821,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2 computes:
 //   v211 = attention_bwd <f32[B,64,512]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -2908,8 +2843,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -2973,7 +2908,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -3067,8 +3002,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v219_rem = (unsigned long long)(i);
-    const long long v219_c1 = (long long)(v219_rem % (unsigned long long)(256LL)); v219_rem /= (unsigned long long)(256LL);
+    const long long v219_c1 = j;
+    unsigned long long v219_rem = (unsigned long long)(r);
     const long long v219_c0 = (long long)v219_rem;
     const float v219 = (v219_c0 >= 256 && v219_c0 < 768) ? in0[(((v219_c0 >= 256 && v219_c0 < 768 ? v219_c0 - 256 : 0)) * 256LL + v219_c1)] : 0.0f;
     out0[i] = v219;
@@ -3151,8 +3086,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const floa
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v229_rem = (unsigned long long)(i);
-    const long long v229_c1 = (long long)(v229_rem % (unsigned long long)(256LL)); v229_rem /= (unsigned long long)(256LL);
+    const long long v229_c1 = j;
+    unsigned long long v229_rem = (unsigned long long)(r);
     const long long v229_c0 = (long long)v229_rem;
     const float v229 = (v229_c0 >= 0 && v229_c0 < 256) ? in0[(((v229_c0 >= 0 && v229_c0 < 256 ? v229_c0 - 0 : 0)) * 256LL + v229_c1)] : 0.0f;
     float a219 = in1[i];
@@ -3163,7 +3098,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const floa
 
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v231 = layernorm_bwd <f32[B,16896]> v228 v116 v111 v107 v117 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -3174,7 +3109,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -3207,11 +3142,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -3241,7 +3176,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -3255,8 +3190,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_7(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v232_rem = (unsigned long long)(i);
-    const long long v232_c1 = (long long)(v232_rem % (unsigned long long)(16384LL)); v232_rem /= (unsigned long long)(16384LL);
+    const long long v232_c1 = j;
+    unsigned long long v232_rem = (unsigned long long)(r);
     const long long v232_c0 = (long long)v232_rem;
     const float v232 = in0[((v232_c0) * 16896LL + v232_c1 + 0)];
     out0[i] = v232;
@@ -3270,12 +3205,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_8(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v234_rem = (unsigned long long)(i);
-    const long long v234_c1 = (long long)(v234_rem % (unsigned long long)(256LL)); v234_rem /= (unsigned long long)(256LL);
+    const long long v234_c1 = j;
+    unsigned long long v234_rem = (unsigned long long)(r);
     const long long v234_c0 = (long long)v234_rem;
     const float v234 = in0[((v234_c0) * 16896LL + v234_c1 + 16384)];
-    unsigned long long v236_rem = (unsigned long long)(i);
-    const long long v236_c1 = (long long)(v236_rem % (unsigned long long)(256LL)); v236_rem /= (unsigned long long)(256LL);
+    const long long v236_c1 = j;
+    unsigned long long v236_rem = (unsigned long long)(r);
     const long long v236_c0 = (long long)v236_rem;
     const float v236 = in0[((v236_c0) * 16896LL + v236_c1 + 16640)];
     out0[i] = v234;
@@ -3341,11 +3276,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
 
 // dropout_bwd_3 computes:
 //   v238 = dropout <f32[B,64,256]> v233 {f=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a233 = in0[i];
-    float v238 = (s_train ? a233 * ngen_dropout(s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a233);
+    float v238 = (a233 * ngen_dropout_if(s_train, s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v238;
   }
 }
@@ -3394,7 +3329,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 
 // transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v245 = attention_bwd <f32[B,64,768]> v241 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -3416,8 +3351,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -3482,7 +3417,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -3554,7 +3489,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -3644,7 +3579,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __rest
 
 // transformer_decoder_layers_0_linear2_layernorm_bwd_bwd computes:
 //   v253 = layernorm_bwd <f32[B,16896]> v252 v103 v104 v95 v105 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -3655,7 +3590,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -3688,11 +3623,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -3722,7 +3657,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -3736,8 +3671,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_9(const float * __re
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v254_rem = (unsigned long long)(i);
-    const long long v254_c1 = (long long)(v254_rem % (unsigned long long)(16384LL)); v254_rem /= (unsigned long long)(16384LL);
+    const long long v254_c1 = j;
+    unsigned long long v254_rem = (unsigned long long)(r);
     const long long v254_c0 = (long long)v254_rem;
     const float v254 = in0[((v254_c0) * 16896LL + v254_c1 + 0)];
     out0[i] = v254;
@@ -3751,12 +3686,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_10(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v256_rem = (unsigned long long)(i);
-    const long long v256_c1 = (long long)(v256_rem % (unsigned long long)(256LL)); v256_rem /= (unsigned long long)(256LL);
+    const long long v256_c1 = j;
+    unsigned long long v256_rem = (unsigned long long)(r);
     const long long v256_c0 = (long long)v256_rem;
     const float v256 = in0[((v256_c0) * 16896LL + v256_c1 + 16384)];
-    unsigned long long v258_rem = (unsigned long long)(i);
-    const long long v258_c1 = (long long)(v258_rem % (unsigned long long)(256LL)); v258_rem /= (unsigned long long)(256LL);
+    const long long v258_c1 = j;
+    unsigned long long v258_rem = (unsigned long long)(r);
     const long long v258_c0 = (long long)v258_rem;
     const float v258 = in0[((v258_c0) * 16896LL + v258_c1 + 16640)];
     out0[i] = v256;
@@ -3822,11 +3757,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_13(const float * __res
 
 // dropout_bwd_4 computes:
 //   v260 = dropout <f32[B,64,256]> v255 {f=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a255 = in0[i];
-    float v260 = (s_train ? a255 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a255);
+    float v260 = (a255 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v260;
   }
 }
@@ -3876,13 +3811,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
 // dropout_relu_bwd_bwd_2 computes:
 //   v267 = dropout <f32[B,64,1024]> v263 {f=0.1 i=15}  # models/transformer/model.go:65
 //   v268 = relu_bwd <f32[B,64,1024]> v267 v100  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a263 = in0[i];
-    float v267 = (s_train ? a263 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a263);
+    float v267 = (a263 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a100 = in1[i];
-    float v268 = (a100 > 0.0f ? v267 : 0.0f);
+    float v268 = ngen_relu_grad(a100, v267);
     out0[i] = v268;
   }
 }
@@ -3943,7 +3878,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __rest
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd computes:
 //   v276 = layernorm_bwd <f32[B,16896]> v275 v92 v81 v77 v93 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -3954,7 +3889,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -3987,11 +3922,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -4021,7 +3956,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -4035,8 +3970,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_11(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v277_rem = (unsigned long long)(i);
-    const long long v277_c1 = (long long)(v277_rem % (unsigned long long)(16384LL)); v277_rem /= (unsigned long long)(16384LL);
+    const long long v277_c1 = j;
+    unsigned long long v277_rem = (unsigned long long)(r);
     const long long v277_c0 = (long long)v277_rem;
     const float v277 = in0[((v277_c0) * 16896LL + v277_c1 + 0)];
     out0[i] = v277;
@@ -4050,12 +3985,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_12(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v279_rem = (unsigned long long)(i);
-    const long long v279_c1 = (long long)(v279_rem % (unsigned long long)(256LL)); v279_rem /= (unsigned long long)(256LL);
+    const long long v279_c1 = j;
+    unsigned long long v279_rem = (unsigned long long)(r);
     const long long v279_c0 = (long long)v279_rem;
     const float v279 = in0[((v279_c0) * 16896LL + v279_c1 + 16384)];
-    unsigned long long v281_rem = (unsigned long long)(i);
-    const long long v281_c1 = (long long)(v281_rem % (unsigned long long)(256LL)); v281_rem /= (unsigned long long)(256LL);
+    const long long v281_c1 = j;
+    unsigned long long v281_rem = (unsigned long long)(r);
     const long long v281_c0 = (long long)v281_rem;
     const float v281 = in0[((v281_c0) * 16896LL + v281_c1 + 16640)];
     out0[i] = v279;
@@ -4121,11 +4056,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_16(const float * __res
 
 // dropout_bwd_5 computes:
 //   v283 = dropout <f32[B,64,256]> v278 {f=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a278 = in0[i];
-    float v283 = (s_train ? a278 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a278);
+    float v283 = (a278 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v283;
   }
 }
@@ -4174,7 +4109,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_17(const float * __res
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd computes:
 //   v290 = attention_bwd <f32[B,64,256]> v286 v85 v89 v89 v90 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -4196,8 +4131,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -4259,7 +4194,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -4293,7 +4228,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2 computes:
 //   v291 = attention_bwd <f32[B,64,512]> v286 v85 v89 v89 v90 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -4315,8 +4250,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -4380,7 +4315,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -4486,8 +4421,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v300_rem = (unsigned long long)(i);
-    const long long v300_c1 = (long long)(v300_rem % (unsigned long long)(256LL)); v300_rem /= (unsigned long long)(256LL);
+    const long long v300_c1 = j;
+    unsigned long long v300_rem = (unsigned long long)(r);
     const long long v300_c0 = (long long)v300_rem;
     const float v300 = (v300_c0 >= 256 && v300_c0 < 768) ? in0[(((v300_c0 >= 256 && v300_c0 < 768 ? v300_c0 - 256 : 0)) * 256LL + v300_c1)] : 0.0f;
     out0[i] = v300;
@@ -4570,8 +4505,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_4(const floa
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v310_rem = (unsigned long long)(i);
-    const long long v310_c1 = (long long)(v310_rem % (unsigned long long)(256LL)); v310_rem /= (unsigned long long)(256LL);
+    const long long v310_c1 = j;
+    unsigned long long v310_rem = (unsigned long long)(r);
     const long long v310_c0 = (long long)v310_rem;
     const float v310 = (v310_c0 >= 0 && v310_c0 < 256) ? in0[(((v310_c0 >= 0 && v310_c0 < 256 ? v310_c0 - 0 : 0)) * 256LL + v310_c1)] : 0.0f;
     float a300 = in1[i];
@@ -4582,7 +4517,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_4(const floa
 
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v312 = layernorm_bwd <f32[B,16896]> v309 v74 v69 v14 v75 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -4593,7 +4528,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -4626,11 +4561,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -4660,7 +4595,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -4674,8 +4609,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_13(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v313_rem = (unsigned long long)(i);
-    const long long v313_c1 = (long long)(v313_rem % (unsigned long long)(16384LL)); v313_rem /= (unsigned long long)(16384LL);
+    const long long v313_c1 = j;
+    unsigned long long v313_rem = (unsigned long long)(r);
     const long long v313_c0 = (long long)v313_rem;
     const float v313 = in0[((v313_c0) * 16896LL + v313_c1 + 0)];
     out0[i] = v313;
@@ -4689,12 +4624,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_14(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v315_rem = (unsigned long long)(i);
-    const long long v315_c1 = (long long)(v315_rem % (unsigned long long)(256LL)); v315_rem /= (unsigned long long)(256LL);
+    const long long v315_c1 = j;
+    unsigned long long v315_rem = (unsigned long long)(r);
     const long long v315_c0 = (long long)v315_rem;
     const float v315 = in0[((v315_c0) * 16896LL + v315_c1 + 16384)];
-    unsigned long long v317_rem = (unsigned long long)(i);
-    const long long v317_c1 = (long long)(v317_rem % (unsigned long long)(256LL)); v317_rem /= (unsigned long long)(256LL);
+    const long long v317_c1 = j;
+    unsigned long long v317_rem = (unsigned long long)(r);
     const long long v317_c0 = (long long)v317_rem;
     const float v317 = in0[((v317_c0) * 16896LL + v317_c1 + 16640)];
     out0[i] = v315;
@@ -4760,11 +4695,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_20(const float * __res
 
 // dropout_bwd_6 computes:
 //   v319 = dropout <f32[B,64,256]> v314 {f=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a314 = in0[i];
-    float v319 = (s_train ? a314 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a314);
+    float v319 = (a314 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v319;
   }
 }
@@ -4813,7 +4748,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_21(const float * __res
 
 // transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v326 = attention_bwd <f32[B,64,768]> v322 v71 v71 v71 v72 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -4835,8 +4770,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true && kj <= qi) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -4901,7 +4836,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -4973,7 +4908,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -5053,13 +4988,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_22(const float * __res
 //   v333 = add <f32[B,64,256]> v314 v329  # models/transformer/model.go:65
 //   v431 = dropout <f32[B,64,256]> v333 {f=0.1 i=2}  # models/transformer/model.go:61
 //   v432 = scale <f32[B,64,256]> v431 {f=16}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a314 = in0[i];
     float a329 = in1[i];
     float v333 = (a314 + a329);
-    float v431 = (s_train ? v333 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v333);
+    float v431 = (v333 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float v432 = (v431 * 16.0f);
     out0[i] = v432;
   }
@@ -5068,41 +5003,6 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const fl
 // transformer_encoder_norm_layernorm_bwd_bwd computes:
 //   v334 = layernorm_bwd <f32[B,16896]> v299 v62 v63 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nb = (long long)B;
-    for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 16896;
-      float *pg = dx + 16384, *pb = dx + 16640;
-      for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 64; ++rr) {
-      const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in1[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      float sgg = 0.0f, sgd = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-        const float gg = in0[base + j] * in2[j];
-        sgg += gg; sgd += gg * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) {
-        const float xh = (xr[j] - mu) * rstd, gj = in0[base + j];
-        dx[rr * 256 + j] = rstd * (gj * in2[j] - mgg - xh * mgx);
-        pg[j] += gj * xh; pb[j] += gj;
-      }
-      }
-    }
-    return;
-  }
-  #endif
   __shared__ float red[128];
   const long long nb = (long long)B;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -5159,8 +5059,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_15(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v335_rem = (unsigned long long)(i);
-    const long long v335_c1 = (long long)(v335_rem % (unsigned long long)(16384LL)); v335_rem /= (unsigned long long)(16384LL);
+    const long long v335_c1 = j;
+    unsigned long long v335_rem = (unsigned long long)(r);
     const long long v335_c0 = (long long)v335_rem;
     const float v335 = in0[((v335_c0) * 16896LL + v335_c1 + 0)];
     out0[i] = v335;
@@ -5174,12 +5074,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_16(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v337_rem = (unsigned long long)(i);
-    const long long v337_c1 = (long long)(v337_rem % (unsigned long long)(256LL)); v337_rem /= (unsigned long long)(256LL);
+    const long long v337_c1 = j;
+    unsigned long long v337_rem = (unsigned long long)(r);
     const long long v337_c0 = (long long)v337_rem;
     const float v337 = in0[((v337_c0) * 16896LL + v337_c1 + 16384)];
-    unsigned long long v339_rem = (unsigned long long)(i);
-    const long long v339_c1 = (long long)(v339_rem % (unsigned long long)(256LL)); v339_rem /= (unsigned long long)(256LL);
+    const long long v339_c1 = j;
+    unsigned long long v339_rem = (unsigned long long)(r);
     const long long v339_c0 = (long long)v339_rem;
     const float v339 = in0[((v339_c0) * 16896LL + v339_c1 + 16640)];
     out0[i] = v337;
@@ -5245,7 +5145,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_23(const float * __res
 
 // transformer_encoder_layers_1_linear2_layernorm_bwd_bwd computes:
 //   v341 = layernorm_bwd <f32[B,16896]> v336 v58 v59 v50 v60 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -5256,7 +5156,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -5289,11 +5189,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -5323,7 +5223,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -5337,8 +5237,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_17(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v342_rem = (unsigned long long)(i);
-    const long long v342_c1 = (long long)(v342_rem % (unsigned long long)(16384LL)); v342_rem /= (unsigned long long)(16384LL);
+    const long long v342_c1 = j;
+    unsigned long long v342_rem = (unsigned long long)(r);
     const long long v342_c0 = (long long)v342_rem;
     const float v342 = in0[((v342_c0) * 16896LL + v342_c1 + 0)];
     out0[i] = v342;
@@ -5352,12 +5252,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_18(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v344_rem = (unsigned long long)(i);
-    const long long v344_c1 = (long long)(v344_rem % (unsigned long long)(256LL)); v344_rem /= (unsigned long long)(256LL);
+    const long long v344_c1 = j;
+    unsigned long long v344_rem = (unsigned long long)(r);
     const long long v344_c0 = (long long)v344_rem;
     const float v344 = in0[((v344_c0) * 16896LL + v344_c1 + 16384)];
-    unsigned long long v346_rem = (unsigned long long)(i);
-    const long long v346_c1 = (long long)(v346_rem % (unsigned long long)(256LL)); v346_rem /= (unsigned long long)(256LL);
+    const long long v346_c1 = j;
+    unsigned long long v346_rem = (unsigned long long)(r);
     const long long v346_c0 = (long long)v346_rem;
     const float v346 = in0[((v346_c0) * 16896LL + v346_c1 + 16640)];
     out0[i] = v344;
@@ -5423,11 +5323,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_24(const float * __res
 
 // dropout_bwd_7 computes:
 //   v348 = dropout <f32[B,64,256]> v343 {f=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a343 = in0[i];
-    float v348 = (s_train ? a343 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a343);
+    float v348 = (a343 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v348;
   }
 }
@@ -5477,13 +5377,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_25(const float * __res
 // dropout_relu_bwd_bwd_3 computes:
 //   v355 = dropout <f32[B,64,1024]> v351 {f=0.1 i=9}  # models/transformer/model.go:65
 //   v356 = relu_bwd <f32[B,64,1024]> v355 v55  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a351 = in0[i];
-    float v355 = (s_train ? a351 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a351);
+    float v355 = (a351 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a55 = in1[i];
-    float v356 = (a55 > 0.0f ? v355 : 0.0f);
+    float v356 = ngen_relu_grad(a55, v355);
     out0[i] = v356;
   }
 }
@@ -5544,7 +5444,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_7(const float * __rest
 
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v364 = layernorm_bwd <f32[B,16896]> v363 v47 v42 v38 v48 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -5555,7 +5455,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -5588,11 +5488,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -5622,7 +5522,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -5636,8 +5536,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_19(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v365_rem = (unsigned long long)(i);
-    const long long v365_c1 = (long long)(v365_rem % (unsigned long long)(16384LL)); v365_rem /= (unsigned long long)(16384LL);
+    const long long v365_c1 = j;
+    unsigned long long v365_rem = (unsigned long long)(r);
     const long long v365_c0 = (long long)v365_rem;
     const float v365 = in0[((v365_c0) * 16896LL + v365_c1 + 0)];
     out0[i] = v365;
@@ -5651,12 +5551,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_20(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v367_rem = (unsigned long long)(i);
-    const long long v367_c1 = (long long)(v367_rem % (unsigned long long)(256LL)); v367_rem /= (unsigned long long)(256LL);
+    const long long v367_c1 = j;
+    unsigned long long v367_rem = (unsigned long long)(r);
     const long long v367_c0 = (long long)v367_rem;
     const float v367 = in0[((v367_c0) * 16896LL + v367_c1 + 16384)];
-    unsigned long long v369_rem = (unsigned long long)(i);
-    const long long v369_c1 = (long long)(v369_rem % (unsigned long long)(256LL)); v369_rem /= (unsigned long long)(256LL);
+    const long long v369_c1 = j;
+    unsigned long long v369_rem = (unsigned long long)(r);
     const long long v369_c0 = (long long)v369_rem;
     const float v369 = in0[((v369_c0) * 16896LL + v369_c1 + 16640)];
     out0[i] = v367;
@@ -5722,11 +5622,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_27(const float * __res
 
 // dropout_bwd_8 computes:
 //   v371 = dropout <f32[B,64,256]> v366 {f=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a366 = in0[i];
-    float v371 = (s_train ? a366 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a366);
+    float v371 = (a366 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v371;
   }
 }
@@ -5775,7 +5675,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_28(const float * __res
 
 // transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd computes:
 //   v378 = attention_bwd <f32[B,64,768]> v374 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -5797,8 +5697,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -5863,7 +5763,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -5935,7 +5835,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -6025,7 +5925,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_8(const float * __rest
 
 // transformer_encoder_layers_0_linear2_layernorm_bwd_bwd computes:
 //   v386 = layernorm_bwd <f32[B,16896]> v385 v34 v35 v26 v36 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -6036,7 +5936,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -6069,11 +5969,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -6103,7 +6003,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -6117,8 +6017,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_21(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v387_rem = (unsigned long long)(i);
-    const long long v387_c1 = (long long)(v387_rem % (unsigned long long)(16384LL)); v387_rem /= (unsigned long long)(16384LL);
+    const long long v387_c1 = j;
+    unsigned long long v387_rem = (unsigned long long)(r);
     const long long v387_c0 = (long long)v387_rem;
     const float v387 = in0[((v387_c0) * 16896LL + v387_c1 + 0)];
     out0[i] = v387;
@@ -6132,12 +6032,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_22(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v389_rem = (unsigned long long)(i);
-    const long long v389_c1 = (long long)(v389_rem % (unsigned long long)(256LL)); v389_rem /= (unsigned long long)(256LL);
+    const long long v389_c1 = j;
+    unsigned long long v389_rem = (unsigned long long)(r);
     const long long v389_c0 = (long long)v389_rem;
     const float v389 = in0[((v389_c0) * 16896LL + v389_c1 + 16384)];
-    unsigned long long v391_rem = (unsigned long long)(i);
-    const long long v391_c1 = (long long)(v391_rem % (unsigned long long)(256LL)); v391_rem /= (unsigned long long)(256LL);
+    const long long v391_c1 = j;
+    unsigned long long v391_rem = (unsigned long long)(r);
     const long long v391_c0 = (long long)v391_rem;
     const float v391 = in0[((v391_c0) * 16896LL + v391_c1 + 16640)];
     out0[i] = v389;
@@ -6203,11 +6103,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_30(const float * __res
 
 // dropout_bwd_9 computes:
 //   v393 = dropout <f32[B,64,256]> v388 {f=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a388 = in0[i];
-    float v393 = (s_train ? a388 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a388);
+    float v393 = (a388 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v393;
   }
 }
@@ -6257,13 +6157,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_31(const float * __res
 // dropout_relu_bwd_bwd_4 computes:
 //   v400 = dropout <f32[B,64,1024]> v396 {f=0.1 i=5}  # models/transformer/model.go:65
 //   v401 = relu_bwd <f32[B,64,1024]> v400 v31  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a396 = in0[i];
-    float v400 = (s_train ? a396 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a396);
+    float v400 = (a396 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a31 = in1[i];
-    float v401 = (a31 > 0.0f ? v400 : 0.0f);
+    float v401 = ngen_relu_grad(a31, v400);
     out0[i] = v401;
   }
 }
@@ -6324,7 +6224,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_9(const float * __rest
 
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd computes:
 //   v409 = layernorm_bwd <f32[B,16896]> v408 v23 v18 v9 v24 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
@@ -6335,7 +6235,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
       for (int rr = 0; rr < 64; ++rr) {
       const long long base = (n * 64 + rr) * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + (s_train ? (in1[base + j] + in2[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       float sgg = 0.0f, sgd = 0.0f;
@@ -6368,11 +6268,11 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
     for (int rr = 0; rr < 64; ++rr) {
     const long long base = (n * 64 + rr) * 256;
-    const float k0 = (in3[base] + (s_train ? (in1[base] + in2[(base) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base] + in2[(base) % 256])));
+    const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - k0;
+      const float dj = (in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
       const float gg = in0[base + j] * in4[j];
       sgg += gg; sgd += gg * dj;
@@ -6402,7 +6302,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
     const float mu = k0 + md;
     const float mgg = sgg / 256.0f, mgx = rstd * (sgd - md * sgg) / 256.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float xh = ((in3[base + j] + (s_train ? (in1[base + j] + in2[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in1[base + j] + in2[(base + j) % 256]))) - mu) * rstd, gj = in0[base + j];
+      const float xh = ((in3[base + j] + ((in1[base + j] + in2[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd, gj = in0[base + j];
       dx[rr * 256 + j] = rstd * (gj * in4[j] - mgg - xh * mgx);
       pg[j] += gj * xh; pb[j] += gj;
     }
@@ -6416,8 +6316,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_23(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
     const long long i = r * 16384LL + j;
-    unsigned long long v410_rem = (unsigned long long)(i);
-    const long long v410_c1 = (long long)(v410_rem % (unsigned long long)(16384LL)); v410_rem /= (unsigned long long)(16384LL);
+    const long long v410_c1 = j;
+    unsigned long long v410_rem = (unsigned long long)(r);
     const long long v410_c0 = (long long)v410_rem;
     const float v410 = in0[((v410_c0) * 16896LL + v410_c1 + 0)];
     out0[i] = v410;
@@ -6431,12 +6331,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_24(const float * __r
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v412_rem = (unsigned long long)(i);
-    const long long v412_c1 = (long long)(v412_rem % (unsigned long long)(256LL)); v412_rem /= (unsigned long long)(256LL);
+    const long long v412_c1 = j;
+    unsigned long long v412_rem = (unsigned long long)(r);
     const long long v412_c0 = (long long)v412_rem;
     const float v412 = in0[((v412_c0) * 16896LL + v412_c1 + 16384)];
-    unsigned long long v414_rem = (unsigned long long)(i);
-    const long long v414_c1 = (long long)(v414_rem % (unsigned long long)(256LL)); v414_rem /= (unsigned long long)(256LL);
+    const long long v414_c1 = j;
+    unsigned long long v414_rem = (unsigned long long)(r);
     const long long v414_c0 = (long long)v414_rem;
     const float v414 = in0[((v414_c0) * 16896LL + v414_c1 + 16640)];
     out0[i] = v412;
@@ -6502,11 +6402,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_33(const float * __res
 
 // dropout_bwd_10 computes:
 //   v416 = dropout <f32[B,64,256]> v411 {f=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a411 = in0[i];
-    float v416 = (s_train ? a411 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a411);
+    float v416 = (a411 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v416;
   }
 }
@@ -6555,7 +6455,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_34(const float * __res
 
 // transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd computes:
 //   v423 = attention_bwd <f32[B,64,768]> v419 v20 v20 v20 v21 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -6577,8 +6477,8 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = (true) && lse != NGEN_INF ? ::ngen_emu::fast_expf(sr[kj] - lse) : 0.0f;
-          const float z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float z = ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
         }
@@ -6643,7 +6543,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               ds = p * (dp * z - sDd[i]);
             }
             sS[w * 16 + j] = ds;
@@ -6715,7 +6615,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
                 }
               float s = ((s_p[0] + s_p[1]) + (s_p[2] + s_p[3])) + ((s_p[4] + s_p[5]) + (s_p[6] + s_p[7]));
               float dp = ((dp_p[0] + dp_p[1]) + (dp_p[2] + dp_p[3])) + ((dp_p[4] + dp_p[5]) + (dp_p[6] + dp_p[7]));
-              const float p = expf(s * 0.125f - sLse[i]), z = (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+              const float p = expf(s * 0.125f - sLse[i]), z = ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
               pd = p * z;
               ds = p * (dp * z - sDd[i]);
             }
@@ -6795,13 +6695,13 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_35(const float * __res
 //   v430 = add <f32[B,64,256]> v411 v426  # models/transformer/model.go:65
 //   v434 = dropout <f32[B,64,256]> v430 {f=0.1 i=1}  # models/transformer/model.go:61
 //   v435 = scale <f32[B,64,256]> v434 {f=16}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a411 = in0[i];
     float a426 = in1[i];
     float v430 = (a411 + a426);
-    float v434 = (s_train ? v430 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v430);
+    float v434 = (v430 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     float v435 = (v434 * 16.0f);
     out0[i] = v435;
   }
@@ -6928,12 +6828,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v6_rem = (unsigned long long)(i);
-    const long long v6_c1 = (long long)(v6_rem % (unsigned long long)(256LL)); v6_rem /= (unsigned long long)(256LL);
+    const long long v6_c1 = j;
+    unsigned long long v6_rem = (unsigned long long)(r);
     const long long v6_c0 = (long long)v6_rem;
     const float v6 = in0[((v6_c0 + 0) * 256LL + v6_c1)];
-    unsigned long long v11_rem = (unsigned long long)(i);
-    const long long v11_c1 = (long long)(v11_rem % (unsigned long long)(256LL)); v11_rem /= (unsigned long long)(256LL);
+    const long long v11_c1 = j;
+    unsigned long long v11_rem = (unsigned long long)(r);
     const long long v11_c0 = (long long)v11_rem;
     const float v11 = in0[((v11_c0 + 0) * 256LL + v11_c1)];
     out0[i] = v6;
@@ -6948,14 +6848,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
 //   v10 = scale <f32[B,64,256]> v9 {f=16}  # models/transformer/model.go:61
 //   v12 = add <f32[B,64,256]> v10 v11  # models/transformer/model.go:61
 //   v13 = dropout <f32[B,64,256]> v12 {f=0.1 i=2}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embedding_scale_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int *status) {
+extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embedding_scale_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int *status) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
     float a4 = in0[i];
     float a6 = in1[((long long)((((unsigned long long)(r)) % 64LL))) * 256LL + j];
     float v7 = (a4 + a6);
-    float v8 = (s_train ? v7 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v7);
+    float v8 = (v7 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     const int v9_j = j;
     const int v9_id = in3[r];
     const bool v9_bad = (unsigned)v9_id >= 99u;
@@ -6964,7 +6864,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_add_dropout_embeddin
     float v10 = (v9 * 16.0f);
     float a11 = in4[((long long)((((unsigned long long)(r)) % 64LL))) * 256LL + j];
     float v12 = (v10 + a11);
-    float v13 = (s_train ? v12 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : v12);
+    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v8;
     out1[i] = v13;
   }
@@ -6985,7 +6885,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 
 // transformer_encoder_layers_0_self_attn_attention_fwd_2 computes:
 //   v20 = attention <f32[B,64,260]> v19 v19 v19 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -6999,18 +6899,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7074,7 +6974,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -7112,8 +7012,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v21_rem = (unsigned long long)(i);
-    const long long v21_c2 = (long long)(v21_rem % (unsigned long long)(256LL)); v21_rem /= (unsigned long long)(256LL);
+    const long long v21_c2 = j;
+    unsigned long long v21_rem = (unsigned long long)(r);
     const long long v21_c1 = (long long)(v21_rem % (unsigned long long)(64LL)); v21_rem /= (unsigned long long)(64LL);
     const long long v21_c0 = (long long)v21_rem;
     const float v21 = in0[(((v21_c0) * 64LL + v21_c1) * 260LL + v21_c2 + 0)];
@@ -7123,14 +7023,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
 
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v25 = layernorm <f32[B,64,256]> v22 v17 v8 v23 v24 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7150,10 +7050,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7174,7 +7074,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -7183,7 +7083,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
 //   v29 = add <f32[B,64,1024]> v27 v28  # models/transformer/model.go:65
 //   v30 = relu <f32[B,64,1024]> v29  # models/transformer/model.go:65
 //   v31 = dropout <f32[B,64,1024]> v30 {f=0.1 i=5}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -7191,21 +7091,21 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
     float a28 = in1[(0) * 1024LL + j];
     float v29 = (a27 + a28);
     float v30 = (v29 <= 0.0f ? 0.0f : v29);
-    float v31 = (s_train ? v30 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v30);
+    float v31 = (v30 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v31;
   }
 }
 
 // transformer_encoder_layers_0_linear2_layernorm_fwd_2 computes:
 //   v37 = layernorm <f32[B,64,256]> v33 v34 v25 v35 v36 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7225,10 +7125,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7249,7 +7149,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -7269,7 +7169,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 
 // transformer_encoder_layers_1_self_attn_attention_fwd_2 computes:
 //   v44 = attention <f32[B,64,260]> v43 v43 v43 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -7283,18 +7183,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7358,7 +7258,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -7396,8 +7296,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v45_rem = (unsigned long long)(i);
-    const long long v45_c2 = (long long)(v45_rem % (unsigned long long)(256LL)); v45_rem /= (unsigned long long)(256LL);
+    const long long v45_c2 = j;
+    unsigned long long v45_rem = (unsigned long long)(r);
     const long long v45_c1 = (long long)(v45_rem % (unsigned long long)(64LL)); v45_rem /= (unsigned long long)(64LL);
     const long long v45_c0 = (long long)v45_rem;
     const float v45 = in0[(((v45_c0) * 64LL + v45_c1) * 260LL + v45_c2 + 0)];
@@ -7407,14 +7307,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
 
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v49 = layernorm <f32[B,64,256]> v46 v41 v37 v47 v48 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7434,10 +7334,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7458,7 +7358,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -7467,7 +7367,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
 //   v53 = add <f32[B,64,1024]> v51 v52  # models/transformer/model.go:65
 //   v54 = relu <f32[B,64,1024]> v53  # models/transformer/model.go:65
 //   v55 = dropout <f32[B,64,1024]> v54 {f=0.1 i=9}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -7475,21 +7375,21 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
     float a52 = in1[(0) * 1024LL + j];
     float v53 = (a51 + a52);
     float v54 = (v53 <= 0.0f ? 0.0f : v53);
-    float v55 = (s_train ? v54 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v54);
+    float v55 = (v54 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v55;
   }
 }
 
 // transformer_encoder_layers_1_linear2_layernorm_fwd_2 computes:
 //   v61 = layernorm <f32[B,64,256]> v57 v58 v49 v59 v60 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7509,10 +7409,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7533,7 +7433,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -7541,28 +7441,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd_2 computes:
 //   v64 = layernorm <f32[B,64,256]> v61 v62 v63 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -7611,7 +7489,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 
 // transformer_decoder_layers_0_self_attn_attention_fwd_2 computes:
 //   v71 = attention <f32[B,64,260]> v70 v70 v70 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -7625,18 +7503,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7700,7 +7578,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -7738,8 +7616,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v72_rem = (unsigned long long)(i);
-    const long long v72_c2 = (long long)(v72_rem % (unsigned long long)(256LL)); v72_rem /= (unsigned long long)(256LL);
+    const long long v72_c2 = j;
+    unsigned long long v72_rem = (unsigned long long)(r);
     const long long v72_c1 = (long long)(v72_rem % (unsigned long long)(64LL)); v72_rem /= (unsigned long long)(64LL);
     const long long v72_c0 = (long long)v72_rem;
     const float v72 = in0[(((v72_c0) * 64LL + v72_c1) * 260LL + v72_c2 + 0)];
@@ -7749,14 +7627,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
 
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v76 = layernorm <f32[B,64,256]> v73 v68 v13 v74 v75 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -7776,10 +7654,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -7800,7 +7678,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -7812,12 +7690,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v81_rem = (unsigned long long)(i);
-    const long long v81_c1 = (long long)(v81_rem % (unsigned long long)(256LL)); v81_rem /= (unsigned long long)(256LL);
+    const long long v81_c1 = j;
+    unsigned long long v81_rem = (unsigned long long)(r);
     const long long v81_c0 = (long long)v81_rem;
     const float v81 = in0[((v81_c0 + 0) * 256LL + v81_c1)];
-    unsigned long long v123_rem = (unsigned long long)(i);
-    const long long v123_c1 = (long long)(v123_rem % (unsigned long long)(256LL)); v123_rem /= (unsigned long long)(256LL);
+    const long long v123_c1 = j;
+    unsigned long long v123_rem = (unsigned long long)(r);
     const long long v123_c0 = (long long)v123_rem;
     const float v123 = in1[((v123_c0 + 0) * 256LL + v123_c1)];
     out0[i] = v81;
@@ -7862,12 +7740,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v85_rem = (unsigned long long)(i);
-    const long long v85_c1 = (long long)(v85_rem % (unsigned long long)(256LL)); v85_rem /= (unsigned long long)(256LL);
+    const long long v85_c1 = j;
+    unsigned long long v85_rem = (unsigned long long)(r);
     const long long v85_c0 = (long long)v85_rem;
     const float v85 = in0[((v85_c0 + 256) * 256LL + v85_c1)];
-    unsigned long long v127_rem = (unsigned long long)(i);
-    const long long v127_c1 = (long long)(v127_rem % (unsigned long long)(256LL)); v127_rem /= (unsigned long long)(256LL);
+    const long long v127_c1 = j;
+    unsigned long long v127_rem = (unsigned long long)(r);
     const long long v127_c0 = (long long)v127_rem;
     const float v127 = in1[((v127_c0 + 256) * 256LL + v127_c1)];
     out0[i] = v85;
@@ -7907,7 +7785,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __re
 
 // transformer_decoder_layers_0_multihead_attn_attention_fwd_2 computes:
 //   v89 = attention <f32[B,64,260]> v84 v88 v88 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -7921,18 +7799,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -7996,7 +7874,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -8034,8 +7912,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v90_rem = (unsigned long long)(i);
-    const long long v90_c2 = (long long)(v90_rem % (unsigned long long)(256LL)); v90_rem /= (unsigned long long)(256LL);
+    const long long v90_c2 = j;
+    unsigned long long v90_rem = (unsigned long long)(r);
     const long long v90_c1 = (long long)(v90_rem % (unsigned long long)(64LL)); v90_rem /= (unsigned long long)(64LL);
     const long long v90_c0 = (long long)v90_rem;
     const float v90 = in0[(((v90_c0) * 64LL + v90_c1) * 260LL + v90_c2 + 0)];
@@ -8045,14 +7923,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2 computes:
 //   v94 = layernorm <f32[B,64,256]> v91 v80 v76 v92 v93 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8072,10 +7950,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -8096,7 +7974,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -8105,7 +7983,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
 //   v98 = add <f32[B,64,1024]> v96 v97  # models/transformer/model.go:65
 //   v99 = relu <f32[B,64,1024]> v98  # models/transformer/model.go:65
 //   v100 = dropout <f32[B,64,1024]> v99 {f=0.1 i=15}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -8113,21 +7991,21 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
     float a97 = in1[(0) * 1024LL + j];
     float v98 = (a96 + a97);
     float v99 = (v98 <= 0.0f ? 0.0f : v98);
-    float v100 = (s_train ? v99 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v99);
+    float v100 = (v99 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v100;
   }
 }
 
 // transformer_decoder_layers_0_linear2_layernorm_fwd_2 computes:
 //   v106 = layernorm <f32[B,64,256]> v102 v103 v94 v104 v105 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8147,10 +8025,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -8171,7 +8049,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -8191,7 +8069,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 
 // transformer_decoder_layers_1_self_attn_attention_fwd_2 computes:
 //   v113 = attention <f32[B,64,260]> v112 v112 v112 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -8205,18 +8083,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -8280,7 +8158,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -8318,8 +8196,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v114_rem = (unsigned long long)(i);
-    const long long v114_c2 = (long long)(v114_rem % (unsigned long long)(256LL)); v114_rem /= (unsigned long long)(256LL);
+    const long long v114_c2 = j;
+    unsigned long long v114_rem = (unsigned long long)(r);
     const long long v114_c1 = (long long)(v114_rem % (unsigned long long)(64LL)); v114_rem /= (unsigned long long)(64LL);
     const long long v114_c0 = (long long)v114_rem;
     const float v114 = in0[(((v114_c0) * 64LL + v114_c1) * 260LL + v114_c2 + 0)];
@@ -8329,14 +8207,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
 
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2 computes:
 //   v118 = layernorm <f32[B,64,256]> v115 v110 v106 v116 v117 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8356,10 +8234,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -8380,7 +8258,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -8413,7 +8291,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __re
 
 // transformer_decoder_layers_1_multihead_attn_attention_fwd_2 computes:
 //   v131 = attention <f32[B,64,260]> v126 v130 v130 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -8427,18 +8305,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -8502,7 +8380,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -8540,8 +8418,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v132_rem = (unsigned long long)(i);
-    const long long v132_c2 = (long long)(v132_rem % (unsigned long long)(256LL)); v132_rem /= (unsigned long long)(256LL);
+    const long long v132_c2 = j;
+    unsigned long long v132_rem = (unsigned long long)(r);
     const long long v132_c1 = (long long)(v132_rem % (unsigned long long)(64LL)); v132_rem /= (unsigned long long)(64LL);
     const long long v132_c0 = (long long)v132_rem;
     const float v132 = in0[(((v132_c0) * 64LL + v132_c1) * 260LL + v132_c2 + 0)];
@@ -8551,14 +8429,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2 computes:
 //   v136 = layernorm <f32[B,64,256]> v133 v122 v118 v134 v135 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8578,10 +8456,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -8602,7 +8480,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -8611,7 +8489,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
 //   v140 = add <f32[B,64,1024]> v138 v139  # models/transformer/model.go:65
 //   v141 = relu <f32[B,64,1024]> v140  # models/transformer/model.go:65
 //   v142 = dropout <f32[B,64,1024]> v141 {f=0.1 i=21}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -8619,21 +8497,21 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
     float a139 = in1[(0) * 1024LL + j];
     float v140 = (a138 + a139);
     float v141 = (v140 <= 0.0f ? 0.0f : v140);
-    float v142 = (s_train ? v141 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : v141);
+    float v142 = (v141 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v142;
   }
 }
 
 // transformer_decoder_layers_1_linear2_layernorm_fwd_2 computes:
 //   v148 = layernorm <f32[B,64,256]> v144 v145 v136 v146 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8653,10 +8531,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -8677,7 +8555,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -8685,28 +8563,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd_2 computes:
 //   v151 = layernorm <f32[B,64,256]> v148 v149 v150 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -8777,12 +8633,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __re
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v6_rem = (unsigned long long)(i);
-    const long long v6_c1 = (long long)(v6_rem % (unsigned long long)(256LL)); v6_rem /= (unsigned long long)(256LL);
+    const long long v6_c1 = j;
+    unsigned long long v6_rem = (unsigned long long)(r);
     const long long v6_c0 = (long long)v6_rem;
     const float v6 = in0[((v6_c0 + 0) * 256LL + v6_c1)];
-    unsigned long long v10_rem = (unsigned long long)(i);
-    const long long v10_c1 = (long long)(v10_rem % (unsigned long long)(256LL)); v10_rem /= (unsigned long long)(256LL);
+    const long long v10_c1 = j;
+    unsigned long long v10_rem = (unsigned long long)(r);
     const long long v10_c0 = (long long)v10_rem;
     const float v10 = in0[((v10_c0 + 0) * 256LL + v10_c1)];
     out0[i] = v6;
@@ -8830,7 +8686,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 
 // transformer_encoder_layers_0_self_attn_attention_fwd_3 computes:
 //   v18 = attention <f32[B,64,260]> v17 v17 v17 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -8844,18 +8700,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -8919,7 +8775,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -8957,8 +8813,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v19_rem = (unsigned long long)(i);
-    const long long v19_c2 = (long long)(v19_rem % (unsigned long long)(256LL)); v19_rem /= (unsigned long long)(256LL);
+    const long long v19_c2 = j;
+    unsigned long long v19_rem = (unsigned long long)(r);
     const long long v19_c1 = (long long)(v19_rem % (unsigned long long)(64LL)); v19_rem /= (unsigned long long)(64LL);
     const long long v19_c0 = (long long)v19_rem;
     const float v19 = in0[(((v19_c0) * 64LL + v19_c1) * 260LL + v19_c2 + 0)];
@@ -8968,14 +8824,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
 
 // transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v23 = layernorm <f32[B,64,256]> v20 v15 v7 v21 v22 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -8995,10 +8851,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9019,7 +8875,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 4u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9041,14 +8897,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 
 // transformer_encoder_layers_0_linear2_layernorm_fwd_3 computes:
 //   v34 = layernorm <f32[B,64,256]> v30 v31 v23 v32 v33 {f=1e-05 f2=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9068,10 +8924,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9092,7 +8948,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 6u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9112,7 +8968,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 
 // transformer_encoder_layers_1_self_attn_attention_fwd_3 computes:
 //   v41 = attention <f32[B,64,260]> v40 v40 v40 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -9126,18 +8982,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -9201,7 +9057,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -9239,8 +9095,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v42_rem = (unsigned long long)(i);
-    const long long v42_c2 = (long long)(v42_rem % (unsigned long long)(256LL)); v42_rem /= (unsigned long long)(256LL);
+    const long long v42_c2 = j;
+    unsigned long long v42_rem = (unsigned long long)(r);
     const long long v42_c1 = (long long)(v42_rem % (unsigned long long)(64LL)); v42_rem /= (unsigned long long)(64LL);
     const long long v42_c0 = (long long)v42_rem;
     const float v42 = in0[(((v42_c0) * 64LL + v42_c1) * 260LL + v42_c2 + 0)];
@@ -9250,14 +9106,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
 
 // transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v46 = layernorm <f32[B,64,256]> v43 v38 v34 v44 v45 {f=1e-05 f2=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9277,10 +9133,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9301,7 +9157,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 8u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9323,14 +9179,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 
 // transformer_encoder_layers_1_linear2_layernorm_fwd_3 computes:
 //   v57 = layernorm <f32[B,64,256]> v53 v54 v46 v55 v56 {f=1e-05 f2=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9350,10 +9206,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9374,7 +9230,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 10u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9382,28 +9238,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_l
 // transformer_encoder_norm_layernorm_fwd_3 computes:
 //   v60 = layernorm <f32[B,64,256]> v57 v58 v59 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_encoder_norm_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -9452,7 +9286,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 
 // transformer_decoder_layers_0_self_attn_attention_fwd_3 computes:
 //   v67 = attention <f32[B,64,260]> v66 v66 v66 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -9466,18 +9300,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -9541,7 +9375,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -9579,8 +9413,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v68_rem = (unsigned long long)(i);
-    const long long v68_c2 = (long long)(v68_rem % (unsigned long long)(256LL)); v68_rem /= (unsigned long long)(256LL);
+    const long long v68_c2 = j;
+    unsigned long long v68_rem = (unsigned long long)(r);
     const long long v68_c1 = (long long)(v68_rem % (unsigned long long)(64LL)); v68_rem /= (unsigned long long)(64LL);
     const long long v68_c0 = (long long)v68_rem;
     const float v68 = in0[(((v68_c0) * 64LL + v68_c1) * 260LL + v68_c2 + 0)];
@@ -9590,14 +9424,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
 
 // transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v72 = layernorm <f32[B,64,256]> v69 v64 v11 v70 v71 {f=1e-05 f2=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9617,10 +9451,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9641,7 +9475,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 12u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9653,12 +9487,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v77_rem = (unsigned long long)(i);
-    const long long v77_c1 = (long long)(v77_rem % (unsigned long long)(256LL)); v77_rem /= (unsigned long long)(256LL);
+    const long long v77_c1 = j;
+    unsigned long long v77_rem = (unsigned long long)(r);
     const long long v77_c0 = (long long)v77_rem;
     const float v77 = in0[((v77_c0 + 0) * 256LL + v77_c1)];
-    unsigned long long v118_rem = (unsigned long long)(i);
-    const long long v118_c1 = (long long)(v118_rem % (unsigned long long)(256LL)); v118_rem /= (unsigned long long)(256LL);
+    const long long v118_c1 = j;
+    unsigned long long v118_rem = (unsigned long long)(r);
     const long long v118_c0 = (long long)v118_rem;
     const float v118 = in1[((v118_c0 + 0) * 256LL + v118_c1)];
     out0[i] = v77;
@@ -9703,12 +9537,12 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v81_rem = (unsigned long long)(i);
-    const long long v81_c1 = (long long)(v81_rem % (unsigned long long)(256LL)); v81_rem /= (unsigned long long)(256LL);
+    const long long v81_c1 = j;
+    unsigned long long v81_rem = (unsigned long long)(r);
     const long long v81_c0 = (long long)v81_rem;
     const float v81 = in0[((v81_c0 + 256) * 256LL + v81_c1)];
-    unsigned long long v122_rem = (unsigned long long)(i);
-    const long long v122_c1 = (long long)(v122_rem % (unsigned long long)(256LL)); v122_rem /= (unsigned long long)(256LL);
+    const long long v122_c1 = j;
+    unsigned long long v122_rem = (unsigned long long)(r);
     const long long v122_c0 = (long long)v122_rem;
     const float v122 = in1[((v122_c0 + 256) * 256LL + v122_c1)];
     out0[i] = v81;
@@ -9748,7 +9582,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2_3(const float * __re
 
 // transformer_decoder_layers_0_multihead_attn_attention_fwd_3 computes:
 //   v85 = attention <f32[B,64,260]> v80 v84 v84 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -9762,18 +9596,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -9837,7 +9671,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -9875,8 +9709,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v86_rem = (unsigned long long)(i);
-    const long long v86_c2 = (long long)(v86_rem % (unsigned long long)(256LL)); v86_rem /= (unsigned long long)(256LL);
+    const long long v86_c2 = j;
+    unsigned long long v86_rem = (unsigned long long)(r);
     const long long v86_c1 = (long long)(v86_rem % (unsigned long long)(64LL)); v86_rem /= (unsigned long long)(64LL);
     const long long v86_c0 = (long long)v86_rem;
     const float v86 = in0[(((v86_c0) * 64LL + v86_c1) * 260LL + v86_c2 + 0)];
@@ -9886,14 +9720,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
 
 // transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3 computes:
 //   v90 = layernorm <f32[B,64,256]> v87 v76 v72 v88 v89 {f=1e-05 f2=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9913,10 +9747,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -9937,7 +9771,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 14u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -9959,14 +9793,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 
 // transformer_decoder_layers_0_linear2_layernorm_fwd_3 computes:
 //   v101 = layernorm <f32[B,64,256]> v97 v98 v90 v99 v100 {f=1e-05 f2=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -9986,10 +9820,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -10010,7 +9844,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 16u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -10030,7 +9864,7 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 
 // transformer_decoder_layers_1_self_attn_attention_fwd_3 computes:
 //   v108 = attention <f32[B,64,260]> v107 v107 v107 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_attention_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -10044,18 +9878,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 49152 + 0 + h * 64], 768, &in0[b * 49152 + 256 + h * 64], 768, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true && kj <= qi) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -10119,7 +9953,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -10157,8 +9991,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v109_rem = (unsigned long long)(i);
-    const long long v109_c2 = (long long)(v109_rem % (unsigned long long)(256LL)); v109_rem /= (unsigned long long)(256LL);
+    const long long v109_c2 = j;
+    unsigned long long v109_rem = (unsigned long long)(r);
     const long long v109_c1 = (long long)(v109_rem % (unsigned long long)(64LL)); v109_rem /= (unsigned long long)(64LL);
     const long long v109_c0 = (long long)v109_rem;
     const float v109 = in0[(((v109_c0) * 64LL + v109_c1) * 260LL + v109_c2 + 0)];
@@ -10168,14 +10002,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_3(const float * __
 
 // transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3 computes:
 //   v113 = layernorm <f32[B,64,256]> v110 v105 v101 v111 v112 {f=1e-05 f2=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -10195,10 +10029,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -10219,7 +10053,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 18u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -10252,7 +10086,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_4_3(const float * __re
 
 // transformer_decoder_layers_1_multihead_attn_attention_fwd_3 computes:
 //   v126 = attention <f32[B,64,260]> v121 v125 v125 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, unsigned long long s_seed, unsigned long long s_step, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #ifdef NGEN_EMU
   if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
@@ -10266,18 +10100,18 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
       ::ngen_emu::gemm(false, true, 64, 64, 64, 0.125f, &in0[b * 16384 + 0 + h * 64], 256, &in1[b * 32768 + 0 + h * 64], 512, 0.0f, scr0, 64);
       for (int qi = 0; qi < 64; ++qi) {
         float *sr = scr0 + qi * 64;
-        float mx = -NGEN_INF;
-        for (int kj = 0; kj < 64; ++kj) {
-          const float s = (true) ? sr[kj] : -NGEN_INF;
-          sr[kj] = s;
-          mx = s > mx ? s : mx;
-        }
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = sr[kj] == -NGEN_INF ? 0.0f : ::ngen_emu::fast_expf(sr[kj] - mx);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = (true) ? sr[kj] : -NGEN_INF;
+        float mx_p[8] = {-NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF, -NGEN_INF};
+        for (int k0 = 0; k0 < 64; k0 += 8)
+          for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
+        for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
+        float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
         float l = ((l_p[0] + l_p[1]) + (l_p[2] + l_p[3])) + ((l_p[4] + l_p[5]) + (l_p[6] + l_p[7]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] *= (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+        for (int kj = 0; kj < 64; ++kj) sr[kj] *= ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;
         out0[(b * 64 + qi) * 260 + 256 + h] = l > 0.0f ? mx + logf(l) : NGEN_INF;
       }
@@ -10341,7 +10175,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           const float s = sS[w * 16 + j];
           const float p = s == -NGEN_INF ? 0.0f : expf(s - mnew);
           ls += p;
-          sS[w * 16 + j] = p * (s_train ? ngen_dropout(s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : 1.0f);
+          sS[w * 16 + j] = p * ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
         }
         if (nl > 1) { ls = ngen_warp_sum(ls); __syncwarp(); }
         const float alpha = mold == -NGEN_INF ? 0.0f : expf(mold - mnew);
@@ -10379,8 +10213,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v127_rem = (unsigned long long)(i);
-    const long long v127_c2 = (long long)(v127_rem % (unsigned long long)(256LL)); v127_rem /= (unsigned long long)(256LL);
+    const long long v127_c2 = j;
+    unsigned long long v127_rem = (unsigned long long)(r);
     const long long v127_c1 = (long long)(v127_rem % (unsigned long long)(64LL)); v127_rem /= (unsigned long long)(64LL);
     const long long v127_c0 = (long long)v127_rem;
     const float v127 = in0[(((v127_c0) * 64LL + v127_c1) * 260LL + v127_c2 + 0)];
@@ -10390,14 +10224,14 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_3(const float * __
 
 // transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3 computes:
 //   v131 = layernorm <f32[B,64,256]> v128 v117 v113 v129 v130 {f=1e-05 f2=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -10417,10 +10251,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -10441,7 +10275,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 20u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -10463,14 +10297,14 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 
 // transformer_decoder_layers_1_linear2_layernorm_fwd_3 computes:
 //   v142 = layernorm <f32[B,64,256]> v138 v139 v131 v140 v141 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, unsigned long long s_seed, unsigned long long s_step, long long s_row0, int s_train) {
+extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_linear2_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
   if (blockDim.x == 1) {
     static thread_local float xr[256];
     const long long nrows = (long long)B * 64LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
       const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + (s_train ? (in0[base + j] + in1[j]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[j])));
+      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in2[base + j] + ((in0[base + j] + in1[j]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
       for (int j = 0; j < 256; ++j) {
@@ -10490,10 +10324,10 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
     const long long base = r * 256;
-    const float k0 = (in2[base] + (s_train ? (in0[base] + in1[(base) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base] + in1[(base) % 256])));
+    const float k0 = (in2[base] + ((in0[base] + in1[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      const float dj = (in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - k0;
+      const float dj = (in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - k0;
       s1 += dj; s2 += dj * dj;
     }
   if (blockDim.x > 1) {
@@ -10514,7 +10348,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
     const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
     const float mu = k0 + md;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      out0[base + j] = ((in2[base + j] + (s_train ? (in0[base + j] + in1[(base + j) % 256]) * ngen_dropout(s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : (in0[base + j] + in1[(base + j) % 256]))) - mu) * rstd * in3[j] + in4[j];
+      out0[base + j] = ((in2[base + j] + ((in0[base + j] + in1[(base + j) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, 22u, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f))) - mu) * rstd * in3[j] + in4[j];
     }
   }
 }
@@ -10522,28 +10356,6 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_l
 // transformer_decoder_norm_layernorm_fwd_3 computes:
 //   v145 = layernorm <f32[B,64,256]> v142 v143 v144 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) transformer_decoder_norm_layernorm_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  if (blockDim.x == 1) {
-    static thread_local float xr[256];
-    const long long nrows = (long long)B * 64LL;
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-      const long long base = r * 256;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = in0[base + j];
-      const float k0 = xr[0];
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        const float dj = xr[j] - k0;
-        s1 += dj; s2 += dj * dj;
-      }
-      const float md = s1 / 256.0f;
-      const float var_ = fmaxf(s2 / 256.0f - md * md, 0.0f);
-      const float rstd = 1.0f / sqrtf(var_ + 1.0000000000000001e-05f);
-      const float mu = k0 + md;
-      _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) out0[base + j] = (xr[j] - mu) * rstd * in1[j] + in2[j];
-    }
-    return;
-  }
-  #endif
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {

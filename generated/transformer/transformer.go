@@ -4717,6 +4717,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -4727,10 +4731,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}, {Buf: 139}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4840,16 +4840,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -4932,20 +4932,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5007,6 +5007,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5017,10 +5021,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5089,20 +5089,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5196,16 +5196,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5288,20 +5288,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5363,6 +5363,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -5373,10 +5377,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5445,20 +5445,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5579,16 +5579,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5671,20 +5671,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5879,16 +5879,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -5974,20 +5974,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6049,6 +6049,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6059,10 +6063,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6131,20 +6131,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6238,16 +6238,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6330,20 +6330,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6494,16 +6494,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6589,20 +6589,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6664,6 +6664,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -6674,10 +6678,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -6746,20 +6746,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7082,20 +7082,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7210,6 +7210,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7220,10 +7224,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7339,6 +7339,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7349,10 +7353,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7505,20 +7505,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7633,6 +7633,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -7643,10 +7647,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7766,16 +7766,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -7818,16 +7818,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8113,20 +8113,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8241,6 +8241,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8251,10 +8255,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8374,16 +8374,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8535,20 +8535,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8663,6 +8663,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8673,10 +8677,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8792,6 +8792,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -8802,10 +8806,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -8958,20 +8958,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9086,6 +9086,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9096,10 +9100,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9219,16 +9219,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9271,16 +9271,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9597,20 +9597,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9725,6 +9725,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9735,10 +9739,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9858,16 +9858,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -9988,6 +9988,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -9998,10 +10002,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10150,20 +10150,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10278,6 +10278,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -10288,10 +10292,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10407,6 +10407,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -10417,10 +10421,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10573,20 +10573,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10701,6 +10701,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -10711,10 +10715,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10834,16 +10834,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -10995,20 +10995,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11123,6 +11123,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11133,10 +11137,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11252,6 +11252,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11262,10 +11266,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11418,20 +11418,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11546,6 +11546,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11556,10 +11560,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11679,16 +11679,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11809,6 +11809,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11819,10 +11823,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -11978,6 +11978,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -11988,10 +11992,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}, {Buf: 139}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12101,16 +12101,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12193,20 +12193,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12268,6 +12268,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12278,10 +12282,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12347,20 +12347,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12454,16 +12454,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12546,20 +12546,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12621,6 +12621,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -12631,10 +12635,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12700,20 +12700,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12834,16 +12834,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -12926,20 +12926,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13134,16 +13134,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13229,20 +13229,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13304,6 +13304,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -13314,10 +13318,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13383,20 +13383,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13490,16 +13490,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13582,20 +13582,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13746,16 +13746,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13841,20 +13841,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13916,6 +13916,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -13926,10 +13930,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -13995,20 +13995,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14279,16 +14279,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14371,20 +14371,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14506,20 +14506,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14613,16 +14613,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14705,20 +14705,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14840,20 +14840,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -14974,16 +14974,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15066,20 +15066,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15274,16 +15274,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15369,20 +15369,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15504,20 +15504,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15611,16 +15611,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15703,20 +15703,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15867,16 +15867,16 @@ var Plan = &runtime.Plan{
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI32,
+				Scalar: "train",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "seed",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI32,
-				Scalar: "train",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -15962,20 +15962,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16097,20 +16097,20 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "seed",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgU64,
-				Scalar: "step",
-			}, {
-				Buf:    -1,
 				Kind:   runtime.ArgI64,
 				Scalar: "row0",
 			}, {
 				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "seed",
+			}, {
+				Buf:    -1,
+				Kind:   runtime.ArgU64,
+				Scalar: "step",
 			}},
 			Block: [3]int{128, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16233,14 +16233,14 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "embedding_add_dropout_embedding_scale_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_self_attn_bias_fwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16249,16 +16249,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_encoder_layers_0_linear2_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16267,7 +16267,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16276,16 +16276,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_encoder_layers_1_linear2_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16299,7 +16299,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16308,7 +16308,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16337,7 +16337,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16346,16 +16346,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_decoder_layers_0_linear2_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16364,7 +16364,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16373,7 +16373,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16386,7 +16386,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_attention_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16395,16 +16395,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_decoder_layers_1_linear2_layernorm_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16440,7 +16440,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_1_linear2_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16459,7 +16459,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16468,7 +16468,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16480,7 +16480,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16499,7 +16499,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_7",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16507,12 +16507,12 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16547,7 +16547,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16566,7 +16566,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_11",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16574,7 +16574,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16588,7 +16588,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_linear2_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16607,7 +16607,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_14",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16616,7 +16616,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_15",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16628,7 +16628,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16647,7 +16647,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_17",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16655,12 +16655,12 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16699,7 +16699,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16718,7 +16718,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_21",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16726,7 +16726,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16737,7 +16737,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_scale_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_encoder_norm_layernorm_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16758,7 +16758,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_encoder_layers_1_linear2_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16777,7 +16777,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_25",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16786,7 +16786,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_26",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16798,7 +16798,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16817,7 +16817,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_28",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16825,7 +16825,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16839,7 +16839,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_linear2_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16858,7 +16858,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_31",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16867,7 +16867,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_relu_bwd_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_32",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16879,7 +16879,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16898,7 +16898,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_34",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -16906,7 +16906,7 @@ var Plan = &runtime.Plan{
 		Sync:       true,
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16917,7 +16917,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "add_dropout_scale_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "embedding_bwd_add_bwd",
@@ -16937,14 +16937,14 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "embedding_add_dropout_embedding_scale_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgPtr},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgPtr},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_self_attn_bias_fwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16953,16 +16953,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_encoder_layers_0_linear2_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16971,7 +16971,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -16980,16 +16980,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_encoder_layers_1_linear2_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17003,7 +17003,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17012,7 +17012,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17041,7 +17041,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17050,16 +17050,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_decoder_layers_0_linear2_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17068,7 +17068,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17077,7 +17077,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17090,7 +17090,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_attention_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17099,16 +17099,16 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "transformer_decoder_layers_1_linear2_layernorm_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17138,7 +17138,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17147,7 +17147,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17156,7 +17156,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_0_linear2_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17165,7 +17165,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17174,7 +17174,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17183,7 +17183,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_encoder_layers_1_linear2_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17197,7 +17197,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17206,7 +17206,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17235,7 +17235,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17244,7 +17244,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17253,7 +17253,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_0_linear2_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17262,7 +17262,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17271,7 +17271,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17284,7 +17284,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_attention_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgU64, runtime.ArgU64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17293,7 +17293,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {
@@ -17302,7 +17302,7 @@ var Plan = &runtime.Plan{
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
 	}, {
 		Name:       "transformer_decoder_layers_1_linear2_layernorm_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64, runtime.ArgI32},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 		SoloBlocks: true,
 		Sync:       true,
 	}, {

@@ -48,6 +48,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
+// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// ngen_emu.h).
+#ifndef NGEN_EMU_RELU_GRAD
+template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
+#endif
+
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
 // butterfly order, so both give the same bits.
@@ -112,6 +119,13 @@ __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long
 __device__ __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
   return ngen_keep(seed, step, stream, idx, keep) ? scale : 0.0f;
 }
+// ngen_dropout_if is the factor of a dropout op: ngen_dropout's in training
+// mode, 1 otherwise (no draw: train is the same in every thread). The
+// emulation's form draws with keep and scale 1 instead, the same factor
+// without a branch, so that the host compiler vectorises the loop.
+__device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep, float scale) {
+  return train ? ngen_dropout(seed, step, stream, idx, keep, scale) : 1.0f;
+}
 #endif
 
 // embedding_embedding_fwd computes:
@@ -146,8 +160,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v7_rem = (unsigned long long)(i);
-    const long long v7_c1 = (long long)(v7_rem % (unsigned long long)(256LL)); v7_rem /= (unsigned long long)(256LL);
+    const long long v7_c1 = j;
+    unsigned long long v7_rem = (unsigned long long)(r);
     const long long v7_c0 = (long long)v7_rem;
     const float v7 = in0[((v7_c0 + 0) * 256LL + v7_c1)];
     out0[i] = v7;
@@ -169,11 +183,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 
 // dropout_fwd computes:
 //   v9 = dropout <f32[B,64,256]> v8 {f=0.1 i=1}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a8 = in0[i];
-    float v9 = (s_train ? a8 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a8);
+    float v9 = (a8 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v9;
   }
 }
@@ -210,8 +224,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v12_rem = (unsigned long long)(i);
-    const long long v12_c1 = (long long)(v12_rem % (unsigned long long)(256LL)); v12_rem /= (unsigned long long)(256LL);
+    const long long v12_c1 = j;
+    unsigned long long v12_rem = (unsigned long long)(r);
     const long long v12_c0 = (long long)v12_rem;
     const float v12 = in0[((v12_c0 + 0) * 256LL + v12_c1)];
     out0[i] = v12;
@@ -233,11 +247,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 
 // dropout_fwd_2 computes:
 //   v14 = dropout <f32[B,64,256]> v13 {f=0.1 i=2}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a13 = in0[i];
-    float v14 = (s_train ? a13 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a13);
+    float v14 = (a13 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v14;
   }
 }
@@ -261,8 +275,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v21_rem = (unsigned long long)(i);
-    const long long v21_c2 = (long long)(v21_rem % (unsigned long long)(256LL)); v21_rem /= (unsigned long long)(256LL);
+    const long long v21_c2 = j;
+    unsigned long long v21_rem = (unsigned long long)(r);
     const long long v21_c1 = (long long)(v21_rem % (unsigned long long)(64LL)); v21_rem /= (unsigned long long)(64LL);
     const long long v21_c0 = (long long)v21_rem;
     const float v21 = in0[(((v21_c0) * 64LL + v21_c1) * 768LL + v21_c2 + 0)];
@@ -276,8 +290,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __re
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v23_rem = (unsigned long long)(i);
-    const long long v23_c3 = (long long)(v23_rem % (unsigned long long)(64LL)); v23_rem /= (unsigned long long)(64LL);
+    const long long v23_c3 = j;
+    unsigned long long v23_rem = (unsigned long long)(r);
     const long long v23_c2 = (long long)(v23_rem % (unsigned long long)(64LL)); v23_rem /= (unsigned long long)(64LL);
     const long long v23_c1 = (long long)(v23_rem % (unsigned long long)(4LL)); v23_rem /= (unsigned long long)(4LL);
     const long long v23_c0 = (long long)v23_rem;
@@ -292,8 +306,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v24_rem = (unsigned long long)(i);
-    const long long v24_c2 = (long long)(v24_rem % (unsigned long long)(256LL)); v24_rem /= (unsigned long long)(256LL);
+    const long long v24_c2 = j;
+    unsigned long long v24_rem = (unsigned long long)(r);
     const long long v24_c1 = (long long)(v24_rem % (unsigned long long)(64LL)); v24_rem /= (unsigned long long)(64LL);
     const long long v24_c0 = (long long)v24_rem;
     const float v24 = in0[(((v24_c0) * 64LL + v24_c1) * 768LL + v24_c2 + 256)];
@@ -307,8 +321,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v26_rem = (unsigned long long)(i);
-    const long long v26_c3 = (long long)(v26_rem % (unsigned long long)(64LL)); v26_rem /= (unsigned long long)(64LL);
+    const long long v26_c3 = j;
+    unsigned long long v26_rem = (unsigned long long)(r);
     const long long v26_c2 = (long long)(v26_rem % (unsigned long long)(64LL)); v26_rem /= (unsigned long long)(64LL);
     const long long v26_c1 = (long long)(v26_rem % (unsigned long long)(4LL)); v26_rem /= (unsigned long long)(4LL);
     const long long v26_c0 = (long long)v26_rem;
@@ -323,8 +337,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v27_rem = (unsigned long long)(i);
-    const long long v27_c2 = (long long)(v27_rem % (unsigned long long)(256LL)); v27_rem /= (unsigned long long)(256LL);
+    const long long v27_c2 = j;
+    unsigned long long v27_rem = (unsigned long long)(r);
     const long long v27_c1 = (long long)(v27_rem % (unsigned long long)(64LL)); v27_rem /= (unsigned long long)(64LL);
     const long long v27_c0 = (long long)v27_rem;
     const float v27 = in0[(((v27_c0) * 64LL + v27_c1) * 768LL + v27_c2 + 512)];
@@ -338,8 +352,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v29_rem = (unsigned long long)(i);
-    const long long v29_c3 = (long long)(v29_rem % (unsigned long long)(64LL)); v29_rem /= (unsigned long long)(64LL);
+    const long long v29_c3 = j;
+    unsigned long long v29_rem = (unsigned long long)(r);
     const long long v29_c2 = (long long)(v29_rem % (unsigned long long)(64LL)); v29_rem /= (unsigned long long)(64LL);
     const long long v29_c1 = (long long)(v29_rem % (unsigned long long)(4LL)); v29_rem /= (unsigned long long)(4LL);
     const long long v29_c0 = (long long)v29_rem;
@@ -405,11 +419,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __re
 
 // dropout_fwd_3 computes:
 //   v33 = dropout <f32[B,4,64,64]> v32 {f=0.1 i=3}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a32 = in0[i];
-    float v33 = (s_train ? a32 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a32);
+    float v33 = (a32 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v33;
   }
 }
@@ -420,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v35_rem = (unsigned long long)(i);
-    const long long v35_c3 = (long long)(v35_rem % (unsigned long long)(64LL)); v35_rem /= (unsigned long long)(64LL);
+    const long long v35_c3 = j;
+    unsigned long long v35_rem = (unsigned long long)(r);
     const long long v35_c2 = (long long)(v35_rem % (unsigned long long)(4LL)); v35_rem /= (unsigned long long)(4LL);
     const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(64LL)); v35_rem /= (unsigned long long)(64LL);
     const long long v35_c0 = (long long)v35_rem;
@@ -436,8 +450,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v37_rem = (unsigned long long)(i);
-    const long long v37_c2 = (long long)(v37_rem % (unsigned long long)(260LL)); v37_rem /= (unsigned long long)(260LL);
+    const long long v37_c2 = j;
+    unsigned long long v37_rem = (unsigned long long)(r);
     const long long v37_c1 = (long long)(v37_rem % (unsigned long long)(64LL)); v37_rem /= (unsigned long long)(64LL);
     const long long v37_c0 = (long long)v37_rem;
     const float v37 = (v37_c2 >= 0 && v37_c2 < 256) ? in0[(((v37_c0) * 64LL + v37_c1) * 256LL + (v37_c2 >= 0 && v37_c2 < 256 ? v37_c2 - 0 : 0))] : 0.0f;
@@ -451,8 +465,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v39_rem = (unsigned long long)(i);
-    const long long v39_c2 = (long long)(v39_rem % (unsigned long long)(256LL)); v39_rem /= (unsigned long long)(256LL);
+    const long long v39_c2 = j;
+    unsigned long long v39_rem = (unsigned long long)(r);
     const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(64LL)); v39_rem /= (unsigned long long)(64LL);
     const long long v39_c0 = (long long)v39_rem;
     const float v39 = in0[(((v39_c0) * 64LL + v39_c1) * 260LL + v39_c2 + 0)];
@@ -475,11 +489,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 
 // dropout_fwd_4 computes:
 //   v42 = dropout <f32[B,64,256]> v41 {f=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a41 = in0[i];
-    float v42 = (s_train ? a41 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a41);
+    float v42 = (a41 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v42;
   }
 }
@@ -502,8 +516,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v46_rem = (unsigned long long)(i);
-    const long long v46_c2 = (long long)(v46_rem % (unsigned long long)(1LL)); v46_rem /= (unsigned long long)(1LL);
+    const long long v46_c2 = j;
+    unsigned long long v46_rem = (unsigned long long)(r);
     const long long v46_c1 = (long long)(v46_rem % (unsigned long long)(64LL)); v46_rem /= (unsigned long long)(64LL);
     const long long v46_c0 = (long long)v46_rem;
     const float v46 = in0[(((v46_c0) * 64LL + v46_c1) * 256LL + v46_c2 + 0)];
@@ -697,11 +711,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 
 // dropout_fwd_5 computes:
 //   v63 = dropout <f32[B,64,1024]> v62 {f=0.1 i=5}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a62 = in0[i];
-    float v63 = (s_train ? a62 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a62);
+    float v63 = (a62 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v63;
   }
 }
@@ -721,11 +735,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 
 // dropout_fwd_6 computes:
 //   v68 = dropout <f32[B,64,256]> v67 {f=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a67 = in0[i];
-    float v68 = (s_train ? a67 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a67);
+    float v68 = (a67 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v68;
   }
 }
@@ -748,8 +762,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v72_rem = (unsigned long long)(i);
-    const long long v72_c2 = (long long)(v72_rem % (unsigned long long)(1LL)); v72_rem /= (unsigned long long)(1LL);
+    const long long v72_c2 = j;
+    unsigned long long v72_rem = (unsigned long long)(r);
     const long long v72_c1 = (long long)(v72_rem % (unsigned long long)(64LL)); v72_rem /= (unsigned long long)(64LL);
     const long long v72_c0 = (long long)v72_rem;
     const float v72 = in0[(((v72_c0) * 64LL + v72_c1) * 256LL + v72_c2 + 0)];
@@ -936,8 +950,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v90_rem = (unsigned long long)(i);
-    const long long v90_c2 = (long long)(v90_rem % (unsigned long long)(256LL)); v90_rem /= (unsigned long long)(256LL);
+    const long long v90_c2 = j;
+    unsigned long long v90_rem = (unsigned long long)(r);
     const long long v90_c1 = (long long)(v90_rem % (unsigned long long)(64LL)); v90_rem /= (unsigned long long)(64LL);
     const long long v90_c0 = (long long)v90_rem;
     const float v90 = in0[(((v90_c0) * 64LL + v90_c1) * 768LL + v90_c2 + 0)];
@@ -951,8 +965,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v92_rem = (unsigned long long)(i);
-    const long long v92_c3 = (long long)(v92_rem % (unsigned long long)(64LL)); v92_rem /= (unsigned long long)(64LL);
+    const long long v92_c3 = j;
+    unsigned long long v92_rem = (unsigned long long)(r);
     const long long v92_c2 = (long long)(v92_rem % (unsigned long long)(64LL)); v92_rem /= (unsigned long long)(64LL);
     const long long v92_c1 = (long long)(v92_rem % (unsigned long long)(4LL)); v92_rem /= (unsigned long long)(4LL);
     const long long v92_c0 = (long long)v92_rem;
@@ -967,8 +981,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v93_rem = (unsigned long long)(i);
-    const long long v93_c2 = (long long)(v93_rem % (unsigned long long)(256LL)); v93_rem /= (unsigned long long)(256LL);
+    const long long v93_c2 = j;
+    unsigned long long v93_rem = (unsigned long long)(r);
     const long long v93_c1 = (long long)(v93_rem % (unsigned long long)(64LL)); v93_rem /= (unsigned long long)(64LL);
     const long long v93_c0 = (long long)v93_rem;
     const float v93 = in0[(((v93_c0) * 64LL + v93_c1) * 768LL + v93_c2 + 256)];
@@ -982,8 +996,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v95_rem = (unsigned long long)(i);
-    const long long v95_c3 = (long long)(v95_rem % (unsigned long long)(64LL)); v95_rem /= (unsigned long long)(64LL);
+    const long long v95_c3 = j;
+    unsigned long long v95_rem = (unsigned long long)(r);
     const long long v95_c2 = (long long)(v95_rem % (unsigned long long)(64LL)); v95_rem /= (unsigned long long)(64LL);
     const long long v95_c1 = (long long)(v95_rem % (unsigned long long)(4LL)); v95_rem /= (unsigned long long)(4LL);
     const long long v95_c0 = (long long)v95_rem;
@@ -998,8 +1012,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v96_rem = (unsigned long long)(i);
-    const long long v96_c2 = (long long)(v96_rem % (unsigned long long)(256LL)); v96_rem /= (unsigned long long)(256LL);
+    const long long v96_c2 = j;
+    unsigned long long v96_rem = (unsigned long long)(r);
     const long long v96_c1 = (long long)(v96_rem % (unsigned long long)(64LL)); v96_rem /= (unsigned long long)(64LL);
     const long long v96_c0 = (long long)v96_rem;
     const float v96 = in0[(((v96_c0) * 64LL + v96_c1) * 768LL + v96_c2 + 512)];
@@ -1013,8 +1027,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v98_rem = (unsigned long long)(i);
-    const long long v98_c3 = (long long)(v98_rem % (unsigned long long)(64LL)); v98_rem /= (unsigned long long)(64LL);
+    const long long v98_c3 = j;
+    unsigned long long v98_rem = (unsigned long long)(r);
     const long long v98_c2 = (long long)(v98_rem % (unsigned long long)(64LL)); v98_rem /= (unsigned long long)(64LL);
     const long long v98_c1 = (long long)(v98_rem % (unsigned long long)(4LL)); v98_rem /= (unsigned long long)(4LL);
     const long long v98_c0 = (long long)v98_rem;
@@ -1080,11 +1094,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2(const float * __
 
 // dropout_fwd_7 computes:
 //   v102 = dropout <f32[B,4,64,64]> v101 {f=0.1 i=7}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a101 = in0[i];
-    float v102 = (s_train ? a101 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a101);
+    float v102 = (a101 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v102;
   }
 }
@@ -1095,8 +1109,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v104_rem = (unsigned long long)(i);
-    const long long v104_c3 = (long long)(v104_rem % (unsigned long long)(64LL)); v104_rem /= (unsigned long long)(64LL);
+    const long long v104_c3 = j;
+    unsigned long long v104_rem = (unsigned long long)(r);
     const long long v104_c2 = (long long)(v104_rem % (unsigned long long)(4LL)); v104_rem /= (unsigned long long)(4LL);
     const long long v104_c1 = (long long)(v104_rem % (unsigned long long)(64LL)); v104_rem /= (unsigned long long)(64LL);
     const long long v104_c0 = (long long)v104_rem;
@@ -1111,8 +1125,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v106_rem = (unsigned long long)(i);
-    const long long v106_c2 = (long long)(v106_rem % (unsigned long long)(260LL)); v106_rem /= (unsigned long long)(260LL);
+    const long long v106_c2 = j;
+    unsigned long long v106_rem = (unsigned long long)(r);
     const long long v106_c1 = (long long)(v106_rem % (unsigned long long)(64LL)); v106_rem /= (unsigned long long)(64LL);
     const long long v106_c0 = (long long)v106_rem;
     const float v106 = (v106_c2 >= 0 && v106_c2 < 256) ? in0[(((v106_c0) * 64LL + v106_c1) * 256LL + (v106_c2 >= 0 && v106_c2 < 256 ? v106_c2 - 0 : 0))] : 0.0f;
@@ -1126,8 +1140,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v108_rem = (unsigned long long)(i);
-    const long long v108_c2 = (long long)(v108_rem % (unsigned long long)(256LL)); v108_rem /= (unsigned long long)(256LL);
+    const long long v108_c2 = j;
+    unsigned long long v108_rem = (unsigned long long)(r);
     const long long v108_c1 = (long long)(v108_rem % (unsigned long long)(64LL)); v108_rem /= (unsigned long long)(64LL);
     const long long v108_c0 = (long long)v108_rem;
     const float v108 = in0[(((v108_c0) * 64LL + v108_c1) * 260LL + v108_c2 + 0)];
@@ -1150,11 +1164,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 
 // dropout_fwd_8 computes:
 //   v111 = dropout <f32[B,64,256]> v110 {f=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a110 = in0[i];
-    float v111 = (s_train ? a110 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a110);
+    float v111 = (a110 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v111;
   }
 }
@@ -1177,8 +1191,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v115_rem = (unsigned long long)(i);
-    const long long v115_c2 = (long long)(v115_rem % (unsigned long long)(1LL)); v115_rem /= (unsigned long long)(1LL);
+    const long long v115_c2 = j;
+    unsigned long long v115_rem = (unsigned long long)(r);
     const long long v115_c1 = (long long)(v115_rem % (unsigned long long)(64LL)); v115_rem /= (unsigned long long)(64LL);
     const long long v115_c0 = (long long)v115_rem;
     const float v115 = in0[(((v115_c0) * 64LL + v115_c1) * 256LL + v115_c2 + 0)];
@@ -1372,11 +1386,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 
 // dropout_fwd_9 computes:
 //   v132 = dropout <f32[B,64,1024]> v131 {f=0.1 i=9}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a131 = in0[i];
-    float v132 = (s_train ? a131 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a131);
+    float v132 = (a131 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v132;
   }
 }
@@ -1396,11 +1410,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 
 // dropout_fwd_10 computes:
 //   v137 = dropout <f32[B,64,256]> v136 {f=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a136 = in0[i];
-    float v137 = (s_train ? a136 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a136);
+    float v137 = (a136 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v137;
   }
 }
@@ -1423,8 +1437,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v141_rem = (unsigned long long)(i);
-    const long long v141_c2 = (long long)(v141_rem % (unsigned long long)(1LL)); v141_rem /= (unsigned long long)(1LL);
+    const long long v141_c2 = j;
+    unsigned long long v141_rem = (unsigned long long)(r);
     const long long v141_c1 = (long long)(v141_rem % (unsigned long long)(64LL)); v141_rem /= (unsigned long long)(64LL);
     const long long v141_c0 = (long long)v141_rem;
     const float v141 = in0[(((v141_c0) * 64LL + v141_c1) * 256LL + v141_c2 + 0)];
@@ -1598,8 +1612,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v155_rem = (unsigned long long)(i);
-    const long long v155_c2 = (long long)(v155_rem % (unsigned long long)(1LL)); v155_rem /= (unsigned long long)(1LL);
+    const long long v155_c2 = j;
+    unsigned long long v155_rem = (unsigned long long)(r);
     const long long v155_c1 = (long long)(v155_rem % (unsigned long long)(64LL)); v155_rem /= (unsigned long long)(64LL);
     const long long v155_c0 = (long long)v155_rem;
     const float v155 = in0[(((v155_c0) * 64LL + v155_c1) * 256LL + v155_c2 + 0)];
@@ -1786,8 +1800,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v173_rem = (unsigned long long)(i);
-    const long long v173_c2 = (long long)(v173_rem % (unsigned long long)(256LL)); v173_rem /= (unsigned long long)(256LL);
+    const long long v173_c2 = j;
+    unsigned long long v173_rem = (unsigned long long)(r);
     const long long v173_c1 = (long long)(v173_rem % (unsigned long long)(64LL)); v173_rem /= (unsigned long long)(64LL);
     const long long v173_c0 = (long long)v173_rem;
     const float v173 = in0[(((v173_c0) * 64LL + v173_c1) * 768LL + v173_c2 + 0)];
@@ -1801,8 +1815,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v175_rem = (unsigned long long)(i);
-    const long long v175_c3 = (long long)(v175_rem % (unsigned long long)(64LL)); v175_rem /= (unsigned long long)(64LL);
+    const long long v175_c3 = j;
+    unsigned long long v175_rem = (unsigned long long)(r);
     const long long v175_c2 = (long long)(v175_rem % (unsigned long long)(64LL)); v175_rem /= (unsigned long long)(64LL);
     const long long v175_c1 = (long long)(v175_rem % (unsigned long long)(4LL)); v175_rem /= (unsigned long long)(4LL);
     const long long v175_c0 = (long long)v175_rem;
@@ -1817,8 +1831,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v176_rem = (unsigned long long)(i);
-    const long long v176_c2 = (long long)(v176_rem % (unsigned long long)(256LL)); v176_rem /= (unsigned long long)(256LL);
+    const long long v176_c2 = j;
+    unsigned long long v176_rem = (unsigned long long)(r);
     const long long v176_c1 = (long long)(v176_rem % (unsigned long long)(64LL)); v176_rem /= (unsigned long long)(64LL);
     const long long v176_c0 = (long long)v176_rem;
     const float v176 = in0[(((v176_c0) * 64LL + v176_c1) * 768LL + v176_c2 + 256)];
@@ -1832,8 +1846,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v178_rem = (unsigned long long)(i);
-    const long long v178_c3 = (long long)(v178_rem % (unsigned long long)(64LL)); v178_rem /= (unsigned long long)(64LL);
+    const long long v178_c3 = j;
+    unsigned long long v178_rem = (unsigned long long)(r);
     const long long v178_c2 = (long long)(v178_rem % (unsigned long long)(64LL)); v178_rem /= (unsigned long long)(64LL);
     const long long v178_c1 = (long long)(v178_rem % (unsigned long long)(4LL)); v178_rem /= (unsigned long long)(4LL);
     const long long v178_c0 = (long long)v178_rem;
@@ -1848,8 +1862,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v179_rem = (unsigned long long)(i);
-    const long long v179_c2 = (long long)(v179_rem % (unsigned long long)(256LL)); v179_rem /= (unsigned long long)(256LL);
+    const long long v179_c2 = j;
+    unsigned long long v179_rem = (unsigned long long)(r);
     const long long v179_c1 = (long long)(v179_rem % (unsigned long long)(64LL)); v179_rem /= (unsigned long long)(64LL);
     const long long v179_c0 = (long long)v179_rem;
     const float v179 = in0[(((v179_c0) * 64LL + v179_c1) * 768LL + v179_c2 + 512)];
@@ -1863,8 +1877,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v181_rem = (unsigned long long)(i);
-    const long long v181_c3 = (long long)(v181_rem % (unsigned long long)(64LL)); v181_rem /= (unsigned long long)(64LL);
+    const long long v181_c3 = j;
+    unsigned long long v181_rem = (unsigned long long)(r);
     const long long v181_c2 = (long long)(v181_rem % (unsigned long long)(64LL)); v181_rem /= (unsigned long long)(64LL);
     const long long v181_c1 = (long long)(v181_rem % (unsigned long long)(4LL)); v181_rem /= (unsigned long long)(4LL);
     const long long v181_c0 = (long long)v181_rem;
@@ -1931,11 +1945,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_3(const float * __
 
 // dropout_fwd_11 computes:
 //   v185 = dropout <f32[B,4,64,64]> v184 {f=0.1 i=11}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a184 = in0[i];
-    float v185 = (s_train ? a184 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a184);
+    float v185 = (a184 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v185;
   }
 }
@@ -1946,8 +1960,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v187_rem = (unsigned long long)(i);
-    const long long v187_c3 = (long long)(v187_rem % (unsigned long long)(64LL)); v187_rem /= (unsigned long long)(64LL);
+    const long long v187_c3 = j;
+    unsigned long long v187_rem = (unsigned long long)(r);
     const long long v187_c2 = (long long)(v187_rem % (unsigned long long)(4LL)); v187_rem /= (unsigned long long)(4LL);
     const long long v187_c1 = (long long)(v187_rem % (unsigned long long)(64LL)); v187_rem /= (unsigned long long)(64LL);
     const long long v187_c0 = (long long)v187_rem;
@@ -1962,8 +1976,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v189_rem = (unsigned long long)(i);
-    const long long v189_c2 = (long long)(v189_rem % (unsigned long long)(260LL)); v189_rem /= (unsigned long long)(260LL);
+    const long long v189_c2 = j;
+    unsigned long long v189_rem = (unsigned long long)(r);
     const long long v189_c1 = (long long)(v189_rem % (unsigned long long)(64LL)); v189_rem /= (unsigned long long)(64LL);
     const long long v189_c0 = (long long)v189_rem;
     const float v189 = (v189_c2 >= 0 && v189_c2 < 256) ? in0[(((v189_c0) * 64LL + v189_c1) * 256LL + (v189_c2 >= 0 && v189_c2 < 256 ? v189_c2 - 0 : 0))] : 0.0f;
@@ -1977,8 +1991,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v191_rem = (unsigned long long)(i);
-    const long long v191_c2 = (long long)(v191_rem % (unsigned long long)(256LL)); v191_rem /= (unsigned long long)(256LL);
+    const long long v191_c2 = j;
+    unsigned long long v191_rem = (unsigned long long)(r);
     const long long v191_c1 = (long long)(v191_rem % (unsigned long long)(64LL)); v191_rem /= (unsigned long long)(64LL);
     const long long v191_c0 = (long long)v191_rem;
     const float v191 = in0[(((v191_c0) * 64LL + v191_c1) * 260LL + v191_c2 + 0)];
@@ -2001,11 +2015,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 
 // dropout_fwd_12 computes:
 //   v194 = dropout <f32[B,64,256]> v193 {f=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a193 = in0[i];
-    float v194 = (s_train ? a193 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a193);
+    float v194 = (a193 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v194;
   }
 }
@@ -2028,8 +2042,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v198_rem = (unsigned long long)(i);
-    const long long v198_c2 = (long long)(v198_rem % (unsigned long long)(1LL)); v198_rem /= (unsigned long long)(1LL);
+    const long long v198_c2 = j;
+    unsigned long long v198_rem = (unsigned long long)(r);
     const long long v198_c1 = (long long)(v198_rem % (unsigned long long)(64LL)); v198_rem /= (unsigned long long)(64LL);
     const long long v198_c0 = (long long)v198_rem;
     const float v198 = in0[(((v198_c0) * 64LL + v198_c1) * 256LL + v198_c2 + 0)];
@@ -2203,8 +2217,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v214_rem = (unsigned long long)(i);
-    const long long v214_c1 = (long long)(v214_rem % (unsigned long long)(256LL)); v214_rem /= (unsigned long long)(256LL);
+    const long long v214_c1 = j;
+    unsigned long long v214_rem = (unsigned long long)(r);
     const long long v214_c0 = (long long)v214_rem;
     const float v214 = in0[((v214_c0 + 0) * 256LL + v214_c1)];
     out0[i] = v214;
@@ -2242,8 +2256,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v218_rem = (unsigned long long)(i);
-    const long long v218_c1 = (long long)(v218_rem % (unsigned long long)(256LL)); v218_rem /= (unsigned long long)(256LL);
+    const long long v218_c1 = j;
+    unsigned long long v218_rem = (unsigned long long)(r);
     const long long v218_c0 = (long long)v218_rem;
     const float v218 = in0[((v218_c0 + 256) * 256LL + v218_c1)];
     out0[i] = v218;
@@ -2281,8 +2295,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v223_rem = (unsigned long long)(i);
-    const long long v223_c3 = (long long)(v223_rem % (unsigned long long)(64LL)); v223_rem /= (unsigned long long)(64LL);
+    const long long v223_c3 = j;
+    unsigned long long v223_rem = (unsigned long long)(r);
     const long long v223_c2 = (long long)(v223_rem % (unsigned long long)(64LL)); v223_rem /= (unsigned long long)(64LL);
     const long long v223_c1 = (long long)(v223_rem % (unsigned long long)(4LL)); v223_rem /= (unsigned long long)(4LL);
     const long long v223_c0 = (long long)v223_rem;
@@ -2297,8 +2311,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v224_rem = (unsigned long long)(i);
-    const long long v224_c2 = (long long)(v224_rem % (unsigned long long)(256LL)); v224_rem /= (unsigned long long)(256LL);
+    const long long v224_c2 = j;
+    unsigned long long v224_rem = (unsigned long long)(r);
     const long long v224_c1 = (long long)(v224_rem % (unsigned long long)(64LL)); v224_rem /= (unsigned long long)(64LL);
     const long long v224_c0 = (long long)v224_rem;
     const float v224 = in0[(((v224_c0) * 64LL + v224_c1) * 512LL + v224_c2 + 0)];
@@ -2312,8 +2326,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v226_rem = (unsigned long long)(i);
-    const long long v226_c3 = (long long)(v226_rem % (unsigned long long)(64LL)); v226_rem /= (unsigned long long)(64LL);
+    const long long v226_c3 = j;
+    unsigned long long v226_rem = (unsigned long long)(r);
     const long long v226_c2 = (long long)(v226_rem % (unsigned long long)(64LL)); v226_rem /= (unsigned long long)(64LL);
     const long long v226_c1 = (long long)(v226_rem % (unsigned long long)(4LL)); v226_rem /= (unsigned long long)(4LL);
     const long long v226_c0 = (long long)v226_rem;
@@ -2328,8 +2342,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v227_rem = (unsigned long long)(i);
-    const long long v227_c2 = (long long)(v227_rem % (unsigned long long)(256LL)); v227_rem /= (unsigned long long)(256LL);
+    const long long v227_c2 = j;
+    unsigned long long v227_rem = (unsigned long long)(r);
     const long long v227_c1 = (long long)(v227_rem % (unsigned long long)(64LL)); v227_rem /= (unsigned long long)(64LL);
     const long long v227_c0 = (long long)v227_rem;
     const float v227 = in0[(((v227_c0) * 64LL + v227_c1) * 512LL + v227_c2 + 256)];
@@ -2343,8 +2357,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v229_rem = (unsigned long long)(i);
-    const long long v229_c3 = (long long)(v229_rem % (unsigned long long)(64LL)); v229_rem /= (unsigned long long)(64LL);
+    const long long v229_c3 = j;
+    unsigned long long v229_rem = (unsigned long long)(r);
     const long long v229_c2 = (long long)(v229_rem % (unsigned long long)(64LL)); v229_rem /= (unsigned long long)(64LL);
     const long long v229_c1 = (long long)(v229_rem % (unsigned long long)(4LL)); v229_rem /= (unsigned long long)(4LL);
     const long long v229_c0 = (long long)v229_rem;
@@ -2410,11 +2424,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_4(const float * __
 
 // dropout_fwd_13 computes:
 //   v233 = dropout <f32[B,4,64,64]> v232 {f=0.1 i=13}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a232 = in0[i];
-    float v233 = (s_train ? a232 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a232);
+    float v233 = (a232 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v233;
   }
 }
@@ -2425,8 +2439,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v235_rem = (unsigned long long)(i);
-    const long long v235_c3 = (long long)(v235_rem % (unsigned long long)(64LL)); v235_rem /= (unsigned long long)(64LL);
+    const long long v235_c3 = j;
+    unsigned long long v235_rem = (unsigned long long)(r);
     const long long v235_c2 = (long long)(v235_rem % (unsigned long long)(4LL)); v235_rem /= (unsigned long long)(4LL);
     const long long v235_c1 = (long long)(v235_rem % (unsigned long long)(64LL)); v235_rem /= (unsigned long long)(64LL);
     const long long v235_c0 = (long long)v235_rem;
@@ -2441,8 +2455,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v237_rem = (unsigned long long)(i);
-    const long long v237_c2 = (long long)(v237_rem % (unsigned long long)(260LL)); v237_rem /= (unsigned long long)(260LL);
+    const long long v237_c2 = j;
+    unsigned long long v237_rem = (unsigned long long)(r);
     const long long v237_c1 = (long long)(v237_rem % (unsigned long long)(64LL)); v237_rem /= (unsigned long long)(64LL);
     const long long v237_c0 = (long long)v237_rem;
     const float v237 = (v237_c2 >= 0 && v237_c2 < 256) ? in0[(((v237_c0) * 64LL + v237_c1) * 256LL + (v237_c2 >= 0 && v237_c2 < 256 ? v237_c2 - 0 : 0))] : 0.0f;
@@ -2456,8 +2470,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v239_rem = (unsigned long long)(i);
-    const long long v239_c2 = (long long)(v239_rem % (unsigned long long)(256LL)); v239_rem /= (unsigned long long)(256LL);
+    const long long v239_c2 = j;
+    unsigned long long v239_rem = (unsigned long long)(r);
     const long long v239_c1 = (long long)(v239_rem % (unsigned long long)(64LL)); v239_rem /= (unsigned long long)(64LL);
     const long long v239_c0 = (long long)v239_rem;
     const float v239 = in0[(((v239_c0) * 64LL + v239_c1) * 260LL + v239_c2 + 0)];
@@ -2480,11 +2494,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
 
 // dropout_fwd_14 computes:
 //   v242 = dropout <f32[B,64,256]> v241 {f=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a241 = in0[i];
-    float v242 = (s_train ? a241 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a241);
+    float v242 = (a241 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v242;
   }
 }
@@ -2507,8 +2521,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v246_rem = (unsigned long long)(i);
-    const long long v246_c2 = (long long)(v246_rem % (unsigned long long)(1LL)); v246_rem /= (unsigned long long)(1LL);
+    const long long v246_c2 = j;
+    unsigned long long v246_rem = (unsigned long long)(r);
     const long long v246_c1 = (long long)(v246_rem % (unsigned long long)(64LL)); v246_rem /= (unsigned long long)(64LL);
     const long long v246_c0 = (long long)v246_rem;
     const float v246 = in0[(((v246_c0) * 64LL + v246_c1) * 256LL + v246_c2 + 0)];
@@ -2702,11 +2716,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 
 // dropout_fwd_15 computes:
 //   v263 = dropout <f32[B,64,1024]> v262 {f=0.1 i=15}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a262 = in0[i];
-    float v263 = (s_train ? a262 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a262);
+    float v263 = (a262 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v263;
   }
 }
@@ -2726,11 +2740,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 
 // dropout_fwd_16 computes:
 //   v268 = dropout <f32[B,64,256]> v267 {f=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a267 = in0[i];
-    float v268 = (s_train ? a267 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a267);
+    float v268 = (a267 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v268;
   }
 }
@@ -2753,8 +2767,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v272_rem = (unsigned long long)(i);
-    const long long v272_c2 = (long long)(v272_rem % (unsigned long long)(1LL)); v272_rem /= (unsigned long long)(1LL);
+    const long long v272_c2 = j;
+    unsigned long long v272_rem = (unsigned long long)(r);
     const long long v272_c1 = (long long)(v272_rem % (unsigned long long)(64LL)); v272_rem /= (unsigned long long)(64LL);
     const long long v272_c0 = (long long)v272_rem;
     const float v272 = in0[(((v272_c0) * 64LL + v272_c1) * 256LL + v272_c2 + 0)];
@@ -2941,8 +2955,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v290_rem = (unsigned long long)(i);
-    const long long v290_c2 = (long long)(v290_rem % (unsigned long long)(256LL)); v290_rem /= (unsigned long long)(256LL);
+    const long long v290_c2 = j;
+    unsigned long long v290_rem = (unsigned long long)(r);
     const long long v290_c1 = (long long)(v290_rem % (unsigned long long)(64LL)); v290_rem /= (unsigned long long)(64LL);
     const long long v290_c0 = (long long)v290_rem;
     const float v290 = in0[(((v290_c0) * 64LL + v290_c1) * 768LL + v290_c2 + 0)];
@@ -2956,8 +2970,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_17(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v292_rem = (unsigned long long)(i);
-    const long long v292_c3 = (long long)(v292_rem % (unsigned long long)(64LL)); v292_rem /= (unsigned long long)(64LL);
+    const long long v292_c3 = j;
+    unsigned long long v292_rem = (unsigned long long)(r);
     const long long v292_c2 = (long long)(v292_rem % (unsigned long long)(64LL)); v292_rem /= (unsigned long long)(64LL);
     const long long v292_c1 = (long long)(v292_rem % (unsigned long long)(4LL)); v292_rem /= (unsigned long long)(4LL);
     const long long v292_c0 = (long long)v292_rem;
@@ -2972,8 +2986,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_27(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v293_rem = (unsigned long long)(i);
-    const long long v293_c2 = (long long)(v293_rem % (unsigned long long)(256LL)); v293_rem /= (unsigned long long)(256LL);
+    const long long v293_c2 = j;
+    unsigned long long v293_rem = (unsigned long long)(r);
     const long long v293_c1 = (long long)(v293_rem % (unsigned long long)(64LL)); v293_rem /= (unsigned long long)(64LL);
     const long long v293_c0 = (long long)v293_rem;
     const float v293 = in0[(((v293_c0) * 64LL + v293_c1) * 768LL + v293_c2 + 256)];
@@ -2987,8 +3001,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_18(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v295_rem = (unsigned long long)(i);
-    const long long v295_c3 = (long long)(v295_rem % (unsigned long long)(64LL)); v295_rem /= (unsigned long long)(64LL);
+    const long long v295_c3 = j;
+    unsigned long long v295_rem = (unsigned long long)(r);
     const long long v295_c2 = (long long)(v295_rem % (unsigned long long)(64LL)); v295_rem /= (unsigned long long)(64LL);
     const long long v295_c1 = (long long)(v295_rem % (unsigned long long)(4LL)); v295_rem /= (unsigned long long)(4LL);
     const long long v295_c0 = (long long)v295_rem;
@@ -3003,8 +3017,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_28(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v296_rem = (unsigned long long)(i);
-    const long long v296_c2 = (long long)(v296_rem % (unsigned long long)(256LL)); v296_rem /= (unsigned long long)(256LL);
+    const long long v296_c2 = j;
+    unsigned long long v296_rem = (unsigned long long)(r);
     const long long v296_c1 = (long long)(v296_rem % (unsigned long long)(64LL)); v296_rem /= (unsigned long long)(64LL);
     const long long v296_c0 = (long long)v296_rem;
     const float v296 = in0[(((v296_c0) * 64LL + v296_c1) * 768LL + v296_c2 + 512)];
@@ -3018,8 +3032,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_19(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v298_rem = (unsigned long long)(i);
-    const long long v298_c3 = (long long)(v298_rem % (unsigned long long)(64LL)); v298_rem /= (unsigned long long)(64LL);
+    const long long v298_c3 = j;
+    unsigned long long v298_rem = (unsigned long long)(r);
     const long long v298_c2 = (long long)(v298_rem % (unsigned long long)(64LL)); v298_rem /= (unsigned long long)(64LL);
     const long long v298_c1 = (long long)(v298_rem % (unsigned long long)(4LL)); v298_rem /= (unsigned long long)(4LL);
     const long long v298_c0 = (long long)v298_rem;
@@ -3086,11 +3100,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_5(const float * __
 
 // dropout_fwd_17 computes:
 //   v302 = dropout <f32[B,4,64,64]> v301 {f=0.1 i=17}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a301 = in0[i];
-    float v302 = (s_train ? a301 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a301);
+    float v302 = (a301 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v302;
   }
 }
@@ -3101,8 +3115,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_20(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v304_rem = (unsigned long long)(i);
-    const long long v304_c3 = (long long)(v304_rem % (unsigned long long)(64LL)); v304_rem /= (unsigned long long)(64LL);
+    const long long v304_c3 = j;
+    unsigned long long v304_rem = (unsigned long long)(r);
     const long long v304_c2 = (long long)(v304_rem % (unsigned long long)(4LL)); v304_rem /= (unsigned long long)(4LL);
     const long long v304_c1 = (long long)(v304_rem % (unsigned long long)(64LL)); v304_rem /= (unsigned long long)(64LL);
     const long long v304_c0 = (long long)v304_rem;
@@ -3117,8 +3131,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_5(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v306_rem = (unsigned long long)(i);
-    const long long v306_c2 = (long long)(v306_rem % (unsigned long long)(260LL)); v306_rem /= (unsigned long long)(260LL);
+    const long long v306_c2 = j;
+    unsigned long long v306_rem = (unsigned long long)(r);
     const long long v306_c1 = (long long)(v306_rem % (unsigned long long)(64LL)); v306_rem /= (unsigned long long)(64LL);
     const long long v306_c0 = (long long)v306_rem;
     const float v306 = (v306_c2 >= 0 && v306_c2 < 256) ? in0[(((v306_c0) * 64LL + v306_c1) * 256LL + (v306_c2 >= 0 && v306_c2 < 256 ? v306_c2 - 0 : 0))] : 0.0f;
@@ -3132,8 +3146,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_29(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v308_rem = (unsigned long long)(i);
-    const long long v308_c2 = (long long)(v308_rem % (unsigned long long)(256LL)); v308_rem /= (unsigned long long)(256LL);
+    const long long v308_c2 = j;
+    unsigned long long v308_rem = (unsigned long long)(r);
     const long long v308_c1 = (long long)(v308_rem % (unsigned long long)(64LL)); v308_rem /= (unsigned long long)(64LL);
     const long long v308_c0 = (long long)v308_rem;
     const float v308 = in0[(((v308_c0) * 64LL + v308_c1) * 260LL + v308_c2 + 0)];
@@ -3156,11 +3170,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 
 // dropout_fwd_18 computes:
 //   v311 = dropout <f32[B,64,256]> v310 {f=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a310 = in0[i];
-    float v311 = (s_train ? a310 * ngen_dropout(s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a310);
+    float v311 = (a310 * ngen_dropout_if(s_train, s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v311;
   }
 }
@@ -3183,8 +3197,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_30(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v315_rem = (unsigned long long)(i);
-    const long long v315_c2 = (long long)(v315_rem % (unsigned long long)(1LL)); v315_rem /= (unsigned long long)(1LL);
+    const long long v315_c2 = j;
+    unsigned long long v315_rem = (unsigned long long)(r);
     const long long v315_c1 = (long long)(v315_rem % (unsigned long long)(64LL)); v315_rem /= (unsigned long long)(64LL);
     const long long v315_c0 = (long long)v315_rem;
     const float v315 = in0[(((v315_c0) * 64LL + v315_c1) * 256LL + v315_c2 + 0)];
@@ -3358,8 +3372,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v331_rem = (unsigned long long)(i);
-    const long long v331_c1 = (long long)(v331_rem % (unsigned long long)(256LL)); v331_rem /= (unsigned long long)(256LL);
+    const long long v331_c1 = j;
+    unsigned long long v331_rem = (unsigned long long)(r);
     const long long v331_c0 = (long long)v331_rem;
     const float v331 = in0[((v331_c0 + 0) * 256LL + v331_c1)];
     out0[i] = v331;
@@ -3397,8 +3411,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v335_rem = (unsigned long long)(i);
-    const long long v335_c1 = (long long)(v335_rem % (unsigned long long)(256LL)); v335_rem /= (unsigned long long)(256LL);
+    const long long v335_c1 = j;
+    unsigned long long v335_rem = (unsigned long long)(r);
     const long long v335_c0 = (long long)v335_rem;
     const float v335 = in0[((v335_c0 + 256) * 256LL + v335_c1)];
     out0[i] = v335;
@@ -3436,8 +3450,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_21(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v340_rem = (unsigned long long)(i);
-    const long long v340_c3 = (long long)(v340_rem % (unsigned long long)(64LL)); v340_rem /= (unsigned long long)(64LL);
+    const long long v340_c3 = j;
+    unsigned long long v340_rem = (unsigned long long)(r);
     const long long v340_c2 = (long long)(v340_rem % (unsigned long long)(64LL)); v340_rem /= (unsigned long long)(64LL);
     const long long v340_c1 = (long long)(v340_rem % (unsigned long long)(4LL)); v340_rem /= (unsigned long long)(4LL);
     const long long v340_c0 = (long long)v340_rem;
@@ -3452,8 +3466,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_31(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v341_rem = (unsigned long long)(i);
-    const long long v341_c2 = (long long)(v341_rem % (unsigned long long)(256LL)); v341_rem /= (unsigned long long)(256LL);
+    const long long v341_c2 = j;
+    unsigned long long v341_rem = (unsigned long long)(r);
     const long long v341_c1 = (long long)(v341_rem % (unsigned long long)(64LL)); v341_rem /= (unsigned long long)(64LL);
     const long long v341_c0 = (long long)v341_rem;
     const float v341 = in0[(((v341_c0) * 64LL + v341_c1) * 512LL + v341_c2 + 0)];
@@ -3467,8 +3481,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_22(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v343_rem = (unsigned long long)(i);
-    const long long v343_c3 = (long long)(v343_rem % (unsigned long long)(64LL)); v343_rem /= (unsigned long long)(64LL);
+    const long long v343_c3 = j;
+    unsigned long long v343_rem = (unsigned long long)(r);
     const long long v343_c2 = (long long)(v343_rem % (unsigned long long)(64LL)); v343_rem /= (unsigned long long)(64LL);
     const long long v343_c1 = (long long)(v343_rem % (unsigned long long)(4LL)); v343_rem /= (unsigned long long)(4LL);
     const long long v343_c0 = (long long)v343_rem;
@@ -3483,8 +3497,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_32(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v344_rem = (unsigned long long)(i);
-    const long long v344_c2 = (long long)(v344_rem % (unsigned long long)(256LL)); v344_rem /= (unsigned long long)(256LL);
+    const long long v344_c2 = j;
+    unsigned long long v344_rem = (unsigned long long)(r);
     const long long v344_c1 = (long long)(v344_rem % (unsigned long long)(64LL)); v344_rem /= (unsigned long long)(64LL);
     const long long v344_c0 = (long long)v344_rem;
     const float v344 = in0[(((v344_c0) * 64LL + v344_c1) * 512LL + v344_c2 + 256)];
@@ -3498,8 +3512,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_23(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v346_rem = (unsigned long long)(i);
-    const long long v346_c3 = (long long)(v346_rem % (unsigned long long)(64LL)); v346_rem /= (unsigned long long)(64LL);
+    const long long v346_c3 = j;
+    unsigned long long v346_rem = (unsigned long long)(r);
     const long long v346_c2 = (long long)(v346_rem % (unsigned long long)(64LL)); v346_rem /= (unsigned long long)(64LL);
     const long long v346_c1 = (long long)(v346_rem % (unsigned long long)(4LL)); v346_rem /= (unsigned long long)(4LL);
     const long long v346_c0 = (long long)v346_rem;
@@ -3565,11 +3579,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_6(const float * __
 
 // dropout_fwd_19 computes:
 //   v350 = dropout <f32[B,4,64,64]> v349 {f=0.1 i=19}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_19(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_19(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a349 = in0[i];
-    float v350 = (s_train ? a349 * ngen_dropout(s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a349);
+    float v350 = (a349 * ngen_dropout_if(s_train, s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v350;
   }
 }
@@ -3580,8 +3594,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_24(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v352_rem = (unsigned long long)(i);
-    const long long v352_c3 = (long long)(v352_rem % (unsigned long long)(64LL)); v352_rem /= (unsigned long long)(64LL);
+    const long long v352_c3 = j;
+    unsigned long long v352_rem = (unsigned long long)(r);
     const long long v352_c2 = (long long)(v352_rem % (unsigned long long)(4LL)); v352_rem /= (unsigned long long)(4LL);
     const long long v352_c1 = (long long)(v352_rem % (unsigned long long)(64LL)); v352_rem /= (unsigned long long)(64LL);
     const long long v352_c0 = (long long)v352_rem;
@@ -3596,8 +3610,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_6(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v354_rem = (unsigned long long)(i);
-    const long long v354_c2 = (long long)(v354_rem % (unsigned long long)(260LL)); v354_rem /= (unsigned long long)(260LL);
+    const long long v354_c2 = j;
+    unsigned long long v354_rem = (unsigned long long)(r);
     const long long v354_c1 = (long long)(v354_rem % (unsigned long long)(64LL)); v354_rem /= (unsigned long long)(64LL);
     const long long v354_c0 = (long long)v354_rem;
     const float v354 = (v354_c2 >= 0 && v354_c2 < 256) ? in0[(((v354_c0) * 64LL + v354_c1) * 256LL + (v354_c2 >= 0 && v354_c2 < 256 ? v354_c2 - 0 : 0))] : 0.0f;
@@ -3611,8 +3625,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_33(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v356_rem = (unsigned long long)(i);
-    const long long v356_c2 = (long long)(v356_rem % (unsigned long long)(256LL)); v356_rem /= (unsigned long long)(256LL);
+    const long long v356_c2 = j;
+    unsigned long long v356_rem = (unsigned long long)(r);
     const long long v356_c1 = (long long)(v356_rem % (unsigned long long)(64LL)); v356_rem /= (unsigned long long)(64LL);
     const long long v356_c0 = (long long)v356_rem;
     const float v356 = in0[(((v356_c0) * 64LL + v356_c1) * 260LL + v356_c2 + 0)];
@@ -3635,11 +3649,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
 
 // dropout_fwd_20 computes:
 //   v359 = dropout <f32[B,64,256]> v358 {f=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_20(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_20(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a358 = in0[i];
-    float v359 = (s_train ? a358 * ngen_dropout(s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a358);
+    float v359 = (a358 * ngen_dropout_if(s_train, s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v359;
   }
 }
@@ -3662,8 +3676,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_34(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v363_rem = (unsigned long long)(i);
-    const long long v363_c2 = (long long)(v363_rem % (unsigned long long)(1LL)); v363_rem /= (unsigned long long)(1LL);
+    const long long v363_c2 = j;
+    unsigned long long v363_rem = (unsigned long long)(r);
     const long long v363_c1 = (long long)(v363_rem % (unsigned long long)(64LL)); v363_rem /= (unsigned long long)(64LL);
     const long long v363_c0 = (long long)v363_rem;
     const float v363 = in0[(((v363_c0) * 64LL + v363_c1) * 256LL + v363_c2 + 0)];
@@ -3857,11 +3871,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 
 // dropout_fwd_21 computes:
 //   v380 = dropout <f32[B,64,1024]> v379 {f=0.1 i=21}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_21(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_21(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a379 = in0[i];
-    float v380 = (s_train ? a379 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a379);
+    float v380 = (a379 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v380;
   }
 }
@@ -3881,11 +3895,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 
 // dropout_fwd_22 computes:
 //   v385 = dropout <f32[B,64,256]> v384 {f=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_22(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_22(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a384 = in0[i];
-    float v385 = (s_train ? a384 * ngen_dropout(s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a384);
+    float v385 = (a384 * ngen_dropout_if(s_train, s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v385;
   }
 }
@@ -3908,8 +3922,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_35(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v389_rem = (unsigned long long)(i);
-    const long long v389_c2 = (long long)(v389_rem % (unsigned long long)(1LL)); v389_rem /= (unsigned long long)(1LL);
+    const long long v389_c2 = j;
+    unsigned long long v389_rem = (unsigned long long)(r);
     const long long v389_c1 = (long long)(v389_rem % (unsigned long long)(64LL)); v389_rem /= (unsigned long long)(64LL);
     const long long v389_c0 = (long long)v389_rem;
     const float v389 = in0[(((v389_c0) * 64LL + v389_c1) * 256LL + v389_c2 + 0)];
@@ -4083,8 +4097,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_36(const float * __r
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v403_rem = (unsigned long long)(i);
-    const long long v403_c2 = (long long)(v403_rem % (unsigned long long)(1LL)); v403_rem /= (unsigned long long)(1LL);
+    const long long v403_c2 = j;
+    unsigned long long v403_rem = (unsigned long long)(r);
     const long long v403_c1 = (long long)(v403_rem % (unsigned long long)(64LL)); v403_rem /= (unsigned long long)(64LL);
     const long long v403_c0 = (long long)v403_rem;
     const float v403 = in0[(((v403_c0) * 64LL + v403_c1) * 256LL + v403_c2 + 0)];
@@ -4835,8 +4849,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v453_rem = (unsigned long long)(i);
-    const long long v453_c2 = (long long)(v453_rem % (unsigned long long)(256LL)); v453_rem /= (unsigned long long)(256LL);
+    const long long v453_c2 = j;
+    unsigned long long v453_rem = (unsigned long long)(r);
     const long long v453_c1 = (long long)(v453_rem % (unsigned long long)(64LL)); v453_rem /= (unsigned long long)(64LL);
     const long long v453_c0 = (long long)v453_rem;
     const float v453 = (v453_c2 >= 0 && v453_c2 < 1) ? in0[(((v453_c0) * 64LL + v453_c1) * 1LL + (v453_c2 >= 0 && v453_c2 < 1 ? v453_c2 - 0 : 0))] : 0.0f;
@@ -5238,8 +5252,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v480_rem = (unsigned long long)(i);
-    const long long v480_c2 = (long long)(v480_rem % (unsigned long long)(256LL)); v480_rem /= (unsigned long long)(256LL);
+    const long long v480_c2 = j;
+    unsigned long long v480_rem = (unsigned long long)(r);
     const long long v480_c1 = (long long)(v480_rem % (unsigned long long)(64LL)); v480_rem /= (unsigned long long)(64LL);
     const long long v480_c0 = (long long)v480_rem;
     const float v480 = (v480_c2 >= 0 && v480_c2 < 1) ? in0[(((v480_c0) * 64LL + v480_c1) * 1LL + (v480_c2 >= 0 && v480_c2 < 1 ? v480_c2 - 0 : 0))] : 0.0f;
@@ -5261,11 +5275,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_6(const float * __rest
 
 // dropout_bwd computes:
 //   v482 = dropout <f32[B,64,256]> v481 {f=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a481 = in0[i];
-    float v482 = (s_train ? a481 * ngen_dropout(s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a481);
+    float v482 = (a481 * ngen_dropout_if(s_train, s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v482;
   }
 }
@@ -5356,11 +5370,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_14(const float * __res
 
 // dropout_bwd_2 computes:
 //   v489 = dropout <f32[B,64,1024]> v485 {f=0.1 i=21}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a485 = in0[i];
-    float v489 = (s_train ? a485 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a485);
+    float v489 = (a485 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v489;
   }
 }
@@ -5372,7 +5386,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
   NGEN_GRID_STRIDE(i, n) {
     float a489 = in0[i];
     float a379 = in1[i];
-    float v490 = (a379 > 0.0f ? a489 : 0.0f);
+    float v490 = ngen_relu_grad(a379, a489);
     out0[i] = v490;
   }
 }
@@ -5855,8 +5869,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v523_rem = (unsigned long long)(i);
-    const long long v523_c2 = (long long)(v523_rem % (unsigned long long)(256LL)); v523_rem /= (unsigned long long)(256LL);
+    const long long v523_c2 = j;
+    unsigned long long v523_rem = (unsigned long long)(r);
     const long long v523_c1 = (long long)(v523_rem % (unsigned long long)(64LL)); v523_rem /= (unsigned long long)(64LL);
     const long long v523_c0 = (long long)v523_rem;
     const float v523 = (v523_c2 >= 0 && v523_c2 < 1) ? in0[(((v523_c0) * 64LL + v523_c1) * 1LL + (v523_c2 >= 0 && v523_c2 < 1 ? v523_c2 - 0 : 0))] : 0.0f;
@@ -5878,11 +5892,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_10(const float * __res
 
 // dropout_bwd_3 computes:
 //   v525 = dropout <f32[B,64,256]> v524 {f=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a524 = in0[i];
-    float v525 = (s_train ? a524 * ngen_dropout(s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a524);
+    float v525 = (a524 * ngen_dropout_if(s_train, s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v525;
   }
 }
@@ -5977,8 +5991,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v532_rem = (unsigned long long)(i);
-    const long long v532_c2 = (long long)(v532_rem % (unsigned long long)(260LL)); v532_rem /= (unsigned long long)(260LL);
+    const long long v532_c2 = j;
+    unsigned long long v532_rem = (unsigned long long)(r);
     const long long v532_c1 = (long long)(v532_rem % (unsigned long long)(64LL)); v532_rem /= (unsigned long long)(64LL);
     const long long v532_c0 = (long long)v532_rem;
     const float v532 = (v532_c2 >= 0 && v532_c2 < 256) ? in0[(((v532_c0) * 64LL + v532_c1) * 256LL + (v532_c2 >= 0 && v532_c2 < 256 ? v532_c2 - 0 : 0))] : 0.0f;
@@ -5992,8 +6006,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v534_rem = (unsigned long long)(i);
-    const long long v534_c2 = (long long)(v534_rem % (unsigned long long)(256LL)); v534_rem /= (unsigned long long)(256LL);
+    const long long v534_c2 = j;
+    unsigned long long v534_rem = (unsigned long long)(r);
     const long long v534_c1 = (long long)(v534_rem % (unsigned long long)(64LL)); v534_rem /= (unsigned long long)(64LL);
     const long long v534_c0 = (long long)v534_rem;
     const float v534 = in0[(((v534_c0) * 64LL + v534_c1) * 260LL + v534_c2 + 0)];
@@ -6007,8 +6021,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd(const float * __re
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v536_rem = (unsigned long long)(i);
-    const long long v536_c3 = (long long)(v536_rem % (unsigned long long)(64LL)); v536_rem /= (unsigned long long)(64LL);
+    const long long v536_c3 = j;
+    unsigned long long v536_rem = (unsigned long long)(r);
     const long long v536_c2 = (long long)(v536_rem % (unsigned long long)(64LL)); v536_rem /= (unsigned long long)(64LL);
     const long long v536_c1 = (long long)(v536_rem % (unsigned long long)(4LL)); v536_rem /= (unsigned long long)(4LL);
     const long long v536_c0 = (long long)v536_rem;
@@ -6019,11 +6033,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd(const float * __re
 
 // dropout_bwd_4 computes:
 //   v539 = dropout <f32[B,4,64,64]> v537 {f=0.1 i=19}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a537 = in0[i];
-    float v539 = (s_train ? a537 * ngen_dropout(s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a537);
+    float v539 = (a537 * ngen_dropout_if(s_train, s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v539;
   }
 }
@@ -6071,8 +6085,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_2(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v544_rem = (unsigned long long)(i);
-    const long long v544_c3 = (long long)(v544_rem % (unsigned long long)(64LL)); v544_rem /= (unsigned long long)(64LL);
+    const long long v544_c3 = j;
+    unsigned long long v544_rem = (unsigned long long)(r);
     const long long v544_c2 = (long long)(v544_rem % (unsigned long long)(4LL)); v544_rem /= (unsigned long long)(4LL);
     const long long v544_c1 = (long long)(v544_rem % (unsigned long long)(64LL)); v544_rem /= (unsigned long long)(64LL);
     const long long v544_c0 = (long long)v544_rem;
@@ -6087,8 +6101,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_5(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v546_rem = (unsigned long long)(i);
-    const long long v546_c2 = (long long)(v546_rem % (unsigned long long)(512LL)); v546_rem /= (unsigned long long)(512LL);
+    const long long v546_c2 = j;
+    unsigned long long v546_rem = (unsigned long long)(r);
     const long long v546_c1 = (long long)(v546_rem % (unsigned long long)(64LL)); v546_rem /= (unsigned long long)(64LL);
     const long long v546_c0 = (long long)v546_rem;
     const float v546 = (v546_c2 >= 256 && v546_c2 < 512) ? in0[(((v546_c0) * 64LL + v546_c1) * 256LL + (v546_c2 >= 256 && v546_c2 < 512 ? v546_c2 - 256 : 0))] : 0.0f;
@@ -6102,8 +6116,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_3(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v547_rem = (unsigned long long)(i);
-    const long long v547_c3 = (long long)(v547_rem % (unsigned long long)(64LL)); v547_rem /= (unsigned long long)(64LL);
+    const long long v547_c3 = j;
+    unsigned long long v547_rem = (unsigned long long)(r);
     const long long v547_c2 = (long long)(v547_rem % (unsigned long long)(4LL)); v547_rem /= (unsigned long long)(4LL);
     const long long v547_c1 = (long long)(v547_rem % (unsigned long long)(64LL)); v547_rem /= (unsigned long long)(64LL);
     const long long v547_c0 = (long long)v547_rem;
@@ -6118,8 +6132,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_6(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v549_rem = (unsigned long long)(i);
-    const long long v549_c2 = (long long)(v549_rem % (unsigned long long)(512LL)); v549_rem /= (unsigned long long)(512LL);
+    const long long v549_c2 = j;
+    unsigned long long v549_rem = (unsigned long long)(r);
     const long long v549_c1 = (long long)(v549_rem % (unsigned long long)(64LL)); v549_rem /= (unsigned long long)(64LL);
     const long long v549_c0 = (long long)v549_rem;
     const float v549 = (v549_c2 >= 0 && v549_c2 < 256) ? in0[(((v549_c0) * 64LL + v549_c1) * 256LL + (v549_c2 >= 0 && v549_c2 < 256 ? v549_c2 - 0 : 0))] : 0.0f;
@@ -6145,8 +6159,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_4(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v551_rem = (unsigned long long)(i);
-    const long long v551_c3 = (long long)(v551_rem % (unsigned long long)(64LL)); v551_rem /= (unsigned long long)(64LL);
+    const long long v551_c3 = j;
+    unsigned long long v551_rem = (unsigned long long)(r);
     const long long v551_c2 = (long long)(v551_rem % (unsigned long long)(4LL)); v551_rem /= (unsigned long long)(4LL);
     const long long v551_c1 = (long long)(v551_rem % (unsigned long long)(64LL)); v551_rem /= (unsigned long long)(64LL);
     const long long v551_c0 = (long long)v551_rem;
@@ -6257,8 +6271,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_8(const float * 
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v560_rem = (unsigned long long)(i);
-    const long long v560_c1 = (long long)(v560_rem % (unsigned long long)(256LL)); v560_rem /= (unsigned long long)(256LL);
+    const long long v560_c1 = j;
+    unsigned long long v560_rem = (unsigned long long)(r);
     const long long v560_c0 = (long long)v560_rem;
     const float v560 = (v560_c0 >= 256 && v560_c0 < 768) ? in0[(((v560_c0 >= 256 && v560_c0 < 768 ? v560_c0 - 256 : 0)) * 256LL + v560_c1)] : 0.0f;
     out0[i] = v560;
@@ -6391,8 +6405,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_10(const float *
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v570_rem = (unsigned long long)(i);
-    const long long v570_c1 = (long long)(v570_rem % (unsigned long long)(256LL)); v570_rem /= (unsigned long long)(256LL);
+    const long long v570_c1 = j;
+    unsigned long long v570_rem = (unsigned long long)(r);
     const long long v570_c0 = (long long)v570_rem;
     const float v570 = (v570_c0 >= 0 && v570_c0 < 256) ? in0[(((v570_c0 >= 0 && v570_c0 < 256 ? v570_c0 - 0 : 0)) * 256LL + v570_c1)] : 0.0f;
     out0[i] = v570;
@@ -6793,8 +6807,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_11(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v597_rem = (unsigned long long)(i);
-    const long long v597_c2 = (long long)(v597_rem % (unsigned long long)(256LL)); v597_rem /= (unsigned long long)(256LL);
+    const long long v597_c2 = j;
+    unsigned long long v597_rem = (unsigned long long)(r);
     const long long v597_c1 = (long long)(v597_rem % (unsigned long long)(64LL)); v597_rem /= (unsigned long long)(64LL);
     const long long v597_c0 = (long long)v597_rem;
     const float v597 = (v597_c2 >= 0 && v597_c2 < 1) ? in0[(((v597_c0) * 64LL + v597_c1) * 1LL + (v597_c2 >= 0 && v597_c2 < 1 ? v597_c2 - 0 : 0))] : 0.0f;
@@ -6816,11 +6830,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_17(const float * __res
 
 // dropout_bwd_5 computes:
 //   v599 = dropout <f32[B,64,256]> v598 {f=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a598 = in0[i];
-    float v599 = (s_train ? a598 * ngen_dropout(s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a598);
+    float v599 = (a598 * ngen_dropout_if(s_train, s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v599;
   }
 }
@@ -6915,8 +6929,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_12(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v606_rem = (unsigned long long)(i);
-    const long long v606_c2 = (long long)(v606_rem % (unsigned long long)(260LL)); v606_rem /= (unsigned long long)(260LL);
+    const long long v606_c2 = j;
+    unsigned long long v606_rem = (unsigned long long)(r);
     const long long v606_c1 = (long long)(v606_rem % (unsigned long long)(64LL)); v606_rem /= (unsigned long long)(64LL);
     const long long v606_c0 = (long long)v606_rem;
     const float v606 = (v606_c2 >= 0 && v606_c2 < 256) ? in0[(((v606_c0) * 64LL + v606_c1) * 256LL + (v606_c2 >= 0 && v606_c2 < 256 ? v606_c2 - 0 : 0))] : 0.0f;
@@ -6930,8 +6944,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v608_rem = (unsigned long long)(i);
-    const long long v608_c2 = (long long)(v608_rem % (unsigned long long)(256LL)); v608_rem /= (unsigned long long)(256LL);
+    const long long v608_c2 = j;
+    unsigned long long v608_rem = (unsigned long long)(r);
     const long long v608_c1 = (long long)(v608_rem % (unsigned long long)(64LL)); v608_rem /= (unsigned long long)(64LL);
     const long long v608_c0 = (long long)v608_rem;
     const float v608 = in0[(((v608_c0) * 64LL + v608_c1) * 260LL + v608_c2 + 0)];
@@ -6945,8 +6959,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_5(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v610_rem = (unsigned long long)(i);
-    const long long v610_c3 = (long long)(v610_rem % (unsigned long long)(64LL)); v610_rem /= (unsigned long long)(64LL);
+    const long long v610_c3 = j;
+    unsigned long long v610_rem = (unsigned long long)(r);
     const long long v610_c2 = (long long)(v610_rem % (unsigned long long)(64LL)); v610_rem /= (unsigned long long)(64LL);
     const long long v610_c1 = (long long)(v610_rem % (unsigned long long)(4LL)); v610_rem /= (unsigned long long)(4LL);
     const long long v610_c0 = (long long)v610_rem;
@@ -6957,11 +6971,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_5(const float * __
 
 // dropout_bwd_6 computes:
 //   v613 = dropout <f32[B,4,64,64]> v611 {f=0.1 i=17}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a611 = in0[i];
-    float v613 = (s_train ? a611 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a611);
+    float v613 = (a611 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v613;
   }
 }
@@ -7009,8 +7023,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_6(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v618_rem = (unsigned long long)(i);
-    const long long v618_c3 = (long long)(v618_rem % (unsigned long long)(64LL)); v618_rem /= (unsigned long long)(64LL);
+    const long long v618_c3 = j;
+    unsigned long long v618_rem = (unsigned long long)(r);
     const long long v618_c2 = (long long)(v618_rem % (unsigned long long)(4LL)); v618_rem /= (unsigned long long)(4LL);
     const long long v618_c1 = (long long)(v618_rem % (unsigned long long)(64LL)); v618_rem /= (unsigned long long)(64LL);
     const long long v618_c0 = (long long)v618_rem;
@@ -7025,8 +7039,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_13(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v620_rem = (unsigned long long)(i);
-    const long long v620_c2 = (long long)(v620_rem % (unsigned long long)(768LL)); v620_rem /= (unsigned long long)(768LL);
+    const long long v620_c2 = j;
+    unsigned long long v620_rem = (unsigned long long)(r);
     const long long v620_c1 = (long long)(v620_rem % (unsigned long long)(64LL)); v620_rem /= (unsigned long long)(64LL);
     const long long v620_c0 = (long long)v620_rem;
     const float v620 = (v620_c2 >= 512 && v620_c2 < 768) ? in0[(((v620_c0) * 64LL + v620_c1) * 256LL + (v620_c2 >= 512 && v620_c2 < 768 ? v620_c2 - 512 : 0))] : 0.0f;
@@ -7040,8 +7054,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_7(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v621_rem = (unsigned long long)(i);
-    const long long v621_c3 = (long long)(v621_rem % (unsigned long long)(64LL)); v621_rem /= (unsigned long long)(64LL);
+    const long long v621_c3 = j;
+    unsigned long long v621_rem = (unsigned long long)(r);
     const long long v621_c2 = (long long)(v621_rem % (unsigned long long)(4LL)); v621_rem /= (unsigned long long)(4LL);
     const long long v621_c1 = (long long)(v621_rem % (unsigned long long)(64LL)); v621_rem /= (unsigned long long)(64LL);
     const long long v621_c0 = (long long)v621_rem;
@@ -7056,8 +7070,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_14(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v623_rem = (unsigned long long)(i);
-    const long long v623_c2 = (long long)(v623_rem % (unsigned long long)(768LL)); v623_rem /= (unsigned long long)(768LL);
+    const long long v623_c2 = j;
+    unsigned long long v623_rem = (unsigned long long)(r);
     const long long v623_c1 = (long long)(v623_rem % (unsigned long long)(64LL)); v623_rem /= (unsigned long long)(64LL);
     const long long v623_c0 = (long long)v623_rem;
     const float v623 = (v623_c2 >= 256 && v623_c2 < 512) ? in0[(((v623_c0) * 64LL + v623_c1) * 256LL + (v623_c2 >= 256 && v623_c2 < 512 ? v623_c2 - 256 : 0))] : 0.0f;
@@ -7083,8 +7097,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_8(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v625_rem = (unsigned long long)(i);
-    const long long v625_c3 = (long long)(v625_rem % (unsigned long long)(64LL)); v625_rem /= (unsigned long long)(64LL);
+    const long long v625_c3 = j;
+    unsigned long long v625_rem = (unsigned long long)(r);
     const long long v625_c2 = (long long)(v625_rem % (unsigned long long)(4LL)); v625_rem /= (unsigned long long)(4LL);
     const long long v625_c1 = (long long)(v625_rem % (unsigned long long)(64LL)); v625_rem /= (unsigned long long)(64LL);
     const long long v625_c0 = (long long)v625_rem;
@@ -7099,8 +7113,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_15(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v627_rem = (unsigned long long)(i);
-    const long long v627_c2 = (long long)(v627_rem % (unsigned long long)(768LL)); v627_rem /= (unsigned long long)(768LL);
+    const long long v627_c2 = j;
+    unsigned long long v627_rem = (unsigned long long)(r);
     const long long v627_c1 = (long long)(v627_rem % (unsigned long long)(64LL)); v627_rem /= (unsigned long long)(64LL);
     const long long v627_c0 = (long long)v627_rem;
     const float v627 = (v627_c2 >= 0 && v627_c2 < 256) ? in0[(((v627_c0) * 64LL + v627_c1) * 256LL + (v627_c2 >= 0 && v627_c2 < 256 ? v627_c2 - 0 : 0))] : 0.0f;
@@ -7598,8 +7612,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_16(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v661_rem = (unsigned long long)(i);
-    const long long v661_c2 = (long long)(v661_rem % (unsigned long long)(256LL)); v661_rem /= (unsigned long long)(256LL);
+    const long long v661_c2 = j;
+    unsigned long long v661_rem = (unsigned long long)(r);
     const long long v661_c1 = (long long)(v661_rem % (unsigned long long)(64LL)); v661_rem /= (unsigned long long)(64LL);
     const long long v661_c0 = (long long)v661_rem;
     const float v661 = (v661_c2 >= 0 && v661_c2 < 1) ? in0[(((v661_c0) * 64LL + v661_c1) * 1LL + (v661_c2 >= 0 && v661_c2 < 1 ? v661_c2 - 0 : 0))] : 0.0f;
@@ -7621,11 +7635,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_23(const float * __res
 
 // dropout_bwd_7 computes:
 //   v663 = dropout <f32[B,64,256]> v662 {f=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a662 = in0[i];
-    float v663 = (s_train ? a662 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a662);
+    float v663 = (a662 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v663;
   }
 }
@@ -7716,11 +7730,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_43(const float * __res
 
 // dropout_bwd_8 computes:
 //   v670 = dropout <f32[B,64,1024]> v666 {f=0.1 i=15}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a666 = in0[i];
-    float v670 = (s_train ? a666 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a666);
+    float v670 = (a666 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v670;
   }
 }
@@ -7732,7 +7746,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a670 = in0[i];
     float a262 = in1[i];
-    float v671 = (a262 > 0.0f ? a670 : 0.0f);
+    float v671 = ngen_relu_grad(a262, a670);
     out0[i] = v671;
   }
 }
@@ -8215,8 +8229,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_17(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v704_rem = (unsigned long long)(i);
-    const long long v704_c2 = (long long)(v704_rem % (unsigned long long)(256LL)); v704_rem /= (unsigned long long)(256LL);
+    const long long v704_c2 = j;
+    unsigned long long v704_rem = (unsigned long long)(r);
     const long long v704_c1 = (long long)(v704_rem % (unsigned long long)(64LL)); v704_rem /= (unsigned long long)(64LL);
     const long long v704_c0 = (long long)v704_rem;
     const float v704 = (v704_c2 >= 0 && v704_c2 < 1) ? in0[(((v704_c0) * 64LL + v704_c1) * 1LL + (v704_c2 >= 0 && v704_c2 < 1 ? v704_c2 - 0 : 0))] : 0.0f;
@@ -8238,11 +8252,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_27(const float * __res
 
 // dropout_bwd_9 computes:
 //   v706 = dropout <f32[B,64,256]> v705 {f=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a705 = in0[i];
-    float v706 = (s_train ? a705 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a705);
+    float v706 = (a705 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v706;
   }
 }
@@ -8337,8 +8351,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_18(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v713_rem = (unsigned long long)(i);
-    const long long v713_c2 = (long long)(v713_rem % (unsigned long long)(260LL)); v713_rem /= (unsigned long long)(260LL);
+    const long long v713_c2 = j;
+    unsigned long long v713_rem = (unsigned long long)(r);
     const long long v713_c1 = (long long)(v713_rem % (unsigned long long)(64LL)); v713_rem /= (unsigned long long)(64LL);
     const long long v713_c0 = (long long)v713_rem;
     const float v713 = (v713_c2 >= 0 && v713_c2 < 256) ? in0[(((v713_c0) * 64LL + v713_c1) * 256LL + (v713_c2 >= 0 && v713_c2 < 256 ? v713_c2 - 0 : 0))] : 0.0f;
@@ -8352,8 +8366,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v715_rem = (unsigned long long)(i);
-    const long long v715_c2 = (long long)(v715_rem % (unsigned long long)(256LL)); v715_rem /= (unsigned long long)(256LL);
+    const long long v715_c2 = j;
+    unsigned long long v715_rem = (unsigned long long)(r);
     const long long v715_c1 = (long long)(v715_rem % (unsigned long long)(64LL)); v715_rem /= (unsigned long long)(64LL);
     const long long v715_c0 = (long long)v715_rem;
     const float v715 = in0[(((v715_c0) * 64LL + v715_c1) * 260LL + v715_c2 + 0)];
@@ -8367,8 +8381,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_9(const float * __
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v717_rem = (unsigned long long)(i);
-    const long long v717_c3 = (long long)(v717_rem % (unsigned long long)(64LL)); v717_rem /= (unsigned long long)(64LL);
+    const long long v717_c3 = j;
+    unsigned long long v717_rem = (unsigned long long)(r);
     const long long v717_c2 = (long long)(v717_rem % (unsigned long long)(64LL)); v717_rem /= (unsigned long long)(64LL);
     const long long v717_c1 = (long long)(v717_rem % (unsigned long long)(4LL)); v717_rem /= (unsigned long long)(4LL);
     const long long v717_c0 = (long long)v717_rem;
@@ -8379,11 +8393,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_9(const float * __
 
 // dropout_bwd_10 computes:
 //   v720 = dropout <f32[B,4,64,64]> v718 {f=0.1 i=13}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a718 = in0[i];
-    float v720 = (s_train ? a718 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a718);
+    float v720 = (a718 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v720;
   }
 }
@@ -8431,8 +8445,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_10(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v725_rem = (unsigned long long)(i);
-    const long long v725_c3 = (long long)(v725_rem % (unsigned long long)(64LL)); v725_rem /= (unsigned long long)(64LL);
+    const long long v725_c3 = j;
+    unsigned long long v725_rem = (unsigned long long)(r);
     const long long v725_c2 = (long long)(v725_rem % (unsigned long long)(4LL)); v725_rem /= (unsigned long long)(4LL);
     const long long v725_c1 = (long long)(v725_rem % (unsigned long long)(64LL)); v725_rem /= (unsigned long long)(64LL);
     const long long v725_c0 = (long long)v725_rem;
@@ -8447,8 +8461,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_19(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v727_rem = (unsigned long long)(i);
-    const long long v727_c2 = (long long)(v727_rem % (unsigned long long)(512LL)); v727_rem /= (unsigned long long)(512LL);
+    const long long v727_c2 = j;
+    unsigned long long v727_rem = (unsigned long long)(r);
     const long long v727_c1 = (long long)(v727_rem % (unsigned long long)(64LL)); v727_rem /= (unsigned long long)(64LL);
     const long long v727_c0 = (long long)v727_rem;
     const float v727 = (v727_c2 >= 256 && v727_c2 < 512) ? in0[(((v727_c0) * 64LL + v727_c1) * 256LL + (v727_c2 >= 256 && v727_c2 < 512 ? v727_c2 - 256 : 0))] : 0.0f;
@@ -8462,8 +8476,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_11(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v728_rem = (unsigned long long)(i);
-    const long long v728_c3 = (long long)(v728_rem % (unsigned long long)(64LL)); v728_rem /= (unsigned long long)(64LL);
+    const long long v728_c3 = j;
+    unsigned long long v728_rem = (unsigned long long)(r);
     const long long v728_c2 = (long long)(v728_rem % (unsigned long long)(4LL)); v728_rem /= (unsigned long long)(4LL);
     const long long v728_c1 = (long long)(v728_rem % (unsigned long long)(64LL)); v728_rem /= (unsigned long long)(64LL);
     const long long v728_c0 = (long long)v728_rem;
@@ -8478,8 +8492,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_20(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
-    unsigned long long v730_rem = (unsigned long long)(i);
-    const long long v730_c2 = (long long)(v730_rem % (unsigned long long)(512LL)); v730_rem /= (unsigned long long)(512LL);
+    const long long v730_c2 = j;
+    unsigned long long v730_rem = (unsigned long long)(r);
     const long long v730_c1 = (long long)(v730_rem % (unsigned long long)(64LL)); v730_rem /= (unsigned long long)(64LL);
     const long long v730_c0 = (long long)v730_rem;
     const float v730 = (v730_c2 >= 0 && v730_c2 < 256) ? in0[(((v730_c0) * 64LL + v730_c1) * 256LL + (v730_c2 >= 0 && v730_c2 < 256 ? v730_c2 - 0 : 0))] : 0.0f;
@@ -8505,8 +8519,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_12(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v732_rem = (unsigned long long)(i);
-    const long long v732_c3 = (long long)(v732_rem % (unsigned long long)(64LL)); v732_rem /= (unsigned long long)(64LL);
+    const long long v732_c3 = j;
+    unsigned long long v732_rem = (unsigned long long)(r);
     const long long v732_c2 = (long long)(v732_rem % (unsigned long long)(4LL)); v732_rem /= (unsigned long long)(4LL);
     const long long v732_c1 = (long long)(v732_rem % (unsigned long long)(64LL)); v732_rem /= (unsigned long long)(64LL);
     const long long v732_c0 = (long long)v732_rem;
@@ -8629,8 +8643,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_22(const float *
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v742_rem = (unsigned long long)(i);
-    const long long v742_c1 = (long long)(v742_rem % (unsigned long long)(256LL)); v742_rem /= (unsigned long long)(256LL);
+    const long long v742_c1 = j;
+    unsigned long long v742_rem = (unsigned long long)(r);
     const long long v742_c0 = (long long)v742_rem;
     const float v742 = (v742_c0 >= 256 && v742_c0 < 768) ? in0[(((v742_c0 >= 256 && v742_c0 < 768 ? v742_c0 - 256 : 0)) * 256LL + v742_c1)] : 0.0f;
     out0[i] = v742;
@@ -8763,8 +8777,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_24(const float *
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v752_rem = (unsigned long long)(i);
-    const long long v752_c1 = (long long)(v752_rem % (unsigned long long)(256LL)); v752_rem /= (unsigned long long)(256LL);
+    const long long v752_c1 = j;
+    unsigned long long v752_rem = (unsigned long long)(r);
     const long long v752_c0 = (long long)v752_rem;
     const float v752 = (v752_c0 >= 0 && v752_c0 < 256) ? in0[(((v752_c0 >= 0 && v752_c0 < 256 ? v752_c0 - 0 : 0)) * 256LL + v752_c1)] : 0.0f;
     out0[i] = v752;
@@ -9165,8 +9179,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_25(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v779_rem = (unsigned long long)(i);
-    const long long v779_c2 = (long long)(v779_rem % (unsigned long long)(256LL)); v779_rem /= (unsigned long long)(256LL);
+    const long long v779_c2 = j;
+    unsigned long long v779_rem = (unsigned long long)(r);
     const long long v779_c1 = (long long)(v779_rem % (unsigned long long)(64LL)); v779_rem /= (unsigned long long)(64LL);
     const long long v779_c0 = (long long)v779_rem;
     const float v779 = (v779_c2 >= 0 && v779_c2 < 1) ? in0[(((v779_c0) * 64LL + v779_c1) * 1LL + (v779_c2 >= 0 && v779_c2 < 1 ? v779_c2 - 0 : 0))] : 0.0f;
@@ -9188,11 +9202,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_35(const float * __res
 
 // dropout_bwd_11 computes:
 //   v781 = dropout <f32[B,64,256]> v780 {f=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a780 = in0[i];
-    float v781 = (s_train ? a780 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a780);
+    float v781 = (a780 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v781;
   }
 }
@@ -9287,8 +9301,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_26(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v788_rem = (unsigned long long)(i);
-    const long long v788_c2 = (long long)(v788_rem % (unsigned long long)(260LL)); v788_rem /= (unsigned long long)(260LL);
+    const long long v788_c2 = j;
+    unsigned long long v788_rem = (unsigned long long)(r);
     const long long v788_c1 = (long long)(v788_rem % (unsigned long long)(64LL)); v788_rem /= (unsigned long long)(64LL);
     const long long v788_c0 = (long long)v788_rem;
     const float v788 = (v788_c2 >= 0 && v788_c2 < 256) ? in0[(((v788_c0) * 64LL + v788_c1) * 256LL + (v788_c2 >= 0 && v788_c2 < 256 ? v788_c2 - 0 : 0))] : 0.0f;
@@ -9302,8 +9316,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v790_rem = (unsigned long long)(i);
-    const long long v790_c2 = (long long)(v790_rem % (unsigned long long)(256LL)); v790_rem /= (unsigned long long)(256LL);
+    const long long v790_c2 = j;
+    unsigned long long v790_rem = (unsigned long long)(r);
     const long long v790_c1 = (long long)(v790_rem % (unsigned long long)(64LL)); v790_rem /= (unsigned long long)(64LL);
     const long long v790_c0 = (long long)v790_rem;
     const float v790 = in0[(((v790_c0) * 64LL + v790_c1) * 260LL + v790_c2 + 0)];
@@ -9317,8 +9331,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_13(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v792_rem = (unsigned long long)(i);
-    const long long v792_c3 = (long long)(v792_rem % (unsigned long long)(64LL)); v792_rem /= (unsigned long long)(64LL);
+    const long long v792_c3 = j;
+    unsigned long long v792_rem = (unsigned long long)(r);
     const long long v792_c2 = (long long)(v792_rem % (unsigned long long)(64LL)); v792_rem /= (unsigned long long)(64LL);
     const long long v792_c1 = (long long)(v792_rem % (unsigned long long)(4LL)); v792_rem /= (unsigned long long)(4LL);
     const long long v792_c0 = (long long)v792_rem;
@@ -9329,11 +9343,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_13(const float * _
 
 // dropout_bwd_12 computes:
 //   v795 = dropout <f32[B,4,64,64]> v793 {f=0.1 i=11}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a793 = in0[i];
-    float v795 = (s_train ? a793 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a793);
+    float v795 = (a793 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v795;
   }
 }
@@ -9381,8 +9395,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_14(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v800_rem = (unsigned long long)(i);
-    const long long v800_c3 = (long long)(v800_rem % (unsigned long long)(64LL)); v800_rem /= (unsigned long long)(64LL);
+    const long long v800_c3 = j;
+    unsigned long long v800_rem = (unsigned long long)(r);
     const long long v800_c2 = (long long)(v800_rem % (unsigned long long)(4LL)); v800_rem /= (unsigned long long)(4LL);
     const long long v800_c1 = (long long)(v800_rem % (unsigned long long)(64LL)); v800_rem /= (unsigned long long)(64LL);
     const long long v800_c0 = (long long)v800_rem;
@@ -9397,8 +9411,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_27(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v802_rem = (unsigned long long)(i);
-    const long long v802_c2 = (long long)(v802_rem % (unsigned long long)(768LL)); v802_rem /= (unsigned long long)(768LL);
+    const long long v802_c2 = j;
+    unsigned long long v802_rem = (unsigned long long)(r);
     const long long v802_c1 = (long long)(v802_rem % (unsigned long long)(64LL)); v802_rem /= (unsigned long long)(64LL);
     const long long v802_c0 = (long long)v802_rem;
     const float v802 = (v802_c2 >= 512 && v802_c2 < 768) ? in0[(((v802_c0) * 64LL + v802_c1) * 256LL + (v802_c2 >= 512 && v802_c2 < 768 ? v802_c2 - 512 : 0))] : 0.0f;
@@ -9412,8 +9426,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_15(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v803_rem = (unsigned long long)(i);
-    const long long v803_c3 = (long long)(v803_rem % (unsigned long long)(64LL)); v803_rem /= (unsigned long long)(64LL);
+    const long long v803_c3 = j;
+    unsigned long long v803_rem = (unsigned long long)(r);
     const long long v803_c2 = (long long)(v803_rem % (unsigned long long)(4LL)); v803_rem /= (unsigned long long)(4LL);
     const long long v803_c1 = (long long)(v803_rem % (unsigned long long)(64LL)); v803_rem /= (unsigned long long)(64LL);
     const long long v803_c0 = (long long)v803_rem;
@@ -9428,8 +9442,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_28(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v805_rem = (unsigned long long)(i);
-    const long long v805_c2 = (long long)(v805_rem % (unsigned long long)(768LL)); v805_rem /= (unsigned long long)(768LL);
+    const long long v805_c2 = j;
+    unsigned long long v805_rem = (unsigned long long)(r);
     const long long v805_c1 = (long long)(v805_rem % (unsigned long long)(64LL)); v805_rem /= (unsigned long long)(64LL);
     const long long v805_c0 = (long long)v805_rem;
     const float v805 = (v805_c2 >= 256 && v805_c2 < 512) ? in0[(((v805_c0) * 64LL + v805_c1) * 256LL + (v805_c2 >= 256 && v805_c2 < 512 ? v805_c2 - 256 : 0))] : 0.0f;
@@ -9455,8 +9469,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_16(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v807_rem = (unsigned long long)(i);
-    const long long v807_c3 = (long long)(v807_rem % (unsigned long long)(64LL)); v807_rem /= (unsigned long long)(64LL);
+    const long long v807_c3 = j;
+    unsigned long long v807_rem = (unsigned long long)(r);
     const long long v807_c2 = (long long)(v807_rem % (unsigned long long)(4LL)); v807_rem /= (unsigned long long)(4LL);
     const long long v807_c1 = (long long)(v807_rem % (unsigned long long)(64LL)); v807_rem /= (unsigned long long)(64LL);
     const long long v807_c0 = (long long)v807_rem;
@@ -9471,8 +9485,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_29(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v809_rem = (unsigned long long)(i);
-    const long long v809_c2 = (long long)(v809_rem % (unsigned long long)(768LL)); v809_rem /= (unsigned long long)(768LL);
+    const long long v809_c2 = j;
+    unsigned long long v809_rem = (unsigned long long)(r);
     const long long v809_c1 = (long long)(v809_rem % (unsigned long long)(64LL)); v809_rem /= (unsigned long long)(64LL);
     const long long v809_c0 = (long long)v809_rem;
     const float v809 = (v809_c2 >= 0 && v809_c2 < 256) ? in0[(((v809_c0) * 64LL + v809_c1) * 256LL + (v809_c2 >= 0 && v809_c2 < 256 ? v809_c2 - 0 : 0))] : 0.0f;
@@ -9970,8 +9984,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_30(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v843_rem = (unsigned long long)(i);
-    const long long v843_c2 = (long long)(v843_rem % (unsigned long long)(256LL)); v843_rem /= (unsigned long long)(256LL);
+    const long long v843_c2 = j;
+    unsigned long long v843_rem = (unsigned long long)(r);
     const long long v843_c1 = (long long)(v843_rem % (unsigned long long)(64LL)); v843_rem /= (unsigned long long)(64LL);
     const long long v843_c0 = (long long)v843_rem;
     const float v843 = (v843_c2 >= 0 && v843_c2 < 1) ? in0[(((v843_c0) * 64LL + v843_c1) * 1LL + (v843_c2 >= 0 && v843_c2 < 1 ? v843_c2 - 0 : 0))] : 0.0f;
@@ -10373,8 +10387,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_31(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v870_rem = (unsigned long long)(i);
-    const long long v870_c2 = (long long)(v870_rem % (unsigned long long)(256LL)); v870_rem /= (unsigned long long)(256LL);
+    const long long v870_c2 = j;
+    unsigned long long v870_rem = (unsigned long long)(r);
     const long long v870_c1 = (long long)(v870_rem % (unsigned long long)(64LL)); v870_rem /= (unsigned long long)(64LL);
     const long long v870_c0 = (long long)v870_rem;
     const float v870 = (v870_c2 >= 0 && v870_c2 < 1) ? in0[(((v870_c0) * 64LL + v870_c1) * 1LL + (v870_c2 >= 0 && v870_c2 < 1 ? v870_c2 - 0 : 0))] : 0.0f;
@@ -10396,11 +10410,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_44(const float * __res
 
 // dropout_bwd_13 computes:
 //   v872 = dropout <f32[B,64,256]> v871 {f=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_13(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a871 = in0[i];
-    float v872 = (s_train ? a871 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a871);
+    float v872 = (a871 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v872;
   }
 }
@@ -10491,11 +10505,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_77(const float * __res
 
 // dropout_bwd_14 computes:
 //   v879 = dropout <f32[B,64,1024]> v875 {f=0.1 i=9}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_14(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a875 = in0[i];
-    float v879 = (s_train ? a875 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a875);
+    float v879 = (a875 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v879;
   }
 }
@@ -10507,7 +10521,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a879 = in0[i];
     float a131 = in1[i];
-    float v880 = (a131 > 0.0f ? a879 : 0.0f);
+    float v880 = ngen_relu_grad(a131, a879);
     out0[i] = v880;
   }
 }
@@ -10990,8 +11004,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_32(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v913_rem = (unsigned long long)(i);
-    const long long v913_c2 = (long long)(v913_rem % (unsigned long long)(256LL)); v913_rem /= (unsigned long long)(256LL);
+    const long long v913_c2 = j;
+    unsigned long long v913_rem = (unsigned long long)(r);
     const long long v913_c1 = (long long)(v913_rem % (unsigned long long)(64LL)); v913_rem /= (unsigned long long)(64LL);
     const long long v913_c0 = (long long)v913_rem;
     const float v913 = (v913_c2 >= 0 && v913_c2 < 1) ? in0[(((v913_c0) * 64LL + v913_c1) * 1LL + (v913_c2 >= 0 && v913_c2 < 1 ? v913_c2 - 0 : 0))] : 0.0f;
@@ -11013,11 +11027,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_48(const float * __res
 
 // dropout_bwd_15 computes:
 //   v915 = dropout <f32[B,64,256]> v914 {f=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_15(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a914 = in0[i];
-    float v915 = (s_train ? a914 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a914);
+    float v915 = (a914 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v915;
   }
 }
@@ -11112,8 +11126,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_33(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v922_rem = (unsigned long long)(i);
-    const long long v922_c2 = (long long)(v922_rem % (unsigned long long)(260LL)); v922_rem /= (unsigned long long)(260LL);
+    const long long v922_c2 = j;
+    unsigned long long v922_rem = (unsigned long long)(r);
     const long long v922_c1 = (long long)(v922_rem % (unsigned long long)(64LL)); v922_rem /= (unsigned long long)(64LL);
     const long long v922_c0 = (long long)v922_rem;
     const float v922 = (v922_c2 >= 0 && v922_c2 < 256) ? in0[(((v922_c0) * 64LL + v922_c1) * 256LL + (v922_c2 >= 0 && v922_c2 < 256 ? v922_c2 - 0 : 0))] : 0.0f;
@@ -11127,8 +11141,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_5(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v924_rem = (unsigned long long)(i);
-    const long long v924_c2 = (long long)(v924_rem % (unsigned long long)(256LL)); v924_rem /= (unsigned long long)(256LL);
+    const long long v924_c2 = j;
+    unsigned long long v924_rem = (unsigned long long)(r);
     const long long v924_c1 = (long long)(v924_rem % (unsigned long long)(64LL)); v924_rem /= (unsigned long long)(64LL);
     const long long v924_c0 = (long long)v924_rem;
     const float v924 = in0[(((v924_c0) * 64LL + v924_c1) * 260LL + v924_c2 + 0)];
@@ -11142,8 +11156,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_17(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v926_rem = (unsigned long long)(i);
-    const long long v926_c3 = (long long)(v926_rem % (unsigned long long)(64LL)); v926_rem /= (unsigned long long)(64LL);
+    const long long v926_c3 = j;
+    unsigned long long v926_rem = (unsigned long long)(r);
     const long long v926_c2 = (long long)(v926_rem % (unsigned long long)(64LL)); v926_rem /= (unsigned long long)(64LL);
     const long long v926_c1 = (long long)(v926_rem % (unsigned long long)(4LL)); v926_rem /= (unsigned long long)(4LL);
     const long long v926_c0 = (long long)v926_rem;
@@ -11154,11 +11168,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_17(const float * _
 
 // dropout_bwd_16 computes:
 //   v929 = dropout <f32[B,4,64,64]> v927 {f=0.1 i=7}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_16(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a927 = in0[i];
-    float v929 = (s_train ? a927 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a927);
+    float v929 = (a927 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v929;
   }
 }
@@ -11206,8 +11220,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_18(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v934_rem = (unsigned long long)(i);
-    const long long v934_c3 = (long long)(v934_rem % (unsigned long long)(64LL)); v934_rem /= (unsigned long long)(64LL);
+    const long long v934_c3 = j;
+    unsigned long long v934_rem = (unsigned long long)(r);
     const long long v934_c2 = (long long)(v934_rem % (unsigned long long)(4LL)); v934_rem /= (unsigned long long)(4LL);
     const long long v934_c1 = (long long)(v934_rem % (unsigned long long)(64LL)); v934_rem /= (unsigned long long)(64LL);
     const long long v934_c0 = (long long)v934_rem;
@@ -11222,8 +11236,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_34(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v936_rem = (unsigned long long)(i);
-    const long long v936_c2 = (long long)(v936_rem % (unsigned long long)(768LL)); v936_rem /= (unsigned long long)(768LL);
+    const long long v936_c2 = j;
+    unsigned long long v936_rem = (unsigned long long)(r);
     const long long v936_c1 = (long long)(v936_rem % (unsigned long long)(64LL)); v936_rem /= (unsigned long long)(64LL);
     const long long v936_c0 = (long long)v936_rem;
     const float v936 = (v936_c2 >= 512 && v936_c2 < 768) ? in0[(((v936_c0) * 64LL + v936_c1) * 256LL + (v936_c2 >= 512 && v936_c2 < 768 ? v936_c2 - 512 : 0))] : 0.0f;
@@ -11237,8 +11251,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_19(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v937_rem = (unsigned long long)(i);
-    const long long v937_c3 = (long long)(v937_rem % (unsigned long long)(64LL)); v937_rem /= (unsigned long long)(64LL);
+    const long long v937_c3 = j;
+    unsigned long long v937_rem = (unsigned long long)(r);
     const long long v937_c2 = (long long)(v937_rem % (unsigned long long)(4LL)); v937_rem /= (unsigned long long)(4LL);
     const long long v937_c1 = (long long)(v937_rem % (unsigned long long)(64LL)); v937_rem /= (unsigned long long)(64LL);
     const long long v937_c0 = (long long)v937_rem;
@@ -11253,8 +11267,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_35(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v939_rem = (unsigned long long)(i);
-    const long long v939_c2 = (long long)(v939_rem % (unsigned long long)(768LL)); v939_rem /= (unsigned long long)(768LL);
+    const long long v939_c2 = j;
+    unsigned long long v939_rem = (unsigned long long)(r);
     const long long v939_c1 = (long long)(v939_rem % (unsigned long long)(64LL)); v939_rem /= (unsigned long long)(64LL);
     const long long v939_c0 = (long long)v939_rem;
     const float v939 = (v939_c2 >= 256 && v939_c2 < 512) ? in0[(((v939_c0) * 64LL + v939_c1) * 256LL + (v939_c2 >= 256 && v939_c2 < 512 ? v939_c2 - 256 : 0))] : 0.0f;
@@ -11280,8 +11294,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_20(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v941_rem = (unsigned long long)(i);
-    const long long v941_c3 = (long long)(v941_rem % (unsigned long long)(64LL)); v941_rem /= (unsigned long long)(64LL);
+    const long long v941_c3 = j;
+    unsigned long long v941_rem = (unsigned long long)(r);
     const long long v941_c2 = (long long)(v941_rem % (unsigned long long)(4LL)); v941_rem /= (unsigned long long)(4LL);
     const long long v941_c1 = (long long)(v941_rem % (unsigned long long)(64LL)); v941_rem /= (unsigned long long)(64LL);
     const long long v941_c0 = (long long)v941_rem;
@@ -11296,8 +11310,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_36(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v943_rem = (unsigned long long)(i);
-    const long long v943_c2 = (long long)(v943_rem % (unsigned long long)(768LL)); v943_rem /= (unsigned long long)(768LL);
+    const long long v943_c2 = j;
+    unsigned long long v943_rem = (unsigned long long)(r);
     const long long v943_c1 = (long long)(v943_rem % (unsigned long long)(64LL)); v943_rem /= (unsigned long long)(64LL);
     const long long v943_c0 = (long long)v943_rem;
     const float v943 = (v943_c2 >= 0 && v943_c2 < 256) ? in0[(((v943_c0) * 64LL + v943_c1) * 256LL + (v943_c2 >= 0 && v943_c2 < 256 ? v943_c2 - 0 : 0))] : 0.0f;
@@ -11795,8 +11809,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_37(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v977_rem = (unsigned long long)(i);
-    const long long v977_c2 = (long long)(v977_rem % (unsigned long long)(256LL)); v977_rem /= (unsigned long long)(256LL);
+    const long long v977_c2 = j;
+    unsigned long long v977_rem = (unsigned long long)(r);
     const long long v977_c1 = (long long)(v977_rem % (unsigned long long)(64LL)); v977_rem /= (unsigned long long)(64LL);
     const long long v977_c0 = (long long)v977_rem;
     const float v977 = (v977_c2 >= 0 && v977_c2 < 1) ? in0[(((v977_c0) * 64LL + v977_c1) * 1LL + (v977_c2 >= 0 && v977_c2 < 1 ? v977_c2 - 0 : 0))] : 0.0f;
@@ -11818,11 +11832,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_54(const float * __res
 
 // dropout_bwd_17 computes:
 //   v979 = dropout <f32[B,64,256]> v978 {f=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_17(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a978 = in0[i];
-    float v979 = (s_train ? a978 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a978);
+    float v979 = (a978 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v979;
   }
 }
@@ -11913,11 +11927,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_95(const float * __res
 
 // dropout_bwd_18 computes:
 //   v986 = dropout <f32[B,64,1024]> v982 {f=0.1 i=5}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_18(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a982 = in0[i];
-    float v986 = (s_train ? a982 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a982);
+    float v986 = (a982 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v986;
   }
 }
@@ -11929,7 +11943,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * _
   NGEN_GRID_STRIDE(i, n) {
     float a986 = in0[i];
     float a62 = in1[i];
-    float v987 = (a62 > 0.0f ? a986 : 0.0f);
+    float v987 = ngen_relu_grad(a62, a986);
     out0[i] = v987;
   }
 }
@@ -12412,8 +12426,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_38(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v1020_rem = (unsigned long long)(i);
-    const long long v1020_c2 = (long long)(v1020_rem % (unsigned long long)(256LL)); v1020_rem /= (unsigned long long)(256LL);
+    const long long v1020_c2 = j;
+    unsigned long long v1020_rem = (unsigned long long)(r);
     const long long v1020_c1 = (long long)(v1020_rem % (unsigned long long)(64LL)); v1020_rem /= (unsigned long long)(64LL);
     const long long v1020_c0 = (long long)v1020_rem;
     const float v1020 = (v1020_c2 >= 0 && v1020_c2 < 1) ? in0[(((v1020_c0) * 64LL + v1020_c1) * 1LL + (v1020_c2 >= 0 && v1020_c2 < 1 ? v1020_c2 - 0 : 0))] : 0.0f;
@@ -12435,11 +12449,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_58(const float * __res
 
 // dropout_bwd_19 computes:
 //   v1022 = dropout <f32[B,64,256]> v1021 {f=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_19(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_19(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a1021 = in0[i];
-    float v1022 = (s_train ? a1021 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a1021);
+    float v1022 = (a1021 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v1022;
   }
 }
@@ -12534,8 +12548,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_39(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v1029_rem = (unsigned long long)(i);
-    const long long v1029_c2 = (long long)(v1029_rem % (unsigned long long)(260LL)); v1029_rem /= (unsigned long long)(260LL);
+    const long long v1029_c2 = j;
+    unsigned long long v1029_rem = (unsigned long long)(r);
     const long long v1029_c1 = (long long)(v1029_rem % (unsigned long long)(64LL)); v1029_rem /= (unsigned long long)(64LL);
     const long long v1029_c0 = (long long)v1029_rem;
     const float v1029 = (v1029_c2 >= 0 && v1029_c2 < 256) ? in0[(((v1029_c0) * 64LL + v1029_c1) * 256LL + (v1029_c2 >= 0 && v1029_c2 < 256 ? v1029_c2 - 0 : 0))] : 0.0f;
@@ -12549,8 +12563,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __re
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v1031_rem = (unsigned long long)(i);
-    const long long v1031_c2 = (long long)(v1031_rem % (unsigned long long)(256LL)); v1031_rem /= (unsigned long long)(256LL);
+    const long long v1031_c2 = j;
+    unsigned long long v1031_rem = (unsigned long long)(r);
     const long long v1031_c1 = (long long)(v1031_rem % (unsigned long long)(64LL)); v1031_rem /= (unsigned long long)(64LL);
     const long long v1031_c0 = (long long)v1031_rem;
     const float v1031 = in0[(((v1031_c0) * 64LL + v1031_c1) * 260LL + v1031_c2 + 0)];
@@ -12564,8 +12578,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_21(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v1033_rem = (unsigned long long)(i);
-    const long long v1033_c3 = (long long)(v1033_rem % (unsigned long long)(64LL)); v1033_rem /= (unsigned long long)(64LL);
+    const long long v1033_c3 = j;
+    unsigned long long v1033_rem = (unsigned long long)(r);
     const long long v1033_c2 = (long long)(v1033_rem % (unsigned long long)(64LL)); v1033_rem /= (unsigned long long)(64LL);
     const long long v1033_c1 = (long long)(v1033_rem % (unsigned long long)(4LL)); v1033_rem /= (unsigned long long)(4LL);
     const long long v1033_c0 = (long long)v1033_rem;
@@ -12576,11 +12590,11 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_21(const float * _
 
 // dropout_bwd_20 computes:
 //   v1036 = dropout <f32[B,4,64,64]> v1034 {f=0.1 i=3}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_20(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_20(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a1034 = in0[i];
-    float v1036 = (s_train ? a1034 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a1034);
+    float v1036 = (a1034 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v1036;
   }
 }
@@ -12628,8 +12642,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_22(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v1041_rem = (unsigned long long)(i);
-    const long long v1041_c3 = (long long)(v1041_rem % (unsigned long long)(64LL)); v1041_rem /= (unsigned long long)(64LL);
+    const long long v1041_c3 = j;
+    unsigned long long v1041_rem = (unsigned long long)(r);
     const long long v1041_c2 = (long long)(v1041_rem % (unsigned long long)(4LL)); v1041_rem /= (unsigned long long)(4LL);
     const long long v1041_c1 = (long long)(v1041_rem % (unsigned long long)(64LL)); v1041_rem /= (unsigned long long)(64LL);
     const long long v1041_c0 = (long long)v1041_rem;
@@ -12644,8 +12658,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_40(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v1043_rem = (unsigned long long)(i);
-    const long long v1043_c2 = (long long)(v1043_rem % (unsigned long long)(768LL)); v1043_rem /= (unsigned long long)(768LL);
+    const long long v1043_c2 = j;
+    unsigned long long v1043_rem = (unsigned long long)(r);
     const long long v1043_c1 = (long long)(v1043_rem % (unsigned long long)(64LL)); v1043_rem /= (unsigned long long)(64LL);
     const long long v1043_c0 = (long long)v1043_rem;
     const float v1043 = (v1043_c2 >= 512 && v1043_c2 < 768) ? in0[(((v1043_c0) * 64LL + v1043_c1) * 256LL + (v1043_c2 >= 512 && v1043_c2 < 768 ? v1043_c2 - 512 : 0))] : 0.0f;
@@ -12659,8 +12673,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_23(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v1044_rem = (unsigned long long)(i);
-    const long long v1044_c3 = (long long)(v1044_rem % (unsigned long long)(64LL)); v1044_rem /= (unsigned long long)(64LL);
+    const long long v1044_c3 = j;
+    unsigned long long v1044_rem = (unsigned long long)(r);
     const long long v1044_c2 = (long long)(v1044_rem % (unsigned long long)(4LL)); v1044_rem /= (unsigned long long)(4LL);
     const long long v1044_c1 = (long long)(v1044_rem % (unsigned long long)(64LL)); v1044_rem /= (unsigned long long)(64LL);
     const long long v1044_c0 = (long long)v1044_rem;
@@ -12675,8 +12689,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_41(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v1046_rem = (unsigned long long)(i);
-    const long long v1046_c2 = (long long)(v1046_rem % (unsigned long long)(768LL)); v1046_rem /= (unsigned long long)(768LL);
+    const long long v1046_c2 = j;
+    unsigned long long v1046_rem = (unsigned long long)(r);
     const long long v1046_c1 = (long long)(v1046_rem % (unsigned long long)(64LL)); v1046_rem /= (unsigned long long)(64LL);
     const long long v1046_c0 = (long long)v1046_rem;
     const float v1046 = (v1046_c2 >= 256 && v1046_c2 < 512) ? in0[(((v1046_c0) * 64LL + v1046_c1) * 256LL + (v1046_c2 >= 256 && v1046_c2 < 512 ? v1046_c2 - 256 : 0))] : 0.0f;
@@ -12702,8 +12716,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_bwd_24(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v1048_rem = (unsigned long long)(i);
-    const long long v1048_c3 = (long long)(v1048_rem % (unsigned long long)(64LL)); v1048_rem /= (unsigned long long)(64LL);
+    const long long v1048_c3 = j;
+    unsigned long long v1048_rem = (unsigned long long)(r);
     const long long v1048_c2 = (long long)(v1048_rem % (unsigned long long)(4LL)); v1048_rem /= (unsigned long long)(4LL);
     const long long v1048_c1 = (long long)(v1048_rem % (unsigned long long)(64LL)); v1048_rem /= (unsigned long long)(64LL);
     const long long v1048_c0 = (long long)v1048_rem;
@@ -12718,8 +12732,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_42(const float *
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
     const long long i = r * 768LL + j;
-    unsigned long long v1050_rem = (unsigned long long)(i);
-    const long long v1050_c2 = (long long)(v1050_rem % (unsigned long long)(768LL)); v1050_rem /= (unsigned long long)(768LL);
+    const long long v1050_c2 = j;
+    unsigned long long v1050_rem = (unsigned long long)(r);
     const long long v1050_c1 = (long long)(v1050_rem % (unsigned long long)(64LL)); v1050_rem /= (unsigned long long)(64LL);
     const long long v1050_c0 = (long long)v1050_rem;
     const float v1050 = (v1050_c2 >= 0 && v1050_c2 < 256) ? in0[(((v1050_c0) * 64LL + v1050_c1) * 256LL + (v1050_c2 >= 0 && v1050_c2 < 256 ? v1050_c2 - 0 : 0))] : 0.0f;
@@ -12837,11 +12851,11 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_61(const float * __res
 
 // dropout_bwd_21 computes:
 //   v1059 = dropout <f32[B,64,256]> v817 {f=0.1 i=2}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_21(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_21(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a817 = in0[i];
-    float v1059 = (s_train ? a817 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a817);
+    float v1059 = (a817 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v1059;
   }
 }
@@ -12890,11 +12904,11 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 
 // dropout_bwd_22 computes:
 //   v1062 = dropout <f32[B,64,256]> v1058 {f=0.1 i=1}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_22(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd_22(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a1058 = in0[i];
-    float v1062 = (s_train ? a1058 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a1058);
+    float v1062 = (a1058 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v1062;
   }
 }
@@ -13158,8 +13172,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_37(const float * __r
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v6_rem = (unsigned long long)(i);
-    const long long v6_c1 = (long long)(v6_rem % (unsigned long long)(256LL)); v6_rem /= (unsigned long long)(256LL);
+    const long long v6_c1 = j;
+    unsigned long long v6_rem = (unsigned long long)(r);
     const long long v6_c0 = (long long)v6_rem;
     const float v6 = in0[((v6_c0 + 0) * 256LL + v6_c1)];
     out0[i] = v6;
@@ -13181,11 +13195,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_17(const float * __res
 
 // dropout_fwd_23 computes:
 //   v8 = dropout <f32[B,64,256]> v7 {f=0.1 i=1}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_23(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_23(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a7 = in0[i];
-    float v8 = (s_train ? a7 * ngen_dropout(s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a7);
+    float v8 = (a7 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v8;
   }
 }
@@ -13222,8 +13236,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v11_rem = (unsigned long long)(i);
-    const long long v11_c1 = (long long)(v11_rem % (unsigned long long)(256LL)); v11_rem /= (unsigned long long)(256LL);
+    const long long v11_c1 = j;
+    unsigned long long v11_rem = (unsigned long long)(r);
     const long long v11_c0 = (long long)v11_rem;
     const float v11 = in0[((v11_c0 + 0) * 256LL + v11_c1)];
     out0[i] = v11;
@@ -13245,11 +13259,11 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __re
 
 // dropout_fwd_2_2 computes:
 //   v13 = dropout <f32[B,64,256]> v12 {f=0.1 i=2}  # models/transformer/model.go:61
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
-    float v13 = (s_train ? a12 * ngen_dropout(s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a12);
+    float v13 = (a12 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v13;
   }
 }
@@ -13273,8 +13287,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v20_rem = (unsigned long long)(i);
-    const long long v20_c2 = (long long)(v20_rem % (unsigned long long)(256LL)); v20_rem /= (unsigned long long)(256LL);
+    const long long v20_c2 = j;
+    unsigned long long v20_rem = (unsigned long long)(r);
     const long long v20_c1 = (long long)(v20_rem % (unsigned long long)(64LL)); v20_rem /= (unsigned long long)(64LL);
     const long long v20_c0 = (long long)v20_rem;
     const float v20 = in0[(((v20_c0) * 64LL + v20_c1) * 768LL + v20_c2 + 0)];
@@ -13288,8 +13302,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_25(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v22_rem = (unsigned long long)(i);
-    const long long v22_c3 = (long long)(v22_rem % (unsigned long long)(64LL)); v22_rem /= (unsigned long long)(64LL);
+    const long long v22_c3 = j;
+    unsigned long long v22_rem = (unsigned long long)(r);
     const long long v22_c2 = (long long)(v22_rem % (unsigned long long)(64LL)); v22_rem /= (unsigned long long)(64LL);
     const long long v22_c1 = (long long)(v22_rem % (unsigned long long)(4LL)); v22_rem /= (unsigned long long)(4LL);
     const long long v22_c0 = (long long)v22_rem;
@@ -13304,8 +13318,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v23_rem = (unsigned long long)(i);
-    const long long v23_c2 = (long long)(v23_rem % (unsigned long long)(256LL)); v23_rem /= (unsigned long long)(256LL);
+    const long long v23_c2 = j;
+    unsigned long long v23_rem = (unsigned long long)(r);
     const long long v23_c1 = (long long)(v23_rem % (unsigned long long)(64LL)); v23_rem /= (unsigned long long)(64LL);
     const long long v23_c0 = (long long)v23_rem;
     const float v23 = in0[(((v23_c0) * 64LL + v23_c1) * 768LL + v23_c2 + 256)];
@@ -13319,8 +13333,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v25_rem = (unsigned long long)(i);
-    const long long v25_c3 = (long long)(v25_rem % (unsigned long long)(64LL)); v25_rem /= (unsigned long long)(64LL);
+    const long long v25_c3 = j;
+    unsigned long long v25_rem = (unsigned long long)(r);
     const long long v25_c2 = (long long)(v25_rem % (unsigned long long)(64LL)); v25_rem /= (unsigned long long)(64LL);
     const long long v25_c1 = (long long)(v25_rem % (unsigned long long)(4LL)); v25_rem /= (unsigned long long)(4LL);
     const long long v25_c0 = (long long)v25_rem;
@@ -13335,8 +13349,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v26_rem = (unsigned long long)(i);
-    const long long v26_c2 = (long long)(v26_rem % (unsigned long long)(256LL)); v26_rem /= (unsigned long long)(256LL);
+    const long long v26_c2 = j;
+    unsigned long long v26_rem = (unsigned long long)(r);
     const long long v26_c1 = (long long)(v26_rem % (unsigned long long)(64LL)); v26_rem /= (unsigned long long)(64LL);
     const long long v26_c0 = (long long)v26_rem;
     const float v26 = in0[(((v26_c0) * 64LL + v26_c1) * 768LL + v26_c2 + 512)];
@@ -13350,8 +13364,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v28_rem = (unsigned long long)(i);
-    const long long v28_c3 = (long long)(v28_rem % (unsigned long long)(64LL)); v28_rem /= (unsigned long long)(64LL);
+    const long long v28_c3 = j;
+    unsigned long long v28_rem = (unsigned long long)(r);
     const long long v28_c2 = (long long)(v28_rem % (unsigned long long)(64LL)); v28_rem /= (unsigned long long)(64LL);
     const long long v28_c1 = (long long)(v28_rem % (unsigned long long)(4LL)); v28_rem /= (unsigned long long)(4LL);
     const long long v28_c0 = (long long)v28_rem;
@@ -13417,11 +13431,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_7(const float * __
 
 // dropout_fwd_3_2 computes:
 //   v32 = dropout <f32[B,4,64,64]> v31 {f=0.1 i=3}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a31 = in0[i];
-    float v32 = (s_train ? a31 * ngen_dropout(s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a31);
+    float v32 = (a31 * ngen_dropout_if(s_train, s_seed, s_step, 3u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v32;
   }
 }
@@ -13432,8 +13446,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v34_rem = (unsigned long long)(i);
-    const long long v34_c3 = (long long)(v34_rem % (unsigned long long)(64LL)); v34_rem /= (unsigned long long)(64LL);
+    const long long v34_c3 = j;
+    unsigned long long v34_rem = (unsigned long long)(r);
     const long long v34_c2 = (long long)(v34_rem % (unsigned long long)(4LL)); v34_rem /= (unsigned long long)(4LL);
     const long long v34_c1 = (long long)(v34_rem % (unsigned long long)(64LL)); v34_rem /= (unsigned long long)(64LL);
     const long long v34_c0 = (long long)v34_rem;
@@ -13448,8 +13462,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_7(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v36_rem = (unsigned long long)(i);
-    const long long v36_c2 = (long long)(v36_rem % (unsigned long long)(260LL)); v36_rem /= (unsigned long long)(260LL);
+    const long long v36_c2 = j;
+    unsigned long long v36_rem = (unsigned long long)(r);
     const long long v36_c1 = (long long)(v36_rem % (unsigned long long)(64LL)); v36_rem /= (unsigned long long)(64LL);
     const long long v36_c0 = (long long)v36_rem;
     const float v36 = (v36_c2 >= 0 && v36_c2 < 256) ? in0[(((v36_c0) * 64LL + v36_c1) * 256LL + (v36_c2 >= 0 && v36_c2 < 256 ? v36_c2 - 0 : 0))] : 0.0f;
@@ -13463,8 +13477,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v38_rem = (unsigned long long)(i);
-    const long long v38_c2 = (long long)(v38_rem % (unsigned long long)(256LL)); v38_rem /= (unsigned long long)(256LL);
+    const long long v38_c2 = j;
+    unsigned long long v38_rem = (unsigned long long)(r);
     const long long v38_c1 = (long long)(v38_rem % (unsigned long long)(64LL)); v38_rem /= (unsigned long long)(64LL);
     const long long v38_c0 = (long long)v38_rem;
     const float v38 = in0[(((v38_c0) * 64LL + v38_c1) * 260LL + v38_c2 + 0)];
@@ -13487,11 +13501,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_s
 
 // dropout_fwd_4_2 computes:
 //   v41 = dropout <f32[B,64,256]> v40 {f=0.1 i=4}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a40 = in0[i];
-    float v41 = (s_train ? a40 * ngen_dropout(s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a40);
+    float v41 = (a40 * ngen_dropout_if(s_train, s_seed, s_step, 4u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v41;
   }
 }
@@ -13514,8 +13528,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v45_rem = (unsigned long long)(i);
-    const long long v45_c2 = (long long)(v45_rem % (unsigned long long)(1LL)); v45_rem /= (unsigned long long)(1LL);
+    const long long v45_c2 = j;
+    unsigned long long v45_rem = (unsigned long long)(r);
     const long long v45_c1 = (long long)(v45_rem % (unsigned long long)(64LL)); v45_rem /= (unsigned long long)(64LL);
     const long long v45_c0 = (long long)v45_rem;
     const float v45 = in0[(((v45_c0) * 64LL + v45_c1) * 256LL + v45_c2 + 0)];
@@ -13709,11 +13723,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
 
 // dropout_fwd_5_2 computes:
 //   v62 = dropout <f32[B,64,1024]> v61 {f=0.1 i=5}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a61 = in0[i];
-    float v62 = (s_train ? a61 * ngen_dropout(s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a61);
+    float v62 = (a61 * ngen_dropout_if(s_train, s_seed, s_step, 5u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v62;
   }
 }
@@ -13733,11 +13747,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_0_l
 
 // dropout_fwd_6_2 computes:
 //   v67 = dropout <f32[B,64,256]> v66 {f=0.1 i=6}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_6_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a66 = in0[i];
-    float v67 = (s_train ? a66 * ngen_dropout(s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a66);
+    float v67 = (a66 * ngen_dropout_if(s_train, s_seed, s_step, 6u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v67;
   }
 }
@@ -13760,8 +13774,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v71_rem = (unsigned long long)(i);
-    const long long v71_c2 = (long long)(v71_rem % (unsigned long long)(1LL)); v71_rem /= (unsigned long long)(1LL);
+    const long long v71_c2 = j;
+    unsigned long long v71_rem = (unsigned long long)(r);
     const long long v71_c1 = (long long)(v71_rem % (unsigned long long)(64LL)); v71_rem /= (unsigned long long)(64LL);
     const long long v71_c0 = (long long)v71_rem;
     const float v71 = in0[(((v71_c0) * 64LL + v71_c1) * 256LL + v71_c2 + 0)];
@@ -13948,8 +13962,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9_2(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v89_rem = (unsigned long long)(i);
-    const long long v89_c2 = (long long)(v89_rem % (unsigned long long)(256LL)); v89_rem /= (unsigned long long)(256LL);
+    const long long v89_c2 = j;
+    unsigned long long v89_rem = (unsigned long long)(r);
     const long long v89_c1 = (long long)(v89_rem % (unsigned long long)(64LL)); v89_rem /= (unsigned long long)(64LL);
     const long long v89_c0 = (long long)v89_rem;
     const float v89 = in0[(((v89_c0) * 64LL + v89_c1) * 768LL + v89_c2 + 0)];
@@ -13963,8 +13977,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v91_rem = (unsigned long long)(i);
-    const long long v91_c3 = (long long)(v91_rem % (unsigned long long)(64LL)); v91_rem /= (unsigned long long)(64LL);
+    const long long v91_c3 = j;
+    unsigned long long v91_rem = (unsigned long long)(r);
     const long long v91_c2 = (long long)(v91_rem % (unsigned long long)(64LL)); v91_rem /= (unsigned long long)(64LL);
     const long long v91_c1 = (long long)(v91_rem % (unsigned long long)(4LL)); v91_rem /= (unsigned long long)(4LL);
     const long long v91_c0 = (long long)v91_rem;
@@ -13979,8 +13993,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v92_rem = (unsigned long long)(i);
-    const long long v92_c2 = (long long)(v92_rem % (unsigned long long)(256LL)); v92_rem /= (unsigned long long)(256LL);
+    const long long v92_c2 = j;
+    unsigned long long v92_rem = (unsigned long long)(r);
     const long long v92_c1 = (long long)(v92_rem % (unsigned long long)(64LL)); v92_rem /= (unsigned long long)(64LL);
     const long long v92_c0 = (long long)v92_rem;
     const float v92 = in0[(((v92_c0) * 64LL + v92_c1) * 768LL + v92_c2 + 256)];
@@ -13994,8 +14008,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v94_rem = (unsigned long long)(i);
-    const long long v94_c3 = (long long)(v94_rem % (unsigned long long)(64LL)); v94_rem /= (unsigned long long)(64LL);
+    const long long v94_c3 = j;
+    unsigned long long v94_rem = (unsigned long long)(r);
     const long long v94_c2 = (long long)(v94_rem % (unsigned long long)(64LL)); v94_rem /= (unsigned long long)(64LL);
     const long long v94_c1 = (long long)(v94_rem % (unsigned long long)(4LL)); v94_rem /= (unsigned long long)(4LL);
     const long long v94_c0 = (long long)v94_rem;
@@ -14010,8 +14024,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v95_rem = (unsigned long long)(i);
-    const long long v95_c2 = (long long)(v95_rem % (unsigned long long)(256LL)); v95_rem /= (unsigned long long)(256LL);
+    const long long v95_c2 = j;
+    unsigned long long v95_rem = (unsigned long long)(r);
     const long long v95_c1 = (long long)(v95_rem % (unsigned long long)(64LL)); v95_rem /= (unsigned long long)(64LL);
     const long long v95_c0 = (long long)v95_rem;
     const float v95 = in0[(((v95_c0) * 64LL + v95_c1) * 768LL + v95_c2 + 512)];
@@ -14025,8 +14039,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v97_rem = (unsigned long long)(i);
-    const long long v97_c3 = (long long)(v97_rem % (unsigned long long)(64LL)); v97_rem /= (unsigned long long)(64LL);
+    const long long v97_c3 = j;
+    unsigned long long v97_rem = (unsigned long long)(r);
     const long long v97_c2 = (long long)(v97_rem % (unsigned long long)(64LL)); v97_rem /= (unsigned long long)(64LL);
     const long long v97_c1 = (long long)(v97_rem % (unsigned long long)(4LL)); v97_rem /= (unsigned long long)(4LL);
     const long long v97_c0 = (long long)v97_rem;
@@ -14092,11 +14106,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2_2(const float * 
 
 // dropout_fwd_7_2 computes:
 //   v101 = dropout <f32[B,4,64,64]> v100 {f=0.1 i=7}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_7_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a100 = in0[i];
-    float v101 = (s_train ? a100 * ngen_dropout(s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a100);
+    float v101 = (a100 * ngen_dropout_if(s_train, s_seed, s_step, 7u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v101;
   }
 }
@@ -14107,8 +14121,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v103_rem = (unsigned long long)(i);
-    const long long v103_c3 = (long long)(v103_rem % (unsigned long long)(64LL)); v103_rem /= (unsigned long long)(64LL);
+    const long long v103_c3 = j;
+    unsigned long long v103_rem = (unsigned long long)(r);
     const long long v103_c2 = (long long)(v103_rem % (unsigned long long)(4LL)); v103_rem /= (unsigned long long)(4LL);
     const long long v103_c1 = (long long)(v103_rem % (unsigned long long)(64LL)); v103_rem /= (unsigned long long)(64LL);
     const long long v103_c0 = (long long)v103_rem;
@@ -14123,8 +14137,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2_2(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v105_rem = (unsigned long long)(i);
-    const long long v105_c2 = (long long)(v105_rem % (unsigned long long)(260LL)); v105_rem /= (unsigned long long)(260LL);
+    const long long v105_c2 = j;
+    unsigned long long v105_rem = (unsigned long long)(r);
     const long long v105_c1 = (long long)(v105_rem % (unsigned long long)(64LL)); v105_rem /= (unsigned long long)(64LL);
     const long long v105_c0 = (long long)v105_rem;
     const float v105 = (v105_c2 >= 0 && v105_c2 < 256) ? in0[(((v105_c0) * 64LL + v105_c1) * 256LL + (v105_c2 >= 0 && v105_c2 < 256 ? v105_c2 - 0 : 0))] : 0.0f;
@@ -14138,8 +14152,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v107_rem = (unsigned long long)(i);
-    const long long v107_c2 = (long long)(v107_rem % (unsigned long long)(256LL)); v107_rem /= (unsigned long long)(256LL);
+    const long long v107_c2 = j;
+    unsigned long long v107_rem = (unsigned long long)(r);
     const long long v107_c1 = (long long)(v107_rem % (unsigned long long)(64LL)); v107_rem /= (unsigned long long)(64LL);
     const long long v107_c0 = (long long)v107_rem;
     const float v107 = in0[(((v107_c0) * 64LL + v107_c1) * 260LL + v107_c2 + 0)];
@@ -14162,11 +14176,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_s
 
 // dropout_fwd_8_2 computes:
 //   v110 = dropout <f32[B,64,256]> v109 {f=0.1 i=8}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_8_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a109 = in0[i];
-    float v110 = (s_train ? a109 * ngen_dropout(s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a109);
+    float v110 = (a109 * ngen_dropout_if(s_train, s_seed, s_step, 8u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v110;
   }
 }
@@ -14189,8 +14203,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v114_rem = (unsigned long long)(i);
-    const long long v114_c2 = (long long)(v114_rem % (unsigned long long)(1LL)); v114_rem /= (unsigned long long)(1LL);
+    const long long v114_c2 = j;
+    unsigned long long v114_rem = (unsigned long long)(r);
     const long long v114_c1 = (long long)(v114_rem % (unsigned long long)(64LL)); v114_rem /= (unsigned long long)(64LL);
     const long long v114_c0 = (long long)v114_rem;
     const float v114 = in0[(((v114_c0) * 64LL + v114_c1) * 256LL + v114_c2 + 0)];
@@ -14384,11 +14398,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __r
 
 // dropout_fwd_9_2 computes:
 //   v131 = dropout <f32[B,64,1024]> v130 {f=0.1 i=9}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_9_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a130 = in0[i];
-    float v131 = (s_train ? a130 * ngen_dropout(s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a130);
+    float v131 = (a130 * ngen_dropout_if(s_train, s_seed, s_step, 9u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v131;
   }
 }
@@ -14408,11 +14422,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_encoder_layers_1_l
 
 // dropout_fwd_10_2 computes:
 //   v136 = dropout <f32[B,64,256]> v135 {f=0.1 i=10}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_10_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a135 = in0[i];
-    float v136 = (s_train ? a135 * ngen_dropout(s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a135);
+    float v136 = (a135 * ngen_dropout_if(s_train, s_seed, s_step, 10u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v136;
   }
 }
@@ -14435,8 +14449,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v140_rem = (unsigned long long)(i);
-    const long long v140_c2 = (long long)(v140_rem % (unsigned long long)(1LL)); v140_rem /= (unsigned long long)(1LL);
+    const long long v140_c2 = j;
+    unsigned long long v140_rem = (unsigned long long)(r);
     const long long v140_c1 = (long long)(v140_rem % (unsigned long long)(64LL)); v140_rem /= (unsigned long long)(64LL);
     const long long v140_c0 = (long long)v140_rem;
     const float v140 = in0[(((v140_c0) * 64LL + v140_c1) * 256LL + v140_c2 + 0)];
@@ -14610,8 +14624,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v154_rem = (unsigned long long)(i);
-    const long long v154_c2 = (long long)(v154_rem % (unsigned long long)(1LL)); v154_rem /= (unsigned long long)(1LL);
+    const long long v154_c2 = j;
+    unsigned long long v154_rem = (unsigned long long)(r);
     const long long v154_c1 = (long long)(v154_rem % (unsigned long long)(64LL)); v154_rem /= (unsigned long long)(64LL);
     const long long v154_c0 = (long long)v154_rem;
     const float v154 = in0[(((v154_c0) * 64LL + v154_c1) * 256LL + v154_c2 + 0)];
@@ -14798,8 +14812,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v172_rem = (unsigned long long)(i);
-    const long long v172_c2 = (long long)(v172_rem % (unsigned long long)(256LL)); v172_rem /= (unsigned long long)(256LL);
+    const long long v172_c2 = j;
+    unsigned long long v172_rem = (unsigned long long)(r);
     const long long v172_c1 = (long long)(v172_rem % (unsigned long long)(64LL)); v172_rem /= (unsigned long long)(64LL);
     const long long v172_c0 = (long long)v172_rem;
     const float v172 = in0[(((v172_c0) * 64LL + v172_c1) * 768LL + v172_c2 + 0)];
@@ -14813,8 +14827,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9_2(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v174_rem = (unsigned long long)(i);
-    const long long v174_c3 = (long long)(v174_rem % (unsigned long long)(64LL)); v174_rem /= (unsigned long long)(64LL);
+    const long long v174_c3 = j;
+    unsigned long long v174_rem = (unsigned long long)(r);
     const long long v174_c2 = (long long)(v174_rem % (unsigned long long)(64LL)); v174_rem /= (unsigned long long)(64LL);
     const long long v174_c1 = (long long)(v174_rem % (unsigned long long)(4LL)); v174_rem /= (unsigned long long)(4LL);
     const long long v174_c0 = (long long)v174_rem;
@@ -14829,8 +14843,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v175_rem = (unsigned long long)(i);
-    const long long v175_c2 = (long long)(v175_rem % (unsigned long long)(256LL)); v175_rem /= (unsigned long long)(256LL);
+    const long long v175_c2 = j;
+    unsigned long long v175_rem = (unsigned long long)(r);
     const long long v175_c1 = (long long)(v175_rem % (unsigned long long)(64LL)); v175_rem /= (unsigned long long)(64LL);
     const long long v175_c0 = (long long)v175_rem;
     const float v175 = in0[(((v175_c0) * 64LL + v175_c1) * 768LL + v175_c2 + 256)];
@@ -14844,8 +14858,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v177_rem = (unsigned long long)(i);
-    const long long v177_c3 = (long long)(v177_rem % (unsigned long long)(64LL)); v177_rem /= (unsigned long long)(64LL);
+    const long long v177_c3 = j;
+    unsigned long long v177_rem = (unsigned long long)(r);
     const long long v177_c2 = (long long)(v177_rem % (unsigned long long)(64LL)); v177_rem /= (unsigned long long)(64LL);
     const long long v177_c1 = (long long)(v177_rem % (unsigned long long)(4LL)); v177_rem /= (unsigned long long)(4LL);
     const long long v177_c0 = (long long)v177_rem;
@@ -14860,8 +14874,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v178_rem = (unsigned long long)(i);
-    const long long v178_c2 = (long long)(v178_rem % (unsigned long long)(256LL)); v178_rem /= (unsigned long long)(256LL);
+    const long long v178_c2 = j;
+    unsigned long long v178_rem = (unsigned long long)(r);
     const long long v178_c1 = (long long)(v178_rem % (unsigned long long)(64LL)); v178_rem /= (unsigned long long)(64LL);
     const long long v178_c0 = (long long)v178_rem;
     const float v178 = in0[(((v178_c0) * 64LL + v178_c1) * 768LL + v178_c2 + 512)];
@@ -14875,8 +14889,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v180_rem = (unsigned long long)(i);
-    const long long v180_c3 = (long long)(v180_rem % (unsigned long long)(64LL)); v180_rem /= (unsigned long long)(64LL);
+    const long long v180_c3 = j;
+    unsigned long long v180_rem = (unsigned long long)(r);
     const long long v180_c2 = (long long)(v180_rem % (unsigned long long)(64LL)); v180_rem /= (unsigned long long)(64LL);
     const long long v180_c1 = (long long)(v180_rem % (unsigned long long)(4LL)); v180_rem /= (unsigned long long)(4LL);
     const long long v180_c0 = (long long)v180_rem;
@@ -14943,11 +14957,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_3_2(const float * 
 
 // dropout_fwd_11_2 computes:
 //   v184 = dropout <f32[B,4,64,64]> v183 {f=0.1 i=11}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_11_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a183 = in0[i];
-    float v184 = (s_train ? a183 * ngen_dropout(s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a183);
+    float v184 = (a183 * ngen_dropout_if(s_train, s_seed, s_step, 11u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v184;
   }
 }
@@ -14958,8 +14972,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v186_rem = (unsigned long long)(i);
-    const long long v186_c3 = (long long)(v186_rem % (unsigned long long)(64LL)); v186_rem /= (unsigned long long)(64LL);
+    const long long v186_c3 = j;
+    unsigned long long v186_rem = (unsigned long long)(r);
     const long long v186_c2 = (long long)(v186_rem % (unsigned long long)(4LL)); v186_rem /= (unsigned long long)(4LL);
     const long long v186_c1 = (long long)(v186_rem % (unsigned long long)(64LL)); v186_rem /= (unsigned long long)(64LL);
     const long long v186_c0 = (long long)v186_rem;
@@ -14974,8 +14988,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3_2(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v188_rem = (unsigned long long)(i);
-    const long long v188_c2 = (long long)(v188_rem % (unsigned long long)(260LL)); v188_rem /= (unsigned long long)(260LL);
+    const long long v188_c2 = j;
+    unsigned long long v188_rem = (unsigned long long)(r);
     const long long v188_c1 = (long long)(v188_rem % (unsigned long long)(64LL)); v188_rem /= (unsigned long long)(64LL);
     const long long v188_c0 = (long long)v188_rem;
     const float v188 = (v188_c2 >= 0 && v188_c2 < 256) ? in0[(((v188_c0) * 64LL + v188_c1) * 256LL + (v188_c2 >= 0 && v188_c2 < 256 ? v188_c2 - 0 : 0))] : 0.0f;
@@ -14989,8 +15003,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v190_rem = (unsigned long long)(i);
-    const long long v190_c2 = (long long)(v190_rem % (unsigned long long)(256LL)); v190_rem /= (unsigned long long)(256LL);
+    const long long v190_c2 = j;
+    unsigned long long v190_rem = (unsigned long long)(r);
     const long long v190_c1 = (long long)(v190_rem % (unsigned long long)(64LL)); v190_rem /= (unsigned long long)(64LL);
     const long long v190_c0 = (long long)v190_rem;
     const float v190 = in0[(((v190_c0) * 64LL + v190_c1) * 260LL + v190_c2 + 0)];
@@ -15013,11 +15027,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_s
 
 // dropout_fwd_12_2 computes:
 //   v193 = dropout <f32[B,64,256]> v192 {f=0.1 i=12}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_12_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a192 = in0[i];
-    float v193 = (s_train ? a192 * ngen_dropout(s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a192);
+    float v193 = (a192 * ngen_dropout_if(s_train, s_seed, s_step, 12u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v193;
   }
 }
@@ -15040,8 +15054,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v197_rem = (unsigned long long)(i);
-    const long long v197_c2 = (long long)(v197_rem % (unsigned long long)(1LL)); v197_rem /= (unsigned long long)(1LL);
+    const long long v197_c2 = j;
+    unsigned long long v197_rem = (unsigned long long)(r);
     const long long v197_c1 = (long long)(v197_rem % (unsigned long long)(64LL)); v197_rem /= (unsigned long long)(64LL);
     const long long v197_c0 = (long long)v197_rem;
     const float v197 = in0[(((v197_c0) * 64LL + v197_c1) * 256LL + v197_c2 + 0)];
@@ -15215,8 +15229,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v213_rem = (unsigned long long)(i);
-    const long long v213_c1 = (long long)(v213_rem % (unsigned long long)(256LL)); v213_rem /= (unsigned long long)(256LL);
+    const long long v213_c1 = j;
+    unsigned long long v213_rem = (unsigned long long)(r);
     const long long v213_c0 = (long long)v213_rem;
     const float v213 = in0[((v213_c0 + 0) * 256LL + v213_c1)];
     out0[i] = v213;
@@ -15254,8 +15268,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v217_rem = (unsigned long long)(i);
-    const long long v217_c1 = (long long)(v217_rem % (unsigned long long)(256LL)); v217_rem /= (unsigned long long)(256LL);
+    const long long v217_c1 = j;
+    unsigned long long v217_rem = (unsigned long long)(r);
     const long long v217_c0 = (long long)v217_rem;
     const float v217 = in0[((v217_c0 + 256) * 256LL + v217_c1)];
     out0[i] = v217;
@@ -15293,8 +15307,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v222_rem = (unsigned long long)(i);
-    const long long v222_c3 = (long long)(v222_rem % (unsigned long long)(64LL)); v222_rem /= (unsigned long long)(64LL);
+    const long long v222_c3 = j;
+    unsigned long long v222_rem = (unsigned long long)(r);
     const long long v222_c2 = (long long)(v222_rem % (unsigned long long)(64LL)); v222_rem /= (unsigned long long)(64LL);
     const long long v222_c1 = (long long)(v222_rem % (unsigned long long)(4LL)); v222_rem /= (unsigned long long)(4LL);
     const long long v222_c0 = (long long)v222_rem;
@@ -15309,8 +15323,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v223_rem = (unsigned long long)(i);
-    const long long v223_c2 = (long long)(v223_rem % (unsigned long long)(256LL)); v223_rem /= (unsigned long long)(256LL);
+    const long long v223_c2 = j;
+    unsigned long long v223_rem = (unsigned long long)(r);
     const long long v223_c1 = (long long)(v223_rem % (unsigned long long)(64LL)); v223_rem /= (unsigned long long)(64LL);
     const long long v223_c0 = (long long)v223_rem;
     const float v223 = in0[(((v223_c0) * 64LL + v223_c1) * 512LL + v223_c2 + 0)];
@@ -15324,8 +15338,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v225_rem = (unsigned long long)(i);
-    const long long v225_c3 = (long long)(v225_rem % (unsigned long long)(64LL)); v225_rem /= (unsigned long long)(64LL);
+    const long long v225_c3 = j;
+    unsigned long long v225_rem = (unsigned long long)(r);
     const long long v225_c2 = (long long)(v225_rem % (unsigned long long)(64LL)); v225_rem /= (unsigned long long)(64LL);
     const long long v225_c1 = (long long)(v225_rem % (unsigned long long)(4LL)); v225_rem /= (unsigned long long)(4LL);
     const long long v225_c0 = (long long)v225_rem;
@@ -15340,8 +15354,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v226_rem = (unsigned long long)(i);
-    const long long v226_c2 = (long long)(v226_rem % (unsigned long long)(256LL)); v226_rem /= (unsigned long long)(256LL);
+    const long long v226_c2 = j;
+    unsigned long long v226_rem = (unsigned long long)(r);
     const long long v226_c1 = (long long)(v226_rem % (unsigned long long)(64LL)); v226_rem /= (unsigned long long)(64LL);
     const long long v226_c0 = (long long)v226_rem;
     const float v226 = in0[(((v226_c0) * 64LL + v226_c1) * 512LL + v226_c2 + 256)];
@@ -15355,8 +15369,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v228_rem = (unsigned long long)(i);
-    const long long v228_c3 = (long long)(v228_rem % (unsigned long long)(64LL)); v228_rem /= (unsigned long long)(64LL);
+    const long long v228_c3 = j;
+    unsigned long long v228_rem = (unsigned long long)(r);
     const long long v228_c2 = (long long)(v228_rem % (unsigned long long)(64LL)); v228_rem /= (unsigned long long)(64LL);
     const long long v228_c1 = (long long)(v228_rem % (unsigned long long)(4LL)); v228_rem /= (unsigned long long)(4LL);
     const long long v228_c0 = (long long)v228_rem;
@@ -15422,11 +15436,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_4_2(const float * 
 
 // dropout_fwd_13_2 computes:
 //   v232 = dropout <f32[B,4,64,64]> v231 {f=0.1 i=13}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_13_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a231 = in0[i];
-    float v232 = (s_train ? a231 * ngen_dropout(s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a231);
+    float v232 = (a231 * ngen_dropout_if(s_train, s_seed, s_step, 13u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v232;
   }
 }
@@ -15437,8 +15451,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v234_rem = (unsigned long long)(i);
-    const long long v234_c3 = (long long)(v234_rem % (unsigned long long)(64LL)); v234_rem /= (unsigned long long)(64LL);
+    const long long v234_c3 = j;
+    unsigned long long v234_rem = (unsigned long long)(r);
     const long long v234_c2 = (long long)(v234_rem % (unsigned long long)(4LL)); v234_rem /= (unsigned long long)(4LL);
     const long long v234_c1 = (long long)(v234_rem % (unsigned long long)(64LL)); v234_rem /= (unsigned long long)(64LL);
     const long long v234_c0 = (long long)v234_rem;
@@ -15453,8 +15467,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4_2(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v236_rem = (unsigned long long)(i);
-    const long long v236_c2 = (long long)(v236_rem % (unsigned long long)(260LL)); v236_rem /= (unsigned long long)(260LL);
+    const long long v236_c2 = j;
+    unsigned long long v236_rem = (unsigned long long)(r);
     const long long v236_c1 = (long long)(v236_rem % (unsigned long long)(64LL)); v236_rem /= (unsigned long long)(64LL);
     const long long v236_c0 = (long long)v236_rem;
     const float v236 = (v236_c2 >= 0 && v236_c2 < 256) ? in0[(((v236_c0) * 64LL + v236_c1) * 256LL + (v236_c2 >= 0 && v236_c2 < 256 ? v236_c2 - 0 : 0))] : 0.0f;
@@ -15468,8 +15482,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v238_rem = (unsigned long long)(i);
-    const long long v238_c2 = (long long)(v238_rem % (unsigned long long)(256LL)); v238_rem /= (unsigned long long)(256LL);
+    const long long v238_c2 = j;
+    unsigned long long v238_rem = (unsigned long long)(r);
     const long long v238_c1 = (long long)(v238_rem % (unsigned long long)(64LL)); v238_rem /= (unsigned long long)(64LL);
     const long long v238_c0 = (long long)v238_rem;
     const float v238 = in0[(((v238_c0) * 64LL + v238_c1) * 260LL + v238_c2 + 0)];
@@ -15492,11 +15506,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
 
 // dropout_fwd_14_2 computes:
 //   v241 = dropout <f32[B,64,256]> v240 {f=0.1 i=14}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_14_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a240 = in0[i];
-    float v241 = (s_train ? a240 * ngen_dropout(s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a240);
+    float v241 = (a240 * ngen_dropout_if(s_train, s_seed, s_step, 14u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v241;
   }
 }
@@ -15519,8 +15533,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v245_rem = (unsigned long long)(i);
-    const long long v245_c2 = (long long)(v245_rem % (unsigned long long)(1LL)); v245_rem /= (unsigned long long)(1LL);
+    const long long v245_c2 = j;
+    unsigned long long v245_rem = (unsigned long long)(r);
     const long long v245_c1 = (long long)(v245_rem % (unsigned long long)(64LL)); v245_rem /= (unsigned long long)(64LL);
     const long long v245_c0 = (long long)v245_rem;
     const float v245 = in0[(((v245_c0) * 64LL + v245_c1) * 256LL + v245_c2 + 0)];
@@ -15714,11 +15728,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __r
 
 // dropout_fwd_15_2 computes:
 //   v262 = dropout <f32[B,64,1024]> v261 {f=0.1 i=15}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_15_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a261 = in0[i];
-    float v262 = (s_train ? a261 * ngen_dropout(s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a261);
+    float v262 = (a261 * ngen_dropout_if(s_train, s_seed, s_step, 15u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v262;
   }
 }
@@ -15738,11 +15752,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_l
 
 // dropout_fwd_16_2 computes:
 //   v267 = dropout <f32[B,64,256]> v266 {f=0.1 i=16}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_16_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a266 = in0[i];
-    float v267 = (s_train ? a266 * ngen_dropout(s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a266);
+    float v267 = (a266 * ngen_dropout_if(s_train, s_seed, s_step, 16u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v267;
   }
 }
@@ -15765,8 +15779,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v271_rem = (unsigned long long)(i);
-    const long long v271_c2 = (long long)(v271_rem % (unsigned long long)(1LL)); v271_rem /= (unsigned long long)(1LL);
+    const long long v271_c2 = j;
+    unsigned long long v271_rem = (unsigned long long)(r);
     const long long v271_c1 = (long long)(v271_rem % (unsigned long long)(64LL)); v271_rem /= (unsigned long long)(64LL);
     const long long v271_c0 = (long long)v271_rem;
     const float v271 = in0[(((v271_c0) * 64LL + v271_c1) * 256LL + v271_c2 + 0)];
@@ -15953,8 +15967,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v289_rem = (unsigned long long)(i);
-    const long long v289_c2 = (long long)(v289_rem % (unsigned long long)(256LL)); v289_rem /= (unsigned long long)(256LL);
+    const long long v289_c2 = j;
+    unsigned long long v289_rem = (unsigned long long)(r);
     const long long v289_c1 = (long long)(v289_rem % (unsigned long long)(64LL)); v289_rem /= (unsigned long long)(64LL);
     const long long v289_c0 = (long long)v289_rem;
     const float v289 = in0[(((v289_c0) * 64LL + v289_c1) * 768LL + v289_c2 + 0)];
@@ -15968,8 +15982,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_17_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v291_rem = (unsigned long long)(i);
-    const long long v291_c3 = (long long)(v291_rem % (unsigned long long)(64LL)); v291_rem /= (unsigned long long)(64LL);
+    const long long v291_c3 = j;
+    unsigned long long v291_rem = (unsigned long long)(r);
     const long long v291_c2 = (long long)(v291_rem % (unsigned long long)(64LL)); v291_rem /= (unsigned long long)(64LL);
     const long long v291_c1 = (long long)(v291_rem % (unsigned long long)(4LL)); v291_rem /= (unsigned long long)(4LL);
     const long long v291_c0 = (long long)v291_rem;
@@ -15984,8 +15998,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_27_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v292_rem = (unsigned long long)(i);
-    const long long v292_c2 = (long long)(v292_rem % (unsigned long long)(256LL)); v292_rem /= (unsigned long long)(256LL);
+    const long long v292_c2 = j;
+    unsigned long long v292_rem = (unsigned long long)(r);
     const long long v292_c1 = (long long)(v292_rem % (unsigned long long)(64LL)); v292_rem /= (unsigned long long)(64LL);
     const long long v292_c0 = (long long)v292_rem;
     const float v292 = in0[(((v292_c0) * 64LL + v292_c1) * 768LL + v292_c2 + 256)];
@@ -15999,8 +16013,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_18_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v294_rem = (unsigned long long)(i);
-    const long long v294_c3 = (long long)(v294_rem % (unsigned long long)(64LL)); v294_rem /= (unsigned long long)(64LL);
+    const long long v294_c3 = j;
+    unsigned long long v294_rem = (unsigned long long)(r);
     const long long v294_c2 = (long long)(v294_rem % (unsigned long long)(64LL)); v294_rem /= (unsigned long long)(64LL);
     const long long v294_c1 = (long long)(v294_rem % (unsigned long long)(4LL)); v294_rem /= (unsigned long long)(4LL);
     const long long v294_c0 = (long long)v294_rem;
@@ -16015,8 +16029,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_28_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v295_rem = (unsigned long long)(i);
-    const long long v295_c2 = (long long)(v295_rem % (unsigned long long)(256LL)); v295_rem /= (unsigned long long)(256LL);
+    const long long v295_c2 = j;
+    unsigned long long v295_rem = (unsigned long long)(r);
     const long long v295_c1 = (long long)(v295_rem % (unsigned long long)(64LL)); v295_rem /= (unsigned long long)(64LL);
     const long long v295_c0 = (long long)v295_rem;
     const float v295 = in0[(((v295_c0) * 64LL + v295_c1) * 768LL + v295_c2 + 512)];
@@ -16030,8 +16044,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_19_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v297_rem = (unsigned long long)(i);
-    const long long v297_c3 = (long long)(v297_rem % (unsigned long long)(64LL)); v297_rem /= (unsigned long long)(64LL);
+    const long long v297_c3 = j;
+    unsigned long long v297_rem = (unsigned long long)(r);
     const long long v297_c2 = (long long)(v297_rem % (unsigned long long)(64LL)); v297_rem /= (unsigned long long)(64LL);
     const long long v297_c1 = (long long)(v297_rem % (unsigned long long)(4LL)); v297_rem /= (unsigned long long)(4LL);
     const long long v297_c0 = (long long)v297_rem;
@@ -16098,11 +16112,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_5_2(const float * 
 
 // dropout_fwd_17_2 computes:
 //   v301 = dropout <f32[B,4,64,64]> v300 {f=0.1 i=17}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_17_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a300 = in0[i];
-    float v301 = (s_train ? a300 * ngen_dropout(s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a300);
+    float v301 = (a300 * ngen_dropout_if(s_train, s_seed, s_step, 17u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v301;
   }
 }
@@ -16113,8 +16127,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_20_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v303_rem = (unsigned long long)(i);
-    const long long v303_c3 = (long long)(v303_rem % (unsigned long long)(64LL)); v303_rem /= (unsigned long long)(64LL);
+    const long long v303_c3 = j;
+    unsigned long long v303_rem = (unsigned long long)(r);
     const long long v303_c2 = (long long)(v303_rem % (unsigned long long)(4LL)); v303_rem /= (unsigned long long)(4LL);
     const long long v303_c1 = (long long)(v303_rem % (unsigned long long)(64LL)); v303_rem /= (unsigned long long)(64LL);
     const long long v303_c0 = (long long)v303_rem;
@@ -16129,8 +16143,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_5_2(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v305_rem = (unsigned long long)(i);
-    const long long v305_c2 = (long long)(v305_rem % (unsigned long long)(260LL)); v305_rem /= (unsigned long long)(260LL);
+    const long long v305_c2 = j;
+    unsigned long long v305_rem = (unsigned long long)(r);
     const long long v305_c1 = (long long)(v305_rem % (unsigned long long)(64LL)); v305_rem /= (unsigned long long)(64LL);
     const long long v305_c0 = (long long)v305_rem;
     const float v305 = (v305_c2 >= 0 && v305_c2 < 256) ? in0[(((v305_c0) * 64LL + v305_c1) * 256LL + (v305_c2 >= 0 && v305_c2 < 256 ? v305_c2 - 0 : 0))] : 0.0f;
@@ -16144,8 +16158,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_29_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v307_rem = (unsigned long long)(i);
-    const long long v307_c2 = (long long)(v307_rem % (unsigned long long)(256LL)); v307_rem /= (unsigned long long)(256LL);
+    const long long v307_c2 = j;
+    unsigned long long v307_rem = (unsigned long long)(r);
     const long long v307_c1 = (long long)(v307_rem % (unsigned long long)(64LL)); v307_rem /= (unsigned long long)(64LL);
     const long long v307_c0 = (long long)v307_rem;
     const float v307 = in0[(((v307_c0) * 64LL + v307_c1) * 260LL + v307_c2 + 0)];
@@ -16168,11 +16182,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_s
 
 // dropout_fwd_18_2 computes:
 //   v310 = dropout <f32[B,64,256]> v309 {f=0.1 i=18}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_18_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a309 = in0[i];
-    float v310 = (s_train ? a309 * ngen_dropout(s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a309);
+    float v310 = (a309 * ngen_dropout_if(s_train, s_seed, s_step, 18u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v310;
   }
 }
@@ -16195,8 +16209,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_30_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v314_rem = (unsigned long long)(i);
-    const long long v314_c2 = (long long)(v314_rem % (unsigned long long)(1LL)); v314_rem /= (unsigned long long)(1LL);
+    const long long v314_c2 = j;
+    unsigned long long v314_rem = (unsigned long long)(r);
     const long long v314_c1 = (long long)(v314_rem % (unsigned long long)(64LL)); v314_rem /= (unsigned long long)(64LL);
     const long long v314_c0 = (long long)v314_rem;
     const float v314 = in0[(((v314_c0) * 64LL + v314_c1) * 256LL + v314_c2 + 0)];
@@ -16370,8 +16384,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v330_rem = (unsigned long long)(i);
-    const long long v330_c1 = (long long)(v330_rem % (unsigned long long)(256LL)); v330_rem /= (unsigned long long)(256LL);
+    const long long v330_c1 = j;
+    unsigned long long v330_rem = (unsigned long long)(r);
     const long long v330_c0 = (long long)v330_rem;
     const float v330 = in0[((v330_c0 + 0) * 256LL + v330_c1)];
     out0[i] = v330;
@@ -16409,8 +16423,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v334_rem = (unsigned long long)(i);
-    const long long v334_c1 = (long long)(v334_rem % (unsigned long long)(256LL)); v334_rem /= (unsigned long long)(256LL);
+    const long long v334_c1 = j;
+    unsigned long long v334_rem = (unsigned long long)(r);
     const long long v334_c0 = (long long)v334_rem;
     const float v334 = in0[((v334_c0 + 256) * 256LL + v334_c1)];
     out0[i] = v334;
@@ -16448,8 +16462,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_21_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v339_rem = (unsigned long long)(i);
-    const long long v339_c3 = (long long)(v339_rem % (unsigned long long)(64LL)); v339_rem /= (unsigned long long)(64LL);
+    const long long v339_c3 = j;
+    unsigned long long v339_rem = (unsigned long long)(r);
     const long long v339_c2 = (long long)(v339_rem % (unsigned long long)(64LL)); v339_rem /= (unsigned long long)(64LL);
     const long long v339_c1 = (long long)(v339_rem % (unsigned long long)(4LL)); v339_rem /= (unsigned long long)(4LL);
     const long long v339_c0 = (long long)v339_rem;
@@ -16464,8 +16478,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_31_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v340_rem = (unsigned long long)(i);
-    const long long v340_c2 = (long long)(v340_rem % (unsigned long long)(256LL)); v340_rem /= (unsigned long long)(256LL);
+    const long long v340_c2 = j;
+    unsigned long long v340_rem = (unsigned long long)(r);
     const long long v340_c1 = (long long)(v340_rem % (unsigned long long)(64LL)); v340_rem /= (unsigned long long)(64LL);
     const long long v340_c0 = (long long)v340_rem;
     const float v340 = in0[(((v340_c0) * 64LL + v340_c1) * 512LL + v340_c2 + 0)];
@@ -16479,8 +16493,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_22_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v342_rem = (unsigned long long)(i);
-    const long long v342_c3 = (long long)(v342_rem % (unsigned long long)(64LL)); v342_rem /= (unsigned long long)(64LL);
+    const long long v342_c3 = j;
+    unsigned long long v342_rem = (unsigned long long)(r);
     const long long v342_c2 = (long long)(v342_rem % (unsigned long long)(64LL)); v342_rem /= (unsigned long long)(64LL);
     const long long v342_c1 = (long long)(v342_rem % (unsigned long long)(4LL)); v342_rem /= (unsigned long long)(4LL);
     const long long v342_c0 = (long long)v342_rem;
@@ -16495,8 +16509,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_32_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v343_rem = (unsigned long long)(i);
-    const long long v343_c2 = (long long)(v343_rem % (unsigned long long)(256LL)); v343_rem /= (unsigned long long)(256LL);
+    const long long v343_c2 = j;
+    unsigned long long v343_rem = (unsigned long long)(r);
     const long long v343_c1 = (long long)(v343_rem % (unsigned long long)(64LL)); v343_rem /= (unsigned long long)(64LL);
     const long long v343_c0 = (long long)v343_rem;
     const float v343 = in0[(((v343_c0) * 64LL + v343_c1) * 512LL + v343_c2 + 256)];
@@ -16510,8 +16524,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_23_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v345_rem = (unsigned long long)(i);
-    const long long v345_c3 = (long long)(v345_rem % (unsigned long long)(64LL)); v345_rem /= (unsigned long long)(64LL);
+    const long long v345_c3 = j;
+    unsigned long long v345_rem = (unsigned long long)(r);
     const long long v345_c2 = (long long)(v345_rem % (unsigned long long)(64LL)); v345_rem /= (unsigned long long)(64LL);
     const long long v345_c1 = (long long)(v345_rem % (unsigned long long)(4LL)); v345_rem /= (unsigned long long)(4LL);
     const long long v345_c0 = (long long)v345_rem;
@@ -16577,11 +16591,11 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_6_2(const float * 
 
 // dropout_fwd_19_2 computes:
 //   v349 = dropout <f32[B,4,64,64]> v348 {f=0.1 i=19}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_19_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_19_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a348 = in0[i];
-    float v349 = (s_train ? a348 * ngen_dropout(s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f) : a348);
+    float v349 = (a348 * ngen_dropout_if(s_train, s_seed, s_step, 19u, (i + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v349;
   }
 }
@@ -16592,8 +16606,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_24_2(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v351_rem = (unsigned long long)(i);
-    const long long v351_c3 = (long long)(v351_rem % (unsigned long long)(64LL)); v351_rem /= (unsigned long long)(64LL);
+    const long long v351_c3 = j;
+    unsigned long long v351_rem = (unsigned long long)(r);
     const long long v351_c2 = (long long)(v351_rem % (unsigned long long)(4LL)); v351_rem /= (unsigned long long)(4LL);
     const long long v351_c1 = (long long)(v351_rem % (unsigned long long)(64LL)); v351_rem /= (unsigned long long)(64LL);
     const long long v351_c0 = (long long)v351_rem;
@@ -16608,8 +16622,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_6_2(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v353_rem = (unsigned long long)(i);
-    const long long v353_c2 = (long long)(v353_rem % (unsigned long long)(260LL)); v353_rem /= (unsigned long long)(260LL);
+    const long long v353_c2 = j;
+    unsigned long long v353_rem = (unsigned long long)(r);
     const long long v353_c1 = (long long)(v353_rem % (unsigned long long)(64LL)); v353_rem /= (unsigned long long)(64LL);
     const long long v353_c0 = (long long)v353_rem;
     const float v353 = (v353_c2 >= 0 && v353_c2 < 256) ? in0[(((v353_c0) * 64LL + v353_c1) * 256LL + (v353_c2 >= 0 && v353_c2 < 256 ? v353_c2 - 0 : 0))] : 0.0f;
@@ -16623,8 +16637,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_33_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v355_rem = (unsigned long long)(i);
-    const long long v355_c2 = (long long)(v355_rem % (unsigned long long)(256LL)); v355_rem /= (unsigned long long)(256LL);
+    const long long v355_c2 = j;
+    unsigned long long v355_rem = (unsigned long long)(r);
     const long long v355_c1 = (long long)(v355_rem % (unsigned long long)(64LL)); v355_rem /= (unsigned long long)(64LL);
     const long long v355_c0 = (long long)v355_rem;
     const float v355 = in0[(((v355_c0) * 64LL + v355_c1) * 260LL + v355_c2 + 0)];
@@ -16647,11 +16661,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
 
 // dropout_fwd_20_2 computes:
 //   v358 = dropout <f32[B,64,256]> v357 {f=0.1 i=20}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_20_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_20_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a357 = in0[i];
-    float v358 = (s_train ? a357 * ngen_dropout(s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a357);
+    float v358 = (a357 * ngen_dropout_if(s_train, s_seed, s_step, 20u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v358;
   }
 }
@@ -16674,8 +16688,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_34_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v362_rem = (unsigned long long)(i);
-    const long long v362_c2 = (long long)(v362_rem % (unsigned long long)(1LL)); v362_rem /= (unsigned long long)(1LL);
+    const long long v362_c2 = j;
+    unsigned long long v362_rem = (unsigned long long)(r);
     const long long v362_c1 = (long long)(v362_rem % (unsigned long long)(64LL)); v362_rem /= (unsigned long long)(64LL);
     const long long v362_c0 = (long long)v362_rem;
     const float v362 = in0[(((v362_c0) * 64LL + v362_c1) * 256LL + v362_c2 + 0)];
@@ -16869,11 +16883,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4_2(const float * __r
 
 // dropout_fwd_21_2 computes:
 //   v379 = dropout <f32[B,64,1024]> v378 {f=0.1 i=21}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_21_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_21_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a378 = in0[i];
-    float v379 = (s_train ? a378 * ngen_dropout(s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f) : a378);
+    float v379 = (a378 * ngen_dropout_if(s_train, s_seed, s_step, 21u, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v379;
   }
 }
@@ -16893,11 +16907,11 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_l
 
 // dropout_fwd_22_2 computes:
 //   v384 = dropout <f32[B,64,256]> v383 {f=0.1 i=22}  # models/transformer/model.go:65
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_22_2(const float * __restrict__ in0, float * __restrict__ out0, int B, int s_train, unsigned long long s_seed, unsigned long long s_step, long long s_row0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_22_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a383 = in0[i];
-    float v384 = (s_train ? a383 * ngen_dropout(s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f) : a383);
+    float v384 = (a383 * ngen_dropout_if(s_train, s_seed, s_step, 22u, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v384;
   }
 }
@@ -16920,8 +16934,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_35_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v388_rem = (unsigned long long)(i);
-    const long long v388_c2 = (long long)(v388_rem % (unsigned long long)(1LL)); v388_rem /= (unsigned long long)(1LL);
+    const long long v388_c2 = j;
+    unsigned long long v388_rem = (unsigned long long)(r);
     const long long v388_c1 = (long long)(v388_rem % (unsigned long long)(64LL)); v388_rem /= (unsigned long long)(64LL);
     const long long v388_c0 = (long long)v388_rem;
     const float v388 = in0[(((v388_c0) * 64LL + v388_c1) * 256LL + v388_c2 + 0)];
@@ -17095,8 +17109,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_36_2(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v402_rem = (unsigned long long)(i);
-    const long long v402_c2 = (long long)(v402_rem % (unsigned long long)(1LL)); v402_rem /= (unsigned long long)(1LL);
+    const long long v402_c2 = j;
+    unsigned long long v402_rem = (unsigned long long)(r);
     const long long v402_c1 = (long long)(v402_rem % (unsigned long long)(64LL)); v402_rem /= (unsigned long long)(64LL);
     const long long v402_c0 = (long long)v402_rem;
     const float v402 = in0[(((v402_c0) * 64LL + v402_c1) * 256LL + v402_c2 + 0)];
@@ -17309,8 +17323,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_38(const float * __r
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v6_rem = (unsigned long long)(i);
-    const long long v6_c1 = (long long)(v6_rem % (unsigned long long)(256LL)); v6_rem /= (unsigned long long)(256LL);
+    const long long v6_c1 = j;
+    unsigned long long v6_rem = (unsigned long long)(r);
     const long long v6_c0 = (long long)v6_rem;
     const float v6 = in0[((v6_c0 + 0) * 256LL + v6_c1)];
     out0[i] = v6;
@@ -17362,8 +17376,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_3(const float * __
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v10_rem = (unsigned long long)(i);
-    const long long v10_c1 = (long long)(v10_rem % (unsigned long long)(256LL)); v10_rem /= (unsigned long long)(256LL);
+    const long long v10_c1 = j;
+    unsigned long long v10_rem = (unsigned long long)(r);
     const long long v10_c0 = (long long)v10_rem;
     const float v10 = in0[((v10_c0 + 0) * 256LL + v10_c1)];
     out0[i] = v10;
@@ -17402,8 +17416,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v18_rem = (unsigned long long)(i);
-    const long long v18_c2 = (long long)(v18_rem % (unsigned long long)(256LL)); v18_rem /= (unsigned long long)(256LL);
+    const long long v18_c2 = j;
+    unsigned long long v18_rem = (unsigned long long)(r);
     const long long v18_c1 = (long long)(v18_rem % (unsigned long long)(64LL)); v18_rem /= (unsigned long long)(64LL);
     const long long v18_c0 = (long long)v18_rem;
     const float v18 = in0[(((v18_c0) * 64LL + v18_c1) * 768LL + v18_c2 + 0)];
@@ -17417,8 +17431,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_26(const float * _
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v20_rem = (unsigned long long)(i);
-    const long long v20_c3 = (long long)(v20_rem % (unsigned long long)(64LL)); v20_rem /= (unsigned long long)(64LL);
+    const long long v20_c3 = j;
+    unsigned long long v20_rem = (unsigned long long)(r);
     const long long v20_c2 = (long long)(v20_rem % (unsigned long long)(64LL)); v20_rem /= (unsigned long long)(64LL);
     const long long v20_c1 = (long long)(v20_rem % (unsigned long long)(4LL)); v20_rem /= (unsigned long long)(4LL);
     const long long v20_c0 = (long long)v20_rem;
@@ -17433,8 +17447,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v21_rem = (unsigned long long)(i);
-    const long long v21_c2 = (long long)(v21_rem % (unsigned long long)(256LL)); v21_rem /= (unsigned long long)(256LL);
+    const long long v21_c2 = j;
+    unsigned long long v21_rem = (unsigned long long)(r);
     const long long v21_c1 = (long long)(v21_rem % (unsigned long long)(64LL)); v21_rem /= (unsigned long long)(64LL);
     const long long v21_c0 = (long long)v21_rem;
     const float v21 = in0[(((v21_c0) * 64LL + v21_c1) * 768LL + v21_c2 + 256)];
@@ -17448,8 +17462,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v23_rem = (unsigned long long)(i);
-    const long long v23_c3 = (long long)(v23_rem % (unsigned long long)(64LL)); v23_rem /= (unsigned long long)(64LL);
+    const long long v23_c3 = j;
+    unsigned long long v23_rem = (unsigned long long)(r);
     const long long v23_c2 = (long long)(v23_rem % (unsigned long long)(64LL)); v23_rem /= (unsigned long long)(64LL);
     const long long v23_c1 = (long long)(v23_rem % (unsigned long long)(4LL)); v23_rem /= (unsigned long long)(4LL);
     const long long v23_c0 = (long long)v23_rem;
@@ -17464,8 +17478,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v24_rem = (unsigned long long)(i);
-    const long long v24_c2 = (long long)(v24_rem % (unsigned long long)(256LL)); v24_rem /= (unsigned long long)(256LL);
+    const long long v24_c2 = j;
+    unsigned long long v24_rem = (unsigned long long)(r);
     const long long v24_c1 = (long long)(v24_rem % (unsigned long long)(64LL)); v24_rem /= (unsigned long long)(64LL);
     const long long v24_c0 = (long long)v24_rem;
     const float v24 = in0[(((v24_c0) * 64LL + v24_c1) * 768LL + v24_c2 + 512)];
@@ -17479,8 +17493,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_3_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v26_rem = (unsigned long long)(i);
-    const long long v26_c3 = (long long)(v26_rem % (unsigned long long)(64LL)); v26_rem /= (unsigned long long)(64LL);
+    const long long v26_c3 = j;
+    unsigned long long v26_rem = (unsigned long long)(r);
     const long long v26_c2 = (long long)(v26_rem % (unsigned long long)(64LL)); v26_rem /= (unsigned long long)(64LL);
     const long long v26_c1 = (long long)(v26_rem % (unsigned long long)(4LL)); v26_rem /= (unsigned long long)(4LL);
     const long long v26_c0 = (long long)v26_rem;
@@ -17550,8 +17564,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_4_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v31_rem = (unsigned long long)(i);
-    const long long v31_c3 = (long long)(v31_rem % (unsigned long long)(64LL)); v31_rem /= (unsigned long long)(64LL);
+    const long long v31_c3 = j;
+    unsigned long long v31_rem = (unsigned long long)(r);
     const long long v31_c2 = (long long)(v31_rem % (unsigned long long)(4LL)); v31_rem /= (unsigned long long)(4LL);
     const long long v31_c1 = (long long)(v31_rem % (unsigned long long)(64LL)); v31_rem /= (unsigned long long)(64LL);
     const long long v31_c0 = (long long)v31_rem;
@@ -17566,8 +17580,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_8(const float * 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v33_rem = (unsigned long long)(i);
-    const long long v33_c2 = (long long)(v33_rem % (unsigned long long)(260LL)); v33_rem /= (unsigned long long)(260LL);
+    const long long v33_c2 = j;
+    unsigned long long v33_rem = (unsigned long long)(r);
     const long long v33_c1 = (long long)(v33_rem % (unsigned long long)(64LL)); v33_rem /= (unsigned long long)(64LL);
     const long long v33_c0 = (long long)v33_rem;
     const float v33 = (v33_c2 >= 0 && v33_c2 < 256) ? in0[(((v33_c0) * 64LL + v33_c1) * 256LL + (v33_c2 >= 0 && v33_c2 < 256 ? v33_c2 - 0 : 0))] : 0.0f;
@@ -17581,8 +17595,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v35_rem = (unsigned long long)(i);
-    const long long v35_c2 = (long long)(v35_rem % (unsigned long long)(256LL)); v35_rem /= (unsigned long long)(256LL);
+    const long long v35_c2 = j;
+    unsigned long long v35_rem = (unsigned long long)(r);
     const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(64LL)); v35_rem /= (unsigned long long)(64LL);
     const long long v35_c0 = (long long)v35_rem;
     const float v35 = in0[(((v35_c0) * 64LL + v35_c1) * 260LL + v35_c2 + 0)];
@@ -17621,8 +17635,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v41_rem = (unsigned long long)(i);
-    const long long v41_c2 = (long long)(v41_rem % (unsigned long long)(1LL)); v41_rem /= (unsigned long long)(1LL);
+    const long long v41_c2 = j;
+    unsigned long long v41_rem = (unsigned long long)(r);
     const long long v41_c1 = (long long)(v41_rem % (unsigned long long)(64LL)); v41_rem /= (unsigned long long)(64LL);
     const long long v41_c0 = (long long)v41_rem;
     const float v41 = in0[(((v41_c0) * 64LL + v41_c1) * 256LL + v41_c2 + 0)];
@@ -17845,8 +17859,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v65_rem = (unsigned long long)(i);
-    const long long v65_c2 = (long long)(v65_rem % (unsigned long long)(1LL)); v65_rem /= (unsigned long long)(1LL);
+    const long long v65_c2 = j;
+    unsigned long long v65_rem = (unsigned long long)(r);
     const long long v65_c1 = (long long)(v65_rem % (unsigned long long)(64LL)); v65_rem /= (unsigned long long)(64LL);
     const long long v65_c0 = (long long)v65_rem;
     const float v65 = in0[(((v65_c0) * 64LL + v65_c1) * 256LL + v65_c2 + 0)];
@@ -18033,8 +18047,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9_3(const float * __
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v83_rem = (unsigned long long)(i);
-    const long long v83_c2 = (long long)(v83_rem % (unsigned long long)(256LL)); v83_rem /= (unsigned long long)(256LL);
+    const long long v83_c2 = j;
+    unsigned long long v83_rem = (unsigned long long)(r);
     const long long v83_c1 = (long long)(v83_rem % (unsigned long long)(64LL)); v83_rem /= (unsigned long long)(64LL);
     const long long v83_c0 = (long long)v83_rem;
     const float v83 = in0[(((v83_c0) * 64LL + v83_c1) * 768LL + v83_c2 + 0)];
@@ -18048,8 +18062,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_5_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v85_rem = (unsigned long long)(i);
-    const long long v85_c3 = (long long)(v85_rem % (unsigned long long)(64LL)); v85_rem /= (unsigned long long)(64LL);
+    const long long v85_c3 = j;
+    unsigned long long v85_rem = (unsigned long long)(r);
     const long long v85_c2 = (long long)(v85_rem % (unsigned long long)(64LL)); v85_rem /= (unsigned long long)(64LL);
     const long long v85_c1 = (long long)(v85_rem % (unsigned long long)(4LL)); v85_rem /= (unsigned long long)(4LL);
     const long long v85_c0 = (long long)v85_rem;
@@ -18064,8 +18078,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v86_rem = (unsigned long long)(i);
-    const long long v86_c2 = (long long)(v86_rem % (unsigned long long)(256LL)); v86_rem /= (unsigned long long)(256LL);
+    const long long v86_c2 = j;
+    unsigned long long v86_rem = (unsigned long long)(r);
     const long long v86_c1 = (long long)(v86_rem % (unsigned long long)(64LL)); v86_rem /= (unsigned long long)(64LL);
     const long long v86_c0 = (long long)v86_rem;
     const float v86 = in0[(((v86_c0) * 64LL + v86_c1) * 768LL + v86_c2 + 256)];
@@ -18079,8 +18093,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_6_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v88_rem = (unsigned long long)(i);
-    const long long v88_c3 = (long long)(v88_rem % (unsigned long long)(64LL)); v88_rem /= (unsigned long long)(64LL);
+    const long long v88_c3 = j;
+    unsigned long long v88_rem = (unsigned long long)(r);
     const long long v88_c2 = (long long)(v88_rem % (unsigned long long)(64LL)); v88_rem /= (unsigned long long)(64LL);
     const long long v88_c1 = (long long)(v88_rem % (unsigned long long)(4LL)); v88_rem /= (unsigned long long)(4LL);
     const long long v88_c0 = (long long)v88_rem;
@@ -18095,8 +18109,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v89_rem = (unsigned long long)(i);
-    const long long v89_c2 = (long long)(v89_rem % (unsigned long long)(256LL)); v89_rem /= (unsigned long long)(256LL);
+    const long long v89_c2 = j;
+    unsigned long long v89_rem = (unsigned long long)(r);
     const long long v89_c1 = (long long)(v89_rem % (unsigned long long)(64LL)); v89_rem /= (unsigned long long)(64LL);
     const long long v89_c0 = (long long)v89_rem;
     const float v89 = in0[(((v89_c0) * 64LL + v89_c1) * 768LL + v89_c2 + 512)];
@@ -18110,8 +18124,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_7_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v91_rem = (unsigned long long)(i);
-    const long long v91_c3 = (long long)(v91_rem % (unsigned long long)(64LL)); v91_rem /= (unsigned long long)(64LL);
+    const long long v91_c3 = j;
+    unsigned long long v91_rem = (unsigned long long)(r);
     const long long v91_c2 = (long long)(v91_rem % (unsigned long long)(64LL)); v91_rem /= (unsigned long long)(64LL);
     const long long v91_c1 = (long long)(v91_rem % (unsigned long long)(4LL)); v91_rem /= (unsigned long long)(4LL);
     const long long v91_c0 = (long long)v91_rem;
@@ -18181,8 +18195,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_8_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v96_rem = (unsigned long long)(i);
-    const long long v96_c3 = (long long)(v96_rem % (unsigned long long)(64LL)); v96_rem /= (unsigned long long)(64LL);
+    const long long v96_c3 = j;
+    unsigned long long v96_rem = (unsigned long long)(r);
     const long long v96_c2 = (long long)(v96_rem % (unsigned long long)(4LL)); v96_rem /= (unsigned long long)(4LL);
     const long long v96_c1 = (long long)(v96_rem % (unsigned long long)(64LL)); v96_rem /= (unsigned long long)(64LL);
     const long long v96_c0 = (long long)v96_rem;
@@ -18197,8 +18211,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_2_3(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v98_rem = (unsigned long long)(i);
-    const long long v98_c2 = (long long)(v98_rem % (unsigned long long)(260LL)); v98_rem /= (unsigned long long)(260LL);
+    const long long v98_c2 = j;
+    unsigned long long v98_rem = (unsigned long long)(r);
     const long long v98_c1 = (long long)(v98_rem % (unsigned long long)(64LL)); v98_rem /= (unsigned long long)(64LL);
     const long long v98_c0 = (long long)v98_rem;
     const float v98 = (v98_c2 >= 0 && v98_c2 < 256) ? in0[(((v98_c0) * 64LL + v98_c1) * 256LL + (v98_c2 >= 0 && v98_c2 < 256 ? v98_c2 - 0 : 0))] : 0.0f;
@@ -18212,8 +18226,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v100_rem = (unsigned long long)(i);
-    const long long v100_c2 = (long long)(v100_rem % (unsigned long long)(256LL)); v100_rem /= (unsigned long long)(256LL);
+    const long long v100_c2 = j;
+    unsigned long long v100_rem = (unsigned long long)(r);
     const long long v100_c1 = (long long)(v100_rem % (unsigned long long)(64LL)); v100_rem /= (unsigned long long)(64LL);
     const long long v100_c0 = (long long)v100_rem;
     const float v100 = in0[(((v100_c0) * 64LL + v100_c1) * 260LL + v100_c2 + 0)];
@@ -18252,8 +18266,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_13_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v106_rem = (unsigned long long)(i);
-    const long long v106_c2 = (long long)(v106_rem % (unsigned long long)(1LL)); v106_rem /= (unsigned long long)(1LL);
+    const long long v106_c2 = j;
+    unsigned long long v106_rem = (unsigned long long)(r);
     const long long v106_c1 = (long long)(v106_rem % (unsigned long long)(64LL)); v106_rem /= (unsigned long long)(64LL);
     const long long v106_c0 = (long long)v106_rem;
     const float v106 = in0[(((v106_c0) * 64LL + v106_c1) * 256LL + v106_c2 + 0)];
@@ -18476,8 +18490,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_14_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v130_rem = (unsigned long long)(i);
-    const long long v130_c2 = (long long)(v130_rem % (unsigned long long)(1LL)); v130_rem /= (unsigned long long)(1LL);
+    const long long v130_c2 = j;
+    unsigned long long v130_rem = (unsigned long long)(r);
     const long long v130_c1 = (long long)(v130_rem % (unsigned long long)(64LL)); v130_rem /= (unsigned long long)(64LL);
     const long long v130_c0 = (long long)v130_rem;
     const float v130 = in0[(((v130_c0) * 64LL + v130_c1) * 256LL + v130_c2 + 0)];
@@ -18651,8 +18665,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_15_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v144_rem = (unsigned long long)(i);
-    const long long v144_c2 = (long long)(v144_rem % (unsigned long long)(1LL)); v144_rem /= (unsigned long long)(1LL);
+    const long long v144_c2 = j;
+    unsigned long long v144_rem = (unsigned long long)(r);
     const long long v144_c1 = (long long)(v144_rem % (unsigned long long)(64LL)); v144_rem /= (unsigned long long)(64LL);
     const long long v144_c0 = (long long)v144_rem;
     const float v144 = in0[(((v144_c0) * 64LL + v144_c1) * 256LL + v144_c2 + 0)];
@@ -18839,8 +18853,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_16_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v162_rem = (unsigned long long)(i);
-    const long long v162_c2 = (long long)(v162_rem % (unsigned long long)(256LL)); v162_rem /= (unsigned long long)(256LL);
+    const long long v162_c2 = j;
+    unsigned long long v162_rem = (unsigned long long)(r);
     const long long v162_c1 = (long long)(v162_rem % (unsigned long long)(64LL)); v162_rem /= (unsigned long long)(64LL);
     const long long v162_c0 = (long long)v162_rem;
     const float v162 = in0[(((v162_c0) * 64LL + v162_c1) * 768LL + v162_c2 + 0)];
@@ -18854,8 +18868,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_9_3(const float * 
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v164_rem = (unsigned long long)(i);
-    const long long v164_c3 = (long long)(v164_rem % (unsigned long long)(64LL)); v164_rem /= (unsigned long long)(64LL);
+    const long long v164_c3 = j;
+    unsigned long long v164_rem = (unsigned long long)(r);
     const long long v164_c2 = (long long)(v164_rem % (unsigned long long)(64LL)); v164_rem /= (unsigned long long)(64LL);
     const long long v164_c1 = (long long)(v164_rem % (unsigned long long)(4LL)); v164_rem /= (unsigned long long)(4LL);
     const long long v164_c0 = (long long)v164_rem;
@@ -18870,8 +18884,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_17_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v165_rem = (unsigned long long)(i);
-    const long long v165_c2 = (long long)(v165_rem % (unsigned long long)(256LL)); v165_rem /= (unsigned long long)(256LL);
+    const long long v165_c2 = j;
+    unsigned long long v165_rem = (unsigned long long)(r);
     const long long v165_c1 = (long long)(v165_rem % (unsigned long long)(64LL)); v165_rem /= (unsigned long long)(64LL);
     const long long v165_c0 = (long long)v165_rem;
     const float v165 = in0[(((v165_c0) * 64LL + v165_c1) * 768LL + v165_c2 + 256)];
@@ -18885,8 +18899,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_10_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v167_rem = (unsigned long long)(i);
-    const long long v167_c3 = (long long)(v167_rem % (unsigned long long)(64LL)); v167_rem /= (unsigned long long)(64LL);
+    const long long v167_c3 = j;
+    unsigned long long v167_rem = (unsigned long long)(r);
     const long long v167_c2 = (long long)(v167_rem % (unsigned long long)(64LL)); v167_rem /= (unsigned long long)(64LL);
     const long long v167_c1 = (long long)(v167_rem % (unsigned long long)(4LL)); v167_rem /= (unsigned long long)(4LL);
     const long long v167_c0 = (long long)v167_rem;
@@ -18901,8 +18915,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_18_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v168_rem = (unsigned long long)(i);
-    const long long v168_c2 = (long long)(v168_rem % (unsigned long long)(256LL)); v168_rem /= (unsigned long long)(256LL);
+    const long long v168_c2 = j;
+    unsigned long long v168_rem = (unsigned long long)(r);
     const long long v168_c1 = (long long)(v168_rem % (unsigned long long)(64LL)); v168_rem /= (unsigned long long)(64LL);
     const long long v168_c0 = (long long)v168_rem;
     const float v168 = in0[(((v168_c0) * 64LL + v168_c1) * 768LL + v168_c2 + 512)];
@@ -18916,8 +18930,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_11_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v170_rem = (unsigned long long)(i);
-    const long long v170_c3 = (long long)(v170_rem % (unsigned long long)(64LL)); v170_rem /= (unsigned long long)(64LL);
+    const long long v170_c3 = j;
+    unsigned long long v170_rem = (unsigned long long)(r);
     const long long v170_c2 = (long long)(v170_rem % (unsigned long long)(64LL)); v170_rem /= (unsigned long long)(64LL);
     const long long v170_c1 = (long long)(v170_rem % (unsigned long long)(4LL)); v170_rem /= (unsigned long long)(4LL);
     const long long v170_c0 = (long long)v170_rem;
@@ -18988,8 +19002,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_12_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v175_rem = (unsigned long long)(i);
-    const long long v175_c3 = (long long)(v175_rem % (unsigned long long)(64LL)); v175_rem /= (unsigned long long)(64LL);
+    const long long v175_c3 = j;
+    unsigned long long v175_rem = (unsigned long long)(r);
     const long long v175_c2 = (long long)(v175_rem % (unsigned long long)(4LL)); v175_rem /= (unsigned long long)(4LL);
     const long long v175_c1 = (long long)(v175_rem % (unsigned long long)(64LL)); v175_rem /= (unsigned long long)(64LL);
     const long long v175_c0 = (long long)v175_rem;
@@ -19004,8 +19018,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_3_3(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v177_rem = (unsigned long long)(i);
-    const long long v177_c2 = (long long)(v177_rem % (unsigned long long)(260LL)); v177_rem /= (unsigned long long)(260LL);
+    const long long v177_c2 = j;
+    unsigned long long v177_rem = (unsigned long long)(r);
     const long long v177_c1 = (long long)(v177_rem % (unsigned long long)(64LL)); v177_rem /= (unsigned long long)(64LL);
     const long long v177_c0 = (long long)v177_rem;
     const float v177 = (v177_c2 >= 0 && v177_c2 < 256) ? in0[(((v177_c0) * 64LL + v177_c1) * 256LL + (v177_c2 >= 0 && v177_c2 < 256 ? v177_c2 - 0 : 0))] : 0.0f;
@@ -19019,8 +19033,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_19_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v179_rem = (unsigned long long)(i);
-    const long long v179_c2 = (long long)(v179_rem % (unsigned long long)(256LL)); v179_rem /= (unsigned long long)(256LL);
+    const long long v179_c2 = j;
+    unsigned long long v179_rem = (unsigned long long)(r);
     const long long v179_c1 = (long long)(v179_rem % (unsigned long long)(64LL)); v179_rem /= (unsigned long long)(64LL);
     const long long v179_c0 = (long long)v179_rem;
     const float v179 = in0[(((v179_c0) * 64LL + v179_c1) * 260LL + v179_c2 + 0)];
@@ -19059,8 +19073,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_20_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v185_rem = (unsigned long long)(i);
-    const long long v185_c2 = (long long)(v185_rem % (unsigned long long)(1LL)); v185_rem /= (unsigned long long)(1LL);
+    const long long v185_c2 = j;
+    unsigned long long v185_rem = (unsigned long long)(r);
     const long long v185_c1 = (long long)(v185_rem % (unsigned long long)(64LL)); v185_rem /= (unsigned long long)(64LL);
     const long long v185_c0 = (long long)v185_rem;
     const float v185 = in0[(((v185_c0) * 64LL + v185_c1) * 256LL + v185_c2 + 0)];
@@ -19234,8 +19248,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v201_rem = (unsigned long long)(i);
-    const long long v201_c1 = (long long)(v201_rem % (unsigned long long)(256LL)); v201_rem /= (unsigned long long)(256LL);
+    const long long v201_c1 = j;
+    unsigned long long v201_rem = (unsigned long long)(r);
     const long long v201_c0 = (long long)v201_rem;
     const float v201 = in0[((v201_c0 + 0) * 256LL + v201_c1)];
     out0[i] = v201;
@@ -19273,8 +19287,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_0_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v205_rem = (unsigned long long)(i);
-    const long long v205_c1 = (long long)(v205_rem % (unsigned long long)(256LL)); v205_rem /= (unsigned long long)(256LL);
+    const long long v205_c1 = j;
+    unsigned long long v205_rem = (unsigned long long)(r);
     const long long v205_c0 = (long long)v205_rem;
     const float v205 = in0[((v205_c0 + 256) * 256LL + v205_c1)];
     out0[i] = v205;
@@ -19312,8 +19326,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_13_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v210_rem = (unsigned long long)(i);
-    const long long v210_c3 = (long long)(v210_rem % (unsigned long long)(64LL)); v210_rem /= (unsigned long long)(64LL);
+    const long long v210_c3 = j;
+    unsigned long long v210_rem = (unsigned long long)(r);
     const long long v210_c2 = (long long)(v210_rem % (unsigned long long)(64LL)); v210_rem /= (unsigned long long)(64LL);
     const long long v210_c1 = (long long)(v210_rem % (unsigned long long)(4LL)); v210_rem /= (unsigned long long)(4LL);
     const long long v210_c0 = (long long)v210_rem;
@@ -19328,8 +19342,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_21_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v211_rem = (unsigned long long)(i);
-    const long long v211_c2 = (long long)(v211_rem % (unsigned long long)(256LL)); v211_rem /= (unsigned long long)(256LL);
+    const long long v211_c2 = j;
+    unsigned long long v211_rem = (unsigned long long)(r);
     const long long v211_c1 = (long long)(v211_rem % (unsigned long long)(64LL)); v211_rem /= (unsigned long long)(64LL);
     const long long v211_c0 = (long long)v211_rem;
     const float v211 = in0[(((v211_c0) * 64LL + v211_c1) * 512LL + v211_c2 + 0)];
@@ -19343,8 +19357,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_14_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v213_rem = (unsigned long long)(i);
-    const long long v213_c3 = (long long)(v213_rem % (unsigned long long)(64LL)); v213_rem /= (unsigned long long)(64LL);
+    const long long v213_c3 = j;
+    unsigned long long v213_rem = (unsigned long long)(r);
     const long long v213_c2 = (long long)(v213_rem % (unsigned long long)(64LL)); v213_rem /= (unsigned long long)(64LL);
     const long long v213_c1 = (long long)(v213_rem % (unsigned long long)(4LL)); v213_rem /= (unsigned long long)(4LL);
     const long long v213_c0 = (long long)v213_rem;
@@ -19359,8 +19373,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_22_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v214_rem = (unsigned long long)(i);
-    const long long v214_c2 = (long long)(v214_rem % (unsigned long long)(256LL)); v214_rem /= (unsigned long long)(256LL);
+    const long long v214_c2 = j;
+    unsigned long long v214_rem = (unsigned long long)(r);
     const long long v214_c1 = (long long)(v214_rem % (unsigned long long)(64LL)); v214_rem /= (unsigned long long)(64LL);
     const long long v214_c0 = (long long)v214_rem;
     const float v214 = in0[(((v214_c0) * 64LL + v214_c1) * 512LL + v214_c2 + 256)];
@@ -19374,8 +19388,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_15_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v216_rem = (unsigned long long)(i);
-    const long long v216_c3 = (long long)(v216_rem % (unsigned long long)(64LL)); v216_rem /= (unsigned long long)(64LL);
+    const long long v216_c3 = j;
+    unsigned long long v216_rem = (unsigned long long)(r);
     const long long v216_c2 = (long long)(v216_rem % (unsigned long long)(64LL)); v216_rem /= (unsigned long long)(64LL);
     const long long v216_c1 = (long long)(v216_rem % (unsigned long long)(4LL)); v216_rem /= (unsigned long long)(4LL);
     const long long v216_c0 = (long long)v216_rem;
@@ -19445,8 +19459,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_16_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v221_rem = (unsigned long long)(i);
-    const long long v221_c3 = (long long)(v221_rem % (unsigned long long)(64LL)); v221_rem /= (unsigned long long)(64LL);
+    const long long v221_c3 = j;
+    unsigned long long v221_rem = (unsigned long long)(r);
     const long long v221_c2 = (long long)(v221_rem % (unsigned long long)(4LL)); v221_rem /= (unsigned long long)(4LL);
     const long long v221_c1 = (long long)(v221_rem % (unsigned long long)(64LL)); v221_rem /= (unsigned long long)(64LL);
     const long long v221_c0 = (long long)v221_rem;
@@ -19461,8 +19475,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_4_3(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v223_rem = (unsigned long long)(i);
-    const long long v223_c2 = (long long)(v223_rem % (unsigned long long)(260LL)); v223_rem /= (unsigned long long)(260LL);
+    const long long v223_c2 = j;
+    unsigned long long v223_rem = (unsigned long long)(r);
     const long long v223_c1 = (long long)(v223_rem % (unsigned long long)(64LL)); v223_rem /= (unsigned long long)(64LL);
     const long long v223_c0 = (long long)v223_rem;
     const float v223 = (v223_c2 >= 0 && v223_c2 < 256) ? in0[(((v223_c0) * 64LL + v223_c1) * 256LL + (v223_c2 >= 0 && v223_c2 < 256 ? v223_c2 - 0 : 0))] : 0.0f;
@@ -19476,8 +19490,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_23_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v225_rem = (unsigned long long)(i);
-    const long long v225_c2 = (long long)(v225_rem % (unsigned long long)(256LL)); v225_rem /= (unsigned long long)(256LL);
+    const long long v225_c2 = j;
+    unsigned long long v225_rem = (unsigned long long)(r);
     const long long v225_c1 = (long long)(v225_rem % (unsigned long long)(64LL)); v225_rem /= (unsigned long long)(64LL);
     const long long v225_c0 = (long long)v225_rem;
     const float v225 = in0[(((v225_c0) * 64LL + v225_c1) * 260LL + v225_c2 + 0)];
@@ -19516,8 +19530,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_24_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v231_rem = (unsigned long long)(i);
-    const long long v231_c2 = (long long)(v231_rem % (unsigned long long)(1LL)); v231_rem /= (unsigned long long)(1LL);
+    const long long v231_c2 = j;
+    unsigned long long v231_rem = (unsigned long long)(r);
     const long long v231_c1 = (long long)(v231_rem % (unsigned long long)(64LL)); v231_rem /= (unsigned long long)(64LL);
     const long long v231_c0 = (long long)v231_rem;
     const float v231 = in0[(((v231_c0) * 64LL + v231_c1) * 256LL + v231_c2 + 0)];
@@ -19740,8 +19754,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_25_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v255_rem = (unsigned long long)(i);
-    const long long v255_c2 = (long long)(v255_rem % (unsigned long long)(1LL)); v255_rem /= (unsigned long long)(1LL);
+    const long long v255_c2 = j;
+    unsigned long long v255_rem = (unsigned long long)(r);
     const long long v255_c1 = (long long)(v255_rem % (unsigned long long)(64LL)); v255_rem /= (unsigned long long)(64LL);
     const long long v255_c0 = (long long)v255_rem;
     const float v255 = in0[(((v255_c0) * 64LL + v255_c1) * 256LL + v255_c2 + 0)];
@@ -19928,8 +19942,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_26_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v273_rem = (unsigned long long)(i);
-    const long long v273_c2 = (long long)(v273_rem % (unsigned long long)(256LL)); v273_rem /= (unsigned long long)(256LL);
+    const long long v273_c2 = j;
+    unsigned long long v273_rem = (unsigned long long)(r);
     const long long v273_c1 = (long long)(v273_rem % (unsigned long long)(64LL)); v273_rem /= (unsigned long long)(64LL);
     const long long v273_c0 = (long long)v273_rem;
     const float v273 = in0[(((v273_c0) * 64LL + v273_c1) * 768LL + v273_c2 + 0)];
@@ -19943,8 +19957,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_17_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v275_rem = (unsigned long long)(i);
-    const long long v275_c3 = (long long)(v275_rem % (unsigned long long)(64LL)); v275_rem /= (unsigned long long)(64LL);
+    const long long v275_c3 = j;
+    unsigned long long v275_rem = (unsigned long long)(r);
     const long long v275_c2 = (long long)(v275_rem % (unsigned long long)(64LL)); v275_rem /= (unsigned long long)(64LL);
     const long long v275_c1 = (long long)(v275_rem % (unsigned long long)(4LL)); v275_rem /= (unsigned long long)(4LL);
     const long long v275_c0 = (long long)v275_rem;
@@ -19959,8 +19973,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_27_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v276_rem = (unsigned long long)(i);
-    const long long v276_c2 = (long long)(v276_rem % (unsigned long long)(256LL)); v276_rem /= (unsigned long long)(256LL);
+    const long long v276_c2 = j;
+    unsigned long long v276_rem = (unsigned long long)(r);
     const long long v276_c1 = (long long)(v276_rem % (unsigned long long)(64LL)); v276_rem /= (unsigned long long)(64LL);
     const long long v276_c0 = (long long)v276_rem;
     const float v276 = in0[(((v276_c0) * 64LL + v276_c1) * 768LL + v276_c2 + 256)];
@@ -19974,8 +19988,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_18_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v278_rem = (unsigned long long)(i);
-    const long long v278_c3 = (long long)(v278_rem % (unsigned long long)(64LL)); v278_rem /= (unsigned long long)(64LL);
+    const long long v278_c3 = j;
+    unsigned long long v278_rem = (unsigned long long)(r);
     const long long v278_c2 = (long long)(v278_rem % (unsigned long long)(64LL)); v278_rem /= (unsigned long long)(64LL);
     const long long v278_c1 = (long long)(v278_rem % (unsigned long long)(4LL)); v278_rem /= (unsigned long long)(4LL);
     const long long v278_c0 = (long long)v278_rem;
@@ -19990,8 +20004,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_28_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v279_rem = (unsigned long long)(i);
-    const long long v279_c2 = (long long)(v279_rem % (unsigned long long)(256LL)); v279_rem /= (unsigned long long)(256LL);
+    const long long v279_c2 = j;
+    unsigned long long v279_rem = (unsigned long long)(r);
     const long long v279_c1 = (long long)(v279_rem % (unsigned long long)(64LL)); v279_rem /= (unsigned long long)(64LL);
     const long long v279_c0 = (long long)v279_rem;
     const float v279 = in0[(((v279_c0) * 64LL + v279_c1) * 768LL + v279_c2 + 512)];
@@ -20005,8 +20019,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_19_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v281_rem = (unsigned long long)(i);
-    const long long v281_c3 = (long long)(v281_rem % (unsigned long long)(64LL)); v281_rem /= (unsigned long long)(64LL);
+    const long long v281_c3 = j;
+    unsigned long long v281_rem = (unsigned long long)(r);
     const long long v281_c2 = (long long)(v281_rem % (unsigned long long)(64LL)); v281_rem /= (unsigned long long)(64LL);
     const long long v281_c1 = (long long)(v281_rem % (unsigned long long)(4LL)); v281_rem /= (unsigned long long)(4LL);
     const long long v281_c0 = (long long)v281_rem;
@@ -20077,8 +20091,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_20_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v286_rem = (unsigned long long)(i);
-    const long long v286_c3 = (long long)(v286_rem % (unsigned long long)(64LL)); v286_rem /= (unsigned long long)(64LL);
+    const long long v286_c3 = j;
+    unsigned long long v286_rem = (unsigned long long)(r);
     const long long v286_c2 = (long long)(v286_rem % (unsigned long long)(4LL)); v286_rem /= (unsigned long long)(4LL);
     const long long v286_c1 = (long long)(v286_rem % (unsigned long long)(64LL)); v286_rem /= (unsigned long long)(64LL);
     const long long v286_c0 = (long long)v286_rem;
@@ -20093,8 +20107,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_5_3(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v288_rem = (unsigned long long)(i);
-    const long long v288_c2 = (long long)(v288_rem % (unsigned long long)(260LL)); v288_rem /= (unsigned long long)(260LL);
+    const long long v288_c2 = j;
+    unsigned long long v288_rem = (unsigned long long)(r);
     const long long v288_c1 = (long long)(v288_rem % (unsigned long long)(64LL)); v288_rem /= (unsigned long long)(64LL);
     const long long v288_c0 = (long long)v288_rem;
     const float v288 = (v288_c2 >= 0 && v288_c2 < 256) ? in0[(((v288_c0) * 64LL + v288_c1) * 256LL + (v288_c2 >= 0 && v288_c2 < 256 ? v288_c2 - 0 : 0))] : 0.0f;
@@ -20108,8 +20122,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_29_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v290_rem = (unsigned long long)(i);
-    const long long v290_c2 = (long long)(v290_rem % (unsigned long long)(256LL)); v290_rem /= (unsigned long long)(256LL);
+    const long long v290_c2 = j;
+    unsigned long long v290_rem = (unsigned long long)(r);
     const long long v290_c1 = (long long)(v290_rem % (unsigned long long)(64LL)); v290_rem /= (unsigned long long)(64LL);
     const long long v290_c0 = (long long)v290_rem;
     const float v290 = in0[(((v290_c0) * 64LL + v290_c1) * 260LL + v290_c2 + 0)];
@@ -20148,8 +20162,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_30_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v296_rem = (unsigned long long)(i);
-    const long long v296_c2 = (long long)(v296_rem % (unsigned long long)(1LL)); v296_rem /= (unsigned long long)(1LL);
+    const long long v296_c2 = j;
+    unsigned long long v296_rem = (unsigned long long)(r);
     const long long v296_c1 = (long long)(v296_rem % (unsigned long long)(64LL)); v296_rem /= (unsigned long long)(64LL);
     const long long v296_c0 = (long long)v296_rem;
     const float v296 = in0[(((v296_c0) * 64LL + v296_c1) * 256LL + v296_c2 + 0)];
@@ -20323,8 +20337,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v312_rem = (unsigned long long)(i);
-    const long long v312_c1 = (long long)(v312_rem % (unsigned long long)(256LL)); v312_rem /= (unsigned long long)(256LL);
+    const long long v312_c1 = j;
+    unsigned long long v312_rem = (unsigned long long)(r);
     const long long v312_c0 = (long long)v312_rem;
     const float v312 = in0[((v312_c0 + 0) * 256LL + v312_c1)];
     out0[i] = v312;
@@ -20362,8 +20376,8 @@ extern "C" __global__ void __launch_bounds__(256) transformer_decoder_layers_1_m
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v316_rem = (unsigned long long)(i);
-    const long long v316_c1 = (long long)(v316_rem % (unsigned long long)(256LL)); v316_rem /= (unsigned long long)(256LL);
+    const long long v316_c1 = j;
+    unsigned long long v316_rem = (unsigned long long)(r);
     const long long v316_c0 = (long long)v316_rem;
     const float v316 = in0[((v316_c0 + 256) * 256LL + v316_c1)];
     out0[i] = v316;
@@ -20401,8 +20415,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_21_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v321_rem = (unsigned long long)(i);
-    const long long v321_c3 = (long long)(v321_rem % (unsigned long long)(64LL)); v321_rem /= (unsigned long long)(64LL);
+    const long long v321_c3 = j;
+    unsigned long long v321_rem = (unsigned long long)(r);
     const long long v321_c2 = (long long)(v321_rem % (unsigned long long)(64LL)); v321_rem /= (unsigned long long)(64LL);
     const long long v321_c1 = (long long)(v321_rem % (unsigned long long)(4LL)); v321_rem /= (unsigned long long)(4LL);
     const long long v321_c0 = (long long)v321_rem;
@@ -20417,8 +20431,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_31_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v322_rem = (unsigned long long)(i);
-    const long long v322_c2 = (long long)(v322_rem % (unsigned long long)(256LL)); v322_rem /= (unsigned long long)(256LL);
+    const long long v322_c2 = j;
+    unsigned long long v322_rem = (unsigned long long)(r);
     const long long v322_c1 = (long long)(v322_rem % (unsigned long long)(64LL)); v322_rem /= (unsigned long long)(64LL);
     const long long v322_c0 = (long long)v322_rem;
     const float v322 = in0[(((v322_c0) * 64LL + v322_c1) * 512LL + v322_c2 + 0)];
@@ -20432,8 +20446,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_22_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v324_rem = (unsigned long long)(i);
-    const long long v324_c3 = (long long)(v324_rem % (unsigned long long)(64LL)); v324_rem /= (unsigned long long)(64LL);
+    const long long v324_c3 = j;
+    unsigned long long v324_rem = (unsigned long long)(r);
     const long long v324_c2 = (long long)(v324_rem % (unsigned long long)(64LL)); v324_rem /= (unsigned long long)(64LL);
     const long long v324_c1 = (long long)(v324_rem % (unsigned long long)(4LL)); v324_rem /= (unsigned long long)(4LL);
     const long long v324_c0 = (long long)v324_rem;
@@ -20448,8 +20462,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_32_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v325_rem = (unsigned long long)(i);
-    const long long v325_c2 = (long long)(v325_rem % (unsigned long long)(256LL)); v325_rem /= (unsigned long long)(256LL);
+    const long long v325_c2 = j;
+    unsigned long long v325_rem = (unsigned long long)(r);
     const long long v325_c1 = (long long)(v325_rem % (unsigned long long)(64LL)); v325_rem /= (unsigned long long)(64LL);
     const long long v325_c0 = (long long)v325_rem;
     const float v325 = in0[(((v325_c0) * 64LL + v325_c1) * 512LL + v325_c2 + 256)];
@@ -20463,8 +20477,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_23_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v327_rem = (unsigned long long)(i);
-    const long long v327_c3 = (long long)(v327_rem % (unsigned long long)(64LL)); v327_rem /= (unsigned long long)(64LL);
+    const long long v327_c3 = j;
+    unsigned long long v327_rem = (unsigned long long)(r);
     const long long v327_c2 = (long long)(v327_rem % (unsigned long long)(64LL)); v327_rem /= (unsigned long long)(64LL);
     const long long v327_c1 = (long long)(v327_rem % (unsigned long long)(4LL)); v327_rem /= (unsigned long long)(4LL);
     const long long v327_c0 = (long long)v327_rem;
@@ -20534,8 +20548,8 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_24_3(const float *
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
     const long long i = r * 64LL + j;
-    unsigned long long v332_rem = (unsigned long long)(i);
-    const long long v332_c3 = (long long)(v332_rem % (unsigned long long)(64LL)); v332_rem /= (unsigned long long)(64LL);
+    const long long v332_c3 = j;
+    unsigned long long v332_rem = (unsigned long long)(r);
     const long long v332_c2 = (long long)(v332_rem % (unsigned long long)(4LL)); v332_rem /= (unsigned long long)(4LL);
     const long long v332_c1 = (long long)(v332_rem % (unsigned long long)(64LL)); v332_rem /= (unsigned long long)(64LL);
     const long long v332_c0 = (long long)v332_rem;
@@ -20550,8 +20564,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd_6_3(const float 
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
     const long long i = r * 260LL + j;
-    unsigned long long v334_rem = (unsigned long long)(i);
-    const long long v334_c2 = (long long)(v334_rem % (unsigned long long)(260LL)); v334_rem /= (unsigned long long)(260LL);
+    const long long v334_c2 = j;
+    unsigned long long v334_rem = (unsigned long long)(r);
     const long long v334_c1 = (long long)(v334_rem % (unsigned long long)(64LL)); v334_rem /= (unsigned long long)(64LL);
     const long long v334_c0 = (long long)v334_rem;
     const float v334 = (v334_c2 >= 0 && v334_c2 < 256) ? in0[(((v334_c0) * 64LL + v334_c1) * 256LL + (v334_c2 >= 0 && v334_c2 < 256 ? v334_c2 - 0 : 0))] : 0.0f;
@@ -20565,8 +20579,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_33_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    unsigned long long v336_rem = (unsigned long long)(i);
-    const long long v336_c2 = (long long)(v336_rem % (unsigned long long)(256LL)); v336_rem /= (unsigned long long)(256LL);
+    const long long v336_c2 = j;
+    unsigned long long v336_rem = (unsigned long long)(r);
     const long long v336_c1 = (long long)(v336_rem % (unsigned long long)(64LL)); v336_rem /= (unsigned long long)(64LL);
     const long long v336_c0 = (long long)v336_rem;
     const float v336 = in0[(((v336_c0) * 64LL + v336_c1) * 260LL + v336_c2 + 0)];
@@ -20605,8 +20619,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_34_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v342_rem = (unsigned long long)(i);
-    const long long v342_c2 = (long long)(v342_rem % (unsigned long long)(1LL)); v342_rem /= (unsigned long long)(1LL);
+    const long long v342_c2 = j;
+    unsigned long long v342_rem = (unsigned long long)(r);
     const long long v342_c1 = (long long)(v342_rem % (unsigned long long)(64LL)); v342_rem /= (unsigned long long)(64LL);
     const long long v342_c0 = (long long)v342_rem;
     const float v342 = in0[(((v342_c0) * 64LL + v342_c1) * 256LL + v342_c2 + 0)];
@@ -20829,8 +20843,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_35_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v366_rem = (unsigned long long)(i);
-    const long long v366_c2 = (long long)(v366_rem % (unsigned long long)(1LL)); v366_rem /= (unsigned long long)(1LL);
+    const long long v366_c2 = j;
+    unsigned long long v366_rem = (unsigned long long)(r);
     const long long v366_c1 = (long long)(v366_rem % (unsigned long long)(64LL)); v366_rem /= (unsigned long long)(64LL);
     const long long v366_c0 = (long long)v366_rem;
     const float v366 = in0[(((v366_c0) * 64LL + v366_c1) * 256LL + v366_c2 + 0)];
@@ -21004,8 +21018,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_36_3(const float * _
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
     const long long i = r * 1LL + j;
-    unsigned long long v380_rem = (unsigned long long)(i);
-    const long long v380_c2 = (long long)(v380_rem % (unsigned long long)(1LL)); v380_rem /= (unsigned long long)(1LL);
+    const long long v380_c2 = j;
+    unsigned long long v380_rem = (unsigned long long)(r);
     const long long v380_c1 = (long long)(v380_rem % (unsigned long long)(64LL)); v380_rem /= (unsigned long long)(64LL);
     const long long v380_c0 = (long long)v380_rem;
     const float v380 = in0[(((v380_c0) * 64LL + v380_c1) * 256LL + v380_c2 + 0)];

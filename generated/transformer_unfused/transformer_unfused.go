@@ -16029,6 +16029,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16039,10 +16043,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16164,6 +16164,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16174,10 +16178,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16497,6 +16497,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16507,10 +16511,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -16702,6 +16702,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -16712,10 +16716,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -17175,6 +17175,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -17185,10 +17189,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -17276,6 +17276,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -17286,10 +17290,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -17953,6 +17953,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -17963,10 +17967,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -18158,6 +18158,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -18168,10 +18172,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -18631,6 +18631,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -18641,10 +18645,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -18732,6 +18732,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -18742,10 +18746,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -19722,6 +19722,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -19732,10 +19736,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -19927,6 +19927,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -19937,10 +19941,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -20681,6 +20681,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -20691,10 +20695,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -20886,6 +20886,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -20896,10 +20900,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -21359,6 +21359,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -21369,10 +21373,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -21460,6 +21460,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -21470,10 +21474,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -22137,6 +22137,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -22147,10 +22151,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -22342,6 +22342,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -22352,10 +22356,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23096,6 +23096,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23106,10 +23110,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23301,6 +23301,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23311,10 +23315,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23774,6 +23774,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23784,10 +23788,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -23875,6 +23875,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -23885,10 +23889,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -26143,6 +26143,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -26153,10 +26157,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -26292,6 +26292,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -26302,10 +26306,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -27175,6 +27175,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -27185,10 +27189,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -27462,6 +27462,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -27472,10 +27476,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -28761,6 +28761,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -28771,10 +28775,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -29048,6 +29048,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -29058,10 +29062,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -30229,6 +30229,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -30239,10 +30243,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -30378,6 +30378,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -30388,10 +30392,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -31261,6 +31261,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -31271,10 +31275,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -31548,6 +31548,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -31558,10 +31562,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -32878,6 +32878,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -32888,10 +32892,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -33165,6 +33165,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -33175,10 +33179,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -35018,6 +35018,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -35028,10 +35032,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -35167,6 +35167,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -35177,10 +35181,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -36050,6 +36050,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -36060,10 +36064,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -36337,6 +36337,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -36347,10 +36351,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -37518,6 +37518,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -37528,10 +37532,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -37667,6 +37667,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -37677,10 +37681,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -38550,6 +38550,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -38560,10 +38564,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -38837,6 +38837,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -38847,10 +38851,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -39346,6 +39346,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -39356,10 +39360,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -39439,6 +39439,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -39449,10 +39453,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -39828,6 +39828,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -39838,10 +39842,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -39963,6 +39963,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -39973,10 +39977,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -40296,6 +40296,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -40306,10 +40310,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -40501,6 +40501,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -40511,10 +40515,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -40974,6 +40974,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -40984,10 +40988,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -41075,6 +41075,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -41085,10 +41089,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -41752,6 +41752,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -41762,10 +41766,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -41957,6 +41957,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -41967,10 +41971,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -42430,6 +42430,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -42440,10 +42444,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -42531,6 +42531,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -42541,10 +42545,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -43521,6 +43521,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -43531,10 +43535,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -43726,6 +43726,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -43736,10 +43740,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -44480,6 +44480,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -44490,10 +44494,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -44685,6 +44685,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -44695,10 +44699,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -45158,6 +45158,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -45168,10 +45172,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -45259,6 +45259,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -45269,10 +45273,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -45936,6 +45936,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -45946,10 +45950,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -46141,6 +46141,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -46151,10 +46155,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -46895,6 +46895,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -46905,10 +46909,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -47100,6 +47100,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -47110,10 +47114,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -47573,6 +47573,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -47583,10 +47587,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -47674,6 +47674,10 @@ var Plan = &runtime.Plan{
 				Scalar: "B",
 			}, {
 				Buf:    -1,
+				Kind:   runtime.ArgI64,
+				Scalar: "row0",
+			}, {
+				Buf:    -1,
 				Kind:   runtime.ArgI32,
 				Scalar: "train",
 			}, {
@@ -47684,10 +47688,6 @@ var Plan = &runtime.Plan{
 				Buf:    -1,
 				Kind:   runtime.ArgU64,
 				Scalar: "step",
-			}, {
-				Buf:    -1,
-				Kind:   runtime.ArgI64,
-				Scalar: "row0",
 			}},
 			Block: [3]int{256, 1, 1},
 			Bytes: runtime.Sum{{
@@ -56187,7 +56187,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "embedding_embedding_fwd_2",
@@ -56207,7 +56207,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_self_attn_bias_fwd",
@@ -56248,7 +56248,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_4",
@@ -56268,7 +56268,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_3",
@@ -56330,7 +56330,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_linear2_bias_fwd",
@@ -56338,7 +56338,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_4",
@@ -56429,7 +56429,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_8",
@@ -56449,7 +56449,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_5",
@@ -56511,7 +56511,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_1_linear2_bias_fwd",
@@ -56519,7 +56519,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_6",
@@ -56656,7 +56656,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_12",
@@ -56676,7 +56676,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_7",
@@ -56783,7 +56783,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_16",
@@ -56803,7 +56803,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_14",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_10",
@@ -56865,7 +56865,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_15",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_0_linear2_bias_fwd",
@@ -56873,7 +56873,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_16",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_11",
@@ -56964,7 +56964,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_17",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_20",
@@ -56984,7 +56984,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_18",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_12",
@@ -57091,7 +57091,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_19",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_24",
@@ -57111,7 +57111,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_20",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_15",
@@ -57173,7 +57173,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_21",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_1_linear2_bias_fwd",
@@ -57181,7 +57181,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_22",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_16",
@@ -57505,7 +57505,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_13",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -57519,7 +57519,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd",
@@ -57642,7 +57642,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_3",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_22",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -57668,7 +57668,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_4",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -57854,7 +57854,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_5",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_33",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -57880,7 +57880,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_6",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_2",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58040,7 +58040,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_7",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_42",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58054,7 +58054,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_8",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_2",
@@ -58177,7 +58177,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_9",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_51",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58203,7 +58203,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_10",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_3",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58393,7 +58393,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_11",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_62",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58419,7 +58419,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_12",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_4",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58680,7 +58680,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_13",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_76",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58694,7 +58694,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_14",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_3",
@@ -58817,7 +58817,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_15",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_85",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -58843,7 +58843,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_16",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_5",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -59003,7 +59003,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_17",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_94",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -59017,7 +59017,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_18",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "relu_bwd_bwd_4",
@@ -59140,7 +59140,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_19",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "sum_bwd_103",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -59166,7 +59166,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_20",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		Name:       "softmax_bwd_bwd_6",
 		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32},
@@ -59225,7 +59225,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_21",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "scale_bwd_31",
@@ -59237,7 +59237,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_bwd_22",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "scale_bwd_32",
@@ -59321,7 +59321,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_23",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "embedding_embedding_fwd_2_2",
@@ -59341,7 +59341,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_2_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_self_attn_bias_fwd_2",
@@ -59382,7 +59382,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_3_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_4_2",
@@ -59402,7 +59402,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_4_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_3_2",
@@ -59464,7 +59464,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_5_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_0_linear2_bias_fwd_2",
@@ -59472,7 +59472,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_6_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_4_2",
@@ -59563,7 +59563,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_7_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_8_2",
@@ -59583,7 +59583,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_8_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_5_2",
@@ -59645,7 +59645,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_9_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_encoder_layers_1_linear2_bias_fwd_2",
@@ -59653,7 +59653,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_10_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_6_2",
@@ -59790,7 +59790,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_11_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_12_2",
@@ -59810,7 +59810,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_12_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_7_2",
@@ -59917,7 +59917,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_13_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_16_2",
@@ -59937,7 +59937,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_14_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_10_2",
@@ -59999,7 +59999,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_15_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_0_linear2_bias_fwd_2",
@@ -60007,7 +60007,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_16_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_11_2",
@@ -60098,7 +60098,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_17_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_20_2",
@@ -60118,7 +60118,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_18_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_12_2",
@@ -60225,7 +60225,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_19_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "permute_fwd_24_2",
@@ -60245,7 +60245,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_20_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_15_2",
@@ -60307,7 +60307,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_21_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "transformer_decoder_layers_1_linear2_bias_fwd_2",
@@ -60315,7 +60315,7 @@ var Plan = &runtime.Plan{
 	}, {
 		GridStride: true,
 		Name:       "dropout_fwd_22_2",
-		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64, runtime.ArgI64},
+		Params:     []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgI64, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64},
 	}, {
 		GridStride: true,
 		Name:       "add_fwd_16_2",
