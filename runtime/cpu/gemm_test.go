@@ -142,6 +142,37 @@ func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int)
 // 0, beta 1, as a convolution's weight gradient runs) on one thread and
 // split across three, where each thread past the first sums into its own
 // partial.
+// TestCollapseBatch pins which batches run as one product (TestGemm checks
+// the results of both kinds, with padded leading dimensions).
+func TestCollapseBatch(t *testing.T) {
+	base := runtime.GemmArgs{DType: runtime.F32, M: 4, N: 3, K: 5, LDA: 6, LDB: 3, LDC: 7, Batch: 3, StrideA: 24, StrideC: 28}
+	for _, tc := range []struct {
+		name string
+		edit func(*runtime.GemmArgs)
+		want bool
+	}{
+		{"rows follow on, B shared", func(*runtime.GemmArgs) {}, true},
+		{"one entry", func(g *runtime.GemmArgs) { g.Batch = 1 }, false},
+		{"B batched", func(g *runtime.GemmArgs) { g.StrideB = 15 }, false},
+		{"A transposed", func(g *runtime.GemmArgs) { g.TransA = true; g.LDA = 4; g.StrideA = 20 }, false},
+		{"gap between entries of A", func(g *runtime.GemmArgs) { g.StrideA = 30 }, false},
+		{"gap between entries of C", func(g *runtime.GemmArgs) { g.StrideC = 29 }, false},
+		{"summed into one C", func(g *runtime.GemmArgs) { g.StrideC = 0; g.Beta = 1 }, false},
+	} {
+		g := base
+		tc.edit(&g)
+		before := g
+		collapseBatch(&g)
+		got := g.Batch == 1 && before.Batch > 1
+		if got != tc.want {
+			t.Errorf("%s: collapsed %v, want %v (%+v)", tc.name, got, tc.want, g)
+		}
+		if got && (g.M != before.M*before.Batch || g.StrideA != 0 || g.StrideC != 0 || g.LDA != before.LDA || g.LDC != before.LDC) {
+			t.Errorf("%s: collapsed to %+v", tc.name, g)
+		}
+	}
+}
+
 func TestGemmSumBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	// The second and third shapes are narrow (N < 16, M ≥ 2N): f32 runs
