@@ -25,7 +25,7 @@ func (g *cg) coords(c *Ctx, p string, s ir.Shape) []string {
 		return names
 	}
 	last := len(s) - 1
-	if n := len(s); n > 1 && c.Row != "" && s[last].Sym == "" && s[last].N == c.RowLen {
+	if last > 0 && c.Row != "" && s[last].Sym == "" && s[last].N == c.RowLen {
 		names[last] = p + "c" + itoa(last)
 		g.f("const long long %s = %s;", names[last], c.Col)
 		g.f("unsigned long long %srem = (unsigned long long)(%s);", p, c.Row)
