@@ -17,7 +17,8 @@ import (
 
 // TestGeneratedLoopsVectorise guards the CPU speed of the generated
 // elementwise kernels: g++ must vectorise the grid-stride loop of every
-// one of them that draws a dropout mask or computes GELU, in both copies
+// one of them that draws a dropout mask or computes GELU, and the masked
+// exp loops of the attention's CPU form (ngen_emu::mask0), in both copies
 // of the entry (SSE2 and AVX2, NGEN_EMU_ENTRY), as the packages compile
 // them. It compiles the kernels this generator emits for the seed GPT,
 // not copies of them: a select on the train scalar around the dropout
@@ -48,10 +49,8 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 	// its signature.
 	want := map[int]string{}
 	keep := map[int]bool{}
+	seen := map[string]bool{}
 	for i, ki := range plan.Kernels {
-		if !ki.GridStride || ki.Sync {
-			continue
-		}
 		sig := -1
 		for n, l := range lines {
 			if strings.HasPrefix(l, "extern \"C\" __global__") && strings.Contains(l, " "+ki.Name+"(") {
@@ -61,6 +60,25 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		}
 		if sig < 0 {
 			t.Fatalf("kernel %s: no signature in the .cu", ki.Name)
+		}
+		// The attention's CPU form: each loop that applies ngen_emu::mask0
+		// (the masked exp of the softmax, forward and backward), once per
+		// distinct loop (the layers repeat them; each kernel adds minutes
+		// to the compile).
+		for n := sig + 1; n < len(lines) && !strings.HasPrefix(lines[n], "}"); n++ {
+			if !strings.Contains(lines[n], "::ngen_emu::mask0(") || seen[strings.TrimSpace(lines[n])] {
+				continue
+			}
+			seen[strings.TrimSpace(lines[n])] = true
+			loop := n
+			for loop > sig && !strings.Contains(lines[loop], "for (") {
+				loop--
+			}
+			want[loop+1] = ki.Name + " (masked exp)"
+			keep[i] = true
+		}
+		if !ki.GridStride || ki.Sync {
+			continue
 		}
 		loop, vec := -1, false
 		for n := sig + 1; n < len(lines) && !strings.HasPrefix(lines[n], "}"); n++ {
@@ -76,7 +94,7 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		keep[i] = true
 	}
 	if len(want) == 0 {
-		t.Fatal("no GELU or dropout kernel found")
+		t.Fatal("no GELU, dropout or attention kernel found")
 	}
 	// The entry with only the chosen kernels' cases, which keeps the
 	// compile to seconds.
@@ -117,5 +135,5 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 			t.Errorf("kernel %s: its loop (k.cu:%d) was vectorised %d times, want at least once in each of the entry's 2 copies:\n%s", name, line, got[line], lines[line-1])
 		}
 	}
-	t.Logf("%d GELU and dropout kernel loops checked", len(want))
+	t.Logf("%d GELU, dropout and attention kernel loops checked", len(want))
 }

@@ -1,5 +1,7 @@
 package runtime
 
+import "math"
+
 // GemmCalls is how a GPU backend issues one GemmArgs: the library calls in
 // order, each a plain GEMM (Batch 1) or one strided-batched GEMM (Batch >
 // 1, StrideC > 0, outputs disjoint). It is pure so that the CPU tests can
@@ -50,9 +52,7 @@ func LowerGemm(g GemmArgs, scratch, ones Ptr) GemmCalls {
 		if g.StrideC < (g.M-1)*g.LDC+g.N {
 			return loopGemm(g)
 		}
-		if !g.TransA && g.StrideA == g.M*g.LDA && g.StrideB == 0 && g.StrideC == g.M*g.LDC {
-			one := g
-			one.M, one.Batch, one.StrideA, one.StrideC = g.Batch*g.M, 1, 0, 0
+		if one, ok := MConcat(g); ok {
 			return GemmCalls{Calls: []GemmArgs{one}, How: "m-concat"}
 		}
 		return GemmCalls{Calls: []GemmArgs{g}, How: "strided"}
@@ -82,6 +82,26 @@ func LowerGemm(g GemmArgs, scratch, ones Ptr) GemmCalls {
 		red.Batch, red.StrideB, red.StrideC = g.M, g.N, g.LDC
 	}
 	return GemmCalls{Calls: []GemmArgs{prod, red}, Scratch: int64(g.Batch) * int64(mn), Ones: g.Batch, How: "scratch+reduce"}
+}
+
+// MConcat reports whether a batch with disjoint outputs is one GEMM of
+// Batch·M rows, and returns that GEMM: B shared (StrideB 0), and the
+// matrices of A (not transposed) and of C stacked row after row
+// (StrideA = M·LDA, StrideC = M·LDC), as a Linear layer over a [B, T, E]
+// input is planned. Each row's sum runs over the same K in either form.
+// Both backends use it: one library call packs B once rather than Batch
+// times, and blocks the rows as it likes. Batch·M must fit the libraries'
+// int.
+func MConcat(g GemmArgs) (GemmArgs, bool) {
+	if g.Batch < 2 || g.StrideC <= 0 || g.TransA || g.StrideB != 0 {
+		return g, false
+	}
+	if g.StrideA != g.M*g.LDA || g.StrideC != g.M*g.LDC || int64(g.Batch)*int64(g.M) > math.MaxInt32 {
+		return g, false
+	}
+	one := g
+	one.M, one.Batch, one.StrideA, one.StrideC = g.Batch*g.M, 1, 0, 0
+	return one, true
 }
 
 // KConcat reports whether a batch summed into one C is one GEMM with

@@ -49,6 +49,7 @@ func main() {
 		quiet   = flag.Bool("quiet", false, "no progress bar")
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
+		conc    = flag.Bool("torch-concurrent", false, "sequence models, with -torch: run the PyTorch peer at the same time as ngen, each on -threads threads (quality runs on a machine with cores to spare; the throughput columns then share the machine)")
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
@@ -62,8 +63,12 @@ func main() {
 			fmt.Fprintf(os.Stderr, "train: -epoch-steps %d: want 0 (whole epochs) or more\n", *esteps)
 			os.Exit(2)
 		}
+		if *conc && !*torch {
+			fmt.Fprintln(os.Stderr, "train: -torch-concurrent: give -torch too")
+			os.Exit(2)
+		}
 		err := trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, seed: *seed, threads: *threads,
-			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile}, *batchS, *torch, *script,
+			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile}, *batchS, *torch, *conc, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "train:", err)
@@ -83,6 +88,9 @@ func main() {
 	}
 	if err == nil && *esteps != 0 {
 		err = fmt.Errorf("-epoch-steps: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
+	}
+	if err == nil && *conc {
+		err = fmt.Errorf("-torch-concurrent: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)

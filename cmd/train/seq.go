@@ -310,7 +310,7 @@ var seqSamplers = map[string]func(dev runtime.Device, ckpt io.Reader, prompt str
 
 // trainSeq is main for the sequence models: train (or, with -sample and
 // -load, only load), compare with PyTorch, sample.
-func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool, script string, so sampleOptions) error {
+func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, concurrent bool, script string, so sampleOptions) error {
 	b, err := parseBatch(batchS)
 	if err != nil {
 		return err
@@ -340,12 +340,29 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch bool
 			o.trained = &trained
 		}
 		ckpt = &trained
+		var peer *seqPeer
+		if torch && concurrent {
+			// Started first, on its own threads: the two runs share the
+			// machine, so their throughput columns are not a comparison.
+			if peer, err = startSeqPeer(task, script, name, o); err != nil {
+				return err
+			}
+		}
 		ours, err := runSeq(name, task, o)
 		if err != nil {
+			if peer != nil {
+				peer.stop()
+			}
 			return err
 		}
-		if torch {
-			if err := compareSeq(ours, task, script, name, o); err != nil {
+		if torch && peer == nil {
+			peer, err = startSeqPeer(task, script, name, o)
+			if err != nil {
+				return err
+			}
+		}
+		if peer != nil {
+			if err := peer.compare(ours); err != nil {
 				return err
 			}
 		}

@@ -149,3 +149,31 @@ func TestSeqTorchPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestSeqTorchConcurrent runs -torch-concurrent: the peer starts before
+// ngen trains and its epochs are checked against ngen's (same step
+// counts); when ngen's run fails, the peer is stopped and its data file
+// removed.
+func TestSeqTorchConcurrent(t *testing.T) {
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	o := seqOptions{epochs: 2, epochSteps: 2, seed: 2, threads: 1, device: "cpu", dir: tinyFortunes(t, 20), quiet: true}
+	if err := trainSeq("lstm", seqTasks["lstm"], o, "8", true, true, "../../bench/torch_train.py", sampleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o.device = "no-such-device"
+	err := trainSeq("lstm", seqTasks["lstm"], o, "8", true, true, "../../bench/torch_train.py", sampleOptions{})
+	if err == nil || !strings.Contains(err.Error(), "no-such-device") {
+		t.Fatalf("ngen on a missing device: got %v, want its error", err)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("the peer's data file was left behind: %v", left)
+	}
+}

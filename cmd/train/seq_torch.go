@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -15,44 +16,86 @@ import (
 )
 
 // compareSeq runs the PyTorch peer of a sequence model on the very
-// sequences ngen trained on: they are written to a temporary file
-// (writeSeqSets) rather than loaded again in Python, so the two sides
-// cannot disagree about the data or its split.
+// sequences ngen trained on and prints its epochs beside ours.
 func compareSeq(ours []epochResult, task seqTask, script, name string, o seqOptions) error {
+	p, err := startSeqPeer(task, script, name, o)
+	if err != nil {
+		return err
+	}
+	return p.compare(ours)
+}
+
+// seqPeer is a running PyTorch peer (bench/torch_train.py --seqdata). The
+// sequences are written to a temporary file (writeSeqSets) rather than
+// loaded again in Python, so the two sides cannot disagree about the data
+// or its split.
+type seqPeer struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	file   string
+	script string
+	sets   *seqSets
+	epochs int
+	steps  int
+}
+
+// startSeqPeer writes the splits and starts the peer; it does not wait.
+func startSeqPeer(task seqTask, script, name string, o seqOptions) (*seqPeer, error) {
 	dir := o.dir
 	if dir == "" {
 		dir = task.dataDir
 	}
 	sets, err := task.load(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, err := os.CreateTemp("", "ngen-seq-*.bin")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.Remove(f.Name())
 	if err := writeSeqSets(f, sets); err != nil {
 		f.Close()
-		return err
+		os.Remove(f.Name())
+		return nil, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		os.Remove(f.Name())
+		return nil, err
 	}
 	threads := o.threads
 	if threads <= 0 {
 		threads = goruntime.NumCPU()
 	}
-	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
-	cmd := exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
+	p := &seqPeer{file: f.Name(), script: script, sets: sets, epochs: o.epochs, steps: o.epochSteps}
+	p.cmd = exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
 		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab), "--epoch-steps", strconv.Itoa(o.epochSteps))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	p.cmd.Stdout = &p.out
+	p.cmd.Stderr = os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("PyTorch peer %s: %w", script, err)
+	}
+	return p, nil
+}
+
+// stop kills a peer whose results are no longer wanted (ngen's run failed).
+func (p *seqPeer) stop() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	os.Remove(p.file)
+}
+
+// compare waits for the peer and prints its epochs beside ours.
+func (p *seqPeer) compare(ours []epochResult) error {
+	err := p.cmd.Wait()
+	os.Remove(p.file)
+	script, sets := p.script, p.sets
+	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
 	if err != nil {
 		return fmt.Errorf("PyTorch peer %s: %w", script, err)
 	}
 	var theirs []epochResult
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
 		var r epochResult
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			return fmt.Errorf("PyTorch peer %s printed %q: %w", script, line, err)
@@ -63,7 +106,7 @@ func compareSeq(ours []epochResult, task seqTask, script, name string, o seqOpti
 		return fmt.Errorf("PyTorch peer %s ran %d epochs, ngen %d", script, len(theirs), len(ours))
 	}
 	for i, r := range theirs {
-		if o.epochSteps > 0 && ours[i].Steps > 0 && r.Steps != ours[i].Steps {
+		if p.steps > 0 && ours[i].Steps > 0 && r.Steps != ours[i].Steps {
 			return fmt.Errorf("PyTorch peer %s trained epoch %d for %d steps, ngen for %d", script, r.Epoch, r.Steps, ours[i].Steps)
 		}
 	}

@@ -160,7 +160,7 @@ func TestGPTTrainAndSample(t *testing.T) {
 }
 
 func TestTransformerSampleRefused(t *testing.T) {
-	err := trainSeq("transformer", seqTasks["transformer"], seqOptions{epochs: 1}, "8", false, "", sampleOptions{on: true})
+	err := trainSeq("transformer", seqTasks["transformer"], seqOptions{epochs: 1}, "8", false, false, "", sampleOptions{on: true})
 	if err == nil || !strings.Contains(err.Error(), "-sample") {
 		t.Fatalf("transformer -sample: err = %v", err)
 	}

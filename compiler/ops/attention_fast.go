@@ -96,11 +96,11 @@ func (g *cg) rowMax(ind, dst, src string, n int) {
 	}
 }
 
-// maskF renders the f32 x where cond holds, else +0, as a bit mask: with a
-// ?: g++ moves x's computation (an exp) into a branch and leaves the loop
-// scalar.
+// maskF renders the f32 x where cond holds, else +0, with the emulation's
+// bit-mask select (ngen_emu.h's mask0): with a ?: g++ moves x's
+// computation (an exp) into a branch and leaves the loop scalar.
 func maskF(x, cond string) string {
-	return fmt.Sprintf("__int_as_float(__float_as_int(%s) & -(int)(%s))", x, cond)
+	return fmt.Sprintf("::ngen_emu::mask0(%s, %s)", cond, x)
 }
 
 func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {

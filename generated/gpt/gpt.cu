@@ -243,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -797,7 +797,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -1074,7 +1074,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -1906,7 +1906,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 14u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -2600,7 +2600,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 10u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -3294,7 +3294,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 6u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -3988,7 +3988,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_out_proj_at
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 128, *dr = scr1 + qi * 128;
         for (int kj = 0; kj < 128; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 2u, ((((b * 4 + h) * 128 + qi) * 128 + kj) + s_row0 * 4LL * 128LL * 128LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -4550,7 +4550,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -4826,7 +4826,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -5102,7 +5102,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -5378,7 +5378,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -5736,7 +5736,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_0_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -6006,7 +6006,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_1_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -6276,7 +6276,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_2_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -6546,7 +6546,7 @@ extern "C" __global__ void __launch_bounds__(128) blocks_3_self_attn_attention_f
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 128; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 128; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 128; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];

@@ -229,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -514,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -835,7 +835,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -1131,7 +1131,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -1416,7 +1416,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -1638,7 +1638,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -2724,7 +2724,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -2843,7 +2843,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 19u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -3351,7 +3351,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 17u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -4131,7 +4131,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -4250,7 +4250,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
         const float lse = in3[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 13u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -4770,7 +4770,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true && kj <= qi) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true && kj <= qi) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 11u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -5697,7 +5697,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 7u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -6477,7 +6477,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
         const float lse = in2[row + 256 + h];
         float *sr = scr0 + qi * 64, *dr = scr1 + qi * 64;
         for (int kj = 0; kj < 64; ++kj) {
-          const float p = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - lse)) & -(int)((true) && lse != NGEN_INF));
+          const float p = ::ngen_emu::mask0((true) && lse != NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - lse));
           const float z = ngen_dropout_if(s_train, s_seed, s_step, 3u, ((((b * 4 + h) * 64 + qi) * 64 + kj) + s_row0 * 4LL * 64LL * 64LL), 0.90000000000000002f, 1.1111111111111112f);
           sr[kj] = p * z;
           dr[kj] = p * (dr[kj] * z - dd);
@@ -6905,7 +6905,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -7189,7 +7189,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -7509,7 +7509,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -7805,7 +7805,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -8089,7 +8089,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -8311,7 +8311,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -8706,7 +8706,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -8988,7 +8988,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_encoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -9306,7 +9306,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -9602,7 +9602,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_0_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -9884,7 +9884,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_s
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];
@@ -10106,7 +10106,7 @@ extern "C" __global__ void __launch_bounds__(128) transformer_decoder_layers_1_m
           for (int u = 0; u < 8; ++u) { const float s = sr[(k0 + u)]; mx_p[u] = (s > mx_p[u] ? s : mx_p[u]); }
         for (int u = 0; u < 4; ++u) mx_p[u] = (mx_p[u + 4] > mx_p[u] ? mx_p[u + 4] : mx_p[u]);
         float mx = ((mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) > (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]) ? (mx_p[1] > mx_p[0] ? mx_p[1] : mx_p[0]) : (mx_p[3] > mx_p[2] ? mx_p[3] : mx_p[2]));
-        for (int kj = 0; kj < 64; ++kj) sr[kj] = __int_as_float(__float_as_int(::ngen_emu::fast_expf(sr[kj] - mx)) & -(int)(sr[kj] != -NGEN_INF));
+        for (int kj = 0; kj < 64; ++kj) sr[kj] = ::ngen_emu::mask0(sr[kj] != -NGEN_INF, ::ngen_emu::fast_expf(sr[kj] - mx));
         float l_p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < 64; k0 += 8)
           for (int u = 0; u < 8; ++u) l_p[u] += sr[(k0 + u)];

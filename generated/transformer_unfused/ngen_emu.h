@@ -1476,15 +1476,19 @@ inline float ngen_gelu_grad(float x) {
 
 /* ---- ReLU's gradient ------------------------------------------------ */
 
-/* preamble.cuh's ngen_relu_grad, the select as a mask: with a ?: g++
- * sinks whatever computes g alone into the branch, and where that is a
- * dropout draw (dropout_relu_bwd) the loop stays scalar ("control flow in
- * loop"). Same bits: g, or +0. */
+/* ngen_emu::mask0 is x where keep holds, else +0, as a bit mask rather
+ * than a select: with a ?: g++ sinks whatever computes x alone into the
+ * branch, and where that is a dropout draw (dropout_relu_bwd) or an exp
+ * (the attention's CPU form, compiler/ops/attention_fast.go) the loop
+ * stays scalar ("control flow in loop"). Same bits as keep ? x : +0. */
 namespace {
-inline float ngen_relu_grad(float y, float g) { return __int_as_float(__float_as_int(g) & -int(y > 0.0f)); }
-inline double ngen_relu_grad(double y, double g) {
-  return __longlong_as_double(__double_as_longlong(g) & -(long long)(y > 0.0));
-}
+namespace ngen_emu {
+inline float mask0(bool keep, float x) { return __int_as_float(__float_as_int(x) & -int(keep)); }
+inline double mask0(bool keep, double x) { return __longlong_as_double(__double_as_longlong(x) & -(long long)keep); }
+} // namespace ngen_emu
+/* preamble.cuh's ngen_relu_grad: g where y > 0, else +0. */
+inline float ngen_relu_grad(float y, float g) { return ::ngen_emu::mask0(y > 0.0f, g); }
+inline double ngen_relu_grad(double y, double g) { return ::ngen_emu::mask0(y > 0.0, g); }
 } // namespace
 #define NGEN_EMU_RELU_GRAD 1
 #endif /* __cplusplus */

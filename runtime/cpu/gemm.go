@@ -89,23 +89,16 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	return nil
 }
 
-// collapseBatch turns a batch of products that share B (StrideB 0) and
-// whose entries of A and C follow one another row after row (a Linear
-// layer over a [B, T, E] input: StrideA = M·LDA, StrideC = M·LDC, A not
-// transposed) into one product of Batch·M rows. Each library call packs B
-// anew: the TransformerLM's linear2 (16 products of 64×256×1024) ran at
-// 67-70 GFLOP/s in the step, one 1024-row product at about 100. A row's
-// sum runs over the same K in either form; the library may block it
-// differently, so its last bits may move.
+// collapseBatch runs a batch that is one product of Batch·M rows
+// (runtime.MConcat, the GPU backend's "m-concat") as that product. Each
+// library call packs B anew: the TransformerLM's linear2 (16 products of
+// 64×256×1024) ran at 67-70 GFLOP/s in the step, one 1024-row product at
+// about 100. The library may block the sums differently, so their last
+// bits may move.
 func collapseBatch(g *runtime.GemmArgs) {
-	if g.Batch < 2 || g.StrideB != 0 || g.TransA || g.StrideC == 0 {
-		return
+	if one, ok := runtime.MConcat(*g); ok {
+		*g = one
 	}
-	if g.StrideA != g.M*g.LDA || g.StrideC != g.M*g.LDC || int64(g.Batch)*int64(g.M) > math.MaxInt32 {
-		return
-	}
-	g.M *= g.Batch
-	g.Batch, g.StrideA, g.StrideC = 1, 0, 0
 }
 
 // gemmRows runs each product with the rows of C split across the device's

@@ -138,12 +138,9 @@ func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int)
 	return v
 }
 
-// TestGemmSumBatch checks a batch of products summed into one C (StrideC
-// 0, beta 1, as a convolution's weight gradient runs) on one thread and
-// split across three, where each thread past the first sums into its own
-// partial.
 // TestCollapseBatch pins which batches run as one product (TestGemm checks
-// the results of both kinds, with padded leading dimensions).
+// the results of both kinds, with padded leading dimensions). The rule is
+// runtime.MConcat, which the GPU backend's lowering uses too.
 func TestCollapseBatch(t *testing.T) {
 	base := runtime.GemmArgs{DType: runtime.F32, M: 4, N: 3, K: 5, LDA: 6, LDB: 3, LDC: 7, Batch: 3, StrideA: 24, StrideC: 28}
 	for _, tc := range []struct {
@@ -158,6 +155,10 @@ func TestCollapseBatch(t *testing.T) {
 		{"gap between entries of A", func(g *runtime.GemmArgs) { g.StrideA = 30 }, false},
 		{"gap between entries of C", func(g *runtime.GemmArgs) { g.StrideC = 29 }, false},
 		{"summed into one C", func(g *runtime.GemmArgs) { g.StrideC = 0; g.Beta = 1 }, false},
+		{"Batch·M beyond the library's int", func(g *runtime.GemmArgs) {
+			g.Batch, g.M = 1<<12, 1<<20
+			g.StrideA, g.StrideC = g.M*g.LDA, g.M*g.LDC
+		}, false},
 	} {
 		g := base
 		tc.edit(&g)
@@ -173,6 +174,10 @@ func TestCollapseBatch(t *testing.T) {
 	}
 }
 
+// TestGemmSumBatch checks a batch of products summed into one C (StrideC
+// 0, beta 1, as a convolution's weight gradient runs) on one thread and
+// split across three, where each thread past the first sums into its own
+// partial.
 func TestGemmSumBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	// The second and third shapes are narrow (N < 16, M ≥ 2N): f32 runs
