@@ -50,6 +50,7 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 	want := map[int]string{}
 	keep := map[int]bool{}
 	seen := map[string]bool{}
+	attn := 0
 	for i, ki := range plan.Kernels {
 		sig := -1
 		for n, l := range lines {
@@ -61,14 +62,15 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		if sig < 0 {
 			t.Fatalf("kernel %s: no signature in the .cu", ki.Name)
 		}
-		// The attention's CPU form: each loop that applies ngen_emu::mask0
-		// (the masked exp of the softmax, forward and backward), once per
-		// distinct loop (the layers repeat them; each kernel adds minutes
-		// to the compile).
+		// The attention's CPU form: each loop that takes the exp of a
+		// row of scores (the masked exp of the softmax, forward and
+		// backward; ngen_emu::mask0 masks it), once per distinct loop (the
+		// layers repeat them; each kernel adds minutes to the compile).
 		for n := sig + 1; n < len(lines) && !strings.HasPrefix(lines[n], "}"); n++ {
-			if !strings.Contains(lines[n], "::ngen_emu::mask0(") || seen[strings.TrimSpace(lines[n])] {
+			if !strings.Contains(lines[n], "fast_expf(sr[kj] - ") || seen[strings.TrimSpace(lines[n])] {
 				continue
 			}
+			attn++
 			seen[strings.TrimSpace(lines[n])] = true
 			loop := n
 			for loop > sig && !strings.Contains(lines[loop], "for (") {
@@ -95,6 +97,9 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 	}
 	if len(want) == 0 {
 		t.Fatal("no GELU, dropout or attention kernel found")
+	}
+	if attn < 2 {
+		t.Fatalf("%d masked-exp loops of the attention's CPU form found, want its forward's and backward's", attn)
 	}
 	// The entry with only the chosen kernels' cases, which keeps the
 	// compile to seconds.
