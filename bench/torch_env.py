@@ -7,7 +7,8 @@ import re
 
 
 def pin_threads(n):
-    """Use n threads everywhere. Call it before importing torch.
+    """Use n threads everywhere. Call it before importing torch or numpy
+    (numpy loads the same OpenBLAS).
 
     Debian's torch calls BLAS through libblas.so.3, which is OpenBLAS here.
     torch.set_num_threads does not reach OpenBLAS's own pthread pool, and

@@ -28,7 +28,9 @@ import struct
 import sys
 import time
 
-import numpy as np
+# numpy is imported in main, after torch_env.pin_threads: it loads
+# OpenBLAS too, which fixes its thread count when it loads.
+np = None
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,11 +80,13 @@ def main():
     p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     a = p.parse_args()
+    torch_env.pin_threads(a.threads)  # before numpy or torch loads OpenBLAS
+    global np
+    import numpy as np
     if a.model in ("rnn", "lstm", "gpt", "transformer"):
         return train_seq(a)
     layers = [int(s) for s in a.layers.split(",")]
 
-    torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import torch
     import torch.nn.functional as F
 
@@ -166,7 +170,6 @@ def read_seqdata(path):
 
 
 def train_seq(a):
-    torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import math
     import torch
     import torch.nn.functional as F
