@@ -35,7 +35,6 @@ type seqPeer struct {
 	file   string
 	script string
 	sets   *seqSets
-	epochs int
 	steps  int
 }
 
@@ -66,7 +65,7 @@ func startSeqPeer(task seqTask, script, name string, o seqOptions) (*seqPeer, er
 	if threads <= 0 {
 		threads = goruntime.NumCPU()
 	}
-	p := &seqPeer{file: f.Name(), script: script, sets: sets, epochs: o.epochs, steps: o.epochSteps}
+	p := &seqPeer{file: f.Name(), script: script, sets: sets, steps: o.epochSteps}
 	p.cmd = exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
 		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab), "--epoch-steps", strconv.Itoa(o.epochSteps))
 	p.cmd.Stdout = &p.out
