@@ -87,26 +87,38 @@ def seq_model(name, vocab):
     raise SystemExit("unknown sequence model %r (have rnn, lstm, gpt, transformer)" % name)
 
 
-def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=512):
-    """The models of models/transformer at their cmd/train sizes.
+def sinusoid_table(max_len, d, dtype=None):
+    """The sinusoidal positional table [max_len, d] of the PyTorch tutorial,
+    computed in dtype (default float32)."""
+    import math
+    import torch
+
+    dtype = dtype or torch.float32
+    pe = torch.zeros(max_len, d, dtype=dtype)
+    pos = torch.arange(max_len, dtype=dtype).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d, 2, dtype=dtype) * (-math.log(10000.0) / d))
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=512, layers=4, enc=2, dec=2):
+    """The models of models/transformer, by default at their cmd/train sizes
+    (testdata/oracle/torch_lm.py builds them small).
 
     gpt: Embedding(vocab, d, N(0, 0.02)) + sinusoidal positions, dropout,
-    4 x TransformerEncoderLayer(gelu, norm_first, batch_first) with a causal
+    layers x TransformerEncoderLayer(gelu, norm_first, batch_first) with a causal
     mask, LayerNorm, logits through the embedding's transpose (tied).
 
     transformer: x is a window of 2T (cmd/train pairWindows): src its first
     T, tgt the rest. Embedding(vocab, d) * sqrt(d) + sinusoidal positions,
-    dropout, nn.Transformer(d, heads, 2, 2, ff, dropout, batch_first) with a
+    dropout, nn.Transformer(d, heads, enc, dec, ff, dropout, batch_first) with a
     causal tgt_mask, Linear(d, vocab)."""
     import math
     import torch
     import torch.nn as nn
 
-    pe = torch.zeros(max_len, d)
-    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div)
+    pe = sinusoid_table(max_len, d)
 
     def causal(n, device):
         return torch.triu(torch.full((n, n), float("-inf"), device=device), 1)
@@ -119,7 +131,7 @@ def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=51
             self.register_buffer("pe", pe)
             self.drop = nn.Dropout(dropout)
             self.blocks = nn.ModuleList([nn.TransformerEncoderLayer(d, heads, ff, dropout, activation="gelu",
-                                                                    batch_first=True, norm_first=True) for _ in range(4)])
+                                                                    batch_first=True, norm_first=True) for _ in range(layers)])
             self.ln_f = nn.LayerNorm(d)
 
         def forward(self, x, lengths=None):
@@ -136,7 +148,7 @@ def transformer_lm(name, vocab, d=256, heads=4, ff=1024, dropout=0.1, max_len=51
             self.embedding = nn.Embedding(vocab, d)
             self.register_buffer("pe", pe)
             self.drop = nn.Dropout(dropout)
-            self.transformer = nn.Transformer(d, heads, 2, 2, ff, dropout, batch_first=True)
+            self.transformer = nn.Transformer(d, heads, enc, dec, ff, dropout, batch_first=True)
             self.fc_out = nn.Linear(d, vocab)
 
         def forward(self, x, lengths=None):
