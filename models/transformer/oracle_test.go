@@ -269,3 +269,59 @@ func compare(t *testing.T, what string, got, want []float64, rtol, atol float64)
 			what, bad, len(want), at, got[at], want[at], worst)
 	}
 }
+
+// TestDropoutSites: the oracle above runs with dropout 0, so this checks
+// that training mode drops where PyTorch's modules do, at their rate, each
+// site on its own random stream. torch.nn.TransformerEncoderLayer (the
+// gpt's blocks) drops the attention weights (MultiheadAttention's
+// dropout), the attention's output (dropout1), the activation inside the
+// feed-forward (dropout) and its output (dropout2); the decoder layer adds
+// the cross-attention's weights and output (dropout2 of three); the
+// models drop the embedded input once per PositionalEncoding call.
+func TestDropoutSites(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		model    *dsl.Model
+		dropouts int // dropout ops
+		attn     int // attention ops (each drops its weights)
+		ffMid    int // dropouts of the feed-forward's activation
+	}{
+		// 1 embedding + 3 per block; 2 blocks.
+		{"gpt", NewGPT(small(GPTConfig())), 1 + 3*2, 2, 2},
+		// source and target embeddings + 3 per encoder layer (1) + 4 per
+		// decoder layer (2).
+		{"transformer", NewTransformerLM(small(LMConfig())), 2 + 3*1 + 4*2, 1 + 2*2, 1 + 2},
+	} {
+		im, err := c.model.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams := map[int]bool{}
+		var dropouts, attn, ffMid int
+		for _, v := range im.Forward.Values {
+			p := 0.0
+			switch v.Op {
+			case "dropout":
+				dropouts, p = dropouts+1, v.Attrs.F
+				if a := v.Args[0].Op; a == "gelu" || a == "relu" {
+					ffMid++
+				}
+			case "attention":
+				attn, p = attn+1, v.Attrs.F2
+			default:
+				continue
+			}
+			if p != 0.1 {
+				t.Errorf("%s: %s drops with p %g, want 0.1", c.name, v.Op, p)
+			}
+			if streams[v.Attrs.I] {
+				t.Errorf("%s: two dropout sites share random stream %d", c.name, v.Attrs.I)
+			}
+			streams[v.Attrs.I] = true
+		}
+		if dropouts != c.dropouts || attn != c.attn || ffMid != c.ffMid {
+			t.Errorf("%s: %d dropouts (%d of the feed-forward's activation), %d attentions; want %d (%d), %d",
+				c.name, dropouts, ffMid, attn, c.dropouts, c.ffMid, c.attn)
+		}
+	}
+}
