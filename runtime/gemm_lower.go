@@ -65,9 +65,7 @@ func LowerGemm(g GemmArgs, scratch, ones Ptr) GemmCalls {
 		one.Batch, one.StrideA, one.StrideB = 1, 0, 0
 		return GemmCalls{Calls: []GemmArgs{one}, How: "one"}
 	}
-	if KConcat(g) {
-		one := g
-		one.K, one.Batch, one.StrideA, one.StrideB = g.Batch*g.K, 1, 0, 0
+	if one, ok := KConcatGemm(g); ok {
 		return GemmCalls{Calls: []GemmArgs{one}, How: "k-concat"}
 	}
 	mn := g.M * g.N
@@ -123,6 +121,22 @@ func KConcat(g GemmArgs) bool {
 		bOK = g.StrideB == g.K*g.LDB
 	}
 	return aOK && bOK
+}
+
+// KConcatGemm returns the one GEMM with K' = Batch·K that a batch summed
+// into one C is (StrideC 0, Beta 1, KConcat's layout), as a weight
+// gradient over [B, T, ·] activations is planned: Σ_b dY_bᵀ·X_b is dYᵀ·X
+// over all B·T rows. Both backends use it: the GPU as one library call
+// ("k-concat"), the CPU rather than Batch calls that each read and write
+// all of C. The sum then runs in the library's order over B·T, not batch
+// entry by batch entry. Batch·K must fit the libraries' int.
+func KConcatGemm(g GemmArgs) (GemmArgs, bool) {
+	if g.Batch < 2 || g.StrideC != 0 || g.Beta != 1 || g.K == 0 || int64(g.Batch)*int64(g.K) > math.MaxInt32 || !KConcat(g) {
+		return g, false
+	}
+	one := g
+	one.K, one.Batch, one.StrideA, one.StrideB = g.Batch*g.K, 1, 0, 0
+	return one, true
 }
 
 func loopGemm(g GemmArgs) GemmCalls {

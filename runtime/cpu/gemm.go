@@ -89,14 +89,18 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	return nil
 }
 
-// collapseBatch runs a batch that is one product of Batch·M rows
-// (runtime.MConcat, the GPU backend's "m-concat") as that product. Each
+// collapseBatch runs a batch that is one product as that product: Batch·M
+// rows (runtime.MConcat, the GPU backend's "m-concat"), or, for a batch
+// summed into one C, K = Batch·K (runtime.KConcatGemm, "k-concat"). Each
 // library call packs B anew: the TransformerLM's linear2 (16 products of
 // 64×256×1024) ran at 67-70 GFLOP/s in the step, one 1024-row product at
-// about 100. The library may block the sums differently, so their last
-// bits may move.
+// about 100. A summed batch also read and wrote all of C once per entry
+// (the gpt's 17 weight gradients, each 16 products with K = 128). The
+// library may block the sums differently, so their last bits may move.
 func collapseBatch(g *runtime.GemmArgs) {
 	if one, ok := runtime.MConcat(*g); ok {
+		*g = one
+	} else if one, ok := runtime.KConcatGemm(*g); ok {
 		*g = one
 	}
 }

@@ -138,37 +138,64 @@ func downloadAs(t *testing.T, d *Device, dt runtime.DType, p runtime.Ptr, n int)
 	return v
 }
 
-// TestCollapseBatch pins which batches run as one product (TestGemm checks
-// the results of both kinds, with padded leading dimensions). The rule is
-// runtime.MConcat, which the GPU backend's lowering uses too.
+// TestCollapseBatch pins which batches run as one product (TestGemm and
+// TestGemmSumBatch check the results, with padded leading dimensions).
+// The rules are runtime.MConcat and runtime.KConcatGemm, which the GPU
+// backend's lowering uses too.
 func TestCollapseBatch(t *testing.T) {
 	base := runtime.GemmArgs{DType: runtime.F32, M: 4, N: 3, K: 5, LDA: 6, LDB: 3, LDC: 7, Batch: 3, StrideA: 24, StrideC: 28}
+	// A summed weight gradient, Σ_b op(A_b)·B_b with A_b the K×M rows
+	// [bK, (b+1)K) of one matrix and B_b the same rows of another.
+	sum := runtime.GemmArgs{DType: runtime.F32, M: 4, N: 3, K: 5, LDA: 6, LDB: 3, LDC: 7, Batch: 3, TransA: true,
+		StrideA: 30, StrideB: 15, Beta: 1}
 	for _, tc := range []struct {
 		name string
+		g    runtime.GemmArgs
 		edit func(*runtime.GemmArgs)
-		want bool
+		want string // "m" (Batch·M rows), "k" (K = Batch·K) or "" (kept)
 	}{
-		{"rows follow on, B shared", func(*runtime.GemmArgs) {}, true},
-		{"one entry", func(g *runtime.GemmArgs) { g.Batch = 1 }, false},
-		{"B batched", func(g *runtime.GemmArgs) { g.StrideB = 15 }, false},
-		{"A transposed", func(g *runtime.GemmArgs) { g.TransA = true; g.LDA = 4; g.StrideA = 20 }, false},
-		{"gap between entries of A", func(g *runtime.GemmArgs) { g.StrideA = 30 }, false},
-		{"gap between entries of C", func(g *runtime.GemmArgs) { g.StrideC = 29 }, false},
-		{"summed into one C", func(g *runtime.GemmArgs) { g.StrideC = 0; g.Beta = 1 }, false},
-		{"Batch·M beyond the library's int", func(g *runtime.GemmArgs) {
+		{"rows follow on, B shared", base, func(*runtime.GemmArgs) {}, "m"},
+		{"one entry", base, func(g *runtime.GemmArgs) { g.Batch = 1 }, ""},
+		{"B batched", base, func(g *runtime.GemmArgs) { g.StrideB = 15 }, ""},
+		{"A transposed", base, func(g *runtime.GemmArgs) { g.TransA = true; g.LDA = 4; g.StrideA = 20 }, ""},
+		{"gap between entries of A", base, func(g *runtime.GemmArgs) { g.StrideA = 30 }, ""},
+		{"gap between entries of C", base, func(g *runtime.GemmArgs) { g.StrideC = 29 }, ""},
+		{"summed into one C, A stacked", base, func(g *runtime.GemmArgs) { g.StrideC = 0; g.Beta = 1 }, ""},
+		{"Batch·M beyond the library's int", base, func(g *runtime.GemmArgs) {
 			g.Batch, g.M = 1<<12, 1<<20
 			g.StrideA, g.StrideC = g.M*g.LDA, g.M*g.LDC
-		}, false},
+		}, ""},
+		{"summed, rows follow on", sum, func(*runtime.GemmArgs) {}, "k"},
+		{"summed, A side by side", sum, func(g *runtime.GemmArgs) { g.TransA = false; g.LDA = 15; g.StrideA = 5 }, "k"},
+		{"summed, B side by side", sum, func(g *runtime.GemmArgs) { g.TransB = true; g.LDB = 16; g.StrideB = 5 }, "k"},
+		{"summed, beta 0", sum, func(g *runtime.GemmArgs) { g.Beta = 0 }, ""},
+		{"summed, gap between entries of A", sum, func(g *runtime.GemmArgs) { g.StrideA = 36 }, ""},
+		{"summed, gap between entries of B", sum, func(g *runtime.GemmArgs) { g.StrideB = 18 }, ""},
+		{"summed, B shared", sum, func(g *runtime.GemmArgs) { g.StrideB = 0 }, ""},
+		{"Batch·K beyond the library's int", sum, func(g *runtime.GemmArgs) {
+			g.Batch, g.K = 1<<12, 1<<20
+			g.StrideA, g.StrideB = g.K*g.LDA, g.K*g.LDB
+		}, ""},
 	} {
-		g := base
+		g := tc.g
 		tc.edit(&g)
 		before := g
 		collapseBatch(&g)
-		got := g.Batch == 1 && before.Batch > 1
-		if got != tc.want {
-			t.Errorf("%s: collapsed %v, want %v (%+v)", tc.name, got, tc.want, g)
+		got := ""
+		if g.Batch == 1 && before.Batch > 1 {
+			got = "m"
+			if g.K != before.K {
+				got = "k"
+			}
 		}
-		if got && (g.M != before.M*before.Batch || g.StrideA != 0 || g.StrideC != 0 || g.LDA != before.LDA || g.LDC != before.LDC) {
+		if got != tc.want {
+			t.Errorf("%s: collapsed %q, want %q (%+v)", tc.name, got, tc.want, g)
+		}
+		switch {
+		case got == "m" && (g.M != before.M*before.Batch || g.StrideA != 0 || g.StrideC != 0 || g.LDA != before.LDA || g.LDC != before.LDC):
+			t.Errorf("%s: collapsed to %+v", tc.name, g)
+		case got == "k" && (g.K != before.K*before.Batch || g.M != before.M || g.StrideA != 0 || g.StrideB != 0 ||
+			g.LDA != before.LDA || g.LDB != before.LDB || g.Beta != 1):
 			t.Errorf("%s: collapsed to %+v", tc.name, g)
 		}
 	}
@@ -180,12 +207,13 @@ func TestCollapseBatch(t *testing.T) {
 // partial.
 func TestGemmSumBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	// The second and third shapes are narrow (N < 16, M ≥ 2N): f32 runs
-	// them transposed (skinnySum), with each transpose flag.
+	// The second shape is narrow (N < 16, M ≥ 2N): f32 runs it transposed
+	// (skinnySum). With A transposed, the third and fourth are one GEMM
+	// with K = 7·K (k-concat: A's and B's entries are consecutive rows).
 	for _, sh := range []struct {
 		m, n, k int
 		ta, tb  bool
-	}{{6, 4, 5, false, false}, {12, 3, 5, false, true}, {10, 4, 7, true, false}} {
+	}{{6, 4, 5, false, false}, {12, 3, 5, false, true}, {10, 4, 7, true, false}, {9, 20, 6, true, false}} {
 		const batch = 7
 		m, n, k := sh.m, sh.n, sh.k
 		lda, ldb, ldc := k, n, n+2
