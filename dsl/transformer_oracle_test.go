@@ -1,14 +1,9 @@
 package dsl_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -74,21 +69,8 @@ type tfResult struct {
 }
 
 func runTorchTF(req map[string]any) (*tfResult, error) {
-	_, file, _, _ := goruntime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "testdata", "oracle", "torch_transformer.py")
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(oracle.Python, script)
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("torch_transformer.py: %v\n%s", err, stderr.Bytes())
-	}
 	var res tfResult
-	return &res, json.Unmarshal(stdout.Bytes(), &res)
+	return &res, oracle.RunScript("torch_transformer.py", req, &res)
 }
 
 func tensorJSON(shape []int, data []float64) map[string]any {
@@ -321,21 +303,7 @@ func TestTransformerOracle(t *testing.T) {
 
 func check(t *testing.T, what string, got, want []float64, rtol, atol float64) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d values, torch %d", what, len(got), len(want))
-		return
-	}
-	bad, worst, at := 0, 0.0, 0
-	for i := range want {
-		d := math.Abs(got[i] - want[i])
-		if !(d <= atol+rtol*math.Abs(want[i])) {
-			bad++
-			if e := d / (atol + rtol*math.Abs(want[i])); e > worst || math.IsNaN(e) {
-				worst, at = e, i
-			}
-		}
-	}
-	if bad > 0 {
-		t.Errorf("%s: %d of %d values off; worst at [%d]: got %.9g, torch %.9g", what, bad, len(want), at, got[at], want[at])
+	if msg := oracle.Mismatch(got, want, rtol, atol); msg != "" {
+		t.Errorf("%s: %s", what, msg)
 	}
 }

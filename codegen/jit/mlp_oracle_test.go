@@ -1,14 +1,10 @@
 package jit
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	goruntime "runtime"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -174,24 +170,8 @@ type mlpResult struct {
 }
 
 func runTorchMLP(req mlpRequest) (*mlpResult, error) {
-	_, file, _, _ := goruntime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "oracle", "torch_mlp.py")
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(oracle.Python, script)
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("torch_mlp.py: %v\n%s", err, stderr.Bytes())
-	}
 	var res mlpResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("torch_mlp.py: %v", err)
-	}
-	return &res, nil
+	return &res, oracle.RunScript("torch_mlp.py", req, &res)
 }
 
 // TestMLPOracle trains the MLP for three steps of each optimizer from the

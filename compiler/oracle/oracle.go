@@ -70,10 +70,60 @@ func Available() error { return available() }
 
 // Script is the path of torch_ops.py, found from this source file so that
 // it works from any test's working directory.
-func Script() string {
+func Script() string { return ScriptPath("torch_ops.py") }
+
+// ScriptPath is the path of the script name in testdata/oracle.
+func ScriptPath(name string) string {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
-	return filepath.Join(root, "testdata", "oracle", "torch_ops.py")
+	return filepath.Join(root, "testdata", "oracle", name)
+}
+
+// RunScript runs testdata/oracle/name under Python with req, encoded as
+// JSON, on its standard input, and decodes its standard output into res.
+// Each script's docstring gives its request and result; Run is
+// torch_ops.py's. An error carries the script's standard error.
+func RunScript(name string, req, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("oracle: %s: encode request: %w", name, err)
+	}
+	cmd := exec.Command(Python, ScriptPath(name))
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("oracle: %s: %v\n%s", name, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), res); err != nil {
+		return fmt.Errorf("oracle: %s: decode result: %w", name, err)
+	}
+	return nil
+}
+
+// Mismatch describes where got is not within atol + rtol·|want| of want,
+// elementwise: how many values are off and the worst one, relative to its
+// tolerance (so a failure tells one stray element from a wrong tensor).
+// It returns "" when every value is within.
+func Mismatch(got, want []float64, rtol, atol float64) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d values, torch %d", len(got), len(want))
+	}
+	bad, worst, at := 0, 0.0, 0
+	for i := range want {
+		tol := atol + rtol*math.Abs(want[i])
+		if d := math.Abs(got[i] - want[i]); !(d <= tol) {
+			bad++
+			if e := d / tol; !(e <= worst) {
+				worst, at = e, i
+			}
+		}
+	}
+	if bad == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d values off; worst at [%d]: got %.9g, torch %.9g (%.3g× the tolerance)",
+		bad, len(want), at, got[at], want[at], worst)
 }
 
 // Run sends all cases to one python process and returns one Result per
@@ -94,22 +144,9 @@ func Run(cases []Case) ([]Result, error) {
 			req[i].GradOutput = &g
 		}
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("oracle: encode request: %w", err)
-	}
-
-	cmd := exec.Command(Python, Script())
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("oracle: %s: %v\n%s", filepath.Base(Script()), err, bytes.TrimSpace(stderr.Bytes()))
-	}
-
 	var resp []wireResult
-	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
-		return nil, fmt.Errorf("oracle: decode response: %w", err)
+	if err := RunScript("torch_ops.py", req, &resp); err != nil {
+		return nil, err
 	}
 	if len(resp) != len(cases) {
 		return nil, fmt.Errorf("oracle: %d results for %d cases", len(resp), len(cases))

@@ -6,13 +6,8 @@
 package seqoracle
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os/exec"
-	"path/filepath"
-	goruntime "runtime"
 	"testing"
 
 	"github.com/ngen-ml/ngen/codegen/jit"
@@ -174,8 +169,6 @@ func run(t *testing.T, s *runtime.Session, c Case) *result {
 }
 
 func torch(c Case, m *ir.Model, params map[string][]float64) (*result, error) {
-	_, file, _, _ := goruntime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "oracle", "torch_seq.py")
 	req := map[string]any{"model": c.Kind, "dtype": m.Loss.DType.String(), "sizes": c.Sizes, "steps": c.Steps,
 		"optimizer": m.Optimizer}
 	ps := map[string]tensor{}
@@ -186,20 +179,9 @@ func torch(c Case, m *ir.Model, params map[string][]float64) (*result, error) {
 	for n, v := range c.Inputs {
 		req[n] = v
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(oracle.Python, script)
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("torch_seq.py: %v\n%s", err, stderr.Bytes())
-	}
 	var r result
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("torch_seq.py: %v", err)
+	if err := oracle.RunScript("torch_seq.py", req, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

@@ -42,13 +42,7 @@ func session(t *testing.T, dev runtime.Device, m *dsl.Model, fuse bool, batch in
 	return s
 }
 
-func tokens(rng *rand.Rand, n int) []int32 {
-	x := make([]int32, n)
-	for i := range x {
-		x[i] = int32(rng.IntN(data.CharVocab))
-	}
-	return x
-}
+func tokens(rng *rand.Rand, n int) []int32 { return tokensOf(rng, n, data.CharVocab) }
 
 func read(t *testing.T, s *runtime.Session, role, name string) []float64 {
 	t.Helper()

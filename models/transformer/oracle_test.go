@@ -1,18 +1,13 @@
 package transformer
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	goruntime "runtime"
-	"sort"
 	"strings"
 	"testing"
 
+	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime/cpu"
@@ -42,21 +37,8 @@ type lmResult struct {
 }
 
 func runTorchLM(req map[string]any) (*lmResult, error) {
-	_, file, _, _ := goruntime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "oracle", "torch_lm.py")
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(oracle.Python, script)
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("torch_lm.py: %v\n%s", err, stderr.Bytes())
-	}
 	var res lmResult
-	return &res, json.Unmarshal(stdout.Bytes(), &res)
+	return &res, oracle.RunScript("torch_lm.py", req, &res)
 }
 
 // TestWholeModelOracle trains the GPT and the TransformerLM, declared by
@@ -113,20 +95,27 @@ func TestWholeModelOracle(t *testing.T) {
 				}
 				return v
 			}
-			params, tp := map[string][]float64{}, map[string]any{}
-			names := s.Names("param")
-			sort.Strings(names)
-			for _, n := range names {
+			im, err := m.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := map[string]any{}
+			var names []string
+			for _, p := range im.Forward.Values {
+				if p.Role != ir.Param {
+					continue
+				}
+				n := p.Name
+				names = append(names, n)
 				i, err := s.Lookup("param", n)
 				if err != nil {
 					t.Fatal(err)
 				}
-				cur, err := s.ReadFloats(i)
-				if err != nil {
-					t.Fatal(err)
+				var shape []int
+				for _, d := range p.Shape {
+					shape = append(shape, d.N)
 				}
-				shape := paramShape(t, m, n)
-				v := make([]float64, len(cur))
+				v := make([]float64, p.Shape.Size().N)
 				for k := range v {
 					switch {
 					case len(shape) == 2:
@@ -141,7 +130,7 @@ func TestWholeModelOracle(t *testing.T) {
 				if err := s.WriteFloats(i, v); err != nil {
 					t.Fatal(err)
 				}
-				params[n], tp[n] = v, map[string]any{"shape": shape, "data": v}
+				tp[n] = map[string]any{"shape": shape, "data": v}
 			}
 
 			ids := func() []int32 { return tokensOf(rng, orB*T, orVocab) }
@@ -210,25 +199,7 @@ func TestWholeModelOracle(t *testing.T) {
 	}
 }
 
-func paramShape(t *testing.T, m *dsl.Model, name string) []int {
-	t.Helper()
-	im, err := m.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range im.Forward.Values {
-		if v.Name == name {
-			var sh []int
-			for _, d := range v.Shape {
-				sh = append(sh, d.N)
-			}
-			return sh
-		}
-	}
-	t.Fatalf("no parameter %q in the model", name)
-	return nil
-}
-
+// tokensOf draws n token ids below vocab.
 func tokensOf(rng *rand.Rand, n, vocab int) []int32 {
 	x := make([]int32, n)
 	for i := range x {
@@ -245,28 +216,10 @@ func rows(x []int32, t int) [][]int32 {
 	return r
 }
 
-// compare reports how many values are off, and the worst, rather than the
-// first, so that a failure says whether one element or a whole tensor is
-// wrong.
 func compare(t *testing.T, what string, got, want []float64, rtol, atol float64) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d values, torch %d", what, len(got), len(want))
-		return
-	}
-	bad, worst, at := 0, 0.0, 0
-	for i := range want {
-		d := math.Abs(got[i] - want[i])
-		if !(d <= atol+rtol*math.Abs(want[i])) {
-			bad++
-			if r := d / (atol + rtol*math.Abs(want[i])); !(r <= worst) {
-				worst, at = r, i
-			}
-		}
-	}
-	if bad > 0 {
-		t.Errorf("%s: %d of %d values off; worst [%d] %.9g vs torch %.9g (%.3g× the tolerance)",
-			what, bad, len(want), at, got[at], want[at], worst)
+	if msg := oracle.Mismatch(got, want, rtol, atol); msg != "" {
+		t.Errorf("%s: %s", what, msg)
 	}
 }
 
