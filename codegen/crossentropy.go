@@ -5,6 +5,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -16,10 +17,10 @@ import (
 // the row's loss to the mean with one atomic per row and writes
 // dlogits = (softmax - onehot) * g / N. The probabilities are recomputed,
 // never stored. A label out of range raises the status flag the runtime
-// checks after the step (naming the op and the user's line). The CPU
-// emulation compiles its own form instead (ceCPUForm).
-func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
-	k := newKernel(p, g)
+// checks after the step (naming the op and the user's line). The host
+// target renders its own form instead (ceCPUForm).
+func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kernel, error) {
+	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
 	root := g.Root
 	logits, labels := root.Args[0], root.Args[1]
@@ -27,10 +28,10 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	if C.Sym != "" {
 		return nil, fmt.Errorf("%s (%s): the class dimension must be static, got %s", root.Op, root.Pos, logits.Shape)
 	}
-	status, code := "", 0
+	status, code := "", ""
 	for _, c := range p.Plan.Checks {
 		if c.Kind == "status" && c.Op == "cross_entropy" && c.Pos == root.Pos.String() {
-			status, code = k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), c.Code
+			status, code = k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), k.imm(int64(c.Code))
 		}
 	}
 	if status == "" {
@@ -64,10 +65,12 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		}
 		scale = fmt.Sprintf("%s / (%s)rows", scale, t)
 	}
-	cpu := C.N <= ceCPUClasses
-	if cpu {
+	z := labels.Shape.Size()
+	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(rowsPerBlock)}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	k.block = [3]int{threads, 1, 1}
+	if k.target != ops.CUDA && C.N <= ceCPUClasses {
 		k.ceCPUForm(p, g, in, out, C.N, status, code, scale)
-		w.WriteString("#else\n")
+		return k, nil
 	}
 	if lanes > 1 {
 		fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
@@ -79,7 +82,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 	w.WriteString("  if (row >= rows) return;\n")
 	fmt.Fprintf(w, "  const int label = %s[row];\n", in[labels])
 	w.WriteString("  const bool bad = label < 0 || label >= C;\n")
-	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, %d) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, code, status, status, status)
+	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, %s) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, code, status, status, status)
 	// x(j) renders the prologue for element j of the row and returns the
 	// logit's expression.
 	x := func(indent, j string) string {
@@ -130,12 +133,6 @@ func ceKernel(p *compiler.Program, g *compiler.Group) (*kernel, error) {
 		}
 		w.WriteString("  }\n")
 	}
-	if cpu {
-		w.WriteString("#endif\n")
-	}
-	z := labels.Shape.Size()
-	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(rowsPerBlock)}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
-	k.block = [3]int{threads, 1, 1}
 	return k, nil
 }
 
@@ -149,9 +146,9 @@ const ceThreadClasses = 16
 // keeps two rows of that many elements on the worker's stack.
 const ceCPUClasses = 1 << 14
 
-// ceCPUForm renders the CPU emulation's form of the kernel, compiled in
-// place of the GPU forms (a warp or a thread per row) where NGEN_EMU is
-// defined without NGEN_EMU_GPU_FORMS. The warp form ran there as 32
+// ceCPUForm renders the host target's form of the kernel, which the CPU
+// backend runs in place of the GPU forms (a warp or a thread per row).
+// The warp form ran there as 32
 // fibers per row that switch at each of its two butterflies: about 3 µs a
 // row, 6.5 ms for the char models' 2048 rows of 99 classes. This form is
 // a grid-stride loop over rows (launched with NGEN_RUN_SPAN: no fibers,
@@ -161,7 +158,7 @@ const ceCPUClasses = 1 << 14
 // gradient from them. The loss is summed per worker, one atomic each.
 // Its sums run in another order than the GPU forms', which the GPU-forms
 // tests compare against it.
-func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*ir.Value]string, C int, status string, code int, scale string) {
+func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*ir.Value]string, C int, status, code, scale string) {
 	w := &k.body
 	root := g.Root
 	logits, labels := root.Args[0], root.Args[1]
@@ -171,8 +168,7 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 	if t == "float" {
 		exp = func(x string) string { return "::ngen_emu::fast_expf(" + x + ")" }
 	}
-	k.gridStride = true
-	w.WriteString("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)\n")
+	k.gridStride, k.sync = true, false
 	if g.Grad != nil {
 		fmt.Fprintf(w, "  const %s scale = %s;\n", t, scale)
 	}
@@ -182,7 +178,7 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 	w.WriteString("  NGEN_GRID_STRIDE(r, rows) {\n")
 	fmt.Fprintf(w, "    const int label = %s[r];\n", in[labels])
 	w.WriteString("    const bool bad = label < 0 || label >= C;\n")
-	fmt.Fprintf(w, "    if (bad && atomicCAS(%s, 0, %d) == 0) { %s[1] = label; %s[2] = (int)r; %s[3] = C; }\n", status, code, status, status, status)
+	fmt.Fprintf(w, "    if (bad && atomicCAS(%s, 0, %s) == 0) { %s[1] = label; %s[2] = (int)r; %s[3] = C; }\n", status, code, status, status, status)
 	fmt.Fprintf(w, "    %s xs[C], ex[C];\n", t)
 	// The prologue in rows of C (Ctx.Row): a broadcast bias is then
 	// indexed by the column alone.

@@ -18,8 +18,8 @@ import (
 // rows over which each input is either whole or constant. Row-invariant
 // index arithmetic then leaves the inner loop, which the CPU emulation
 // vectorises; on the GPU it is the same coalesced grid stride.
-func elementwiseKernel(p *compiler.Program, g *compiler.Group) *kernel {
-	k := newKernel(p, g)
+func elementwiseKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
+	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
 	w := &k.body
 	k.gridStride = true

@@ -41,75 +41,130 @@ var NVCCWarnFlags = []string{"-Werror", "all-warnings"}
 type Options struct {
 	Package string // Go package name (sanitised again here)
 	Source  string // the DSL file, for the generated-code header
+	// ImportPath is the package's import path; the Go glue imports its
+	// host subpackage below it. Empty: the package name.
+	ImportPath string
 	// Unique tells this package apart from others of the same name linked
-	// into one binary (ngen build passes its import path): the C entry
-	// point's name carries its hash. Empty: the hash of the kernels.
+	// into one binary: the C entry point's name carries its hash. Empty:
+	// ImportPath, or when that is empty too the hash of the kernels.
 	Unique string
-	// PTX is nvcc's compute_80 PTX for the .cu and Fatbin its sm_80 and
-	// sm_90 images plus that PTX, when nvcc was available (codegen/nvcc).
-	PTX, Fatbin []byte
+	// Fatbin is nvcc's sm_80 and sm_90 images plus compute_80 PTX for the
+	// .cu, when nvcc was available, and FatbinStamp the stamp that records
+	// what it was built from (codegen/nvcc).
+	Fatbin, FatbinStamp []byte
+}
+
+// Rendered is a program's kernels, rendered for every target.
+type Rendered struct {
+	// CUDA is the body of the .cu: every kernel's CUDA form, which nvcc
+	// and NVRTC compile and the CPU backend runs as written in its GPU
+	// test modes. It holds GPU code only.
+	CUDA string
+	// Host is the host target's forms of the kernels that have their own
+	// (runtime.KernelInfo.Host and Baseline): functions for the host glue.
+	Host string
+	// Plan is the program's plan with its kernels and steps completed.
+	Plan *runtime.Plan
 }
 
 // Kernels renders the program's kernels and completes the plan's launch
 // steps and GEMM steps. It returns the .cu body (without header) and the
 // completed plan (a copy: the program is not changed).
 func Kernels(p *compiler.Program) (string, *runtime.Plan, error) {
+	r, err := Render(p)
+	if err != nil {
+		return "", nil, err
+	}
+	return r.CUDA, r.Plan, nil
+}
+
+// forms is one kernel rendered for each target (ops.Target).
+type forms [3]*kernel
+
+// Render renders the program's kernels for every target and completes the
+// plan's launch and GEMM steps (in a copy: the program is not changed).
+//
+// A kernel is its canonical text (kernel.canonical) in every target:
+// launches whose kernels print alike, across layers or between passes,
+// share one kernel, emitted, compiled and loaded once; each step keeps its
+// own arguments and its own label.
+func Render(p *compiler.Program) (*Rendered, error) {
 	plan := clonePlan(p.Plan)
-	var src strings.Builder
-	bySource := map[string]int{}
+	type emitted struct {
+		f      forms
+		name   string
+		labels []string
+	}
+	var out []*emitted
+	byKey := map[string]int{}
 	names := map[string]bool{}
 	status := statusBuffer(plan)
-	add := func(k *kernel, st *runtime.Step) {
-		// Functions share identical kernels; a name clash with a
-		// different body gets a suffix.
-		body := k.render()
-		idx, ok := bySource[body]
-		if !ok {
-			base := k.name
-			for n := 2; names[k.name]; n++ {
-				k.name = fmt.Sprintf("%s_%d", base, n)
-			}
-			names[k.name] = true
-			body = k.render()
-			bySource[body] = len(plan.Kernels)
-			idx = len(plan.Kernels)
-			plan.Kernels = append(plan.Kernels, k.info())
-			src.WriteString(body)
-			src.WriteString("\n")
+	add := func(f forms, st *runtime.Step) error {
+		k := f[ops.CUDA]
+		if k.label == "" {
+			k.label = k.name
 		}
+		key := f[0].canonical() + "\x00" + f[1].canonical() + "\x00" + f[2].canonical()
+		idx, ok := byKey[key]
+		if !ok {
+			// A name taken by a different kernel gets a suffix.
+			name := k.name
+			for n := 2; names[name]; n++ {
+				name = fmt.Sprintf("%s_%d", k.name, n)
+			}
+			names[name] = true
+			ki, err := f.info(name)
+			if err != nil {
+				return err
+			}
+			idx = len(out)
+			byKey[key] = idx
+			out = append(out, &emitted{f: f, name: name})
+			plan.Kernels = append(plan.Kernels, ki)
+		}
+		out[idx].labels = append(out[idx].labels, k.label)
 		st.Kernel = idx
+		st.Label = k.label
 		st.Grid = k.grid
 		st.Block = k.block
 		st.Args = k.args()
+		return nil
 	}
-	for fi, f := range p.Funcs() {
-		for _, g := range p.Groups[f] {
+	for fi, fn := range p.Funcs() {
+		for _, g := range p.Groups[fn] {
 			st := &plan.Funcs[fi].Steps[g.Step]
 			if g.Kind == compiler.Gemm {
 				if err := gemmStep(p, g, st); err != nil {
-					return "", nil, err
+					return nil, err
 				}
+				st.Label = g.Name
 				continue
 			}
-			var k *kernel
-			var err error
-			switch g.Kind {
-			case compiler.EW:
-				k = elementwiseKernel(p, g)
-			case compiler.Reduce:
-				k = reduceKernel(p, g)
-			case compiler.CE:
-				k, err = ceKernel(p, g)
-			case compiler.Loop:
-				k = loopKernel(p, g)
+			var f forms
+			for t := range f {
+				var k *kernel
+				var err error
+				switch target := ops.Target(t); g.Kind {
+				case compiler.EW:
+					k = elementwiseKernel(p, g, target)
+				case compiler.Reduce:
+					k = reduceKernel(p, g, target)
+				case compiler.CE:
+					k, err = ceKernel(p, g, target)
+				case compiler.Loop:
+					k = loopKernel(p, g, target)
+				}
+				if err != nil {
+					return nil, err
+				}
+				if status >= 0 && isOptGroup(g) {
+					guardOpt(k, status)
+				}
+				f[t] = k
 			}
-			if err != nil {
-				return "", nil, err
+			if err := add(f, st); err != nil {
+				return nil, err
 			}
-			if status >= 0 && isOptGroup(g) {
-				guardOpt(k, status)
-			}
-			add(k, st)
 		}
 	}
 	for fi := range plan.Funcs {
@@ -120,12 +175,68 @@ func Kernels(p *compiler.Program) (string, *runtime.Plan, error) {
 			}
 			k, err := builtinKernel(plan, st)
 			if err != nil {
-				return "", nil, err
+				return nil, err
 			}
-			add(k, st)
+			if err := add(forms{k, k, k}, st); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return src.String(), plan, nil
+	var cu, host strings.Builder
+	for i, e := range out {
+		cu.WriteString(e.f[ops.CUDA].render(e.name, e.labels))
+		cu.WriteString("\n")
+		ki := plan.Kernels[i]
+		if ki.Host != nil {
+			host.WriteString(e.f[ops.Host].render(e.name+ki.Host.Suffix, e.labels))
+			host.WriteString("\n")
+		}
+		if ki.Baseline != nil && (ki.Host == nil || *ki.Baseline != *ki.Host) {
+			host.WriteString(e.f[ops.HostBaseline].render(e.name+ki.Baseline.Suffix, e.labels))
+			host.WriteString("\n")
+		}
+	}
+	return &Rendered{CUDA: cu.String(), Host: host.String(), Plan: plan}, nil
+}
+
+// info is the launch description of a kernel rendered for every target:
+// the CUDA form's, and the host forms that differ from it.
+func (f forms) info(name string) (runtime.KernelInfo, error) {
+	cu, host, base := f[ops.CUDA], f[ops.Host], f[ops.HostBaseline]
+	ki := cu.info(name)
+	ki.Run = runtime.RunThreads
+	switch {
+	case cu.sync:
+		ki.Run = runtime.RunFibers
+	case cu.gridStride:
+		ki.Run = runtime.RunSpan
+	}
+	hostForm := func(k *kernel, suffix string) (*runtime.HostForm, error) {
+		switch {
+		case k.gridStride && !k.sync:
+			return &runtime.HostForm{Suffix: suffix, Run: runtime.RunSpan}, nil
+		case cu.soloBlocks:
+			// The CPU backend launches the kernel with one-thread
+			// blocks, where no form needs fibers.
+			return &runtime.HostForm{Suffix: suffix, Run: runtime.RunOwnStack}, nil
+		}
+		return nil, fmt.Errorf("internal error: kernel %s: its host form is neither a grid-stride loop nor run with one-thread blocks", name)
+	}
+	c := cu.canonical()
+	var err error
+	if host.canonical() != c {
+		if ki.Host, err = hostForm(host, "__host"); err != nil {
+			return ki, err
+		}
+	}
+	switch b := base.canonical(); {
+	case b == c:
+	case b == host.canonical():
+		ki.Baseline = ki.Host
+	default:
+		ki.Baseline, err = hostForm(base, "__baseline")
+	}
+	return ki, err
 }
 
 // gemmStep fills a GEMM step from its matmul.
@@ -198,12 +309,17 @@ func CUDA(p *compiler.Program, body string) string {
 	return b.String()
 }
 
-// CPUGlue renders the C++ file that compiles the .cu against the emulation
-// header and exposes entry, the function the CPU backend calls.
-func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) string {
+// HostGlue renders the C++ file the CPU backend runs a program's kernels
+// from, self-contained but for the emulation header: the .cu (its text,
+// cuda, as cuName holds it) compiled against the emulation header, the
+// host forms, one launcher per kernel that picks the form
+// (ngen_launch.forms) and its run mode from the kernel's KernelInfo, and
+// entry, the function the CPU backend calls.
+func HostGlue(p *compiler.Program, r *Rendered, cuName, cuda, entry string) string {
+	plan := r.Plan
 	var b strings.Builder
 	b.WriteString(Header(p.Model.Source) + "\n")
-	b.WriteString("// Runs the kernels of " + cuFile + " on the host (runtime/cpu).\n")
+	b.WriteString("// Runs the kernels of " + cuName + " on the host (runtime/cpu).\n")
 	b.WriteString("#define NGEN_EMU 1\n#include \"ngen_emu.h\"\n")
 	// The kernels compile as inline functions and their __shared__ arrays
 	// as static thread_locals in them: with external linkage, every
@@ -211,9 +327,16 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 	// across dlopened modules, one COMDAT in a linked binary), sized by
 	// whichever module came first. The unnamed namespace keeps them
 	// this module's own.
-	fmt.Fprintf(&b, "namespace {\n#include %q\n} // namespace\n\n", cuFile)
-	fmt.Fprintf(&b, "extern \"C\" NGEN_EMU_ENTRY int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
+	fmt.Fprintf(&b, "namespace {\n\n// The CUDA forms: %s as written.\n\n", cuName)
+	b.WriteString(cuda)
+	if r.Host != "" {
+		b.WriteString("\n// The host forms: kernels the host target renders in a form of its own.\n\n")
+		b.WriteString(r.Host)
+	}
+	b.WriteString("\n// One launcher per kernel, each compiled for baseline x86-64 and AVX2\n// (NGEN_EMU_LAUNCHER).\n")
 	kinds := map[runtime.ArgKind]string{runtime.ArgI32: "int", runtime.ArgI64: "long long", runtime.ArgU64: "unsigned long long", runtime.ArgF32: "float", runtime.ArgF64: "double"}
+	runs := map[runtime.RunMode]string{runtime.RunThreads: "NGEN_RUN_SIMPLE", runtime.RunSpan: "NGEN_RUN_SPAN",
+		runtime.RunFibers: "NGEN_RUN_SYNC", runtime.RunOwnStack: "NGEN_RUN_OWN_STACK"}
 	for i, ki := range plan.Kernels {
 		// Pointer parameters take their exact C types from the signature.
 		types := kernelParamTypes(plan, i)
@@ -225,27 +348,33 @@ func CPUGlue(p *compiler.Program, plan *runtime.Plan, cuFile, entry string) stri
 			}
 			args = append(args, fmt.Sprintf("NGEN_ARG(l, %s, %d)", t, j))
 		}
-		run := "NGEN_RUN_SIMPLE"
-		switch {
-		case ki.Sync && ki.SoloBlocks && (strings.Contains(ki.Name, "rnn_scan") || strings.Contains(ki.Name, "attention")):
-			// The CPU forms of the recurrences and of attention call the
-			// GEMM library, which wants the worker's own stack, not a
-			// fiber's. Only they: run_solo
-			// instantiates a kernel's body twice (with and without fibers),
-			// which made the 148 reductions of gpt_unfused's glue take over
-			// 20 minutes to compile.
-			run = "NGEN_RUN_SOLO"
-		case ki.Sync && ki.GridStride:
-			// A kernel whose GPU form synchronises but whose CPU
-			// form is a grid-stride loop (cross-entropy's warp per
-			// row, crossentropy.go).
-			run = "NGEN_RUN_SPAN"
-		case ki.Sync:
-			run = "NGEN_RUN_SYNC"
-		case ki.GridStride:
-			run = "NGEN_RUN_SPAN"
+		call := func(suffix string) string { return ki.Name + suffix + "(" + strings.Join(args, ", ") + ")" }
+		if ki.Host == nil {
+			// The CUDA form is the CPU backend's form too.
+			fmt.Fprintf(&b, "NGEN_EMU_LAUNCHER int ngen_launch_%d(const ngen_launch *l) {\n", i)
+			if ki.Baseline != nil {
+				fmt.Fprintf(&b, "  if (l->forms == NGEN_FORMS_BASELINE) %s(l, %s);\n", runs[ki.Baseline.Run], call(ki.Baseline.Suffix))
+			}
+			fmt.Fprintf(&b, "  %s(l, %s);\n}\n", runs[ki.Run], call(""))
+			continue
 		}
-		fmt.Fprintf(&b, "  case %d: %s(l, %s(%s));\n", i, run, ki.Name, strings.Join(args, ", "))
+		// The host form is what runs by default, so only it is compiled
+		// twice (NGEN_EMU_LAUNCHER); the forms the test modes run (the
+		// CUDA form with GPU blocks, the baseline form) are compiled once,
+		// which halves the largest packages' host compile.
+		fmt.Fprintf(&b, "NGEN_EMU_TEST_FORMS int ngen_launch_%d_test(const ngen_launch *l) {\n", i)
+		if ki.Baseline != nil {
+			fmt.Fprintf(&b, "  if (l->forms == NGEN_FORMS_BASELINE) %s(l, %s);\n", runs[ki.Baseline.Run], call(ki.Baseline.Suffix))
+		}
+		fmt.Fprintf(&b, "  %s(l, %s);\n}\n", runs[ki.Run], call(""))
+		fmt.Fprintf(&b, "NGEN_EMU_LAUNCHER int ngen_launch_%d(const ngen_launch *l) {\n", i)
+		fmt.Fprintf(&b, "  if (l->forms == NGEN_FORMS_HOST) %s(l, %s);\n", runs[ki.Host.Run], call(ki.Host.Suffix))
+		fmt.Fprintf(&b, "  return ngen_launch_%d_test(l);\n}\n", i)
+	}
+	b.WriteString("} // namespace\n\n")
+	fmt.Fprintf(&b, "extern \"C\" int %s(int k, const ngen_launch *l) {\n  switch (k) {\n", entry)
+	for i := range plan.Kernels {
+		fmt.Fprintf(&b, "  case %d: return ngen_launch_%d(l);\n", i, i)
 	}
 	b.WriteString("  }\n  return -1;\n}\n")
 	return b.String()
@@ -270,53 +399,89 @@ func kernelParamTypes(plan *runtime.Plan, i int) []string {
 	return types
 }
 
-// CGo renders the cgo file that builds the CPU glue into the package and
-// exports its entry point to the Go glue.
-func CGo(p *compiler.Program, pkg, entry string) string {
+// HostGo renders the cgo file of the host subpackage, which builds the host
+// glue and exports its entry point as Entry. The subpackage imports nothing
+// of ngen, so that a change to ngen's Go packages does not recompile its
+// C++; and since the go command does not hash the shared header (outside
+// the package directory) for its build cache, the file records the
+// header's hash, which changes it whenever the header does.
+func HostGo(p *compiler.Program, model, entry string) string {
 	var b strings.Builder
 	b.WriteString(Header(p.Model.Source) + "\n\n")
-	fmt.Fprintf(&b, "package %s\n\n", pkg)
-	b.WriteString("// #cgo CXXFLAGS: -std=c++17 -O3\n")
+	fmt.Fprintf(&b, "// Package host is the CPU backend's build of model %s's kernels (host.cc,\n", model)
+	b.WriteString("// compiled by cgo): the model package hands Entry to runtime/cpu.\n")
+	b.WriteString("package host\n\n")
+	sum := sha256.Sum256([]byte(emu.Header))
+	fmt.Fprintf(&b, "// #cgo CXXFLAGS: -std=c++17 -O3 -I${SRCDIR}/../..\n")
 	fmt.Fprintf(&b, "// int %s(int k, const void *l);\n", entry)
 	b.WriteString("import \"C\"\n\nimport \"unsafe\"\n\n")
-	b.WriteString("// cpuEntry runs this package's kernels on the host; runtime/cpu calls it.\n")
-	fmt.Fprintf(&b, "var cpuEntry = unsafe.Pointer(C.%s)\n", entry)
+	fmt.Fprintf(&b, "// headerSHA256 is the hash of ../../%s, which host.cc includes.\n", EmuHeaderFile)
+	fmt.Fprintf(&b, "const headerSHA256 = %q\n\n", hex.EncodeToString(sum[:]))
+	b.WriteString("// Entry runs the model's kernels on the host; runtime/cpu calls it.\n")
+	fmt.Fprintf(&b, "var Entry = unsafe.Pointer(C.%s)\n", entry)
 	return b.String()
 }
 
-// Generate renders every file of the generated package for the program.
+// EmuHeaderFile is the emulation header every host glue includes. ngen
+// build writes one copy at the root of its output directory (SharedFiles),
+// which each package's host subpackage finds two levels up.
+const EmuHeaderFile = "ngen_emu.h"
+
+// SharedFiles are the files ngen build writes once at the root of its
+// output directory, beside the packages.
+func SharedFiles() map[string][]byte {
+	return map[string][]byte{EmuHeaderFile: []byte("// Code generated by ngen from runtime/cpu/emu/ngen_emu.h. DO NOT EDIT.\n" + emu.Header)}
+}
+
+// Generate renders every file of the generated package for the program,
+// by name relative to the package's directory (host/ is its host
+// subpackage). The package also needs SharedFiles one level up.
 func Generate(p *compiler.Program, opts Options) (map[string][]byte, error) {
 	pkg := opts.Package
 	if pkg == "" {
 		pkg = p.Model.Name
 	}
 	pkg = compiler.PackageName(pkg)
-	body, plan, err := Kernels(p)
+	r, err := Render(p)
 	if err != nil {
 		return nil, err
 	}
 	cuFile := pkg + ".cu"
-	entry := EntrySymbol(pkg, opts.Unique, body)
-	files := map[string][]byte{
-		cuFile:           []byte(CUDA(p, body)),
-		"cpu_glue.cc":    []byte(CPUGlue(p, plan, cuFile, entry)),
-		"kernels_cpu.go": []byte(CGo(p, pkg, entry)),
-		"ngen_emu.h":     []byte(Header(p.Model.Source) + "\n" + emu.Header),
+	unique := opts.Unique
+	if unique == "" {
+		unique = opts.ImportPath
 	}
-	if len(opts.PTX) > 0 {
-		files[pkg+".ptx"] = opts.PTX
+	entry := EntrySymbol(pkg, unique, r.CUDA+r.Host)
+	plan, err := runtime.EncodePlan(r.Plan)
+	if err != nil {
+		return nil, err
+	}
+	cu := CUDA(p, r.CUDA)
+	files := map[string][]byte{
+		cuFile:         []byte(cu),
+		PlanFile:       plan,
+		"host/host.cc": []byte(HostGlue(p, r, cuFile, cu, entry)),
+		"host/host.go": []byte(HostGo(p, pkg, entry)),
 	}
 	if len(opts.Fatbin) > 0 {
 		files[pkg+".fatbin"] = opts.Fatbin
+		files[pkg+".nvcc"] = opts.FatbinStamp
 	}
-	glue, err := GoGlue(plan, GlueOptions{Package: pkg, Source: p.Model.Source, CUFile: cuFile, EntrySymbol: entry,
-		HasPTX: len(opts.PTX) > 0, HasFatbin: len(opts.Fatbin) > 0})
+	importPath := opts.ImportPath
+	if importPath == "" {
+		importPath = pkg
+	}
+	glue, err := GoGlue(r.Plan, GlueOptions{Package: pkg, Source: p.Model.Source, CUFile: cuFile,
+		HostImport: importPath + "/host", HasFatbin: len(opts.Fatbin) > 0})
 	if err != nil {
 		return nil, err
 	}
 	files[pkg+".go"] = glue
 	return files, nil
 }
+
+// PlanFile is the plan's file in a generated package (runtime.EncodePlan).
+const PlanFile = "plan.json"
 
 // EntrySymbol is the C name of a package's CPU entry point. C symbols share
 // one namespace per binary, so two packages named alike (two models called

@@ -5,7 +5,6 @@ import (
 	"go/format"
 	"go/token"
 	"go/types"
-	"reflect"
 	"regexp"
 	"strings"
 
@@ -19,12 +18,11 @@ const rtPath = "github.com/ngen-ml/ngen/runtime"
 
 // GlueOptions name what the Go glue refers to.
 type GlueOptions struct {
-	Package     string // Go package name; sanitised again here
-	Source      string // DSL file, for the header
-	CUFile      string // the .cu embedded for the GPU backend, e.g. "mlp.cu"
-	EntrySymbol string // the C entry point; kernels_cpu.go exposes it as cpuEntry
-	HasPTX      bool   // embed <package>.ptx beside the .cu
-	HasFatbin   bool   // embed <package>.fatbin beside the .cu
+	Package    string // Go package name; sanitised again here
+	Source     string // DSL file, for the header
+	CUFile     string // the .cu embedded for the GPU backend, e.g. "mlp.cu"
+	HostImport string // import path of the host subpackage (cgo build of the kernels)
+	HasFatbin  bool   // embed <package>.fatbin beside the .cu
 }
 
 // plainFile is what a //go:embed line may name without quoting.
@@ -45,9 +43,8 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("go glue: model %q: no Go type for parameter dtype %s", p.Model, p.DType)
 	}
-	planLit, err := literal(reflect.ValueOf(*p))
-	if err != nil {
-		return nil, fmt.Errorf("go glue: model %q: %w", p.Model, err)
+	if o.HostImport == "" {
+		return nil, fmt.Errorf("go glue: model %q: no import path for the host subpackage", p.Model)
 	}
 	g := &glue{plan: p, pkg: pkg, T: T}
 
@@ -75,14 +72,6 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 	f.Comment("")
 	f.Comment("//go:embed " + o.CUFile)
 	f.Var().Id("cudaSource").String()
-	ptx := jen.Lit("")
-	if o.HasPTX {
-		f.Comment("ptx is nvcc's PTX of cudaSource, so the GPU backend can skip NVRTC.")
-		f.Comment("")
-		f.Comment("//go:embed " + strings.TrimSuffix(o.CUFile, ".cu") + ".ptx")
-		f.Var().Id("ptx").String()
-		ptx = jen.Id("ptx")
-	}
 	fatbin := jen.Nil()
 	if o.HasFatbin {
 		f.Comment("fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,")
@@ -92,20 +81,37 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 		f.Var().Id("fatbin").Index().Byte()
 		fatbin = jen.Id("fatbin")
 	}
+	f.Comment("planJSON is the compiled model as data (runtime.EncodePlan).")
+	f.Comment("")
+	f.Comment("//go:embed " + PlanFile)
+	f.Var().Id("planJSON").Index().Byte()
 	f.Comment("Plan is the compiled model: buffers, kernels with their launch")
 	f.Comment("descriptions, and the steps of each function.")
-	f.Var().Id("Plan").Op("=").Op("&").Add(planLit)
+	f.Var().Id("Plan").Op("=").Qual(rtPath, "MustDecodePlan").Call(jen.Id("planJSON"))
 
-	f.Comment("module is the kernels in every form a backend may load; cpuEntry is")
-	f.Comment("declared by the cgo file kernels_cpu.go.")
+	f.Comment("module is the kernels in every form a backend may load: the CUDA")
+	f.Comment("source and nvcc's fatbin for the GPU, the host subpackage's cgo")
+	f.Comment("build for the CPU.")
 	f.Func().Id("module").Params().Op("*").Qual(rtPath, "Module").Block(
 		jen.Return(jen.Op("&").Qual(rtPath, "Module").Values(jen.Dict{
 			jen.Id("Name"):     jen.Lit(pkg),
 			jen.Id("Source"):   jen.Id("cudaSource"),
-			jen.Id("PTX"):      ptx,
 			jen.Id("Fatbin"):   fatbin,
 			jen.Id("Kernels"):  jen.Id("Plan").Dot("Kernels"),
-			jen.Id("CPUEntry"): jen.Id("cpuEntry"),
+			jen.Id("CPUEntry"): jen.Qual(o.HostImport, "Entry"),
+		})),
+	)
+
+	f.Comment("init registers the package with runtime.Register, so tools, tests and")
+	f.Comment("benchmarks that take any model find it by name.")
+	f.Func().Id("init").Params().Block(
+		jen.Qual(rtPath, "Register").Call(jen.Qual(rtPath, "Generated").Values(jen.Dict{
+			jen.Id("Path"):   jen.Lit(strings.TrimSuffix(o.HostImport, "/host")),
+			jen.Id("Name"):   jen.Lit(pkg),
+			jen.Id("Model"):  jen.Lit(p.Model),
+			jen.Id("Source"): jen.Lit(o.Source),
+			jen.Id("Plan"):   jen.Id("Plan"),
+			jen.Id("Module"): jen.Id("module"),
 		})),
 	)
 

@@ -1,20 +1,15 @@
 package codegen
 
 import (
-	"fmt"
 	"go/ast"
 	"go/importer"
 	"go/parser"
 	"go/token"
 	"go/types"
-	"math"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/dave/jennifer/jen"
 
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -58,10 +53,10 @@ func handPlan(model string, inputs ...string) *runtime.Plan {
 	return p
 }
 
-var glueOpts = GlueOptions{Package: "small", Source: "models/x/model.go", CUFile: "small.cu", EntrySymbol: "ngen_cpu_entry_small"}
+var glueOpts = GlueOptions{Package: "small", Source: "models/x/model.go", CUFile: "small.cu", HostImport: "example.com/gen/small/host"}
 
 // check parses and type-checks a rendered package together with a stand-in
-// for the cgo file that declares cpuEntry.
+// for its host subpackage, which declares Entry.
 func check(t *testing.T, src []byte) *ast.File {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -69,15 +64,32 @@ func check(t *testing.T, src []byte) *ast.File {
 	if err != nil {
 		t.Fatalf("generated glue does not parse: %v\n%s", err, src)
 	}
-	stub, err := parser.ParseFile(fset, "kernels_cpu.go", "package "+f.Name.Name+"\nimport \"unsafe\"\nvar cpuEntry unsafe.Pointer\n", 0)
+	stub, err := parser.ParseFile(fset, "host.go", "package host\nimport \"unsafe\"\nvar Entry unsafe.Pointer\n", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	if _, err := conf.Check(f.Name.Name, fset, []*ast.File{f, stub}, nil); err != nil {
+	host, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check(glueOpts.HostImport, fset, []*ast.File{stub}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := types.Config{Importer: hostImporter{importer.ForCompiler(fset, "source", nil), host}}
+	if _, err := conf.Check(f.Name.Name, fset, []*ast.File{f}, nil); err != nil {
 		t.Fatalf("generated glue does not type-check: %v\n%s", err, src)
 	}
 	return f
+}
+
+// hostImporter resolves the host subpackage's import path to its stub.
+type hostImporter struct {
+	types.Importer
+	host *types.Package
+}
+
+func (h hostImporter) Import(path string) (*types.Package, error) {
+	if path == h.host.Path() {
+		return h.host, nil
+	}
+	return h.Importer.Import(path)
 }
 
 func TestGoGlueHandPlan(t *testing.T) {
@@ -93,18 +105,14 @@ func TestGoGlueHandPlan(t *testing.T) {
 		"//go:embed small.cu\nvar cudaSource string",
 		"func (m *Model) Step(x []float32, y []int32) (loss float32, err error)",
 		"func (m *Model) Predict(x []float32) ([]float32, error)",
-		"Placement: runtime.Persistent",
-		"Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgI32}",
-		"Block: [3]int{256, 1, 1}",
-		"CPUEntry: cpuEntry",
+		"//go:embed plan.json\nvar planJSON []byte",
+		"var Plan = runtime.MustDecodePlan(planJSON)",
+		"CPUEntry: host.Entry",
+		`runtime.Register(runtime.Generated{`,
 	} {
 		if !strings.Contains(string(src), want) && !strings.Contains(strings.Join(strings.Fields(string(src)), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("generated glue lacks %q", want)
 		}
-	}
-	// Kind is zero (LaunchStep) in the hand plan, so it is left out.
-	if strings.Contains(string(src), "Kind: runtime.LaunchStep") {
-		t.Errorf("zero fields should be left out")
 	}
 	methods := map[string]bool{}
 	for _, d := range f.Decls {
@@ -112,7 +120,7 @@ func TestGoGlueHandPlan(t *testing.T) {
 			methods[fd.Name.Name] = true
 		}
 	}
-	for _, m := range []string{"New", "module", "Step", "Predict", "Train", "Eval", "Training", "SetLR", "Params", "Param", "SetParam", "Grad", "Save", "Load", "Close", "Session"} {
+	for _, m := range []string{"New", "module", "init", "Step", "Predict", "Train", "Eval", "Training", "SetLR", "Params", "Param", "SetParam", "Grad", "Save", "Load", "Close", "Session"} {
 		if !methods[m] {
 			t.Errorf("generated glue lacks func %s", m)
 		}
@@ -125,7 +133,7 @@ func TestGoGlueHandPlan(t *testing.T) {
 func TestGoGlueHostileNames(t *testing.T) {
 	hostile := []string{"x; os.Exit(1)", "func", "1abc", "größe", "len", "fmt", "err", "x-1", "x_1", "`\"\\n*/"}
 	p := handPlan("evil */ model\n%d", hostile...)
-	src, err := GoGlue(p, GlueOptions{Package: "Evil-Pkg", Source: "models/x/model.go\n*/ x", CUFile: "small.cu"})
+	src, err := GoGlue(p, GlueOptions{Package: "Evil-Pkg", Source: "models/x/model.go\n*/ x", CUFile: "small.cu", HostImport: glueOpts.HostImport})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,40 +200,5 @@ func TestGoGlueRejects(t *testing.T) {
 	p.Funcs[0].Outputs = nil
 	if _, err := GoGlue(p, glueOpts); err == nil || !strings.Contains(err.Error(), `no output "loss"`) {
 		t.Errorf("step without loss: %v", err)
-	}
-}
-
-func TestLiteral(t *testing.T) {
-	type inner struct {
-		A []float64
-		M map[string]int
-	}
-	type outer struct {
-		K  runtime.DType
-		U  runtime.DType
-		F  float64
-		In inner
-		Z  int
-	}
-	v := outer{K: runtime.I32, U: runtime.DType(9), F: math.Inf(-1), In: inner{A: []float64{math.NaN(), 0.5}, M: map[string]int{"b": 2, "a": 1}}}
-	c, err := literal(reflect.ValueOf(v))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(strings.Fields(fmt.Sprintf("%#v", jen.Var().Id("v").Op("=").Add(c))), " ")
-	for _, want := range []string{"K: runtime.I32", "U: runtime.DType(9)", "F: math.Inf(-1)", "math.NaN(), 0.5", `"a": 1, "b": 2`} {
-		if !strings.Contains(got, want) {
-			t.Errorf("literal %s lacks %s", got, want)
-		}
-	}
-	if strings.Contains(got, "Z:") {
-		t.Errorf("zero field rendered: %s", got)
-	}
-	type withChan struct{ C chan int }
-	if _, err := literal(reflect.ValueOf(withChan{make(chan int)})); err == nil {
-		t.Errorf("channel rendered without error")
-	}
-	if _, err := literal(reflect.ValueOf(struct{ A int }{1})); err == nil {
-		t.Errorf("anonymous struct rendered without error")
 	}
 }

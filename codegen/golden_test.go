@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*.txtar")
 
-// TestGolden checks the generated .cu and .go of a small model against
+// TestGolden checks the generated files of a small model against
 // testdata/golden; a change that should not alter kernels must leave these
 // files unchanged ("process replay"). go test ./codegen -update rewrites them.
 func TestGolden(t *testing.T) {
@@ -33,7 +33,7 @@ func TestGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		ar := &txtar.Archive{Comment: []byte("irtest.MLP(f32, 7, 9, 4, dropout 0.2, Adam)\n")}
-		for _, f := range []string{"small.cu", "small.go", "cpu_glue.cc"} {
+		for _, f := range []string{"small.cu", "small.go", PlanFile, "host/host.cc", "host/host.go"} {
 			ar.Files = append(ar.Files, txtar.File{Name: f, Data: files[f]})
 		}
 		path := filepath.Join("..", "testdata", "golden", name+".txtar")

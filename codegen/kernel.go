@@ -15,12 +15,15 @@ import (
 // (elementwise.go, reduce.go, crossentropy.go) fill it; render prints the
 // CUDA C with the signature and launch description in one place.
 type kernel struct {
-	name    string
-	comment []string
-	params  []kparam
-	byName  map[string]int
-	body    strings.Builder
-	sync    bool
+	// name says what the kernel computes (layernorm_fwd); label names
+	// this launch (blocks_1_norm1_layernorm_fwd). Neither is part of the
+	// kernel's identity (canonical).
+	name, label string
+	comment     []string
+	params      []kparam
+	byName      map[string]int
+	body        strings.Builder
+	sync        bool
 	// gridStride: the body is one NGEN_GRID_STRIDE loop (KernelInfo.GridStride).
 	gridStride bool
 	// soloBlocks: the kernel runs with one-thread blocks too (KernelInfo.SoloBlocks).
@@ -31,9 +34,12 @@ type kernel struct {
 	// keptIndex, in a reduction, gives the index of an input that is
 	// constant along every reduced axis in terms of the kept index o.
 	keptIndex func(in ir.Shape) (string, bool)
-	grid      [3]runtime.Expr
-	block     [3]int
-	t         string // element type of the group
+	nimm      int // constants declared (imm)
+	// target is what the kernel is rendered for (ops.Target).
+	target ops.Target
+	grid   [3]runtime.Expr
+	block  [3]int
+	t      string // element type of the group
 	// pre is file-scope code the kernel needs (device globals), printed
 	// before it; "$K" in pre and body stands for the kernel's final name.
 	pre string
@@ -45,8 +51,8 @@ type kparam struct {
 	ref   runtime.ArgRef
 }
 
-func newKernel(p *compiler.Program, g *compiler.Group) *kernel {
-	k := &kernel{name: g.Name, byName: map[string]int{}, block: [3]int{256, 1, 1}}
+func newKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
+	k := &kernel{name: g.Kernel, label: g.Name, target: target, byName: map[string]int{}, block: [3]int{256, 1, 1}}
 	k.t = g.Root.DType.CType()
 	if g.Kind == compiler.CE {
 		k.t = g.Root.Args[0].DType.CType()
@@ -86,6 +92,22 @@ func (k *kernel) scalar(name, ctype string) string {
 	return k.param(ctype, cname, runtime.ArgRef{Buf: -1, Scalar: name, Kind: kind})
 }
 
+// imm declares a per-launch constant parameter holding v and returns its
+// C name. The kernel's text then says c0, not the number, so launches
+// that differ only in it (the Philox stream of each layer's dropout) share
+// the kernel. A value asked for twice is one parameter.
+func (k *kernel) imm(v int64) string {
+	key := fmt.Sprintf("imm %d", v)
+	if i, ok := k.byName[key]; ok {
+		return k.params[i].name
+	}
+	name := fmt.Sprintf("c%d", k.nimm)
+	k.nimm++
+	k.byName[key] = len(k.params)
+	k.params = append(k.params, kparam{"int", name, runtime.ArgRef{Buf: -1, Kind: runtime.ArgI32, Const: v}})
+	return name
+}
+
 // dim renders one dimension as C, declaring its symbol.
 func (k *kernel) dim(d ir.Dim) string {
 	if d.Sym != "" {
@@ -113,12 +135,12 @@ func (k *kernel) size(s ir.Shape) string {
 
 // ctx is the ops expression context for this kernel.
 func (k *kernel) ctx(t, index string) *ops.Ctx {
-	c := &ops.Ctx{T: t, Index: index, Scalar: func(name, ctype string) string {
+	c := &ops.Ctx{Target: k.target, T: t, Index: index, Scalar: func(name, ctype string) string {
 		if ctype == "" {
 			ctype = t
 		}
 		return k.scalar(name, ctype)
-	}, Dim: k.dim}
+	}, Dim: k.dim, Imm: k.imm}
 	if k.rowLen > 0 {
 		c.Row, c.Col, c.RowLen = "r", "j", k.rowLen
 	}
@@ -126,11 +148,12 @@ func (k *kernel) ctx(t, index string) *ops.Ctx {
 }
 
 // status declares the plan's status word as a parameter and returns its
-// C name and the code the memory plan gave op v's check.
-func (k *kernel) status(p *compiler.Program, v *ir.Value) (string, int) {
+// C name and the code the memory plan gave op v's check (a constant
+// parameter: the same op of another layer has its own code).
+func (k *kernel) status(p *compiler.Program, v *ir.Value) (string, string) {
 	for _, c := range p.Plan.Checks {
 		if c.Kind == "status" && c.Op == v.Op && c.Pos == v.Pos.String() {
-			return k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), c.Code
+			return k.param("int *", "status", runtime.ArgRef{Buf: c.Buf, Kind: runtime.ArgPtr}), k.imm(int64(c.Code))
 		}
 	}
 	panic(fmt.Sprintf("codegen: kernel %s: %s has no status check", k.name, v))
@@ -220,7 +243,7 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			}
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
-			c.Status = func(v *ir.Value) (string, int) { return k.status(p, v) }
+			c.Status = func(v *ir.Value) (string, string) { return k.status(p, v) }
 			out := fmt.Sprintf("v%d", v.ID)
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
 				w.WriteString(indent + line + "\n")
@@ -315,13 +338,67 @@ func baseBuf(pl *runtime.Plan, i int) int {
 	return i
 }
 
-// render prints the kernel.
-func (k *kernel) render() string {
+// canonical is the kernel's identity: its text without comments and with
+// "$K" for its name. Parameters are named by position (in0, out1, c0) and
+// sizes are literals, so two launches have one canonical text exactly when
+// one compiled kernel serves both.
+func (k *kernel) canonical() string {
+	return fmt.Sprintf("%v %v %v %v\n%s", k.sync, k.gridStride, k.soloBlocks, k.block, renumberValues(k.code("$K", false)))
+}
+
+// renumberValues renames the kernel's locals named after IR values (v17,
+// a12, v17_c0: the value's ID, which differs between layers) by order of
+// first appearance, so that only the computation tells kernels apart.
+func renumberValues(src string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "// %s computes:\n", k.name)
+	ids := map[string]int{}
+	word := func(c byte) bool {
+		return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
+	for i := 0; i < len(src); {
+		c := src[i]
+		if (c == 'v' || c == 'a') && (i == 0 || !word(src[i-1])) {
+			j := i + 1
+			for j < len(src) && '0' <= src[j] && src[j] <= '9' {
+				j++
+			}
+			if j > i+1 && (j == len(src) || src[j] == '_' || !word(src[j])) {
+				n, ok := ids[src[i:j]]
+				if !ok {
+					n = len(ids)
+					ids[src[i:j]] = n
+				}
+				fmt.Fprintf(&b, "%c%d", c, n)
+				i = j
+				continue
+			}
+		}
+		b.WriteByte(c)
+		i++
+	}
+	return b.String()
+}
+
+// render prints the kernel under name, with the IR values of its first
+// launch as a comment and, when it is shared, the labels of every launch.
+func (k *kernel) render(name string, labels []string) string {
+	var b strings.Builder
+	if len(labels) > 1 {
+		fmt.Fprintf(&b, "// %s: %d launches (%s). The first computes:\n", name, len(labels), strings.Join(labels, ", "))
+	} else {
+		fmt.Fprintf(&b, "// %s computes:\n", name)
+	}
 	for _, c := range k.comment {
 		fmt.Fprintf(&b, "//   %s\n", c)
 	}
+	b.WriteString(k.code(name, k.target != ops.CUDA))
+	return b.String()
+}
+
+// code prints the kernel's C under name, without comments: a __global__
+// kernel, or for a host form (host) an ordinary function of the host glue.
+func (k *kernel) code(name string, host bool) string {
+	var b strings.Builder
 	var ps []string
 	for _, p := range k.params {
 		sep := " "
@@ -330,16 +407,20 @@ func (k *kernel) render() string {
 		}
 		ps = append(ps, p.ctype+sep+p.name)
 	}
-	b.WriteString(strings.ReplaceAll(k.pre, "$K", k.name))
-	fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s) {\n", k.block[0]*k.block[1]*k.block[2], k.name, strings.Join(ps, ", "))
-	b.WriteString(strings.ReplaceAll(k.body.String(), "$K", k.name))
+	b.WriteString(strings.ReplaceAll(k.pre, "$K", name))
+	if host {
+		fmt.Fprintf(&b, "NGEN_HOST_FORM void %s(%s) {\n", name, strings.Join(ps, ", "))
+	} else {
+		fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s) {\n", k.block[0]*k.block[1]*k.block[2], name, strings.Join(ps, ", "))
+	}
+	b.WriteString(strings.ReplaceAll(k.body.String(), "$K", name))
 	b.WriteString("}\n")
 	return b.String()
 }
 
 // info is the kernel's launch description for the plan.
-func (k *kernel) info() runtime.KernelInfo {
-	ki := runtime.KernelInfo{Name: k.name, Sync: k.sync, GridStride: k.gridStride, SoloBlocks: k.soloBlocks}
+func (k *kernel) info(name string) runtime.KernelInfo {
+	ki := runtime.KernelInfo{Name: name, Sync: k.sync, GridStride: k.gridStride, SoloBlocks: k.soloBlocks}
 	for _, p := range k.params {
 		ki.Params = append(ki.Params, p.ref.Kind)
 	}

@@ -15,8 +15,8 @@ import (
 // symbolic batch (or per work item of the row's Blocks), the loop over
 // time inside. It synchronises its block
 // between steps; the CPU backend runs it with one-thread blocks.
-func loopKernel(p *compiler.Program, g *compiler.Group) *kernel {
-	k := newKernel(p, g)
+func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
+	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
 	v := g.Root
 	c := k.ctx(v.DType.CType(), "")

@@ -19,8 +19,8 @@ import (
 //     coalesced across threads; no barriers);
 //   - the innermost axis is reduced: a block per output element, threads
 //     stride over it and combine by warp shuffles and shared memory.
-func reduceKernel(p *compiler.Program, g *compiler.Group) *kernel {
-	k := newKernel(p, g)
+func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
+	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
 	r := g.Root
 	space, axes := mergeAxes(g.Space, r.Attrs.Axes)

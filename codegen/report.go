@@ -17,7 +17,12 @@ type Report struct {
 	Fused   bool   `json:"fused"`
 	Batch   int    `json:"batch"`
 	Kernels int    `json:"kernels"`
-	Gemms   int    `json:"gemms"`
+	// DistinctKernels counts the kernels the step's launches share (one
+	// compiled kernel per distinct computation: Kernels counts launches).
+	DistinctKernels int `json:"distinct_kernels"`
+	// ModuleKernels counts every kernel of the module (all functions).
+	ModuleKernels int `json:"module_kernels"`
+	Gemms         int `json:"gemms"`
 	// DeviceCalls counts the calls the GPU backend issues for one step:
 	// launches, cuBLAS calls (runtime.LowerGemm) and memsets and copies.
 	DeviceCalls int   `json:"device_calls"`
@@ -40,7 +45,10 @@ type Report struct {
 
 // StepRow is one launch, GEMM, memset or copy of the step.
 type StepRow struct {
-	Kind   string `json:"kind"`
+	Kind string `json:"kind"`
+	// Label names the launch or GEMM (its layer and ops); Kernel is the
+	// kernel a launch runs, shared by launches that compute alike.
+	Label  string `json:"label,omitempty"`
 	Kernel string `json:"kernel,omitempty"`
 	Ops    string `json:"ops"`
 	Bytes  int64  `json:"bytes"`
@@ -79,18 +87,21 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			loops[g.Step] = T
 		}
 	}
+	r.ModuleKernels = len(plan.Kernels)
+	distinct := map[int]bool{}
 	for _, f := range plan.Funcs {
 		if f.Name != "step" {
 			continue
 		}
 		for i, st := range f.Steps {
-			row := StepRow{Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
+			row := StepRow{Label: st.Label, Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:
 				row.Kind, row.Kernel = "launch", plan.Kernels[st.Kernel].Name
 				row.Blocks = st.Grid[0].Eval(env) * st.Grid[1].Eval(env) * st.Grid[2].Eval(env)
 				r.Kernels++
+				distinct[st.Kernel] = true
 			case runtime.GemmStep:
 				row.Kind = "gemm"
 				ga = st.Gemm.Args(env, plan.Buffers[st.Gemm.C].DType, nil)
@@ -110,6 +121,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			r.gemmCalls = append(r.gemmCalls, ga)
 		}
 	}
+	r.DistinctKernels = len(distinct)
 	return r, nil
 }
 
@@ -121,16 +133,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "model %s, %s, one training step at batch %d\n\n", r.Model, mode, r.Batch)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tkind\tkernel\tbytes\tflops\tops")
+	fmt.Fprintln(tw, "#\tkind\tlabel\tkernel\tbytes\tflops\tops")
 	for i, s := range r.Steps {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", i, s.Kind, s.Kernel, s.Bytes, s.Flops, s.Ops)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", i, s.Kind, s.Label, s.Kernel, s.Bytes, s.Flops, s.Ops)
 	}
 	tw.Flush()
 	if err := r.writeLoops(w); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nkernels per step: %d\nGEMMs per step: %d\ndevice calls per step (kernels, cuBLAS calls, memsets, copies): %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
-		r.Kernels, r.Gemms, r.DeviceCalls, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
+	_, err := fmt.Fprintf(w, "\nkernels per step: %d launches of %d distinct kernels (%d in the module)\nGEMMs per step: %d\ndevice calls per step (kernels, cuBLAS calls, memsets, copies): %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",
+		r.Kernels, r.DistinctKernels, r.ModuleKernels, r.Gemms, r.DeviceCalls, r.Bytes, r.Flops, r.PeakBytes, r.ActivationBytes)
 	if err == nil && r.Without != nil {
 		o := r.Without
 		_, err = fmt.Fprintf(w, "without checkpointing: planned peak memory %d bytes (temporaries %d), FLOPs %d (checkpointing adds %.1f%%)\n",
@@ -160,7 +172,7 @@ func (r *Report) writeLoops(w io.Writer) error {
 		n++
 		bytes += s.Bytes / int64(s.TimeSteps)
 		flops += s.Flops / int64(s.TimeSteps)
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\n", i, s.Kernel, s.TimeSteps, s.Bytes/int64(s.TimeSteps), s.Flops/int64(s.TimeSteps))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\n", i, s.Label, s.TimeSteps, s.Bytes/int64(s.TimeSteps), s.Flops/int64(s.TimeSteps))
 	}
 	if n == 0 {
 		return nil

@@ -18,9 +18,9 @@ import (
 // TestGeneratedLoopsVectorise guards the CPU speed of the generated
 // elementwise kernels: g++ must vectorise the grid-stride loop of every
 // one of them that draws a dropout mask or computes GELU, and the masked
-// exp loops of the attention's CPU form (ngen_emu::mask0), in both copies
-// of the entry (SSE2 and AVX2, NGEN_EMU_ENTRY), as the packages compile
-// them. It compiles the kernels this generator emits for the seed GPT,
+// exp loops of the attention's host form (ngen_emu::mask0), in both copies
+// of their launchers (SSE2 and AVX2, NGEN_EMU_LAUNCHER), as the packages
+// compile them. It compiles the kernels this generator emits for the seed GPT,
 // not copies of them: a select on the train scalar around the dropout
 // call once kept these loops scalar (the GELU loops of the gpt step took
 // twice as long) while a test over hand-written copies passed.
@@ -39,33 +39,37 @@ func TestGeneratedLoopsVectorise(t *testing.T) {
 }
 
 func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
-	body, plan, err := Kernels(p)
+	r, err := Render(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cu := CUDA(p, body)
-	lines := strings.Split(cu, "\n")
+	plan := r.Plan
+	glue := HostGlue(p, r, "k.cu", CUDA(p, r.CUDA), "entry")
+	lines := strings.Split(glue, "\n")
 	// The loop line of each chosen kernel: the first grid-stride loop after
-	// its signature.
+	// its signature, in the form the CPU backend runs by default.
 	want := map[int]string{}
 	keep := map[int]bool{}
 	seen := map[string]bool{}
 	attn := 0
 	for i, ki := range plan.Kernels {
+		fn := ki.Name
+		if ki.Host != nil {
+			fn += ki.Host.Suffix
+		}
 		sig := -1
 		for n, l := range lines {
-			if strings.HasPrefix(l, "extern \"C\" __global__") && strings.Contains(l, " "+ki.Name+"(") {
+			if (strings.HasPrefix(l, "extern \"C\" __global__") || strings.HasPrefix(l, "NGEN_HOST_FORM ")) && strings.Contains(l, " "+fn+"(") {
 				sig = n
 				break
 			}
 		}
 		if sig < 0 {
-			t.Fatalf("kernel %s: no signature in the .cu", ki.Name)
+			t.Fatalf("kernel %s: no signature of %s in the host glue", ki.Name, fn)
 		}
-		// The attention's CPU form: each loop that takes the exp of a
+		// The attention's host form: each loop that takes the exp of a
 		// row of scores (the masked exp of the softmax, forward and
-		// backward; ngen_emu::mask0 masks it), once per distinct loop (the
-		// layers repeat them; each kernel adds minutes to the compile).
+		// backward; ngen_emu::mask0 masks it), once per distinct loop.
 		for n := sig + 1; n < len(lines) && !strings.HasPrefix(lines[n], "}"); n++ {
 			if !strings.Contains(lines[n], "fast_expf(sr[kj] - ") || seen[strings.TrimSpace(lines[n])] {
 				continue
@@ -79,7 +83,7 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 			want[loop+1] = ki.Name + " (masked exp)"
 			keep[i] = true
 		}
-		if !ki.GridStride || ki.Sync {
+		if ki.Host != nil || !ki.GridStride || ki.Sync {
 			continue
 		}
 		loop, vec := -1, false
@@ -99,25 +103,26 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		t.Fatal("no GELU, dropout or attention kernel found")
 	}
 	if attn < 2 {
-		t.Fatalf("%d masked-exp loops of the attention's CPU form found, want its forward's and backward's", attn)
+		t.Fatalf("%d masked-exp loops of the attention's host form found, want its forward's and backward's", attn)
 	}
 	// The entry with only the chosen kernels' cases, which keeps the
-	// compile to seconds.
-	var glue []string
-	for _, l := range strings.Split(CPUGlue(p, plan, "k.cu", "entry"), "\n") {
+	// compile to seconds (the other launchers are unused and not emitted).
+	var kept []string
+	for _, l := range lines {
 		var k int
 		if _, err := fmt.Sscanf(strings.TrimSpace(l), "case %d:", &k); err == nil && !keep[k] {
+			kept = append(kept, "") // keep the line numbers
 			continue
 		}
-		glue = append(glue, l)
+		kept = append(kept, l)
 	}
 	dir := t.TempDir()
-	for name, text := range map[string]string{"k.cu": cu, "ngen_emu.h": emu.Header, "glue.cc": strings.Join(glue, "\n")} {
+	for name, text := range map[string]string{"ngen_emu.h": emu.Header, "host.cc": strings.Join(kept, "\n")} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	args := []string{"-std=c++17", "-O3", "-fPIC", "-fopt-info-vec-optimized", "-c", "glue.cc", "-o", "glue.o"}
+	args := []string{"-std=c++17", "-O3", "-fPIC", "-fopt-info-vec-optimized", "-c", "host.cc", "-o", "host.o"}
 	cmd := exec.Command("g++", args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
@@ -125,7 +130,7 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	got := map[int]int{}
-	re := regexp.MustCompile(`^k\.cu:(\d+):\d+: optimized: loop vectorized`)
+	re := regexp.MustCompile(`^host\.cc:(\d+):\d+: optimized: loop vectorized`)
 	for _, l := range strings.Split(string(out), "\n") {
 		if s := re.FindStringSubmatch(l); s != nil {
 			var n int
@@ -134,10 +139,10 @@ func checkLoopsVectorise(t *testing.T, p *compiler.Program) {
 		}
 	}
 	for line, name := range want {
-		// At least once in each copy of the entry (g++ may also vectorise
-		// an epilogue).
+		// At least once in each copy of the launcher (g++ may also
+		// vectorise an epilogue).
 		if got[line] < 2 {
-			t.Errorf("kernel %s: its loop (k.cu:%d) was vectorised %d times, want at least once in each of the entry's 2 copies:\n%s", name, line, got[line], lines[line-1])
+			t.Errorf("kernel %s: its loop (host.cc:%d) was vectorised %d times, want at least once in each of the launcher's 2 copies:\n%s", name, line, got[line], lines[line-1])
 		}
 	}
 	t.Logf("%d GELU, dropout and attention kernel loops checked", len(want))

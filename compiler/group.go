@@ -37,7 +37,13 @@ type Group struct {
 	Root *ir.Value
 	// Loss and Grad are the cross_entropy and ce_grad members of a CE group.
 	Loss, Grad *ir.Value
-	Name       string
+	// Name labels the group's launch: its layer, ops and phase
+	// (blocks_1_norm1_layernorm_fwd), unique in its function. Kernel names
+	// what it computes without the layer (layernorm_fwd): launches of
+	// several layers whose kernels are the same share one, so its name
+	// cannot be any one layer's.
+	Name   string
+	Kernel string
 	// Inputs are values the group reads from global memory (storage
 	// owners or views), Outputs the members it writes to global memory.
 	Inputs  []*ir.Value
@@ -121,7 +127,13 @@ func finishGroups(f *ir.Func, gs []*Group) {
 				g.Inputs = append(g.Inputs, a)
 			}
 		}
-		name := groupName(g)
+		layer, what := groupName(g)
+		g.Kernel = Sanitize(what)
+		name := what
+		if layer != "" {
+			name = layer + "_" + what
+		}
+		name = Sanitize(name)
 		used[name]++
 		if n := used[name]; n > 1 {
 			name = fmt.Sprintf("%s_%d", name, n)
@@ -144,11 +156,10 @@ func storageOf(v *ir.Value) []*ir.Value {
 	return []*ir.Value{v}
 }
 
-// groupName says what a kernel fuses: the layer it belongs to, its ops and
-// its phase, e.g. fc1_bias_relu_dropout_fwd.
-func groupName(g *Group) string {
+// groupName says what a kernel fuses: the layer it belongs to (fc1) and
+// its ops and phase (bias_relu_dropout_fwd).
+func groupName(g *Group) (layer, what string) {
 	phase := "fwd"
-	layer := ""
 	var opsList []string
 	seen := map[string]bool{}
 	for _, v := range g.Values {
@@ -187,18 +198,12 @@ func groupName(g *Group) string {
 		}
 	}
 	if phase == "opt" {
-		return "optimizer_update"
+		return "", "optimizer_update"
 	}
 	if len(opsList) > 5 {
 		opsList = append(opsList[:5], "etc")
 	}
-	parts := []string{}
-	if layer != "" {
-		parts = append(parts, layer)
-	}
-	parts = append(parts, opsList...)
-	parts = append(parts, phase)
-	return Sanitize(strings.Join(parts, "_"))
+	return layer, strings.Join(append(opsList, phase), "_")
 }
 
 // paramBehind is the first parameter among v's arguments, searched depth

@@ -24,7 +24,7 @@ import (
 // Launch steps are left for codegen to complete with their arguments and
 // geometry, which the kernel templates decide.
 func planMemory(p *Program) error {
-	pl := &runtime.Plan{Model: p.Model.Name, Source: p.Model.Source, Symbols: []string{"B"}}
+	pl := &runtime.Plan{Model: p.Model.Name, Source: p.Model.Source, Fused: p.Fuse, Symbols: []string{"B"}}
 	mp := &memPlanner{p: p, plan: pl, bufOf: map[*ir.Value]int{}, named: map[string]int{}}
 	if o := p.Model.Optimizer; o != nil {
 		pl.Optimizer = runtime.Optimizer(*o)

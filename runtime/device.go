@@ -54,26 +54,75 @@ func (d DType) String() string {
 // KernelInfo is the launch description the code generator emits once per
 // kernel. Backends read it; they never recompute it.
 type KernelInfo struct {
-	Name string
+	Name string `json:",omitzero"`
 	// Sync is true when the kernel uses __syncthreads or warp shuffles, so
 	// the CPU backend must run a block's threads as cooperative fibers.
-	Sync bool
+	Sync bool `json:",omitzero"`
 	// GridStride is true when the kernel is one NGEN_GRID_STRIDE loop of
 	// independent iterations, so any partition of the index range gives
 	// the same result: the CPU backend runs each worker's share of the
 	// grid as one contiguous span (NGEN_RUN_SPAN). With Sync, only the
 	// kernel's CPU emulation form is such a loop (cross-entropy's warp per
 	// row): the GPU forms run it with its barriers.
-	GridStride bool
+	GridStride bool `json:",omitzero"`
 	// SoloBlocks is true when the kernel computes the same values with
 	// blocks of one thread as with the block it is launched with (its
 	// loops stride by blockDim.x, and a one-thread block skips the
 	// block-wide combination): the CPU backend launches it so, and each
 	// block runs as one fiber that walks its share in vectorisable loops
 	// instead of hundreds of fibers taking a few elements each.
-	SoloBlocks bool
+	SoloBlocks bool `json:",omitzero"`
 	// Params lists the kernel's parameter kinds in argument order.
-	Params []ArgKind
+	Params []ArgKind `json:",omitzero"`
+	// Run is how the CPU backend runs the kernel's CUDA form (the .cu as
+	// written, under cpu.Options.GPUBlocks and wherever Host is nil).
+	Run RunMode `json:",omitzero"`
+	// Host, when set, is the form of its own that the host target
+	// rendered for the CPU backend, which runs it in place of the CUDA
+	// form by default (a GEMM per time step for a recurrence, a row at a
+	// time for cross-entropy). Baseline, when set, is the form it runs
+	// under cpu.Options.Baseline (nil: the CUDA form); it keeps the CUDA
+	// form's arithmetic. Codegen sets both where it lowers the kernel, and
+	// the host glue's launcher follows them.
+	Host, Baseline *HostForm `json:",omitzero"`
+}
+
+// HostForm is a form of a kernel that only the host glue holds: the
+// function Name+Suffix, run as Run says.
+type HostForm struct {
+	Suffix string  `json:",omitzero"`
+	Run    RunMode `json:",omitzero"`
+}
+
+// OwnStack reports whether the form runs on the worker thread's own stack
+// (it calls a library that wants more stack than a fiber has).
+func (f *HostForm) OwnStack() bool { return f != nil && f.Run == RunOwnStack }
+
+// RunMode is how the CPU backend runs one form of a kernel.
+type RunMode int
+
+const (
+	// RunThreads calls the kernel once per thread of each block, in a
+	// plain loop: it has no barriers.
+	RunThreads RunMode = iota
+	// RunSpan calls it once per worker: the form is a grid-stride loop
+	// of independent iterations, and each worker walks a contiguous span.
+	RunSpan
+	// RunFibers runs each block's threads as fibers that switch at
+	// barriers and warp shuffles.
+	RunFibers
+	// RunOwnStack runs one-thread blocks as plain calls on the worker's
+	// own stack.
+	RunOwnStack
+)
+
+var runModeNames = [...]string{"threads", "span", "fibers", "own stack"}
+
+func (m RunMode) String() string {
+	if m >= 0 && int(m) < len(runModeNames) {
+		return runModeNames[m]
+	}
+	return fmt.Sprintf("RunMode(%d)", int(m))
 }
 
 // ArgKind is the C type of one kernel parameter.

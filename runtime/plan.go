@@ -8,37 +8,38 @@ import (
 
 // Plan is a compiled model as data: its buffers, and per entry point the
 // ordered steps (kernel launches, GEMMs, memsets, copies) with their
-// launch geometry. The compiler produces it; generated glue embeds it as a
-// Go literal and a Session executes it.
+// launch geometry. The compiler produces it; a generated package embeds it
+// as data (plan_json.go) and a Session executes it.
 type Plan struct {
-	Model     string
-	Source    string
-	DType     DType // parameter dtype
-	Symbols   []string
-	Buffers   []Buffer
-	Funcs     []Func
-	Kernels   []KernelInfo
-	Optimizer Optimizer
+	Model     string       `json:",omitzero"`
+	Source    string       `json:",omitzero"`
+	Fused     bool         `json:",omitzero"` // generated with fusion (not -fuse=none)
+	DType     DType        `json:",omitzero"` // parameter dtype
+	Symbols   []string     `json:",omitzero"`
+	Buffers   []Buffer     `json:",omitzero"`
+	Funcs     []Func       `json:",omitzero"`
+	Kernels   []KernelInfo `json:",omitzero"`
+	Optimizer Optimizer    `json:",omitzero"`
 	// Checks are run after a function; each names a user op.
-	Checks []Check
+	Checks []Check `json:",omitzero"`
 }
 
 // Func is one entry point ("step", "predict").
 type Func struct {
-	Name    string
-	Steps   []Step
-	Outputs []Named
-	Inputs  []Named
+	Name    string  `json:",omitzero"`
+	Steps   []Step  `json:",omitzero"`
+	Outputs []Named `json:",omitzero"`
+	Inputs  []Named `json:",omitzero"`
 	// UpdateFrom splits a training step: steps before it compute the
 	// gradients (forward and backward), the rest are the optimizer update.
 	// 0 for functions without an update.
-	UpdateFrom int
+	UpdateFrom int `json:",omitzero"`
 }
 
 // Named binds a name to a buffer.
 type Named struct {
-	Name string
-	Buf  int
+	Name string `json:",omitzero"`
+	Buf  int    `json:",omitzero"`
 }
 
 // Placement says where a buffer's storage lives.
@@ -52,8 +53,8 @@ const (
 
 // Size is Mul times the product of symbols (element counts, byte counts).
 type Size struct {
-	Mul  int64
-	Syms []string
+	Mul  int64    `json:",omitzero"`
+	Syms []string `json:",omitzero"`
 }
 
 // Eval evaluates s with symbol bindings.
@@ -75,9 +76,9 @@ func (s Size) String() string {
 
 // Expr is ceil(Size / Div), capped at Max when Max > 0: launch geometry.
 type Expr struct {
-	Size Size
-	Div  int64
-	Max  int64
+	Size Size  `json:",omitzero"`
+	Div  int64 `json:",omitzero"`
+	Max  int64 `json:",omitzero"`
 }
 
 // Eval evaluates e.
@@ -98,26 +99,26 @@ func (e Expr) Eval(env map[string]int) int {
 // Init is how a parameter starts: uniform in [A, B), constant A,
 // normal(A, B), or (state) the sinusoidal positional table of width A.
 type Init struct {
-	Kind string // "uniform", "const", "normal", "sinusoid", "" = zero
-	A, B float64
+	Kind string  `json:",omitzero"` // "uniform", "const", "normal", "sinusoid", "" = zero
+	A, B float64 `json:",omitzero"`
 }
 
 // Buffer is one tensor's storage.
 type Buffer struct {
-	Name      string
-	Role      string // input, output, param, grad, state, temp
-	DType     DType
-	Elems     Size
-	Placement Placement
-	AliasOf   int   // for Alias
-	Offset    int64 // elements into AliasOf
-	Init      Init
-	Shape     string // the value's type as written, for messages
-	Pos       string // an input's declaration in the user's file (file:line), for messages
+	Name      string    `json:",omitzero"`
+	Role      string    `json:",omitzero"` // input, output, param, grad, state, temp
+	DType     DType     `json:",omitzero"`
+	Elems     Size      `json:",omitzero"`
+	Placement Placement `json:",omitzero"`
+	AliasOf   int       `json:",omitzero"` // for Alias
+	Offset    int64     `json:",omitzero"` // elements into AliasOf
+	Init      Init      `json:",omitzero"`
+	Shape     string    `json:",omitzero"` // the value's type as written, for messages
+	Pos       string    `json:",omitzero"` // an input's declaration in the user's file (file:line), for messages
 	// Func and Live place an Arena buffer: the function that uses it and
 	// the first and last step index that touch it.
-	Func int
-	Live [2]int
+	Func int    `json:",omitzero"`
+	Live [2]int `json:",omitzero"`
 }
 
 // StepKind selects which fields of Step apply.
@@ -132,26 +133,31 @@ const (
 
 // Step is one device call.
 type Step struct {
-	Kind   StepKind
-	Kernel int // LaunchStep
-	Grid   [3]Expr
-	Block  [3]int
-	Shared int
-	Args   []ArgRef
-	Gemm   Gemm
-	Buf    int // MemsetStep, CopyStep destination
-	Src    int // CopyStep source
+	Kind   StepKind `json:",omitzero"`
+	Kernel int      `json:",omitzero"` // LaunchStep
+	Grid   [3]Expr  `json:",omitzero"`
+	Block  [3]int   `json:",omitzero"`
+	Shared int      `json:",omitzero"`
+	Args   []ArgRef `json:",omitzero"`
+	Gemm   Gemm     `json:",omitzero"`
+	Buf    int      `json:",omitzero"` // MemsetStep, CopyStep destination
+	Src    int      `json:",omitzero"` // CopyStep source
 	// Builtin, on a LaunchStep, names a kernel codegen adds rather than
 	// renders from a group (GuardKernel, CommitKernel); Buf and Src are
 	// the guard's operands, Commits the commit's.
-	Builtin string
+	Builtin string `json:",omitzero"`
 	// Commits, on a CommitKernel step, are the state buffers it writes and
 	// their new values: one launch commits them all.
-	Commits []Commit
+	Commits []Commit `json:",omitzero"`
+	// Label names this launch or GEMM for people: the fused group it
+	// computes (blocks_1_norm1_layernorm_fwd). Launches of one shared
+	// kernel carry their own labels; profiles, traces and fault messages
+	// use them.
+	Label string `json:",omitzero"`
 	// Report fields.
-	Ops   string // the IR ops this step computes
-	Bytes Sum    // bytes read plus written in global memory
-	Flops Sum
+	Ops   string `json:",omitzero"` // the IR ops this step computes
+	Bytes Sum    `json:",omitzero"` // bytes read plus written in global memory
+	Flops Sum    `json:",omitzero"`
 }
 
 // Commit is one state buffer a CommitKernel step writes: Dst ← Src.
@@ -169,55 +175,60 @@ func (s Sum) Eval(env map[string]int) int64 {
 	return n
 }
 
-// ArgRef is one kernel argument: a buffer pointer or a named scalar.
+// ArgRef is one kernel argument: a buffer pointer, a named runtime scalar,
+// or (Buf -1 and no Scalar) the constant Const. Constants are what lets
+// launches share a kernel: two layers whose kernels differ only in a
+// number (a dropout's Philox stream, an op's status code) launch one
+// kernel, each with its own value.
 type ArgRef struct {
-	Buf    int // -1 for scalars
-	Scalar string
-	Kind   ArgKind
+	Buf    int     `json:",omitzero"` // -1 for scalars and constants
+	Scalar string  `json:",omitzero"`
+	Kind   ArgKind `json:",omitzero"`
+	Const  int64   `json:",omitzero"`
 }
 
 // Gemm is a GEMM step over buffers: C = Alpha op(A) op(B) + Beta C, with
 // row-major operands packed tightly; Batch matrices with the A or B operand
 // shared when its BatchX is false.
 type Gemm struct {
-	TransA, TransB bool
-	M, N, K        Size
-	A, B, C        int
-	Batch          Size
-	BatchA, BatchB bool
-	Alpha, Beta    float64
+	TransA, TransB bool    `json:",omitzero"`
+	M, N, K        Size    `json:",omitzero"`
+	A, B, C        int     `json:",omitzero"`
+	Batch          Size    `json:",omitzero"`
+	BatchA, BatchB bool    `json:",omitzero"`
+	Alpha, Beta    float64 `json:",omitzero"`
 	// SumBatch accumulates every batch's product into one C (the plan
 	// zeroes C first): Σ_b op(A_b)·op(B_b), a weight gradient summed over
 	// the samples without storing the per-sample products.
-	SumBatch bool
+	SumBatch bool `json:",omitzero"`
 }
 
 // Check is a run-time check the session performs after a function.
 type Check struct {
-	Func   string
-	Kind   string // "finite" (NaN/Inf in a scalar output), "status" (error flag buffer), "guard" (status block words 4..7)
-	Buf    int
-	Op     string // the user op, for the message
-	Pos    string // file:line of the user op
-	Detail string
+	Func   string `json:",omitzero"`
+	Kind   string `json:",omitzero"` // "finite" (NaN/Inf in a scalar output), "status" (error flag buffer), "guard" (status block words 4..7)
+	Buf    int    `json:",omitzero"`
+	Op     string `json:",omitzero"` // the user op, for the message
+	Pos    string `json:",omitzero"` // file:line of the user op
+	Detail string `json:",omitzero"`
 	// Code, for a "status" check, is the value its op writes into the
 	// status word (one per op and line; cross-entropy's is 1 when it is
 	// the only checked op).
-	Code int
+	Code int `json:",omitzero"`
 }
 
 // Optimizer is the update rule, for the host-side scalars it needs each
 // step (bias corrections and so on).
 type Optimizer struct {
-	Kind        string
-	LR          float64
-	Momentum    float64
-	Dampening   float64
-	Nesterov    bool
-	WeightDecay float64
-	Beta1       float64
-	Beta2       float64
-	Eps         float64
+	Kind        string  `json:",omitzero"`
+	LR          float64 `json:",omitzero"`
+	Momentum    float64 `json:",omitzero"`
+	Dampening   float64 `json:",omitzero"`
+	Nesterov    bool    `json:",omitzero"`
+	WeightDecay float64 `json:",omitzero"`
+	Beta1       float64 `json:",omitzero"`
+	Beta2       float64 `json:",omitzero"`
+	Eps         float64 `json:",omitzero"`
 }
 
 // Scalars returns the per-step scalars the lowered update reads; t counts

@@ -102,6 +102,9 @@ func (s *Session) timeStep(fi int, fname string, i int, st *Step, exec func() er
 }
 
 func (s *Session) stepName(st *Step) string {
+	if st.Label != "" {
+		return st.Label
+	}
 	switch st.Kind {
 	case LaunchStep:
 		return s.fns[st.Kernel].Name()

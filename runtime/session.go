@@ -298,6 +298,9 @@ func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float6
 			err = s.exec(st, scal)
 		}
 		if err != nil {
+			if st.Label != "" {
+				return fmt.Errorf("%s.%s: %s: %w", s.plan.Model, f.Name, st.Label, err)
+			}
 			return fmt.Errorf("%s.%s: %w", s.plan.Model, f.Name, err)
 		}
 	}
@@ -313,6 +316,9 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 			switch {
 			case a.Buf >= 0:
 				args[i] = s.ptrs[a.Buf]
+				continue
+			case a.Scalar == "":
+				args[i] = constArg(a)
 				continue
 			case a.Scalar == "seed":
 				args[i] = s.seed
@@ -357,6 +363,21 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		return d.CopyDevice(s.ptrs[st.Buf], s.ptrs[st.Src], s.bytes(b, s.env))
 	}
 	return fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+// constArg is a constant argument as its parameter's Go type.
+func constArg(a ArgRef) Arg {
+	switch a.Kind {
+	case ArgI64:
+		return a.Const
+	case ArgU64:
+		return uint64(a.Const)
+	case ArgF32:
+		return float32(a.Const)
+	case ArgF64:
+		return float64(a.Const)
+	}
+	return int32(a.Const)
 }
 
 func (s *Session) scalar(name string, scal map[string]float64) (float64, error) {

@@ -104,13 +104,24 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	root, err := moduleImportPath(dir)
+	if err != nil {
+		return err
+	}
+	// The emulation header, once for every package in dir (their host
+	// subpackages include it from two levels up).
+	for name, data := range codegen.SharedFiles() {
+		if err := codegen.WriteFile(filepath.Join(dir, name), data); err != nil {
+			return err
+		}
+	}
 	for i, m := range models {
 		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
 		pkg := pkgs[i]
-		opts := codegen.Options{Package: pkg, Source: m.Source, Unique: importPath(filepath.Join(dir, pkg))}
+		opts := codegen.Options{Package: pkg, Source: m.Source, ImportPath: path.Join(root, pkg)}
 		files, err := codegen.Generate(p, opts)
 		if err != nil {
 			return err
@@ -123,7 +134,7 @@ func build(args []string) error {
 			fmt.Fprintf(os.Stderr, "ngen: %s: %s\n", pkg, note)
 		}
 		if bins != nil {
-			opts.PTX, opts.Fatbin = bins.PTX, bins.Fatbin
+			opts.Fatbin, opts.FatbinStamp = bins.Fatbin, bins.Stamp
 			if files, err = codegen.Generate(p, opts); err != nil {
 				return err
 			}
@@ -153,25 +164,29 @@ func packageNames(models []*ir.Model, suffix string) ([]string, error) {
 	return pkgs, nil
 }
 
-// importPath is dir's import path when it lies inside a module, else its
-// absolute path: what tells two generated packages of one name apart.
-func importPath(dir string) string {
+// moduleImportPath is dir's import path: a generated package imports its
+// host subpackage by path, so the output directory must lie inside a Go
+// module (the one whose go.mod is nearest above it).
+func moduleImportPath(dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return dir
+		return "", err
 	}
 	for d := abs; ; d = filepath.Dir(d) {
-		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
-			if mod := modfile.ModulePath(data); mod != "" {
-				rel, err := filepath.Rel(d, abs)
-				if err == nil {
-					return path.Join(mod, filepath.ToSlash(rel))
-				}
+		data, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil {
+			mod := modfile.ModulePath(data)
+			if mod == "" {
+				return "", fmt.Errorf("build: %s has no module line", filepath.Join(d, "go.mod"))
 			}
-			return abs
+			rel, err := filepath.Rel(d, abs)
+			if err != nil {
+				return "", err
+			}
+			return path.Join(mod, filepath.ToSlash(rel)), nil
 		}
 		if filepath.Dir(d) == d {
-			return abs
+			return "", fmt.Errorf("build: output directory %s is not inside a Go module: a generated package imports its host subpackage by import path, so -o must name a directory under a go.mod", dir)
 		}
 	}
 }

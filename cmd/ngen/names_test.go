@@ -105,7 +105,7 @@ func TestBuildHostileNamesLink(t *testing.T) {
 		if err != nil || !d.IsDir() || p == gen {
 			return err
 		}
-		if _, err := os.Stat(filepath.Join(p, "kernels_cpu.go")); err != nil {
+		if _, err := os.Stat(filepath.Join(p, "plan.json")); err != nil {
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)

@@ -14,22 +14,24 @@ import (
 
 // Build renders p's kernels and compiles them into a loadable module.
 func Build(p *compiler.Program) (*runtime.Module, *runtime.Plan, error) {
-	body, plan, err := codegen.Kernels(p)
+	r, err := codegen.Render(p)
 	if err != nil {
 		return nil, nil, err
 	}
-	entry := "ngen_cpu_entry_jit"
+	cu := codegen.CUDA(p, r.CUDA)
+	// One copy of each launcher, for baseline x86-64: these modules serve
+	// tests and tools, and the AVX2 copy that generated packages add is
+	// bit-identical to it (runtime/cpu's TestEntryCloneBitIdentical) and
+	// doubled their compile time.
 	files := map[string]string{
-		"model.cu":    codegen.CUDA(p, body),
-		"cpu_glue.cc": codegen.CPUGlue(p, plan, "model.cu", entry),
-		"jit.cc":      "#include \"cpu_glue.cc\"\nextern \"C\" int ngen_cpu_entry(int k, const ngen_launch *l) { return " + entry + "(k, l); }\n",
+		"host.cc": "#define NGEN_EMU_NO_CLONES 1\n" + codegen.HostGlue(p, r, "model.cu", cu, "ngen_cpu_entry"),
 	}
-	m, err := cpu.CompileModule(p.Model.Name, files, "jit.cc", plan.Kernels)
+	m, err := cpu.CompileModule(p.Model.Name, files, "host.cc", r.Plan.Kernels)
 	if err != nil {
 		return nil, nil, err
 	}
-	m.Source = files["model.cu"]
-	return m, plan, nil
+	m.Source = cu
+	return m, r.Plan, nil
 }
 
 // Session compiles p and opens a session on dev.

@@ -1,13 +1,14 @@
 // Package nvcc compiles a generated .cu ahead of time with NVIDIA's nvcc,
 // when it is on PATH: compute_80 PTX with line information, and a fatbin
 // built from exactly that PTX (SASS for sm_80 and sm_90, plus the PTX,
-// which newer devices JIT-compile). It sits beside the pure generator
+// which newer devices JIT-compile). The fatbin is committed with a stamp
+// recording the hash of what it was built from. It sits beside the pure generator
 // (codegen.Generate) and is called by ngen build; the GPU backend loads
 // what it produces from the generated package.
 //
 // Results are cached by content hash (nvcc's version, the flags, the
 // source) under os.UserCacheDir()/ngen/nvcc, and a generated directory
-// whose PTX records the same hash is reused as is, so an unchanged model is
+// whose stamp records the same hash is reused as is, so an unchanged model is
 // never recompiled.
 //
 // The committed output must be byte-identical on every machine with the
@@ -41,10 +42,21 @@ import (
 // Result is nvcc's output for one .cu.
 type Result struct {
 	Fatbin []byte
-	PTX    []byte // begins with ngen's header and a line recording the hash
+	// Stamp is the small text file committed beside the fatbin
+	// (<name>.nvcc): ngen's header, the hash of nvcc's inputs and nvcc's
+	// version, so that a machine without nvcc can tell that the fatbin is
+	// up to date. (The fatbin's own PTX image is compressed.)
+	Stamp []byte
+	// PTX is the compute_80 PTX the fatbin was built from, headed by
+	// ngen's header and the hash line; only a fresh build has it (the
+	// fatbin carries it too, compressed).
+	PTX    []byte
 	Hash   string
 	Cached bool // found in the cache or the existing directory
 }
+
+// StampFile is the name of the stamp beside name's fatbin.
+func StampFile(name string) string { return name + ".nvcc" }
 
 // Version returns nvcc's version line, or an error when nvcc is not on PATH.
 func Version() (string, error) {
@@ -77,9 +89,9 @@ func ForPackage(dir, pkg, header, source string) (*Result, string, error) {
 			why = err.Error()
 		}
 		if r := Existing(dir, pkg, "", source); r != nil {
-			return r, why + ": kept the up-to-date fatbin and PTX", nil
+			return r, why + ": kept the up-to-date fatbin", nil
 		}
-		return nil, why + ": no fatbin or PTX; the GPU backend will compile the kernels with NVRTC at start-up", nil
+		return nil, why + ": no fatbin; the GPU backend will compile the kernels with NVRTC at start-up", nil
 	}
 	r, err := Compile(version, source, header, dir, pkg)
 	if err != nil {
@@ -106,8 +118,13 @@ func Hash(version, source string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// hashLine is line 2 of the PTX file.
+// hashLine is line 2 of the PTX and of the stamp.
 func hashLine(hash string) string { return "// ngen nvcc input sha256 " + hash }
+
+// stamp is the stamp file's text.
+func stamp(header, hash, version string) []byte {
+	return []byte(header + "\n" + hashLine(hash) + "\n// " + version + "\n")
+}
 
 // Compile returns the fatbin and PTX of source, the .cu that ngen writes
 // as dir/name.cu (named so in nvcc's output and messages). It reuses dir's
@@ -121,22 +138,20 @@ func Compile(version, source, header, dir, name string) (*Result, error) {
 	cache := ""
 	if base, err := os.UserCacheDir(); err == nil {
 		cache = filepath.Join(base, "ngen", "nvcc", hash)
-		fb, err1 := os.ReadFile(filepath.Join(cache, name+".fatbin"))
-		ptx, err2 := os.ReadFile(filepath.Join(cache, name+".ptx"))
-		if err1 == nil && err2 == nil && len(fb) > 0 && len(ptx) > 0 {
-			return &Result{Fatbin: fb, PTX: ptx, Hash: hash, Cached: true}, nil
+		fb, err := os.ReadFile(filepath.Join(cache, name+".fatbin"))
+		if err == nil && len(fb) > 0 {
+			return &Result{Fatbin: fb, Stamp: stamp(header, hash, version), Hash: hash, Cached: true}, nil
 		}
 	}
 	fb, ptx, err := build(source, header, name, hash)
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Fatbin: fb, PTX: ptx, Hash: hash}
+	r := &Result{Fatbin: fb, Stamp: stamp(header, hash, version), PTX: ptx, Hash: hash}
 	if cache != "" {
 		// Best effort: a cache that cannot be written only costs time.
 		if os.MkdirAll(cache, 0o755) == nil {
 			writeAtomic(filepath.Join(cache, name+".fatbin"), fb)
-			writeAtomic(filepath.Join(cache, name+".ptx"), ptx)
 		}
 	}
 	return r, nil
@@ -216,10 +231,11 @@ func baseFileNames(ptx []byte) []byte {
 	})
 }
 
-// Existing returns dir's fatbin and PTX when the PTX records hash, for a
-// machine without nvcc that regenerates an unchanged model.
+// Existing returns dir's fatbin and stamp when the stamp records the hash
+// of source, for a machine without nvcc that regenerates an unchanged
+// model.
 func Existing(dir, name, version, source string) *Result {
-	hash, ok := recordedHash(filepath.Join(dir, name+".ptx"))
+	hash, ok := recordedHash(filepath.Join(dir, StampFile(name)))
 	if !ok {
 		return nil
 	}
@@ -237,18 +253,18 @@ func Existing(dir, name, version, source string) *Result {
 }
 
 func existing(dir, name, hash string) *Result {
-	if got, ok := recordedHash(filepath.Join(dir, name+".ptx")); !ok || got != hash {
+	if got, ok := recordedHash(filepath.Join(dir, StampFile(name))); !ok || got != hash {
 		return nil
 	}
 	fb, err1 := os.ReadFile(filepath.Join(dir, name+".fatbin"))
-	ptx, err2 := os.ReadFile(filepath.Join(dir, name+".ptx"))
+	st, err2 := os.ReadFile(filepath.Join(dir, StampFile(name)))
 	if err1 != nil || err2 != nil || len(fb) == 0 {
 		return nil
 	}
-	return &Result{Fatbin: fb, PTX: ptx, Hash: hash, Cached: true}
+	return &Result{Fatbin: fb, Stamp: st, Hash: hash, Cached: true}
 }
 
-// recordedHash reads line 2 of a PTX file ngen wrote.
+// recordedHash reads line 2 of a stamp ngen wrote.
 func recordedHash(path string) (string, bool) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -264,10 +280,10 @@ func recordedHash(path string) (string, bool) {
 	return h, ok
 }
 
-// recordedVersion finds nvcc's version line in the PTX's own header
+// recordedVersion finds nvcc's version line in the stamp
 // ("// Cuda compilation tools, release 11.8, V11.8.89").
 func recordedVersion(dir, name string) string {
-	data, err := os.ReadFile(filepath.Join(dir, name+".ptx"))
+	data, err := os.ReadFile(filepath.Join(dir, StampFile(name)))
 	if err != nil {
 		return ""
 	}

@@ -55,7 +55,7 @@ func TestCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(a.Fatbin, b.Fatbin) || !bytes.Equal(a.PTX, b.PTX) {
+	if !bytes.Equal(a.Fatbin, b.Fatbin) || !bytes.Equal(a.PTX, b.PTX) || !bytes.Equal(a.Stamp, b.Stamp) {
 		t.Error("two builds of the same source differ")
 	}
 	c, err := Compile(version, src, header, t.TempDir(), "k")
@@ -64,12 +64,15 @@ func TestCompile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "k.fatbin"), a.Fatbin, 0o644)
-	os.WriteFile(filepath.Join(dir, "k.ptx"), a.PTX, 0o644)
+	os.WriteFile(filepath.Join(dir, StampFile("k")), a.Stamp, 0o644)
 	if r := Existing(dir, "k", "", src); r == nil || !bytes.Equal(r.Fatbin, a.Fatbin) {
 		t.Error("up-to-date outputs not recognised without nvcc")
 	}
 	if r := Existing(dir, "k", "", src+"// changed\n"); r != nil {
 		t.Error("outputs of an older source accepted")
+	}
+	if want := header + "\n// ngen nvcc input sha256 " + a.Hash + "\n// " + version + "\n"; string(a.Stamp) != want {
+		t.Errorf("stamp %q, want %q", a.Stamp, want)
 	}
 }
 

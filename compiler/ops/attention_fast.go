@@ -6,10 +6,10 @@ import (
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
-// The CPU emulation's GEMM form of attention and attention_bwd (f32),
-// chosen at run time inside the kernels as the recurrences' form is
-// (recur_fast.go): with one-thread blocks, on the worker's own stack
-// (NGEN_RUN_SOLO), unless NGEN_EMU_BASELINE asks for the form the GPU runs.
+// The host target's GEMM form of attention and attention_bwd (f32), as
+// the recurrences' form is (recur_fast.go): a function of the host glue,
+// run with one-thread blocks on the worker's own stack
+// (runtime.RunOwnStack). HostBaseline keeps the GPU form.
 //
 // The flash form computes every score with a scalar dot product and an
 // expf per element, and its backward computes each score twice (once for
@@ -43,8 +43,6 @@ func attnFastOK(c *Ctx, args []*ir.Value) bool {
 // attnFastOpen starts the form: per-worker scratch, and the loop over the
 // items whose index modulo per is 0, one per (b, h).
 func attnFastOpen(g *cg, c *Ctx, a attnDims, per int, scratch int) {
-	g.f("#ifdef NGEN_EMU")
-	g.f("if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {")
 	// Each scratch holds a Tq×Tk score matrix or, in the forward, the
 	// Tq×dh output before its scaling: keys shorter than the head (Tk <
 	// dh) need the larger.
@@ -61,9 +59,6 @@ func attnFastOpen(g *cg, c *Ctx, a attnDims, per int, scratch int) {
 
 func attnFastClose(g *cg) {
 	g.f("  }")
-	g.f("  return;")
-	g.f("}")
-	g.f("#endif")
 }
 
 // rowSum renders dst = Σ_k src[k] over k in [0, n) in eight partial sums,
@@ -103,9 +98,9 @@ func maskF(x, cond string) string {
 	return fmt.Sprintf("::ngen_emu::mask0(%s, %s)", cond, x)
 }
 
-func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
+func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) bool {
 	if !attnFastOK(c, v.Args[:3]) {
-		return
+		return false
 	}
 	a, _ := attentionDims(v)
 	tile := tileFor(a.Dh, v.DType)
@@ -132,11 +127,12 @@ func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 	g.f("    for (int qi = 0; qi < %d; ++qi)", Tq)
 	g.f("      for (int d = 0; d < %d; ++d) %s[(b * %d + qi) * %d + h * %d + d] = scr1[qi * %d + d] * rows[qi];", dh, out, Tq, ow, dh, dh)
 	attnFastClose(g)
+	return true
 }
 
-func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
+func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) bool {
 	if !attnFastOK(c, v.Args[1:4]) {
-		return
+		return false
 	}
 	f := bwdView(v)
 	a, _ := attentionDims(f)
@@ -183,4 +179,5 @@ func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 		g.f("    ::ngen_emu::gemm(true, false, %d, %d, %d, 1.0f, scr0, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tk, dh, Tq, Tk, gAt, gw, out, Tk*ws, a.VOff, dh, ws)
 	}
 	attnFastClose(g)
+	return true
 }

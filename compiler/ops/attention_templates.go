@@ -140,7 +140,9 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	wq, wk, wv := v.Args[0].Shape[2].N, v.Args[1].Shape[2].N, v.Args[2].Shape[2].N
 	causal := v.Attrs.Str == "causal"
 	g := &cg{}
-	attentionFwdFast(g, c, v, at, out)
+	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
+		return g.b.String()
+	}
 	g.f("__shared__ %s sQ[%d], sK[%d], sV[%d], sO[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sM[%d], sL[%d];", T, attnWarps*tile, tile, tile)
 	g.attnLanes()
@@ -261,7 +263,9 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	// bwd operands: gO 0, q 1, k 2, v 3, out 4, kpm 5.
 	vis := attnVisible(f, func(i int, idx string) string { return at(i+2, idx) }, 3, a)
 	g := &cg{}
-	attentionBwdFast(g, c, v, at, out)
+	if c.Target == Host && attentionBwdFast(g, c, v, at, out) {
+		return g.b.String()
+	}
 	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sLse[%d], sDd[%d];", T, attnWarps*tile, tile, tile)
 	if nki > 0 { // dv's accumulator and the weights

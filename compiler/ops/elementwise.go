@@ -200,8 +200,8 @@ func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
 // around a call, so that the emulation header can make it branch-free:
 // g++ does not vectorise a loop with a conditional call in it.
 func dropoutFactor(c *Ctx, stream int, idx string, p float64) string {
-	return fmt.Sprintf("ngen_dropout_if(%s, %s, %s, %du, %s, %s, %s)", c.Scalar("train", "int"),
-		c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), stream, idx, c.Lit(1-p), c.Lit(1/(1-p)))
+	return fmt.Sprintf("ngen_dropout_if(%s, %s, %s, (unsigned)%s, %s, %s, %s)", c.Scalar("train", "int"),
+		c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), c.Imm(int64(stream)), idx, c.Lit(1-p), c.Lit(1/(1-p)))
 }
 
 // sampleIndex renders the index that keys an element's random draw: its

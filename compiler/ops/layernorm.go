@@ -248,24 +248,17 @@ const lnRowMax = 1 << 14
 // threadIdx.x with stride blockDim.x, which the compiler cannot prove is
 // 1, so they ran scalar and drew every element's dropout twice. Same
 // bits: the same values, summed in the same order as the GPU form's
-// one-thread blocks. The caller closes the block with lnCPUEnd. Only the
+// one-thread blocks. It is the host target's form (the CPU backend runs
+// it with one-thread blocks); the caller returns after it. Only the
 // fused residual form (five arguments) has one: a plain LayerNorm's input
 // is a load, which the copy to xr made slower (its backward went from 0.7
 // to 1.3-1.6 ms in the gpt step).
 func (g *cg) lnCPURow(c *Ctx, v *ir.Value, d int) bool {
-	if len(v.Args) != 5 || d > lnRowMax {
+	if c.Target == CUDA || len(v.Args) != 5 || d > lnRowMax {
 		return false
 	}
-	g.f("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)")
-	g.f("if (blockDim.x == 1) {")
 	g.f("  static thread_local %s xr[%d];", c.T, d)
 	return true
-}
-
-func (g *cg) lnCPUEnd() {
-	g.f("  return;")
-	g.f("}")
-	g.f("#endif")
 }
 
 // lnCPUStats renders the one-thread form of shiftedStats over xr.
@@ -304,7 +297,7 @@ func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string)
 		g.lnCPUStats(c, lnInputCol(c, v, at, 0, 1, 2), "base", d, v.Attrs.F, nil, nil)
 		g.f("    _Pragma(\"GCC ivdep\") for (int j = 0; j < %d; ++j) %s[base + j] = (xr[j] - mu) * rstd * %s + %s;", d, out, at(gi, "j"), at(gi+1, "j"))
 		g.f("  }")
-		g.lnCPUEnd()
+		return g.b.String()
 	}
 	g.blockRed(c.T, "red", 2)
 	g.f("const long long nrows = %s;", c.Size(rowsOf(x)))
@@ -347,7 +340,7 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("    }")
 		g.f("    }")
 		g.f("  }")
-		g.lnCPUEnd()
+		return g.b.String()
 	}
 	g.blockRed(t, "red", 4)
 	g.f("const long long nb = %s;", c.Dim(x.Shape[0]))

@@ -139,10 +139,34 @@ func Infer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	return d.Infer(v)
 }
 
+// Target is what a kernel template renders for. The table says what an
+// op computes; the target decides the form (STYLE.md §13). Most templates
+// render one form for every target; the ones with a host form of their
+// own (a GEMM per time step for the recurrences, GEMMs for attention, a
+// row at a time for LayerNorm, cross-entropy and embedding gradients)
+// render it for Host, and codegen puts it in the host glue, not the .cu.
+type Target int
+
+const (
+	// CUDA is the GPU's form: the .cu that nvcc and NVRTC compile, which
+	// the CPU backend also runs as written (GPU blocks, GPU forms).
+	CUDA Target = iota
+	// Host is the CPU backend's own form, run with one-thread blocks (or
+	// as a span of a grid-stride loop) on host threads.
+	Host
+	// HostBaseline is Host without the forms that change the GPU form's
+	// arithmetic (the recurrences' and attention's GEMM forms): what the
+	// CPU backend runs with cpu.Options.Baseline, so that tests compare
+	// it bit for bit with the GPU forms on any host.
+	HostBaseline
+)
+
 // Ctx is what an elementwise expression may ask of the kernel it is
 // rendered into.
 type Ctx struct {
-	T string // C element type of the value being computed
+	// Target is what the kernel is rendered for.
+	Target Target
+	T      string // C element type of the value being computed
 	// Index is the C expression of the linear output index (long long).
 	Index string
 	// Row and Col, when set, are the C names of the kernel's loop over
@@ -160,9 +184,13 @@ type Ctx struct {
 	// Dim renders one dimension as a C long long expression (a symbolic
 	// one as the kernel's runtime parameter).
 	Dim func(d ir.Dim) string
-	// Status returns the C name of the status word (int *) and v's code
-	// in it, for ops with Def.Status.
-	Status func(v *ir.Value) (ptr string, code int)
+	// Status returns the C name of the status word (int *) and of v's
+	// code in it (a constant parameter), for ops with Def.Status.
+	Status func(v *ir.Value) (ptr string, code string)
+	// Imm returns the C name (an int) of a per-launch constant parameter
+	// holding v. Templates take numbers that differ between layers (a
+	// dropout's stream) through it, so that the layers share one kernel.
+	Imm func(v int64) string
 }
 
 // Size renders the element count of s as a C long long expression.

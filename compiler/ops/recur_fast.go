@@ -4,9 +4,8 @@ import (
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
-// The CPU emulation's per-step-GEMM form of rnn_scan and rnn_scan_bwd
-// (the lowering, run inside the kernel, which on the CPU is host
-// code): a block takes a chunk of up to fastChunk sequences and, at every
+// The host target's per-step-GEMM form of rnn_scan and rnn_scan_bwd (a
+// function of the host glue, not of the .cu): a block takes a chunk of up to fastChunk sequences and, at every
 // time step, runs the recurrent product of the whole chunk as one GEMM on
 // the host's GEMM library (ngen_emu::gemm: oneDNN's sgemm, OpenBLAS's
 // dgemm), then one pass of the cell over every unit of every sequence,
@@ -15,11 +14,11 @@ import (
 // cell's backward, then dh_{t-1} = dpre_t · W_hh as one GEMM. The weight
 // gradient stays one GEMM over all steps after the loop (scanGrad).
 //
-// The emulation launches these kernels with one-thread blocks and without
-// fibers (NGEN_RUN_SOLO), so the library runs on a real thread stack.
-// NGEN_EMU_BASELINE keeps the tiled form (recur_solo.go) instead, whose
-// arithmetic follows the GPU form's step for step; the GPU-forms
-// comparison relies on that.
+// The CPU backend launches this form with one-thread blocks on the
+// worker's own stack (runtime.RunOwnStack: the library wants more stack
+// than a fiber has). The HostBaseline target renders the tiled form
+// (recur_solo.go) instead, whose arithmetic follows the GPU form's step
+// for step; the GPU-forms comparison relies on that.
 
 // fastChunk is the most sequences one block's GEMMs cover: the GEMM's M.
 const fastChunk = 64
@@ -38,8 +37,6 @@ func fastMath(c *Ctx) (sig, tanh func(string) string) {
 // fastOpen starts the form as a lambda; fastClose calls it, in a copy
 // compiled for AVX2 and FMA where the host has them.
 func fastOpen(g *cg, c *Ctx, b ir.Dim) {
-	g.f("#ifdef NGEN_EMU")
-	g.f("if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {")
 	g.f("  auto fast = [&]() __attribute__((always_inline)) {")
 	g.f("  const long long nb = %s;", c.Dim(b))
 	g.f("  for (long long b0 = (long long)blockIdx.x * %d; b0 < nb; b0 += (long long)gridDim.x * %d) {", fastChunk, fastChunk)
@@ -57,9 +54,6 @@ func fastClose(g *cg) {
 	g.f("  }")
 	g.f("#endif")
 	g.f("  fast();")
-	g.f("  return;")
-	g.f("}")
-	g.f("#endif")
 }
 
 func scanFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {

@@ -4,46 +4,21 @@ import (
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
-// The one-thread-block form of rnn_scan and rnn_scan_bwd, for the CPU
-// emulation (NGEN_EMU) when it runs the kernels with one-thread blocks,
-// as it does by default. A block per sequence reads all of W_hh at every
-// step for one sequence: on a CPU that is a matrix-vector product per
+// The HostBaseline target's form of rnn_scan and rnn_scan_bwd, for the
+// CPU backend's one-thread blocks under cpu.Options.Baseline. A block per
+// sequence reads all of W_hh at every step for one sequence: on a CPU that is a matrix-vector product per
 // sequence, bound by memory and by scalar dot products. Here a block
 // takes a tile of soloTile sequences and keeps their states interleaved
 // ([unit][sequence]), so each element of W_hh is loaded once per tile and
 // multiplies a short vector of states that the host compiler vectorises.
-// The GPU form (the rest of the kernel) still runs on the CPU under
-// cpu.Options.GPUBlocks, which launches the real block shape.
+// Its arithmetic follows the GPU form's step for step (no FMA
+// contraction, which the Host target's GEMM form uses where the host has
+// it), so the GPU-forms tests compare the two bit for bit on any host.
+// The GPU form still runs on the CPU under cpu.Options.GPUBlocks, which
+// launches the real block shape.
 
 // soloTile is the sequences per one-thread block.
 const soloTile = 8
-
-// soloOpen starts the emulation-only form, as a lambda; soloClose ends
-// it and calls it. The emulation compiles for baseline x86-64; on a host
-// with AVX2 and FMA the lambda also runs compiled for them, which more
-// than doubles the speed of its products (a*b+c then rounds once, as the
-// GPU's contracted FMAs do). NGEN_EMU_BASELINE set in the environment
-// keeps the baseline form, so that tests run it on any host.
-func soloOpen(g *cg) {
-	g.f("#ifdef NGEN_EMU")
-	g.f("if (blockDim.x == 1) {")
-	g.f("  auto solo = [&]() __attribute__((always_inline)) {")
-}
-
-func soloClose(g *cg) {
-	g.f("  };")
-	g.f("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)")
-	g.f("  auto solo_fma = [&]() __attribute__((target(\"avx2,fma\"))) { solo(); };")
-	g.f("  if (__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\") && !getenv(\"NGEN_EMU_BASELINE\")) {")
-	g.f("    solo_fma();")
-	g.f("    return;")
-	g.f("  }")
-	g.f("#endif")
-	g.f("  solo();")
-	g.f("  return;")
-	g.f("}")
-	g.f("#endif")
-}
 
 func scanFwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
 	cell := Cells[v.Attrs.Str]
@@ -52,7 +27,6 @@ func scanFwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 	G, W, S := cell.Gates, cell.Width*H, soloTile
 	t := c.T
 	masked := len(v.Args) > 4
-	soloOpen(g)
 	g.f("  __shared__ %s th[%d];", t, S*H)
 	if G == 4 {
 		g.f("  __shared__ %s tcs[%d];", t, S*H)
@@ -136,7 +110,6 @@ func scanFwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 	g.f("      }")
 	g.f("    }")
 	g.f("  }")
-	soloClose(g)
 }
 
 func scanBwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
@@ -146,7 +119,6 @@ func scanBwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 	G, W, S := cell.Gates, cell.Width*H, soloTile
 	t := c.T
 	masked := len(v.Args) > 5
-	soloOpen(g)
 	g.f("  __shared__ %s tdh[%d];", t, S*H)
 	if G == 4 {
 		g.f("  __shared__ %s tdc[%d];", t, S*H)
@@ -263,5 +235,4 @@ func scanBwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 	g.f("      }")
 	g.f("    }")
 	g.f("  }")
-	soloClose(g)
 }

@@ -10,9 +10,9 @@ import (
 // per sequence (a grid-stride loop over the batch); the block's threads
 // share the hidden units, and the state of the previous step sits in
 // shared memory, so each step is the recurrent product, the cell and two
-// barriers. With one-thread blocks (the CPU backend) the kernel takes
-// its emulation form instead: a GEMM per time step (recur_fast.go), or
-// under NGEN_EMU_BASELINE a tile of sequences per block (recur_solo.go).
+// barriers. The host target renders the CPU backend's forms instead, for
+// one-thread blocks: a GEMM per time step (recur_fast.go), or for
+// HostBaseline a tile of sequences per block (recur_solo.go).
 
 // sigmoid renders 1/(1+exp(-x)).
 func sigmoid(c *Ctx, x string) string {
@@ -26,8 +26,14 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
-	scanFwdFast(g, c, v, at, out)
-	scanFwdSolo(g, c, v, at, out)
+	switch c.Target {
+	case Host:
+		scanFwdFast(g, c, v, at, out)
+		return g.b.String()
+	case HostBaseline:
+		scanFwdSolo(g, c, v, at, out)
+		return g.b.String()
+	}
 	g.f("__shared__ %s hs[%d];", t, H)
 	if G == 4 {
 		g.f("__shared__ %s cs[%d];", t, H)
@@ -122,8 +128,14 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	G, W := cell.Gates, cell.Width*H
 	g := &cg{}
 	t := c.T
-	scanBwdFast(g, c, v, at, out)
-	scanBwdSolo(g, c, v, at, out)
+	switch c.Target {
+	case Host:
+		scanBwdFast(g, c, v, at, out)
+		return g.b.String()
+	case HostBaseline:
+		scanBwdSolo(g, c, v, at, out)
+		return g.b.String()
+	}
 	g.f("__shared__ %s dh[%d];", t, H)
 	if G == 4 { // only the LSTM carries a cell state (nvcc warns of an unused dc)
 		g.f("__shared__ %s dc[%d];", t, H)

@@ -68,7 +68,7 @@ func embeddingGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	if c.Status != nil {
 		st, code := c.Status(v)
 		// The first failure records the id, its position and the vocabulary.
-		g.f("if (%sbad && atomicCAS(%s, 0, %d) == 0) { %s[1] = %sid; %s[2] = (int)%s; %s[3] = %d; }", p, st, code, st, p, st, row, st, vocab)
+		g.f("if (%sbad && atomicCAS(%s, 0, %s) == 0) { %s[1] = %sid; %s[2] = (int)%s; %s[3] = %d; }", p, st, code, st, p, st, row, st, vocab)
 	}
 	g.f("const %s %s = %s[(long long)(%sbad ? 0 : %sid) * %d + %s];", c.T, out, a[0], p, p, dim, col)
 	return g.b.String()
@@ -79,7 +79,7 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	g := &cg{}
 	p := out + "_"
 	row, col := g.rowCol(c, p, dim)
-	// The CPU form needs the kernel's loop over whole rows of the result
+	// The host form needs the kernel's loop over whole rows of the result
 	// (Ctx.Row), which the emulation walks one row at a time with the
 	// column from 0: at column 0 it sums the row for every column at once,
 	// in one pass over the ids that adds each matching row of g as a
@@ -90,9 +90,7 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// The columns after the first read what column 0 wrote, against the
 	// loop's ivdep; that holds because g++ does not vectorise a loop that
 	// holds loops, so the columns run in order.
-	fast := c.Row != "" && c.RowLen == dim && dim <= embeddingBwdRowMax
-	if fast {
-		g.f("#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)")
+	if c.Target != CUDA && c.Row != "" && c.RowLen == dim && dim <= embeddingBwdRowMax {
 		g.f("static thread_local %s %srow[%d];", c.T, p, dim)
 		g.f("if (%s == 0) {", c.Col)
 		g.f("  %s *const __restrict__ %sacc = %srow;", c.T, p, p)
@@ -105,7 +103,7 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 		g.f("  }")
 		g.f("}")
 		g.f("const %s %s = %srow[%s];", c.T, out, p, col)
-		g.f("#else")
+		return g.b.String()
 	}
 	// Every id in order, so the sum has one order on every run and
 	// backend; ids out of range match no row.
@@ -114,9 +112,6 @@ func embeddingBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	g.f("for (long long t = 0; t < %sn; ++t) {", p)
 	g.f("  %s += %s[t] == (int)%s ? %s[t * %d + %s] : %s;", out, a[1], row, a[0], dim, col, c.Lit(0))
 	g.f("}")
-	if fast {
-		g.f("#endif")
-	}
 	return g.b.String()
 }
 

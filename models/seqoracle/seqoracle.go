@@ -63,16 +63,22 @@ func Check(t *testing.T, c Case) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	base, err := cpu.New(cpu.Options{Baseline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
 	var want *result
 	var init map[string][]float64
-	// The last run takes the CPU emulation's baseline-ISA form of the
-	// recurrence kernels (NGEN_EMU_BASELINE), which hosts with AVX2 and
-	// FMA otherwise skip.
+	// The last run takes the CPU backend's baseline forms of the
+	// recurrence kernels (cpu.Options.Baseline), which follow the GPU
+	// form's arithmetic step for step.
 	for i, fuse := range []bool{true, false, true} {
 		baseline := i == 2
 		t.Run(fmt.Sprintf("fuse=%v/baseline=%v", fuse, baseline), func(t *testing.T) {
+			dev := dev
 			if baseline {
-				t.Setenv("NGEN_EMU_BASELINE", "1")
+				dev = base
 			}
 			prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
 			if err != nil {

@@ -35,12 +35,20 @@ var cloneInfos = []runtime.KernelInfo{
 	{Name: "dropped", GridStride: true, Params: []runtime.ArgKind{runtime.ArgPtr, runtime.ArgPtr, runtime.ArgI32, runtime.ArgU64, runtime.ArgU64}},
 }
 
+// cloneEntry has a launcher per kernel, as codegen.HostGlue writes them
+// (extern "C" here, so that the test finds their symbols by name).
 const cloneEntry = `#include "ngen_emu.h"
 #include "k.cu"
-extern "C" NGEN_EMU_ENTRY int ngen_cpu_entry(int k, const ngen_launch *l) {
+extern "C" NGEN_EMU_LAUNCHER int launch_adamish(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, adamish(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float, 4), NGEN_ARG(l, int, 5)));
+}
+extern "C" NGEN_EMU_LAUNCHER int launch_dropped(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, dropped(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, unsigned long long, 3), NGEN_ARG(l, unsigned long long, 4)));
+}
+extern "C" int ngen_cpu_entry(int k, const ngen_launch *l) {
   switch (k) {
-  case 0: NGEN_RUN_SPAN(l, adamish(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float, 4), NGEN_ARG(l, int, 5)));
-  case 1: NGEN_RUN_SPAN(l, dropped(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, unsigned long long, 3), NGEN_ARG(l, unsigned long long, 4)));
+  case 0: return launch_adamish(l);
+  case 1: return launch_dropped(l);
   }
   return -1;
 }
@@ -81,7 +89,7 @@ func runCloneKernels(t *testing.T, name, entry string) [4][]float32 {
 	return [4][]float32{download[float32](t, d, pp, n), download[float32](t, d, pm, n), download[float32](t, d, pv, n), download[float32](t, d, py, n)}
 }
 
-// TestEntryCloneBitIdentical runs kernels through NGEN_EMU_ENTRY's AVX2
+// TestEntryCloneBitIdentical runs kernels through NGEN_EMU_LAUNCHER's AVX2
 // copy (on a host with AVX2) and through the SSE2 build alone
 // (NGEN_EMU_NO_CLONES): results, dropout masks included, must be equal bit
 // for bit, which fails if the copy contracts a*b+c into FMAs or its 8-lane
@@ -110,10 +118,10 @@ func TestEntryCloneBitIdentical(t *testing.T) {
 	}
 }
 
-// TestEntryHasAVX2Clone checks that an entry marked NGEN_EMU_ENTRY is an
-// ifunc with an AVX2 copy whose Adam loop uses 256-bit divides and calls
-// the 8-lane dropout variant, and that -DNGEN_EMU_NO_CLONES leaves one
-// plain function.
+// TestEntryHasAVX2Clone checks that a launcher marked NGEN_EMU_LAUNCHER
+// is an ifunc with an AVX2 copy whose Adam loop uses 256-bit divides, that
+// the 8-lane dropout variant is there to call, and that
+// -DNGEN_EMU_NO_CLONES leaves one plain function.
 func TestEntryHasAVX2Clone(t *testing.T) {
 	dir := t.TempDir()
 	for name, text := range map[string]string{"ngen_emu.h": emu.Header, "k.cu": cloneKernels, "entry.cc": cloneEntry} {
@@ -144,11 +152,13 @@ func TestEntryHasAVX2Clone(t *testing.T) {
 		return m
 	}
 	s := syms()
-	if e, ok := s["ngen_cpu_entry"]; !ok || elf.ST_TYPE(e.Info) != elf.STT_GNU_IFUNC {
-		t.Errorf("ngen_cpu_entry is not an ifunc: %+v", e)
-	}
-	if _, ok := s["ngen_cpu_entry.avx2"]; !ok {
-		t.Error("no AVX2 copy ngen_cpu_entry.avx2")
+	for _, l := range []string{"launch_adamish", "launch_dropped"} {
+		if e, ok := s[l]; !ok || elf.ST_TYPE(e.Info) != elf.STT_GNU_IFUNC {
+			t.Errorf("%s is not an ifunc: %+v", l, e)
+		}
+		if _, ok := s[l+".avx2"]; !ok {
+			t.Errorf("no AVX2 copy %s.avx2", l)
+		}
 	}
 	if _, ok := s["_ZGVdN8vvvvvvvv_ngen_dropout_f"]; !ok {
 		t.Error("the 8-lane dropout variant is not defined")
@@ -161,7 +171,7 @@ func TestEntryHasAVX2Clone(t *testing.T) {
 	inClone, ymmDiv, fma := false, false, false
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasSuffix(line, ">:") {
-			inClone = strings.Contains(line, "<ngen_cpu_entry.avx2>")
+			inClone = strings.Contains(line, "<launch_adamish.avx2>")
 		}
 		if inClone && strings.Contains(line, "vdivps") && strings.Contains(line, "%ymm") {
 			ymmDiv = true
@@ -176,8 +186,8 @@ func TestEntryHasAVX2Clone(t *testing.T) {
 	if fma {
 		t.Error("the object uses FMA: results would differ from the SSE2 copy")
 	}
-	if e, ok := syms("-DNGEN_EMU_NO_CLONES")["ngen_cpu_entry"]; !ok || elf.ST_TYPE(e.Info) != elf.STT_FUNC {
-		t.Errorf("with NGEN_EMU_NO_CLONES, ngen_cpu_entry is not a plain function: %+v", e)
+	if e, ok := syms("-DNGEN_EMU_NO_CLONES")["launch_adamish"]; !ok || elf.ST_TYPE(e.Info) != elf.STT_FUNC {
+		t.Errorf("with NGEN_EMU_NO_CLONES, launch_adamish is not a plain function: %+v", e)
 	}
 }
 
@@ -196,7 +206,7 @@ __global__ void gelu_dropout_fwd(const float *x, const float *b, float *pre, flo
 __global__ void dropout_gelu_bwd(const float *dy, const float *pre, float *dx, int n, unsigned long long seed, unsigned long long step) {
   NGEN_GRID_STRIDE(i, n) { dx[i] = dy[i] * ngen_dropout(seed, step, 4u, i, 0.9f, 1.1111111111111112f) * ngen_gelu_grad(pre[i]); }
 }
-extern "C" NGEN_EMU_ENTRY void entry(int k, float **p, int n, unsigned long long seed, unsigned long long step) {
+extern "C" NGEN_EMU_LAUNCHER void entry(int k, float **p, int n, unsigned long long seed, unsigned long long step) {
   ngen_emu::span_blocks = 1; /* as run_span sets them: unset, g++ proves the loops dead */
   ngen_emu::span_first = 0;
   ngen_emu::span_last = 1;
@@ -224,7 +234,7 @@ func TestElementwiseLoopsVectorise(t *testing.T) {
 		t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	for _, line := range []string{"k.cc:3:", "k.cc:11:"} { // the two kernels' loops
-		found := 0 // once in each copy of the entry (NGEN_EMU_ENTRY)
+		found := 0 // once in each copy of the entry (NGEN_EMU_LAUNCHER)
 		for _, l := range strings.Split(string(out), "\n") {
 			if strings.HasPrefix(l, line) && strings.Contains(l, "loop vectorized") {
 				found++

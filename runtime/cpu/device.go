@@ -30,6 +30,7 @@ package cpu
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ngen_emu.h"
 
 static uintptr_t ngen_alloc(size_t bytes) {
 	// aligned_alloc wants a multiple of the alignment.
@@ -70,6 +71,13 @@ type Options struct {
 	// A test mode, many times slower; it needs a C++ compiler at run time
 	// (gpuforms.go).
 	GPUForms bool
+	// Baseline runs, where a kernel has one (runtime.KernelInfo.Baseline),
+	// its baseline form in place of its host form: the recurrences'
+	// tiled form, attention's GPU form, whose arithmetic is the CUDA
+	// form's (the host forms change the order of sums and contract
+	// products into FMAs where the host has them). Tests set it to compare
+	// with the GPU forms bit for bit on any host.
+	Baseline bool
 	// MemoryLimit caps the bytes Alloc hands out at once, as a GPU's memory
 	// does (0: no cap): an allocation past it fails with a
 	// *runtime.OutOfMemoryError, so that running out of memory can be
@@ -83,6 +91,7 @@ type Device struct {
 	threads   int
 	gpuBlocks bool
 	gpuForms  bool
+	forms     C.int // ngen_launch.forms for every launch
 	limit     int64
 
 	mu     sync.Mutex // guards everything below
@@ -111,6 +120,14 @@ func New(opts Options) (*Device, error) {
 		n = goruntime.NumCPU()
 	}
 	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks || opts.GPUForms, gpuForms: opts.GPUForms, limit: opts.MemoryLimit, allocs: make(map[runtime.Ptr]int64)}
+	switch {
+	case d.gpuBlocks:
+		d.forms = C.NGEN_FORMS_CUDA
+	case opts.Baseline:
+		d.forms = C.NGEN_FORMS_BASELINE
+	default:
+		d.forms = C.NGEN_FORMS_HOST
+	}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
 	d.launch.start(n)
 	return d, nil

@@ -84,12 +84,11 @@ func argKind(ctype string) runtime.ArgKind {
 	panic("unknown C type " + ctype)
 }
 
-// entrySource writes the ngen_cpu_entry that the code generator would emit
-// for ks.
+// entrySource writes the launchers and the ngen_cpu_entry that the code
+// generator would emit for ks (codegen.HostGlue).
 func entrySource(include string, ks []testKernel) (string, []runtime.KernelInfo) {
-	var b strings.Builder
+	var b, sw strings.Builder
 	fmt.Fprintf(&b, "#include \"ngen_emu.h\"\n#include %q\n", include)
-	b.WriteString("extern \"C\" NGEN_EMU_ENTRY int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n")
 	infos := make([]runtime.KernelInfo, len(ks))
 	for i, k := range ks {
 		args := make([]string, len(k.ctypes))
@@ -101,13 +100,16 @@ func entrySource(include string, ks []testKernel) (string, []runtime.KernelInfo)
 		mode := "NGEN_RUN_SIMPLE"
 		switch {
 		case k.sync:
-			mode = "NGEN_RUN_SYNC"
+			mode, info.Run = "NGEN_RUN_SYNC", runtime.RunFibers
 		case spanKernels[k.fn]:
-			mode = "NGEN_RUN_SPAN"
+			mode, info.Run = "NGEN_RUN_SPAN", runtime.RunSpan
 		}
-		fmt.Fprintf(&b, "  case %d: %s(l, %s(%s));\n", i, mode, k.fn, strings.Join(args, ", "))
+		fmt.Fprintf(&b, "NGEN_EMU_LAUNCHER int launch_%d(const ngen_launch *l) { %s(l, %s(%s)); }\n", i, mode, k.fn, strings.Join(args, ", "))
+		fmt.Fprintf(&sw, "  case %d: return launch_%d(l);\n", i, i)
 		infos[i] = info
 	}
+	b.WriteString("extern \"C\" int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n")
+	b.WriteString(sw.String())
 	b.WriteString("  }\n  return -1;\n}\n")
 	return b.String(), infos
 }

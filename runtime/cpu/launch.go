@@ -126,7 +126,7 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 	if fn.info.SoloBlocks && !d.gpuBlocks {
 		block = runtime.Dim3{X: 1, Y: 1, Z: 1}
 	}
-	status := s.run(fn.mod.mod.CPUEntry, fn.index, grid, block, sharedBytes)
+	status := s.run(fn.mod.mod.CPUEntry, fn.index, grid, block, sharedBytes, d.forms)
 	if status != 0 {
 		return fmt.Errorf("cpu: launch %s: %s", fn.info.Name, statusText(status, fn.info.Sync))
 	}
@@ -262,7 +262,7 @@ func (s *launchState) setArg(i int, kind runtime.ArgKind, a runtime.Arg) error {
 
 // run splits the grid's blocks into one contiguous range per worker and
 // returns the first non-zero status.
-func (s *launchState) run(entry unsafe.Pointer, kernel int, grid, block runtime.Dim3, shared int) int {
+func (s *launchState) run(entry unsafe.Pointer, kernel int, grid, block runtime.Dim3, shared int, forms C.int) int {
 	blocks := int64(grid.Count())
 	parts := int(min(int64(s.workers), blocks))
 	statuses := make([]int32, parts)
@@ -275,6 +275,7 @@ func (s *launchState) run(entry unsafe.Pointer, kernel int, grid, block runtime.
 		l.args = (*unsafe.Pointer)(s.buf)
 		l.block_begin = C.longlong(blocks * int64(w) / int64(parts))
 		l.block_end = C.longlong(blocks * int64(w+1) / int64(parts))
+		l.forms = forms
 	}
 	if parts == 1 {
 		// A handoff to a worker costs more than a small kernel.

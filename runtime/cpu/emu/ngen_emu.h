@@ -23,7 +23,13 @@ typedef struct ngen_launch {
   void **args; /* args[i] points at the value of kernel parameter i */
   long long block_begin; /* run linear block ids [block_begin, block_end) */
   long long block_end;
+  int forms; /* which form of a kernel to run: an NGEN_FORMS_* value */
 } ngen_launch;
+
+/* ngen_launch.forms: the CPU backend's forms (runtime.KernelInfo.Host), the
+ * baseline forms (KernelInfo.Baseline, cpu.Options.Baseline), or the CUDA
+ * forms with the launch's own blocks (cpu.Options.GPUBlocks). */
+enum { NGEN_FORMS_HOST = 0, NGEN_FORMS_BASELINE = 1, NGEN_FORMS_CUDA = 2 };
 
 /* Statuses returned by NGEN_RUN_*; runtime/cpu turns them into errors. */
 enum {
@@ -131,6 +137,9 @@ struct ngen_ptr_arg {
  * one after another, so thread-local storage is exactly block-shared. */
 #define __shared__ static thread_local
 #define NGEN_DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(::ngen_emu::dyn_shared)
+/* A kernel's host form (runtime.KernelInfo.Host): an ordinary function of
+ * the host glue, inlined into its launcher like the kernels. */
+#define NGEN_HOST_FORM inline __attribute__((always_inline))
 
 struct uint3 {
   unsigned x, y, z;
@@ -155,7 +164,7 @@ namespace ngen_emu {
 
 thread_local void *dyn_shared;
 thread_local int simple_misuse; /* set when a barrier runs without fibers */
-/* Set while run_solo runs a kernel with barriers as one-thread blocks
+/* Set while run_own_stack runs a kernel form as one-thread blocks
  * without fibers: a barrier or warp exchange of one thread is then trivial
  * (it returns the thread's own value), not a misuse. */
 thread_local int solo_block;
@@ -518,11 +527,10 @@ template <class F> int run_span(const ngen_launch *l, F &&f) {
   return simple_misuse ? NGEN_ERR_SYNC_IN_SIMPLE : NGEN_OK;
 }
 
-/* run_solo: see NGEN_RUN_SOLO. */
-template <class F> int run_sync(const ngen_launch *l, F &&f);
-template <class F> int run_solo(const ngen_launch *l, F &&f) {
+/* run_own_stack: see NGEN_RUN_OWN_STACK. */
+template <class F> int run_own_stack(const ngen_launch *l, F &&f) {
   if ((long long)l->block[0] * l->block[1] * l->block[2] != 1)
-    return run_sync(l, static_cast<F &&>(f));
+    return NGEN_ERR_LAUNCH;
   solo_block = 1;
   const int status = run_simple(l, static_cast<F &&>(f));
   solo_block = 0;
@@ -656,6 +664,7 @@ template <class T, class Op> inline T warp_butterfly(T v, Op op) {
 /* Under NGEN_EMU_GPU_FORMS the preamble's own butterflies run instead:
  * five __shfl_xor_sync, each a warp barrier (see the end of this file). */
 #ifndef NGEN_EMU_GPU_FORMS
+#define NGEN_HOST_WARP_REDUCE 1
 template <typename T> inline T ngen_warp_sum(T v) {
   return ::ngen_emu::warp_butterfly(v, [](T a, T b) { return a + b; });
 }
@@ -1137,7 +1146,7 @@ extern "C" __attribute__((used)) inline __m128 ngen_dropout_f_4(__m128i k0, __m1
     return ngen_dropout_f_slow(k0, k1, stream, step, lo, hi, keep, scale);
   return keep_lanes4((unsigned)(s.bits >> (lo0 & 63)) & 15u, scale);
 }
-/* The 8-lane AVX2 variant, which the entry's AVX2 clone (NGEN_EMU_ENTRY
+/* The 8-lane AVX2 variant, which the launchers' AVX2 clones (NGEN_EMU_LAUNCHER
  * below) calls. Its masks are the 4-lane variant's bit for bit: both read
  * the same cached blocks, and off its fast path it makes two 4-lane
  * calls. */
@@ -1204,6 +1213,7 @@ inline float ngen_dropout_f(unsigned k0, unsigned k1, unsigned stream, unsigned 
 #endif
 
 /* preamble.cuh's ngen_dropout. */
+#define NGEN_HOST_DROPOUT 1
 namespace {
 __forceinline__ float ngen_dropout(unsigned long long seed, unsigned long long step, unsigned stream, long long idx,
                                    float keep, float scale) {
@@ -1223,23 +1233,31 @@ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsign
 
 /* ---- launch --------------------------------------------------------- */
 
-/* NGEN_EMU_ENTRY marks the generated entry (codegen.CPUGlue). The kernels
- * are compiled for baseline x86-64 (SSE2: 4 float lanes), so that a package
- * runs on any x86-64 host. target_clones adds an AVX2 copy of the entry,
- * chosen once at load time (an ifunc) on hosts that have AVX2: 8 lanes
- * for every loop the compiler vectorises, notably Adam's sqrt and divide.
- * flatten inlines the runners and kernels into each copy, so they are
- * compiled for its ISA (a runner left out of line stays SSE2). The clone
- * is AVX2 without FMA on purpose: g++ contracts a*b+c in C++ whenever FMA
- * is available, and results must stay bit-identical to the SSE2 copy.
- * Fiber bodies (NGEN_RUN_SYNC's invoke, reached through a pointer) stay
- * SSE2. */
+/* NGEN_EMU_LAUNCHER marks each kernel's launcher in the host glue
+ * (codegen.HostGlue). The kernels are compiled for baseline x86-64 (SSE2:
+ * 4 float lanes), so that a package runs on any x86-64 host.
+ * target_clones adds an AVX2 copy of every launcher, chosen once at load
+ * time (an ifunc) on hosts that have AVX2: 8 lanes for every loop the
+ * compiler vectorises, notably Adam's sqrt and divide. flatten inlines
+ * the launcher's runner and its kernel's forms into each copy, so they are
+ * compiled for its ISA (a runner left out of line stays SSE2). One clone
+ * per kernel keeps the host compile linear in the number of kernels: a
+ * single flattened entry over every kernel made g++ optimise one giant
+ * function twice. The clone is AVX2 without FMA on purpose: g++ contracts
+ * a*b+c in C++ whenever FMA is available, and results must stay
+ * bit-identical to the SSE2 copy. Fiber bodies (NGEN_RUN_SYNC's invoke,
+ * reached through a pointer) stay SSE2. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__) && \
     defined(NGEN_KEEP_SIMD) && !defined(NGEN_EMU_NO_CLONES)
-#define NGEN_EMU_ENTRY __attribute__((target_clones("avx2", "default"), flatten))
+#define NGEN_EMU_LAUNCHER __attribute__((target_clones("avx2", "default"), flatten, noinline))
 #else
-#define NGEN_EMU_ENTRY
+#define NGEN_EMU_LAUNCHER __attribute__((noinline))
 #endif
+/* The launcher of the forms only the test modes run (a kernel's CUDA form
+ * where it has a host form of its own, and its baseline form): compiled
+ * once, for baseline x86-64, and kept out of NGEN_EMU_LAUNCHER's
+ * flattened copies. */
+#define NGEN_EMU_TEST_FORMS __attribute__((noinline))
 
 /* The kernel call sits inside a lambda so that each kernel instantiates its
  * own runner, with the kernel inlined into the thread loop. */
@@ -1267,12 +1285,12 @@ __forceinline__ float ngen_dropout_if(int train, unsigned long long seed, unsign
 #define NGEN_RUN_SPAN(l, call) return ::ngen_emu::run_simple((l), [&]() { call; })
 #endif
 #define NGEN_RUN_SYNC(l, call) return ::ngen_emu::run_sync((l), [&]() { call; })
-/* A kernel with barriers that also has a one-thread-block form
- * (KernelInfo.SoloBlocks): launched with one-thread blocks it runs without
- * fibers, on the worker's own stack (the recurrences' form calls the GEMM
- * library, which wants more stack than a fiber's 64 KiB); otherwise as
- * NGEN_RUN_SYNC. */
-#define NGEN_RUN_SOLO(l, call) return ::ngen_emu::run_solo((l), [&]() { call; })
+/* A host form that runs with one-thread blocks on the worker's own stack
+ * (runtime.RunOwnStack): without fibers, as a plain call per block. The
+ * recurrences' and attention's host forms call the GEMM library, which
+ * wants more stack than a fiber's 64 KiB. A launch with larger blocks is
+ * an error: those run the CUDA form. */
+#define NGEN_RUN_OWN_STACK(l, call) return ::ngen_emu::run_own_stack((l), [&]() { call; })
 
 /* ---- recurrences: a GEMM per time step, a vectorisable cell ---------- */
 
@@ -1405,11 +1423,6 @@ inline float fast_tanhf(float x) {
   return __builtin_copysignf(t, x);
 }
 
-/* scan_fast says whether the recurrences take this form: not when
- * NGEN_EMU_BASELINE is set, which keeps their tiled form (recur_solo.go),
- * whose arithmetic matches the GPU form's step for step. */
-inline bool scan_fast() { return getenv("NGEN_EMU_BASELINE") == nullptr; }
-
 /* scan_fma says whether the host has AVX2 and FMA, for the form's copy
  * compiled for them. */
 inline bool scan_fma() {
@@ -1427,7 +1440,7 @@ inline bool scan_fma() {
 /* ---- GELU ----------------------------------------------------------- */
 
 /* preamble.cuh's f32 ngen_gelu and ngen_gelu_grad (which it leaves out
- * when NGEN_EMU_GELU_F32 is defined), with an erf and exp in plain
+ * when NGEN_HOST_GELU_F32 is defined), with an erf and exp in plain
  * arithmetic: the C library's erff and expf kept the GELU kernels' loops
  * scalar (about 12 ns an element). fast_erff is N. Juffa's branch-free
  * erff: an odd polynomial below 0.9277, 1 - exp(-t - poly(t)) above,
@@ -1471,7 +1484,15 @@ inline float ngen_gelu_grad(float x) {
          x * 0.39894228040143268f * ::ngen_emu::fast_expf(-0.5f * x * x);
 }
 } // namespace
-#define NGEN_EMU_GELU_F32 1
+#define NGEN_HOST_GELU_F32 1
+
+/* preamble.cuh's ngen_arrive (a two-phase reduction's arrival count):
+ * the emulation's blocks run on host threads, so an acquire-release
+ * fetch-add stands in for __threadfence and atomicAdd. */
+namespace {
+inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
+} // namespace
+#define NGEN_HOST_ARRIVE 1
 
 /* ---- ReLU's gradient ------------------------------------------------ */
 
@@ -1489,6 +1510,6 @@ inline double mask0(bool keep, double x) { return __longlong_as_double(__double_
 inline float ngen_relu_grad(float y, float g) { return ::ngen_emu::mask0(y > 0.0f, g); }
 inline double ngen_relu_grad(double y, double g) { return ::ngen_emu::mask0(y > 0.0, g); }
 } // namespace
-#define NGEN_EMU_RELU_GRAD 1
+#define NGEN_HOST_RELU_GRAD 1
 #endif /* __cplusplus */
 #endif /* NGEN_EMU_H */

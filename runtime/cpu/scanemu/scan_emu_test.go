@@ -4,6 +4,7 @@ package scanemu
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -12,12 +13,12 @@ import (
 )
 
 // The emulation's helpers for the recurrences' per-step-GEMM form
-// (compiler/ops/recur_fast.go): NGEN_RUN_SOLO, the GEMM library found by
+// (compiler/ops/recur_fast.go): NGEN_RUN_OWN_STACK, the GEMM library found by
 // name, and the vectorisable f32 exp, logistic and tanh.
 const scanEmuSrc = `
 __global__ void solo_sync(int *out) {
   // A one-thread block's barrier counts its own predicate and its warp
-  // sum is its own value; under NGEN_RUN_SOLO neither is a misuse.
+  // sum is its own value; under NGEN_RUN_OWN_STACK neither is a misuse.
   const int c = __syncthreads_count(1);
   __syncthreads();
   const float w = ngen_warp_sum(2.5f);
@@ -46,11 +47,11 @@ func scanEmuModule(t *testing.T) (*cpu.Device, runtime.Loaded) {
 	t.Helper()
 	entry := "#define NGEN_EMU 1\n#include \"ngen_emu.h\"\nnamespace {\n#include \"scan.cu\"\n}\n" +
 		"extern \"C\" int ngen_cpu_entry(int k, const ngen_launch *l) {\n  switch (k) {\n" +
-		"  case 0: NGEN_RUN_SOLO(l, solo_sync(NGEN_ARG(l, int *, 0)));\n" +
+		"  case 0: NGEN_RUN_OWN_STACK(l, solo_sync(NGEN_ARG(l, int *, 0)));\n" +
 		"  case 1: NGEN_RUN_SIMPLE(l, scan_math(NGEN_ARG(l, const float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));\n" +
 		"  case 2: NGEN_RUN_SIMPLE(l, scan_gemm(NGEN_ARG(l, const float *, 0), NGEN_ARG(l, const float *, 1), NGEN_ARG(l, float *, 2), " +
 		"NGEN_ARG(l, const double *, 3), NGEN_ARG(l, const double *, 4), NGEN_ARG(l, double *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, int, 7), NGEN_ARG(l, int, 8)));\n" +
-		"  case 3: NGEN_RUN_SOLO(l, solo_sync(NGEN_ARG(l, int *, 0)));\n" +
+		"  case 3: NGEN_RUN_OWN_STACK(l, solo_sync(NGEN_ARG(l, int *, 0)));\n" +
 		"  }\n  return -1;\n}\n"
 	P := runtime.ArgPtr
 	infos := []runtime.KernelInfo{
@@ -81,7 +82,7 @@ func TestScanEmuHelpers(t *testing.T) {
 	d, l := scanEmuModule(t)
 	one := runtime.Dim3{X: 1, Y: 1, Z: 1}
 
-	// NGEN_RUN_SOLO: one-thread blocks without fibers; and the GEMM
+	// NGEN_RUN_OWN_STACK: one-thread blocks without fibers; and the GEMM
 	// library is found in this process (else the recurrences would fall
 	// back to a plain loop, correct but slow).
 	out := upload(t, d, make([]int32, 4))
@@ -89,10 +90,10 @@ func TestScanEmuHelpers(t *testing.T) {
 	if got := download[int32](t, d, out, 4); got[0] != 1 || got[1] != 1 || got[2] != 1 || got[3] != 1 {
 		t.Errorf("solo_sync: count %d, warp sum ok %d, dnnl_sgemm found %d, cblas_dgemm found %d; want all 1", got[0], got[1], got[2], got[3])
 	}
-	// A real block still runs as fibers under NGEN_RUN_SOLO.
-	launch(t, d, l, 3, one, runtime.Dim3{X: 64, Y: 1, Z: 1}, 0, out)
-	if got := download[int32](t, d, out, 1); got[0] != 64 {
-		t.Errorf("solo_sync with 64 threads: count %d, want 64", got[0])
+	// A real block is refused: the host glue runs the CUDA form, with
+	// fibers, for those (KernelInfo.Run).
+	if err := d.Launch(l.Function(3), one, runtime.Dim3{X: 64, Y: 1, Z: 1}, 0, out); err == nil || !strings.Contains(err.Error(), "bad launch") {
+		t.Errorf("solo_sync with 64 threads under NGEN_RUN_OWN_STACK: %v, want a bad launch", err)
 	}
 
 	// exp, logistic and tanh within a few ulp over the cells' range and
