@@ -2,8 +2,12 @@
 // Model charlm: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,24 +132,24 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// emb_embedding_fwd computes:
+// embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
 //   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:80
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v3_j = j;
     const int v3_id = in1[r];
     const bool v3_bad = (unsigned)v3_id >= 99u;
-    if (v3_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v3_id; status[2] = (int)r; status[3] = 99; }
+    if (v3_bad && atomicCAS(status, 0, c0) == 0) { status[1] = v3_id; status[2] = (int)r; status[3] = 99; }
     const float v3 = in0[(long long)(v3_bad ? 0 : v3_id) * 32 + v3_j];
     out0[i] = v3;
   }
 }
 
-// lstm_bias_fwd computes:
+// bias_fwd: 8 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4, lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4). The first computes:
 //   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -156,140 +160,9 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __
   }
 }
 
-// lstm_bias_fwd_2 computes:
-//   v12 = add <f32[B,64,512]> v11 v7  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a11 = in0[i];
-    float a7 = in1[(0) * 512LL + j];
-    float v12 = (a11 + a7);
-    out0[i] = v12;
-  }
-}
-
-// lstm_rnn_scan_fwd computes:
+// rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
 //   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 64; ++t) {
-        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 49152 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 64 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 64 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-          tcs[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 64; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 64 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 64 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 64 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
   __shared__ float pre[512];
@@ -330,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float 
   }
 }
 
-// slice_fwd computes:
+// slice_fwd: 6 launches (slice_fwd, slice_fwd_2, slice_bwd_2, slice_bwd_6, slice_fwd, slice_fwd_2). The first computes:
 //   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -345,211 +218,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   }
 }
 
-// lstm_bias_fwd_3 computes:
-//   v22 = add <f32[B,64,512]> v21 v17  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a21 = in0[i];
-    float a17 = in1[(0) * 512LL + j];
-    float v22 = (a21 + a17);
-    out0[i] = v22;
-  }
-}
-
-// lstm_bias_fwd_4 computes:
-//   v23 = add <f32[B,64,512]> v22 v18  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a22 = in0[i];
-    float a18 = in1[(0) * 512LL + j];
-    float v23 = (a22 + a18);
-    out0[i] = v23;
-  }
-}
-
-// lstm_rnn_scan_fwd_2 computes:
-//   v24 = rnn_scan <f32[B,64,768]> v23 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 64; ++t) {
-        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 49152 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 64 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 64 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-          tcs[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 64; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 64 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 64 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 64 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
-      cs[j] = 0.0f;
-    }
-    __syncthreads();
-    for (int t = 0; t < 64; ++t) {
-      const long long xo = (b * 64 + t) * 512;
-      float *s = out0 + (b * 64 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_2 computes:
-//   v25 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v25_c2 = j;
-    unsigned long long v25_rem = (unsigned long long)(r);
-    const long long v25_c1 = (long long)(v25_rem % (unsigned long long)(64LL)); v25_rem /= (unsigned long long)(64LL);
-    const long long v25_c0 = (long long)v25_rem;
-    const float v25 = in0[(((v25_c0) * 64LL + v25_c1) * 768LL + v25_c2 + 0)];
-    out0[i] = v25;
-  }
-}
-
-// fc_bias_fwd computes:
+// bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
 //   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:82
-extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
     const long long i = r * 99LL + j;
@@ -562,44 +233,15 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __re
 
 // cross_entropy_fwd computes:
 //   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:84
-extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a29 = in0[i];
-      xs[j] = a29;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 32) {
     const long long i = row * C + j;
@@ -620,50 +262,19 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a29 = in0[i];
     atomicAdd(out0, (lse - a29) / (float)rows);
   }
-#endif
 }
 
 // ce_grad_bwd computes:
 //   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:84
-extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a29 = in0[i];
-      xs[j] = a29;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    float *const dx = out0 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 32) {
     const long long i = row * C + j;
@@ -686,7 +297,6 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a29;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -748,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   }
 }
 
-// slice_bwd_bwd computes:
+// slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
 //   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -763,148 +373,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   }
 }
 
-// lstm_rnn_scan_bwd_bwd computes:
+// rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
 //   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          dh[s * 128 + j] = 0.0f;
-          dc[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      const float *sv = &in1[0];
-      for (int t = 63; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 64 + t) * 768;
-          float *d = out0 + (b * 65 + t) * 512;
-          float *dhs = dh + (long long)s * 128;
-          float *dcs = dc + (long long)s * 128;
-          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = dhs[j] + in0[so + j];
-            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
-            const float tc = ::ngen_emu::fast_tanhf(cn);
-            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            d[j] = dcj * gg * i * (1.0f - i);
-            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
-            d[256 + j] = dcj * i * (1.0f - gg * gg);
-            d[384 + j] = dhj * tc * o * (1.0f - o);
-            dcs[j] = dcj * f;
-          }
-        }
-        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 65 + t) * 512, 33280, &in2[0], 128, (float)0, dh, 128);
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 65 + 64) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float tdh[1024];
-    __shared__ float tdc[1024];
-    __shared__ float tdg[4096];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int e = 0; e < 1024; ++e) {
-        tdh[e] = 0.0f;
-        tdc[e] = 0.0f;
-      }
-      for (int e = 0; e < 4096; ++e) tdg[e] = 0.0f;
-      for (int t = 63; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 64 + t) * 768;
-          float *d = out0 + (b * 65 + t) * 512;
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = tdh[j * 8 + s] + in0[so + j];
-            const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-            const float cp = t > 0 ? in1[so - 768 + 128 + j] : 0.0f;
-            const float tc = tanhf(cn);
-            const float dcj = tdc[j * 8 + s] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-            const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-            d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-            tdg[j * 8 + s] = di; tdg[(128 + j) * 8 + s] = df; tdg[(256 + j) * 8 + s] = dgg; tdg[(384 + j) * 8 + s] = do_;
-            tdc[j * 8 + s] = dcj * f;
-          }
-        }
-        typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-        int j = 0;
-        for (; j + 4 <= 128; j += 4) {
-          tile_v acc0 = {};
-          tile_v acc1 = {};
-          tile_v acc2 = {};
-          tile_v acc3 = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc0 += in2[(long long)r * 128 + j + 0] * dgr;
-            acc1 += in2[(long long)r * 128 + j + 1] * dgr;
-            acc2 += in2[(long long)r * 128 + j + 2] * dgr;
-            acc3 += in2[(long long)r * 128 + j + 3] * dgr;
-          }
-          __builtin_memcpy(tdh + (j + 0) * 8, &acc0, sizeof acc0);
-          __builtin_memcpy(tdh + (j + 1) * 8, &acc1, sizeof acc1);
-          __builtin_memcpy(tdh + (j + 2) * 8, &acc2, sizeof acc2);
-          __builtin_memcpy(tdh + (j + 3) * 8, &acc3, sizeof acc3);
-        }
-        for (; j < 128; ++j) {
-          tile_v acc = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc += in2[(long long)r * 128 + j] * dgr;
-          }
-          __builtin_memcpy(tdh + j * 8, &acc, sizeof acc);
-        }
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 65 + 64) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? tdh[j * 8 + s] : (j < 256 ? tdc[(j - 128) * 8 + s] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
   __shared__ float dg[512];
@@ -951,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const fl
   }
 }
 
-// slice_bwd computes:
+// slice_bwd: 2 launches (slice_bwd, slice_bwd_5). The first computes:
 //   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -966,24 +437,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   }
 }
 
-// slice_bwd_2 computes:
-//   v42 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v42_c2 = j;
-    unsigned long long v42_rem = (unsigned long long)(r);
-    const long long v42_c1 = (long long)(v42_rem % (unsigned long long)(64LL)); v42_rem /= (unsigned long long)(64LL);
-    const long long v42_c0 = (long long)v42_rem;
-    const float v42 = in0[(((v42_c0) * 64LL + v42_c1) * 768LL + v42_c2 + 0)];
-    out0[i] = v42;
-  }
-}
-
-// slice_bwd_3 computes:
+// slice_bwd_2: 2 launches (slice_bwd_3, slice_bwd_7). The first computes:
 //   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -996,9 +452,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   }
 }
 
-// slice_bwd_4 computes:
+// slice_bwd_3: 2 launches (slice_bwd_4, slice_bwd_8). The first computes:
 //   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -1011,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
   }
 }
 
-// sum_bwd_3 computes:
+// sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_6, sum_bwd_7). The first computes:
 //   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
@@ -1053,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   }
 }
 
-// sum_bwd_4 computes:
+// sum_bwd_4: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
 //   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
@@ -1096,481 +552,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // sum_bwd_5 computes:
-//   v50 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 512LL;
-  const long long nred = 64LL * (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a41 = in0[i];
-          { const float x = a41; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-      float a41 = in0[i];
-      { const float x = a41; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_6 computes:
-//   v54 = sum <f32[1,512,128]> v53 {axes=[0] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 65536LL;
-  const long long nred = (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-          float a53 = in0[i];
-          { const float x = a53; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-      float a53 = in0[i];
-      { const float x = a53; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// slice_bwd_bwd_2 computes:
-//   v56 = slice_bwd <f32[B,64,768]> v52 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
-    const long long i = r * 768LL + j;
-    const long long v56_c2 = j;
-    unsigned long long v56_rem = (unsigned long long)(r);
-    const long long v56_c1 = (long long)(v56_rem % (unsigned long long)(64LL)); v56_rem /= (unsigned long long)(64LL);
-    const long long v56_c0 = (long long)v56_rem;
-    const float v56 = (v56_c2 >= 0 && v56_c2 < 128) ? in0[(((v56_c0) * 64LL + v56_c1) * 128LL + (v56_c2 >= 0 && v56_c2 < 128 ? v56_c2 - 0 : 0))] : 0.0f;
-    out0[i] = v56;
-  }
-}
-
-// lstm_rnn_scan_bwd_bwd_2 computes:
-//   v57 = rnn_scan_bwd <f32[B,65,512]> v56 v13 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          dh[s * 128 + j] = 0.0f;
-          dc[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      const float *sv = &in1[0];
-      for (int t = 63; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 64 + t) * 768;
-          float *d = out0 + (b * 65 + t) * 512;
-          float *dhs = dh + (long long)s * 128;
-          float *dcs = dc + (long long)s * 128;
-          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = dhs[j] + in0[so + j];
-            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
-            const float tc = ::ngen_emu::fast_tanhf(cn);
-            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            d[j] = dcj * gg * i * (1.0f - i);
-            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
-            d[256 + j] = dcj * i * (1.0f - gg * gg);
-            d[384 + j] = dhj * tc * o * (1.0f - o);
-            dcs[j] = dcj * f;
-          }
-        }
-        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 65 + t) * 512, 33280, &in2[0], 128, (float)0, dh, 128);
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 65 + 64) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float tdh[1024];
-    __shared__ float tdc[1024];
-    __shared__ float tdg[4096];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int e = 0; e < 1024; ++e) {
-        tdh[e] = 0.0f;
-        tdc[e] = 0.0f;
-      }
-      for (int e = 0; e < 4096; ++e) tdg[e] = 0.0f;
-      for (int t = 63; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 64 + t) * 768;
-          float *d = out0 + (b * 65 + t) * 512;
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = tdh[j * 8 + s] + in0[so + j];
-            const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-            const float cp = t > 0 ? in1[so - 768 + 128 + j] : 0.0f;
-            const float tc = tanhf(cn);
-            const float dcj = tdc[j * 8 + s] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-            const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-            d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-            tdg[j * 8 + s] = di; tdg[(128 + j) * 8 + s] = df; tdg[(256 + j) * 8 + s] = dgg; tdg[(384 + j) * 8 + s] = do_;
-            tdc[j * 8 + s] = dcj * f;
-          }
-        }
-        typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-        int j = 0;
-        for (; j + 4 <= 128; j += 4) {
-          tile_v acc0 = {};
-          tile_v acc1 = {};
-          tile_v acc2 = {};
-          tile_v acc3 = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc0 += in2[(long long)r * 128 + j + 0] * dgr;
-            acc1 += in2[(long long)r * 128 + j + 1] * dgr;
-            acc2 += in2[(long long)r * 128 + j + 2] * dgr;
-            acc3 += in2[(long long)r * 128 + j + 3] * dgr;
-          }
-          __builtin_memcpy(tdh + (j + 0) * 8, &acc0, sizeof acc0);
-          __builtin_memcpy(tdh + (j + 1) * 8, &acc1, sizeof acc1);
-          __builtin_memcpy(tdh + (j + 2) * 8, &acc2, sizeof acc2);
-          __builtin_memcpy(tdh + (j + 3) * 8, &acc3, sizeof acc3);
-        }
-        for (; j < 128; ++j) {
-          tile_v acc = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc += in2[(long long)r * 128 + j] * dgr;
-          }
-          __builtin_memcpy(tdh + j * 8, &acc, sizeof acc);
-        }
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 65 + 64) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? tdh[j * 8 + s] : (j < 256 ? tdc[(j - 128) * 8 + s] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float dh[128];
-  __shared__ float dc[128];
-  __shared__ float dg[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) { dh[j] = 0.0f; dc[j] = 0.0f; }
-    __syncthreads();
-    for (int t = 63; t >= 0; --t) {
-      const long long so = (b * 64 + t) * 768;
-      float *d = out0 + (b * 65 + t) * 512;
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-        const float cp = t > 0 ? in1[so - 768 + 128 + j] : 0.0f;
-        const float tc = tanhf(cn);
-        const float dcj = dc[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-        const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-        const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-        d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-        dg[j] = di; dg[128 + j] = df; dg[256 + j] = dgg; dg[384 + j] = do_;
-        dc[j] = dcj * f;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 512; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
-        }
-        for (; r < 512; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc;
-      }
-      __syncthreads();
-    }
-    float *last = out0 + (b * 65 + 64) * 512;
-    for (int j = threadIdx.x; j < 512; j += blockDim.x) {
-      last[j] = j < 128 ? dh[j] : (j < 256 ? dc[j - 128] : 0.0f);
-    }
-    __syncthreads();
-  }
-}
-
-// slice_bwd_5 computes:
-//   v58 = slice <f32[B,64,512]> v57 {axes=[1] ints=[0 64]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    const long long v58_c2 = j;
-    unsigned long long v58_rem = (unsigned long long)(r);
-    const long long v58_c1 = (long long)(v58_rem % (unsigned long long)(64LL)); v58_rem /= (unsigned long long)(64LL);
-    const long long v58_c0 = (long long)v58_rem;
-    const float v58 = in0[(((v58_c0) * 65LL + v58_c1 + 0) * 512LL + v58_c2)];
-    out0[i] = v58;
-  }
-}
-
-// slice_bwd_6 computes:
-//   v59 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v59_c2 = j;
-    unsigned long long v59_rem = (unsigned long long)(r);
-    const long long v59_c1 = (long long)(v59_rem % (unsigned long long)(64LL)); v59_rem /= (unsigned long long)(64LL);
-    const long long v59_c0 = (long long)v59_rem;
-    const float v59 = in0[(((v59_c0) * 64LL + v59_c1) * 768LL + v59_c2 + 0)];
-    out0[i] = v59;
-  }
-}
-
-// slice_bwd_7 computes:
-//   v60 = slice <f32[B,63,512]> v58 {axes=[1] ints=[1 64]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 63LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    const long long v60_c2 = j;
-    unsigned long long v60_rem = (unsigned long long)(r);
-    const long long v60_c1 = (long long)(v60_rem % (unsigned long long)(63LL)); v60_rem /= (unsigned long long)(63LL);
-    const long long v60_c0 = (long long)v60_rem;
-    const float v60 = in0[(((v60_c0) * 64LL + v60_c1 + 1) * 512LL + v60_c2)];
-    out0[i] = v60;
-  }
-}
-
-// slice_bwd_8 computes:
-//   v61 = slice <f32[B,63,128]> v59 {axes=[1] ints=[0 63]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 63LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v61_c2 = j;
-    unsigned long long v61_rem = (unsigned long long)(r);
-    const long long v61_c1 = (long long)(v61_rem % (unsigned long long)(63LL)); v61_rem /= (unsigned long long)(63LL);
-    const long long v61_c0 = (long long)v61_rem;
-    const float v61 = in0[(((v61_c0) * 64LL + v61_c1 + 0) * 128LL + v61_c2)];
-    out0[i] = v61;
-  }
-}
-
-// sum_bwd_7 computes:
-//   v63 = sum <f32[1,512,128]> v62 {axes=[0] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 65536LL;
-  const long long nred = (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-          float a62 = in0[i];
-          { const float x = a62; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-      float a62 = in0[i];
-      { const float x = a62; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_8 computes:
-//   v65 = sum <f32[1,1,512]> v58 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 512LL;
-  const long long nred = 64LL * (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a58 = in0[i];
-          { const float x = a58; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-      float a58 = in0[i];
-      { const float x = a58; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_9 computes:
-//   v67 = sum <f32[1,1,512]> v58 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 512LL;
-  const long long nred = 64LL * (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a58 = in0[i];
-          { const float x = a58; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-      float a58 = in0[i];
-      { const float x = a58; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_10 computes:
 //   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -1617,26 +600,11 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v73_j = j;
-    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-    static thread_local float v73_row[32];
-    if (j == 0) {
-      float *const __restrict__ v73_acc = v73_row;
-      for (int k = 0; k < 32; ++k) v73_acc[k] = 0.0f;
-      const long long v73_n = (long long)B * 64LL;
-      for (long long t = 0; t < v73_n; ++t) {
-        if (in1[t] != (int)r) continue;
-        const float *const __restrict__ v73_g = in0 + t * 32;
-        for (int k = 0; k < 32; ++k) v73_acc[k] += v73_g[k];
-      }
-    }
-    const float v73 = v73_row[v73_j];
-    #else
     float v73 = 0.0f;
     const long long v73_n = (long long)B * 64LL;
     for (long long t = 0; t < v73_n; ++t) {
       v73 += in1[t] == (int)r ? in0[t * 32 + v73_j] : 0.0f;
     }
-    #endif
     out0[i] = v73;
   }
 }
@@ -1667,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
   }
 }
 
-// optimizer_update_3 computes:
+// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
 //   v80 = add <f32[230979]> v78 v79  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
@@ -1721,23 +689,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v84 = add <f32[230979]> v81 v83  # models/lstm/model.go:77
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 230979LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a81 = in0[i];
-    float a83 = in1[i];
-    float v84 = (a81 + a83);
-    out0[i] = v84;
-  }
-}
-
-// optimizer_update_8 computes:
 //   v85 = sqrt <f32[230979]> v84  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1747,10 +701,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
   }
 }
 
-// optimizer_update_9 computes:
+// optimizer_update_8 computes:
 //   v87 = div <f32[230979]> v85 v86  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1760,10 +714,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
   }
 }
 
-// optimizer_update_10 computes:
+// optimizer_update_9 computes:
 //   v88 = addc <f32[230979]> v87 {f=1e-08}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1773,10 +727,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
   }
 }
 
-// optimizer_update_11 computes:
+// optimizer_update_10 computes:
 //   v90 = div <f32[230979]> v80 v88  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1787,10 +741,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
   }
 }
 
-// optimizer_update_12 computes:
+// optimizer_update_11 computes:
 //   v91 = mul <f32[230979]> v89 v90  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1800,10 +754,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// optimizer_update_13 computes:
+// optimizer_update_12 computes:
 //   v92 = sub <f32[230979]> v74 v91  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1811,438 +765,6 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
     float a91 = in1[i];
     float v92 = (a74 - a91);
     out0[i] = v92;
-  }
-}
-
-// emb_embedding_fwd_2 computes:
-//   v2 = embedding <f32[B,64,32]> v1 v0  # models/lstm/model.go:80
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v2_j = j;
-    const int v2_id = in1[r];
-    const bool v2_bad = (unsigned)v2_id >= 99u;
-    if (v2_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v2_id; status[2] = (int)r; status[3] = 99; }
-    const float v2 = in0[(long long)(v2_bad ? 0 : v2_id) * 32 + v2_j];
-    out0[i] = v2;
-  }
-}
-
-// lstm_bias_fwd_5 computes:
-//   v10 = add <f32[B,64,512]> v9 v5  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a9 = in0[i];
-    float a5 = in1[(0) * 512LL + j];
-    float v10 = (a9 + a5);
-    out0[i] = v10;
-  }
-}
-
-// lstm_bias_fwd_2_2 computes:
-//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a10 = in0[i];
-    float a6 = in1[(0) * 512LL + j];
-    float v11 = (a10 + a6);
-    out0[i] = v11;
-  }
-}
-
-// lstm_rnn_scan_fwd_3 computes:
-//   v12 = rnn_scan <f32[B,64,768]> v11 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 64; ++t) {
-        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 49152 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 64 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 64 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-          tcs[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 64; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 64 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 64 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 64 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
-      cs[j] = 0.0f;
-    }
-    __syncthreads();
-    for (int t = 0; t < 64; ++t) {
-      const long long xo = (b * 64 + t) * 512;
-      float *s = out0 + (b * 64 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_3 computes:
-//   v13 = slice <f32[B,64,128]> v12 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v13_c2 = j;
-    unsigned long long v13_rem = (unsigned long long)(r);
-    const long long v13_c1 = (long long)(v13_rem % (unsigned long long)(64LL)); v13_rem /= (unsigned long long)(64LL);
-    const long long v13_c0 = (long long)v13_rem;
-    const float v13 = in0[(((v13_c0) * 64LL + v13_c1) * 768LL + v13_c2 + 0)];
-    out0[i] = v13;
-  }
-}
-
-// lstm_bias_fwd_3_2 computes:
-//   v21 = add <f32[B,64,512]> v20 v16  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a20 = in0[i];
-    float a16 = in1[(0) * 512LL + j];
-    float v21 = (a20 + a16);
-    out0[i] = v21;
-  }
-}
-
-// lstm_bias_fwd_4_2 computes:
-//   v22 = add <f32[B,64,512]> v21 v17  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a21 = in0[i];
-    float a17 = in1[(0) * 512LL + j];
-    float v22 = (a21 + a17);
-    out0[i] = v22;
-  }
-}
-
-// lstm_rnn_scan_fwd_2_2 computes:
-//   v23 = rnn_scan <f32[B,64,768]> v22 v15 v18 v19 {str=lstm}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 64; ++t) {
-        const float *hp = t ? out0 + (b0 * 64 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 49152 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 64 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 64 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-          tcs[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 64; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 64 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 64 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 64 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
-      cs[j] = 0.0f;
-    }
-    __syncthreads();
-    for (int t = 0; t < 64; ++t) {
-      const long long xo = (b * 64 + t) * 512;
-      float *s = out0 + (b * 64 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_2_2 computes:
-//   v24 = slice <f32[B,64,128]> v23 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v24_c2 = j;
-    unsigned long long v24_rem = (unsigned long long)(r);
-    const long long v24_c1 = (long long)(v24_rem % (unsigned long long)(64LL)); v24_rem /= (unsigned long long)(64LL);
-    const long long v24_c0 = (long long)v24_rem;
-    const float v24 = in0[(((v24_c0) * 64LL + v24_c1) * 768LL + v24_c2 + 0)];
-    out0[i] = v24;
-  }
-}
-
-// fc_bias_fwd_2 computes:
-//   v28 = add <f32[B,64,99]> v26 v27  # models/lstm/model.go:82
-extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
-    const long long i = r * 99LL + j;
-    float a26 = in0[i];
-    float a27 = in1[(0) * 99LL + j];
-    float v28 = (a26 + a27);
-    out0[i] = v28;
   }
 }
 

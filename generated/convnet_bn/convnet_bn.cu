@@ -2,8 +2,12 @@
 // Model convnet_bn: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,7 +132,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// im2col_fwd computes:
+// im2col_fwd: 3 launches (im2col_fwd, im2col_fwd, im2col_fwd). The first computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
@@ -148,16 +152,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// conv1_bias_sub_square_mean_fwd computes:
+// bias_sub_square_mean_fwd: 2 launches (conv1_bias_sub_square_mean_fwd, conv1_bias_sub_square_mean_fwd). The first computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
 //   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:32
 //   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:32
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
 //   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:32
-static __device__ float conv1_bias_sub_square_mean_fwd_part0[288];
-static __device__ float conv1_bias_sub_square_mean_fwd_part1[288];
-static __device__ unsigned conv1_bias_sub_square_mean_fwd_count[32];
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+static __device__ float bias_sub_square_mean_fwd_part0[288];
+static __device__ float bias_sub_square_mean_fwd_part1[288];
+static __device__ unsigned bias_sub_square_mean_fwd_count[32];
+extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
@@ -209,25 +213,25 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv1_bias_sub_square_mean_fwd_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else bias_sub_square_mean_fwd_part0[o * 9 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv1_bias_sub_square_mean_fwd_part1[o * 9 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv1_bias_sub_square_mean_fwd_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else bias_sub_square_mean_fwd_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
         out1[o] = acc0 / (float)nred;
         acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_part1)[o * 9 + y]; acc1 = acc1 + x; }
         out2[o] = acc1 / (float)nred;
-        conv1_bias_sub_square_mean_fwd_count[o] = 0;
+        bias_sub_square_mean_fwd_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// bn1_square_sub_relu_where_train_addc_etc_bwd computes:
+// square_sub_relu_where_train_addc_etc_bwd computes:
 //   v19 = square <f32[32]> v17  # models/convnet/model.go:32
 //   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:32
 //   v21 = relu <f32[32]> v20  # models/convnet/model.go:32
@@ -250,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
 //   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:32
 //   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:32
 //   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a17 = in0[i];
@@ -292,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_trai
   }
 }
 
-// mul_add_relu_fwd computes:
+// mul_add_relu_fwd: 3 launches (mul_add_relu_fwd, mul_add_relu_fwd, mul_add_relu_fwd). The first computes:
 //   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:32
 //   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:32
 //   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:32
@@ -342,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
   }
 }
 
-// im2col_fwd_2 computes:
+// im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
 //   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
@@ -362,16 +366,16 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// conv2_bias_sub_square_mean_fwd computes:
+// bias_sub_square_mean_fwd_2: 2 launches (conv2_bias_sub_square_mean_fwd, conv2_bias_sub_square_mean_fwd). The first computes:
 //   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
 //   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:33
 //   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:33
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
 //   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float conv2_bias_sub_square_mean_fwd_part0[320];
-static __device__ float conv2_bias_sub_square_mean_fwd_part1[320];
-static __device__ unsigned conv2_bias_sub_square_mean_fwd_count[64];
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+static __device__ float bias_sub_square_mean_fwd_2_part0[320];
+static __device__ float bias_sub_square_mean_fwd_2_part1[320];
+static __device__ unsigned bias_sub_square_mean_fwd_2_count[64];
+extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
@@ -423,25 +427,25 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv2_bias_sub_square_mean_fwd_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else bias_sub_square_mean_fwd_2_part0[o * 5 + yi] = acc0; }
       acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv2_bias_sub_square_mean_fwd_part1[o * 5 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv2_bias_sub_square_mean_fwd_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else bias_sub_square_mean_fwd_2_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
         out1[o] = acc0 / (float)nred;
         acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_2_part1)[o * 5 + y]; acc1 = acc1 + x; }
         out2[o] = acc1 / (float)nred;
-        conv2_bias_sub_square_mean_fwd_count[o] = 0;
+        bias_sub_square_mean_fwd_2_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// bn2_square_sub_relu_where_train_addc_etc_bwd computes:
+// square_sub_relu_where_train_addc_etc_bwd_2 computes:
 //   v64 = square <f32[64]> v62  # models/convnet/model.go:33
 //   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:33
 //   v66 = relu <f32[64]> v65  # models/convnet/model.go:33
@@ -464,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
 //   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:33
 //   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:33
 //   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a62 = in0[i];
@@ -506,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_trai
   }
 }
 
-// mul_add_relu_fwd_2 computes:
+// mul_add_relu_fwd_2: 3 launches (mul_add_relu_fwd_2, mul_add_relu_fwd_2, mul_add_relu_fwd_2). The first computes:
 //   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:33
 //   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:33
 //   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:33
@@ -556,10 +560,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
   }
 }
 
-// fc1_bias_relu_fwd computes:
+// bias_relu_fwd: 3 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
 //   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:34
 //   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -571,54 +575,19 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
   }
 }
 
-// fc2_bias_cross_entropy_ce_grad_bwd computes:
+// bias_cross_entropy_ce_grad_bwd computes:
 //   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
 //   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
 //   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in2[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a99 = in0[i];
-      float a100 = in1[(0) * 10LL + j];
-      float v101 = (a99 + a100);
-      xs[j] = v101;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-    float *const dx = out1 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -652,7 +621,6 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_cross_entropy_ce_grad
     const float xj = v101;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -822,7 +790,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
   }
 }
 
-// bn2_neg_mul_add_where_train_relu_bwd_etc_bwd computes:
+// neg_mul_add_where_train_relu_bwd_etc_bwd computes:
 //   v123 = neg <f32[64]> v118  # models/convnet/model.go:33
 //   v124 = mul <f32[64]> v123 v74  # models/convnet/model.go:33
 //   v125 = mul <f32[64]> v123 v68  # models/convnet/model.go:33
@@ -837,7 +805,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
 //   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:33
 //   v139 = mul <f32[64]> v138 v62  # models/convnet/model.go:33
 //   v140 = add <f32[64]> v135 v139  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_neg_mul_add_where_train_relu_bwd_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a118 = in0[i];
@@ -1070,7 +1038,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
   }
 }
 
-// bn1_neg_mul_add_where_train_relu_bwd_etc_bwd computes:
+// neg_mul_add_where_train_relu_bwd_etc_bwd_2 computes:
 //   v169 = neg <f32[32]> v164  # models/convnet/model.go:32
 //   v170 = mul <f32[32]> v169 v29  # models/convnet/model.go:32
 //   v171 = mul <f32[32]> v169 v23  # models/convnet/model.go:32
@@ -1085,7 +1053,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
 //   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:32
 //   v185 = mul <f32[32]> v184 v17  # models/convnet/model.go:32
 //   v186 = add <f32[32]> v181 v185  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_neg_mul_add_where_train_relu_bwd_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a164 = in0[i];
@@ -1232,106 +1200,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   }
 }
 
-// im2col_fwd_3 computes:
-//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 252LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v3_j = j;
-    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
-    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
-    const int v3_k = (int)v3_n_t;
-    const int v3_g = 0;
-    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
-    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
-    out0[i] = v3;
-  }
-}
-
-// conv1_bias_sub_square_mean_fwd_2 computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
-//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
-//   v15 = square <f32[B,32,28,28]> v14  # models/convnet/model.go:32
-//   v16 = mean <f32[32]> v14 {axes=[0 2 3]}  # models/convnet/model.go:32
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
-static __device__ float conv1_bias_sub_square_mean_fwd_2_part0[288];
-static __device__ float conv1_bias_sub_square_mean_fwd_2_part1[288];
-static __device__ unsigned conv1_bias_sub_square_mean_fwd_2_count[32];
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  __shared__ float partial1[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    float acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a6 = in0[i];
-          float a7 = in1[o];
-          float v8 = (a6 + a7);
-          float a13 = in2[o];
-          float v14 = (v8 - a13);
-          float v15 = ngen_sq(v14);
-          out0[i] = v14;
-          { const float x = v14; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v15; acc1_l[ri_v] = acc1_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
-    if (blockDim.x == 1) {
-      out1[o] = acc0 / (float)nred;
-      out2[o] = acc1 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    acc1 = ngen_warp_sum(acc1);
-    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv1_bias_sub_square_mean_fwd_2_part0[o * 9 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
-      acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv1_bias_sub_square_mean_fwd_2_part1[o * 9 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv1_bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out1[o] = acc0 / (float)nred;
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv1_bias_sub_square_mean_fwd_2_part1)[o * 9 + y]; acc1 = acc1 + x; }
-        out2[o] = acc1 / (float)nred;
-        conv1_bias_sub_square_mean_fwd_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// bn1_square_sub_relu_where_train_addc_etc_fwd computes:
+// square_sub_relu_where_train_addc_etc_fwd computes:
 //   v18 = square <f32[32]> v16  # models/convnet/model.go:32
 //   v19 = sub <f32[32]> v17 v18  # models/convnet/model.go:32
 //   v20 = relu <f32[32]> v19  # models/convnet/model.go:32
@@ -1352,7 +1221,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_square_mean_fwd
 //   v40 = scale <f32[32]> v38 {f=0.1}  # models/convnet/model.go:32
 //   v41 = add <f32[32]> v39 v40  # models/convnet/model.go:32
 //   v42 = where_train <f32[32]> v41 v12  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_train_addc_etc_fwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a16 = in0[i];
@@ -1388,25 +1257,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_square_sub_relu_where_trai
   }
 }
 
-// mul_add_relu_fwd_3 computes:
-//   v32 = mul <f32[B,32,28,28]> v14 v31  # models/convnet/model.go:32
-//   v34 = add <f32[B,32,28,28]> v32 v33  # models/convnet/model.go:32
-//   v43 = relu <f32[B,32,28,28]> v34  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a14 = in0[i];
-    float a31 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v32 = (a14 * a31);
-    float a33 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v34 = (v32 + a33);
-    float v43 = (v34 <= 0.0f ? 0.0f : v34);
-    out0[i] = v43;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_3 computes:
+// maxpool_argmax_maxpool_pick_fwd_3: 2 launches (maxpool_argmax_maxpool_pick_fwd, maxpool_argmax_maxpool_pick_fwd). The first computes:
 //   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 //   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1437,106 +1288,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
   }
 }
 
-// im2col_fwd_2_2 computes:
-//   v48 = im2col <f32[B,288,196]> v45 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v48_j = j;
-    const long long v48_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v48_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v48_n * 4032u);
-    const int v48_oy = (int)(v48_n_t % 14u); v48_n_t /= 14u;
-    const int v48_k = (int)v48_n_t;
-    const int v48_g = 0;
-    const int v48_c = v48_g * 32 + (int)((unsigned)v48_k / 9u);
-    const int v48_y = v48_oy * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
-    const int v48_x = v48_j * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
-    const float v48 = (v48_y >= 0 && v48_y < 14 && v48_x >= 0 && v48_x < 14) ? in0[((v48_n * 32 + v48_c) * 14 + v48_y) * 14 + v48_x] : 0.0f;
-    out0[i] = v48;
-  }
-}
-
-// conv2_bias_sub_square_mean_fwd_2 computes:
-//   v53 = add <f32[B,64,14,14]> v51 v52  # models/convnet/model.go:33
-//   v59 = sub <f32[B,64,14,14]> v53 v58  # models/convnet/model.go:33
-//   v60 = square <f32[B,64,14,14]> v59  # models/convnet/model.go:33
-//   v61 = mean <f32[64]> v59 {axes=[0 2 3]}  # models/convnet/model.go:33
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float conv2_bias_sub_square_mean_fwd_2_part0[320];
-static __device__ float conv2_bias_sub_square_mean_fwd_2_part1[320];
-static __device__ unsigned conv2_bias_sub_square_mean_fwd_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  __shared__ float partial1[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    float acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a51 = in0[i];
-          float a52 = in1[o];
-          float v53 = (a51 + a52);
-          float a58 = in2[o];
-          float v59 = (v53 - a58);
-          float v60 = ngen_sq(v59);
-          out0[i] = v59;
-          { const float x = v59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v60; acc1_l[ri_v] = acc1_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
-    if (blockDim.x == 1) {
-      out1[o] = acc0 / (float)nred;
-      out2[o] = acc1 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    acc1 = ngen_warp_sum(acc1);
-    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else conv2_bias_sub_square_mean_fwd_2_part0[o * 5 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
-      acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else conv2_bias_sub_square_mean_fwd_2_part1[o * 5 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&conv2_bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out1[o] = acc0 / (float)nred;
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)conv2_bias_sub_square_mean_fwd_2_part1)[o * 5 + y]; acc1 = acc1 + x; }
-        out2[o] = acc1 / (float)nred;
-        conv2_bias_sub_square_mean_fwd_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// bn2_square_sub_relu_where_train_addc_etc_fwd computes:
+// square_sub_relu_where_train_addc_etc_fwd_2 computes:
 //   v63 = square <f32[64]> v61  # models/convnet/model.go:33
 //   v64 = sub <f32[64]> v62 v63  # models/convnet/model.go:33
 //   v65 = relu <f32[64]> v64  # models/convnet/model.go:33
@@ -1557,7 +1309,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_square_mean_fwd
 //   v85 = scale <f32[64]> v83 {f=0.1}  # models/convnet/model.go:33
 //   v86 = add <f32[64]> v84 v85  # models/convnet/model.go:33
 //   v87 = where_train <f32[64]> v86 v57  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_train_addc_etc_fwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a61 = in0[i];
@@ -1593,28 +1345,10 @@ extern "C" __global__ void __launch_bounds__(256) bn2_square_sub_relu_where_trai
   }
 }
 
-// mul_add_relu_fwd_2_2 computes:
-//   v77 = mul <f32[B,64,14,14]> v59 v76  # models/convnet/model.go:33
-//   v79 = add <f32[B,64,14,14]> v77 v78  # models/convnet/model.go:33
-//   v88 = relu <f32[B,64,14,14]> v79  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a59 = in0[i];
-    float a76 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v77 = (a59 * a76);
-    float a78 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v79 = (v77 + a78);
-    float v88 = (v79 <= 0.0f ? 0.0f : v79);
-    out0[i] = v88;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_2_2 computes:
+// maxpool_argmax_maxpool_pick_fwd_4: 2 launches (maxpool_argmax_maxpool_pick_fwd_2, maxpool_argmax_maxpool_pick_fwd_2). The first computes:
 //   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 //   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
@@ -1642,24 +1376,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
   }
 }
 
-// fc1_bias_relu_fwd_2 computes:
-//   v95 = add <f32[B,128]> v93 v94  # models/convnet/model.go:34
-//   v96 = relu <f32[B,128]> v95  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a93 = in0[i];
-    float a94 = in1[(0) * 128LL + j];
-    float v95 = (a93 + a94);
-    float v96 = (v95 <= 0.0f ? 0.0f : v95);
-    out0[i] = v96;
-  }
-}
-
-// fc2_bias_fwd computes:
+// bias_fwd: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
 //   v100 = add <f32[B,10]> v98 v99  # models/convnet/model.go:35
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
@@ -1670,30 +1389,10 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
   }
 }
 
-// im2col_fwd_4 computes:
-//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 252LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v3_j = j;
-    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
-    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
-    const int v3_k = (int)v3_n_t;
-    const int v3_g = 0;
-    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
-    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
-    out0[i] = v3;
-  }
-}
-
-// conv1_bias_sub_fwd computes:
+// bias_sub_fwd computes:
 //   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
 //   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
@@ -1706,13 +1405,13 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_sub_fwd(const float
   }
 }
 
-// bn1_addc_powc_mul_sub_fwd computes:
+// addc_powc_mul_sub_fwd computes:
 //   v16 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
 //   v17 = powc <f32[32]> v16 {f=-0.5}  # models/convnet/model.go:32
 //   v18 = mul <f32[32]> v9 v17  # models/convnet/model.go:32
 //   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
 //   v20 = sub <f32[32]> v10 v19  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_addc_powc_mul_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
+extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
@@ -1728,79 +1427,10 @@ extern "C" __global__ void __launch_bounds__(256) bn1_addc_powc_mul_sub_fwd(cons
   }
 }
 
-// mul_add_relu_fwd_4 computes:
-//   v22 = mul <f32[B,32,28,28]> v14 v21  # models/convnet/model.go:32
-//   v24 = add <f32[B,32,28,28]> v22 v23  # models/convnet/model.go:32
-//   v25 = relu <f32[B,32,28,28]> v24  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a14 = in0[i];
-    float a21 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v22 = (a14 * a21);
-    float a23 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v24 = (v22 + a23);
-    float v25 = (v24 <= 0.0f ? 0.0f : v24);
-    out0[i] = v25;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_4 computes:
-//   v26 = maxpool_argmax <i32[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-//   v27 = maxpool_pick <f32[B,32,14,14]> v25 v26 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v26_j = j;
-    const long long v26_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v26_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v26_n * 448u);
-    const int v26_oy = (int)(v26_n_t % 14u); v26_n_t /= 14u;
-    const int v26_c = (int)v26_n_t;
-    const int v26_ox = v26_j;
-    const long long v26_base = (v26_n * 32 + v26_c) * 784;
-    int v26 = -1;
-    float v26_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v26_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v26_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v26_base + iy * 28 + ix] : 0;
-        if (ok && (v26 < 0 || x > v26_m || x != x)) { v26 = kh * 2 + kw; v26_m = x; }
-      }
-    }
-    const float v27 = v26_m;
-    out0[i] = v27;
-  }
-}
-
-// im2col_fwd_2_3 computes:
-//   v30 = im2col <f32[B,288,196]> v27 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v30_j = j;
-    const long long v30_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v30_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v30_n * 4032u);
-    const int v30_oy = (int)(v30_n_t % 14u); v30_n_t /= 14u;
-    const int v30_k = (int)v30_n_t;
-    const int v30_g = 0;
-    const int v30_c = v30_g * 32 + (int)((unsigned)v30_k / 9u);
-    const int v30_y = v30_oy * 1 - 1 + (int)((unsigned)v30_k / 3u % 3u) * 1;
-    const int v30_x = v30_j * 1 - 1 + (int)((unsigned)v30_k % 3u) * 1;
-    const float v30 = (v30_y >= 0 && v30_y < 14 && v30_x >= 0 && v30_x < 14) ? in0[((v30_n * 32 + v30_c) * 14 + v30_y) * 14 + v30_x] : 0.0f;
-    out0[i] = v30;
-  }
-}
-
-// conv2_bias_sub_fwd computes:
+// bias_sub_fwd_2 computes:
 //   v35 = add <f32[B,64,14,14]> v33 v34  # models/convnet/model.go:33
 //   v41 = sub <f32[B,64,14,14]> v35 v40  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
@@ -1813,13 +1443,13 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_sub_fwd(const float
   }
 }
 
-// bn2_addc_powc_mul_sub_fwd computes:
+// addc_powc_mul_sub_fwd_2 computes:
 //   v43 = addc <f32[64]> v39 {f=1e-05}  # models/convnet/model.go:33
 //   v44 = powc <f32[64]> v43 {f=-0.5}  # models/convnet/model.go:33
 //   v45 = mul <f32[64]> v36 v44  # models/convnet/model.go:33
 //   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:33
 //   v47 = sub <f32[64]> v37 v46  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_addc_powc_mul_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
+extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a39 = in0[i];
@@ -1832,83 +1462,6 @@ extern "C" __global__ void __launch_bounds__(256) bn2_addc_powc_mul_sub_fwd(cons
     float v47 = (a37 - v46);
     out0[i] = v45;
     out1[i] = v47;
-  }
-}
-
-// mul_add_relu_fwd_2_3 computes:
-//   v49 = mul <f32[B,64,14,14]> v41 v48  # models/convnet/model.go:33
-//   v51 = add <f32[B,64,14,14]> v49 v50  # models/convnet/model.go:33
-//   v52 = relu <f32[B,64,14,14]> v51  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a41 = in0[i];
-    float a48 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v49 = (a41 * a48);
-    float a50 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v51 = (v49 + a50);
-    float v52 = (v51 <= 0.0f ? 0.0f : v51);
-    out0[i] = v52;
-  }
-}
-
-// maxpool_argmax_maxpool_pick_fwd_2_3 computes:
-//   v53 = maxpool_argmax <i32[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-//   v54 = maxpool_pick <f32[B,64,7,7]> v52 v53 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    const int v53_j = j;
-    const long long v53_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v53_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v53_n * 448u);
-    const int v53_oy = (int)(v53_n_t % 7u); v53_n_t /= 7u;
-    const int v53_c = (int)v53_n_t;
-    const int v53_ox = v53_j;
-    const long long v53_base = (v53_n * 64 + v53_c) * 196;
-    int v53 = -1;
-    float v53_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v53_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v53_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v53_base + iy * 14 + ix] : 0;
-        if (ok && (v53 < 0 || x > v53_m || x != x)) { v53 = kh * 2 + kw; v53_m = x; }
-      }
-    }
-    const float v54 = v53_m;
-    out0[i] = v54;
-  }
-}
-
-// fc1_bias_relu_fwd_3 computes:
-//   v59 = add <f32[B,128]> v57 v58  # models/convnet/model.go:34
-//   v60 = relu <f32[B,128]> v59  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a57 = in0[i];
-    float a58 = in1[(0) * 128LL + j];
-    float v59 = (a57 + a58);
-    float v60 = (v59 <= 0.0f ? 0.0f : v59);
-    out0[i] = v60;
-  }
-}
-
-// fc2_bias_fwd_2 computes:
-//   v64 = add <f32[B,10]> v62 v63  # models/convnet/model.go:35
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a62 = in0[i];
-    float a63 = in1[(0) * 10LL + j];
-    float v64 = (a62 + a63);
-    out0[i] = v64;
   }
 }
 

@@ -2,8 +2,12 @@
 // Model convnet_bn: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,7 +132,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// im2col_fwd computes:
+// im2col_fwd: 3 launches (im2col_fwd, im2col_fwd, im2col_fwd). The first computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
@@ -148,9 +152,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// conv1_bias_fwd computes:
+// bias_fwd: 6 launches (conv1_bias_fwd, add_fwd, conv1_bias_fwd, add_fwd, conv1_bias_fwd, add_fwd). The first computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
@@ -161,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * _
   }
 }
 
-// sub_fwd computes:
+// sub_fwd: 3 launches (sub_fwd, sub_fwd, sub_fwd). The first computes:
 //   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
@@ -174,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
   }
 }
 
-// square_fwd computes:
+// square_fwd: 2 launches (square_fwd, square_fwd). The first computes:
 //   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
@@ -185,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
   }
 }
 
-// mean_fwd computes:
+// mean_fwd: 4 launches (mean_fwd, mean_fwd_2, mean_fwd, mean_fwd_2). The first computes:
 //   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
 static __device__ float mean_fwd_part0[288];
 static __device__ unsigned mean_fwd_count[32];
@@ -238,60 +242,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
   }
 }
 
-// mean_fwd_2 computes:
-//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:32
-static __device__ float mean_fwd_2_part0[288];
-static __device__ unsigned mean_fwd_2_count[32];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a16 = in0[i];
-          { const float x = a16; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// square_fwd_2 computes:
+// square_fwd_2: 2 launches (square_fwd_2, square_fwd_2). The first computes:
 //   v19 = square <f32[32]> v17  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -302,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __r
   }
 }
 
-// sub_fwd_2 computes:
+// sub_fwd_2: 5 launches (sub_fwd_2, bn1_sub_fwd, sub_fwd_2, bn1_sub_fwd, bn1_sub_fwd). The first computes:
 //   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -314,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __rest
   }
 }
 
-// relu_fwd computes:
+// relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
 //   v21 = relu <f32[32]> v20  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -325,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   }
 }
 
-// where_train_fwd computes:
+// where_train_fwd: 4 launches (where_train_fwd, where_train_bwd_3, where_train_bwd_4, where_train_fwd). The first computes:
 //   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
@@ -336,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * 
   }
 }
 
-// addc_fwd computes:
+// addc_fwd: 5 launches (addc_fwd, addc_fwd_2, addc_fwd, addc_fwd_2, addc_fwd). The first computes:
 //   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -347,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restr
   }
 }
 
-// powc_fwd computes:
+// powc_fwd: 5 launches (powc_fwd, powc_fwd_2, powc_fwd, powc_fwd_2, powc_fwd). The first computes:
 //   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -358,29 +309,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restr
   }
 }
 
-// addc_fwd_2 computes:
-//   v26 = addc <f32[32]> v13 {f=1e-05}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a13 = in0[i];
-    float v26 = (a13 + 1.0000000000000001e-05f);
-    out0[i] = v26;
-  }
-}
-
-// powc_fwd_2 computes:
-//   v27 = powc <f32[32]> v26 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a26 = in0[i];
-    float v27 = powf(a26, -0.5f);
-    out0[i] = v27;
-  }
-}
-
-// where_train_fwd_2 computes:
+// where_train_fwd_2: 4 launches (where_train_fwd_2, where_train_fwd_3, where_train_fwd_4, where_train_fwd_2). The first computes:
 //   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
@@ -392,9 +321,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float 
   }
 }
 
-// bn1_mul_fwd computes:
+// mul_fwd: 11 launches (bn1_mul_fwd, mul_fwd, mul_bwd_11, mul_bwd_12, mul_bwd_13, bn1_mul_bwd, mul_bwd_14, mul_bwd_15, bn1_mul_fwd, mul_fwd, bn1_mul_fwd). The first computes:
 //   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a10 = in0[i];
@@ -404,31 +333,7 @@ extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd(const float * __re
   }
 }
 
-// mul_fwd computes:
-//   v30 = mul <f32[32]> v23 v29  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a23 = in0[i];
-    float a29 = in1[i];
-    float v30 = (a23 * a29);
-    out0[i] = v30;
-  }
-}
-
-// bn1_sub_fwd computes:
-//   v31 = sub <f32[32]> v11 v30  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a11 = in0[i];
-    float a30 = in1[i];
-    float v31 = (a11 - a30);
-    out0[i] = v31;
-  }
-}
-
-// mul_fwd_2 computes:
+// mul_fwd_2: 4 launches (mul_fwd_2, mul_bwd_9, mul_fwd_2, mul_fwd_2). The first computes:
 //   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
@@ -441,20 +346,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
   }
 }
 
-// add_fwd computes:
-//   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a33 = in0[i];
-    float a34 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v35 = (a33 + a34);
-    out0[i] = v35;
-  }
-}
-
-// scale_fwd computes:
+// scale_fwd: 4 launches (scale_fwd, scale_fwd_3, scale_fwd, scale_fwd_3). The first computes:
 //   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -465,9 +357,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __rest
   }
 }
 
-// add_fwd_2 computes:
+// add_fwd: 6 launches (add_fwd_2, add_fwd_3, add_bwd_5, add_bwd_6, add_fwd_2, add_fwd_3). The first computes:
 //   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
@@ -477,19 +369,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
   }
 }
 
-// where_train_fwd_3 computes:
-//   v38 = where_train <f32[32]> v37 v12  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a37 = in0[i];
-    float a12 = in1[i];
-    float v38 = (s_train ? a37 : a12);
-    out0[i] = v38;
-  }
-}
-
-// unbias_fwd computes:
+// unbias_fwd: 2 launches (unbias_fwd, unbias_fwd). The first computes:
 //   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32LL;
@@ -500,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __res
   }
 }
 
-// scale_fwd_2 computes:
+// scale_fwd_2: 2 launches (scale_fwd_2, scale_fwd_2). The first computes:
 //   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -511,42 +391,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __re
   }
 }
 
-// scale_fwd_3 computes:
-//   v41 = scale <f32[32]> v39 {f=0.1}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float v41 = (a39 * 0.10000000000000001f);
-    out0[i] = v41;
-  }
-}
-
-// add_fwd_3 computes:
-//   v42 = add <f32[32]> v40 v41  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float a41 = in1[i];
-    float v42 = (a40 + a41);
-    out0[i] = v42;
-  }
-}
-
-// where_train_fwd_4 computes:
-//   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a42 = in0[i];
-    float a13 = in1[i];
-    float v43 = (s_train ? a42 : a13);
-    out0[i] = v43;
-  }
-}
-
-// relu_fwd_2 computes:
+// relu_fwd_2: 3 launches (relu_fwd_2, relu_fwd_2, relu_fwd). The first computes:
 //   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
@@ -557,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   }
 }
 
-// maxpool_argmax_fwd computes:
+// maxpool_argmax_fwd: 3 launches (maxpool_argmax_fwd, maxpool_argmax_fwd, maxpool_argmax_fwd). The first computes:
 //   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -586,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
   }
 }
 
-// maxpool_pick_fwd computes:
+// maxpool_pick_fwd: 3 launches (maxpool_pick_fwd, maxpool_pick_fwd, maxpool_pick_fwd). The first computes:
 //   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -606,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
   }
 }
 
-// im2col_fwd_2 computes:
+// im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
 //   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
@@ -626,9 +471,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// conv2_bias_fwd computes:
+// bias_fwd_2: 6 launches (conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_2). The first computes:
 //   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
@@ -639,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * _
   }
 }
 
-// sub_fwd_3 computes:
+// sub_fwd_3: 3 launches (sub_fwd_3, sub_fwd_3, sub_fwd_2). The first computes:
 //   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -652,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __rest
   }
 }
 
-// square_fwd_3 computes:
+// square_fwd_3: 2 launches (square_fwd_3, square_fwd_3). The first computes:
 //   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
@@ -663,11 +508,11 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __r
   }
 }
 
-// mean_fwd_3 computes:
+// mean_fwd_2: 4 launches (mean_fwd_3, mean_fwd_4, mean_fwd_3, mean_fwd_4). The first computes:
 //   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float mean_fwd_3_part0[320];
-static __device__ unsigned mean_fwd_3_count[64];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+static __device__ float mean_fwd_2_part0[320];
+static __device__ unsigned mean_fwd_2_count[64];
+extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
@@ -704,72 +549,19 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_3(const float * __res
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_3_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_3_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_3_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
         out0[o] = acc0 / (float)nred;
-        mean_fwd_3_count[o] = 0;
+        mean_fwd_2_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// mean_fwd_4 computes:
-//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float mean_fwd_4_part0[320];
-static __device__ unsigned mean_fwd_4_count[64];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a61 = in0[i];
-          { const float x = a61; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_4_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_4_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_4_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_4_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// square_fwd_4 computes:
+// square_fwd_4: 2 launches (square_fwd_4, square_fwd_4). The first computes:
 //   v64 = square <f32[64]> v62  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -780,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const float * __r
   }
 }
 
-// sub_fwd_4 computes:
+// sub_fwd_4: 5 launches (sub_fwd_4, bn2_sub_fwd, sub_fwd_4, bn2_sub_fwd, bn2_sub_fwd). The first computes:
 //   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -792,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __rest
   }
 }
 
-// relu_fwd_3 computes:
+// relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
 //   v66 = relu <f32[64]> v65  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -803,9 +595,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   }
 }
 
-// where_train_fwd_5 computes:
+// where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_5). The first computes:
 //   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a62 = in0[i];
@@ -814,9 +606,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_5(const float 
   }
 }
 
-// addc_fwd_3 computes:
+// addc_fwd_2: 5 launches (addc_fwd_3, addc_fwd_4, addc_fwd_3, addc_fwd_4, addc_fwd_2). The first computes:
 //   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a66 = in0[i];
@@ -825,9 +617,9 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd_3(const float * __res
   }
 }
 
-// powc_fwd_3 computes:
+// powc_fwd_2: 5 launches (powc_fwd_3, powc_fwd_4, powc_fwd_3, powc_fwd_4, powc_fwd_2). The first computes:
 //   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a69 = in0[i];
@@ -836,31 +628,9 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd_3(const float * __res
   }
 }
 
-// addc_fwd_4 computes:
-//   v71 = addc <f32[64]> v58 {f=1e-05}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a58 = in0[i];
-    float v71 = (a58 + 1.0000000000000001e-05f);
-    out0[i] = v71;
-  }
-}
-
-// powc_fwd_4 computes:
-//   v72 = powc <f32[64]> v71 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a71 = in0[i];
-    float v72 = powf(a71, -0.5f);
-    out0[i] = v72;
-  }
-}
-
-// where_train_fwd_6 computes:
+// where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_6). The first computes:
 //   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
@@ -870,9 +640,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_6(const float 
   }
 }
 
-// bn2_mul_fwd computes:
+// mul_fwd_3: 11 launches (bn2_mul_fwd, mul_fwd_3, mul_bwd_3, mul_bwd_4, mul_bwd_5, bn2_mul_bwd, mul_bwd_6, mul_bwd_7, bn2_mul_fwd, mul_fwd_3, bn2_mul_fwd). The first computes:
 //   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a55 = in0[i];
@@ -882,31 +652,7 @@ extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd(const float * __re
   }
 }
 
-// mul_fwd_3 computes:
-//   v75 = mul <f32[64]> v68 v74  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a68 = in0[i];
-    float a74 = in1[i];
-    float v75 = (a68 * a74);
-    out0[i] = v75;
-  }
-}
-
-// bn2_sub_fwd computes:
-//   v76 = sub <f32[64]> v56 v75  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a56 = in0[i];
-    float a75 = in1[i];
-    float v76 = (a56 - a75);
-    out0[i] = v76;
-  }
-}
-
-// mul_fwd_4 computes:
+// mul_fwd_4: 4 launches (mul_fwd_4, mul_bwd, mul_fwd_4, mul_fwd_4). The first computes:
 //   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -919,22 +665,9 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __rest
   }
 }
 
-// add_fwd_4 computes:
-//   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a78 = in0[i];
-    float a79 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v80 = (a78 + a79);
-    out0[i] = v80;
-  }
-}
-
-// scale_fwd_4 computes:
+// scale_fwd_3: 4 launches (scale_fwd_4, scale_fwd_6, scale_fwd_4, scale_fwd_6). The first computes:
 //   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a62 = in0[i];
@@ -943,9 +676,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __re
   }
 }
 
-// add_fwd_5 computes:
+// add_fwd_2: 6 launches (add_fwd_5, add_fwd_6, add_bwd, add_bwd_2, add_fwd_5, add_fwd_6). The first computes:
 //   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a57 = in0[i];
@@ -955,19 +688,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_5(const float * __rest
   }
 }
 
-// where_train_fwd_7 computes:
-//   v83 = where_train <f32[64]> v82 v57  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a82 = in0[i];
-    float a57 = in1[i];
-    float v83 = (s_train ? a82 : a57);
-    out0[i] = v83;
-  }
-}
-
-// unbias_fwd_2 computes:
+// unbias_fwd_2: 2 launches (unbias_fwd_2, unbias_fwd_2). The first computes:
 //   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL;
@@ -978,9 +699,9 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __r
   }
 }
 
-// scale_fwd_5 computes:
+// scale_fwd_4: 2 launches (scale_fwd_5, scale_fwd_5). The first computes:
 //   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a58 = in0[i];
@@ -989,42 +710,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_5(const float * __re
   }
 }
 
-// scale_fwd_6 computes:
-//   v86 = scale <f32[64]> v84 {f=0.1}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a84 = in0[i];
-    float v86 = (a84 * 0.10000000000000001f);
-    out0[i] = v86;
-  }
-}
-
-// add_fwd_6 computes:
-//   v87 = add <f32[64]> v85 v86  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float a86 = in1[i];
-    float v87 = (a85 + a86);
-    out0[i] = v87;
-  }
-}
-
-// where_train_fwd_8 computes:
-//   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a87 = in0[i];
-    float a58 = in1[i];
-    float v88 = (s_train ? a87 : a58);
-    out0[i] = v88;
-  }
-}
-
-// relu_fwd_4 computes:
+// relu_fwd_4: 3 launches (relu_fwd_4, relu_fwd_4, relu_fwd_2). The first computes:
 //   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
@@ -1035,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
   }
 }
 
-// maxpool_argmax_fwd_2 computes:
+// maxpool_argmax_fwd_2: 3 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
 //   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -1064,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
   }
 }
 
-// maxpool_pick_fwd_2 computes:
+// maxpool_pick_fwd_2: 3 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
 //   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -1084,9 +770,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
   }
 }
 
-// fc1_bias_fwd computes:
+// bias_fwd_3: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
 //   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -1097,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
   }
 }
 
-// relu_fwd_5 computes:
+// relu_fwd_5: 3 launches (relu_fwd_5, relu_fwd_5, relu_fwd_3). The first computes:
 //   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:34
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
@@ -1108,9 +794,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
   }
 }
 
-// fc2_bias_fwd computes:
+// bias_fwd_4: 3 launches (fc2_bias_fwd, fc2_bias_fwd, fc2_bias_fwd). The first computes:
 //   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
@@ -1123,44 +809,15 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
 
 // cross_entropy_fwd computes:
 //   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a101 = in0[i];
-      xs[j] = a101;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -1179,50 +836,19 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a101 = in0[i];
     atomicAdd(out0, (lse - a101) / (float)rows);
   }
-#endif
 }
 
 // ce_grad_bwd computes:
 //   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a101 = in0[i];
-      xs[j] = a101;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    float *const dx = out0 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -1243,7 +869,6 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a101;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -1350,7 +975,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
   }
 }
 
-// sum_bwd_3 computes:
+// sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_4, sum_bwd_5). The first computes:
 //   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
 static __device__ float sum_bwd_3_part0[320];
 static __device__ unsigned sum_bwd_3_count[64];
@@ -1403,22 +1028,9 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   }
 }
 
-// mul_bwd computes:
-//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a116 = in0[i];
-    float a77 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v119 = (a116 * a77);
-    out0[i] = v119;
-  }
-}
-
-// mul_bwd_2 computes:
+// mul_bwd: 2 launches (mul_bwd_2, mul_bwd_8). The first computes:
 //   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a116 = in0[i];
@@ -1428,60 +1040,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __rest
   }
 }
 
-// sum_bwd_4 computes:
-//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-static __device__ float sum_bwd_4_part0[320];
-static __device__ unsigned sum_bwd_4_count[64];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a120 = in0[i];
-          { const float x = a120; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_4_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_4_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
-        sum_bwd_4_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// neg_bwd computes:
+// neg_bwd: 2 launches (neg_bwd, neg_bwd_2). The first computes:
 //   v123 = neg <f32[64]> v118  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -1489,77 +1048,6 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restri
     float a118 = in0[i];
     float v123 = (-a118);
     out0[i] = v123;
-  }
-}
-
-// mul_bwd_3 computes:
-//   v124 = mul <f32[64]> v123 v74  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a123 = in0[i];
-    float a74 = in1[i];
-    float v124 = (a123 * a74);
-    out0[i] = v124;
-  }
-}
-
-// mul_bwd_4 computes:
-//   v125 = mul <f32[64]> v123 v68  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a123 = in0[i];
-    float a68 = in1[i];
-    float v125 = (a123 * a68);
-    out0[i] = v125;
-  }
-}
-
-// add_bwd computes:
-//   v126 = add <f32[64]> v122 v125  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a122 = in0[i];
-    float a125 = in1[i];
-    float v126 = (a122 + a125);
-    out0[i] = v126;
-  }
-}
-
-// mul_bwd_5 computes:
-//   v127 = mul <f32[64]> v126 v73  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a126 = in0[i];
-    float a73 = in1[i];
-    float v127 = (a126 * a73);
-    out0[i] = v127;
-  }
-}
-
-// bn2_mul_bwd computes:
-//   v128 = mul <f32[64]> v126 v55  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a126 = in0[i];
-    float a55 = in1[i];
-    float v128 = (a126 * a55);
-    out0[i] = v128;
-  }
-}
-
-// where_train_bwd computes:
-//   v130 = where_train <f32[64]> v128 v129  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_bwd(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a128 = in0[i];
-    float v130 = (s_train ? a128 : 0.0f);
-    out0[i] = v130;
   }
 }
 
@@ -1585,29 +1073,6 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __rest
   }
 }
 
-// mul_bwd_6 computes:
-//   v133 = mul <f32[64]> v130 v132  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a130 = in0[i];
-    float a132 = in1[i];
-    float v133 = (a130 * a132);
-    out0[i] = v133;
-  }
-}
-
-// where_train_bwd_2 computes:
-//   v135 = where_train <f32[64]> v124 v134  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a124 = in0[i];
-    float v135 = (s_train ? a124 : 0.0f);
-    out0[i] = v135;
-  }
-}
-
 // relu_bwd_bwd_3 computes:
 //   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
@@ -1617,17 +1082,6 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
     float a66 = in1[i];
     float v136 = ngen_relu_grad(a66, a133);
     out0[i] = v136;
-  }
-}
-
-// neg_bwd_2 computes:
-//   v137 = neg <f32[64]> v136  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a136 = in0[i];
-    float v137 = (-a136);
-    out0[i] = v137;
   }
 }
 
@@ -1642,31 +1096,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __re
   }
 }
 
-// mul_bwd_7 computes:
-//   v139 = mul <f32[64]> v138 v62  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a138 = in0[i];
-    float a62 = in1[i];
-    float v139 = (a138 * a62);
-    out0[i] = v139;
-  }
-}
-
-// add_bwd_2 computes:
-//   v140 = add <f32[64]> v135 v139  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a135 = in0[i];
-    float a139 = in1[i];
-    float v140 = (a135 + a139);
-    out0[i] = v140;
-  }
-}
-
-// broadcast_bwd computes:
+// broadcast_bwd: 2 launches (broadcast_bwd, broadcast_bwd_2). The first computes:
 //   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -1678,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __
   }
 }
 
-// divcount_bwd computes:
+// divcount_bwd: 2 launches (divcount_bwd, divcount_bwd_2). The first computes:
 //   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
@@ -1689,32 +1119,9 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __r
   }
 }
 
-// broadcast_bwd_2 computes:
-//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a144 = in0[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v145 = a144;
-    out0[i] = v145;
-  }
-}
-
-// divcount_bwd_2 computes:
-//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a145 = in0[i];
-    float v146 = (a145 / (float)(196 * (long long)B));
-    out0[i] = v146;
-  }
-}
-
-// add_bwd_3 computes:
+// add_bwd: 2 launches (add_bwd_3, add_bwd_4). The first computes:
 //   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a119 = in0[i];
@@ -1735,86 +1142,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_3(const float * __re
   }
 }
 
-// mul_bwd_8 computes:
-//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a148 = in0[i];
-    float a60 = in1[i];
-    float v149 = (a148 * a60);
-    out0[i] = v149;
-  }
-}
-
-// add_bwd_4 computes:
-//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a147 = in0[i];
-    float a149 = in1[i];
-    float v150 = (a147 + a149);
-    out0[i] = v150;
-  }
-}
-
-// sum_bwd_5 computes:
-//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-static __device__ float sum_bwd_5_part0[320];
-static __device__ unsigned sum_bwd_5_count[64];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a150 = in0[i];
-          { const float x = a150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_5_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_5_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_5_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
-        sum_bwd_5_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_6 computes:
+// sum_bwd_4 computes:
 //   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -1914,11 +1244,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * _
   }
 }
 
-// sum_bwd_7 computes:
+// sum_bwd_5: 3 launches (sum_bwd_7, sum_bwd_8, sum_bwd_9). The first computes:
 //   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-static __device__ float sum_bwd_7_part0[288];
-static __device__ unsigned sum_bwd_7_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+static __device__ float sum_bwd_5_part0[288];
+static __device__ unsigned sum_bwd_5_count[32];
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
@@ -1955,34 +1285,21 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_7_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_7_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_5_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_5_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_7_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_5_part0)[o * 9 + y]; acc0 = acc0 + x; }
         out0[o] = acc0;
-        sum_bwd_7_count[o] = 0;
+        sum_bwd_5_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// mul_bwd_9 computes:
-//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_9(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a162 = in0[i];
-    float a32 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v165 = (a162 * a32);
-    out0[i] = v165;
-  }
-}
-
-// mul_bwd_10 computes:
+// mul_bwd_2: 2 launches (mul_bwd_10, mul_bwd_16). The first computes:
 //   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a162 = in0[i];
@@ -1992,138 +1309,14 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_10(const float * __res
   }
 }
 
-// sum_bwd_8 computes:
-//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-static __device__ float sum_bwd_8_part0[288];
-static __device__ unsigned sum_bwd_8_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a166 = in0[i];
-          { const float x = a166; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_8_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_8_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_8_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
-        sum_bwd_8_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// neg_bwd_3 computes:
+// neg_bwd_2: 2 launches (neg_bwd_3, neg_bwd_4). The first computes:
 //   v169 = neg <f32[32]> v164  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) neg_bwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a164 = in0[i];
     float v169 = (-a164);
     out0[i] = v169;
-  }
-}
-
-// mul_bwd_11 computes:
-//   v170 = mul <f32[32]> v169 v29  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a169 = in0[i];
-    float a29 = in1[i];
-    float v170 = (a169 * a29);
-    out0[i] = v170;
-  }
-}
-
-// mul_bwd_12 computes:
-//   v171 = mul <f32[32]> v169 v23  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a169 = in0[i];
-    float a23 = in1[i];
-    float v171 = (a169 * a23);
-    out0[i] = v171;
-  }
-}
-
-// add_bwd_5 computes:
-//   v172 = add <f32[32]> v168 v171  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a168 = in0[i];
-    float a171 = in1[i];
-    float v172 = (a168 + a171);
-    out0[i] = v172;
-  }
-}
-
-// mul_bwd_13 computes:
-//   v173 = mul <f32[32]> v172 v28  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_13(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a172 = in0[i];
-    float a28 = in1[i];
-    float v173 = (a172 * a28);
-    out0[i] = v173;
-  }
-}
-
-// bn1_mul_bwd computes:
-//   v174 = mul <f32[32]> v172 v10  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a172 = in0[i];
-    float a10 = in1[i];
-    float v174 = (a172 * a10);
-    out0[i] = v174;
-  }
-}
-
-// where_train_bwd_3 computes:
-//   v176 = where_train <f32[32]> v174 v175  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a174 = in0[i];
-    float v176 = (s_train ? a174 : 0.0f);
-    out0[i] = v176;
   }
 }
 
@@ -2149,29 +1342,6 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_4(const float * __re
   }
 }
 
-// mul_bwd_14 computes:
-//   v179 = mul <f32[32]> v176 v178  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_14(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a176 = in0[i];
-    float a178 = in1[i];
-    float v179 = (a176 * a178);
-    out0[i] = v179;
-  }
-}
-
-// where_train_bwd_4 computes:
-//   v181 = where_train <f32[32]> v170 v180  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a170 = in0[i];
-    float v181 = (s_train ? a170 : 0.0f);
-    out0[i] = v181;
-  }
-}
-
 // relu_bwd_bwd_5 computes:
 //   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
@@ -2181,17 +1351,6 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * _
     float a21 = in1[i];
     float v182 = ngen_relu_grad(a21, a179);
     out0[i] = v182;
-  }
-}
-
-// neg_bwd_4 computes:
-//   v183 = neg <f32[32]> v182  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) neg_bwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a182 = in0[i];
-    float v183 = (-a182);
-    out0[i] = v183;
   }
 }
 
@@ -2206,33 +1365,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_5(const float * __re
   }
 }
 
-// mul_bwd_15 computes:
-//   v185 = mul <f32[32]> v184 v17  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_15(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a184 = in0[i];
-    float a17 = in1[i];
-    float v185 = (a184 * a17);
-    out0[i] = v185;
-  }
-}
-
-// add_bwd_6 computes:
-//   v186 = add <f32[32]> v181 v185  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a181 = in0[i];
-    float a185 = in1[i];
-    float v186 = (a181 + a185);
-    out0[i] = v186;
-  }
-}
-
-// broadcast_bwd_3 computes:
+// broadcast_bwd_2: 2 launches (broadcast_bwd_3, broadcast_bwd_4). The first computes:
 //   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
@@ -2242,9 +1377,9 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_3(const float * 
   }
 }
 
-// divcount_bwd_3 computes:
+// divcount_bwd_2: 2 launches (divcount_bwd_3, divcount_bwd_4). The first computes:
 //   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) divcount_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a188 = in0[i];
@@ -2253,32 +1388,9 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd_3(const float * _
   }
 }
 
-// broadcast_bwd_4 computes:
-//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a190 = in0[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v191 = a190;
-    out0[i] = v191;
-  }
-}
-
-// divcount_bwd_4 computes:
-//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) divcount_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a191 = in0[i];
-    float v192 = (a191 / (float)(784 * (long long)B));
-    out0[i] = v192;
-  }
-}
-
-// add_bwd_7 computes:
+// add_bwd_2: 2 launches (add_bwd_7, add_bwd_8). The first computes:
 //   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_bwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a165 = in0[i];
@@ -2299,86 +1411,9 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_6(const float * __re
   }
 }
 
-// mul_bwd_16 computes:
-//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_16(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a194 = in0[i];
-    float a15 = in1[i];
-    float v195 = (a194 * a15);
-    out0[i] = v195;
-  }
-}
-
-// add_bwd_8 computes:
-//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_bwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a193 = in0[i];
-    float a195 = in1[i];
-    float v196 = (a193 + a195);
-    out0[i] = v196;
-  }
-}
-
-// sum_bwd_9 computes:
-//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-static __device__ float sum_bwd_9_part0[288];
-static __device__ unsigned sum_bwd_9_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a196 = in0[i];
-          { const float x = a196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_9_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_9_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_9_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
-        sum_bwd_9_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_10 computes:
+// sum_bwd_6 computes:
 //   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -2444,7 +1479,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
   }
 }
 
-// optimizer_update_3 computes:
+// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
 //   v211 = add <f32[421834]> v209 v210  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
@@ -2498,23 +1533,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v215 = add <f32[421834]> v212 v214  # models/convnet/model.go:29
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421834LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a212 = in0[i];
-    float a214 = in1[i];
-    float v215 = (a212 + a214);
-    out0[i] = v215;
-  }
-}
-
-// optimizer_update_8 computes:
 //   v216 = sqrt <f32[421834]> v215  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2524,10 +1545,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
   }
 }
 
-// optimizer_update_9 computes:
+// optimizer_update_8 computes:
 //   v218 = div <f32[421834]> v216 v217  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2537,10 +1558,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
   }
 }
 
-// optimizer_update_10 computes:
+// optimizer_update_9 computes:
 //   v219 = addc <f32[421834]> v218 {f=1e-08}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2550,10 +1571,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
   }
 }
 
-// optimizer_update_11 computes:
+// optimizer_update_10 computes:
 //   v221 = div <f32[421834]> v211 v219  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2564,10 +1585,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
   }
 }
 
-// optimizer_update_12 computes:
+// optimizer_update_11 computes:
 //   v222 = mul <f32[421834]> v220 v221  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2577,10 +1598,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// optimizer_update_13 computes:
+// optimizer_update_12 computes:
 //   v223 = sub <f32[421834]> v205 v222  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -2591,358 +1612,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
   }
 }
 
-// im2col_fwd_3 computes:
-//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 252LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v3_j = j;
-    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
-    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
-    const int v3_k = (int)v3_n_t;
-    const int v3_g = 0;
-    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
-    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
-    out0[i] = v3;
-  }
-}
-
-// conv1_bias_fwd_2 computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a6 = in0[i];
-    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v8 = (a6 + a7);
-    out0[i] = v8;
-  }
-}
-
-// sub_fwd_5 computes:
-//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a8 = in0[i];
-    float a13 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v14 = (a8 - a13);
-    out0[i] = v14;
-  }
-}
-
-// square_fwd_5 computes:
-//   v15 = square <f32[B,32,28,28]> v14  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) square_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a14 = in0[i];
-    float v15 = ngen_sq(a14);
-    out0[i] = v15;
-  }
-}
-
-// mean_fwd_5 computes:
-//   v16 = mean <f32[32]> v14 {axes=[0 2 3]}  # models/convnet/model.go:32
-static __device__ float mean_fwd_5_part0[288];
-static __device__ unsigned mean_fwd_5_count[32];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a14 = in0[i];
-          { const float x = a14; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_5_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_5_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_5_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_5_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// mean_fwd_2_2 computes:
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
-static __device__ float mean_fwd_2_2_part0[288];
-static __device__ unsigned mean_fwd_2_2_count[32];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a15 = in0[i];
-          { const float x = a15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_2_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_2_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// square_fwd_2_2 computes:
-//   v18 = square <f32[32]> v16  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) square_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a16 = in0[i];
-    float v18 = ngen_sq(a16);
-    out0[i] = v18;
-  }
-}
-
-// sub_fwd_2_2 computes:
-//   v19 = sub <f32[32]> v17 v18  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a17 = in0[i];
-    float a18 = in1[i];
-    float v19 = (a17 - a18);
-    out0[i] = v19;
-  }
-}
-
-// relu_fwd_6 computes:
-//   v20 = relu <f32[32]> v19  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a19 = in0[i];
-    float v20 = (a19 <= 0.0f ? 0.0f : a19);
-    out0[i] = v20;
-  }
-}
-
-// where_train_fwd_9 computes:
-//   v22 = where_train <f32[32]> v16 v21  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_9(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a16 = in0[i];
-    float v22 = (s_train ? a16 : 0.0f);
-    out0[i] = v22;
-  }
-}
-
-// addc_fwd_5 computes:
-//   v23 = addc <f32[32]> v20 {f=1e-05}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a20 = in0[i];
-    float v23 = (a20 + 1.0000000000000001e-05f);
-    out0[i] = v23;
-  }
-}
-
-// powc_fwd_5 computes:
-//   v24 = powc <f32[32]> v23 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a23 = in0[i];
-    float v24 = powf(a23, -0.5f);
-    out0[i] = v24;
-  }
-}
-
-// addc_fwd_2_2 computes:
-//   v25 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a12 = in0[i];
-    float v25 = (a12 + 1.0000000000000001e-05f);
-    out0[i] = v25;
-  }
-}
-
-// powc_fwd_2_2 computes:
-//   v26 = powc <f32[32]> v25 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a25 = in0[i];
-    float v26 = powf(a25, -0.5f);
-    out0[i] = v26;
-  }
-}
-
-// where_train_fwd_2_2 computes:
-//   v27 = where_train <f32[32]> v24 v26  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a24 = in0[i];
-    float a26 = in1[i];
-    float v27 = (s_train ? a24 : a26);
-    out0[i] = v27;
-  }
-}
-
-// bn1_mul_fwd_2 computes:
-//   v28 = mul <f32[32]> v9 v27  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a9 = in0[i];
-    float a27 = in1[i];
-    float v28 = (a9 * a27);
-    out0[i] = v28;
-  }
-}
-
-// mul_fwd_5 computes:
-//   v29 = mul <f32[32]> v22 v28  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a22 = in0[i];
-    float a28 = in1[i];
-    float v29 = (a22 * a28);
-    out0[i] = v29;
-  }
-}
-
-// bn1_sub_fwd_2 computes:
-//   v30 = sub <f32[32]> v10 v29  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a10 = in0[i];
-    float a29 = in1[i];
-    float v30 = (a10 - a29);
-    out0[i] = v30;
-  }
-}
-
-// mul_fwd_2_2 computes:
-//   v32 = mul <f32[B,32,28,28]> v14 v31  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a14 = in0[i];
-    float a31 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v32 = (a14 * a31);
-    out0[i] = v32;
-  }
-}
-
-// add_fwd_7 computes:
-//   v34 = add <f32[B,32,28,28]> v32 v33  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a32 = in0[i];
-    float a33 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v34 = (a32 + a33);
-    out0[i] = v34;
-  }
-}
-
-// scale_fwd_7 computes:
-//   v35 = scale <f32[32]> v16 {f=0.1}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_7(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a16 = in0[i];
-    float v35 = (a16 * 0.10000000000000001f);
-    out0[i] = v35;
-  }
-}
-
-// add_fwd_2_2 computes:
-//   v36 = add <f32[32]> v11 v35  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a11 = in0[i];
-    float a35 = in1[i];
-    float v36 = (a11 + a35);
-    out0[i] = v36;
-  }
-}
-
-// where_train_fwd_3_2 computes:
+// where_train_fwd_5: 2 launches (where_train_fwd_3, where_train_fwd_4). The first computes:
 //   v37 = where_train <f32[32]> v36 v11  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3_2(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_5(const float *in0, const float *in1, float *out0, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a36 = in0[i];
@@ -2952,475 +1624,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3_2(const floa
   }
 }
 
-// unbias_fwd_3 computes:
-//   v38 = unbias <f32[32]> v20 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) unbias_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a20 = in0[i];
-    float v38 = (a20 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
-    out0[i] = v38;
-  }
-}
-
-// scale_fwd_2_2 computes:
-//   v39 = scale <f32[32]> v12 {f=0.9}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a12 = in0[i];
-    float v39 = (a12 * 0.90000000000000002f);
-    out0[i] = v39;
-  }
-}
-
-// scale_fwd_3_2 computes:
-//   v40 = scale <f32[32]> v38 {f=0.1}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a38 = in0[i];
-    float v40 = (a38 * 0.10000000000000001f);
-    out0[i] = v40;
-  }
-}
-
-// add_fwd_3_2 computes:
-//   v41 = add <f32[32]> v39 v40  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float a40 = in1[i];
-    float v41 = (a39 + a40);
-    out0[i] = v41;
-  }
-}
-
-// where_train_fwd_4_2 computes:
-//   v42 = where_train <f32[32]> v41 v12  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4_2(const float *in0, const float *in1, float *out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a41 = in0[i];
-    float a12 = in1[i];
-    float v42 = (s_train ? a41 : a12);
-    out0[i] = v42;
-  }
-}
-
-// relu_fwd_2_2 computes:
-//   v43 = relu <f32[B,32,28,28]> v34  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a34 = in0[i];
-    float v43 = (a34 <= 0.0f ? 0.0f : a34);
-    out0[i] = v43;
-  }
-}
-
-// maxpool_argmax_fwd_3 computes:
-//   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v44_j = j;
-    const long long v44_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v44_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v44_n * 448u);
-    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
-    const int v44_c = (int)v44_n_t;
-    const int v44_ox = v44_j;
-    const long long v44_base = (v44_n * 32 + v44_c) * 784;
-    int v44 = -1;
-    float v44_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v44_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v44_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v44_base + iy * 28 + ix] : 0;
-        if (ok && (v44 < 0 || x > v44_m || x != x)) { v44 = kh * 2 + kw; v44_m = x; }
-      }
-    }
-    out0[i] = v44;
-  }
-}
-
-// maxpool_pick_fwd_3 computes:
-//   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    int a44 = in1[i];
-    const int v45_j = j;
-    const long long v45_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
-    const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
-    const int v45_c = (int)v45_n_t;
-    const int v45_ox = v45_j;
-    const long long v45_base = (v45_n * 32 + v45_c) * 784;
-    const unsigned v45_k = (unsigned)a44;
-    const float v45 = in0[v45_base + (v45_oy * 2 - 0 + (int)(v45_k / 2u) * 1) * 28 + v45_ox * 2 - 0 + (int)(v45_k % 2u) * 1];
-    out0[i] = v45;
-  }
-}
-
-// im2col_fwd_2_2 computes:
-//   v48 = im2col <f32[B,288,196]> v45 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v48_j = j;
-    const long long v48_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v48_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v48_n * 4032u);
-    const int v48_oy = (int)(v48_n_t % 14u); v48_n_t /= 14u;
-    const int v48_k = (int)v48_n_t;
-    const int v48_g = 0;
-    const int v48_c = v48_g * 32 + (int)((unsigned)v48_k / 9u);
-    const int v48_y = v48_oy * 1 - 1 + (int)((unsigned)v48_k / 3u % 3u) * 1;
-    const int v48_x = v48_j * 1 - 1 + (int)((unsigned)v48_k % 3u) * 1;
-    const float v48 = (v48_y >= 0 && v48_y < 14 && v48_x >= 0 && v48_x < 14) ? in0[((v48_n * 32 + v48_c) * 14 + v48_y) * 14 + v48_x] : 0.0f;
-    out0[i] = v48;
-  }
-}
-
-// conv2_bias_fwd_2 computes:
-//   v53 = add <f32[B,64,14,14]> v51 v52  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a51 = in0[i];
-    float a52 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v53 = (a51 + a52);
-    out0[i] = v53;
-  }
-}
-
-// sub_fwd_3_2 computes:
-//   v59 = sub <f32[B,64,14,14]> v53 v58  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a53 = in0[i];
-    float a58 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v59 = (a53 - a58);
-    out0[i] = v59;
-  }
-}
-
-// square_fwd_3_2 computes:
-//   v60 = square <f32[B,64,14,14]> v59  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) square_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a59 = in0[i];
-    float v60 = ngen_sq(a59);
-    out0[i] = v60;
-  }
-}
-
-// mean_fwd_3_2 computes:
-//   v61 = mean <f32[64]> v59 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float mean_fwd_3_2_part0[320];
-static __device__ unsigned mean_fwd_3_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a59 = in0[i];
-          { const float x = a59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_3_2_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_3_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_3_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_3_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// mean_fwd_4_2 computes:
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
-static __device__ float mean_fwd_4_2_part0[320];
-static __device__ unsigned mean_fwd_4_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a60 = in0[i];
-          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_4_2_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_4_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_4_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
-        mean_fwd_4_2_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// square_fwd_4_2 computes:
-//   v63 = square <f32[64]> v61  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) square_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a61 = in0[i];
-    float v63 = ngen_sq(a61);
-    out0[i] = v63;
-  }
-}
-
-// sub_fwd_4_2 computes:
-//   v64 = sub <f32[64]> v62 v63  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float a63 = in1[i];
-    float v64 = (a62 - a63);
-    out0[i] = v64;
-  }
-}
-
-// relu_fwd_3_2 computes:
-//   v65 = relu <f32[64]> v64  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a64 = in0[i];
-    float v65 = (a64 <= 0.0f ? 0.0f : a64);
-    out0[i] = v65;
-  }
-}
-
-// where_train_fwd_5_2 computes:
-//   v67 = where_train <f32[64]> v61 v66  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a61 = in0[i];
-    float v67 = (s_train ? a61 : 0.0f);
-    out0[i] = v67;
-  }
-}
-
-// addc_fwd_3_2 computes:
-//   v68 = addc <f32[64]> v65 {f=1e-05}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v68 = (a65 + 1.0000000000000001e-05f);
-    out0[i] = v68;
-  }
-}
-
-// powc_fwd_3_2 computes:
-//   v69 = powc <f32[64]> v68 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a68 = in0[i];
-    float v69 = powf(a68, -0.5f);
-    out0[i] = v69;
-  }
-}
-
-// addc_fwd_4_2 computes:
-//   v70 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a57 = in0[i];
-    float v70 = (a57 + 1.0000000000000001e-05f);
-    out0[i] = v70;
-  }
-}
-
-// powc_fwd_4_2 computes:
-//   v71 = powc <f32[64]> v70 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a70 = in0[i];
-    float v71 = powf(a70, -0.5f);
-    out0[i] = v71;
-  }
-}
-
-// where_train_fwd_6_2 computes:
-//   v72 = where_train <f32[64]> v69 v71  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_6_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float a71 = in1[i];
-    float v72 = (s_train ? a69 : a71);
-    out0[i] = v72;
-  }
-}
-
-// bn2_mul_fwd_2 computes:
-//   v73 = mul <f32[64]> v54 v72  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a54 = in0[i];
-    float a72 = in1[i];
-    float v73 = (a54 * a72);
-    out0[i] = v73;
-  }
-}
-
-// mul_fwd_3_2 computes:
-//   v74 = mul <f32[64]> v67 v73  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a67 = in0[i];
-    float a73 = in1[i];
-    float v74 = (a67 * a73);
-    out0[i] = v74;
-  }
-}
-
-// bn2_sub_fwd_2 computes:
-//   v75 = sub <f32[64]> v55 v74  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a55 = in0[i];
-    float a74 = in1[i];
-    float v75 = (a55 - a74);
-    out0[i] = v75;
-  }
-}
-
-// mul_fwd_4_2 computes:
-//   v77 = mul <f32[B,64,14,14]> v59 v76  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a59 = in0[i];
-    float a76 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v77 = (a59 * a76);
-    out0[i] = v77;
-  }
-}
-
-// add_fwd_4_2 computes:
-//   v79 = add <f32[B,64,14,14]> v77 v78  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_4_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a77 = in0[i];
-    float a78 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v79 = (a77 + a78);
-    out0[i] = v79;
-  }
-}
-
-// scale_fwd_4_2 computes:
-//   v80 = scale <f32[64]> v61 {f=0.1}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a61 = in0[i];
-    float v80 = (a61 * 0.10000000000000001f);
-    out0[i] = v80;
-  }
-}
-
-// add_fwd_5_2 computes:
-//   v81 = add <f32[64]> v56 v80  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_5_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a56 = in0[i];
-    float a80 = in1[i];
-    float v81 = (a56 + a80);
-    out0[i] = v81;
-  }
-}
-
-// where_train_fwd_7_2 computes:
+// where_train_fwd_6: 2 launches (where_train_fwd_7, where_train_fwd_8). The first computes:
 //   v82 = where_train <f32[64]> v81 v56  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7_2(const float *in0, const float *in1, float *out0, int s_train) {
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_6(const float *in0, const float *in1, float *out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a81 = in0[i];
@@ -3430,243 +1636,9 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_7_2(const floa
   }
 }
 
-// unbias_fwd_2_2 computes:
-//   v83 = unbias <f32[64]> v65 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v83 = (a65 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
-    out0[i] = v83;
-  }
-}
-
-// scale_fwd_5_2 computes:
-//   v84 = scale <f32[64]> v57 {f=0.9}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a57 = in0[i];
-    float v84 = (a57 * 0.90000000000000002f);
-    out0[i] = v84;
-  }
-}
-
-// scale_fwd_6_2 computes:
-//   v85 = scale <f32[64]> v83 {f=0.1}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_6_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a83 = in0[i];
-    float v85 = (a83 * 0.10000000000000001f);
-    out0[i] = v85;
-  }
-}
-
-// add_fwd_6_2 computes:
-//   v86 = add <f32[64]> v84 v85  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_6_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a84 = in0[i];
-    float a85 = in1[i];
-    float v86 = (a84 + a85);
-    out0[i] = v86;
-  }
-}
-
-// where_train_fwd_8_2 computes:
-//   v87 = where_train <f32[64]> v86 v57  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_8_2(const float *in0, const float *in1, float *out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a86 = in0[i];
-    float a57 = in1[i];
-    float v87 = (s_train ? a86 : a57);
-    out0[i] = v87;
-  }
-}
-
-// relu_fwd_4_2 computes:
-//   v88 = relu <f32[B,64,14,14]> v79  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a79 = in0[i];
-    float v88 = (a79 <= 0.0f ? 0.0f : a79);
-    out0[i] = v88;
-  }
-}
-
-// maxpool_argmax_fwd_2_2 computes:
-//   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    const int v89_j = j;
-    const long long v89_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v89_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v89_n * 448u);
-    const int v89_oy = (int)(v89_n_t % 7u); v89_n_t /= 7u;
-    const int v89_c = (int)v89_n_t;
-    const int v89_ox = v89_j;
-    const long long v89_base = (v89_n * 64 + v89_c) * 196;
-    int v89 = -1;
-    float v89_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v89_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v89_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v89_base + iy * 14 + ix] : 0;
-        if (ok && (v89 < 0 || x > v89_m || x != x)) { v89 = kh * 2 + kw; v89_m = x; }
-      }
-    }
-    out0[i] = v89;
-  }
-}
-
-// maxpool_pick_fwd_2_2 computes:
-//   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    int a89 = in1[i];
-    const int v90_j = j;
-    const long long v90_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
-    const int v90_oy = (int)(v90_n_t % 7u); v90_n_t /= 7u;
-    const int v90_c = (int)v90_n_t;
-    const int v90_ox = v90_j;
-    const long long v90_base = (v90_n * 64 + v90_c) * 196;
-    const unsigned v90_k = (unsigned)a89;
-    const float v90 = in0[v90_base + (v90_oy * 2 - 0 + (int)(v90_k / 2u) * 1) * 14 + v90_ox * 2 - 0 + (int)(v90_k % 2u) * 1];
-    out0[i] = v90;
-  }
-}
-
-// fc1_bias_fwd_2 computes:
-//   v95 = add <f32[B,128]> v93 v94  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a93 = in0[i];
-    float a94 = in1[(0) * 128LL + j];
-    float v95 = (a93 + a94);
-    out0[i] = v95;
-  }
-}
-
-// relu_fwd_5_2 computes:
-//   v96 = relu <f32[B,128]> v95  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a95 = in0[i];
-    float v96 = (a95 <= 0.0f ? 0.0f : a95);
-    out0[i] = v96;
-  }
-}
-
-// fc2_bias_fwd_2 computes:
-//   v100 = add <f32[B,10]> v98 v99  # models/convnet/model.go:35
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a98 = in0[i];
-    float a99 = in1[(0) * 10LL + j];
-    float v100 = (a98 + a99);
-    out0[i] = v100;
-  }
-}
-
-// im2col_fwd_4 computes:
-//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 252LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v3_j = j;
-    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
-    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
-    const int v3_k = (int)v3_n_t;
-    const int v3_g = 0;
-    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
-    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
-    out0[i] = v3;
-  }
-}
-
-// conv1_bias_fwd_3 computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a6 = in0[i];
-    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v8 = (a6 + a7);
-    out0[i] = v8;
-  }
-}
-
-// sub_fwd_6 computes:
-//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a8 = in0[i];
-    float a13 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v14 = (a8 - a13);
-    out0[i] = v14;
-  }
-}
-
-// addc_fwd_6 computes:
-//   v16 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a12 = in0[i];
-    float v16 = (a12 + 1.0000000000000001e-05f);
-    out0[i] = v16;
-  }
-}
-
-// powc_fwd_6 computes:
-//   v17 = powc <f32[32]> v16 {f=-0.5}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a16 = in0[i];
-    float v17 = powf(a16, -0.5f);
-    out0[i] = v17;
-  }
-}
-
-// bn1_mul_fwd_3 computes:
-//   v18 = mul <f32[32]> v9 v17  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a9 = in0[i];
-    float a17 = in1[i];
-    float v18 = (a9 * a17);
-    out0[i] = v18;
-  }
-}
-
-// mul_fwd_6 computes:
+// mul_fwd_5 computes:
 //   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a18 = in0[i];
@@ -3675,327 +1647,14 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __rest
   }
 }
 
-// bn1_sub_fwd_3 computes:
-//   v20 = sub <f32[32]> v10 v19  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) bn1_sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a10 = in0[i];
-    float a19 = in1[i];
-    float v20 = (a10 - a19);
-    out0[i] = v20;
-  }
-}
-
-// mul_fwd_2_3 computes:
-//   v22 = mul <f32[B,32,28,28]> v14 v21  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a14 = in0[i];
-    float a21 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v22 = (a14 * a21);
-    out0[i] = v22;
-  }
-}
-
-// add_fwd_8 computes:
-//   v24 = add <f32[B,32,28,28]> v22 v23  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) add_fwd_8(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a22 = in0[i];
-    float a23 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v24 = (a22 + a23);
-    out0[i] = v24;
-  }
-}
-
-// relu_fwd_7 computes:
-//   v25 = relu <f32[B,32,28,28]> v24  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a24 = in0[i];
-    float v25 = (a24 <= 0.0f ? 0.0f : a24);
-    out0[i] = v25;
-  }
-}
-
-// maxpool_argmax_fwd_4 computes:
-//   v26 = maxpool_argmax <i32[B,32,14,14]> v25 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_4(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v26_j = j;
-    const long long v26_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v26_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v26_n * 448u);
-    const int v26_oy = (int)(v26_n_t % 14u); v26_n_t /= 14u;
-    const int v26_c = (int)v26_n_t;
-    const int v26_ox = v26_j;
-    const long long v26_base = (v26_n * 32 + v26_c) * 784;
-    int v26 = -1;
-    float v26_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v26_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v26_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v26_base + iy * 28 + ix] : 0;
-        if (ok && (v26 < 0 || x > v26_m || x != x)) { v26 = kh * 2 + kw; v26_m = x; }
-      }
-    }
-    out0[i] = v26;
-  }
-}
-
-// maxpool_pick_fwd_4 computes:
-//   v27 = maxpool_pick <f32[B,32,14,14]> v25 v26 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_4(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    int a26 = in1[i];
-    const int v27_j = j;
-    const long long v27_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v27_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v27_n * 448u);
-    const int v27_oy = (int)(v27_n_t % 14u); v27_n_t /= 14u;
-    const int v27_c = (int)v27_n_t;
-    const int v27_ox = v27_j;
-    const long long v27_base = (v27_n * 32 + v27_c) * 784;
-    const unsigned v27_k = (unsigned)a26;
-    const float v27 = in0[v27_base + (v27_oy * 2 - 0 + (int)(v27_k / 2u) * 1) * 28 + v27_ox * 2 - 0 + (int)(v27_k % 2u) * 1];
-    out0[i] = v27;
-  }
-}
-
-// im2col_fwd_2_3 computes:
-//   v30 = im2col <f32[B,288,196]> v27 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v30_j = j;
-    const long long v30_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v30_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v30_n * 4032u);
-    const int v30_oy = (int)(v30_n_t % 14u); v30_n_t /= 14u;
-    const int v30_k = (int)v30_n_t;
-    const int v30_g = 0;
-    const int v30_c = v30_g * 32 + (int)((unsigned)v30_k / 9u);
-    const int v30_y = v30_oy * 1 - 1 + (int)((unsigned)v30_k / 3u % 3u) * 1;
-    const int v30_x = v30_j * 1 - 1 + (int)((unsigned)v30_k % 3u) * 1;
-    const float v30 = (v30_y >= 0 && v30_y < 14 && v30_x >= 0 && v30_x < 14) ? in0[((v30_n * 32 + v30_c) * 14 + v30_y) * 14 + v30_x] : 0.0f;
-    out0[i] = v30;
-  }
-}
-
-// conv2_bias_fwd_3 computes:
-//   v35 = add <f32[B,64,14,14]> v33 v34  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a33 = in0[i];
-    float a34 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v35 = (a33 + a34);
-    out0[i] = v35;
-  }
-}
-
-// sub_fwd_2_3 computes:
-//   v41 = sub <f32[B,64,14,14]> v35 v40  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a35 = in0[i];
-    float a40 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v41 = (a35 - a40);
-    out0[i] = v41;
-  }
-}
-
-// addc_fwd_2_3 computes:
-//   v43 = addc <f32[64]> v39 {f=1e-05}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float v43 = (a39 + 1.0000000000000001e-05f);
-    out0[i] = v43;
-  }
-}
-
-// powc_fwd_2_3 computes:
-//   v44 = powc <f32[64]> v43 {f=-0.5}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a43 = in0[i];
-    float v44 = powf(a43, -0.5f);
-    out0[i] = v44;
-  }
-}
-
-// bn2_mul_fwd_3 computes:
-//   v45 = mul <f32[64]> v36 v44  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float a44 = in1[i];
-    float v45 = (a36 * a44);
-    out0[i] = v45;
-  }
-}
-
-// mul_fwd_3_3 computes:
+// mul_fwd_6 computes:
 //   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_3_3(const float * __restrict__ in0, float * __restrict__ out0) {
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     float a45 = in0[i];
     float v46 = (0.0f * a45);
     out0[i] = v46;
-  }
-}
-
-// bn2_sub_fwd_3 computes:
-//   v47 = sub <f32[64]> v37 v46  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) bn2_sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a37 = in0[i];
-    float a46 = in1[i];
-    float v47 = (a37 - a46);
-    out0[i] = v47;
-  }
-}
-
-// mul_fwd_4_3 computes:
-//   v49 = mul <f32[B,64,14,14]> v41 v48  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_4_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a41 = in0[i];
-    float a48 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v49 = (a41 * a48);
-    out0[i] = v49;
-  }
-}
-
-// add_fwd_2_3 computes:
-//   v51 = add <f32[B,64,14,14]> v49 v50  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a49 = in0[i];
-    float a50 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v51 = (a49 + a50);
-    out0[i] = v51;
-  }
-}
-
-// relu_fwd_2_3 computes:
-//   v52 = relu <f32[B,64,14,14]> v51  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a51 = in0[i];
-    float v52 = (a51 <= 0.0f ? 0.0f : a51);
-    out0[i] = v52;
-  }
-}
-
-// maxpool_argmax_fwd_2_3 computes:
-//   v53 = maxpool_argmax <i32[B,64,7,7]> v52 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    const int v53_j = j;
-    const long long v53_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v53_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v53_n * 448u);
-    const int v53_oy = (int)(v53_n_t % 7u); v53_n_t /= 7u;
-    const int v53_c = (int)v53_n_t;
-    const int v53_ox = v53_j;
-    const long long v53_base = (v53_n * 64 + v53_c) * 196;
-    int v53 = -1;
-    float v53_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v53_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v53_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v53_base + iy * 14 + ix] : 0;
-        if (ok && (v53 < 0 || x > v53_m || x != x)) { v53 = kh * 2 + kw; v53_m = x; }
-      }
-    }
-    out0[i] = v53;
-  }
-}
-
-// maxpool_pick_fwd_2_3 computes:
-//   v54 = maxpool_pick <f32[B,64,7,7]> v52 v53 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    int a53 = in1[i];
-    const int v54_j = j;
-    const long long v54_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v54_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v54_n * 448u);
-    const int v54_oy = (int)(v54_n_t % 7u); v54_n_t /= 7u;
-    const int v54_c = (int)v54_n_t;
-    const int v54_ox = v54_j;
-    const long long v54_base = (v54_n * 64 + v54_c) * 196;
-    const unsigned v54_k = (unsigned)a53;
-    const float v54 = in0[v54_base + (v54_oy * 2 - 0 + (int)(v54_k / 2u) * 1) * 14 + v54_ox * 2 - 0 + (int)(v54_k % 2u) * 1];
-    out0[i] = v54;
-  }
-}
-
-// fc1_bias_fwd_3 computes:
-//   v59 = add <f32[B,128]> v57 v58  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a57 = in0[i];
-    float a58 = in1[(0) * 128LL + j];
-    float v59 = (a57 + a58);
-    out0[i] = v59;
-  }
-}
-
-// relu_fwd_3_3 computes:
-//   v60 = relu <f32[B,128]> v59  # models/convnet/model.go:34
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a59 = in0[i];
-    float v60 = (a59 <= 0.0f ? 0.0f : a59);
-    out0[i] = v60;
-  }
-}
-
-// fc2_bias_fwd_3 computes:
-//   v64 = add <f32[B,10]> v62 v63  # models/convnet/model.go:35
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a62 = in0[i];
-    float a63 = in1[(0) * 10LL + j];
-    float v64 = (a62 + a63);
-    out0[i] = v64;
   }
 }
 

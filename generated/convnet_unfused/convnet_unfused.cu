@@ -2,8 +2,12 @@
 // Model convnet: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,7 +132,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// im2col_fwd computes:
+// im2col_fwd: 2 launches (im2col_fwd, im2col_fwd). The first computes:
 //   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
@@ -148,9 +152,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// conv1_bias_fwd computes:
+// bias_fwd: 2 launches (conv1_bias_fwd, conv1_bias_fwd). The first computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
@@ -161,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd(const float * _
   }
 }
 
-// relu_fwd computes:
+// relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
 //   v10 = relu <f32[B,32,28,28]> v9  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
@@ -172,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   }
 }
 
-// maxpool_argmax_fwd computes:
+// maxpool_argmax_fwd: 2 launches (maxpool_argmax_fwd, maxpool_argmax_fwd). The first computes:
 //   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -201,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
   }
 }
 
-// maxpool_pick_fwd computes:
+// maxpool_pick_fwd: 2 launches (maxpool_pick_fwd, maxpool_pick_fwd). The first computes:
 //   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -221,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
   }
 }
 
-// im2col_fwd_2 computes:
+// im2col_fwd_2: 2 launches (im2col_fwd_2, im2col_fwd_2). The first computes:
 //   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
@@ -241,9 +245,9 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// conv2_bias_fwd computes:
+// bias_fwd_2: 2 launches (conv2_bias_fwd, conv2_bias_fwd). The first computes:
 //   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
@@ -254,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd(const float * _
   }
 }
 
-// relu_fwd_2 computes:
+// relu_fwd_2: 2 launches (relu_fwd_2, relu_fwd_2). The first computes:
 //   v21 = relu <f32[B,64,14,14]> v20  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
@@ -265,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   }
 }
 
-// maxpool_argmax_fwd_2 computes:
+// maxpool_argmax_fwd_2: 2 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
 //   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -294,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
   }
 }
 
-// maxpool_pick_fwd_2 computes:
+// maxpool_pick_fwd_2: 2 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
 //   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
@@ -314,9 +318,9 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
   }
 }
 
-// fc1_bias_fwd computes:
+// bias_fwd_3: 2 launches (fc1_bias_fwd, fc1_bias_fwd). The first computes:
 //   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:19
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -327,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
   }
 }
 
-// relu_fwd_3 computes:
+// relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
 //   v29 = relu <f32[B,128]> v28  # models/convnet/model.go:19
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
@@ -338,9 +342,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   }
 }
 
-// fc2_bias_fwd computes:
+// bias_fwd_4: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
 //   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:20
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
@@ -353,44 +357,15 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
 
 // cross_entropy_fwd computes:
 //   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:22
-extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a33 = in0[i];
-      xs[j] = a33;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -409,50 +384,19 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a33 = in0[i];
     atomicAdd(out0, (lse - a33) / (float)rows);
   }
-#endif
 }
 
 // ce_grad_bwd computes:
 //   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:22
-extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a33 = in0[i];
-      xs[j] = a33;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    float *const dx = out0 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -473,7 +417,6 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a33;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -856,7 +799,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
   }
 }
 
-// optimizer_update_3 computes:
+// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
 //   v75 = add <f32[421642]> v73 v74  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
@@ -910,23 +853,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v79 = add <f32[421642]> v76 v78  # models/convnet/model.go:14
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421642LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a76 = in0[i];
-    float a78 = in1[i];
-    float v79 = (a76 + a78);
-    out0[i] = v79;
-  }
-}
-
-// optimizer_update_8 computes:
 //   v80 = sqrt <f32[421642]> v79  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -936,10 +865,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
   }
 }
 
-// optimizer_update_9 computes:
+// optimizer_update_8 computes:
 //   v82 = div <f32[421642]> v80 v81  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -949,10 +878,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
   }
 }
 
-// optimizer_update_10 computes:
+// optimizer_update_9 computes:
 //   v83 = addc <f32[421642]> v82 {f=1e-08}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -962,10 +891,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
   }
 }
 
-// optimizer_update_11 computes:
+// optimizer_update_10 computes:
 //   v85 = div <f32[421642]> v75 v83  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -976,10 +905,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
   }
 }
 
-// optimizer_update_12 computes:
+// optimizer_update_11 computes:
 //   v86 = mul <f32[421642]> v84 v85  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -989,10 +918,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// optimizer_update_13 computes:
+// optimizer_update_12 computes:
 //   v87 = sub <f32[421642]> v69 v86  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1000,229 +929,6 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
     float a86 = in1[i];
     float v87 = (a69 - a86);
     out0[i] = v87;
-  }
-}
-
-// im2col_fwd_3 computes:
-//   v3 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 252LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
-    const long long i = r * 28LL + j;
-    const int v3_j = j;
-    const long long v3_n = (long long)((unsigned long long)(r) / 252u);
-    unsigned v3_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v3_n * 252u);
-    const int v3_oy = (int)(v3_n_t % 28u); v3_n_t /= 28u;
-    const int v3_k = (int)v3_n_t;
-    const int v3_g = 0;
-    const int v3_c = v3_g * 1 + (int)((unsigned)v3_k / 9u);
-    const int v3_y = v3_oy * 1 - 1 + (int)((unsigned)v3_k / 3u % 3u) * 1;
-    const int v3_x = v3_j * 1 - 1 + (int)((unsigned)v3_k % 3u) * 1;
-    const float v3 = (v3_y >= 0 && v3_y < 28 && v3_x >= 0 && v3_x < 28) ? in0[((v3_n * 1 + v3_c) * 28 + v3_y) * 28 + v3_x] : 0.0f;
-    out0[i] = v3;
-  }
-}
-
-// conv1_bias_fwd_2 computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) conv1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a6 = in0[i];
-    float a7 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v8 = (a6 + a7);
-    out0[i] = v8;
-  }
-}
-
-// relu_fwd_4 computes:
-//   v9 = relu <f32[B,32,28,28]> v8  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a8 = in0[i];
-    float v9 = (a8 <= 0.0f ? 0.0f : a8);
-    out0[i] = v9;
-  }
-}
-
-// maxpool_argmax_fwd_3 computes:
-//   v10 = maxpool_argmax <i32[B,32,14,14]> v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_3(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v10_j = j;
-    const long long v10_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v10_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v10_n * 448u);
-    const int v10_oy = (int)(v10_n_t % 14u); v10_n_t /= 14u;
-    const int v10_c = (int)v10_n_t;
-    const int v10_ox = v10_j;
-    const long long v10_base = (v10_n * 32 + v10_c) * 784;
-    int v10 = -1;
-    float v10_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v10_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v10_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v10_base + iy * 28 + ix] : 0;
-        if (ok && (v10 < 0 || x > v10_m || x != x)) { v10 = kh * 2 + kw; v10_m = x; }
-      }
-    }
-    out0[i] = v10;
-  }
-}
-
-// maxpool_pick_fwd_3 computes:
-//   v11 = maxpool_pick <f32[B,32,14,14]> v9 v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_3(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    int a10 = in1[i];
-    const int v11_j = j;
-    const long long v11_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v11_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v11_n * 448u);
-    const int v11_oy = (int)(v11_n_t % 14u); v11_n_t /= 14u;
-    const int v11_c = (int)v11_n_t;
-    const int v11_ox = v11_j;
-    const long long v11_base = (v11_n * 32 + v11_c) * 784;
-    const unsigned v11_k = (unsigned)a10;
-    const float v11 = in0[v11_base + (v11_oy * 2 - 0 + (int)(v11_k / 2u) * 1) * 28 + v11_ox * 2 - 0 + (int)(v11_k % 2u) * 1];
-    out0[i] = v11;
-  }
-}
-
-// im2col_fwd_2_2 computes:
-//   v14 = im2col <f32[B,288,196]> v11 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
-    const int v14_j = j;
-    const long long v14_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v14_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v14_n * 4032u);
-    const int v14_oy = (int)(v14_n_t % 14u); v14_n_t /= 14u;
-    const int v14_k = (int)v14_n_t;
-    const int v14_g = 0;
-    const int v14_c = v14_g * 32 + (int)((unsigned)v14_k / 9u);
-    const int v14_y = v14_oy * 1 - 1 + (int)((unsigned)v14_k / 3u % 3u) * 1;
-    const int v14_x = v14_j * 1 - 1 + (int)((unsigned)v14_k % 3u) * 1;
-    const float v14 = (v14_y >= 0 && v14_y < 14 && v14_x >= 0 && v14_x < 14) ? in0[((v14_n * 32 + v14_c) * 14 + v14_y) * 14 + v14_x] : 0.0f;
-    out0[i] = v14;
-  }
-}
-
-// conv2_bias_fwd_2 computes:
-//   v19 = add <f32[B,64,14,14]> v17 v18  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) conv2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a17 = in0[i];
-    float a18 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v19 = (a17 + a18);
-    out0[i] = v19;
-  }
-}
-
-// relu_fwd_2_2 computes:
-//   v20 = relu <f32[B,64,14,14]> v19  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a19 = in0[i];
-    float v20 = (a19 <= 0.0f ? 0.0f : a19);
-    out0[i] = v20;
-  }
-}
-
-// maxpool_argmax_fwd_2_2 computes:
-//   v21 = maxpool_argmax <i32[B,64,7,7]> v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    const int v21_j = j;
-    const long long v21_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v21_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v21_n * 448u);
-    const int v21_oy = (int)(v21_n_t % 7u); v21_n_t /= 7u;
-    const int v21_c = (int)v21_n_t;
-    const int v21_ox = v21_j;
-    const long long v21_base = (v21_n * 64 + v21_c) * 196;
-    int v21 = -1;
-    float v21_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v21_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v21_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v21_base + iy * 14 + ix] : 0;
-        if (ok && (v21 < 0 || x > v21_m || x != x)) { v21 = kh * 2 + kw; v21_m = x; }
-      }
-    }
-    out0[i] = v21;
-  }
-}
-
-// maxpool_pick_fwd_2_2 computes:
-//   v22 = maxpool_pick <f32[B,64,7,7]> v20 v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    int a21 = in1[i];
-    const int v22_j = j;
-    const long long v22_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v22_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v22_n * 448u);
-    const int v22_oy = (int)(v22_n_t % 7u); v22_n_t /= 7u;
-    const int v22_c = (int)v22_n_t;
-    const int v22_ox = v22_j;
-    const long long v22_base = (v22_n * 64 + v22_c) * 196;
-    const unsigned v22_k = (unsigned)a21;
-    const float v22 = in0[v22_base + (v22_oy * 2 - 0 + (int)(v22_k / 2u) * 1) * 14 + v22_ox * 2 - 0 + (int)(v22_k % 2u) * 1];
-    out0[i] = v22;
-  }
-}
-
-// fc1_bias_fwd_2 computes:
-//   v27 = add <f32[B,128]> v25 v26  # models/convnet/model.go:19
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a25 = in0[i];
-    float a26 = in1[(0) * 128LL + j];
-    float v27 = (a25 + a26);
-    out0[i] = v27;
-  }
-}
-
-// relu_fwd_3_2 computes:
-//   v28 = relu <f32[B,128]> v27  # models/convnet/model.go:19
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a27 = in0[i];
-    float v28 = (a27 <= 0.0f ? 0.0f : a27);
-    out0[i] = v28;
-  }
-}
-
-// fc2_bias_fwd_2 computes:
-//   v32 = add <f32[B,10]> v30 v31  # models/convnet/model.go:20
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a30 = in0[i];
-    float a31 = in1[(0) * 10LL + j];
-    float v32 = (a30 + a31);
-    out0[i] = v32;
   }
 }
 

@@ -2,8 +2,12 @@
 // Model lstm: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,22 +132,22 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// emb_embedding_fwd computes:
+// embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
 //   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:62
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v5_j = j;
     const int v5_id = in1[r];
     const bool v5_bad = (unsigned)v5_id >= 99u;
-    if (v5_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v5_id; status[2] = (int)r; status[3] = 99; }
+    if (v5_bad && atomicCAS(status, 0, c0) == 0) { status[1] = v5_id; status[2] = (int)r; status[3] = 99; }
     const float v5 = in0[(long long)(v5_bad ? 0 : v5_id) * 32 + v5_j];
     out0[i] = v5;
   }
 }
 
-// slice_fwd computes:
+// slice_fwd: 2 launches (slice_fwd, slice_fwd). The first computes:
 //   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
 //   v12 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
 //   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:63
@@ -179,10 +183,10 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   }
 }
 
-// lstm_bias_fwd computes:
+// bias_fwd: 4 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd, lstm_bias_fwd_2). The first computes:
 //   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:63
 //   v16 = add <f32[B,1,512]> v15 v9  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -195,127 +199,9 @@ extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd(const float * __
   }
 }
 
-// lstm_rnn_scan_fwd computes:
+// rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
 //   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
-          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 1; ++t) {
-        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 1 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 1 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = in2[b * 128 + j];
-          tcs[j * 8 + s] = in3[b * 128 + j];
-        }
-      }
-      for (int t = 0; t < 1; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 1 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 1 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 1 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
   __shared__ float pre[512];
@@ -356,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd(const float 
   }
 }
 
-// slice_fwd_2 computes:
+// slice_fwd_2: 4 launches (slice_fwd_2, slice_fwd_3, slice_fwd_2, slice_fwd_5). The first computes:
 //   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
@@ -371,201 +257,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   }
 }
 
-// lstm_bias_fwd_2 computes:
-//   v28 = add <f32[B,1,512]> v27 v21  # models/lstm/model.go:63
-//   v29 = add <f32[B,1,512]> v28 v22  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a27 = in0[i];
-    float a21 = in1[(0) * 512LL + j];
-    float v28 = (a27 + a21);
-    float a22 = in2[(0) * 512LL + j];
-    float v29 = (v28 + a22);
-    out0[i] = v29;
-  }
-}
-
-// lstm_rnn_scan_fwd_2 computes:
-//   v30 = rnn_scan <f32[B,1,768]> v29 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
-          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 1; ++t) {
-        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 1 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 1 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = in2[b * 128 + j];
-          tcs[j * 8 + s] = in3[b * 128 + j];
-        }
-      }
-      for (int t = 0; t < 1; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 1 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 1 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 1 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = in2[b * 128 + j];
-      cs[j] = in3[b * 128 + j];
-    }
-    __syncthreads();
-    for (int t = 0; t < 1; ++t) {
-      const long long xo = (b * 1 + t) * 512;
-      float *s = out0 + (b * 1 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_3 computes:
-//   v31 = slice <f32[B,1,128]> v30 {axes=[2] ints=[0 128]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v31_c2 = j;
-    unsigned long long v31_rem = (unsigned long long)(r);
-    const long long v31_c1 = (long long)(v31_rem % (unsigned long long)(1LL)); v31_rem /= (unsigned long long)(1LL);
-    const long long v31_c0 = (long long)v31_rem;
-    const float v31 = in0[(((v31_c0) * 1LL + v31_c1) * 768LL + v31_c2 + 0)];
-    out0[i] = v31;
-  }
-}
-
-// slice_fwd_4 computes:
+// slice_fwd_3: 2 launches (slice_fwd_4, slice_fwd_4). The first computes:
 //   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:64
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -578,54 +272,19 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
   }
 }
 
-// fc_bias_cross_entropy_ce_grad_bwd computes:
+// bias_cross_entropy_ce_grad_bwd computes:
 //   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:64
 //   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:68
 //   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:68
-extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in2[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a35 = in0[i];
-      float a36 = in1[(0) * 99LL + j];
-      float v37 = (a35 + a36);
-      xs[j] = v37;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-    float *const dx = out1 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 32) {
     const long long i = row * C + j;
@@ -661,7 +320,6 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_cross_entropy_ce_grad_
     const float xj = v37;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -696,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
   }
 }
 
-// slice_bwd_bwd_2 computes:
+// slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_3). The first computes:
 //   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
@@ -711,148 +369,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
   }
 }
 
-// lstm_rnn_scan_bwd_bwd computes:
+// rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
 //   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          dh[s * 128 + j] = 0.0f;
-          dc[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = in4[(b0 + s) * 128 + j];
-        }
-      const float *sv = &in1[0];
-      for (int t = 0; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 1 + t) * 768;
-          float *d = out0 + (b * 2 + t) * 512;
-          float *dhs = dh + (long long)s * 128;
-          float *dcs = dc + (long long)s * 128;
-          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = dhs[j] + in0[so + j];
-            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
-            const float tc = ::ngen_emu::fast_tanhf(cn);
-            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            d[j] = dcj * gg * i * (1.0f - i);
-            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
-            d[256 + j] = dcj * i * (1.0f - gg * gg);
-            d[384 + j] = dhj * tc * o * (1.0f - o);
-            dcs[j] = dcj * f;
-          }
-        }
-        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 2 + t) * 512, 1024, &in2[0], 128, (float)0, dh, 128);
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float tdh[1024];
-    __shared__ float tdc[1024];
-    __shared__ float tdg[4096];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int e = 0; e < 1024; ++e) {
-        tdh[e] = 0.0f;
-        tdc[e] = 0.0f;
-      }
-      for (int e = 0; e < 4096; ++e) tdg[e] = 0.0f;
-      for (int t = 0; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 1 + t) * 768;
-          float *d = out0 + (b * 2 + t) * 512;
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = tdh[j * 8 + s] + in0[so + j];
-            const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-            const float cp = t > 0 ? in1[so - 768 + 128 + j] : in4[b * 128 + j];
-            const float tc = tanhf(cn);
-            const float dcj = tdc[j * 8 + s] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-            const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-            d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-            tdg[j * 8 + s] = di; tdg[(128 + j) * 8 + s] = df; tdg[(256 + j) * 8 + s] = dgg; tdg[(384 + j) * 8 + s] = do_;
-            tdc[j * 8 + s] = dcj * f;
-          }
-        }
-        typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-        int j = 0;
-        for (; j + 4 <= 128; j += 4) {
-          tile_v acc0 = {};
-          tile_v acc1 = {};
-          tile_v acc2 = {};
-          tile_v acc3 = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc0 += in2[(long long)r * 128 + j + 0] * dgr;
-            acc1 += in2[(long long)r * 128 + j + 1] * dgr;
-            acc2 += in2[(long long)r * 128 + j + 2] * dgr;
-            acc3 += in2[(long long)r * 128 + j + 3] * dgr;
-          }
-          __builtin_memcpy(tdh + (j + 0) * 8, &acc0, sizeof acc0);
-          __builtin_memcpy(tdh + (j + 1) * 8, &acc1, sizeof acc1);
-          __builtin_memcpy(tdh + (j + 2) * 8, &acc2, sizeof acc2);
-          __builtin_memcpy(tdh + (j + 3) * 8, &acc3, sizeof acc3);
-        }
-        for (; j < 128; ++j) {
-          tile_v acc = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc += in2[(long long)r * 128 + j] * dgr;
-          }
-          __builtin_memcpy(tdh + j * 8, &acc, sizeof acc);
-        }
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? tdh[j * 8 + s] : (j < 256 ? tdc[(j - 128) * 8 + s] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
   __shared__ float dg[512];
@@ -899,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd(const fl
   }
 }
 
-// slice_bwd computes:
+// slice_bwd: 2 launches (slice_bwd, slice_bwd_2). The first computes:
 //   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
@@ -914,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
   }
 }
 
-// sum_bwd_2 computes:
+// sum_bwd_2: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
 //   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:63
 //   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:63
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -968,278 +487,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   }
 }
 
-// slice_bwd_bwd_3 computes:
-//   v62 = slice_bwd <f32[B,1,768]> v58 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
-    const long long i = r * 768LL + j;
-    const long long v62_c2 = j;
-    unsigned long long v62_rem = (unsigned long long)(r);
-    const long long v62_c1 = (long long)(v62_rem % (unsigned long long)(1LL)); v62_rem /= (unsigned long long)(1LL);
-    const long long v62_c0 = (long long)v62_rem;
-    const float v62 = (v62_c2 >= 0 && v62_c2 < 128) ? in0[(((v62_c0) * 1LL + v62_c1) * 128LL + (v62_c2 >= 0 && v62_c2 < 128 ? v62_c2 - 0 : 0))] : 0.0f;
-    out0[i] = v62;
-  }
-}
-
-// lstm_rnn_scan_bwd_bwd_2 computes:
-//   v63 = rnn_scan_bwd <f32[B,2,512]> v62 v17 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      float *dc = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          dh[s * 128 + j] = 0.0f;
-          dc[s * 128 + j] = 0.0f;
-          c0s[s * 128 + j] = in4[(b0 + s) * 128 + j];
-        }
-      const float *sv = &in1[0];
-      for (int t = 0; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 1 + t) * 768;
-          float *d = out0 + (b * 2 + t) * 512;
-          float *dhs = dh + (long long)s * 128;
-          float *dcs = dc + (long long)s * 128;
-          const float *cq = t ? sv + so - 640 : c0s + (long long)s * 128;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = dhs[j] + in0[so + j];
-            const float cn = sv[so + 128 + j], i = sv[so + 256 + j], f = sv[so + 384 + j], gg = sv[so + 512 + j], o = sv[so + 640 + j];
-            const float tc = ::ngen_emu::fast_tanhf(cn);
-            const float dcj = dcs[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            d[j] = dcj * gg * i * (1.0f - i);
-            d[128 + j] = dcj * cq[j] * f * (1.0f - f);
-            d[256 + j] = dcj * i * (1.0f - gg * gg);
-            d[384 + j] = dhj * tc * o * (1.0f - o);
-            dcs[j] = dcj * f;
-          }
-        }
-        ::ngen_emu::gemm(false, false, ns, 128, 512, (float)1, out0 + (b0 * 2 + t) * 512, 1024, &in2[0], 128, (float)0, dh, 128);
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? dh[s * 128 + j] : (j < 256 ? dc[s * 128 + j - 128] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float tdh[1024];
-    __shared__ float tdc[1024];
-    __shared__ float tdg[4096];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int e = 0; e < 1024; ++e) {
-        tdh[e] = 0.0f;
-        tdc[e] = 0.0f;
-      }
-      for (int e = 0; e < 4096; ++e) tdg[e] = 0.0f;
-      for (int t = 0; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 1 + t) * 768;
-          float *d = out0 + (b * 2 + t) * 512;
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = tdh[j * 8 + s] + in0[so + j];
-            const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-            const float cp = t > 0 ? in1[so - 768 + 128 + j] : in4[b * 128 + j];
-            const float tc = tanhf(cn);
-            const float dcj = tdc[j * 8 + s] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-            const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-            const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-            d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-            tdg[j * 8 + s] = di; tdg[(128 + j) * 8 + s] = df; tdg[(256 + j) * 8 + s] = dgg; tdg[(384 + j) * 8 + s] = do_;
-            tdc[j * 8 + s] = dcj * f;
-          }
-        }
-        typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-        int j = 0;
-        for (; j + 4 <= 128; j += 4) {
-          tile_v acc0 = {};
-          tile_v acc1 = {};
-          tile_v acc2 = {};
-          tile_v acc3 = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc0 += in2[(long long)r * 128 + j + 0] * dgr;
-            acc1 += in2[(long long)r * 128 + j + 1] * dgr;
-            acc2 += in2[(long long)r * 128 + j + 2] * dgr;
-            acc3 += in2[(long long)r * 128 + j + 3] * dgr;
-          }
-          __builtin_memcpy(tdh + (j + 0) * 8, &acc0, sizeof acc0);
-          __builtin_memcpy(tdh + (j + 1) * 8, &acc1, sizeof acc1);
-          __builtin_memcpy(tdh + (j + 2) * 8, &acc2, sizeof acc2);
-          __builtin_memcpy(tdh + (j + 3) * 8, &acc3, sizeof acc3);
-        }
-        for (; j < 128; ++j) {
-          tile_v acc = {};
-          for (int r = 0; r < 512; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc += in2[(long long)r * 128 + j] * dgr;
-          }
-          __builtin_memcpy(tdh + j * 8, &acc, sizeof acc);
-        }
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 2 + 1) * 512;
-        for (int j = 0; j < 512; ++j) {
-          last[j] = j < 128 ? tdh[j * 8 + s] : (j < 256 ? tdc[(j - 128) * 8 + s] : 0.0f);
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float dh[128];
-  __shared__ float dc[128];
-  __shared__ float dg[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) { dh[j] = 0.0f; dc[j] = 0.0f; }
-    __syncthreads();
-    for (int t = 0; t >= 0; --t) {
-      const long long so = (b * 1 + t) * 768;
-      float *d = out0 + (b * 2 + t) * 512;
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-        const float cp = t > 0 ? in1[so - 768 + 128 + j] : in4[b * 128 + j];
-        const float tc = tanhf(cn);
-        const float dcj = dc[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-        const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-        const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-        d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-        dg[j] = di; dg[128 + j] = df; dg[256 + j] = dgg; dg[384 + j] = do_;
-        dc[j] = dcj * f;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 512; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
-        }
-        for (; r < 512; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc;
-      }
-      __syncthreads();
-    }
-    float *last = out0 + (b * 2 + 1) * 512;
-    for (int j = threadIdx.x; j < 512; j += blockDim.x) {
-      last[j] = j < 128 ? dh[j] : (j < 256 ? dc[j - 128] : 0.0f);
-    }
-    __syncthreads();
-  }
-}
-
-// slice_bwd_2 computes:
-//   v64 = slice <f32[B,1,512]> v63 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    const long long v64_c2 = j;
-    unsigned long long v64_rem = (unsigned long long)(r);
-    const long long v64_c1 = (long long)(v64_rem % (unsigned long long)(1LL)); v64_rem /= (unsigned long long)(1LL);
-    const long long v64_c0 = (long long)v64_rem;
-    const float v64 = in0[(((v64_c0) * 2LL + v64_c1 + 0) * 512LL + v64_c2)];
-    out0[i] = v64;
-  }
-}
-
-// sum_bwd_3 computes:
-//   v69 = sum <f32[1,1,512]> v64 {axes=[0 1] keepdim}  # models/lstm/model.go:63
-//   v71 = sum <f32[1,1,512]> v64 {axes=[0 1] keepdim}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
-  const long long nout = 512LL;
-  const long long nred = (long long)B;
-  __shared__ float part0[256];
-  __shared__ float part1[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-    float acc1_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
-          float a64 = in0[i];
-          { const float x = a64; acc0_l[oc] = acc0_l[oc] + x; }
-          { const float x = a64; acc1_l[oc] = acc1_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-        out1[o0 + oc] = acc1_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
-      float a64 = in0[i];
-      { const float x = a64; acc0 = acc0 + x; }
-      { const float x = a64; acc1 = acc1 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    part1[threadIdx.x] = acc1;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-      float s1 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part1[u]; s1 = s1 + x; }
-      out1[o0 + threadIdx.x] = s1;
-    }
-    __syncthreads();
-  }
-}
-
 // embedding_bwd_bwd computes:
 //   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:62
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
@@ -1247,26 +494,11 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v77_j = j;
-    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-    static thread_local float v77_row[32];
-    if (j == 0) {
-      float *const __restrict__ v77_acc = v77_row;
-      for (int k = 0; k < 32; ++k) v77_acc[k] = 0.0f;
-      const long long v77_n = (long long)B;
-      for (long long t = 0; t < v77_n; ++t) {
-        if (in1[t] != (int)r) continue;
-        const float *const __restrict__ v77_g = in0 + t * 32;
-        for (int k = 0; k < 32; ++k) v77_acc[k] += v77_g[k];
-      }
-    }
-    const float v77 = v77_row[v77_j];
-    #else
     float v77 = 0.0f;
     const long long v77_n = (long long)B;
     for (long long t = 0; t < v77_n; ++t) {
       v77 += in1[t] == (int)r ? in0[t * 32 + v77_j] : 0.0f;
     }
-    #endif
     out0[i] = v77;
   }
 }
@@ -1313,253 +545,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   }
 }
 
-// emb_embedding_fwd_2 computes:
-//   v4 = embedding <f32[B,1,32]> v3 v0  # models/lstm/model.go:62
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v4_j = j;
-    const int v4_id = in1[r];
-    const bool v4_bad = (unsigned)v4_id >= 99u;
-    if (v4_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v4_id; status[2] = (int)r; status[3] = 99; }
-    const float v4 = in0[(long long)(v4_bad ? 0 : v4_id) * 32 + v4_j];
-    out0[i] = v4;
-  }
-}
-
-// slice_fwd_5 computes:
-//   v9 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
-//   v11 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
-//   v27 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:63
-//   v29 = slice <f32[1,B,128]> v2 {axes=[0] ints=[1 2]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v9_c2 = j;
-    unsigned long long v9_rem = (unsigned long long)(r);
-    const long long v9_c1 = (long long)(v9_rem % (unsigned long long)((long long)B)); v9_rem /= (unsigned long long)((long long)B);
-    const long long v9_c0 = (long long)v9_rem;
-    const float v9 = in0[(((v9_c0 + 0) * (long long)B + v9_c1) * 128LL + v9_c2)];
-    const long long v11_c2 = j;
-    unsigned long long v11_rem = (unsigned long long)(r);
-    const long long v11_c1 = (long long)(v11_rem % (unsigned long long)((long long)B)); v11_rem /= (unsigned long long)((long long)B);
-    const long long v11_c0 = (long long)v11_rem;
-    const float v11 = in1[(((v11_c0 + 0) * (long long)B + v11_c1) * 128LL + v11_c2)];
-    const long long v27_c2 = j;
-    unsigned long long v27_rem = (unsigned long long)(r);
-    const long long v27_c1 = (long long)(v27_rem % (unsigned long long)((long long)B)); v27_rem /= (unsigned long long)((long long)B);
-    const long long v27_c0 = (long long)v27_rem;
-    const float v27 = in0[(((v27_c0 + 1) * (long long)B + v27_c1) * 128LL + v27_c2)];
-    const long long v29_c2 = j;
-    unsigned long long v29_rem = (unsigned long long)(r);
-    const long long v29_c1 = (long long)(v29_rem % (unsigned long long)((long long)B)); v29_rem /= (unsigned long long)((long long)B);
-    const long long v29_c0 = (long long)v29_rem;
-    const float v29 = in1[(((v29_c0 + 1) * (long long)B + v29_c1) * 128LL + v29_c2)];
-    out0[i] = v9;
-    out1[i] = v11;
-    out2[i] = v27;
-    out3[i] = v29;
-  }
-}
-
-// lstm_bias_fwd_3 computes:
-//   v14 = add <f32[B,1,512]> v13 v7  # models/lstm/model.go:63
-//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a13 = in0[i];
-    float a7 = in1[(0) * 512LL + j];
-    float v14 = (a13 + a7);
-    float a8 = in2[(0) * 512LL + j];
-    float v15 = (v14 + a8);
-    out0[i] = v15;
-  }
-}
-
-// lstm_rnn_scan_fwd_3 computes:
-//   v16 = rnn_scan <f32[B,1,768]> v15 v6 v10 v12 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
-          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 1; ++t) {
-        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 1 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 1 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = in2[b * 128 + j];
-          tcs[j * 8 + s] = in3[b * 128 + j];
-        }
-      }
-      for (int t = 0; t < 1; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 1 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 1 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 1 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = in2[b * 128 + j];
-      cs[j] = in3[b * 128 + j];
-    }
-    __syncthreads();
-    for (int t = 0; t < 1; ++t) {
-      const long long xo = (b * 1 + t) * 512;
-      float *s = out0 + (b * 1 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_2_2 computes:
-//   v17 = slice <f32[B,1,128]> v16 {axes=[2] ints=[0 128]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v17_c2 = j;
-    unsigned long long v17_rem = (unsigned long long)(r);
-    const long long v17_c1 = (long long)(v17_rem % (unsigned long long)(1LL)); v17_rem /= (unsigned long long)(1LL);
-    const long long v17_c0 = (long long)v17_rem;
-    const float v17 = in0[(((v17_c0) * 1LL + v17_c1) * 768LL + v17_c2 + 0)];
-    out0[i] = v17;
-  }
-}
-
-// slice_fwd_3_2 computes:
+// slice_fwd_4: 2 launches (slice_fwd_3, slice_fwd_6). The first computes:
 //   v18 = slice <f32[B,1,128]> v17 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
 //   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -1578,239 +567,10 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __
   }
 }
 
-// slice_fwd_4_2 computes:
-//   v21 = slice <f32[B,1,128]> v20 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_4_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v21_c2 = j;
-    unsigned long long v21_rem = (unsigned long long)(r);
-    const long long v21_c1 = (long long)(v21_rem % (unsigned long long)(1LL)); v21_rem /= (unsigned long long)(1LL);
-    const long long v21_c0 = (long long)v21_rem;
-    const float v21 = in0[(((v21_c0) * 1LL + v21_c1 + 0) * 128LL + v21_c2)];
-    out0[i] = v21;
-  }
-}
-
-// lstm_bias_fwd_2_2 computes:
-//   v32 = add <f32[B,1,512]> v31 v25  # models/lstm/model.go:63
-//   v33 = add <f32[B,1,512]> v32 v26  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_bias_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a31 = in0[i];
-    float a25 = in1[(0) * 512LL + j];
-    float v32 = (a31 + a25);
-    float a26 = in2[(0) * 512LL + j];
-    float v33 = (v32 + a26);
-    out0[i] = v33;
-  }
-}
-
-// lstm_rnn_scan_fwd_2_2 computes:
-//   v34 = rnn_scan <f32[B,1,768]> v33 v24 v28 v30 {str=lstm}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) lstm_rnn_scan_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      float *c0s = ::ngen_emu::scan_scratch<float>(2, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = in2[(b0 + s) * 128 + j];
-          c0s[s * 128 + j] = in3[(b0 + s) * 128 + j];
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 512);
-      for (int t = 0; t < 1; ++t) {
-        const float *hp = t ? out0 + (b0 * 1 + t - 1) * 768 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 512, 128, (float)1, hp, t ? 768 : 128, &in1[0], 128, (float)0, gates, 512);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 1 + t) * 768;
-          const float *hq = t ? o - 768 : h0s + s * 128;
-          const float *cq = t ? o - 640 : c0s + s * 128;
-          const float *ga = gates + (long long)s * 512;
-          const long long xo = (b * 1 + t) * 512;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float i = ::ngen_emu::fast_sigmoidf(ga[0 + j] + in0[xo + 0 + j]), f = ::ngen_emu::fast_sigmoidf(ga[128 + j] + in0[xo + 128 + j]), gg = ::ngen_emu::fast_tanhf(ga[256 + j] + in0[xo + 256 + j]), o_ = ::ngen_emu::fast_sigmoidf(ga[384 + j] + in0[xo + 384 + j]);
-            const float cn = f * cq[j] + i * gg;
-            o[j] = o_ * ::ngen_emu::fast_tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    __shared__ float tcs[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = in2[b * 128 + j];
-          tcs[j * 8 + s] = in3[b * 128 + j];
-        }
-      }
-      for (int t = 0; t < 1; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          tile_v a1;
-          tile_v a2;
-          tile_v a3;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 1 + t) * 512;
-            a0[s] = in0[xo + 0 + j];
-            a1[s] = in0[xo + 128 + j];
-            a2[s] = in0[xo + 256 + j];
-            a3[s] = in0[xo + 384 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            const float w1 = in1[(long long)(128 + j) * 128 + k];
-            const float w2 = in1[(long long)(256 + j) * 128 + k];
-            const float w3 = in1[(long long)(384 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-            a1 += w1 * hk;
-            a2 += w2 * hk;
-            a3 += w3 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 1 + t) * 768;
-            const float cp = tcs[j * 8 + s];
-            const float i = (1.0f / (1.0f + expf(-(a0[s])))), f = (1.0f / (1.0f + expf(-(a1[s])))), gg = tanhf(a2[s]), o_ = (1.0f / (1.0f + expf(-(a3[s]))));
-            const float cn = f * cp + i * gg;
-            o[j] = o_ * tanhf(cn);
-            o[128 + j] = cn; o[256 + j] = i; o[384 + j] = f; o[512 + j] = gg; o[640 + j] = o_;
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 1 + t) * 768;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-            tcs[j * 8 + s] = o[128 + j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = in2[b * 128 + j];
-      cs[j] = in3[b * 128 + j];
-    }
-    __syncthreads();
-    for (int t = 0; t < 1; ++t) {
-      const long long xo = (b * 1 + t) * 512;
-      float *s = out0 + (b * 1 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_5_2 computes:
-//   v35 = slice <f32[B,1,128]> v34 {axes=[2] ints=[0 128]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_5_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v35_c2 = j;
-    unsigned long long v35_rem = (unsigned long long)(r);
-    const long long v35_c1 = (long long)(v35_rem % (unsigned long long)(1LL)); v35_rem /= (unsigned long long)(1LL);
-    const long long v35_c0 = (long long)v35_rem;
-    const float v35 = in0[(((v35_c0) * 1LL + v35_c1) * 768LL + v35_c2 + 0)];
-    out0[i] = v35;
-  }
-}
-
-// slice_fwd_6 computes:
-//   v36 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
-//   v38 = slice <f32[B,1,128]> v34 {axes=[2] ints=[128 256]}  # models/lstm/model.go:63
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v36_c2 = j;
-    unsigned long long v36_rem = (unsigned long long)(r);
-    const long long v36_c1 = (long long)(v36_rem % (unsigned long long)(1LL)); v36_rem /= (unsigned long long)(1LL);
-    const long long v36_c0 = (long long)v36_rem;
-    const float v36 = in0[(((v36_c0) * 1LL + v36_c1 + 0) * 128LL + v36_c2)];
-    const long long v38_c2 = j;
-    unsigned long long v38_rem = (unsigned long long)(r);
-    const long long v38_c1 = (long long)(v38_rem % (unsigned long long)(1LL)); v38_rem /= (unsigned long long)(1LL);
-    const long long v38_c0 = (long long)v38_rem;
-    const float v38 = in1[(((v38_c0) * 1LL + v38_c1) * 768LL + v38_c2 + 128)];
-    out0[i] = v36;
-    out1[i] = v38;
-  }
-}
-
-// slice_fwd_7 computes:
+// slice_fwd_5 computes:
 //   v39 = slice <f32[B,1,128]> v38 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
 //   v47 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:64
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -1853,9 +613,9 @@ extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __res
   }
 }
 
-// fc_bias_fwd computes:
+// bias_fwd_2 computes:
 //   v52 = add <f32[B,99]> v50 v51  # models/lstm/model.go:64
-extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
     const long long i = r * 99LL + j;

@@ -2,8 +2,12 @@
 // Model mlp: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,9 +132,9 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// fc1_bias_fwd computes:
+// bias_fwd: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
 //   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -141,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd(const float * __r
   }
 }
 
-// relu_fwd computes:
+// relu_fwd: 3 launches (relu_fwd, relu_fwd, relu_fwd). The first computes:
 //   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
@@ -152,20 +156,20 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   }
 }
 
-// dropout_fwd computes:
+// dropout_fwd: 3 launches (dropout_fwd, dropout_bwd_2, dropout_fwd). The first computes:
 //   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a6 = in0[i];
-    float v7 = (a6 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
+    float v7 = (a6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v7;
   }
 }
 
-// fc2_bias_fwd computes:
+// bias_fwd_2: 3 launches (fc2_bias_fwd, fc2_bias_fwd, fc2_bias_fwd). The first computes:
 //   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
@@ -176,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd(const float * __r
   }
 }
 
-// relu_fwd_2 computes:
+// relu_fwd_2: 3 launches (relu_fwd_2, relu_fwd_2, relu_fwd_2). The first computes:
 //   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
@@ -187,20 +191,20 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   }
 }
 
-// dropout_fwd_2 computes:
+// dropout_fwd_2: 3 launches (dropout_fwd_2, dropout_bwd, dropout_fwd_2). The first computes:
 //   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
+extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a12 = in0[i];
-    float v13 = (a12 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
+    float v13 = (a12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v13;
   }
 }
 
-// fc3_bias_fwd computes:
+// bias_fwd_3: 3 launches (fc3_bias_fwd, fc3_bias_fwd, fc3_bias_fwd). The first computes:
 //   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:17
-extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
@@ -213,44 +217,15 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __r
 
 // cross_entropy_fwd computes:
 //   v18 = cross_entropy <f32[]> v17 v1  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a17 = in0[i];
-      xs[j] = a17;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -269,50 +244,19 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a17 = in0[i];
     atomicAdd(out0, (lse - a17) / (float)rows);
   }
-#endif
 }
 
 // ce_grad_bwd computes:
 //   v20 = ce_grad <f32[B,10]> v17 v1 v19  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a17 = in0[i];
-      xs[j] = a17;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    float *const dx = out0 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -333,7 +277,6 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a17;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -350,17 +293,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
       { const float x = a20; acc0 = acc0 + x; }
     }
     out0[o] = acc0;
-  }
-}
-
-// dropout_bwd computes:
-//   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a23 = in0[i];
-    float v25 = (a23 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
-    out0[i] = v25;
   }
 }
 
@@ -415,17 +347,6 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
       out0[o0 + threadIdx.x] = s0;
     }
     __syncthreads();
-  }
-}
-
-// dropout_bwd_2 computes:
-//   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a29 = in0[i];
-    float v31 = (a29 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
-    out0[i] = v31;
   }
 }
 
@@ -509,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
   }
 }
 
-// optimizer_update_3 computes:
+// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
 //   v42 = add <f32[535818]> v40 v41  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
@@ -563,23 +484,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v46 = add <f32[535818]> v43 v45  # models/mlp/model.go:12
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 535818LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a43 = in0[i];
-    float a45 = in1[i];
-    float v46 = (a43 + a45);
-    out0[i] = v46;
-  }
-}
-
-// optimizer_update_8 computes:
 //   v47 = sqrt <f32[535818]> v46  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -589,10 +496,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
   }
 }
 
-// optimizer_update_9 computes:
+// optimizer_update_8 computes:
 //   v49 = div <f32[535818]> v47 v48  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -602,10 +509,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
   }
 }
 
-// optimizer_update_10 computes:
+// optimizer_update_9 computes:
 //   v50 = addc <f32[535818]> v49 {f=1e-08}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -615,10 +522,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
   }
 }
 
-// optimizer_update_11 computes:
+// optimizer_update_10 computes:
 //   v52 = div <f32[535818]> v42 v50  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -629,10 +536,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
   }
 }
 
-// optimizer_update_12 computes:
+// optimizer_update_11 computes:
 //   v53 = mul <f32[535818]> v51 v52  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -642,10 +549,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// optimizer_update_13 computes:
+// optimizer_update_12 computes:
 //   v54 = sub <f32[535818]> v36 v53  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -653,150 +560,6 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
     float a53 = in1[i];
     float v54 = (a36 - a53);
     out0[i] = v54;
-  }
-}
-
-// fc1_bias_fwd_2 computes:
-//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a2 = in0[i];
-    float a3 = in1[(0) * 512LL + j];
-    float v4 = (a2 + a3);
-    out0[i] = v4;
-  }
-}
-
-// relu_fwd_3 computes:
-//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a4 = in0[i];
-    float v5 = (a4 <= 0.0f ? 0.0f : a4);
-    out0[i] = v5;
-  }
-}
-
-// dropout_fwd_3 computes:
-//   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a5 = in0[i];
-    float v6 = (a5 * ngen_dropout_if(s_train, s_seed, s_step, 1u, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
-    out0[i] = v6;
-  }
-}
-
-// fc2_bias_fwd_2 computes:
-//   v10 = add <f32[B,256]> v8 v9  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
-    const long long i = r * 256LL + j;
-    float a8 = in0[i];
-    float a9 = in1[(0) * 256LL + j];
-    float v10 = (a8 + a9);
-    out0[i] = v10;
-  }
-}
-
-// relu_fwd_2_2 computes:
-//   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a10 = in0[i];
-    float v11 = (a10 <= 0.0f ? 0.0f : a10);
-    out0[i] = v11;
-  }
-}
-
-// dropout_fwd_2_2 computes:
-//   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a11 = in0[i];
-    float v12 = (a11 * ngen_dropout_if(s_train, s_seed, s_step, 2u, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
-    out0[i] = v12;
-  }
-}
-
-// fc3_bias_fwd_2 computes:
-//   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:17
-extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a14 = in0[i];
-    float a15 = in1[(0) * 10LL + j];
-    float v16 = (a14 + a15);
-    out0[i] = v16;
-  }
-}
-
-// fc1_bias_fwd_3 computes:
-//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a2 = in0[i];
-    float a3 = in1[(0) * 512LL + j];
-    float v4 = (a2 + a3);
-    out0[i] = v4;
-  }
-}
-
-// relu_fwd_4 computes:
-//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 512LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a4 = in0[i];
-    float v5 = (a4 <= 0.0f ? 0.0f : a4);
-    out0[i] = v5;
-  }
-}
-
-// fc2_bias_fwd_3 computes:
-//   v9 = add <f32[B,256]> v7 v8  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
-    const long long i = r * 256LL + j;
-    float a7 = in0[i];
-    float a8 = in1[(0) * 256LL + j];
-    float v9 = (a7 + a8);
-    out0[i] = v9;
-  }
-}
-
-// relu_fwd_2_3 computes:
-//   v10 = relu <f32[B,256]> v9  # models/mlp/model.go:16
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_2_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 256LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a9 = in0[i];
-    float v10 = (a9 <= 0.0f ? 0.0f : a9);
-    out0[i] = v10;
-  }
-}
-
-// fc3_bias_fwd_3 computes:
-//   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:17
-extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
-    const long long i = r * 10LL + j;
-    float a12 = in0[i];
-    float a13 = in1[(0) * 10LL + j];
-    float v14 = (a12 + a13);
-    out0[i] = v14;
   }
 }
 

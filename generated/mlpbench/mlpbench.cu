@@ -2,8 +2,12 @@
 // Model mlpbench: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,10 +132,10 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// fc1_bias_relu_fwd computes:
+// bias_relu_fwd: 2 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
 //   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
 //   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
     const long long i = r * 2048LL + j;
@@ -143,10 +147,10 @@ extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd(const float 
   }
 }
 
-// fc2_bias_relu_fwd computes:
+// bias_relu_fwd_2: 2 launches (fc2_bias_relu_fwd, fc2_bias_relu_fwd). The first computes:
 //   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
 //   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
     const long long i = r * 512LL + j;
@@ -158,54 +162,19 @@ extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd(const float 
   }
 }
 
-// fc3_bias_cross_entropy_ce_grad_bwd computes:
+// bias_cross_entropy_ce_grad_bwd computes:
 //   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:32
 //   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:34
 //   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:34
-extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in2[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a13 = in0[i];
-      float a14 = in1[(0) * 10LL + j];
-      float v15 = (a13 + a14);
-      xs[j] = v15;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-    float *const dx = out1 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in2[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 1) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -239,7 +208,6 @@ extern "C" __global__ void __launch_bounds__(256) fc3_bias_cross_entropy_ce_grad
     const float xj = v15;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -399,39 +367,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   }
 }
 
-// fc1_bias_relu_fwd_2 computes:
-//   v4 = add <f32[B,2048]> v2 v3  # models/mlp/model.go:30
-//   v5 = relu <f32[B,2048]> v4  # models/mlp/model.go:30
-extern "C" __global__ void __launch_bounds__(256) fc1_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
-    const long long i = r * 2048LL + j;
-    float a2 = in0[i];
-    float a3 = in1[(0) * 2048LL + j];
-    float v4 = (a2 + a3);
-    float v5 = (v4 <= 0.0f ? 0.0f : v4);
-    out0[i] = v5;
-  }
-}
-
-// fc2_bias_relu_fwd_2 computes:
-//   v9 = add <f32[B,512]> v7 v8  # models/mlp/model.go:31
-//   v10 = relu <f32[B,512]> v9  # models/mlp/model.go:31
-extern "C" __global__ void __launch_bounds__(256) fc2_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
-    const long long i = r * 512LL + j;
-    float a7 = in0[i];
-    float a8 = in1[(0) * 512LL + j];
-    float v9 = (a7 + a8);
-    float v10 = (v9 <= 0.0f ? 0.0f : v9);
-    out0[i] = v10;
-  }
-}
-
-// fc3_bias_fwd computes:
+// bias_fwd computes:
 //   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
-extern "C" __global__ void __launch_bounds__(256) fc3_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;

@@ -2,8 +2,12 @@
 // Model rnn: fused kernels for the training step and the forward pass.
 // nvcc flags: -O3 --fmad=true --ftz=true -lineinfo (sm_80, sm_90, compute_80 PTX)
 
-// Device helpers shared by every generated kernel.
-#ifndef NGEN_EMU
+// Device helpers shared by every generated kernel. Each is defined here
+// unless whoever includes this file defined it first (its macro, or an
+// NGEN_HOST_* flag): the CPU backend's emulation header does, for the
+// helpers it runs faster on a host with the same results, except in its
+// GPU-forms test mode, which runs the loops and shuffles as written here.
+#ifndef NGEN_DYNAMIC_SHARED
 #define NGEN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
@@ -18,10 +22,10 @@
 // each worker's rows with an inner loop over j, so what depends on r alone
 // leaves the inner loop.
 //
-// NGEN_EMU_GPU_FORMS (runtime/cpu's Options.GPUForms) asks the emulation to
-// compile these GPU forms and the warp butterflies below exactly as written,
+// The CPU backend's GPU-forms test mode (runtime/cpu's Options.GPUForms)
+// compiles these loops and the warp butterflies below exactly as written,
 // so that the tests run the code the GPU runs.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+#ifndef NGEN_GRID_STRIDE
 #define NGEN_GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 #define NGEN_GRID_STRIDE_ROWS(r, j, rows, w)                                                                     \
   for (long long r##_e = (long long)blockIdx.x * blockDim.x + threadIdx.x; r##_e < (rows) * (long long)(w);     \
@@ -36,8 +40,8 @@
 template <typename T> __device__ __forceinline__ T ngen_sq(T x) { return x * x; }
 
 // The CPU emulation defines the f32 GELU itself, with an erf and exp that
-// the host compiler vectorises (NGEN_EMU_GELU_F32, ngen_emu.h).
-#ifndef NGEN_EMU_GELU_F32
+// the host compiler vectorises (NGEN_HOST_GELU_F32, ngen_emu.h).
+#ifndef NGEN_HOST_GELU_F32
 __device__ __forceinline__ float ngen_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float ngen_gelu_grad(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
@@ -49,16 +53,16 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
 }
 
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
-// emulation defines it with bit operations (NGEN_EMU_RELU_GRAD,
+// emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
-#ifndef NGEN_EMU_RELU_GRAD
+#ifndef NGEN_HOST_RELU_GRAD
 template <typename T> __device__ __forceinline__ T ngen_relu_grad(T y, T g) { return y > T(0) ? g : T(0); }
 #endif
 
 // Butterfly reductions over a warp: every lane ends with the result. The
 // CPU emulation header defines them with one warp barrier and the same
-// butterfly order, so both give the same bits.
-#if !defined(NGEN_EMU) || defined(NGEN_EMU_GPU_FORMS)
+// butterfly order, so both give the same bits (NGEN_HOST_WARP_REDUCE).
+#ifndef NGEN_HOST_WARP_REDUCE
 template <typename T> __device__ __forceinline__ T ngen_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -75,13 +79,12 @@ template <typename T> __device__ __forceinline__ T ngen_warp_max(T v) {
 // ngen_arrive counts a block's arrival at one output of a two-phase
 // reduction, after its partial is published, and returns how many blocks
 // arrived before it: the last one sums the partials (codegen/reduce.go).
-#ifndef NGEN_EMU
+// The CPU emulation defines its own (NGEN_HOST_ARRIVE).
+#ifndef NGEN_HOST_ARRIVE
 __device__ __forceinline__ unsigned ngen_arrive(unsigned *count) {
   __threadfence();
   return atomicAdd(count, 1u);
 }
-#else
-static inline unsigned ngen_arrive(unsigned *count) { return __atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL); }
 #endif
 
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator of
@@ -107,8 +110,9 @@ __device__ __forceinline__ void ngen_philox4(unsigned long long seed, unsigned l
 // the same one. ngen_dropout is the element's factor: scale where kept,
 // else 0. Here each thread draws its own element; the CPU emulation
 // (ngen_emu.h) defines its own ngen_dropout, which draws the same bits 64
-// elements at a time and keeps the kernel loop vectorisable.
-#ifndef NGEN_EMU
+// elements at a time and keeps the kernel loop vectorisable
+// (NGEN_HOST_DROPOUT).
+#ifndef NGEN_HOST_DROPOUT
 __device__ __forceinline__ bool ngen_keep(unsigned long long seed, unsigned long long step, unsigned stream, long long idx, float keep) {
   unsigned w[4];
   ngen_philox4(seed, step, stream, (unsigned long long)idx >> 2, w);
@@ -128,24 +132,24 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 }
 #endif
 
-// emb_embedding_fwd computes:
+// embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
 //   v4 = embedding <f32[B,16,32]> v3 v0  # models/rnn/model.go:42
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
+extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v4_j = j;
     const int v4_id = in1[r];
     const bool v4_bad = (unsigned)v4_id >= 54u;
-    if (v4_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v4_id; status[2] = (int)r; status[3] = 54; }
+    if (v4_bad && atomicCAS(status, 0, c0) == 0) { status[1] = v4_id; status[2] = (int)r; status[3] = 54; }
     const float v4 = in0[(long long)(v4_bad ? 0 : v4_id) * 32 + v4_j];
     out0[i] = v4;
   }
 }
 
-// rnn_bias_fwd computes:
+// bias_fwd: 4 launches (rnn_bias_fwd, rnn_bias_fwd_2, rnn_bias_fwd, rnn_bias_fwd_2). The first computes:
 //   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -156,118 +160,9 @@ extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd(const float * __r
   }
 }
 
-// rnn_bias_fwd_2 computes:
-//   v12 = add <f32[B,16,128]> v11 v8  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a11 = in0[i];
-    float a8 = in1[(0) * 128LL + j];
-    float v12 = (a11 + a8);
-    out0[i] = v12;
-  }
-}
-
-// rnn_rnn_scan_fwd computes:
+// rnn_scan_fwd: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      for (int t = 0; t < 16; ++t) {
-        const float *hp = t ? out0 + (b0 * 16 + t - 1) * 128 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 128, 128, (float)1, hp, t ? 2048 : 128, &in1[0], 128, (float)0, gates, 128);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 16 + t) * 128;
-          const float *hq = t ? o - 128 : h0s + s * 128;
-          const float *ga = gates + (long long)s * 128;
-          const long long xo = (b * 16 + t) * 128;
-          const bool on = in2[b * 16 + t] != 0;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            o[j] = (on ? ::ngen_emu::fast_tanhf(ga[0 + j] + in0[xo + 0 + j]) : hq[j]);
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 16; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 16 + t) * 128;
-            a0[s] = in0[xo + 0 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 16 + t) * 128;
-            const float hp = th[j * 8 + s];
-            const bool on = in2[b * 16 + t] != 0;
-            o[j] = (on ? tanhf(a0[s]) : hp);
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 16 + t) * 128;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float pre[128];
   const long long nb = (long long)B;
@@ -300,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd(const float *
   }
 }
 
-// slice_fwd computes:
+// slice_fwd: 3 launches (slice_fwd, slice_bwd_2, slice_fwd). The first computes:
 //   v14 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
@@ -315,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
   }
 }
 
-// slice_fwd_2 computes:
+// slice_fwd_2: 2 launches (slice_fwd_2, slice_fwd_2). The first computes:
 //   v15 = slice <f32[B,1,128]> v14 {axes=[1] ints=[15 16]}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
@@ -330,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
   }
 }
 
-// slice_fwd_3 computes:
+// slice_fwd_3: 2 launches (slice_fwd_3, slice_fwd_3). The first computes:
 //   v18 = slice <f32[1,B,128]> v17 {axes=[0] ints=[0 1]}  # models/rnn/model.go:49
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
@@ -345,9 +240,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
   }
 }
 
-// fc_bias_fwd computes:
+// bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
 //   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:49
-extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 5LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a21 = in0[i];
@@ -359,44 +254,15 @@ extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd(const float * __re
 
 // cross_entropy_fwd computes:
 //   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:52
-extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  float loss = 0.0f;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a23 = in0[i];
-      xs[j] = a23;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    if (!bad) loss += (mx + logf(sum) - xs[label]) / (float)rows;
-  }
-  atomicAdd(out0, loss);
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -415,50 +281,19 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
     float a23 = in0[i];
     atomicAdd(out0, (lse - a23) / (float)rows);
   }
-#endif
 }
 
 // ce_grad_bwd computes:
 //   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:52
-extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int B) {
+extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
-#if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-  const float scale = 1.0f / (float)rows;
-  NGEN_GRID_STRIDE(r, rows) {
-    const int label = in1[r];
-    const bool bad = label < 0 || label >= C;
-    if (bad && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)r; status[3] = C; }
-    float xs[C], ex[C];
-    for (int j = 0; j < C; ++j) {
-      const long long i = r * C + j;
-      float a23 = in0[i];
-      xs[j] = a23;
-    }
-    float part[8];
-    for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] = xs[j0 + l] > part[l] ? xs[j0 + l] : part[l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] = xs[j] > part[0] ? xs[j] : part[0];
-    float mx = part[0];
-    for (int l = 1; l < 8; ++l) mx = part[l] > mx ? part[l] : mx;
-    for (int j = 0; j < C; ++j) ex[j] = ::ngen_emu::fast_expf(xs[j] - mx);
-    for (int l = 0; l < 8; ++l) part[l] = 0.0f;
-    for (int j0 = 0; j0 + 8 <= C; j0 += 8)
-      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];
-    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];
-    const float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    float *const dx = out0 + r * C;
-    for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
-    if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
-  }
-#else
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
   const int lane = 0;
   if (row >= rows) return;
   const int label = in1[row];
   const bool bad = label < 0 || label >= C;
-  if (bad && lane == 0 && atomicCAS(status, 0, 2) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
+  if (bad && lane == 0 && atomicCAS(status, 0, c0) == 0) { status[1] = label; status[2] = (int)row; status[3] = C; }
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
@@ -479,7 +314,6 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
     const float xj = a23;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
-#endif
 }
 
 // sum_bwd computes:
@@ -544,150 +378,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
   }
 }
 
-// rnn_rnn_scan_bwd_bwd computes:
+// rnn_scan_bwd_bwd computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *dh = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          dh[s * 128 + j] = 0.0f;
-        }
-      const float *sv = &in1[0];
-      for (int t = 15; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 16 + t) * 128;
-          float *d = out0 + (b * 17 + t) * 128;
-          float *dhs = dh + (long long)s * 128;
-          if (in3[b * 16 + t] == 0) {
-            for (int j = 0; j < 128; ++j) {
-              dhs[j] += in0[so + j];
-            }
-            for (int j = 0; j < 128; ++j) d[j] = 0.0f;
-            continue;
-          }
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = dhs[j] + in0[so + j];
-            dhs[j] = 0.0f;
-            const float h = sv[so + j];
-            d[j] = dhj * (1.0f - h * h);
-          }
-        }
-        ::ngen_emu::gemm(false, false, ns, 128, 128, (float)1, out0 + (b0 * 17 + t) * 128, 2176, &in2[0], 128, (float)1, dh, 128);
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 17 + 16) * 128;
-        for (int j = 0; j < 128; ++j) {
-          last[j] = dh[s * 128 + j];
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float tdh[1024];
-    __shared__ float tdg[1024];
-    __shared__ float tcarry[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int e = 0; e < 1024; ++e) {
-        tdh[e] = 0.0f;
-        tcarry[e] = 0.0f;
-      }
-      for (int e = 0; e < 1024; ++e) tdg[e] = 0.0f;
-      for (int t = 15; t >= 0; --t) {
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          const long long so = (b * 16 + t) * 128;
-          float *d = out0 + (b * 17 + t) * 128;
-          const bool on = in3[b * 16 + t] != 0;
-          for (int j = 0; j < 128; ++j) {
-            const float dhj = tdh[j * 8 + s] + in0[so + j];
-            if (!on) {
-              tcarry[j * 8 + s] = dhj;
-              d[0 + j] = 0.0f; tdg[(0 + j) * 8 + s] = 0.0f;
-              continue;
-            }
-            tcarry[j * 8 + s] = 0.0f;
-            const float h = in1[so + j];
-            const float da = dhj * (1.0f - h * h);
-            d[j] = da; tdg[j * 8 + s] = da;
-          }
-        }
-        typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-        int j = 0;
-        for (; j + 4 <= 128; j += 4) {
-          tile_v acc0 = {};
-          __builtin_memcpy(&acc0, tcarry + (j + 0) * 8, sizeof acc0);
-          tile_v acc1 = {};
-          __builtin_memcpy(&acc1, tcarry + (j + 1) * 8, sizeof acc1);
-          tile_v acc2 = {};
-          __builtin_memcpy(&acc2, tcarry + (j + 2) * 8, sizeof acc2);
-          tile_v acc3 = {};
-          __builtin_memcpy(&acc3, tcarry + (j + 3) * 8, sizeof acc3);
-          for (int r = 0; r < 128; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc0 += in2[(long long)r * 128 + j + 0] * dgr;
-            acc1 += in2[(long long)r * 128 + j + 1] * dgr;
-            acc2 += in2[(long long)r * 128 + j + 2] * dgr;
-            acc3 += in2[(long long)r * 128 + j + 3] * dgr;
-          }
-          __builtin_memcpy(tdh + (j + 0) * 8, &acc0, sizeof acc0);
-          __builtin_memcpy(tdh + (j + 1) * 8, &acc1, sizeof acc1);
-          __builtin_memcpy(tdh + (j + 2) * 8, &acc2, sizeof acc2);
-          __builtin_memcpy(tdh + (j + 3) * 8, &acc3, sizeof acc3);
-        }
-        for (; j < 128; ++j) {
-          tile_v acc = {};
-          __builtin_memcpy(&acc, tcarry + j * 8, sizeof acc);
-          for (int r = 0; r < 128; ++r) {
-            tile_v dgr;
-            __builtin_memcpy(&dgr, tdg + r * 8, sizeof dgr);
-            acc += in2[(long long)r * 128 + j] * dgr;
-          }
-          __builtin_memcpy(tdh + j * 8, &acc, sizeof acc);
-        }
-      }
-      for (int s = 0; s < ns; ++s) {
-        float *last = out0 + ((b0 + s) * 17 + 16) * 128;
-        for (int j = 0; j < 128; ++j) {
-          last[j] = tdh[j * 8 + s];
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
+extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dg[128];
   __shared__ float carry[128];
@@ -750,23 +443,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2 computes:
-//   v39 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v39_c2 = j;
-    unsigned long long v39_rem = (unsigned long long)(r);
-    const long long v39_c1 = (long long)(v39_rem % (unsigned long long)(16LL)); v39_rem /= (unsigned long long)(16LL);
-    const long long v39_c0 = (long long)v39_rem;
-    const float v39 = in0[(((v39_c0) * 16LL + v39_c1) * 128LL + v39_c2 + 0)];
-    out0[i] = v39;
-  }
-}
-
-// slice_bwd_3 computes:
 //   v40 = slice <f32[B,15,128]> v38 {axes=[1] ints=[1 16]}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -779,9 +457,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
   }
 }
 
-// slice_bwd_4 computes:
+// slice_bwd_3 computes:
 //   v41 = slice <f32[B,15,128]> v39 {axes=[1] ints=[0 15]}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
@@ -836,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   }
 }
 
-// sum_bwd_3 computes:
+// sum_bwd_3: 2 launches (sum_bwd_3, sum_bwd_4). The first computes:
 //   v45 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:48
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
@@ -879,50 +557,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4 computes:
-//   v47 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long nout = 128LL;
-  const long long nred = 16LL * (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
-    const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (128LL) + (((unsigned long long)(r)) / 16LL) * (2048LL));
-          float a38 = in0[i];
-          { const float x = a38; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
-    }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (128LL) + (((unsigned long long)(r)) / 16LL) * (2048LL));
-      float a38 = in0[i];
-      { const float x = a38; acc0 = acc0 + x; }
-    }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
-  }
-}
-
-// sum_bwd_5 computes:
 //   v51 = sum <f32[1,128,32]> v50 {axes=[0] keepdim}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 4096LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -969,26 +605,11 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;
     const int v53_j = j;
-    #if defined(NGEN_EMU) && !defined(NGEN_EMU_GPU_FORMS)
-    static thread_local float v53_row[32];
-    if (j == 0) {
-      float *const __restrict__ v53_acc = v53_row;
-      for (int k = 0; k < 32; ++k) v53_acc[k] = 0.0f;
-      const long long v53_n = (long long)B * 16LL;
-      for (long long t = 0; t < v53_n; ++t) {
-        if (in1[t] != (int)r) continue;
-        const float *const __restrict__ v53_g = in0 + t * 32;
-        for (int k = 0; k < 32; ++k) v53_acc[k] += v53_g[k];
-      }
-    }
-    const float v53 = v53_row[v53_j];
-    #else
     float v53 = 0.0f;
     const long long v53_n = (long long)B * 16LL;
     for (long long t = 0; t < v53_n; ++t) {
       v53 += in1[t] == (int)r ? in0[t * 32 + v53_j] : 0.0f;
     }
-    #endif
     out0[i] = v53;
   }
 }
@@ -1019,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
   }
 }
 
-// optimizer_update_3 computes:
+// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
 //   v60 = add <f32[23109]> v58 v59  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
@@ -1073,23 +694,9 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v64 = add <f32[23109]> v61 v63  # models/rnn/model.go:38
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 23109LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a61 = in0[i];
-    float a63 = in1[i];
-    float v64 = (a61 + a63);
-    out0[i] = v64;
-  }
-}
-
-// optimizer_update_8 computes:
 //   v65 = sqrt <f32[23109]> v64  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1099,10 +706,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
   }
 }
 
-// optimizer_update_9 computes:
+// optimizer_update_8 computes:
 //   v67 = div <f32[23109]> v65 v66  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1112,10 +719,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
   }
 }
 
-// optimizer_update_10 computes:
+// optimizer_update_9 computes:
 //   v68 = addc <f32[23109]> v67 {f=1e-08}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1125,10 +732,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
   }
 }
 
-// optimizer_update_11 computes:
+// optimizer_update_10 computes:
 //   v70 = div <f32[23109]> v60 v68  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1139,10 +746,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
   }
 }
 
-// optimizer_update_12 computes:
+// optimizer_update_11 computes:
 //   v71 = mul <f32[23109]> v69 v70  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1152,10 +759,10 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// optimizer_update_13 computes:
+// optimizer_update_12 computes:
 //   v72 = sub <f32[23109]> v54 v71  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1163,235 +770,6 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
     float a71 = in1[i];
     float v72 = (a54 - a71);
     out0[i] = v72;
-  }
-}
-
-// emb_embedding_fwd_2 computes:
-//   v3 = embedding <f32[B,16,32]> v2 v0  # models/rnn/model.go:42
-extern "C" __global__ void __launch_bounds__(256) emb_embedding_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
-    const long long i = r * 32LL + j;
-    const int v3_j = j;
-    const int v3_id = in1[r];
-    const bool v3_bad = (unsigned)v3_id >= 54u;
-    if (v3_bad && atomicCAS(status, 0, 1) == 0) { status[1] = v3_id; status[2] = (int)r; status[3] = 54; }
-    const float v3 = in0[(long long)(v3_bad ? 0 : v3_id) * 32 + v3_j];
-    out0[i] = v3;
-  }
-}
-
-// rnn_bias_fwd_3 computes:
-//   v10 = add <f32[B,16,128]> v9 v6  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a9 = in0[i];
-    float a6 = in1[(0) * 128LL + j];
-    float v10 = (a9 + a6);
-    out0[i] = v10;
-  }
-}
-
-// rnn_bias_fwd_2_2 computes:
-//   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_bias_fwd_2_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a10 = in0[i];
-    float a7 = in1[(0) * 128LL + j];
-    float v11 = (a10 + a7);
-    out0[i] = v11;
-  }
-}
-
-// rnn_rnn_scan_fwd_2 computes:
-//   v12 = rnn_scan <f32[B,16,128]> v11 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) rnn_rnn_scan_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1 && ::ngen_emu::scan_fast()) {
-    auto fast = [&]() __attribute__((always_inline)) {
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
-      const int ns = nb - b0 < 64 ? (int)(nb - b0) : 64;
-      float *h0s = ::ngen_emu::scan_scratch<float>(1, (long long)ns * 128);
-      for (int s = 0; s < ns; ++s)
-        for (int j = 0; j < 128; ++j) {
-          h0s[s * 128 + j] = 0.0f;
-        }
-      float *gates = ::ngen_emu::scan_scratch<float>(0, (long long)ns * 128);
-      for (int t = 0; t < 16; ++t) {
-        const float *hp = t ? out0 + (b0 * 16 + t - 1) * 128 : h0s;
-        ::ngen_emu::gemm(false, true, ns, 128, 128, (float)1, hp, t ? 2048 : 128, &in1[0], 128, (float)0, gates, 128);
-        for (int s = 0; s < ns; ++s) {
-          const long long b = b0 + s;
-          float *o = out0 + (b * 16 + t) * 128;
-          const float *hq = t ? o - 128 : h0s + s * 128;
-          const float *ga = gates + (long long)s * 128;
-          const long long xo = (b * 16 + t) * 128;
-          const bool on = in2[b * 16 + t] != 0;
-  #pragma GCC ivdep
-          for (int j = 0; j < 128; ++j) {
-            o[j] = (on ? ::ngen_emu::fast_tanhf(ga[0 + j] + in0[xo + 0 + j]) : hq[j]);
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto fast_fma = [&]() __attribute__((target("avx2,fma"))) { fast(); };
-    if (::ngen_emu::scan_fma()) {
-      fast_fma();
-      return;
-    }
-  #endif
-    fast();
-    return;
-  }
-  #endif
-  #ifdef NGEN_EMU
-  if (blockDim.x == 1) {
-    auto solo = [&]() __attribute__((always_inline)) {
-    __shared__ float th[1024];
-    const long long nb = (long long)B;
-    for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
-      const int ns = nb - b0 < 8 ? (int)(nb - b0) : 8;
-      for (int s = 0; s < 8; ++s) {
-        const long long b = b0 + (s < ns ? s : 0);
-        for (int j = 0; j < 128; ++j) {
-          th[j * 8 + s] = 0.0f;
-        }
-      }
-      for (int t = 0; t < 16; ++t) {
-        for (int j = 0; j < 128; ++j) {
-          typedef float tile_v __attribute__((vector_size(8 * sizeof(float))));
-          tile_v a0;
-          for (int s = 0; s < 8; ++s) {
-            const long long xo = ((b0 + (s < ns ? s : 0)) * 16 + t) * 128;
-            a0[s] = in0[xo + 0 + j];
-          }
-          for (int k = 0; k < 128; ++k) {
-            const float w0 = in1[(long long)(0 + j) * 128 + k];
-            tile_v hk;
-            __builtin_memcpy(&hk, th + k * 8, sizeof hk);
-            a0 += w0 * hk;
-          }
-          for (int s = 0; s < ns; ++s) {
-            const long long b = b0 + s;
-            float *o = out0 + (b * 16 + t) * 128;
-            const float hp = th[j * 8 + s];
-            const bool on = in2[b * 16 + t] != 0;
-            o[j] = (on ? tanhf(a0[s]) : hp);
-          }
-        }
-        for (int s = 0; s < ns; ++s) {
-          const float *o = out0 + ((b0 + s) * 16 + t) * 128;
-          for (int j = 0; j < 128; ++j) {
-            th[j * 8 + s] = o[j];
-          }
-        }
-      }
-    }
-    };
-  #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    auto solo_fma = [&]() __attribute__((target("avx2,fma"))) { solo(); };
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("NGEN_EMU_BASELINE")) {
-      solo_fma();
-      return;
-    }
-  #endif
-    solo();
-    return;
-  }
-  #endif
-  __shared__ float hs[128];
-  __shared__ float pre[128];
-  const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
-    }
-    __syncthreads();
-    for (int t = 0; t < 16; ++t) {
-      const long long xo = (b * 16 + t) * 128;
-      float *s = out0 + (b * 16 + t) * 128;
-      for (int r = threadIdx.x >> 5; r < 128; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        const bool on = in2[b * 16 + t] != 0;
-        s[j] = (on ? tanhf(a0) : hs[j]);
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// slice_fwd_4 computes:
-//   v13 = slice <f32[B,16,128]> v12 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 16LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v13_c2 = j;
-    unsigned long long v13_rem = (unsigned long long)(r);
-    const long long v13_c1 = (long long)(v13_rem % (unsigned long long)(16LL)); v13_rem /= (unsigned long long)(16LL);
-    const long long v13_c0 = (long long)v13_rem;
-    const float v13 = in0[(((v13_c0) * 16LL + v13_c1) * 128LL + v13_c2 + 0)];
-    out0[i] = v13;
-  }
-}
-
-// slice_fwd_2_2 computes:
-//   v14 = slice <f32[B,1,128]> v13 {axes=[1] ints=[15 16]}  # models/rnn/model.go:48
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_2_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v14_c2 = j;
-    unsigned long long v14_rem = (unsigned long long)(r);
-    const long long v14_c1 = (long long)(v14_rem % (unsigned long long)(1LL)); v14_rem /= (unsigned long long)(1LL);
-    const long long v14_c0 = (long long)v14_rem;
-    const float v14 = in0[(((v14_c0) * 16LL + v14_c1 + 15) * 128LL + v14_c2)];
-    out0[i] = v14;
-  }
-}
-
-// slice_fwd_3_2 computes:
-//   v17 = slice <f32[1,B,128]> v16 {axes=[0] ints=[0 1]}  # models/rnn/model.go:49
-extern "C" __global__ void __launch_bounds__(256) slice_fwd_3_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    const long long v17_c2 = j;
-    unsigned long long v17_rem = (unsigned long long)(r);
-    const long long v17_c1 = (long long)(v17_rem % (unsigned long long)((long long)B)); v17_rem /= (unsigned long long)((long long)B);
-    const long long v17_c0 = (long long)v17_rem;
-    const float v17 = in0[(((v17_c0 + 0) * (long long)B + v17_c1) * 128LL + v17_c2)];
-    out0[i] = v17;
-  }
-}
-
-// fc_bias_fwd_2 computes:
-//   v22 = add <f32[B,5]> v20 v21  # models/rnn/model.go:49
-extern "C" __global__ void __launch_bounds__(256) fc_bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 5LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a20 = in0[i];
-    float a21 = in1[(i % (5LL))];
-    float v22 = (a20 + a21);
-    out0[i] = v22;
   }
 }
 
