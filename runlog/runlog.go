@@ -64,18 +64,39 @@ type Eval struct {
 	Time        float64 `json:"time_s"`
 }
 
-// Metric is the eval's validation metric and its name: validation bits
-// per character, validation accuracy or test accuracy, in that order.
+// Metric names, in the order Metric prefers them.
+const (
+	MetricValBPC  = "validation bits per character"
+	MetricValAcc  = "validation accuracy"
+	MetricTestAcc = "test accuracy"
+)
+
+// Metric is the eval's main metric and its name: validation bits per
+// character, validation accuracy or test accuracy, the first present.
 func (e Eval) Metric() (name string, v float64, ok bool) {
-	switch {
-	case e.ValBPC != nil:
-		return "validation bits per character", *e.ValBPC, true
-	case e.ValAcc != nil:
-		return "validation accuracy", *e.ValAcc, true
-	case e.TestAcc != nil:
-		return "test accuracy", *e.TestAcc, true
+	for _, n := range []string{MetricValBPC, MetricValAcc, MetricTestAcc} {
+		if v, ok := e.Value(n); ok {
+			return n, v, true
+		}
 	}
 	return "", 0, false
+}
+
+// Value is the metric called name, when the eval measured it.
+func (e Eval) Value(name string) (float64, bool) {
+	var p *float64
+	switch name {
+	case MetricValBPC:
+		p = e.ValBPC
+	case MetricValAcc:
+		p = e.ValAcc
+	case MetricTestAcc:
+		p = e.TestAcc
+	}
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
 }
 
 // F is a metric value for Eval's optional fields.

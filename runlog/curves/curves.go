@@ -109,6 +109,9 @@ func plots(runs []Run, o Options) (loss, metric *plot.Plot, err error) {
 		title = strings.Join(models, ", ")
 	}
 	loss.Title.Text = fmt.Sprintf("%s: training loss per step (thin: each step; thick: mean of %d steps)", title, win)
+	if win == 1 {
+		loss.Title.Text = title + ": training loss per step"
+	}
 	loss.X.Label.Text = "step"
 	loss.Y.Label.Text = "loss"
 	loss.Legend.Top = true
@@ -139,19 +142,24 @@ func plots(runs []Run, o Options) (loss, metric *plot.Plot, err error) {
 			loss.Add(l, sm)
 			loss.Legend.Add(fmt.Sprintf("%s: %s", r.Name, throughput(r.Log)), sm)
 		}
+		// A run's metric is its first evaluation's (a sequence classifier
+		// adds a test accuracy at the end to its validation accuracies).
 		var pts plotter.XYs
+		if len(r.Log.Evals) > 0 {
+			name, _, ok := r.Log.Evals[0].Metric()
+			if ok && metricName == "" {
+				metricName = name
+			}
+			if ok && name != metricName {
+				return nil, nil, fmt.Errorf("curves: %s measures %s, an earlier run %s: draw them apart", r.Name, name, metricName)
+			}
+		}
 		for _, e := range r.Log.Evals {
-			name, v, ok := e.Metric()
+			v, ok := e.Value(metricName)
 			if !ok {
 				continue
 			}
-			if metricName == "" {
-				metricName = name
-			}
-			if name != metricName {
-				return nil, nil, fmt.Errorf("curves: %s measures %s, an earlier run %s: draw them apart", r.Name, name, metricName)
-			}
-			if strings.HasSuffix(name, "accuracy") {
+			if strings.HasSuffix(metricName, "accuracy") {
 				v *= 100
 			}
 			pts = append(pts, plotter.XY{X: float64(e.Epoch), Y: v})
@@ -233,8 +241,10 @@ func smooth(xy plotter.XYs, win int) plotter.XYs {
 // (from its eval lines, else its steps).
 func throughput(l *runlog.Log) string {
 	sum, n := 0.0, 0
+	seen := map[int]bool{} // an epoch with two evaluations (validation, then test) counts once
 	for _, e := range l.Evals {
-		if e.SamplesPerS > 0 {
+		if e.SamplesPerS > 0 && !seen[e.Epoch] {
+			seen[e.Epoch] = true
 			sum += e.SamplesPerS
 			n++
 		}
