@@ -368,7 +368,12 @@ func (w *writer) edgesOfSteps() {
 		}
 	}
 	// The flat views' parts, and the updates' write-backs.
+	var flats []*ir.Value
 	for v := range w.flats {
+		flats = append(flats, v)
+	}
+	sort.Slice(flats, func(i, j int) bool { return flats[i].ID < flats[j].ID })
+	for _, v := range flats {
 		for _, a := range v.Args {
 			if isSource(viewBase(a)) {
 				continue

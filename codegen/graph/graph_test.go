@@ -101,6 +101,12 @@ func TestDOTNamesEveryLaunch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				for range 4 { // nothing depends on map order
+					again, err := DOT(p, Options{NoFold: true})
+					if err != nil || !bytes.Equal(again, dot) {
+						t.Fatalf("a second DOT of the same program differs (%v)", err)
+					}
+				}
 				d := parse(t, dot)
 				plan, fn := stepFunc(t, p)
 				if len(d.name) != len(fn.Steps) {
