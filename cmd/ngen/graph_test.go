@@ -84,7 +84,7 @@ func TestPlotCmd(t *testing.T) {
 	if err := plotCmd(append([]string{"-o", out}, logs...)); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(out); err != nil || !bytes.Contains(b, []byte("ngen mlp: 100 samples/s")) || !bytes.Contains(b, []byte("pytorch mlp")) {
+	if b, err := os.ReadFile(out); err != nil || !bytes.Contains(b, []byte("ngen mlp: 100 samples/s")) || !bytes.Contains(b, []byte("PyTorch mlp")) {
 		t.Fatalf("cmp.svg: %v", err)
 	}
 	notLog := filepath.Join(dir, "notes.txt")

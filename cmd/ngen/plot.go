@@ -58,7 +58,11 @@ func readRuns(paths []string) ([]curves.Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := strings.TrimSpace(l.Run.Framework + " " + l.Run.Model)
+		fw := l.Run.Framework
+		if fw == "pytorch" {
+			fw = "PyTorch" // as cmd/train -plot names it
+		}
+		name := strings.TrimSpace(fw + " " + l.Run.Model)
 		if name == "" {
 			name = filepath.Base(p)
 		}

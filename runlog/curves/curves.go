@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -122,12 +123,16 @@ func plots(runs []Run, o Options) (loss, metric *plot.Plot, err error) {
 	metric.Add(plotter.NewGrid())
 	metricName := ""
 	drawn := 0
+	// Every run's raw line goes under every smoothed one.
+	var raws, smooths []plot.Plotter
 	for i, r := range runs {
 		steps := r.Log.Steps
 		if len(steps) > 0 {
 			raw := make(plotter.XYs, len(steps))
 			for k, s := range steps {
-				raw[k] = plotter.XY{X: float64(s.Step), Y: s.Loss}
+				// The log scale takes positive values only; a loss is
+				// never below 0, and 1e-6 is far below any plotted.
+				raw[k] = plotter.XY{X: float64(s.Step), Y: math.Max(s.Loss, 1e-6)}
 			}
 			l, err := plotter.NewLine(raw)
 			if err != nil {
@@ -139,7 +144,7 @@ func plots(runs []Run, o Options) (loss, metric *plot.Plot, err error) {
 				return nil, nil, fmt.Errorf("curves: %s: %v", r.Name, err)
 			}
 			sm.LineStyle.Color, sm.LineStyle.Width = colour(i, 255), vg.Points(2)
-			loss.Add(l, sm)
+			raws, smooths = append(raws, l), append(smooths, sm)
 			loss.Legend.Add(fmt.Sprintf("%s: %s", r.Name, throughput(r.Log)), sm)
 		}
 		// A run's metric is its first evaluation's (a sequence classifier
@@ -185,6 +190,14 @@ func plots(runs []Run, o Options) (loss, metric *plot.Plot, err error) {
 	}
 	if drawn == 0 {
 		return nil, nil, fmt.Errorf("curves: the logs hold no steps and no evaluations")
+	}
+	loss.Add(raws...)
+	loss.Add(smooths...)
+	if longest > 0 {
+		// A log scale shows the first steps' fall and the late
+		// differences between runs in one panel.
+		loss.Y.Scale, loss.Y.Tick.Marker = plot.LogScale{}, logTicks{}
+		loss.Y.Label.Text = "loss (log scale)"
 	}
 	if metricName == "" {
 		metricName = "no evaluation logged"
@@ -261,6 +274,29 @@ func throughput(l *runlog.Log) string {
 		return "throughput not logged"
 	}
 	return fmt.Sprintf("%.0f samples/s", sum/float64(n))
+}
+
+// logTicks marks 1, 2, 3 and 5 times the powers of ten in range, with
+// labels, and the other whole multiples without.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		p := math.Pow(10, e)
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * p
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 3 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 // integerTicks marks whole epochs only.

@@ -52,6 +52,12 @@ func TestRender(t *testing.T) {
 	if _, err := Render(append(runs, Run{"lm", bpc}), "png", Options{}); err == nil || !strings.Contains(err.Error(), "bits per character") {
 		t.Fatalf("mixed metrics: %v", err)
 	}
+	// Evaluations alone (no step lines): the loss panel stays empty.
+	evalsOnly := fakeRun("ngen", 2, 10, 1)
+	evalsOnly.Steps = nil
+	if _, err := Render([]Run{{"evals", evalsOnly}}, "png", Options{}); err != nil {
+		t.Fatalf("a log of evaluations only: %v", err)
+	}
 	if _, err := Render(nil, "png", Options{}); err == nil {
 		t.Fatal("no runs drawn")
 	}
