@@ -175,6 +175,9 @@ func (r *recorder) finish() error {
 		}
 		fmt.Println("wrote", *logPath)
 	}
+	if r.peerLog != "" && !r.peerTemp {
+		fmt.Println("wrote", r.peerLog, "(PyTorch's)")
+	}
 	if *plotPath == "" {
 		return nil
 	}
