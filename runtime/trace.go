@@ -108,9 +108,12 @@ func (s *Session) WriteTrace(w io.Writer) error {
 		}
 	}
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
 	n := 0
-	emit := func(e traceEvent) error {
+	emit := func(e traceEvent) error { // one event a line
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
 		sep := ",\n"
 		if n == 0 {
 			sep = "\n"
@@ -119,7 +122,8 @@ func (s *Session) WriteTrace(w io.Writer) error {
 		if _, err := bw.WriteString(sep); err != nil {
 			return err
 		}
-		return enc.Encode(e) // Encode ends with a newline, which JSON allows
+		_, err = bw.Write(b)
+		return err
 	}
 	if _, err := bw.WriteString(`{"displayTimeUnit": "ms", "traceEvents": [`); err != nil {
 		return err
