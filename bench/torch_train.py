@@ -18,6 +18,10 @@ Prints one JSON line per epoch.
 (torch_models.seq_model); they read the sequences that cmd/train -torch writes (--seqdata, the format of
 cmd/train/seq_torch.go's writeSeqSets) and print validation accuracy (rnn,
 and test accuracy) or validation bits per character (the others) per epoch.
+
+--log PATH writes the run log of cmd/train -log (package runlog): a run
+line, then a line per training step and per evaluation, each written and
+flushed as it happens; cmd/train -torch -plot draws it beside ngen's run.
 """
 
 import argparse
@@ -64,6 +68,45 @@ def load(dir, train):
     return x, labels.astype(np.int64)
 
 
+class RunLog:
+    """--log: the JSON-lines run log that cmd/train -log writes (runlog)."""
+
+    def __init__(self, path, model, device, batch):
+        self.f = open(path, "w") if path else None
+        self.t0 = self.last = time.perf_counter()
+        self.step = 0
+        self.device = device
+        self.write({"kind": "run", "framework": "pytorch", "model": model, "device": device, "batch": batch})
+
+    def write(self, rec):
+        if self.f:
+            self.f.write(json.dumps(rec) + "\n")
+            self.f.flush()
+
+    def epoch_start(self):
+        self.last = time.perf_counter()
+
+    def step_done(self, epoch, loss, rows, lr):
+        if not self.f:
+            return
+        import torch
+        now = time.perf_counter()
+        self.step += 1
+        alloc = peak = 0
+        if self.device != "cpu":
+            alloc, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+        self.write({"kind": "step", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr,
+                    "samples_per_s": rows / max(now - self.last, 1e-9), "mem_allocated": alloc, "mem_peak": peak,
+                    "time_s": now - self.t0})
+        self.last = now
+
+    def eval_done(self, epoch, train_loss, samples_per_s, **metrics):
+        rec = {"kind": "eval", "step": self.step, "epoch": epoch, "train_loss": train_loss,
+               "samples_per_s": samples_per_s, "time_s": time.perf_counter() - self.t0}
+        rec.update(metrics)
+        self.write(rec)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp", help="mlp, convnet or convnet_bn")
@@ -79,6 +122,7 @@ def main():
     p.add_argument("--data", default=DEFAULT_DIR, help="directory with the Fashion-MNIST IDX .gz files")
     p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
+    p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before numpy or torch loads OpenBLAS
     global np
@@ -112,6 +156,7 @@ def main():
         xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     shuffle = torch.Generator().manual_seed(a.seed)
+    log = RunLog(a.log, a.model, a.device, a.batch)
 
     n = len(xtr)
     for epoch in range(1, a.epochs + 1):
@@ -119,6 +164,7 @@ def main():
         order = torch.randperm(n, generator=shuffle).to(a.device)
         total, batches = 0.0, 0
         t0 = time.perf_counter()
+        log.epoch_start()
         for s in range(0, n, a.batch):
             if a.epoch_steps > 0 and batches == a.epoch_steps:
                 break
@@ -127,14 +173,17 @@ def main():
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            total += loss.item()
+            value = loss.item()
+            total += value
             batches += 1
+            log.step_done(epoch, value, len(idx), opt.param_groups[0]["lr"])
         secs = time.perf_counter() - t0
 
         model.eval()
         with torch.no_grad():
             correct = sum((model(xte[s:s + 1000]).argmax(1) == yte[s:s + 1000]).sum().item()
                           for s in range(0, len(xte), 1000))
+        log.eval_done(epoch, total / batches, n / secs, test_acc=correct / len(xte))
         print(json.dumps({
             "epoch": epoch,
             "test_acc": round(correct / len(xte), 4),
@@ -188,6 +237,7 @@ def train_seq(a):
     model, lr = torch_models.seq_model(a.model, a.vocab)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     shuffle = torch.Generator().manual_seed(a.seed)
+    log = RunLog(a.log, a.model, a.device, a.batch)
 
     def loss_of(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -210,6 +260,7 @@ def train_seq(a):
         order = torch.randperm(n, generator=shuffle)
         total, batches = 0.0, 0
         t0 = time.perf_counter()
+        log.epoch_start()
         for s in range(0, n, a.batch):
             if a.epoch_steps > 0 and batches == a.epoch_steps:
                 break
@@ -218,8 +269,10 @@ def train_seq(a):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            total += loss.item()
+            value = loss.item()
+            total += value
             batches += 1
+            log.step_done(epoch, value, len(idx), opt.param_groups[0]["lr"])
         secs = time.perf_counter() - t0
         model.eval()
         vloss, vacc = evaluate(val)
@@ -228,10 +281,13 @@ def train_seq(a):
              "steps": batches}
         if per_seq:
             r["val_acc"] = round(vacc, 4)
+            log.eval_done(epoch, total / batches, r["samples_per_s"], val_acc=vacc)
             if epoch == a.epochs and test is not None:
                 r["test_acc"] = round(evaluate(test)[1], 4)
+                log.eval_done(epoch, total / batches, r["samples_per_s"], test_acc=r["test_acc"])
         else:
             r["val_bpc"] = round(vloss / math.log(2), 4)
+            log.eval_done(epoch, total / batches, r["samples_per_s"], val_bpc=vloss / math.log(2))
         print(json.dumps(r), flush=True)
 
 

@@ -94,7 +94,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			continue
 		}
 		for i, st := range f.Steps {
-			row := StepRow{Label: st.Label, Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
+			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:

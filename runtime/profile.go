@@ -15,7 +15,10 @@ import (
 type StepTime struct {
 	Func  string // "step", "predict"
 	Index int    // position in the function's plan steps
-	Name  string // kernel name, or "gemm", "memset", "copy"
+	Name  string // kernel name (shared by launches that compute alike), or "gemm", "memset", "copy"
+	// Label names the call for people (StepLabel): the launch's layer and
+	// ops, the parameter a GEMM reads or the gradient it writes.
+	Label string
 	Ops   string
 	Calls int
 	Total time.Duration
@@ -25,15 +28,27 @@ type StepTime struct {
 
 type profiler struct {
 	steps map[[2]int]*StepTime // (function index, step index)
+	trace trace                // every timed call, for WriteTrace (trace.go)
 }
 
 // SetProfiling turns per-step timing on or off; turning it on clears the
-// accumulated times.
+// accumulated times and the trace. On a device that times its own calls
+// (a DeviceTimer: CUDA events on the GPU) it turns that timing on too,
+// for the trace's device track.
 func (s *Session) SetProfiling(on bool) {
 	if on {
-		s.prof = &profiler{steps: map[[2]int]*StepTime{}}
+		s.prof = &profiler{steps: map[[2]int]*StepTime{}, trace: trace{t0: time.Now()}}
 	} else {
 		s.prof = nil
+	}
+	if dt, ok := s.dev.(DeviceTimer); ok {
+		err := dt.SetEventTiming(on)
+		if s.prof != nil {
+			if err == nil {
+				s.prof.trace.dev = dt
+			}
+			s.prof.trace.deviceErr = err
+		}
 	}
 }
 
@@ -75,36 +90,50 @@ func WriteProfile(w io.Writer, ts []StepTime) error {
 		if sec > 0 {
 			gbs, gfs = float64(t.Bytes)/sec/1e9, float64(t.Flops)/sec/1e9
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.1f%%\t%.2f\t%.2f\t\n", t.Func, t.Index, t.Name, t.Calls, avg, share, gbs, gfs)
+		name := t.Label
+		if name == "" {
+			name = t.Name
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.1f%%\t%.2f\t%.2f\t\n", t.Func, t.Index, name, t.Calls, avg, share, gbs, gfs)
 	}
 	return tw.Flush()
 }
 
 // timeStep runs exec for step i of function fi and records its time.
 func (s *Session) timeStep(fi int, fname string, i int, st *Step, exec func() error) error {
+	tr := &s.prof.trace
+	var dev0 int
+	if tr.dev != nil {
+		dev0 = tr.dev.TimedCalls()
+	}
 	t0 := time.Now()
 	err := exec()
 	if err == nil {
 		err = s.dev.Sync()
 	}
 	d := time.Since(t0)
+	dev1 := dev0
+	if tr.dev != nil {
+		dev1 = tr.dev.TimedCalls()
+	}
 	k := [2]int{fi, i}
 	t := s.prof.steps[k]
 	if t == nil {
-		t = &StepTime{Func: fname, Index: i, Name: s.stepName(st), Ops: st.Ops}
+		t = &StepTime{Func: fname, Index: i, Name: s.stepName(st), Label: StepLabel(s.plan, st), Ops: st.Ops}
 		s.prof.steps[k] = t
 	}
+	bytes, flops := st.Bytes.Eval(s.env), st.Flops.Eval(s.env)
 	t.Calls++
 	t.Total += d
-	t.Bytes += st.Bytes.Eval(s.env)
-	t.Flops += st.Flops.Eval(s.env)
+	t.Bytes += bytes
+	t.Flops += flops
+	tr.add(traceCall{fn: int32(fi), step: int32(i), dev0: int32(dev0), dev1: int32(dev1), start: t0.Sub(tr.t0), dur: d, bytes: bytes, flops: flops})
 	return err
 }
 
+// stepName is the step's kernel (shared by the launches that compute
+// alike), or its kind.
 func (s *Session) stepName(st *Step) string {
-	if st.Label != "" {
-		return st.Label
-	}
 	switch st.Kind {
 	case LaunchStep:
 		return s.fns[st.Kernel].Name()

@@ -6,7 +6,7 @@ set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 for p in build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist python3-torch python3-numpy nvidia-cuda-toolkit \
-    libopenmpi-dev openmpi-bin \
+    libopenmpi-dev openmpi-bin graphviz \
     wamerican wngerman wfrench wspanish witalian fortunes; do
   have "$p" || need+=("$p")
 done

@@ -3,10 +3,12 @@
 //
 //	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
 //	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|a100 [-graphs=false] [-tf32]] model.go
+//	ngen graph [-fuse=all|none] [-model NAME] [-o FILE.svg|.png|.dot] [-batch N] [-gpu h100|a100] [-fold=false] model.go
+//	ngen plot [-o FILE.png|.svg] [-smooth N] run.jsonl [other.jsonl ...]
 //	ngen devices
 //
 // It parses flags and calls the library; the work is in dsl/eval,
-// compiler, codegen and runtime/cuda/probe.
+// compiler, codegen, codegen/graph, runlog and runtime/cuda/probe.
 package main
 
 import (
@@ -39,6 +41,10 @@ func main() {
 		err = build(os.Args[2:])
 	case "report":
 		err = report(os.Args[2:])
+	case "graph":
+		err = graphCmd(os.Args[2:])
+	case "plot":
+		err = plotCmd(os.Args[2:])
 	case "devices":
 		err = devices()
 	default:
@@ -51,7 +57,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: ngen build|report|devices [flags] [model.go]  (ngen CMD -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: ngen build|report|graph|plot|devices [flags] [model.go | run.jsonl ...]  (ngen CMD -h for flags)")
 	os.Exit(2)
 }
 

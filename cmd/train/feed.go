@@ -38,8 +38,9 @@ func newBatches(l *data.Loader, dev runtime.Device) (src batches, close func() e
 
 // trainEpoch runs one epoch of steps, until Next says the epoch is over,, then the update of any micro-batches
 // left pending. It returns the summed loss, the step count and the time
-// spent waiting for batches.
-func trainEpoch(m model, src batches, each func(sum float64, n int)) (sum float64, n int, wait time.Duration, err error) {
+// spent waiting for batches. each, when not nil, sees every step's loss
+// and rows and the running sum and count; its error ends the epoch.
+func trainEpoch(m model, src batches, each func(loss float32, rows int, sum float64, n int) error) (sum float64, n int, wait time.Duration, err error) {
 	for {
 		t0 := time.Now()
 		x, y, ok := src.Next()
@@ -54,7 +55,9 @@ func trainEpoch(m model, src batches, each func(sum float64, n int)) (sum float6
 		sum += float64(loss)
 		n++
 		if each != nil {
-			each(sum, n)
+			if err := each(loss, len(y), sum, n); err != nil {
+				return 0, n, wait, err
+			}
 		}
 	}
 	if m.Session().Pending() > 0 {

@@ -11,6 +11,8 @@
 //	go run ./cmd/train -model lstm -epochs 1 -save lstm.ckpt
 //	go run ./cmd/train -model lstm -load lstm.ckpt -sample "Some prompt" -length 200
 //	go run ./cmd/train -model gpt -epochs 1 -sample "Some prompt" -temperature 0.8 -seed 3
+//	go run ./cmd/train -model convnet -epochs 3 -torch -plot run.png -log run.jsonl
+//	go run ./cmd/train -model mlp -epochs 1 -profile -trace step.json
 package main
 
 import (
@@ -27,6 +29,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/ngen-ml/ngen/runlog"
 	"github.com/ngen-ml/ngen/runtime"
 	_ "github.com/ngen-ml/ngen/runtime/cpu" // the default backend
 	"github.com/ngen-ml/ngen/runtime/data"
@@ -58,6 +61,10 @@ func main() {
 	flag.Parse()
 	sampling := false
 	flag.Visit(func(f *flag.Flag) { sampling = sampling || f.Name == "sample" })
+	if err := checkOutputs(*profile, *torch); err != nil { // -log, -plot, -trace (outputs.go)
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
 	if task, ok := seqTasks[*name]; ok {
 		if *esteps < 0 {
 			fmt.Fprintf(os.Stderr, "train: -epoch-steps %d: want 0 (whole epochs) or more\n", *esteps)
@@ -68,7 +75,7 @@ func main() {
 			os.Exit(2)
 		}
 		err := trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, seed: *seed, threads: *threads,
-			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile}, *batchS, *torch, *conc, *script,
+			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile, rec: newRecorder(*name)}, *batchS, *torch, *conc, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "train:", err)
@@ -105,9 +112,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
-	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile)
+	var rec *recorder
+	if grp.lead() { // rank 0 alone logs and plots
+		rec = newRecorder(*name)
+	}
+	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile, rec)
 	if err == nil && *torch {
-		err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir)
+		var peerLog []string
+		if peerLog, err = rec.peerArgs(); err == nil {
+			err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir, peerLog)
+		}
+	}
+	if err == nil {
+		err = rec.finish()
 	}
 	grp.finish(err)
 }
@@ -125,14 +142,16 @@ type epochResult struct {
 
 // compare runs the PyTorch peer on the same model, data and recipe and
 // prints its epochs beside ours. It runs after ngen's training, not beside
-// it, so the two do not share the cores.
-func compare(ours []epochResult, script, name string, epochs, batch int, seed uint64, threads int, dir string) error {
+// it, so the two do not share the cores. extra are more arguments for the
+// peer (its -log).
+func compare(ours []epochResult, script, name string, epochs, batch int, seed uint64, threads int, dir string, extra []string) error {
 	if threads <= 0 {
 		threads = goruntime.NumCPU()
 	}
 	fmt.Printf("\nPyTorch (%s, same model, data, epochs, batch, seed and threads):\n", script)
-	cmd := exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(epochs),
-		"--batch", strconv.Itoa(batch), "--seed", strconv.FormatUint(seed, 10), "--threads", strconv.Itoa(threads), "--data", dir)
+	args := append([]string{script, "--model", name, "--epochs", strconv.Itoa(epochs),
+		"--batch", strconv.Itoa(batch), "--seed", strconv.FormatUint(seed, 10), "--threads", strconv.Itoa(threads), "--data", dir}, extra...)
+	cmd := exec.Command("/usr/bin/python3", args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -157,7 +176,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool) ([]epochResult, error) {
+func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -223,6 +242,9 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if accum > 1 && grp.lead() {
 		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
 	}
+	if err := rec.begin(dev, batch); err != nil {
+		return nil, err
+	}
 	for epoch := 1; epoch <= epochs; epoch++ {
 		m.Train()
 		if profile && epoch == epochs {
@@ -235,11 +257,13 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 				progressbar.OptionClearOnFinish())
 		}
 		start := time.Now()
-		sum, n, wait, err := trainEpoch(m, src, func(sum float64, n int) {
+		rec.epochStart()
+		sum, n, wait, err := trainEpoch(m, src, func(loss float32, rows int, sum float64, n int) error {
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
 				bar.Add(1)
 			}
+			return rec.stepDone(m.Session(), epoch, loss, rows)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("epoch %d: %w", epoch, err)
@@ -264,10 +288,16 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		say("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s (%.1f s)\n",
 			epoch, sum/float64(n), 100*acc, float64(trainSet.N)/elapsed.Seconds(), elapsed.Seconds())
 		results = append(results, epochResult{Epoch: epoch, Acc: acc, Loss: sum / float64(n), PerSecond: float64(trainSet.N) / elapsed.Seconds()})
+		if err := rec.evalDone(runlog.Eval{Epoch: epoch, TrainLoss: sum / float64(n), TestAcc: runlog.F(acc), SamplesPerS: float64(trainSet.N) / elapsed.Seconds()}); err != nil {
+			return nil, err
+		}
 	}
 	if profile && grp.lead() {
 		fmt.Printf("\nprofile of epoch %d (training steps and test predictions):\n", epochs)
 		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
+			return nil, err
+		}
+		if err := writeTrace(m.Session()); err != nil {
 			return nil, err
 		}
 	}

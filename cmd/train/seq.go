@@ -12,6 +12,7 @@ import (
 
 	"github.com/ngen-ml/ngen/generated/charlm"
 	"github.com/ngen-ml/ngen/generated/rnn"
+	"github.com/ngen-ml/ngen/runlog"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
@@ -119,6 +120,10 @@ type seqOptions struct {
 	profile     bool
 	// trained, when not nil, receives the trained model's checkpoint.
 	trained *bytes.Buffer
+	// rec feeds -log and -plot (outputs.go); peerArgs are the PyTorch
+	// peer's arguments for its log.
+	rec      *recorder
+	peerArgs []string
 }
 
 // runSeq trains a sequence model: a progress bar, then after every epoch
@@ -155,6 +160,9 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	}
 	fmt.Printf("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d, %d steps per epoch\n",
 		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, perEpoch)
+	if err := o.rec.begin(dev, o.batch); err != nil {
+		return nil, err
+	}
 	var results []epochResult
 	for epoch := 1; epoch <= o.epochs; epoch++ {
 		m.Train()
@@ -168,6 +176,7 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 				progressbar.OptionClearOnFinish())
 		}
 		start := time.Now()
+		o.rec.epochStart()
 		sum, n := 0.0, 0
 		for n < perEpoch {
 			x, y, mask, ok := loader.Next()
@@ -180,6 +189,9 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 			}
 			sum += float64(loss)
 			n++
+			if err := o.rec.stepDone(m.Session(), epoch, loss, len(x)/tr.T); err != nil {
+				return nil, err
+			}
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
 				bar.Add(1)
@@ -198,12 +210,16 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		fmt.Printf("epoch %d: train loss %.4f, validation %s, %.0f sequences/s (%.0f tokens/s, %.1f s)\n",
 			epoch, sum/float64(n), ev, perS, perS*float64(tr.T), elapsed.Seconds())
 		r := epochResult{Epoch: epoch, Loss: sum / float64(n), PerSecond: perS, Steps: n}
+		le := runlog.Eval{Epoch: epoch, TrainLoss: r.Loss, SamplesPerS: perS}
 		if ev.perSeq {
-			r.ValAcc = ev.acc
+			r.ValAcc, le.ValAcc = ev.acc, runlog.F(ev.acc)
 		} else {
-			r.BPC = ev.bpc
+			r.BPC, le.ValBPC = ev.bpc, runlog.F(ev.bpc)
 		}
 		results = append(results, r)
+		if err := o.rec.evalDone(le); err != nil {
+			return nil, err
+		}
 	}
 	if sets.Test != nil && o.epochs > 0 {
 		ev, err := evaluate(m, sets.Test, o.batch)
@@ -211,11 +227,18 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 			return nil, err
 		}
 		fmt.Printf("test %s\n", ev)
-		results[len(results)-1].Acc = ev.acc
+		last := &results[len(results)-1]
+		last.Acc = ev.acc
+		if err := o.rec.evalDone(runlog.Eval{Epoch: last.Epoch, TrainLoss: last.Loss, TestAcc: runlog.F(ev.acc), SamplesPerS: last.PerSecond}); err != nil {
+			return nil, err
+		}
 	}
 	if o.profile {
 		fmt.Printf("\nprofile of epoch %d (training steps and validation predictions):\n", o.epochs)
 		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
+			return nil, err
+		}
+		if err := writeTrace(m.Session()); err != nil {
 			return nil, err
 		}
 	}
@@ -340,6 +363,11 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 			o.trained = &trained
 		}
 		ckpt = &trained
+		if torch {
+			if o.peerArgs, err = o.rec.peerArgs(); err != nil {
+				return err
+			}
+		}
 		var peer *seqPeer
 		if torch && concurrent {
 			// Started first, on its own threads: the two runs share the
@@ -365,6 +393,9 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 			if err := peer.compare(ours); err != nil {
 				return err
 			}
+		}
+		if err := o.rec.finish(); err != nil {
+			return err
 		}
 	}
 	if !so.on {

@@ -68,6 +68,7 @@ func startSeqPeer(task seqTask, script, name string, o seqOptions) (*seqPeer, er
 	p := &seqPeer{file: f.Name(), script: script, sets: sets, steps: o.epochSteps}
 	p.cmd = exec.Command("/usr/bin/python3", script, "--model", name, "--epochs", strconv.Itoa(o.epochs),
 		"--batch", strconv.Itoa(o.batch), "--seed", strconv.FormatUint(o.seed, 10), "--threads", strconv.Itoa(threads), "--seqdata", f.Name(), "--vocab", strconv.Itoa(task.vocab), "--epoch-steps", strconv.Itoa(o.epochSteps))
+	p.cmd.Args = append(p.cmd.Args, o.peerArgs...)
 	p.cmd.Stdout = &p.out
 	p.cmd.Stderr = os.Stderr
 	if err := p.cmd.Start(); err != nil {
