@@ -289,6 +289,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		switch {
 		case v.Role == ir.Input:
 			i = m.persistent("input", v.Name, v.DType, v.Shape)
+			m.plan.Buffers[i].Bound = inputBound(m.p, v.Name)
 			if v.Pos.File != "" {
 				m.plan.Buffers[i].Pos = v.Pos.String()
 			}

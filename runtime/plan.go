@@ -115,6 +115,10 @@ type Buffer struct {
 	Init      Init      `json:",omitzero"`
 	Shape     string    `json:",omitzero"` // the value's type as written, for messages
 	Pos       string    `json:",omitzero"` // an input's declaration in the user's file (file:line), for messages
+	// Bound, for an integer input, is the exclusive upper bound of the
+	// values its ops accept (embedding rows, cross-entropy classes; 2 for
+	// a mask); 0 for other buffers.
+	Bound int64 `json:",omitzero"`
 	// Func and Live place an Arena buffer: the function that uses it and
 	// the first and last step index that touch it.
 	Func int    `json:",omitzero"`

@@ -150,7 +150,27 @@ func build(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "ngen: %s -> %s (%d kernels, planned peak %d bytes at batch %d)\n", m.Name, filepath.Join(dir, pkg), countKernels(files), p.PeakBytes, *batch)
 	}
-	return nil
+	return writeIndex(dir, root)
+}
+
+// writeIndex rewrites dir's index package (codegen.IndexPackage), which
+// imports every generated package in dir: the ones this build wrote and
+// the ones earlier builds did.
+func writeIndex(dir, root string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var paths []string
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == codegen.IndexPackage {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), codegen.PlanFile)); err == nil {
+			paths = append(paths, path.Join(root, e.Name()))
+		}
+	}
+	return codegen.WriteDir(filepath.Join(dir, codegen.IndexPackage), map[string][]byte{codegen.IndexPackage + ".go": codegen.Index(paths)})
 }
 
 // packageNames are the models' package names; two models of one file that
@@ -161,6 +181,9 @@ func packageNames(models []*ir.Model, suffix string) ([]string, error) {
 	seen := map[string]*ir.Model{}
 	for _, m := range models {
 		pkg := compiler.PackageName(m.Name + suffix)
+		if pkg == codegen.IndexPackage {
+			return nil, fmt.Errorf("model %q (%s) would become package %q, the name of the index of generated packages: rename it or pass -suffix", m.Name, m.Pos, pkg)
+		}
 		if o := seen[pkg]; o != nil {
 			return nil, fmt.Errorf("model %q (%s) and model %q (%s) both become package %q: rename one", o.Name, o.Pos, m.Name, m.Pos, pkg)
 		}

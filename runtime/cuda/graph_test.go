@@ -92,8 +92,8 @@ func TestGraphsMatchEager(t *testing.T) {
 	}
 	for _, gm := range genModels {
 		t.Run(gm.name, func(t *testing.T) {
-			var losses [2][]float32
-			var params [2]map[string][]float32
+			var losses [2][]float64
+			var params [2]map[string][]float64
 			var gd *Device
 			for side, noGraphs := range []bool{false, true} {
 				d, err := New(Options{NoGraphs: noGraphs})
@@ -104,7 +104,7 @@ func TestGraphsMatchEager(t *testing.T) {
 				if !noGraphs {
 					gd = d
 				}
-				m, err := gm.fused(d, gm.batch)
+				m, err := gm.open(gm.fused, d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -113,14 +113,13 @@ func TestGraphsMatchEager(t *testing.T) {
 					if step == 3 {
 						n = gm.batch / 2
 					}
-					x, y := modelBatch(n, gm.in)
-					l, err := m.Step(x, y)
+					l, err := m.Step(modelBatch(t, gm.fused, n))
 					if err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					losses[side] = append(losses[side], l)
 				}
-				params[side] = map[string][]float32{}
+				params[side] = map[string][]float64{}
 				for _, name := range m.Params() {
 					if params[side][name], err = m.Param(name); err != nil {
 						t.Fatal(err)
@@ -131,13 +130,13 @@ func TestGraphsMatchEager(t *testing.T) {
 			// Same kernels, same cuBLAS calls on the same stream: equal up
 			// to cuBLAS picking another algorithm under capture (1e-5).
 			for i := range losses[0] {
-				if math.Abs(float64(losses[0][i]-losses[1][i])) > 1e-5*(1+math.Abs(float64(losses[1][i]))) {
+				if math.Abs(losses[0][i]-losses[1][i]) > 1e-5*(1+math.Abs(losses[1][i])) {
 					t.Fatalf("step %d: loss %v with graphs, %v without", i, losses[0][i], losses[1][i])
 				}
 			}
 			for name, p := range params[1] {
 				for i := range p {
-					if q := params[0][name][i]; math.Abs(float64(q-p[i])) > 1e-5*(1+math.Abs(float64(p[i]))) {
+					if q := params[0][name][i]; math.Abs(q-p[i]) > 1e-5*(1+math.Abs(p[i])) {
 						t.Fatalf("%s[%d] = %v with graphs, %v without", name, i, q, p[i])
 					}
 				}

@@ -5,17 +5,11 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
+	"sort"
+	"strings"
 	"testing"
 
-	"github.com/ngen-ml/ngen/generated/convnet"
-	"github.com/ngen-ml/ngen/generated/convnet_bn"
-	"github.com/ngen-ml/ngen/generated/convnet_bn_unfused"
-	"github.com/ngen-ml/ngen/generated/convnet_unfused"
-	"github.com/ngen-ml/ngen/generated/mlp"
-	"github.com/ngen-ml/ngen/generated/mlp_unfused"
-	"github.com/ngen-ml/ngen/generated/mlpbench"
-	"github.com/ngen-ml/ngen/generated/mlpbench_unfused"
+	_ "github.com/ngen-ml/ngen/generated/all"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
@@ -25,67 +19,69 @@ import (
 // plan against the unfused one on the GPU. Without a device each test
 // skips with one line (newDevice).
 
-// model is what every generated package offers.
-type model interface {
-	Step(x []float32, y []int32) (float32, error)
-	Params() []string
-	Param(name string) ([]float32, error)
-	Grad(name string) ([]float32, error)
-	Close() error
-}
-
+// genModel is a row of the suite: a model's fused and unfused packages,
+// from the registry (generated/all links every generated package), and
+// the batch the suite runs it at.
 type genModel struct {
-	name    string
-	in      int // input elements per sample
-	batch   int
-	fused   func(dev runtime.Device, batch int) (model, error)
-	unfused func(dev runtime.Device, batch int) (model, error)
+	name           string
+	batch          int
+	fused, unfused *runtime.Generated
 }
 
-// To add a model: one row, its fused and unfused packages.
-var genModels = []genModel{
-	{"mlp", 784, 32,
-		func(d runtime.Device, b int) (model, error) { return mlp.New(d, mlp.Options{Batch: b, Seed: 7}) },
-		func(d runtime.Device, b int) (model, error) {
-			return mlp_unfused.New(d, mlp_unfused.Options{Batch: b, Seed: 7})
-		}},
-	{"mlpbench", 1024, 32,
-		func(d runtime.Device, b int) (model, error) {
-			return mlpbench.New(d, mlpbench.Options{Batch: b, Seed: 7})
-		},
-		func(d runtime.Device, b int) (model, error) {
-			return mlpbench_unfused.New(d, mlpbench_unfused.Options{Batch: b, Seed: 7})
-		}},
-	{"convnet", 784, 16,
-		func(d runtime.Device, b int) (model, error) {
-			return convnet.New(d, convnet.Options{Batch: b, Seed: 7})
-		},
-		func(d runtime.Device, b int) (model, error) {
-			return convnet_unfused.New(d, convnet_unfused.Options{Batch: b, Seed: 7})
-		}},
-	{"convnet_bn", 784, 16,
-		func(d runtime.Device, b int) (model, error) {
-			return convnet_bn.New(d, convnet_bn.Options{Batch: b, Seed: 7})
-		},
-		func(d runtime.Device, b int) (model, error) {
-			return convnet_bn_unfused.New(d, convnet_bn_unfused.Options{Batch: b, Seed: 7})
-		}},
+// genModels has a row for every registered package of generated/ with an
+// _unfused partner: adding a model to generated/ adds its row.
+var genModels = func() []genModel {
+	byName := map[string]*runtime.Generated{}
+	for _, g := range runtime.RegisteredAll() {
+		if strings.HasPrefix(g.Path, "github.com/ngen-ml/ngen/generated/") {
+			byName[g.Name] = g
+		}
+	}
+	var rows []genModel
+	for name, g := range byName {
+		if u, ok := byName[name+"_unfused"]; ok {
+			rows = append(rows, genModel{name, suiteBatch(g), g, u})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].name < rows[j].name })
+	return rows
+}()
+
+// suiteBatch is the largest power of two up to 32 whose step costs at
+// most 1e9 FLOPs, and at least 4 (the Transformers).
+func suiteBatch(g *runtime.Generated) int {
+	var flops int64
+	for _, f := range g.Plan.Funcs {
+		if f.Name == "step" {
+			for _, st := range f.Steps {
+				flops += st.Flops.Eval(map[string]int{"B": 1})
+			}
+		}
+	}
+	b := 32
+	for b > 4 && int64(b)*flops > 1e9 {
+		b /= 2
+	}
+	return b
 }
 
-// adamLR is the learning rate of every model in genModels.
+// open makes an instance of g on dev at the row's batch.
+func (m genModel) open(g *runtime.Generated, dev runtime.Device) (*runtime.Model, error) {
+	return g.New(dev, runtime.SessionOptions{MaxBatch: m.batch, Seed: 7})
+}
+
+// adamLR is the learning rate of every generated model.
 const adamLR = 1e-3
 
-func modelBatch(n, in int) ([]float32, []int32) {
-	rng := rand.New(rand.NewPCG(3, 9))
-	x := make([]float32, n*in)
-	y := make([]int32, n)
-	for i := range x {
-		x[i] = rng.Float32()
+// modelBatch is the suite's batch of n rows for g: runtime.SampleInputs
+// with one seed, so both sides of a comparison see the same data.
+func modelBatch(t *testing.T, g *runtime.Generated, n int) runtime.Inputs {
+	t.Helper()
+	in, err := g.SampleInputs("step", n, 3)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range y {
-		y[i] = int32(rng.IntN(10))
-	}
-	return x, y
+	return in
 }
 
 // compareSteps runs 3 steps of a and b on one batch and compares the loss
@@ -93,23 +89,23 @@ func modelBatch(n, in int) ([]float32, []int32) {
 // every parameter by about lr·sign(gradient) whatever its size, so where
 // the first gradient is rounding noise (below 1e-3 of the largest), the two
 // sides may step apart by up to 2·3·lr; those elements get that bound.
-func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
+func compareSteps(t *testing.T, a, b *runtime.Model, batch int, rtol, atol float64) {
 	t.Helper()
-	x, y := modelBatch(batch, in)
+	in := modelBatch(t, a.Generated(), batch)
 	noise := map[string][]bool{}
 	for step := 1; step <= 3; step++ {
-		la, err := a.Step(x, y)
+		la, err := a.Step(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lb, err := b.Step(x, y)
+		lb, err := b.Step(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if math.Abs(float64(la-lb)) > atol+rtol*math.Abs(float64(lb)) {
+		if math.Abs(la-lb) > atol+rtol*math.Abs(lb) {
 			t.Fatalf("step %d: loss %v vs %v", step, la, lb)
 		}
-		grads := map[string][2][]float32{}
+		grads := map[string][2][]float64{}
 		gmax := 0.0
 		for _, name := range a.Params() {
 			ga, err1 := a.Grad(name)
@@ -117,9 +113,9 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 			if err1 != nil || err2 != nil {
 				t.Fatal(err1, err2)
 			}
-			grads[name] = [2][]float32{ga, gb}
+			grads[name] = [2][]float64{ga, gb}
 			for _, v := range gb {
-				gmax = math.Max(gmax, math.Abs(float64(v)))
+				gmax = math.Max(gmax, math.Abs(v))
 			}
 		}
 		if step == 1 {
@@ -127,7 +123,7 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 			for _, name := range a.Params() {
 				g, worst := grads[name], 0.0
 				for i := range g[0] {
-					worst = math.Max(worst, math.Abs(float64(g[0][i]-g[1][i])))
+					worst = math.Max(worst, math.Abs(g[0][i]-g[1][i]))
 				}
 				t.Logf("step 1: grad %s differs by up to %.2g of the largest gradient (%.3g)", name, worst/gmax, gmax)
 			}
@@ -139,10 +135,10 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 			}
 			for i := range g[0] {
 				if step == 1 {
-					noise[name][i] = math.Abs(float64(g[1][i])) < 1e-3*gmax
+					noise[name][i] = math.Abs(g[1][i]) < 1e-3*gmax
 				}
-				if step == 1 && math.Abs(float64(g[0][i]-g[1][i])) > atol+rtol*math.Abs(float64(g[1][i]))+1e-4*gmax {
-					t.Fatalf("step %d: grad %s[%d] %v vs %v (largest gradient %.3g: %.2g of it)", step, name, i, g[0][i], g[1][i], gmax, math.Abs(float64(g[0][i]-g[1][i]))/gmax)
+				if step == 1 && math.Abs(g[0][i]-g[1][i]) > atol+rtol*math.Abs(g[1][i])+1e-4*gmax {
+					t.Fatalf("step %d: grad %s[%d] %v vs %v (largest gradient %.3g: %.2g of it)", step, name, i, g[0][i], g[1][i], gmax, math.Abs(g[0][i]-g[1][i])/gmax)
 				}
 			}
 			pa, err1 := a.Param(name)
@@ -160,11 +156,11 @@ func compareSteps(t *testing.T, a, b model, in, batch int, rtol, atol float64) {
 				// is small. Allow a quarter of lr per step after the
 				// first: a wrong update (a bias correction off by a
 				// step) is off by half an lr or more.
-				tol := atol + rtol*math.Abs(float64(pb[i])) + 0.25*adamLR*float64(step-1)
+				tol := atol + rtol*math.Abs(pb[i]) + 0.25*adamLR*float64(step-1)
 				if noise[name][i] {
 					tol = 6e-3
 				}
-				if math.Abs(float64(pa[i]-pb[i])) > tol {
+				if math.Abs(pa[i]-pb[i]) > tol {
 					t.Fatalf("step %d: param %s[%d] %v vs %v", step, name, i, pa[i], pb[i])
 				}
 			}
@@ -219,21 +215,21 @@ func TestModelsGPUvsCPU(t *testing.T) {
 				if why, ok := knownGPUvsCPUGaps[fmt.Sprintf("%s/fused=%v", m.name, fused)]; ok {
 					t.Skip(why)
 				}
-				mk := m.fused
+				g := m.fused
 				if !fused {
-					mk = m.unfused
+					g = m.unfused
 				}
-				a, err := mk(gpu, m.batch)
+				a, err := m.open(g, gpu)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer a.Close()
-				b, err := mk(host, m.batch)
+				b, err := m.open(g, host)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer b.Close()
-				compareSteps(t, a, b, m.in, m.batch, 1e-3, 1e-5)
+				compareSteps(t, a, b, m.batch, 1e-3, 1e-5)
 			})
 		}
 	}
@@ -246,17 +242,17 @@ func TestModelsFusedVsUnfusedGPU(t *testing.T) {
 	gpu := newDevice(t)
 	for _, m := range genModels {
 		t.Run(m.name, func(t *testing.T) {
-			a, err := m.fused(gpu, m.batch)
+			a, err := m.open(m.fused, gpu)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Close()
-			b, err := m.unfused(gpu, m.batch)
+			b, err := m.open(m.unfused, gpu)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			compareSteps(t, a, b, m.in, m.batch, 1e-4, 1e-6)
+			compareSteps(t, a, b, m.batch, 1e-4, 1e-6)
 		})
 	}
 }
@@ -277,17 +273,17 @@ func TestCompareStepsHarness(t *testing.T) {
 	defer two.Close()
 	for _, m := range genModels {
 		t.Run(m.name, func(t *testing.T) {
-			a, err := m.fused(one, m.batch)
+			a, err := m.open(m.fused, one)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Close()
-			b, err := m.fused(two, m.batch)
+			b, err := m.open(m.fused, two)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			compareSteps(t, a, b, m.in, m.batch, 1e-4, 1e-6)
+			compareSteps(t, a, b, m.batch, 1e-4, 1e-6)
 		})
 	}
 }

@@ -37,17 +37,17 @@ func TestModelsCPUThreads(t *testing.T) {
 				if why, ok := knownGPUvsCPUGaps[m.name+"/fused=true"]; ok && pair.what == "gpu" {
 					t.Skip(why)
 				}
-				a, err := m.fused(pair.dev, m.batch)
+				a, err := m.open(m.fused, pair.dev)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer a.Close()
-				b, err := m.fused(one, m.batch)
+				b, err := m.open(m.fused, one)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer b.Close()
-				compareSteps(t, a, b, m.in, m.batch, 1e-3, 1e-5)
+				compareSteps(t, a, b, m.batch, 1e-3, 1e-5)
 			})
 		}
 	}
