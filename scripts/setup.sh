@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Installs what ngen's main job and test suite need on a fresh Debian machine.
-# Idempotent: a second run installs nothing and takes a second or two.
+# Installs what ngen needs on a fresh Debian machine. Idempotent: a second
+# run installs nothing and takes a second or two.
+#
+#   bash scripts/setup.sh train   what cmd/train needs (the README's main job):
+#                                 the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
+#                                 Fashion-MNIST and the text corpora
+#   bash scripts/setup.sh         all of that, and what the test suite needs
+#                                 besides: PyTorch (the oracle), the CUDA
+#                                 toolkit (nvcc, NVRTC, cuBLAS) and graphviz
 set -euo pipefail
+
+train=(build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin wamerican wngerman wfrench wspanish witalian fortunes)
+case "${1:-all}" in
+train) want=("${train[@]}") ;;
+all) want=("${train[@]}" python3-torch python3-numpy nvidia-cuda-toolkit graphviz) ;;
+*)
+  echo "usage: $0 [train|all]" >&2
+  exit 2
+  ;;
+esac
 
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist python3-torch python3-numpy nvidia-cuda-toolkit \
-    libopenmpi-dev openmpi-bin graphviz \
-    wamerican wngerman wfrench wspanish witalian fortunes; do
+for p in "${want[@]}"; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -eq 0 ]; then
