@@ -20,8 +20,6 @@ var gpt2 = flag.Bool("gpt2", false, "build a GPT-2-small-shaped model with ngen 
 // context (1024), the embedding tied to the output projection.
 const gpt2Model = `package gpt2
 
-//go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../gen model.go
-
 import (
 	"github.com/ngen-ml/ngen/dsl"
 	tf "github.com/ngen-ml/ngen/models/transformer"

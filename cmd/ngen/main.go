@@ -12,6 +12,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -153,24 +154,39 @@ func build(args []string) error {
 	return writeIndex(dir, root)
 }
 
-// writeIndex rewrites dir's index package (codegen.IndexPackage), which
-// imports every generated package in dir: the ones this build wrote and
-// the ones earlier builds did.
+// writeIndex rewrites dir's index packages (codegen.IndexPackages), which
+// import the generated packages in dir: the ones this build wrote and the
+// ones earlier builds did.
 func writeIndex(dir, root string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	var paths []string
+	sets := map[string][]string{}
 	for _, e := range entries {
-		if !e.IsDir() || e.Name() == codegen.IndexPackage {
+		if _, index := codegen.IndexPackages[e.Name()]; !e.IsDir() || index {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), codegen.PlanFile)); err == nil {
-			paths = append(paths, path.Join(root, e.Name()))
+		data, err := os.ReadFile(filepath.Join(dir, e.Name(), codegen.PlanFile))
+		if err != nil {
+			continue // not a generated package
+		}
+		var plan struct{ Fused bool }
+		if err := json.Unmarshal(data, &plan); err != nil {
+			return fmt.Errorf("build: %s: %v", filepath.Join(dir, e.Name(), codegen.PlanFile), err)
+		}
+		p := path.Join(root, e.Name())
+		sets["all"] = append(sets["all"], p)
+		if plan.Fused {
+			sets["fused"] = append(sets["fused"], p)
 		}
 	}
-	return codegen.WriteDir(filepath.Join(dir, codegen.IndexPackage), map[string][]byte{codegen.IndexPackage + ".go": codegen.Index(paths)})
+	for name := range codegen.IndexPackages {
+		if err := codegen.WriteDir(filepath.Join(dir, name), map[string][]byte{name + ".go": codegen.Index(name, sets[name])}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // packageNames are the models' package names; two models of one file that
@@ -181,8 +197,8 @@ func packageNames(models []*ir.Model, suffix string) ([]string, error) {
 	seen := map[string]*ir.Model{}
 	for _, m := range models {
 		pkg := compiler.PackageName(m.Name + suffix)
-		if pkg == codegen.IndexPackage {
-			return nil, fmt.Errorf("model %q (%s) would become package %q, the name of the index of generated packages: rename it or pass -suffix", m.Name, m.Pos, pkg)
+		if _, index := codegen.IndexPackages[pkg]; index {
+			return nil, fmt.Errorf("model %q (%s) would become package %q, the name of an index of generated packages: rename it or pass -suffix", m.Name, m.Pos, pkg)
 		}
 		if o := seen[pkg]; o != nil {
 			return nil, fmt.Errorf("model %q (%s) and model %q (%s) both become package %q: rename one", o.Name, o.Pos, m.Name, m.Pos, pkg)
