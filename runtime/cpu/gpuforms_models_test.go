@@ -56,7 +56,11 @@ func TestRegistryCoversGenerated(t *testing.T) {
 	}
 	n := 0
 	for _, d := range dirs {
-		if !d.IsDir() || d.Name() == "all" {
+		if !d.IsDir() {
+			continue
+		}
+		// The index packages (all, fused) hold no plan: they only import.
+		if _, err := os.Stat(filepath.Join("..", "..", "generated", d.Name(), "plan.json")); err != nil {
 			continue
 		}
 		n++
