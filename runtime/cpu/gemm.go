@@ -283,20 +283,25 @@ func sgemmLibrary(g runtime.GemmArgs) sgemmLib {
 }
 
 // openBLASShape reports whether g is of a shape on which OpenBLAS's AVX2
-// sgemm took at most about 0.85 of oneDNN's AVX2 sgemm's time (one
-// thread, AMD EPYC, every f32 shape of the generated packages' training
-// steps: docs/PERF.md, "GEMM library per shape on AVX2"):
+// sgemm took clearly less time than oneDNN's AVX2 sgemm (one thread, AMD
+// EPYC, every f32 shape of the generated packages' training steps, four
+// runs: docs/PERF.md, "GEMM library per shape on AVX2"):
 //
-//   - op(A) = Aᵀ, op(B) = B, an output of 64K to 256K elements with no
-//     side under 128, K at least 32: the weight gradients of Linear
-//     layers of 128 to 1024 outputs (k-concat over the tokens, K up to
-//     4096), 0.45 to 0.85 of oneDNN's time. Larger outputs (2048×1024,
-//     512×2048, 512×784, 128×3136) and smaller ones (the ConvNet's
-//     288×196) ran faster on oneDNN, as did every side under 128.
-//   - op(A) = A, op(B) = B, M at most 128, N at least 512, K at least
-//     256: the input gradients of wide Linear layers at small batch
-//     (128×2048×512: 0.55–0.59; 64×512×256: 0.74–0.83). With N or K
-//     smaller (64×3136×128, 64×128×512) oneDNN was faster.
+//   - op(A) = Aᵀ, op(B) = B, no side of the output under 128 and at most
+//     256K elements, K at least 32, and either a side of 1024 or more,
+//     or K of 1024 or more with at least 64K elements: the weight
+//     gradients of Linear layers, summed over the tokens (k-concat). A
+//     side of 1024 (1024×256, 256×1024, 1024×128, any K): 0.44 to 0.79
+//     of oneDNN's time; K ≥ 1024 (512×128×4096, 512×256×1024,
+//     256×256×1024, 768×256×2048): 0.67 to 0.95. Larger outputs
+//     (2048×1024, 512×2048, 512×784, 128×3136) ran faster on oneDNN; the
+//     rest of the window with small K (256×256×64, 512×128×64,
+//     768×256×64) was even.
+//   - op(A) = A, op(B) = B, M at most 128, N at least 1024, K at least
+//     256: the input gradient of a wide Linear layer at small batch
+//     (mlpbench's 128×2048×512: 0.55 to 0.72; one shape measured). With N
+//     or K smaller (64×512×256: 0.74 to 0.97; 64×3136×128: 1.12 to 1.27)
+//     the margin was small or oneDNN's.
 //
 // oneDNN was as fast or faster on every other shape, and about twice as
 // fast on products of a few µs.
@@ -304,9 +309,12 @@ func openBLASShape(g runtime.GemmArgs) bool {
 	mn, ta, tb := g.M*g.N, bool(g.TransA), bool(g.TransB)
 	switch {
 	case ta && !tb:
-		return mn >= 1<<16 && mn <= 1<<18 && min(g.M, g.N) >= 128 && g.K >= 32
+		if min(g.M, g.N) < 128 || mn > 1<<18 || g.K < 32 {
+			return false
+		}
+		return max(g.M, g.N) >= 1024 || (g.K >= 1024 && mn >= 1<<16)
 	case !ta && !tb:
-		return g.M <= 128 && g.N >= 512 && g.K >= 256
+		return g.M <= 128 && g.N >= 1024 && g.K >= 256
 	}
 	return false
 }

@@ -131,14 +131,21 @@ func TestOpenBLASShapeRule(t *testing.T) {
 		m, n, k int
 		want    bool
 	}{
-		// Linear weight gradients, k-concat over the tokens: OpenBLAS.
+		// Linear weight gradients with a side of 1024, or K over 1024
+		// tokens: OpenBLAS.
 		{true, false, 1024, 256, 2048, true},
 		{true, false, 256, 1024, 1024, true},
 		{true, false, 1024, 128, 99, true},
+		{true, false, 1024, 256, 32, true},
 		{true, false, 512, 128, 4096, true},
-		{true, false, 256, 256, 64, true},
-		{true, false, 256, 512, 64, true},
-		// Outputs outside 64K..256K, a side under 128, K under 32: oneDNN.
+		{true, false, 256, 256, 1024, true},
+		// Even margins: the window's small-K shapes (charlm at batch 4 is
+		// 512×128×256), oneDNN's wins: larger outputs, a side under 128,
+		// K under 32.
+		{true, false, 256, 256, 64, false},
+		{true, false, 256, 512, 64, false},
+		{true, false, 512, 128, 256, false},
+		{true, false, 1024, 256, 31, false},
 		{true, false, 2048, 1024, 128, false},
 		{true, false, 512, 2048, 128, false},
 		{true, false, 512, 784, 64, false},
@@ -146,9 +153,10 @@ func TestOpenBLASShapeRule(t *testing.T) {
 		{true, false, 288, 196, 64, false},
 		{true, false, 99, 256, 2048, false},
 		{true, false, 512, 128, 1, false},
-		// Wide Linear input gradients at small batch: OpenBLAS.
+		{true, false, 128, 128, 960, false},
+		// A wide Linear layer's input gradient at small batch: OpenBLAS.
 		{false, false, 128, 2048, 512, true},
-		{false, false, 64, 512, 256, true},
+		{false, false, 64, 512, 256, false},
 		{false, false, 64, 3136, 128, false},
 		{false, false, 64, 128, 512, false},
 		{false, false, 1024, 1024, 256, false},

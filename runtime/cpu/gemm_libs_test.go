@@ -126,6 +126,29 @@ func TestGemmLibraries(t *testing.T) {
 			shapes[s] = append(shapes[s], use{g.Name, n})
 		}
 	}
+	// The host forms' own GEMMs (compiler/ops recur_fast.go,
+	// attention_fast.go) call oneDNN through the emulation header, not
+	// Device.Gemm; their shapes are timed too, for the record.
+	for _, k := range []struct {
+		pkg   string
+		s     libShape
+		calls int
+	}{
+		// lstmbench (B 32, H 256, T 64, 2 layers): gates = h·W_hhᵀ and
+		// dh = dgates·W_hh per time step, one chunk of 32 sequences.
+		{"lstmbench in-kernel", libShape{false, true, 32, 1024, 256, 64 * 512, 256, 1024, 0}, 128},
+		{"lstmbench in-kernel", libShape{false, false, 32, 256, 1024, 65 * 1024, 256, 256, 0}, 128},
+		// charlm (B 64, H 128): the same, one chunk of 64.
+		{"charlm in-kernel", libShape{false, true, 64, 512, 128, 64 * 256, 128, 512, 0}, 128},
+		{"charlm in-kernel", libShape{false, false, 64, 128, 512, 65 * 512, 128, 128, 0}, 128},
+		// gpt (B 16, 4 heads of 64, T 128, 4 layers): per (batch, head)
+		// Q·Kᵀ and P·V forward; Q·Kᵀ, dO·Vᵀ, dS·K, dSᵀ·Q, Pᵀ·dO backward.
+		{"gpt in-kernel", libShape{false, true, 128, 128, 64, 768, 768, 128, 0}, 3 * 256},
+		{"gpt in-kernel", libShape{false, false, 128, 64, 128, 128, 768, 768, 0}, 2 * 256},
+		{"gpt in-kernel", libShape{true, false, 128, 64, 128, 128, 768, 768, 0}, 2 * 256},
+	} {
+		shapes[k.s] = append(shapes[k.s], use{k.pkg, k.calls})
+	}
 	rounds := 7
 	if s := os.Getenv("NGEN_GEMMLIBS_ROUNDS"); s != "" {
 		fmt.Sscan(s, &rounds)
