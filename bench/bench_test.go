@@ -152,18 +152,13 @@ func TestVsTorch(t *testing.T) {
 		}
 		tf := timeSteps(t, fused, x, y)
 		tu := timeSteps(t, unfused, x, y)
-		args := append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(c.batch),
-			"--steps", fmt.Sprint(*steps), "--warmup", "5"}, c.peerArgs()...)
-		tr, alloc := runPeer(t, args)
+		tr, alloc := runPeer(t, c.args(*steps, 5))
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		if i == 0 || *only != "" {
-			core := "OpenBLAS picks its kernels"
-			if c := os.Getenv("OPENBLAS_CORETYPE"); c != "" {
-				core = "OPENBLAS_CORETYPE=" + c
-			}
-			fmt.Printf("machine: %s, %d thread(s); torch %s (%s); %s\n", tr.CPU, *threads, tr.Torch, tr.BLAS, core)
+			fmt.Printf("torch %s (%s)\n", tr.Torch, tr.BLAS)
 		}
 		fmt.Printf("%s, median of %d steps:\n", c.describe, *steps)
+		fmt.Printf("  machine: %s, %d thread(s)\n", machine(), *threads)
 		fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch's time (%.2fx its throughput)\n", ms(tf), ms(tf)/tr.Median, tr.Median/ms(tf))
 		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch's time (%.2fx its throughput)\n", ms(tu), ms(tu)/tr.Median, tr.Median/ms(tu))
 		fmt.Printf("  PyTorch      %7.2f ms  (glibc malloc %s)\n", tr.Median, alloc)

@@ -31,7 +31,7 @@ func TestDistScaling(t *testing.T) {
 		t.Fatalf("mpirun not on PATH (scripts/setup.sh installs openmpi-bin): %v", err)
 	}
 	host, _ := os.Hostname()
-	t.Logf("machine %s, OPENBLAS_CORETYPE=%q, %d timed steps (median)", host, os.Getenv("OPENBLAS_CORETYPE"), *steps)
+	t.Logf("machine %s: %s; %d timed steps (median)", host, machine(), *steps)
 	for _, c := range cases {
 		if c.name != "mlpbench" && c.name != "convnet" || (*only != "" && *only != c.name) {
 			continue

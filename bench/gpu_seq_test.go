@@ -46,6 +46,7 @@ func TestGPUSeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("device: %s\n", dev.Name())
+	fmt.Printf("host: %s\n", machine())
 	const B = 16
 	rng := rand.New(rand.NewPCG(1, 1))
 	ids := func(b, n int) []int32 {

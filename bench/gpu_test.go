@@ -42,6 +42,7 @@ func TestGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("device: %s, peak memory bandwidth %.0f GB/s (memory clock × bus width × 2)\n", dev.Name(), peak/1e9)
+	fmt.Printf("host: %s\n", machine())
 	for _, c := range cases {
 		if *only != "" && c.name != *only {
 			continue

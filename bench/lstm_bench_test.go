@@ -26,7 +26,7 @@ func TestLSTMVsTorch(t *testing.T) {
 	if !*run {
 		t.Skip("benchmark: go test ./bench -run TestLSTMVsTorch -v -args -bench -threads N")
 	}
-	const B, T = 32, 64
+	B, T := lstmPeer.batch, lstmPeer.T
 	os.Setenv("OPENBLAS_NUM_THREADS", fmt.Sprint(*threads))
 	dev, err := cpu.New(cpu.Options{Threads: *threads})
 	if err != nil {
@@ -66,8 +66,7 @@ func TestLSTMVsTorch(t *testing.T) {
 	}
 	tf := timeIt(func() (float32, error) { return fused.Step(x, y) })
 	tu := timeIt(func() (float32, error) { return unfused.Step(x, y) })
-	args := []string{"torch_step.py", "--model", "lstmbench", "--vocab", fmt.Sprint(data.CharVocab), "--seq", fmt.Sprint(T),
-		"--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(B), "--steps", fmt.Sprint(*steps), "--warmup", "2"}
+	args := lstmPeer.args(*steps, 2)
 	pin, pinned := os.LookupEnv("OPENBLAS_CORETYPE")
 	os.Unsetenv("OPENBLAS_CORETYPE")
 	best, alloc := runPeer(t, args)
@@ -75,8 +74,9 @@ func TestLSTMVsTorch(t *testing.T) {
 		os.Setenv("OPENBLAS_CORETYPE", pin)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	fmt.Printf("machine: %s, %d thread(s); torch %s (%s)\n", best.CPU, *threads, best.Torch, best.BLAS)
+	fmt.Printf("torch %s (%s)\n", best.Torch, best.BLAS)
 	fmt.Printf("LSTM language model (emb 128, 2x256, T %d, batch %d, vocab %d, Adam), median of %d steps:\n", T, B, data.CharVocab, *steps)
+	fmt.Printf("  machine: %s, %d thread(s)\n", machine(), *threads)
 	fmt.Printf("  ngen fused   %8.2f ms  ratio %.2fx PyTorch at its best\n", ms(tf), ms(tf)/best.Median)
 	fmt.Printf("  ngen unfused %8.2f ms  ratio %.2fx PyTorch at its best\n", ms(tu), ms(tu)/best.Median)
 	fmt.Printf("  PyTorch      %8.2f ms  (OPENBLAS_CORETYPE unset, glibc malloc %s)\n", best.Median, alloc)

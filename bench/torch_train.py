@@ -33,7 +33,9 @@ import sys
 import time
 
 # numpy is imported in main, after torch_env.pin_threads: it loads
-# OpenBLAS too, which fixes its thread count when it loads.
+# OpenBLAS too, which fixes its thread count when it loads. Functions that
+# other scripts import (load: torch_step.py --data) call numpy() instead,
+# after their own caller has pinned the threads.
 np = None
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -44,8 +46,17 @@ import torch_models  # noqa: E402
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 
 
+def numpy():
+    """The numpy module, imported on first use (see np above)."""
+    global np
+    if np is None:
+        import numpy as np
+    return np
+
+
 def read_idx(path):
     """An unsigned-byte IDX file, gzip or plain, as a numpy array."""
+    np = numpy()
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":
@@ -58,6 +69,7 @@ def read_idx(path):
 
 
 def load(dir, train):
+    np = numpy()
     prefix = "train" if train else "t10k"
     paths = [os.path.join(dir, "%s-%s-ubyte.gz" % (prefix, kind)) for kind in ("images-idx3", "labels-idx1")]
     for p in paths:
@@ -125,8 +137,7 @@ def main():
     p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before numpy or torch loads OpenBLAS
-    global np
-    import numpy as np
+    numpy()
     if a.model in ("rnn", "lstm", "gpt", "transformer"):
         return train_seq(a)
     layers = [int(s) for s in a.layers.split(",")]

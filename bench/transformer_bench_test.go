@@ -22,8 +22,8 @@ var profile = flag.Bool("profile", false, "TestTransformerVsTorch: also print th
 // tfCase is one Transformer model timed: its generated packages' steps on
 // fixed random ids and its torch_step.py peer.
 type tfCase struct {
-	name, describe string
-	T              int // sequence length (the TransformerLM's src and tgt each)
+	describe       string
+	peer           seqPeer // its name, batch and sequence length
 	fused, unfused func(t *testing.T) (step func() (float32, error), s *runtime.Session, close func())
 }
 
@@ -52,7 +52,10 @@ func TestTransformerVsTorch(t *testing.T) {
 	if !*run {
 		t.Skip("benchmark: go test ./bench -run TestTransformerVsTorch -v -args -bench -threads N")
 	}
-	const B = 16
+	B := gptPeer.batch
+	if transformerPeer.batch != B {
+		t.Fatalf("the gpt and TransformerLM peers' batches differ (%d, %d); the ids below assume one", B, transformerPeer.batch)
+	}
 	os.Setenv("OPENBLAS_NUM_THREADS", fmt.Sprint(*threads))
 	dev, err := cpu.New(cpu.Options{Threads: *threads})
 	if err != nil {
@@ -69,11 +72,11 @@ func TestTransformerVsTorch(t *testing.T) {
 		}
 		return v
 	}
-	gx, gy := ids(128), ids(128)
-	src, tgt, ty := ids(64), ids(64), ids(64)
+	gx, gy := ids(gptPeer.T), ids(gptPeer.T)
+	src, tgt, ty := ids(transformerPeer.T), ids(transformerPeer.T), ids(transformerPeer.T)
 	cases := []tfCase{
 		{
-			name: "gpt", T: 128,
+			peer:     gptPeer,
 			describe: "causal char LM (d_model 256, 4 pre-LN GELU layers, 4 heads, ff 1024, tied, T 128, batch 16, dropout 0.1, Adam)",
 			fused: func(t *testing.T) (func() (float32, error), *runtime.Session, func()) {
 				m, err := gpt.New(dev, gpt.Options{Batch: B, Seed: 1})
@@ -91,7 +94,7 @@ func TestTransformerVsTorch(t *testing.T) {
 			},
 		},
 		{
-			name: "transformer", T: 64,
+			peer:     transformerPeer,
 			describe: "seed TransformerLM (nn.Transformer d_model 256, 4 heads, 2+2 layers, ff 1024, src and tgt T 64, batch 16, dropout 0.1, Adam)",
 			fused: func(t *testing.T) (func() (float32, error), *runtime.Session, func()) {
 				m, err := transformer.New(dev, transformer.Options{Batch: B, Seed: 1})
@@ -127,7 +130,7 @@ func TestTransformerVsTorch(t *testing.T) {
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for i, c := range cases {
-		if *only != "" && c.name != *only {
+		if *only != "" && c.peer.model != *only {
 			continue
 		}
 		step, sess, done := c.fused(t)
@@ -139,7 +142,7 @@ func TestTransformerVsTorch(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			fmt.Printf("%s fused, profile of %d steps:\n", c.name, *steps)
+			fmt.Printf("%s fused, profile of %d steps:\n", c.peer.model, *steps)
 			if err := runtime.WriteProfile(os.Stdout, sess.Profile()); err != nil {
 				t.Fatal(err)
 			}
@@ -149,8 +152,7 @@ func TestTransformerVsTorch(t *testing.T) {
 		step, _, done = c.unfused(t)
 		tu := timeIt(step)
 		done()
-		args := []string{"torch_step.py", "--model", c.name, "--vocab", fmt.Sprint(data.CharVocab), "--seq", fmt.Sprint(c.T),
-			"--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(B), "--steps", fmt.Sprint(*steps), "--warmup", "2"}
+		args := c.peer.args(*steps, 2)
 		pin, pinned := os.LookupEnv("OPENBLAS_CORETYPE")
 		os.Unsetenv("OPENBLAS_CORETYPE")
 		best, alloc := runPeer(t, args)
@@ -158,9 +160,10 @@ func TestTransformerVsTorch(t *testing.T) {
 			os.Setenv("OPENBLAS_CORETYPE", pin)
 		}
 		if i == 0 || *only != "" {
-			fmt.Printf("machine: %s, %d thread(s); torch %s (%s)\n", best.CPU, *threads, best.Torch, best.BLAS)
+			fmt.Printf("torch %s (%s)\n", best.Torch, best.BLAS)
 		}
 		fmt.Printf("%s, median of %d steps:\n", c.describe, *steps)
+		fmt.Printf("  machine: %s, %d thread(s)\n", machine(), *threads)
 		fmt.Printf("  ngen fused   %8.2f ms  ratio %.2fx PyTorch at its best\n", ms(tf), ms(tf)/best.Median)
 		fmt.Printf("  ngen unfused %8.2f ms  ratio %.2fx PyTorch at its best\n", ms(tu), ms(tu)/best.Median)
 		fmt.Printf("  PyTorch      %8.2f ms  (OPENBLAS_CORETYPE unset, glibc malloc %s)\n", best.Median, alloc)

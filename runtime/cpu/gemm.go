@@ -4,9 +4,20 @@ package cpu
 #cgo LDFLAGS: -lopenblas -ldnnl -lgomp
 #include <stdint.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
+
+// ngen_avx2_libraries says whether oneDNN runs its AVX2 kernels (its
+// effective ISA is AVX2, with or without VNNI: no AVX-512) and OpenBLAS
+// its Haswell or Zen ones (OPENBLAS_CORETYPE may pin another).
+static int ngen_avx2_libraries(void) {
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	const char *core = openblas_get_corename();
+	return (isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni) && core != 0 &&
+	       (strcasecmp(core, "haswell") == 0 || strcasecmp(core, "zen") == 0);
+}
 
 // ngen_sgemm runs one f32 product with oneDNN's sgemm (row-major, like
 // cblas) on the calling thread: oneDNN's OpenMP team is sized to one here,
@@ -17,6 +28,13 @@ static int ngen_sgemm(int ta, int tb, int m, int n, int k, float alpha, uintptr_
 		omp_set_num_threads(1);
 	return (int)dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, (const float *)a, lda,
 	                       (const float *)b, ldb, beta, (float *)c, ldc);
+}
+// ngen_sgemm_blas is the same product with OpenBLAS's cblas_sgemm (its
+// pool is kept at one thread: setBLASThreads).
+static void ngen_sgemm_blas(int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
+                            uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            m, n, k, alpha, (const float *)a, lda, (const float *)b, ldb, beta, (float *)c, ldc);
 }
 // ngen_add_into adds the packed m×n partial product p into c (leading
 // dimension ldc), elements of es bytes (4: float, 8: double).
@@ -49,6 +67,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ngen-ml/ngen/runtime"
@@ -191,15 +210,7 @@ func gemmSeq(g runtime.GemmArgs) error {
 			return fmt.Errorf("out of memory for a %dx%d partial sum", g.N, g.M)
 		}
 		defer C.free(ct)
-		// op(B)^T is B read with the other transpose flag; likewise A.
-		// The transposed problem is not skinny (its M < 2N), so this
-		// does not recurse again.
-		t := g
-		t.M, t.N = g.N, g.M
-		t.A, t.LDA, t.StrideA, t.TransA = g.B, g.LDB, g.StrideB, !g.TransB
-		t.B, t.LDB, t.StrideB, t.TransB = g.A, g.LDA, g.StrideA, !g.TransA
-		t.C, t.LDC = runtime.Ptr(uintptr(ct)), g.M
-		if err := gemmSeq(t); err != nil {
+		if err := gemmSeq(transposedSum(g, runtime.Ptr(uintptr(ct)))); err != nil {
 			return err
 		}
 		C.ngen_add_transposed(C.uintptr_t(uintptr(g.C)), C.int(g.LDC), C.uintptr_t(uintptr(ct)), C.int(g.M), C.int(g.N))
@@ -212,10 +223,8 @@ func gemmSeq(g runtime.GemmArgs) error {
 		b := C.uintptr_t(uintptr(g.B) + uintptr(i*g.StrideB)*es)
 		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*es)
 		if g.DType == runtime.F32 {
-			st := C.ngen_sgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
-				b, C.int(g.LDB), C.float(g.Beta), c, C.int(g.LDC))
-			if st != 0 {
-				return fmt.Errorf("oneDNN sgemm failed (dnnl_status_t %d)", st)
+			if err := sgemm(sgemmLibrary(g), g, a, b, c); err != nil {
+				return err
 			}
 		} else {
 			C.ngen_dgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.double(g.Alpha), a, C.int(g.LDA),
@@ -223,6 +232,112 @@ func gemmSeq(g runtime.GemmArgs) error {
 		}
 	}
 	return nil
+}
+
+// transposedSum is skinnySum's g as the product that computes C^T into
+// the packed N×M scratch ct: op(B)^T is B read with the other transpose
+// flag, likewise A. It is not skinny itself (its M < 2N), so gemmSeq
+// does not transpose it again.
+func transposedSum(g runtime.GemmArgs, ct runtime.Ptr) runtime.GemmArgs {
+	t := g
+	t.M, t.N = g.N, g.M
+	t.A, t.LDA, t.StrideA, t.TransA = g.B, g.LDB, g.StrideB, !g.TransB
+	t.B, t.LDB, t.StrideB, t.TransB = g.A, g.LDA, g.StrideA, !g.TransA
+	t.C, t.LDC = ct, g.M
+	return t
+}
+
+// sgemmLib is a library that computes f32 products.
+type sgemmLib int
+
+const (
+	oneDNN sgemmLib = iota
+	openBLAS
+)
+
+func (l sgemmLib) String() string { return [...]string{"oneDNN", "OpenBLAS"}[l] }
+
+// blasCore is OpenBLAS's kernel set ("Haswell", "Zen", "SkylakeX").
+func blasCore() string { return C.GoString(C.openblas_get_corename()) }
+
+// avx2Libraries is ngen_avx2_libraries, asked once: the libraries pick
+// their kernels when they load.
+var avx2Libraries = sync.OnceValue(func() bool { return C.ngen_avx2_libraries() != 0 })
+
+// byShape turns the per-shape choice off (false) for measurements that
+// compare it with oneDNN alone in one process; never set otherwise.
+var byShape atomic.Bool
+
+func init() { byShape.Store(true) }
+
+// sgemmLibrary is the library that computes g's products: oneDNN, except
+// where both libraries run their AVX2 kernels and g is of a shape that
+// OpenBLAS computes in clearly less time (openBLASShape). The choice is
+// a rule on the shape, not a timing, so a run's results do not depend on
+// the machine's load.
+func sgemmLibrary(g runtime.GemmArgs) sgemmLib {
+	if byShape.Load() && avx2Libraries() && openBLASShape(g) {
+		return openBLAS
+	}
+	return oneDNN
+}
+
+// openBLASShape reports whether g is of a shape on which OpenBLAS's AVX2
+// sgemm took clearly less time than oneDNN's AVX2 sgemm (one thread, AMD
+// EPYC, every f32 shape of the generated packages' training steps, four
+// runs: docs/PERF.md, "GEMM library per shape on AVX2"):
+//
+//   - op(A) = Aᵀ, op(B) = B, no side of the output under 128 and at most
+//     256K elements, K at least 32, and either a side of 1024 or more,
+//     or K of 1024 or more with at least 64K elements: the weight
+//     gradients of Linear layers, summed over the tokens (k-concat). A
+//     side of 1024 (1024×256, 256×1024, 1024×128, any K): 0.44 to 0.79
+//     of oneDNN's time; K ≥ 1024 (512×128×4096, 512×256×1024,
+//     256×256×1024, 768×256×2048): 0.67 to 0.95. Larger outputs
+//     (2048×1024, 512×2048, 512×784, 128×3136) ran faster on oneDNN; the
+//     rest of the window with small K (256×256×64, 512×128×64,
+//     768×256×64) was even.
+//   - op(A) = A, op(B) = B, M at most 128, N at least 1024, K at least
+//     256: the input gradient of a wide Linear layer at small batch
+//     (mlpbench's 128×2048×512: 0.55 to 0.72; one shape measured). With N
+//     or K smaller (64×512×256: 0.74 to 0.97; 64×3136×128: 1.12 to 1.27)
+//     the margin was small or oneDNN's.
+//
+// oneDNN was as fast or faster on every other shape, and about twice as
+// fast on products of a few µs.
+func openBLASShape(g runtime.GemmArgs) bool {
+	mn, ta, tb := g.M*g.N, bool(g.TransA), bool(g.TransB)
+	switch {
+	case ta && !tb:
+		if min(g.M, g.N) < 128 || mn > 1<<18 || g.K < 32 {
+			return false
+		}
+		return max(g.M, g.N) >= 1024 || (g.K >= 1024 && mn >= 1<<16)
+	case !ta && !tb:
+		return g.M <= 128 && g.N >= 1024 && g.K >= 256
+	}
+	return false
+}
+
+// sgemm runs one f32 product of g's shape on a, b and c with lib.
+func sgemm(lib sgemmLib, g runtime.GemmArgs, a, b, c C.uintptr_t) error {
+	ta, tb := cbool(g.TransA), cbool(g.TransB)
+	if lib == openBLAS {
+		C.ngen_sgemm_blas(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
+			b, C.int(g.LDB), C.float(g.Beta), c, C.int(g.LDC))
+		return nil
+	}
+	if st := C.ngen_sgemm(ta, tb, C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha), a, C.int(g.LDA),
+		b, C.int(g.LDB), C.float(g.Beta), c, C.int(g.LDC)); st != 0 {
+		return fmt.Errorf("oneDNN sgemm failed (dnnl_status_t %d)", st)
+	}
+	return nil
+}
+
+// sgemmOnce runs one f32 product of g's shape with lib on its first batch
+// entry, for measurements.
+func sgemmOnce(lib sgemmLib, g runtime.GemmArgs) error {
+	return sgemm(lib, g, C.uintptr_t(uintptr(g.A)), C.uintptr_t(uintptr(g.B)), C.uintptr_t(uintptr(g.C)))
 }
 
 func cbool(t runtime.Transpose) C.int {
