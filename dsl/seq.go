@@ -49,7 +49,15 @@ func Transpose(x *Tensor, a, b int) *Tensor {
 	}
 	pos := callerPos()
 	n := len(x.v.Shape)
-	ax, err := ir.NormAxes([]int{a, b}, n)
+	// Each axis on its own: transposing an axis with itself is the
+	// identity, as in torch (NormAxes of both would call it repeated).
+	axA, err := ir.NormAxes([]int{a}, n)
+	if err == nil {
+		var axB []int
+		if axB, err = ir.NormAxes([]int{b}, n); err == nil {
+			axA = append(axA, axB[0])
+		}
+	}
 	if err != nil {
 		x.m.fail(pos, "transpose", "%v", err)
 		return x
@@ -58,7 +66,7 @@ func Transpose(x *Tensor, a, b int) *Tensor {
 	for i := range perm {
 		perm[i] = i
 	}
-	perm[ax[0]], perm[ax[1]] = perm[ax[1]], perm[ax[0]]
+	perm[axA[0]], perm[axA[1]] = perm[axA[1]], perm[axA[0]]
 	return x.m.op(pos, "permute", ir.Attrs{Perm: perm}, x)
 }
 

@@ -199,9 +199,23 @@ func dropoutExpr(c *Ctx, v *ir.Value, x string) string {
 // mode, 1 otherwise. It is one call, not a select on the train scalar
 // around a call, so that the emulation header can make it branch-free:
 // g++ does not vectorise a loop with a conditional call in it.
+//
+// ngen_dropout_if's scale is a float: in a double kernel 1/(1-p) would
+// be rounded to float (1/0.75 off by 2.5e-8 relative), so there the call
+// gives the 0/1 keep factor and the scale multiplies in double, chosen by
+// the train flag, which is the same for every element (a loop-invariant
+// select, not a branch in the loop).
 func dropoutFactor(c *Ctx, stream int, idx string, p float64) string {
-	return fmt.Sprintf("ngen_dropout_if(%s, %s, %s, (unsigned)%s, %s, %s, %s)", c.Scalar("train", "int"),
-		c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), c.Imm(int64(stream)), idx, c.Lit(1-p), c.Lit(1/(1-p)))
+	scale := c.Lit(1 / (1 - p))
+	if c.T == "double" {
+		scale = "1.0f"
+	}
+	f := fmt.Sprintf("ngen_dropout_if(%s, %s, %s, (unsigned)%s, %s, %s, %s)", c.Scalar("train", "int"),
+		c.Scalar("seed", "unsigned long long"), c.Scalar("step", "unsigned long long"), c.Imm(int64(stream)), idx, c.Lit(1-p), scale)
+	if c.T == "double" {
+		f = fmt.Sprintf("((double)%s * (%s ? %s : 1.0))", f, c.Scalar("train", "int"), c.Lit(1/(1-p)))
+	}
+	return f
 }
 
 // sampleIndex renders the index that keys an element's random draw: its

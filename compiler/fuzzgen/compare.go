@@ -1,0 +1,243 @@
+package fuzzgen
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// tols are a comparison's tolerances: a value v against w agrees when
+// |v - w| ≤ rtol·|w| + scale·S, S the largest magnitude of its kind
+// (every gradient of the spec, or the tensor for the others), and the
+// loss when |v - w| ≤ loss·max(|w|, 1). What follows an update (the
+// parameters, the state, the later losses and the prediction) inherits
+// the gradients' differences through the optimizer, so its tolerance is
+// late times the first step's (10 unless set; see compare for Adam).
+// exact asks for the same bits.
+type tols struct {
+	loss, rtol, scale float64
+	late              float64
+}
+
+// mismatch describes the worst of the values of got not within tolerance
+// of want (tol(i) for element i), or returns "".
+func mismatch(got, want []float64, tol func(i int) float64) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d values, want %d", len(got), len(want))
+	}
+	bad, worst, at := 0, 0.0, -1
+	for i := range want {
+		d := math.Abs(got[i] - want[i])
+		t := tol(i)
+		if d <= t || got[i] == want[i] || math.IsNaN(got[i]) && math.IsNaN(want[i]) {
+			continue
+		}
+		bad++
+		e := d / t
+		if at < 0 || !(e <= worst) {
+			worst, at = e, i
+		}
+	}
+	if bad == 0 {
+		return ""
+	}
+	how := fmt.Sprintf("%.3g× the tolerance %.3g", worst, tol(at))
+	if tol(at) == 0 {
+		how = "want the same bits"
+	}
+	return fmt.Sprintf("%d of %d values differ; worst [%d]: %.17g vs %.17g (%s)", bad, len(want), at, got[at], want[at], how)
+}
+
+func maxAbs(vs ...[]float64) float64 {
+	m := 0.0
+	for _, v := range vs {
+		for _, x := range v {
+			if a := math.Abs(x); a > m && !math.IsInf(a, 0) {
+				m = a
+			}
+		}
+	}
+	return m
+}
+
+// sortedKeys lists m's keys in order.
+func sortedKeys(m map[string][]float64) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// compare compares run a with run b (the reference) as check, spec by
+// spec: exact[k] asks for the same bits from spec k, t gives the
+// tolerances of the others.
+func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
+	lr, adam := 0.0, false
+	if o := c.built.Model.Optimizer; o != nil {
+		lr, adam = o.LR, o.Kind != "sgd"
+	}
+	if t.late == 0 {
+		t.late = 10
+	}
+	allExact := true
+	for _, e := range exact {
+		allExact = allExact && e
+	}
+	steps := float64(c.o.Steps)
+	where := a.what + " vs " + b.what
+	if msg := mismatch(a.loss, b.loss, func(i int) float64 {
+		if allExact {
+			return 0
+		}
+		tol := t.loss * math.Max(math.Abs(b.loss[i]), 1)
+		if i > 0 {
+			tol *= t.late
+		}
+		return tol
+	}); msg != "" {
+		spec := -1
+		if len(c.specs) == 1 {
+			spec = 0
+		}
+		c.fail(check, spec, "%s: loss per step: %s", where, msg)
+	}
+	// The largest gradient of each spec scales its gradients' tolerance.
+	gmax := make([]float64, len(c.specs))
+	for n, g := range b.grads {
+		if k := c.specOf(n); k >= 0 {
+			gmax[k] = math.Max(gmax[k], maxAbs(g))
+		}
+	}
+	gradTol := func(k int, w []float64) func(int) float64 {
+		return func(i int) float64 {
+			if exact[k] {
+				return 0
+			}
+			return t.rtol*math.Abs(w[i]) + t.scale*gmax[k]
+		}
+	}
+	near0 := make([]bool, len(c.specs)) // a gradient within tolerance of 0
+	for _, n := range sortedKeys(b.grads) {
+		k := c.specOf(n)
+		if k < 0 {
+			continue
+		}
+		gt := gradTol(k, b.grads[n])
+		if msg := mismatch(a.grads[n], b.grads[n], gt); msg != "" {
+			c.fail(check, k, "%s: step 1 gradient of %s: %s", where, n, msg)
+		}
+		for i, g := range b.grads[n] {
+			near0[k] = near0[k] || !exact[k] && math.Abs(g) <= gt(i)
+		}
+	}
+	for _, n := range sortedKeys(b.params) {
+		k := c.specOf(n)
+		if k < 0 {
+			continue
+		}
+		w, g := b.params[n], b.grads[n]
+		gt := gradTol(k, g)
+		m := maxAbs(w)
+		if msg := mismatch(a.params[n], w, func(i int) float64 {
+			if exact[k] {
+				return 0
+			}
+			tol := t.late * (t.rtol*math.Abs(w[i]) + t.scale*m)
+			if g == nil {
+				return tol
+			}
+			// SGD moves a parameter by lr times its gradient, so by lr
+			// times the gradient's tolerance more. Adam moves it by lr
+			// times m/√v, a ratio of gradients: a relative difference δ/|g|
+			// in the gradient moves it by about lr·δ/|g| a step, and a
+			// gradient within tolerance of 0 may move it by lr either way
+			// (2·lr apart).
+			if adam {
+				tol += steps * lr * math.Min(2, 2*t.late*gt(i)/math.Abs(g[i]))
+			} else {
+				tol += steps * lr * t.late * gt(i)
+			}
+			return tol
+		}); msg != "" {
+			c.fail(check, k, "%s: %s after %d steps: %s", where, n, c.o.Steps, msg)
+		}
+	}
+	for _, n := range sortedKeys(b.states) {
+		k := c.specOf(n)
+		if k < 0 {
+			continue
+		}
+		w := b.states[n]
+		m := maxAbs(w)
+		if msg := mismatch(a.states[n], w, func(i int) float64 {
+			if exact[k] {
+				return 0
+			}
+			return t.late * (t.rtol*math.Abs(w[i]) + t.scale*m)
+		}); msg != "" {
+			c.fail(check, k, "%s: state %s after %d steps: %s", where, n, c.o.Steps, msg)
+		}
+	}
+	for k := range c.specs {
+		w := b.outs[k]
+		m := maxAbs(w)
+		// The prediction follows the steps: where Adam moved parameters
+		// with near-zero gradients up to 2·steps·lr apart, it moves too.
+		slack := 0.0
+		if adam && near0[k] {
+			slack = 2 * steps * lr * math.Max(m, 1)
+		}
+		if msg := mismatch(a.outs[k], w, func(i int) float64 {
+			if exact[k] {
+				return 0
+			}
+			return t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + slack
+		}); msg != "" {
+			c.fail(check, k, "%s: eval-mode prediction after %d steps: %s", where, c.o.Steps, msg)
+		}
+	}
+}
+
+// exactFuse reports, per spec, whether its fused and unfused builds do
+// the same arithmetic (no op whose row says otherwise).
+func (c *checker) exactFuse() []bool {
+	out := make([]bool, len(c.specs))
+	for k, s := range c.specs {
+		out[k] = true
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if r := table[n.Op]; r.inexact != nil && r.inexact(s, n) {
+				out[k] = false
+			}
+		}
+	}
+	return out
+}
+
+// compareFuse compares the fused build (a) with the unfused one (b),
+// both on the host forms.
+func (c *checker) compareFuse(a, b *result) {
+	c.compare("fused/unfused", a, b, c.exactFuse(), c.formTols())
+}
+
+// compareForms compares the GPU forms (a) with the CPU baseline forms
+// (b) of the fused build.
+func (c *checker) compareForms(a, b *result) {
+	c.compare("gpu forms", a, b, make([]bool, len(c.specs)), c.formTols())
+}
+
+// formTols are the tolerances between two ngen builds or forms that
+// differ in the order of sums (reduction launch shapes, fused and
+// primitive forms of LayerNorm, softmax and attention): in f64 those of
+// codegen/jit's TestGPUFormsJITModels (rtol 1e-10 for the loss, 1e-9
+// plus 1e-12 of the largest for the rest); in f32 those of
+// runtime/cpu's compareGenStep (1e-5 for the loss, 1e-4 plus 1e-5 of the
+// largest gradient for the rest).
+func (c *checker) formTols() tols {
+	if c.specs[0].DType == "f64" {
+		return tols{loss: 1e-10, rtol: 1e-9, scale: 1e-12}
+	}
+	return tols{loss: 1e-5, rtol: 1e-4, scale: 1e-5}
+}
