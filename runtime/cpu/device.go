@@ -53,6 +53,13 @@ import (
 	"github.com/ngen-ml/ngen/runtime"
 )
 
+// MaxThreads bounds Options.Threads (and OpenDevice's thread count): a
+// launch runs a goroutine and a cgo call per thread and describes each in
+// C memory, so an absurd count (1<<60 from a typo or an overflow) must be
+// an error, not a failed C malloc or a size that wraps. It is far above
+// any core count a launch could use.
+const MaxThreads = 4096
+
 // Options configures a CPU device.
 type Options struct {
 	// Threads is how many OS threads run blocks in parallel, and how many
@@ -100,8 +107,8 @@ var errClosed = errors.New("cpu: device is closed")
 // New returns a CPU device. It also sets OpenBLAS's thread count, which is
 // process-wide, to one: the device splits GEMMs between its own threads.
 func New(opts Options) (*Device, error) {
-	if opts.Threads < 0 {
-		return nil, fmt.Errorf("cpu: Options.Threads = %d, want >= 0", opts.Threads)
+	if opts.Threads < 0 || opts.Threads > MaxThreads {
+		return nil, fmt.Errorf("cpu: Options.Threads = %d, want 0 (every core) to %d", opts.Threads, MaxThreads)
 	}
 	if opts.MemoryLimit < 0 {
 		return nil, fmt.Errorf("cpu: Options.MemoryLimit = %d, want >= 0", opts.MemoryLimit)
@@ -111,8 +118,10 @@ func New(opts Options) (*Device, error) {
 		n = goruntime.NumCPU()
 	}
 	d := &Device{threads: n, gpuBlocks: opts.GPUBlocks || opts.GPUForms, gpuForms: opts.GPUForms, limit: opts.MemoryLimit, allocs: make(map[runtime.Ptr]int64)}
+	if err := d.launch.start(n); err != nil {
+		return nil, err
+	}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
-	d.launch.start(n)
 	return d, nil
 }
 
