@@ -47,3 +47,14 @@ func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
 	st.Ops = "commit " + strings.Join(names, ", ")
 	return st
 }
+
+// updateCheckStep is the update check's launch step (codegen/guard.go
+// renders it), the first of the update phase: after gradient accumulation
+// and the all-reduce, so it sees the gradient the update applies. It reads
+// the parameters, the gradients and nState optimizer state vectors.
+func (m *memPlanner) updateCheckStep(status, nState int) runtime.Step {
+	z := m.plan.Buffers[m.params].Elems
+	z.Mul *= int64((2 + nState) * m.plan.Buffers[m.params].DType.Size())
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.UpdateCheckKernel, Buf: status,
+		Ops: "update check: new parameters and optimizer state finite", Bytes: runtime.Sum{z}}
+}
