@@ -399,13 +399,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			flush(false)
 			rf.UpdateFrom = len(steps)
 			if guarded {
-				nState := 0
-				for _, u := range f.Updates {
-					if isOpt(u) && u.State.Op != "flat" {
-						nState++
-					}
-				}
-				steps = append(steps, m.updateCheckStep(status, nState))
+				steps = append(steps, m.updateCheckStep(status))
 			}
 		} else if !groupIsOpt(g) && rf.UpdateFrom >= 0 {
 			return fmt.Errorf("internal error: %s: kernel %s of the gradient phase follows the optimizer update", f.Name, g)
