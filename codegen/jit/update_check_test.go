@@ -91,67 +91,79 @@ func TestUpdateCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	for _, dt := range []ir.DType{ir.F32, ir.F64} {
-		for _, opt := range updateOptimizers() {
-			for _, fuse := range []bool{true, false} {
-				what := fmt.Sprintf("%s/%s%v/fuse=%v", dt, opt.Kind, opt, fuse)
-				p, err := compiler.Compile(irtest.MLP(dt, 4, 5, 3, 0, opt), compiler.Options{Fuse: fuse})
-				if err != nil {
-					t.Fatal(err)
-				}
-				s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3})
-				if err != nil {
-					t.Fatal(err)
-				}
-				// An input whose gradients (about v/2) are finite but
-				// whose update is not: (v/2)² overflows, and so does
-				// lr·v/2 at lr 1e4.
-				huge := 1e36
-				if dt == ir.F64 {
-					huge = 1e305
-				}
-				run := func(v float64) error {
-					xs, y := []float64{v, 0, 0, 0, v, 0, 0, 0}, []int32{0, 2}
-					if err := s.WriteInput("x", castTo(dt, xs), 2); err != nil {
-						t.Fatal(err)
-					}
-					if err := s.WriteInput("y", y, 2); err != nil {
-						t.Fatal(err)
-					}
-					return s.Run("step", 2)
-				}
-				if err := run(1); err != nil { // moments non-zero
-					t.Fatalf("%s: %v", what, err)
-				}
-				before := snapshot(t, s)
-				if err := s.SetLR(1e4); err != nil {
-					t.Fatal(err)
-				}
-				if s.UpdateCheckFull() {
-					t.Fatalf("%s: an ordinary step's update was checked element by element: the bound should cover it", what)
-				}
-				wantUpdateError(t, what, run(huge))
-				if !s.UpdateCheckFull() {
-					t.Fatalf("%s: the failed step's update was not checked element by element", what)
-				}
-				if l, err := s.StepLoss(); err != nil || math.IsNaN(l) || math.IsInf(l, 0) {
-					t.Fatalf("%s: the loss %v should be finite (%v)", what, l, err)
-				}
-				sameSnapshot(t, what, snapshot(t, s), before)
-				if err := s.SetLR(opt.LR); err != nil {
-					t.Fatal(err)
-				}
-				if err := run(1); err != nil {
-					t.Fatalf("%s: the step after a failed update: %v", what, err)
-				}
-				after := snapshot(t, s)
-				finiteSnapshot(t, what, after)
-				if after["steps"][0] != 2 || slices.Equal(after["param:fc1.weight"], before["param:fc1.weight"]) {
-					t.Fatalf("%s: the next step did not train (%v steps)", what, after["steps"])
-				}
-				s.Close()
-			}
+	type config struct {
+		dt   ir.DType
+		opt  ir.Optimizer
+		fuse bool
+	}
+	// Every optimizer form fused in f32; the unfused update (one kernel
+	// per op) and f64 for Adam and SGD with momentum: each case is a
+	// model compiled at run time.
+	var cases []config
+	for i, opt := range updateOptimizers() {
+		cases = append(cases, config{ir.F32, opt, true})
+		if i == 0 || i == 4 {
+			cases = append(cases, config{ir.F32, opt, false}, config{ir.F64, opt, true})
 		}
+	}
+	for _, c := range cases {
+		dt, opt, fuse := c.dt, c.opt, c.fuse
+		what := fmt.Sprintf("%s/%s%v/fuse=%v", dt, opt.Kind, opt, fuse)
+		p, err := compiler.Compile(irtest.MLP(dt, 4, 5, 3, 0, opt), compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An input whose gradients (about v/2) are finite but
+		// whose update is not: (v/2)² overflows, and so does
+		// lr·v/2 at lr 1e4.
+		huge := 1e36
+		if dt == ir.F64 {
+			huge = 1e305
+		}
+		run := func(v float64) error {
+			xs, y := []float64{v, 0, 0, 0, v, 0, 0, 0}, []int32{0, 2}
+			if err := s.WriteInput("x", castTo(dt, xs), 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", y, 2); err != nil {
+				t.Fatal(err)
+			}
+			return s.Run("step", 2)
+		}
+		if err := run(1); err != nil { // moments non-zero
+			t.Fatalf("%s: %v", what, err)
+		}
+		before := snapshot(t, s)
+		if err := s.SetLR(1e4); err != nil {
+			t.Fatal(err)
+		}
+		if s.UpdateCheckFull() {
+			t.Fatalf("%s: an ordinary step's update was checked element by element: the bound should cover it", what)
+		}
+		wantUpdateError(t, what, run(huge))
+		if !s.UpdateCheckFull() {
+			t.Fatalf("%s: the failed step's update was not checked element by element", what)
+		}
+		if l, err := s.StepLoss(); err != nil || math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("%s: the loss %v should be finite (%v)", what, l, err)
+		}
+		sameSnapshot(t, what, snapshot(t, s), before)
+		if err := s.SetLR(opt.LR); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(1); err != nil {
+			t.Fatalf("%s: the step after a failed update: %v", what, err)
+		}
+		after := snapshot(t, s)
+		finiteSnapshot(t, what, after)
+		if after["steps"][0] != 2 || slices.Equal(after["param:fc1.weight"], before["param:fc1.weight"]) {
+			t.Fatalf("%s: the next step did not train (%v steps)", what, after["steps"])
+		}
+		s.Close()
 	}
 }
 
