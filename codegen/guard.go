@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -86,10 +87,20 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 		if t == "double" {
 			bitsOf, mask, ut = "(unsigned long long)__double_as_longlong", "0x7ff0000000000000ull", "unsigned long long"
 		}
+		// The largest |gradient| (status word 8, for the update check's
+		// bound) is a maximum of the sign-cleared bits, an integer
+		// reduction that vectorises too.
+		st, abs := "int", "0x7fffffffu"
+		if t == "double" {
+			st, abs = "long long", "0x7fffffffffffffffull"
+		}
 		w.WriteString("  int bad = 0;\n")
+		fmt.Fprintf(w, "  %s big = 0;\n", st)
 		fmt.Fprintf(w, "  const long long n = %s;\n", n)
-		fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) { const %s u = %s(%s[i]); bad |= (u & %s) == %s; }\n", ut, bitsOf, g, mask, mask)
+		fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s u = %s(%s[i]);\n    bad |= (u & %s) == %s;\n    const %s a = (%s)(u & %s);\n    big = a > big ? a : big;\n  }\n",
+			ut, bitsOf, g, mask, mask, st, st, abs)
 		fmt.Fprintf(w, "  if (bad) atomicMax(&%s[5], 1);\n", sb)
+		w.WriteString(maxWord(t, "big", sb, 8))
 		w.WriteString("  if (blockIdx.x == 0 && threadIdx.x == 0) {\n")
 		fmt.Fprintf(w, "    const double l = (double)%s[0];\n", l)
 		fmt.Fprintf(w, "    if (!(l - l == 0.0)) atomicMax(&%s[4], 1);\n", sb)
@@ -122,6 +133,10 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 			fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, %s) { %s[i] = %s[i]; } // %s\n", k.runtimeSize(el), d, s, plan.Buffers[c.Dst].Name)
 		}
 		k.grid = [3]runtime.Expr{{Size: big, Div: 256, Max: 1 << 20}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	case runtime.UpdateCheckKernel:
+		if err := updateCheck(k, plan, st.Buf); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("internal error: unknown builtin kernel %q", st.Builtin)
 	}
@@ -135,4 +150,153 @@ func (k *kernel) runtimeSize(z runtime.Size) string {
 		parts = append(parts, "(long long)"+k.scalar(y, "int"))
 	}
 	return strings.Join(parts, " * ")
+}
+
+// maxWord raises status word w of sb to the magnitude whose sign-cleared
+// bits are big: float32 bits, rounded up (to +Inf beyond float32's range)
+// from a double. Reading the word first keeps contention low on a GPU.
+func maxWord(t, big, sb string, w int) string {
+	if t == "double" {
+		return fmt.Sprintf("  {\n    const double d_ = __longlong_as_double(%s);\n    float f_ = (float)d_;\n    if ((double)f_ < d_) f_ = __int_as_float(__float_as_int(f_) + 1);\n"+
+			"    const int w_ = __float_as_int(f_);\n    if (w_ > %s[%d]) atomicMax(&%s[%d], w_);\n  }\n", big, sb, w, sb, w)
+	}
+	return fmt.Sprintf("  if (%s > %s[%d]) atomicMax(&%s[%d], %s);\n", big, sb, w, sb, w, big)
+}
+
+// updateCheck renders the update check (runtime.UpdateCheckKernel), the
+// first kernel of the update phase. When the step's largest |gradient|
+// (status word 8, from the guard) is at most the host's scalar gsafe, a
+// bound proves every new value finite and it returns at once
+// (runtime/update_bound.go). Otherwise it computes every new parameter
+// and optimizer state value as the lowered update does
+// (compiler/optimizer.go: the same operations in the same order and
+// type) without storing them, marks the step failed (status word 5 = 2)
+// when one is not finite or is within a factor 2 of overflow, and records
+// the largest magnitudes for the host's bound (words 9..12). The margin
+// covers FMA contraction, which nvcc may apply differently to this kernel
+// and the update's; a value that large would overflow the next step
+// anyway. Finite gradients, a bounded learning rate (runtime.MaxLR) and
+// finite state do not make a finite update: g·g overflows for |g| >
+// 1.8e19 in f32, SGD's lr·g and weight decay's geometric growth can
+// overflow.
+func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
+	o := plan.Optimizer
+	find := func(role, name string) int {
+		for i, b := range plan.Buffers {
+			if b.Role == role && (name == "" || b.Name == name) {
+				return i
+			}
+		}
+		return -1
+	}
+	pb, gb := find("params", ""), find("grads", "")
+	if pb < 0 || gb < 0 {
+		return fmt.Errorf("internal error: update check without the flat parameter and gradient vectors")
+	}
+	t := map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double"}[plan.Buffers[pb].DType]
+	if t == "" {
+		return fmt.Errorf("internal error: update check of %s parameters", plan.Buffers[pb].DType)
+	}
+	c := &ops.Ctx{T: t}
+	k.name = "ngen_update_check_" + t
+	k.comment = []string{"the " + o.Kind + " update computed and not stored: status[5] = 2 unless every new value is finite with a margin",
+		"(returns at once when the host's bound covers the step's largest gradient)"}
+	sb := k.param("int *", "status", runtime.ArgRef{Buf: status, Kind: runtime.ArgPtr})
+	in := func(buf int, name string) string {
+		return k.param("const "+t+" *__restrict__", name, runtime.ArgRef{Buf: buf, Kind: runtime.ArgPtr})
+	}
+	P, G := in(pb, "params"), in(gb, "grads")
+	state := func(key string) (string, error) {
+		i := find("state", o.Kind+"."+key)
+		if i < 0 {
+			return "", fmt.Errorf("internal error: update check: no %s.%s state", o.Kind, key)
+		}
+		return in(i, compiler.Sanitize(key)), nil
+	}
+	n := k.runtimeSize(plan.Buffers[pb].Elems)
+	k.grid = [3]runtime.Expr{{Size: plan.Buffers[pb].Elems, Div: 256, Max: 1 << 10}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	sc := func(name string) string { return k.scalar(name, t) }
+	gsafe := sc("gsafe")
+	lit := c.Lit
+	var body []string // statements over p and g
+	var news []string // the new parameter, then the state in status-word order
+	switch o.Kind {
+	case "adam", "adamw":
+		m, err := state("exp_avg")
+		if err != nil {
+			return err
+		}
+		v, err := state("exp_avg_sq")
+		if err != nil {
+			return err
+		}
+		g := "g"
+		if o.Kind == "adam" && o.WeightDecay != 0 {
+			g = fmt.Sprintf("(g + (p * %s))", lit(o.WeightDecay))
+		}
+		body = append(body,
+			fmt.Sprintf("const %s gd = %s;", t, g),
+			fmt.Sprintf("const %s m2 = ((%s[i] * %s) + (gd * %s));", t, m, lit(o.Beta1), lit(1-o.Beta1)),
+			fmt.Sprintf("const %s v2 = ((%s[i] * %s) + ((gd * gd) * %s));", t, v, lit(o.Beta2), lit(1-o.Beta2)),
+			fmt.Sprintf("const %s den = ((%s(v2) / %s) + %s);", t, c.Math("sqrt"), sc("bc2_sqrt"), lit(o.Eps)))
+		p0 := "p"
+		if o.Kind == "adamw" {
+			p0 = fmt.Sprintf("(p * %s)", sc("decay"))
+		}
+		body = append(body, fmt.Sprintf("const %s p2 = (%s - (%s * (m2 / den)));", t, p0, sc("step_size")))
+		news = []string{"p2", "m2", "v2"}
+	case "sgd":
+		d := "g"
+		if o.WeightDecay != 0 {
+			d = fmt.Sprintf("(g + (p * %s))", lit(o.WeightDecay))
+		}
+		body = append(body, fmt.Sprintf("%s d = %s;", t, d))
+		news = []string{"p2"}
+		if o.Momentum != 0 {
+			buf, err := state("momentum_buffer")
+			if err != nil {
+				return err
+			}
+			body = append(body, fmt.Sprintf("const %s b2 = ((%s * %s[i]) + (%s * d));", t, sc("mom"), buf, sc("damp")))
+			if o.Nesterov {
+				body = append(body, fmt.Sprintf("d = (d + (b2 * %s));", lit(o.Momentum)))
+			} else {
+				body = append(body, "d = b2;")
+			}
+			news = append(news, "b2")
+		}
+		body = append(body, fmt.Sprintf("const %s p2 = (p - (%s * d));", t, sc("lr")))
+	default:
+		return fmt.Errorf("internal error: update check of optimizer %q", o.Kind)
+	}
+	// |x| above half the largest finite value, NaN and ±Inf, on the
+	// bits: integer compares and maxima, which vectorise.
+	bitsOf, abs, limit, st := "__float_as_uint", "0x7fffffffu", "0x7effffffu", "int"
+	if t == "double" {
+		bitsOf, abs, limit, st = "(unsigned long long)__double_as_longlong", "0x7fffffffffffffffull", "0x7fdfffffffffffffull", "long long"
+	}
+	w := &k.body
+	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
+	fmt.Fprintf(w, "  if ((%s)__int_as_float(%s[8]) <= %s) return; // the host's bound covers the largest gradient\n", t, sb, gsafe)
+	w.WriteString("  int bad = 0;\n")
+	for j := range news {
+		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
+	}
+	fmt.Fprintf(w, "  const long long n = %s;\n", n)
+	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s[i];\n", t, P, G)
+	for _, x := range body {
+		fmt.Fprintf(w, "    %s\n", x)
+	}
+	for j, x := range news {
+		fmt.Fprintf(w, "    const %s a%d = (%s)(%s(%s) & %s);\n", st, j, st, bitsOf, x, abs)
+		fmt.Fprintf(w, "    bad |= a%d > (%s)%s;\n", j, st, limit)
+		fmt.Fprintf(w, "    big%d = a%d > big%d ? a%d : big%d;\n", j, j, j, j, j)
+	}
+	w.WriteString("  }\n")
+	fmt.Fprintf(w, "  if (bad) atomicMax(&%s[5], 2);\n", sb)
+	for j := range news {
+		w.WriteString(maxWord(t, fmt.Sprintf("big%d", j), sb, 9+j))
+	}
+	fmt.Fprintf(w, "  %s[12] = 1;\n", sb)
+	return nil
 }

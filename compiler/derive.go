@@ -9,7 +9,10 @@ import (
 // declared forward function. Predict runs in whichever mode the session is
 // in (the train flag, as torch's model.train()/eval()); when the forward
 // reads that flag, predict_eval is predict specialised to eval mode, which
-// the generated API runs instead in eval mode.
+// the generated API runs instead in eval mode. Inference never changes
+// the model: predict drops the forward's state updates, so in training
+// mode it normalises with the batch's statistics but, unlike PyTorch's
+// forward, leaves batch norm's running statistics alone.
 func deriveFuncs(p *Program) error {
 	m := p.Model
 	step, sm := m.Forward.Clone("step")
@@ -23,6 +26,7 @@ func deriveFuncs(p *Program) error {
 		for name, v := range m.Forward.Outputs {
 			pred.Outputs[name] = pm[v]
 		}
+		pred.Updates = nil
 		pred.Prune()
 		pred.Renumber()
 		p.Predict = pred

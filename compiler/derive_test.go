@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 func TestDeriveFuncs(t *testing.T) {
@@ -91,4 +94,37 @@ func names(vs []*ir.Value) string {
 		s += v.Name
 	}
 	return s
+}
+
+// TestDerivePredictCommitsNothing (issue 27): inference never changes the
+// model, so predict drops the forward's state updates (batch norm's
+// running statistics); the step keeps them.
+func TestDerivePredictCommitsNothing(t *testing.T) {
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(2), ir.D(3), ir.D(3))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	gamma := b.Source("param", ir.Param, "bn.weight", ir.F32, ir.Static(2), "const:1")
+	beta := b.Source("param", ir.Param, "bn.bias", ir.F32, ir.Static(2), "const:0")
+	rm := b.Source("state", ir.State, "bn.running_mean", ir.F32, ir.Static(2), "const:0")
+	rv := b.Source("state", ir.State, "bn.running_var", ir.F32, ir.Static(2), "const:1")
+	h, nm, nv := ops.BatchNorm2d(b.Builder, x, gamma, beta, rm, rv, 0.1, 1e-5)
+	b.F.Updates = append(b.F.Updates, ir.Update{State: rm, New: nm}, ir.Update{State: rv, New: nv})
+	logits := b.Linear("fc", b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(18)}}, h), 3)
+	m := b.Model("bn", b.Binary("cross_entropy", logits, y), logits, adam)
+	p := through(t, m, "plan memory", true)
+	if len(p.Step.Updates) == 0 {
+		t.Fatal("the step lost its state updates")
+	}
+	for _, f := range []*ir.Func{p.Predict, p.PredictEval} {
+		if f != nil && len(f.Updates) != 0 {
+			t.Errorf("%s updates %d state buffers", f.Name, len(f.Updates))
+		}
+	}
+	for _, f := range p.Plan.Funcs[1:] {
+		for i, st := range f.Steps {
+			if st.Kind == runtime.CopyStep && p.Plan.Buffers[st.Buf].Role == "state" {
+				t.Errorf("%s step %d copies into %s", f.Name, i, p.Plan.Buffers[st.Buf].Name)
+			}
+		}
+	}
 }

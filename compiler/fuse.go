@@ -29,7 +29,11 @@ import (
 //
 // With fusion off every op is its own kernel. A value may join a group only
 // if everything else it reads is computed by an earlier group, which keeps
-// the kernel order a topological order.
+// the kernel order a topological order, and only a group of its own phase:
+// the optimizer's values (phase "opt") run after the gradient/update
+// boundary (Func.UpdateFrom), everything else before it. An unbatched
+// model's gradient has the flat parameter vector's shape, and joining the
+// update's kernel horizontally moved it past the boundary.
 func fuse(p *Program) error {
 	for _, f := range p.Funcs() {
 		p.Groups[f] = fuseFunc(f, p.Fuse)
@@ -42,6 +46,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 	uses := f.Uses()
 	var gs []*Group
 	owner := map[*ir.Value]int{}
+	optGroup := map[*Group]bool{} // a group of the update phase
 	add := func(g *Group, v *ir.Value) {
 		g.Values = append(g.Values, v)
 		for i, h := range gs {
@@ -52,11 +57,15 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 	}
 	newGroup := func(g *Group, v *ir.Value) {
 		gs = append(gs, g)
+		optGroup[g] = v.Phase == "opt"
 		add(g, v)
 	}
 	// ready reports whether every argument of v outside group gi comes from
 	// an earlier group (or needs no kernel).
 	ready := func(v *ir.Value, gi int, skip ...*ir.Value) bool {
+		if gi < len(gs) && optGroup[gs[gi]] != (v.Phase == "opt") {
+			return false
+		}
 	args:
 		for _, a := range v.Args {
 			for _, s := range skip {

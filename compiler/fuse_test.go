@@ -190,3 +190,36 @@ func opsOf(vs []*ir.Value) []string {
 	}
 	return out
 }
+
+// TestFusePhases: issue 27's e_ce_scalar, an unbatched model whose
+// gradient has the flat parameter vector's shape. The update's first
+// value had no producer to join and fused horizontally with the
+// gradient's kernel, which moved the gradient past the gradient/update
+// boundary ("temporary ... is alive across the gradient/update
+// boundary"). Every kernel is now of one phase, and the model compiles
+// fused and unfused.
+func TestFusePhases(t *testing.T) {
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.D(3))
+	y := b.Input("y", ir.I32)
+	w := b.Param("w", ir.F32, 1, 3)
+	logits := b.Binary("mul", b.Op("scale", ir.Attrs{F: 1}, x), w)
+	m := b.Model("e_ce_scalar", b.Binary("cross_entropy", logits, y), logits, adam)
+	for _, fuse := range []bool{true, false} {
+		p, err := Compile(m, Options{Fuse: fuse})
+		if err != nil {
+			t.Fatalf("fuse=%v: %v", fuse, err)
+		}
+		for _, g := range p.Groups[p.Step] {
+			opt := 0
+			for _, v := range g.Values {
+				if v.Phase == "opt" {
+					opt++
+				}
+			}
+			if opt != 0 && opt != len(g.Values) {
+				t.Errorf("fuse=%v: kernel %s mixes %d update values with %d of the gradient phase: %s", fuse, g.Name, opt, len(g.Values)-opt, g.Ops())
+			}
+		}
+	}
+}

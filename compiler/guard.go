@@ -47,3 +47,15 @@ func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
 	st.Ops = "commit " + strings.Join(names, ", ")
 	return st
 }
+
+// updateCheckStep is the update check's launch step (codegen/guard.go
+// renders it), the first of the update phase: after gradient accumulation
+// and the all-reduce, so it sees the gradient the update applies. Its
+// bytes are an ordinary step's: the status block, since the host's bound
+// (runtime/update_bound.go) lets it return at once; a step it must check
+// element by element reads the parameters, the gradients and the
+// optimizer's state too.
+func (m *memPlanner) updateCheckStep(status int) runtime.Step {
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.UpdateCheckKernel, Buf: status,
+		Ops: "update check: new parameters and optimizer state finite", Bytes: runtime.Sum{{Mul: runtime.StatusWords * 4}}}
+}

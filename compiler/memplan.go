@@ -399,6 +399,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			}
 			flush(false)
 			rf.UpdateFrom = len(steps)
+			if guarded {
+				steps = append(steps, m.updateCheckStep(status))
+			}
 		} else if !groupIsOpt(g) && rf.UpdateFrom >= 0 {
 			return fmt.Errorf("internal error: %s: kernel %s of the gradient phase follows the optimizer update", f.Name, g)
 		}

@@ -37,6 +37,17 @@ func TestPlanPhases(t *testing.T) {
 				if err := checkPhases(p.Plan, 0, rf.UpdateFrom, len(rf.Steps)); err != nil {
 					t.Error(err)
 				}
+				// The update phase opens with the update check, which
+				// must see the gradient after accumulation and the
+				// all-reduce, and come before any write (issue 27).
+				if st := rf.Steps[rf.UpdateFrom]; st.Builtin != runtime.UpdateCheckKernel || st.Buf < 0 || p.Plan.Buffers[st.Buf].Role != "status" {
+					t.Errorf("step %d (update from) is %q %s, want the update check on the status block", rf.UpdateFrom, st.Builtin, st.Ops)
+				}
+				for i, st := range rf.Steps {
+					if st.Builtin == runtime.UpdateCheckKernel && i != rf.UpdateFrom {
+						t.Errorf("a second update check at step %d", i)
+					}
+				}
 				for _, f := range p.Plan.Funcs[1:] {
 					if f.UpdateFrom != 0 {
 						t.Errorf("%s: UpdateFrom %d, want 0", f.Name, f.UpdateFrom)

@@ -49,6 +49,12 @@ func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Te
 		return x
 	}
 	c := s[1].N
+	if w.G < 1 {
+		// Checked before the weight [out, C/groups, k, k] is declared,
+		// whose negative dimension would otherwise be the message.
+		m.fail(pos, "conv2d", "%s: groups %d must be positive", name, o.Groups)
+		return x
+	}
 	if kernel < 1 || out < 1 || c%w.G != 0 || out%w.G != 0 {
 		m.fail(pos, "conv2d", "%s: %d input and %d output channels, kernel %d: channels must be positive and divisible by groups %d", name, c, out, kernel, w.G)
 		return x

@@ -75,6 +75,11 @@ func TestVisionErrorsNameTheLine(t *testing.T) {
 			l := line() + 1
 			return m.Conv2d("c", x, 4, 3, Conv{Groups: 3}), l
 		}},
+		// Issue 27: the message named the weight's dimension -2.
+		{"negative groups", "conv2d", "c: groups -2 must be positive", func(m *Model, x *Tensor) (*Tensor, int) {
+			l := line() + 1
+			return m.Conv2d("c", x, 4, 3, Conv{Groups: -2}), l
+		}},
 		{"kernel larger than the padded input", "conv2d", "window 31x31 (dilation 1x1) does not fit the 28x28 input padded by 1x1", func(m *Model, x *Tensor) (*Tensor, int) {
 			l := line() + 1
 			return m.Conv2d("c", x, 4, 31, Conv{Padding: 1}), l

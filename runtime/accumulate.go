@@ -82,14 +82,13 @@ func (s *Session) RunGrads(batch int) error {
 	if err != nil {
 		return err
 	}
-	calls := s.calls
 	if err := s.setBatch("step", batch); err != nil {
 		return err
 	}
 	if err := s.microBatch(fi, f); err != nil {
-		s.calls = calls // the dropout counter too is as before
-		return err
+		return err // the dropout counter too is as before
 	}
+	s.calls++
 	return nil
 }
 
@@ -103,7 +102,7 @@ func (s *Session) RunUpdate() error {
 	if err != nil {
 		return err
 	}
-	return s.updatePhase(fi, f)
+	return s.checkedUpdate(fi, f)
 }
 
 // trainStep is Run("step"): with k = 1, the gradient phase, the update
@@ -117,7 +116,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		if s.acc.pend < s.acc.k {
 			return nil
 		}
-		return s.updatePhase(fi, f)
+		return s.checkedUpdate(fi, f)
 	}
 	// One step, forward to update, is one graph on a Grapher device.
 	if err := s.graphed(f.Name, func() error {
@@ -134,6 +133,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		s.t--
 		return err
 	}
+	s.afterUpdate()
 	return nil
 }
 
@@ -162,6 +162,9 @@ func (s *Session) gradPhase(fi int, f *Func) error {
 		}
 	}
 	s.row0 = s.sampleOffset(s.env["B"])
+	if err := s.clearScratch(); err != nil {
+		return err
+	}
 	if err := s.runSteps(fi, f, 0, f.UpdateFrom, nil); err != nil {
 		return err
 	}
@@ -210,12 +213,47 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	}
 	s.t++
 	scal := s.plan.Optimizer.Scalars(s.t, s.lr)
+	if s.bound.on {
+		scal["gsafe"] = s.gsafe(scal)
+		s.bound.sc = scal
+	}
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
 		return err
 	}
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return nil
+}
+
+// checkedUpdate is the update phase of accumulated micro-batches, then,
+// when the plan checks its update (runtime.UpdateCheckKernel), one read of
+// the status block: an update that would make a parameter or optimizer
+// state non-finite changed nothing on the device, and the host's step
+// count follows. Its micro-batches are dropped either way: their mean
+// has replaced the last one's gradient.
+func (s *Session) checkedUpdate(fi int, f *Func) error {
+	if err := s.updatePhase(fi, f); err != nil {
+		return err
+	}
+	if !hasBuiltin(f, UpdateCheckKernel) {
+		return nil
+	}
+	if err := s.check("step"); err != nil {
+		s.t--
+		return err
+	}
+	s.afterUpdate()
+	return nil
+}
+
+// hasBuiltin reports whether f launches the builtin kernel name.
+func hasBuiltin(f *Func, name string) bool {
+	for i := range f.Steps {
+		if f.Steps[i].Builtin == name {
+			return true
+		}
+	}
+	return false
 }
 
 // stash adds the gradient in grads into the sum.

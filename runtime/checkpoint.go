@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,12 +129,26 @@ func (s *Session) readRaw(buf int, off, n int64) ([]byte, error) {
 // Save writes a safetensors checkpoint: parameters, declared state,
 // optimizer state, step count, learning rate, seed and dropout counter,
 // so a loaded session continues exactly as the saved one would.
+//
+// It refuses while micro-batches of a gradient accumulation are pending
+// (Pending() > 0): the file holds no partial gradient sum, so the loaded
+// model would not continue as the saved one. Finish the accumulation
+// (Update, or the remaining micro-batches) first.
+//
+// Save makes one Write call with the whole file, built in memory first,
+// so an error before it writes nothing; what a failed or interrupted
+// Write leaves behind is the writer's affair. To replace a file so that a
+// crash at any point leaves the old checkpoint or the new one, never a
+// part, use SaveFile.
 func (s *Session) Save(w io.Writer) error {
 	if err := s.alive("Save"); err != nil {
 		return err
 	}
 	if w == nil {
 		return fmt.Errorf("%s: Save: the writer is nil", s.plan.Model)
+	}
+	if n := s.acc.pend; n > 0 {
+		return fmt.Errorf("%s: Save: %d micro-batch(es) of gradient accumulation pending (%d per update): a checkpoint cannot hold a partial sum; run Update (RunUpdate) or the remaining micro-batches first", s.plan.Model, n, s.acc.k)
 	}
 	names, ents, err := s.entries()
 	if err != nil {
@@ -184,7 +197,9 @@ func encodeCheckpoint(meta map[string]string, ts []safetensors.Tensor) ([]byte, 
 
 // Load reads a checkpoint written by Save (or by scripts/safetensors_io.py
 // from PyTorch) for the same model. It checks everything before it
-// changes anything: on any error the session is untouched.
+// changes anything: on any error the session is untouched. A successful
+// Load drops pending micro-batches of a gradient accumulation: they are
+// gradients of the weights it replaces, and the saved session had none.
 func (s *Session) Load(r io.Reader) error {
 	if err := s.alive("Load"); err != nil {
 		return err
@@ -239,7 +254,9 @@ func (s *Session) Load(r io.Reader) error {
 		}
 	}
 	s.t, s.lr, s.seed, s.calls = c.step, c.lr, c.seed, c.calls
-	return nil
+	a := &s.acc
+	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
+	return s.refreshBound()
 }
 
 // decoded is a checkpoint that passed every check.
@@ -358,9 +375,11 @@ func counters(meta map[string]string, withOpt bool, lr float64, seed uint64) (st
 	}
 	if v, ok := meta["ngen.lr"]; ok {
 		x, e := strconv.ParseFloat(v, 64)
-		// As SetLR: the kernels take the rate as a float32.
-		if e != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > math.MaxFloat32 {
-			return 0, 0, 0, 0, fmt.Errorf("ngen.lr %q is not a learning rate", v)
+		if e == nil {
+			e = checkLR(x) // as SetLR
+		}
+		if e != nil {
+			return 0, 0, 0, 0, fmt.Errorf("ngen.lr %q is not a learning rate: %v", v, e)
 		}
 		lr = x
 	}

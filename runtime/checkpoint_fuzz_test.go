@@ -80,6 +80,10 @@ func checkpointSeeds(t testing.TB) map[string][]byte {
 	mod("moments at step 0", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "0", "ngen.lr": "0.001"})
 	mod("step 2^64-1", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "18446744073709551615"})
 	mod("lr NaN", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.lr": "NaN"})
+	// Issue 27: a correctly signed rate of 3.4e38 loaded, and the next
+	// step turned every weight non-finite.
+	mod("lr 3.4e38", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "4", "ngen.lr": "3.4e38"})
+	mod("lr above MaxLR", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "4", "ngen.lr": "1000001"})
 	seeds["trailing"] = append(append([]byte(nil), seeds["good"]...), 0)
 	return seeds
 }
@@ -124,7 +128,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 				t.Fatalf("%s: %d bytes or non-finite", n, len(d))
 			}
 		}
-		if c.step < 0 || math.IsNaN(c.lr) || c.lr < 0 {
+		if c.step < 0 || math.IsNaN(c.lr) || c.lr < 0 || c.lr > MaxLR {
 			t.Fatalf("counters %+v", c)
 		}
 		// Accepted Adam moments satisfy the step-free bound (its closed

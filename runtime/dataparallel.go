@@ -73,6 +73,9 @@ func (s *Session) SetCommunicator(c Communicator) error {
 		s.releaseStaging()
 		return nil
 	}
+	if s.acc.pend > 0 {
+		return fmt.Errorf("%s: SetCommunicator: %d micro-batch(es) pending: join the group before accumulating", s.plan.Model, s.acc.pend)
+	}
 	if err := s.agree(c); err != nil {
 		return err
 	}

@@ -19,9 +19,9 @@ type Session struct {
 	env      map[string]int
 	maxEnv   map[string]int
 	seed     uint64
-	t        int // optimizer steps taken
-	calls    uint64
-	row0     int64 // global index of this batch's first row (dropout keys)
+	t        int    // optimizer steps taken
+	calls    uint64 // training calls (micro-batches) that succeeded: ngen.dropout_counter
+	row0     int64  // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
 	loss     float64 // the last step's, from the status block
@@ -30,6 +30,17 @@ type Session struct {
 	dp       dataParallel // data-parallel group, if any (dataparallel.go)
 	prof     *profiler    // nil unless SetProfiling(true)
 	closed   bool
+	// nonFinite holds, per float input buffer last written with a NaN or
+	// ±Inf, the first such element and its value: inference refuses it.
+	nonFinite map[int]badValue
+	status    [StatusWords]int32 // the status block as the last check read it
+	bound     updateBound        // update_bound.go
+}
+
+// badValue is a non-finite element of an input.
+type badValue struct {
+	at int
+	v  float64
 }
 
 // SessionOptions size a session.
@@ -53,6 +64,9 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	}
 	if opt.AccumulationSteps < 0 {
 		return nil, fmt.Errorf("%s: AccumulationSteps must not be negative, got %d", p.Model, opt.AccumulationSteps)
+	}
+	if err := checkLR(p.Optimizer.LR); err != nil {
+		return nil, fmt.Errorf("%s: the plan's learning rate: %w", p.Model, err)
 	}
 	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR,
 		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
@@ -87,6 +101,10 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 		}
 	}
 	if err := s.initParams(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.initBound(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -210,16 +228,30 @@ func (s *Session) SetTrain(train bool) {
 // Training reports the mode.
 func (s *Session) Training() bool { return s != nil && s.train }
 
-// SetLR changes the learning rate for later steps. It must be finite
-// and not negative; otherwise the rate stays as it was.
+// MaxLR bounds the learning rate wherever it enters (the plan, SetLR, a
+// checkpoint's ngen.lr). No optimizer ngen lowers trains at a rate near
+// it; a rate above it is a slip (3.4e38, a unit error), and a rate of
+// 3.4e38 turned every weight non-finite in a step that reported success.
+// A rate below it can still make an update overflow (a huge gradient,
+// SGD's lr·g): the update check (compiler/guard.go) fails such a step.
+const MaxLR = 1e6
+
+// checkLR says what is wrong with a learning rate, or nil.
+func checkLR(lr float64) error {
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 || lr > MaxLR {
+		return fmt.Errorf("learning rate %v: want a finite rate in [0, %g] (runtime.MaxLR)", lr, MaxLR)
+	}
+	return nil
+}
+
+// SetLR changes the learning rate for later steps. It must be finite,
+// not negative and at most MaxLR; otherwise the rate stays as it was.
 func (s *Session) SetLR(lr float64) error {
 	if err := s.alive("SetLR"); err != nil {
 		return err
 	}
-	// The kernels take the rate as a float32: 1e300 would reach them as
-	// +Inf and turn every weight non-finite after a step that succeeded.
-	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 || lr > math.MaxFloat32 {
-		return fmt.Errorf("%s: SetLR(%v): the learning rate must be finite as a float32 and not negative", s.plan.Model, lr)
+	if err := checkLR(lr); err != nil {
+		return fmt.Errorf("%s: SetLR(%v): %w", s.plan.Model, lr, err)
 	}
 	s.lr = lr
 	return nil
@@ -251,6 +283,14 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // gradient phase then the update phase (RunGrads, RunUpdate), with the
 // checks once at the end; with SessionOptions.AccumulationSteps k > 1 it
 // runs the update only on every k-th call (accumulate.go).
+//
+// Inference (every function but "step") never touches training state:
+// parameters, optimizer and declared state, the step count, the dropout
+// counter and pending micro-batches are as before, whether it succeeds
+// or fails. In training mode it draws the dropout masks the next step
+// would and normalises with batch statistics, but commits nothing. It
+// refuses a float input holding a NaN or ±Inf, as a step refuses the
+// non-finite loss such an input gives.
 func (s *Session) Run(name string, batch int) error {
 	if err := s.alive(name); err != nil {
 		return err
@@ -259,17 +299,18 @@ func (s *Session) Run(name string, batch int) error {
 	if err != nil {
 		return err
 	}
-	calls := s.calls
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}
 	if name == "step" {
 		if err := s.trainStep(fi, f); err != nil {
-			// A failed step leaves the dropout counter as it was too.
-			s.calls = calls
-			return err
+			return err // the dropout counter too is as before
 		}
+		s.calls++
 		return nil
+	}
+	if err := s.finiteInputs(f); err != nil {
+		return err
 	}
 	s.row0 = s.sampleOffset(batch)
 	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
@@ -283,7 +324,19 @@ func (s *Session) setBatch(name string, batch int) error {
 		return fmt.Errorf("%s.%s: batch of %d rows, want 1..%d", s.plan.Model, name, batch, s.maxEnv["B"])
 	}
 	s.env["B"] = batch
-	s.calls++
+	return nil
+}
+
+// finiteInputs refuses to run f on a float input that was last written
+// with a NaN or ±Inf (an LSTM's h0, say): the forward pass would return
+// non-finite outputs with no error.
+func (s *Session) finiteInputs(f *Func) error {
+	for _, in := range f.Inputs {
+		if bad, ok := s.nonFinite[in.Buf]; ok {
+			b := &s.plan.Buffers[in.Buf]
+			return fmt.Errorf("%s.%s: input %q%s: element %d is %v; inference refuses non-finite inputs", s.plan.Model, f.Name, b.Name, declared(b), bad.at, bad.v)
+		}
+	}
 	return nil
 }
 

@@ -80,7 +80,41 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 	if n == 0 {
 		return nil
 	}
-	return s.dev.CopyToDevice(s.ptrs[i], ptr, want*int64(dt.Size()))
+	if err := s.dev.CopyToDevice(s.ptrs[i], ptr, want*int64(dt.Size())); err != nil {
+		return err
+	}
+	s.noteFinite(i, data)
+	return nil
+}
+
+// noteFinite records whether input buffer i, just written from data, holds
+// a NaN or ±Inf (Run refuses inference on it).
+func (s *Session) noteFinite(i int, data any) {
+	at, v := -1, 0.0
+	switch d := data.(type) {
+	case []float32:
+		for k, x := range d {
+			if x-x != 0 {
+				at, v = k, float64(x)
+				break
+			}
+		}
+	case []float64:
+		for k, x := range d {
+			if x-x != 0 {
+				at, v = k, x
+				break
+			}
+		}
+	}
+	if at < 0 {
+		delete(s.nonFinite, i)
+		return
+	}
+	if s.nonFinite == nil {
+		s.nonFinite = map[int]badValue{}
+	}
+	s.nonFinite[i] = badValue{at, v}
 }
 
 // declared is " (file:line)" of an input's declaration, or "".
@@ -188,14 +222,24 @@ func (s *Session) WriteFloats(i int, vals []float64) error {
 	}
 	// A parameter is held to Load's rule: a non-finite weight (or one that
 	// overflows float32) would fail every later step, far from its cause.
-	if b := &s.plan.Buffers[i]; b.Role == "param" {
+	b := &s.plan.Buffers[i]
+	if b.Role == "param" {
 		for k, v := range vals {
 			if math.IsNaN(v) || math.IsInf(v, 0) || (b.DType == F32 && math.Abs(v) > math.MaxFloat32) {
 				return fmt.Errorf("%s: param %s: element %d is %v, not a finite %s", s.plan.Model, b.Name, k, v, b.DType)
 			}
 		}
 	}
-	return s.writeFloats(i, vals)
+	if err := s.writeFloats(i, vals); err != nil {
+		return err
+	}
+	switch b.Role {
+	case "input":
+		s.noteFinite(i, vals)
+	case "param", "params", "state":
+		s.raiseBound(i, vals) // the update check's bound covers the new values
+	}
+	return nil
 }
 
 func (s *Session) writeFloats(i int, vals []float64) error {

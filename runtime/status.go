@@ -12,25 +12,52 @@ import (
 //	[0]    the code of the checked op that failed (0: none)
 //	[1..3] that op's details (the bad value, its row, the bound)
 //	[4]    1 when the loss is not finite
-//	[5]    1 when a gradient is not finite
+//	[5]    1 when a gradient is not finite, 2 when the update would make
+//	       a parameter or optimizer state non-finite (the update check)
 //	[6..7] the loss, as a float64
+//	[8]    the largest |gradient|, as float32 bits rounded up (the guard)
+//	[9]    the largest |new parameter|, [10] and [11] the largest |new
+//	       value| of the optimizer's first and second state vectors, as
+//	       float32 bits rounded up, and [12] 1: written by the update
+//	       check when it checked every element (update_bound.go)
+//	[13..15] unused
 //
-// Codes are raised by the checked kernels, words 4..7 by the guard kernel
-// (compiler/guard.go); kernels that commit state skip when 0, 4 or 5 is
-// set, so a failed step changes nothing.
-const StatusWords = 8
+// Codes are raised by the checked kernels, words 4..8 by the guard kernel
+// and word 5 also by the update check (compiler/guard.go); kernels that
+// commit state skip when 0, 4 or 5 is set, so a failed step changes
+// nothing. Words 8..15 are the step's scratch: the session zeroes them
+// before each gradient phase. Plans from before the update check have 8
+// words.
+const StatusWords = 16
+
+// Status words the update check and its bound use (update_bound.go).
+const (
+	statusMaxGrad  = 8
+	statusMaxNew   = 9 // 9, 10, 11: parameters, first and second state
+	statusFullPass = 12
+)
 
 // Builtin kernels: launch steps whose kernel codegen adds to every module
 // with a guarded step rather than rendering it from a group.
 const (
 	GuardKernel  = "guard"  // Buf: status block, Src: the loss
 	CommitKernel = "commit" // each of Commits: Dst ← Src, unless the status block says the step failed
+	// UpdateCheckKernel (Buf: status block), the update phase's first
+	// launch, computes the optimizer's update without storing it and
+	// fails the step when a new value would not be finite.
+	UpdateCheckKernel = "update_check"
 )
+
+// updateFailed is status word 5's value when the update check failed.
+const updateFailed = 2
 
 // check runs the plan's checks for function fn after it ran, from one read
 // of the status block (plans from before the guard also read the loss).
 func (s *Session) check(fn string) error {
+	// A local block: cgo refuses a pointer into the Session, which holds
+	// Go pointers.
 	var blk [StatusWords]int32
+	defer func() { s.status = blk }()
 	read := false
 	for _, c := range s.plan.Checks {
 		if c.Func != fn {
@@ -80,6 +107,9 @@ func (s *Session) check(fn string) error {
 				if blk[4] != 0 {
 					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 				}
+				if blk[5] == updateFailed {
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.lr}
+				}
 				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 			}
 		case "finite":
@@ -97,10 +127,12 @@ func (s *Session) check(fn string) error {
 	return nil
 }
 
-// clearStatus zeroes the status block so that the session stays usable
-// after a failed call.
+// clearStatus zeroes the status block's verdict words (0..7) so that the
+// session stays usable after a failed call. The scratch words from 8 on
+// are the gradient phase's: a failed Predict between RunGrads and
+// RunUpdate must not erase the guard's largest |gradient|.
 func (s *Session) clearStatus(buf int) error {
-	return s.dev.Memset(s.ptrs[buf], 0, s.plan.Buffers[buf].Elems.Mul*4)
+	return s.dev.Memset(s.ptrs[buf], 0, min(s.plan.Buffers[buf].Elems.Mul, statusMaxGrad)*4)
 }
 
 // StepLoss is the loss of the last training step or micro-batch: from
@@ -134,4 +166,19 @@ func (s *Session) guarded(fn string) bool {
 		}
 	}
 	return false
+}
+
+// UpdateError is a step whose gradients were finite but whose optimizer
+// update would have made a parameter or the optimizer's state non-finite
+// (or within a factor 2 of overflow): a learning rate or gradient too
+// large for the parameters' type. The step changed nothing; with
+// gradient accumulation its micro-batches are dropped.
+type UpdateError struct {
+	Model, Optimizer string
+	Step             int     // the step that failed (1-based)
+	LR               float64 // the learning rate it ran with
+}
+
+func (e *UpdateError) Error() string {
+	return fmt.Sprintf("%s: the %s update of step %d (learning rate %g) would make a parameter or the optimizer's state non-finite; the step changed nothing", e.Model, e.Optimizer, e.Step, e.LR)
 }

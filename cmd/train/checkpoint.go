@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // checkWritable fails early, before any training, when -save's target
@@ -27,26 +29,13 @@ func checkWritable(path string) error {
 	return os.Remove(name)
 }
 
-// saveCheckpoint writes the checkpoint beside the destination and renames
-// it over it, so a failure leaves any earlier checkpoint whole.
+// saveCheckpoint writes the checkpoint through runtime.SaveFile: into a
+// temporary file beside the destination, flushed and renamed over it, the
+// directory flushed, so that a crash or a kill at any point leaves the
+// earlier checkpoint or the new one, whole.
 func saveCheckpoint(m interface{ Save(io.Writer) error }, path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".ckpt-*")
-	if err != nil {
-		return err
-	}
-	err = m.Save(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("-save %s: %w", path, err)
+	if err := runtime.SaveFile(path, m.Save); err != nil {
+		return fmt.Errorf("-save: %w", err)
 	}
 	return nil
 }

@@ -22,6 +22,13 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if path := os.Getenv(saveEnv); path != "" { // TestSaveKilledTrain's writer
+		if err := saveWriter(path); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

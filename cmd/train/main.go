@@ -57,30 +57,59 @@ func main() {
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
+		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
 	flag.Parse()
-	sampling := false
-	flag.Visit(func(f *flag.Flag) { sampling = sampling || f.Name == "sample" })
-	if err := checkOutputs(*profile, *torch); err != nil { // -log, -plot, -trace (outputs.go)
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	sampling := set["sample"]
+	task, seq := seqTasks[*name]
+	_, known := models[*name]
+	err := runFlags{model: *name, epochs: *epochs, accum: *accum, batch: *batchS, memory: *memory, threads: *threads,
+		device: *device, length: *length, temperature: *temp, deterministic: *determ, torch: *torch, dist: *distMode,
+		set: set, args: flag.Args()}.check()
+	if err == nil && !seq && !known {
+		err = fmt.Errorf("unknown model %q (have %s)", *name, modelNames())
+	}
+	if err == nil {
+		err = checkOutputs(*profile, *torch) // -log, -plot, -trace (outputs.go)
+	}
+	if err == nil {
+		err = checkDistFlags(*torch, *batchS)
+	}
+	if err == nil && seq && *esteps < 0 {
+		err = fmt.Errorf("-epoch-steps %d: want 0 (whole epochs) or more", *esteps)
+	}
+	if err == nil && seq && *conc && !*torch {
+		err = fmt.Errorf("-torch-concurrent: give -torch too")
+	}
+	if err == nil && !seq && *esteps != 0 {
+		err = fmt.Errorf("-epoch-steps: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
+	}
+	if err == nil && !seq && *conc {
+		err = fmt.Errorf("-torch-concurrent: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
+	}
+	if err == nil {
+		err = checkWritable(*save) // before any training, for every model
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)
 	}
-	if task, ok := seqTasks[*name]; ok {
-		if *esteps < 0 {
-			fmt.Fprintf(os.Stderr, "train: -epoch-steps %d: want 0 (whole epochs) or more\n", *esteps)
-			os.Exit(2)
-		}
-		if *conc && !*torch {
-			fmt.Fprintln(os.Stderr, "train: -torch-concurrent: give -torch too")
-			os.Exit(2)
-		}
-		err := trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, seed: *seed, threads: *threads,
-			device: *device, dir: *dir, save: *save, quiet: *quiet, profile: *profile, rec: newRecorder(*name)}, *batchS, *torch, *conc, *script,
-			sampleOptions{sampling, *prompt, *length, *temp, *load})
+	if seq {
+		grp, err := joinGroup() // -dist (dist.go)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "train:", err)
 			os.Exit(1)
 		}
+		var rec *recorder
+		if grp.lead() { // rank 0 alone logs and plots
+			rec = newRecorder(*name)
+		}
+		err = trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, accum: *accum, seed: *seed, threads: *threads,
+			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec}, *batchS, *torch, *conc, *script,
+			sampleOptions{sampling, *prompt, *length, *temp, *load})
+		grp.finish(err)
 		return
 	}
 	if *dir == "" {
@@ -88,22 +117,9 @@ func main() {
 	}
 	batch, err := parseBatch(*batchS)
 	if err == nil {
-		err = checkDistFlags(*torch, *batchS)
-	}
-	if err == nil {
-		err = checkCounts(*epochs, *accum, flag.Args())
-	}
-	if err == nil && *esteps != 0 {
-		err = fmt.Errorf("-epoch-steps: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
-	}
-	if err == nil && *conc {
-		err = fmt.Errorf("-torch-concurrent: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
+		err = checkRows(*accum, batch, 1)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(2)
-	}
-	if err := checkWritable(*save); err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(2)
 	}
@@ -111,6 +127,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
+	}
+	if err := checkRows(*accum, batch, grp.size()); err != nil {
+		grp.finish(err)
+		return
 	}
 	var rec *recorder
 	if grp.lead() { // rank 0 alone logs and plots
@@ -199,6 +219,9 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	defer dev.Close()
 	if *batchp == 0 {
 		if *batchp, err = autoBatch(dev, mk, memory, accum, trainSet.N); err != nil {
+			return nil, err
+		}
+		if err := checkRows(accum, *batchp, grp.size()); err != nil {
 			return nil, err
 		}
 	}
@@ -305,6 +328,9 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		t := m.Session().ReduceTime()
 		fmt.Printf("gradient all-reduce: %.3f s over %d steps (%.2f ms a step)\n", t.Seconds(), m.Session().Steps(), 1e3*t.Seconds()/float64(max(m.Session().Steps(), 1)))
 	}
+	if err := flushAccumulation(m.Session(), grp.lead()); err != nil {
+		return nil, err
+	}
 	if save != "" && grp.lead() { // rank 0's replica (its batch norm statistics)
 		if err := saveCheckpoint(m, save); err != nil {
 			return nil, err
@@ -384,4 +410,23 @@ func autoBatch(dev runtime.Device, mk func(runtime.Device, int, uint64) (model, 
 	}
 	fmt.Println()
 	return b, nil
+}
+
+// flushAccumulation runs the update of micro-batches still pending when
+// training ends (an epoch's batches need not divide by -accumulate; the
+// remainder carries over between epochs), so that no gradient computed is
+// lost and the checkpoint, which holds no partial sum, can be written.
+// Every rank of a group holds the same count and updates together.
+func flushAccumulation(s *runtime.Session, lead bool) error {
+	n := s.Pending()
+	if n == 0 {
+		return nil
+	}
+	if err := s.RunUpdate(); err != nil {
+		return fmt.Errorf("the last update, of the %d micro-batches left pending: %w", n, err)
+	}
+	if lead {
+		fmt.Printf("the last update applied the %d micro-batch(es) left pending (of %d per update)\n", n, s.AccumulationSteps())
+	}
+	return nil
 }

@@ -108,6 +108,9 @@ func (m charModel) Predict(b seqBatch) ([]float32, error) { return m.Model.Predi
 // seqOptions are the flags the sequence loop reads.
 type seqOptions struct {
 	epochs, batch int
+	// accum is -accumulate: micro-batches of batch rows per update (0 or
+	// 1: every batch updates).
+	accum int
 	// epochSteps, when positive, caps each epoch at its first epochSteps
 	// batches of the shuffled order (a shorter recipe on a random part of
 	// the training split; the PyTorch peer gets the same cap).
@@ -124,6 +127,8 @@ type seqOptions struct {
 	// peer's arguments for its log.
 	rec      *recorder
 	peerArgs []string
+	// grp is the data-parallel group (-dist mpi); nil: this process alone.
+	grp *group
 }
 
 // runSeq trains a sequence model: a progress bar, then after every epoch
@@ -131,6 +136,14 @@ type seqOptions struct {
 // and the throughput; the test accuracy at the end where there is a test
 // split.
 func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
+	grp := o.grp
+	if grp == nil {
+		grp = &group{}
+	}
+	accum := max(o.accum, 1)
+	if err := checkRows(accum, o.batch, grp.size()); err != nil {
+		return nil, err
+	}
 	dir := o.dir
 	if dir == "" {
 		dir = task.dataDir
@@ -139,7 +152,11 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev, err := runtime.OpenDevice(o.device, o.threads)
+	devName, err := grp.device(o.device)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := runtime.OpenDevice(devName, o.threads)
 	if err != nil {
 		return nil, err
 	}
@@ -149,17 +166,38 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		return nil, err
 	}
 	defer m.Close()
+	if err := m.Session().SetAccumulationSteps(accum); err != nil {
+		return nil, err
+	}
+	if grp.comm != nil {
+		if err := m.Session().SetCommunicator(grp.comm); err != nil {
+			return nil, err
+		}
+	}
 	loader, err := data.NewSeqLoader(sets.Train, o.batch, true, o.seed)
 	if err != nil {
 		return nil, err
+	}
+	if grp.comm != nil {
+		if err := loader.Shard(grp.comm.Rank(), grp.size()); err != nil {
+			return nil, err
+		}
+	}
+	say := func(format string, a ...any) { // rank 0 alone prints
+		if grp.lead() {
+			fmt.Printf(format, a...)
+		}
 	}
 	tr := sets.Train
 	perEpoch := loader.Len()
 	if o.epochSteps > 0 && o.epochSteps < perEpoch {
 		perEpoch = o.epochSteps
 	}
-	fmt.Printf("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d, %d steps per epoch\n",
-		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, perEpoch)
+	say("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d%s, %d steps per epoch\n",
+		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, grp.describe(o.batch), perEpoch)
+	if accum > 1 {
+		say("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, o.batch, accum*o.batch*grp.size())
+	}
 	if err := o.rec.begin(dev, o.batch); err != nil {
 		return nil, err
 	}
@@ -202,14 +240,19 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		if bar != nil {
 			bar.Finish()
 		}
-		ev, err := evaluate(m, sets.Val, o.batch)
+		ev, err := grp.evaluate(m, sets.Val, o.batch)
 		if err != nil {
 			return nil, err
 		}
-		perS := float64(n*o.batch) / elapsed.Seconds()
-		fmt.Printf("epoch %d: train loss %.4f, validation %s, %.0f sequences/s (%.0f tokens/s, %.1f s)\n",
-			epoch, sum/float64(n), ev, perS, perS*float64(tr.T), elapsed.Seconds())
-		r := epochResult{Epoch: epoch, Loss: sum / float64(n), PerSecond: perS, Steps: n}
+		ls := []float64{sum, float64(n)} // the loss over every rank's batches
+		if err := grp.sum(ls); err != nil {
+			return nil, err
+		}
+		loss := ls[0] / ls[1]
+		perS := float64(n*o.batch*grp.size()) / elapsed.Seconds()
+		say("epoch %d: train loss %.4f, validation %s, %.0f sequences/s (%.0f tokens/s, %.1f s)\n",
+			epoch, loss, ev, perS, perS*float64(tr.T), elapsed.Seconds())
+		r := epochResult{Epoch: epoch, Loss: loss, PerSecond: perS, Steps: n}
 		le := runlog.Eval{Epoch: epoch, TrainLoss: r.Loss, SamplesPerS: perS}
 		if ev.perSeq {
 			r.ValAcc, le.ValAcc = ev.acc, runlog.F(ev.acc)
@@ -221,19 +264,22 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 			return nil, err
 		}
 	}
+	if err := flushAccumulation(m.Session(), grp.lead()); err != nil {
+		return nil, err
+	}
 	if sets.Test != nil && o.epochs > 0 {
-		ev, err := evaluate(m, sets.Test, o.batch)
+		ev, err := grp.evaluate(m, sets.Test, o.batch)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Printf("test %s\n", ev)
+		say("test %s\n", ev)
 		last := &results[len(results)-1]
 		last.Acc = ev.acc
 		if err := o.rec.evalDone(runlog.Eval{Epoch: last.Epoch, TrainLoss: last.Loss, TestAcc: runlog.F(ev.acc), SamplesPerS: last.PerSecond}); err != nil {
 			return nil, err
 		}
 	}
-	if o.profile {
+	if o.profile && grp.lead() {
 		fmt.Printf("\nprofile of epoch %d (training steps and validation predictions):\n", o.epochs)
 		if err := runtime.WriteProfile(os.Stdout, m.Session().Profile()); err != nil {
 			return nil, err
@@ -242,7 +288,7 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 			return nil, err
 		}
 	}
-	if o.save != "" {
+	if o.save != "" && grp.lead() { // rank 0's replica
 		if err := saveCheckpoint(m, o.save); err != nil {
 			return nil, err
 		}
@@ -270,15 +316,45 @@ func (e seqEval) String() string {
 	return fmt.Sprintf("%.4f bits per character (accuracy %.2f%%)", e.bpc, 100*e.acc)
 }
 
-// evaluate runs the model in eval mode over a whole split. The
-// cross-entropy is taken in float64 from the logits, so it does not depend
-// on how the batch divides the split.
+// evaluate runs the model in eval mode over a whole split, each rank of
+// a group over its contiguous share, the sums added over the ranks.
+func (g *group) evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
+	lo, hi := 0, s.N
+	if g.comm != nil {
+		r, n := g.comm.Rank(), g.comm.Size()
+		lo, hi = s.N*r/n, s.N*(r+1)/n
+	}
+	var sums [3]float64
+	if hi > lo {
+		nll, correct, n, err := evalSums(m, s.Part(lo, hi), batch)
+		if err != nil {
+			return seqEval{}, err
+		}
+		sums = [3]float64{nll, float64(correct), float64(n)}
+	}
+	if err := g.sum(sums[:]); err != nil {
+		return seqEval{}, err
+	}
+	e := seqEval{loss: sums[0] / sums[2], acc: sums[1] / sums[2], perSeq: s.YPer == 1}
+	e.bpc = e.loss / math.Ln2
+	return e, nil
+}
+
+// evaluate runs the model in eval mode over a whole split in this process.
 func evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
+	return (&group{}).evaluate(m, s, batch)
+}
+
+// evalSums is the summed cross-entropy (nats), the correct predictions and
+// the targets of a split, in eval mode. The cross-entropy is taken in
+// float64 from the logits, so it does not depend on how the batch divides
+// the split.
+func evalSums(m seqModel, s *data.Sequences, batch int) (float64, int, int, error) {
 	m.Eval()
 	defer m.Train()
 	l, err := data.NewSeqLoader(s, batch, false, 0)
 	if err != nil {
-		return seqEval{}, err
+		return 0, 0, 0, err
 	}
 	var nll float64
 	correct, n := 0, 0
@@ -289,7 +365,7 @@ func evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
 		}
 		logits, err := m.Predict(seqBatch{x, y, mask})
 		if err != nil {
-			return seqEval{}, err
+			return 0, 0, 0, err
 		}
 		C := len(logits) / len(y)
 		for r, want := range y {
@@ -311,9 +387,7 @@ func evaluate(m seqModel, s *data.Sequences, batch int) (seqEval, error) {
 			n++
 		}
 	}
-	e := seqEval{loss: nll / float64(n), acc: float64(correct) / float64(n), perSeq: s.YPer == 1}
-	e.bpc = e.loss / math.Ln2
-	return e, nil
+	return nll, correct, n, nil
 }
 
 // sampleOptions are the flags of -sample.
@@ -398,7 +472,7 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 			return err
 		}
 	}
-	if !so.on {
+	if !so.on || (o.grp != nil && !o.grp.lead()) { // rank 0 alone samples
 		return nil
 	}
 	dev, err := runtime.OpenDevice(o.device, o.threads)

@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/build"
+	constraintpkg "go/build/constraint"
 	"go/types"
 	"os"
 	"os/exec"
@@ -23,6 +25,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/module"
 	"golang.org/x/tools/go/packages"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -36,15 +40,29 @@ func Models(file string) ([]*ir.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(abs); err != nil {
+	fi, err := os.Stat(abs)
+	if err != nil {
 		return nil, err
+	}
+	switch {
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory: give the .go file that declares the model", file)
+	case !strings.HasSuffix(abs, ".go"):
+		return nil, fmt.Errorf("%s is not a Go file: give the .go file that declares the model", file)
+	case strings.HasSuffix(abs, "_test.go"):
+		return nil, fmt.Errorf("%s is a test file, which go build leaves out of its package: declare the model in a file without the _test.go suffix", file)
 	}
 	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedTypes | packages.NeedSyntax | packages.NeedTypesInfo | packages.NeedFiles | packages.NeedModule, Dir: filepath.Dir(abs)}
 	pkgs, err := packages.Load(cfg, "file="+abs)
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", file, err)
 	}
-	if len(pkgs) != 1 {
+	if len(pkgs) != 1 || pkgs[0].PkgPath == adHoc || pkgs[0].Module == nil {
+		// go list found no package, or made one of the file alone: it is
+		// not in a package that the evaluator could import.
+		if err := notImportable(file, abs); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("loading %s: found %d packages", file, len(pkgs))
 	}
 	pkg := pkgs[0]
@@ -58,10 +76,78 @@ func Models(file string) ([]*ir.Model, error) {
 	if len(funcs) == 0 {
 		return nil, fmt.Errorf("%s declares no exported func() *dsl.Model", file)
 	}
-	if pkg.Module == nil {
-		return nil, fmt.Errorf("%s is not inside a Go module", file)
-	}
 	return run(pkg.Module.Dir, pkg.PkgPath, funcs)
+}
+
+// adHoc is the import path go list gives a file that is in no importable
+// package.
+const adHoc = "command-line-arguments"
+
+// notImportable says why the package of the file at abs (as the user gave
+// it, file) cannot be imported: no go.mod above it, a directory that is
+// not a valid import path element (a space, an accent, a quote, a *), or
+// a build constraint that leaves the file out of its package; nil when it
+// finds none of these.
+func notImportable(file, abs string) error {
+	dir := filepath.Dir(abs)
+	root := dir
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return fmt.Errorf("%s is not inside a Go module (no go.mod in its directory or above): ngen evaluates the model by importing its package", file)
+		}
+		root = up
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return err
+	}
+	modPath := modfile.ModulePath(gomod)
+	rel, err := filepath.Rel(root, dir)
+	if err != nil {
+		return err
+	}
+	path := modPath
+	if rel != "." {
+		path += "/" + filepath.ToSlash(rel)
+	}
+	if err := module.CheckImportPath(path); err != nil {
+		for d := rel; d != "." && d != string(filepath.Separator); d = filepath.Dir(d) {
+			if module.CheckImportPath(modPath+"/"+filepath.ToSlash(filepath.Base(d))) != nil {
+				return fmt.Errorf("%s: its directory %q cannot be in a Go import path (%v), so its package cannot be imported: rename the directory", file, filepath.Base(d), err)
+			}
+		}
+		return fmt.Errorf("%s: its package's import path %q is not valid (%v), so the package cannot be imported", file, path, err)
+	}
+	if ok, err := build.Default.MatchFile(dir, filepath.Base(abs)); err == nil && !ok {
+		what := "its file name (a _GOOS or _GOARCH suffix)"
+		if c := constraint(abs); c != "" {
+			what = "its build constraint " + c
+		}
+		return fmt.Errorf("%s is left out of its package by %s, so its models cannot be imported: remove the constraint (ngen evaluates the package as go build sees it)", file, what)
+	}
+	return nil
+}
+
+// constraint is the file's //go:build line, or "".
+func constraint(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if constraintpkg.IsGoBuild(line) || constraintpkg.IsPlusBuild(line) {
+			return line
+		}
+		if strings.HasPrefix(line, "package ") {
+			break
+		}
+	}
+	return ""
 }
 
 // loadErrors lists a package's errors once each: the go command's own
@@ -131,10 +217,10 @@ func declarers(pkg *packages.Package, file string) []string {
 }
 
 // mainSrc is the throw-away program: it calls each declaring func, builds
-// the model, and writes the models as JSON to the file named by its
-// argument and every DSL error to stderr (exit status 3). A model package
-// that prints (to stdout or anywhere) cannot corrupt the JSON, and one that
-// exits leaves no file, which reads as what it is.
+// the model, and writes the models and every DSL error as JSON to the file
+// named by its argument. A model package that prints (to stdout or
+// anywhere) cannot corrupt the JSON, and one that exits, with any status,
+// leaves no file, which reads as what it is.
 func mainSrc(pkgPath string, funcs []string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `package main
@@ -152,8 +238,10 @@ import (
 
 func main() {
 	os.Stdout = os.Stderr
-	failed := false
-	var out []*ir.Model
+	var res struct {
+		Models []*ir.Model
+		Errors []string
+	}
 	for _, f := range []struct {
 		name string
 		fn   func() *dsl.Model
@@ -165,22 +253,17 @@ func main() {
 	b.WriteString(`	} {
 		dm := f.fn()
 		if dm == nil {
-			fmt.Fprintf(os.Stderr, "%s returned a nil *dsl.Model\n", f.name)
-			failed = true
+			res.Errors = append(res.Errors, fmt.Sprintf("%s returned a nil *dsl.Model", f.name))
 			continue
 		}
 		m, err := dm.Build()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			failed = true
+			res.Errors = append(res.Errors, err.Error())
 			continue
 		}
-		out = append(out, m)
+		res.Models = append(res.Models, m)
 	}
-	if failed {
-		os.Exit(3)
-	}
-	b, err := json.Marshal(out)
+	b, err := json.Marshal(res)
 	if err == nil {
 		err = os.WriteFile(os.Args[1], b, 0o644)
 	}
@@ -194,8 +277,8 @@ func main() {
 }
 
 // run builds the program with go build -overlay and runs the binary, so
-// that a failure to build (reported with positions), a DSL error (exit
-// status 3) and a panic in user code read differently.
+// that a failure to build (reported with positions), a DSL error (in the
+// result file), a panic and an exit in user code read differently.
 func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
 	src := mainSrc(pkgPath, funcs)
 	tmp, err := os.MkdirTemp("", "ngen-eval-")
@@ -235,20 +318,38 @@ func run(modDir, pkgPath string, funcs []string) ([]*ir.Model, error) {
 	cmd.Dir = modDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
-			return nil, errors.New(msg)
-		}
-		return nil, fmt.Errorf("evaluating %s: %v\n%s", pkgPath, err, msg)
-	}
+	runErr := cmd.Run()
+	msg := strings.TrimSpace(stderr.String())
 	js, err := os.ReadFile(result)
 	if err != nil {
-		return nil, fmt.Errorf("evaluating %s: the model package exited before ngen read its models (does a model function or init call os.Exit?)\n%s", pkgPath, strings.TrimSpace(stderr.String()))
+		// No result: the process ended before main wrote it, by a panic
+		// (whose trace is on stderr) or an os.Exit in user code, which
+		// says nothing and may use any status.
+		how := "exited"
+		if runErr != nil {
+			how = fmt.Sprintf("ended (%v)", runErr)
+		}
+		if ee, ok := runErr.(*exec.ExitError); ok && ee.ExitCode() == 2 && strings.Contains(msg, "panic:") {
+			return nil, fmt.Errorf("evaluating %s: a model function panicked:\n%s", pkgPath, msg)
+		}
+		text := fmt.Sprintf("evaluating %s: the model package %s before ngen read its models: does a model function or init call os.Exit?", pkgPath, how)
+		if msg != "" {
+			text += "\n" + msg
+		}
+		return nil, errors.New(text)
 	}
-	var models []*ir.Model
-	if err := json.Unmarshal(js, &models); err != nil {
+	if runErr != nil {
+		return nil, fmt.Errorf("evaluating %s: %v\n%s", pkgPath, runErr, msg)
+	}
+	var res struct {
+		Models []*ir.Model
+		Errors []string
+	}
+	if err := json.Unmarshal(js, &res); err != nil {
 		return nil, fmt.Errorf("evaluating %s: bad output: %v", pkgPath, err)
 	}
-	return models, nil
+	if len(res.Errors) > 0 {
+		return nil, errors.New(strings.Join(res.Errors, "\n"))
+	}
+	return res.Models, nil
 }

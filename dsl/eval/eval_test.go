@@ -85,3 +85,54 @@ func TestModelPrints(t *testing.T) {
 		t.Fatalf("models %v, err %v", models, err)
 	}
 }
+
+// TestModelsDiagnoses (issue 27): ngen build said "is not inside a Go
+// module" for files that are, when a directory had a space, an accent, a
+// quote or a * in its name or the file a build constraint; "found 0
+// packages" for a _test.go file, a directory or a non-Go file; and nothing
+// at all for a model that called os.Exit(3). Each now says what is wrong.
+func TestModelsDiagnoses(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join("testdata", "good", "model.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Directories inside the module, made here: a checkout need not hold
+	// such names.
+	ws, err := os.MkdirTemp("testdata", "names-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ws) })
+	put := func(dir, name string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(ws, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(ws, dir, name)
+		if err := os.WriteFile(p, good, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	outside := filepath.Join(t.TempDir(), "model.go")
+	if err := os.WriteFile(outside, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{put("a b", "model.go"), `its directory "a b" cannot be in a Go import path (malformed import path "github.com/ngen-ml/ngen/dsl/eval/testdata/` + filepath.Base(ws) + `/a b": invalid char ' ')`},
+		{put("é", "model.go"), `its directory "é" cannot be in a Go import path`},
+		{put("q'x", "model.go"), `its directory "q'x" cannot be in a Go import path`},
+		{put("st*r", "model.go"), `its directory "st*r" cannot be in a Go import path`},
+		{filepath.Join("testdata", "tagged", "model.go"), "is left out of its package by its build constraint //go:build ignore"},
+		{put("tests", "model_test.go"), "is a test file, which go build leaves out of its package"},
+		{filepath.Join("testdata", "good"), "is a directory: give the .go file"},
+		{put("text", "model.txt"), "is not a Go file"},
+		{outside, "is not inside a Go module (no go.mod in its directory or above)"},
+		{filepath.Join("testdata", "exitstatus", "model.go"), "the model package ended (exit status 3) before ngen read its models: does a model function or init call os.Exit?"},
+	} {
+		_, err := Models(tc.file)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v\nwant %q", tc.file, err, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package lstm_test
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -108,6 +109,16 @@ func TestBadInput(t *testing.T) {
 	_, err = m.Predict(x, h0, c0[:len(c0)-1])
 	seqoracle.BadInput(t, "initial state of the wrong shape", err, `"c0"`, seqoracle.Line(t, "models/lstm/model.go", `c0 := m.Input("c0"`), "f32[2,B,128]")
 	seqoracle.Unchanged(t, "steps on inputs of the wrong shape", m, before)
+	// Issue 27: one NaN in h0 gave non-finite logits and a nil error from
+	// Predict, while Step refused it.
+	nan := append([]float32(nil), h0...)
+	nan[5] = float32(math.NaN())
+	_, err = m.Predict(x, nan, c0)
+	seqoracle.BadInput(t, "a NaN in h0", err, `input "h0"`, seqoracle.Line(t, "models/lstm/model.go", `h0 := m.Input("h0"`), "element 5 is NaN")
+	if _, err := m.Step(x, nan, c0, y); err == nil {
+		t.Fatal("Step with a NaN in h0 succeeded")
+	}
+	seqoracle.Unchanged(t, "a NaN in h0", m, before)
 	if _, err := m.Step(x, h0, c0, y); err != nil {
 		t.Fatal(err)
 	}

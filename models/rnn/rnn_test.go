@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 
@@ -69,6 +70,10 @@ func TestBadInput(t *testing.T) {
 	defer m.Close()
 	x, mask, y := batch(4, 3)
 	before := seqoracle.Snapshot(t, m)
+	var ckpt bytes.Buffer
+	if err := m.Save(&ckpt); err != nil {
+		t.Fatal(err)
+	}
 
 	bad := append([]int32(nil), x...)
 	bad[2*T+T-1] = int32(data.WordVocab) // one past the vocabulary
@@ -77,6 +82,18 @@ func TestBadInput(t *testing.T) {
 	seqoracle.Unchanged(t, "a step on a bad token id", m, before)
 	_, err = m.Predict(bad, mask)
 	seqoracle.BadInput(t, "Predict of a bad token id", err, "embedding", "out of range")
+	// Issue 27: a failed Predict, and every successful one, moved
+	// ngen.dropout_counter; inference now leaves the checkpoint as it was.
+	if _, err := m.Predict(x, mask); err != nil {
+		t.Fatal(err)
+	}
+	var after bytes.Buffer
+	if err := m.Save(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after.Bytes(), ckpt.Bytes()) {
+		t.Fatal("Predict changed the checkpoint")
+	}
 
 	_, err = m.Step(x[:4*T-3], mask[:4*T-3], y) // sequences of 15¾ tokens
 	seqoracle.BadInput(t, "wrong sequence length", err, `input "x"`, seqoracle.Line(t, "models/rnn/model.go", `m.Tokens("x"`), "i32[B,16]")

@@ -31,12 +31,31 @@ package cpu
 #include <stdlib.h>
 #include <string.h>
 #include "ngen_emu.h"
+#include <sys/mman.h>
+
+// Blocks from 64 KiB on are mapped directly and unmapped when freed, so
+// their pages go back to the system at once. Through malloc, each free of
+// a large block raised glibc's dynamic mmap threshold, later blocks came
+// from its per-thread arenas, and a process that rebuilt a model every
+// 500 steps grew by the model's size each time (runtime's TestSoakMLP).
+// A session allocates a handful of blocks, so a page's rounding is noise.
+#define NGEN_MAP_MIN ((size_t)1 << 16)
 
 static uintptr_t ngen_alloc(size_t bytes) {
+	if (bytes >= NGEN_MAP_MIN) {
+		void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return p == MAP_FAILED ? 0 : (uintptr_t)p; // page-aligned
+	}
 	// aligned_alloc wants a multiple of the alignment.
 	return (uintptr_t)aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
-static void ngen_free(uintptr_t p) { free((void *)p); }
+static void ngen_free(uintptr_t p, size_t bytes) {
+	if (bytes >= NGEN_MAP_MIN) {
+		munmap((void *)p, bytes);
+		return;
+	}
+	free((void *)p);
+}
 static void ngen_memset(uintptr_t p, int v, size_t n) { memset((void *)p, v, n); }
 static void ngen_copy(uintptr_t dst, uintptr_t src, size_t n) { memmove((void *)dst, (void *)src, n); }
 static void ngen_to_device(uintptr_t dst, const void *src, size_t n) { memcpy((void *)dst, src, n); }
@@ -53,6 +72,13 @@ import (
 
 	"github.com/ngen-ml/ngen/runtime"
 )
+
+// MaxThreads bounds Options.Threads (and OpenDevice's thread count): a
+// launch runs a goroutine and a cgo call per thread and describes each in
+// C memory, so an absurd count (1<<60 from a typo or an overflow) must be
+// an error, not a failed C malloc or a size that wraps. It is far above
+// any core count a launch could use.
+const MaxThreads = 4096
 
 // Options configures a CPU device.
 type Options struct {
@@ -109,8 +135,8 @@ var errClosed = errors.New("cpu: device is closed")
 // New returns a CPU device. It also sets OpenBLAS's thread count, which is
 // process-wide, to one: the device splits GEMMs between its own threads.
 func New(opts Options) (*Device, error) {
-	if opts.Threads < 0 {
-		return nil, fmt.Errorf("cpu: Options.Threads = %d, want >= 0", opts.Threads)
+	if opts.Threads < 0 || opts.Threads > MaxThreads {
+		return nil, fmt.Errorf("cpu: Options.Threads = %d, want 0 (every core) to %d", opts.Threads, MaxThreads)
 	}
 	if opts.MemoryLimit < 0 {
 		return nil, fmt.Errorf("cpu: Options.MemoryLimit = %d, want >= 0", opts.MemoryLimit)
@@ -128,8 +154,10 @@ func New(opts Options) (*Device, error) {
 	default:
 		d.forms = C.NGEN_FORMS_HOST
 	}
+	if err := d.launch.start(n); err != nil {
+		return nil, err
+	}
 	setBLASThreads(1) // the device shares GEMMs between its own threads (gemm.go)
-	d.launch.start(n)
 	return d, nil
 }
 
@@ -142,7 +170,8 @@ func (d *Device) Name() string {
 }
 
 // Alloc returns 64-byte-aligned C memory, so kernels can vectorise and Go's
-// collector never moves or scans it. Alloc(0) returns the null pointer.
+// collector never moves or scans it; blocks of 64 KiB or more are mapped
+// pages, returned to the system by Free. Alloc(0) returns the null pointer.
 func (d *Device) Alloc(bytes int64) (runtime.Ptr, error) {
 	if bytes < 0 {
 		return 0, fmt.Errorf("cpu: alloc of %d bytes", bytes)
@@ -184,7 +213,7 @@ func (d *Device) Free(p runtime.Ptr) error {
 		return fmt.Errorf("cpu: free of %#x, which Alloc did not return or was already freed", uintptr(p))
 	}
 	delete(d.allocs, p)
-	C.ngen_free(C.uintptr_t(p))
+	C.ngen_free(C.uintptr_t(p), C.size_t(n))
 	d.stats.Allocated -= n
 	d.stats.Reserved = d.stats.Allocated
 	return nil
@@ -299,8 +328,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	for p := range d.allocs {
-		C.ngen_free(C.uintptr_t(p))
+	for p, n := range d.allocs {
+		C.ngen_free(C.uintptr_t(p), C.size_t(n))
 	}
 	clear(d.allocs)
 	d.stats.Allocated, d.stats.Reserved = 0, 0

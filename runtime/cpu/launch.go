@@ -16,6 +16,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -117,7 +118,9 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 		return errClosed
 	}
 	s := &d.launch
-	s.reserve(len(args))
+	if err := s.reserve(len(args)); err != nil {
+		return fmt.Errorf("cpu: launch %s: %v", fn.info.Name, err)
+	}
 	for i, a := range args {
 		if err := s.setArg(i, params[i], a); err != nil {
 			return fmt.Errorf("cpu: launch %s: arg %d: %v", fn.info.Name, i, err)
@@ -187,9 +190,9 @@ type launchState struct {
 	nargs int
 }
 
-func (s *launchState) start(workers int) {
+func (s *launchState) start(workers int) error {
 	s.workers = workers
-	s.reserve(0)
+	return s.reserve(0)
 }
 
 func (s *launchState) stop() {
@@ -197,16 +200,21 @@ func (s *launchState) stop() {
 	s.buf = nil
 }
 
-// reserve makes room for n arguments.
-func (s *launchState) reserve(n int) {
+// reserve makes room for n arguments. The size is computed with checked
+// arithmetic: with 1<<61 workers, 16*n + workers*sizeof(ngen_launch)
+// wrapped to a small positive size and the launches wrote past it.
+func (s *launchState) reserve(n int) error {
 	if s.buf != nil && n <= s.nargs {
-		return
+		return nil
 	}
 	n = max(n, 16, 2*s.nargs)
-	size := 16*n + s.workers*C.sizeof_ngen_launch
+	size, ok := launchBytes(n, s.workers, int(C.sizeof_ngen_launch))
+	if !ok {
+		return fmt.Errorf("%d launch arguments and %d threads: the launch description overflows", n, s.workers)
+	}
 	buf := C.malloc(C.size_t(size))
 	if buf == nil {
-		panic("cpu: out of C memory for launch arguments")
+		return fmt.Errorf("out of C memory for the %d-byte launch description (%d threads)", size, s.workers)
 	}
 	C.free(s.buf)
 	s.buf, s.nargs = buf, n
@@ -214,6 +222,21 @@ func (s *launchState) reserve(n int) {
 		// args[i] points at value slot i, as cuLaunchKernel's kernelParams.
 		*(*uintptr)(unsafe.Add(buf, 8*i)) = uintptr(buf) + uintptr(8*(n+i))
 	}
+	return nil
+}
+
+// launchBytes is 16·nargs + workers·launch, the size of a launch
+// description, or false when it does not fit an int (or either count is
+// negative).
+func launchBytes(nargs, workers, launch int) (int, bool) {
+	if nargs < 0 || workers < 0 || launch <= 0 || nargs > math.MaxInt/16 || workers > math.MaxInt/launch {
+		return 0, false
+	}
+	a, b := 16*nargs, workers*launch
+	if a > math.MaxInt-b {
+		return 0, false
+	}
+	return a + b, true
 }
 
 func (s *launchState) launchAt(w int) *C.ngen_launch {

@@ -68,6 +68,10 @@ type SeqLoader struct {
 	pos     int
 	x, y    []int32
 	mask    []int32
+	idx     []int32 // the batch's sequences
+	// rank of size: this loader reads rank's shard of every global batch
+	// (Shard); 0 of 1 unless Shard was called.
+	rank, size int
 }
 
 // NewSeqLoader returns a loader over s with batches of batch sequences.
@@ -83,7 +87,8 @@ func NewSeqLoader(s *Sequences, batch int, shuffle bool, seed uint64) (*SeqLoade
 	l := &SeqLoader{s: s, batch: batch, shuffle: shuffle,
 		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		order: make([]int32, s.N),
-		x:     make([]int32, rows*s.T), y: make([]int32, rows*s.YPer), mask: make([]int32, rows*s.T)}
+		x:     make([]int32, rows*s.T), y: make([]int32, rows*s.YPer), mask: make([]int32, rows*s.T),
+		idx: make([]int32, rows), size: 1}
 	for i := range l.order {
 		l.order[i] = int32(i)
 	}
@@ -113,12 +118,36 @@ func (l *SeqLoader) Reset() {
 	}
 }
 
+// Shard makes the loader rank's part of a data-parallel group of size
+// processes, as Loader.Shard does: one shuffle on every rank (same seed),
+// each global batch the next size·batch sequences of it, rank r the r-th
+// contiguous slice, the epoch padded from its start to a multiple of
+// size. Call it before the first Next. A rank outside [0, size), or a
+// group whose global batch overflows an int, is an error and leaves the
+// loader as it was.
+func (l *SeqLoader) Shard(rank, size int) error {
+	if size <= 0 || rank < 0 || rank >= size {
+		return fmt.Errorf("data.SeqLoader.Shard: rank %d of a group of %d, want 0 ≤ rank < size", rank, size)
+	}
+	if l.batch > math.MaxInt/size || l.s.N > math.MaxInt-size {
+		return fmt.Errorf("data.SeqLoader.Shard: a group of %d with batches of %d overflows", size, l.batch)
+	}
+	l.rank, l.size = rank, size
+	return nil
+}
+
+// padded is the epoch's sequence count, padded to a multiple of the group.
+func (l *SeqLoader) padded() int {
+	return (l.s.N + l.size - 1) / l.size * l.size
+}
+
 // Len is the number of batches in one epoch.
 func (l *SeqLoader) Len() int {
+	n, g := l.padded(), l.batch*l.size
 	if l.DropLast {
-		return l.s.N / l.batch
+		return n / g
 	}
-	return (l.s.N + l.batch - 1) / l.batch
+	return (n + g - 1) / g
 }
 
 // Next returns the next batch: x [n, T] ids, y [n, YPer] targets and mask
@@ -126,16 +155,31 @@ func (l *SeqLoader) Len() int {
 // alias the loader's buffers until the next call.
 func (l *SeqLoader) Next() (x, y, mask []int32, ok bool) {
 	s := l.s
-	n := min(l.batch, s.N-l.pos)
-	if n <= 0 || (l.DropLast && n < l.batch) {
+	g := min(l.batch*l.size, l.padded()-l.pos) // this global batch
+	if g <= 0 || (l.DropLast && g < l.batch*l.size) {
 		return nil, nil, nil, false
 	}
-	idx := l.order[l.pos : l.pos+n]
+	n := g / l.size
+	from := l.pos + l.rank*n
+	idx := l.idx[:n]
+	for i := range idx {
+		idx[i] = l.order[(from+i)%s.N] // past the end: padding, from the start
+	}
 	for i, k := range idx {
 		copy(l.x[i*s.T:(i+1)*s.T], s.X[int(k)*s.T:(int(k)+1)*s.T])
 		copy(l.y[i*s.YPer:(i+1)*s.YPer], s.Y[int(k)*s.YPer:(int(k)+1)*s.YPer])
 	}
 	s.Mask(l.mask, idx)
-	l.pos += n
+	l.pos += g
 	return l.x[:n*s.T], l.y[:n*s.YPer], l.mask[:n*s.T], true
+}
+
+// Part is sequences [lo, hi) of s, sharing its storage: a rank's share of
+// a split to evaluate.
+func (s *Sequences) Part(lo, hi int) *Sequences {
+	p := &Sequences{X: s.X[lo*s.T : hi*s.T], Y: s.Y[lo*s.YPer : hi*s.YPer], N: hi - lo, T: s.T, YPer: s.YPer}
+	if s.Len != nil {
+		p.Len = s.Len[lo:hi]
+	}
+	return p
 }

@@ -6,7 +6,8 @@
 // over in both directions.
 //
 // Parse trusts nothing: a header over MaxHeader, malformed JSON, duplicate
-// names, unknown dtypes, shapes whose size overflows, byte ranges that
+// names or fields (a "shape" given twice; encoding/json would keep the
+// last), unknown dtypes, shapes whose size overflows, byte ranges that
 // overlap, leave gaps, disagree with the shape or run past the end, and
 // trailing bytes are all errors that name the tensor. It is fuzzed
 // (FuzzParse).
@@ -105,15 +106,20 @@ func Parse(b []byte) (*File, error) {
 			return nil, fmt.Errorf("safetensors: tensor %q appears twice in the header", name)
 		}
 		seen[name] = true
-		if name == "__metadata__" {
-			if err := dec.Decode(&f.Metadata); err != nil {
-				return nil, fmt.Errorf("safetensors: __metadata__ must map strings to strings: %v", err)
-			}
-			continue
-		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("safetensors: tensor %q: %v", name, err)
+		}
+		// encoding/json keeps the last of two equal keys; the reference
+		// parser (serde) refuses them, and so does this one.
+		if k, dup := duplicateKey(raw); dup {
+			return nil, fmt.Errorf("safetensors: %s: field %q appears twice", what(name), k)
+		}
+		if name == "__metadata__" {
+			if err := json.Unmarshal(raw, &f.Metadata); err != nil {
+				return nil, fmt.Errorf("safetensors: __metadata__ must map strings to strings: %v", err)
+			}
+			continue
 		}
 		var e entry
 		d := json.NewDecoder(bytes.NewReader(raw))
@@ -182,6 +188,70 @@ func Parse(b []byte) (*File, error) {
 	}
 	f.Tensors = sorted
 	return f, nil
+}
+
+// what names a top-level header entry in messages.
+func what(name string) string {
+	if name == "__metadata__" {
+		return name
+	}
+	return fmt.Sprintf("tensor %q", name)
+}
+
+// duplicateKey reports the first key that appears twice in one object
+// anywhere in the JSON value raw (which has already been decoded once, so
+// is well formed).
+func duplicateKey(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	// One frame per open array or object; an object's frame holds its
+	// keys and whether the next string token is a key.
+	type frame struct {
+		keys  map[string]bool
+		isKey bool
+	}
+	var stack []*frame
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.keys != nil && top.isKey {
+			if d, ok := t.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := t.(string)
+			if top.keys[k] {
+				return k, true
+			}
+			top.keys[k] = true
+			top.isKey = false
+			continue
+		}
+		// A value (or an array's closing bracket).
+		if top != nil && top.keys != nil {
+			top.isKey = true
+		}
+		switch t {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, isKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].keys != nil {
+				stack[len(stack)-1].isKey = true
+			}
+		}
+		if len(stack) == 0 {
+			return "", false
+		}
+	}
 }
 
 // Encode renders a file: the tensors in the given order, back to back.

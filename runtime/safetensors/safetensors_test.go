@@ -68,6 +68,11 @@ var rejects = []struct {
 	{"missing offsets", raw(`{"a":{"dtype":"F32","shape":[0]}}`, nil), `"a"`},
 	{"metadata not strings", raw(`{"__metadata__":{"step":3}}`, nil), "__metadata__"},
 	{"junk after object", raw(`{} x`, nil), "after"},
+	// Issue 27: encoding/json took the last of two equal fields.
+	{"duplicate shape", raw(`{"a":{"dtype":"F32","shape":[2],"shape":[1],"data_offsets":[0,4]}}`, make([]byte, 4)), `tensor "a": field "shape" appears twice`},
+	{"duplicate dtype", raw(`{"a":{"dtype":"F64","dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, make([]byte, 4)), `field "dtype" appears twice`},
+	{"duplicate offsets", raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8],"data_offsets":[0,4]}}`, make([]byte, 4)), `field "data_offsets" appears twice`},
+	{"duplicate metadata key", raw(`{"__metadata__":{"ngen.lr":"1","ngen.lr":"3.4e38"}}`, nil), `__metadata__: field "ngen.lr" appears twice`},
 	{"NaN offsets", raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[NaN,4]}}`, make([]byte, 4)), `"a"`},
 }
 

@@ -1,0 +1,2 @@
+// Package tagged holds a model file that its build constraint leaves out.
+package tagged
