@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
   }
 }
 
-// scale_fwd: 4 launches (scale_fwd, scale_fwd_3, scale_fwd, scale_fwd_3). The first computes:
+// scale_fwd: 2 launches (scale_fwd, scale_fwd_3). The first computes:
 //   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -357,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __rest
   }
 }
 
-// add_fwd: 6 launches (add_fwd_2, add_fwd_3, add_bwd_5, add_bwd_6, add_fwd_2, add_fwd_3). The first computes:
+// add_fwd: 4 launches (add_fwd_2, add_fwd_3, add_bwd_5, add_bwd_6). The first computes:
 //   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -369,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
   }
 }
 
-// unbias_fwd: 2 launches (unbias_fwd, unbias_fwd). The first computes:
+// unbias_fwd computes:
 //   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32LL;
@@ -380,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __res
   }
 }
 
-// scale_fwd_2: 2 launches (scale_fwd_2, scale_fwd_2). The first computes:
+// scale_fwd_2 computes:
 //   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
@@ -471,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
   }
 }
 
-// bias_fwd_2: 6 launches (conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_2). The first computes:
+// bias_fwd_2: 6 launches (conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_2, conv2_bias_fwd, add_fwd_2). The first computes:
 //   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
@@ -595,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   }
 }
 
-// where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_5). The first computes:
+// where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_3). The first computes:
 //   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
@@ -628,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __res
   }
 }
 
-// where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_6). The first computes:
+// where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_4). The first computes:
 //   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
@@ -665,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __rest
   }
 }
 
-// scale_fwd_3: 4 launches (scale_fwd_4, scale_fwd_6, scale_fwd_4, scale_fwd_6). The first computes:
+// scale_fwd_3: 2 launches (scale_fwd_4, scale_fwd_6). The first computes:
 //   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -676,7 +676,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __re
   }
 }
 
-// add_fwd_2: 6 launches (add_fwd_5, add_fwd_6, add_bwd, add_bwd_2, add_fwd_5, add_fwd_6). The first computes:
+// add_fwd_2: 4 launches (add_fwd_5, add_fwd_6, add_bwd, add_bwd_2). The first computes:
 //   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -688,7 +688,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
   }
 }
 
-// unbias_fwd_2: 2 launches (unbias_fwd_2, unbias_fwd_2). The first computes:
+// unbias_fwd_2 computes:
 //   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL;
@@ -699,7 +699,7 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __r
   }
 }
 
-// scale_fwd_4: 2 launches (scale_fwd_5, scale_fwd_5). The first computes:
+// scale_fwd_4 computes:
 //   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
@@ -1612,30 +1612,6 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
   }
 }
 
-// where_train_fwd_5: 2 launches (where_train_fwd_3, where_train_fwd_4). The first computes:
-//   v37 = where_train <f32[32]> v36 v11  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_5(const float *in0, const float *in1, float *out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float a11 = in1[i];
-    float v37 = (s_train ? a36 : a11);
-    out0[i] = v37;
-  }
-}
-
-// where_train_fwd_6: 2 launches (where_train_fwd_7, where_train_fwd_8). The first computes:
-//   v82 = where_train <f32[64]> v81 v56  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_6(const float *in0, const float *in1, float *out0, int s_train) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a81 = in0[i];
-    float a56 = in1[i];
-    float v82 = (s_train ? a81 : a56);
-    out0[i] = v82;
-  }
-}
-
 // mul_fwd_5 computes:
 //   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
@@ -1662,9 +1638,16 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __rest
 //   the loss and every gradient finite; the loss into the status block
 extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
   int bad = 0;
+  int big = 0;
   const long long n = 421834LL;
-  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  NGEN_GRID_STRIDE(i, n) {
+    const unsigned u = __float_as_uint(grads[i]);
+    bad |= (u & 0x7f800000u) == 0x7f800000u;
+    const int a = (int)(u & 0x7fffffffu);
+    big = a > big ? a : big;
+  }
   if (bad) atomicMax(&status[5], 1);
+  if (big > status[8]) atomicMax(&status[8], big);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const double l = (double)loss[0];
     if (!(l - l == 0.0)) atomicMax(&status[4], 1);
@@ -1682,5 +1665,40 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
   NGEN_GRID_STRIDE(i, 32LL) { dst1[i] = src1[i]; } // bn1.running_var
   NGEN_GRID_STRIDE(i, 64LL) { dst2[i] = src2[i]; } // bn2.running_mean
   NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
+}
+
+// ngen_update_check_float computes:
+//   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
+//   (returns at once when the host's bound covers the step's largest gradient)
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
+  int bad = 0;
+  int big0 = 0;
+  int big1 = 0;
+  int big2 = 0;
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    const float p = params[i], g = grads[i];
+    const float gd = g;
+    const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
+    const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
+    const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
+    const float p2 = (p - (s_step_size * (m2 / den)));
+    const int a0 = (int)(__float_as_uint(p2) & 0x7fffffffu);
+    bad |= a0 > (int)0x7effffffu;
+    big0 = a0 > big0 ? a0 : big0;
+    const int a1 = (int)(__float_as_uint(m2) & 0x7fffffffu);
+    bad |= a1 > (int)0x7effffffu;
+    big1 = a1 > big1 ? a1 : big1;
+    const int a2 = (int)(__float_as_uint(v2) & 0x7fffffffu);
+    bad |= a2 > (int)0x7effffffu;
+    big2 = a2 > big2 ? a2 : big2;
+  }
+  if (bad) atomicMax(&status[5], 2);
+  if (big0 > status[9]) atomicMax(&status[9], big0);
+  if (big1 > status[10]) atomicMax(&status[10], big1);
+  if (big2 > status[11]) atomicMax(&status[11], big2);
+  status[12] = 1;
 }
 

@@ -200,7 +200,7 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	}
 	fn, buf := "predict", 203
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 281
+		fn, buf = "predict_eval", 269
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

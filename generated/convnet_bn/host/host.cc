@@ -1221,15 +1221,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v28 = mul <f32[32]> v9 v27  # models/convnet/model.go:32
 //   v29 = mul <f32[32]> v22 v28  # models/convnet/model.go:32
 //   v30 = sub <f32[32]> v10 v29  # models/convnet/model.go:32
-//   v35 = scale <f32[32]> v16 {f=0.1}  # models/convnet/model.go:32
-//   v36 = add <f32[32]> v11 v35  # models/convnet/model.go:32
-//   v37 = where_train <f32[32]> v36 v11  # models/convnet/model.go:32
-//   v38 = unbias <f32[32]> v20 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v39 = scale <f32[32]> v12 {f=0.9}  # models/convnet/model.go:32
-//   v40 = scale <f32[32]> v38 {f=0.1}  # models/convnet/model.go:32
-//   v41 = add <f32[32]> v39 v40  # models/convnet/model.go:32
-//   v42 = where_train <f32[32]> v41 v12  # models/convnet/model.go:32
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a16 = in0[i];
@@ -1249,151 +1241,121 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v29 = (v22 * v28);
     float a10 = in4[i];
     float v30 = (a10 - v29);
-    float v35 = (a16 * 0.10000000000000001f);
-    float a11 = in5[i];
-    float v36 = (a11 + v35);
-    float v37 = (s_train ? v36 : a11);
-    float v38 = (v20 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
-    float v39 = (a12 * 0.90000000000000002f);
-    float v40 = (v38 * 0.10000000000000001f);
-    float v41 = (v39 + v40);
-    float v42 = (s_train ? v41 : a12);
     out0[i] = v28;
     out1[i] = v30;
-    out2[i] = v37;
-    out3[i] = v42;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd_3: 2 launches (maxpool_argmax_maxpool_pick_fwd, maxpool_argmax_maxpool_pick_fwd). The first computes:
-//   v44 = maxpool_argmax <i32[B,32,14,14]> v43 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-//   v45 = maxpool_pick <f32[B,32,14,14]> v43 v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v36 = maxpool_argmax <i32[B,32,14,14]> v35 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v37 = maxpool_pick <f32[B,32,14,14]> v35 v36 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v44_j = j;
-    const long long v44_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v44_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v44_n * 448u);
-    const int v44_oy = (int)(v44_n_t % 14u); v44_n_t /= 14u;
-    const int v44_c = (int)v44_n_t;
-    const int v44_ox = v44_j;
-    const long long v44_base = (v44_n * 32 + v44_c) * 784;
-    int v44 = -1;
-    float v44_m = 0;
+    const int v36_j = j;
+    const long long v36_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v36_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v36_n * 448u);
+    const int v36_oy = (int)(v36_n_t % 14u); v36_n_t /= 14u;
+    const int v36_c = (int)v36_n_t;
+    const int v36_ox = v36_j;
+    const long long v36_base = (v36_n * 32 + v36_c) * 784;
+    int v36 = -1;
+    float v36_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v44_oy * 2 - 0 + kh * 1;
+      const int iy = v36_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v44_ox * 2 - 0 + kw * 1;
+        const int ix = v36_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v44_base + iy * 28 + ix] : 0;
-        if (ok && (v44 < 0 || x > v44_m || x != x)) { v44 = kh * 2 + kw; v44_m = x; }
+        const float x = (ok) ? in0[v36_base + iy * 28 + ix] : 0;
+        if (ok && (v36 < 0 || x > v36_m || x != x)) { v36 = kh * 2 + kw; v36_m = x; }
       }
     }
-    const float v45 = v44_m;
-    out0[i] = v45;
+    const float v37 = v36_m;
+    out0[i] = v37;
   }
 }
 
 // square_sub_relu_where_train_addc_etc_fwd_2 computes:
-//   v63 = square <f32[64]> v61  # models/convnet/model.go:33
-//   v64 = sub <f32[64]> v62 v63  # models/convnet/model.go:33
-//   v65 = relu <f32[64]> v64  # models/convnet/model.go:33
-//   v67 = where_train <f32[64]> v61 v66  # models/convnet/model.go:33
-//   v68 = addc <f32[64]> v65 {f=1e-05}  # models/convnet/model.go:33
-//   v69 = powc <f32[64]> v68 {f=-0.5}  # models/convnet/model.go:33
-//   v70 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:33
-//   v71 = powc <f32[64]> v70 {f=-0.5}  # models/convnet/model.go:33
-//   v72 = where_train <f32[64]> v69 v71  # models/convnet/model.go:33
-//   v73 = mul <f32[64]> v54 v72  # models/convnet/model.go:33
-//   v74 = mul <f32[64]> v67 v73  # models/convnet/model.go:33
-//   v75 = sub <f32[64]> v55 v74  # models/convnet/model.go:33
-//   v80 = scale <f32[64]> v61 {f=0.1}  # models/convnet/model.go:33
-//   v81 = add <f32[64]> v56 v80  # models/convnet/model.go:33
-//   v82 = where_train <f32[64]> v81 v56  # models/convnet/model.go:33
-//   v83 = unbias <f32[64]> v65 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v84 = scale <f32[64]> v57 {f=0.9}  # models/convnet/model.go:33
-//   v85 = scale <f32[64]> v83 {f=0.1}  # models/convnet/model.go:33
-//   v86 = add <f32[64]> v84 v85  # models/convnet/model.go:33
-//   v87 = where_train <f32[64]> v86 v57  # models/convnet/model.go:33
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, float *out0, float *out1, float *out2, float *out3, int s_train, int B) {
+//   v55 = square <f32[64]> v53  # models/convnet/model.go:33
+//   v56 = sub <f32[64]> v54 v55  # models/convnet/model.go:33
+//   v57 = relu <f32[64]> v56  # models/convnet/model.go:33
+//   v59 = where_train <f32[64]> v53 v58  # models/convnet/model.go:33
+//   v60 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:33
+//   v61 = powc <f32[64]> v60 {f=-0.5}  # models/convnet/model.go:33
+//   v62 = addc <f32[64]> v49 {f=1e-05}  # models/convnet/model.go:33
+//   v63 = powc <f32[64]> v62 {f=-0.5}  # models/convnet/model.go:33
+//   v64 = where_train <f32[64]> v61 v63  # models/convnet/model.go:33
+//   v65 = mul <f32[64]> v46 v64  # models/convnet/model.go:33
+//   v66 = mul <f32[64]> v59 v65  # models/convnet/model.go:33
+//   v67 = sub <f32[64]> v47 v66  # models/convnet/model.go:33
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a61 = in0[i];
-    float v63 = ngen_sq(a61);
-    float a62 = in1[i];
-    float v64 = (a62 - v63);
-    float v65 = (v64 <= 0.0f ? 0.0f : v64);
-    float v67 = (s_train ? a61 : 0.0f);
-    float v68 = (v65 + 1.0000000000000001e-05f);
-    float v69 = powf(v68, -0.5f);
-    float a57 = in2[i];
-    float v70 = (a57 + 1.0000000000000001e-05f);
-    float v71 = powf(v70, -0.5f);
-    float v72 = (s_train ? v69 : v71);
-    float a54 = in3[i];
-    float v73 = (a54 * v72);
-    float v74 = (v67 * v73);
-    float a55 = in4[i];
-    float v75 = (a55 - v74);
-    float v80 = (a61 * 0.10000000000000001f);
-    float a56 = in5[i];
-    float v81 = (a56 + v80);
-    float v82 = (s_train ? v81 : a56);
-    float v83 = (v65 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
-    float v84 = (a57 * 0.90000000000000002f);
-    float v85 = (v83 * 0.10000000000000001f);
-    float v86 = (v84 + v85);
-    float v87 = (s_train ? v86 : a57);
-    out0[i] = v73;
-    out1[i] = v75;
-    out2[i] = v82;
-    out3[i] = v87;
+    float a53 = in0[i];
+    float v55 = ngen_sq(a53);
+    float a54 = in1[i];
+    float v56 = (a54 - v55);
+    float v57 = (v56 <= 0.0f ? 0.0f : v56);
+    float v59 = (s_train ? a53 : 0.0f);
+    float v60 = (v57 + 1.0000000000000001e-05f);
+    float v61 = powf(v60, -0.5f);
+    float a49 = in2[i];
+    float v62 = (a49 + 1.0000000000000001e-05f);
+    float v63 = powf(v62, -0.5f);
+    float v64 = (s_train ? v61 : v63);
+    float a46 = in3[i];
+    float v65 = (a46 * v64);
+    float v66 = (v59 * v65);
+    float a47 = in4[i];
+    float v67 = (a47 - v66);
+    out0[i] = v65;
+    out1[i] = v67;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd_4: 2 launches (maxpool_argmax_maxpool_pick_fwd_2, maxpool_argmax_maxpool_pick_fwd_2). The first computes:
-//   v89 = maxpool_argmax <i32[B,64,7,7]> v88 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-//   v90 = maxpool_pick <f32[B,64,7,7]> v88 v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v73 = maxpool_argmax <i32[B,64,7,7]> v72 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v74 = maxpool_pick <f32[B,64,7,7]> v72 v73 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    const int v89_j = j;
-    const long long v89_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v89_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v89_n * 448u);
-    const int v89_oy = (int)(v89_n_t % 7u); v89_n_t /= 7u;
-    const int v89_c = (int)v89_n_t;
-    const int v89_ox = v89_j;
-    const long long v89_base = (v89_n * 64 + v89_c) * 196;
-    int v89 = -1;
-    float v89_m = 0;
+    const int v73_j = j;
+    const long long v73_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v73_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v73_n * 448u);
+    const int v73_oy = (int)(v73_n_t % 7u); v73_n_t /= 7u;
+    const int v73_c = (int)v73_n_t;
+    const int v73_ox = v73_j;
+    const long long v73_base = (v73_n * 64 + v73_c) * 196;
+    int v73 = -1;
+    float v73_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v89_oy * 2 - 0 + kh * 1;
+      const int iy = v73_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v89_ox * 2 - 0 + kw * 1;
+        const int ix = v73_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v89_base + iy * 14 + ix] : 0;
-        if (ok && (v89 < 0 || x > v89_m || x != x)) { v89 = kh * 2 + kw; v89_m = x; }
+        const float x = (ok) ? in0[v73_base + iy * 14 + ix] : 0;
+        if (ok && (v73 < 0 || x > v73_m || x != x)) { v73 = kh * 2 + kw; v73_m = x; }
       }
     }
-    const float v90 = v89_m;
-    out0[i] = v90;
+    const float v74 = v73_m;
+    out0[i] = v74;
   }
 }
 
 // bias_fwd: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v100 = add <f32[B,10]> v98 v99  # models/convnet/model.go:35
+//   v84 = add <f32[B,10]> v82 v83  # models/convnet/model.go:35
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
-    float a98 = in0[i];
-    float a99 = in1[(0) * 10LL + j];
-    float v100 = (a98 + a99);
-    out0[i] = v100;
+    float a82 = in0[i];
+    float a83 = in1[(0) * 10LL + j];
+    float v84 = (a82 + a83);
+    out0[i] = v84;
   }
 }
 
@@ -1477,9 +1439,16 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd_2(const 
 //   the loss and every gradient finite; the loss into the status block
 extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
   int bad = 0;
+  int big = 0;
   const long long n = 421834LL;
-  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  NGEN_GRID_STRIDE(i, n) {
+    const unsigned u = __float_as_uint(grads[i]);
+    bad |= (u & 0x7f800000u) == 0x7f800000u;
+    const int a = (int)(u & 0x7fffffffu);
+    big = a > big ? a : big;
+  }
   if (bad) atomicMax(&status[5], 1);
+  if (big > status[8]) atomicMax(&status[8], big);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const double l = (double)loss[0];
     if (!(l - l == 0.0)) atomicMax(&status[4], 1);
@@ -1497,6 +1466,41 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
   NGEN_GRID_STRIDE(i, 32LL) { dst1[i] = src1[i]; } // bn1.running_var
   NGEN_GRID_STRIDE(i, 64LL) { dst2[i] = src2[i]; } // bn2.running_mean
   NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
+}
+
+// ngen_update_check_float computes:
+//   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
+//   (returns at once when the host's bound covers the step's largest gradient)
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
+  int bad = 0;
+  int big0 = 0;
+  int big1 = 0;
+  int big2 = 0;
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    const float p = params[i], g = grads[i];
+    const float gd = g;
+    const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
+    const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
+    const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
+    const float p2 = (p - (s_step_size * (m2 / den)));
+    const int a0 = (int)(__float_as_uint(p2) & 0x7fffffffu);
+    bad |= a0 > (int)0x7effffffu;
+    big0 = a0 > big0 ? a0 : big0;
+    const int a1 = (int)(__float_as_uint(m2) & 0x7fffffffu);
+    bad |= a1 > (int)0x7effffffu;
+    big1 = a1 > big1 ? a1 : big1;
+    const int a2 = (int)(__float_as_uint(v2) & 0x7fffffffu);
+    bad |= a2 > (int)0x7effffffu;
+    big2 = a2 > big2 ? a2 : big2;
+  }
+  if (bad) atomicMax(&status[5], 2);
+  if (big0 > status[9]) atomicMax(&status[9], big0);
+  if (big1 > status[10]) atomicMax(&status[10], big1);
+  if (big2 > status[11]) atomicMax(&status[11], big2);
+  status[12] = 1;
 }
 
 
@@ -1625,13 +1629,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, int, 10), NGEN_ARG(l, int, 11)));
+  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, int, 10), NGEN_ARG(l, int, 11)));
+  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1656,6 +1660,9 @@ NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
 }
 NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_commit(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
 }
 } // namespace
 
@@ -1696,6 +1703,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *
   case 32: return ngen_launch_32(l);
   case 33: return ngen_launch_33(l);
   case 34: return ngen_launch_34(l);
+  case 35: return ngen_launch_35(l);
   }
   return -1;
 }

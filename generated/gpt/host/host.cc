@@ -1113,9 +1113,16 @@ extern "C" __global__ void __launch_bounds__(256) bias_gelu_fwd(const float * __
 //   the loss and every gradient finite; the loss into the status block
 extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, const float *__restrict__ grads, const float *__restrict__ loss) {
   int bad = 0;
+  int big = 0;
   const long long n = 3184896LL;
-  NGEN_GRID_STRIDE(i, n) { const unsigned u = __float_as_uint(grads[i]); bad |= (u & 0x7f800000u) == 0x7f800000u; }
+  NGEN_GRID_STRIDE(i, n) {
+    const unsigned u = __float_as_uint(grads[i]);
+    bad |= (u & 0x7f800000u) == 0x7f800000u;
+    const int a = (int)(u & 0x7fffffffu);
+    big = a > big ? a : big;
+  }
   if (bad) atomicMax(&status[5], 1);
+  if (big > status[8]) atomicMax(&status[8], big);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const double l = (double)loss[0];
     if (!(l - l == 0.0)) atomicMax(&status[4], 1);
@@ -1123,6 +1130,41 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
     status[6] = (int)(unsigned)(unsigned long long)bits;
     status[7] = (int)(unsigned)((unsigned long long)bits >> 32);
   }
+}
+
+// ngen_update_check_float computes:
+//   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
+//   (returns at once when the host's bound covers the step's largest gradient)
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
+  int bad = 0;
+  int big0 = 0;
+  int big1 = 0;
+  int big2 = 0;
+  const long long n = 3184896LL;
+  NGEN_GRID_STRIDE(i, n) {
+    const float p = params[i], g = grads[i];
+    const float gd = g;
+    const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
+    const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
+    const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
+    const float p2 = (p - (s_step_size * (m2 / den)));
+    const int a0 = (int)(__float_as_uint(p2) & 0x7fffffffu);
+    bad |= a0 > (int)0x7effffffu;
+    big0 = a0 > big0 ? a0 : big0;
+    const int a1 = (int)(__float_as_uint(m2) & 0x7fffffffu);
+    bad |= a1 > (int)0x7effffffu;
+    big1 = a1 > big1 ? a1 : big1;
+    const int a2 = (int)(__float_as_uint(v2) & 0x7fffffffu);
+    bad |= a2 > (int)0x7effffffu;
+    big2 = a2 > big2 ? a2 : big2;
+  }
+  if (bad) atomicMax(&status[5], 2);
+  if (big0 > status[9]) atomicMax(&status[9], big0);
+  if (big1 > status[10]) atomicMax(&status[10], big1);
+  if (big2 > status[11]) atomicMax(&status[11], big2);
+  status[12] = 1;
 }
 
 
@@ -1443,6 +1485,9 @@ NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
+NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+}
 } // namespace
 
 extern "C" int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_launch *l) {
@@ -1478,6 +1523,7 @@ extern "C" int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_launch *l) {
   case 28: return ngen_launch_28(l);
   case 29: return ngen_launch_29(l);
   case 30: return ngen_launch_30(l);
+  case 31: return ngen_launch_31(l);
   }
   return -1;
 }
