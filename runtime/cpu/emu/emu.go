@@ -13,3 +13,10 @@ import _ "embed"
 //
 //go:embed ngen_emu.h
 var Header string
+
+// HalfHeader is the text of ngen_half.h: __half and __nv_bfloat16 for the
+// kernels, CUDA's own headers under nvcc and their bit-exact emulation on
+// the host.
+//
+//go:embed ngen_half.h
+var HalfHeader string
