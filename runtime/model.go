@@ -138,7 +138,8 @@ func (m *Model) Step(in Inputs) (float64, error) {
 }
 
 // Predict runs the forward pass (in the current Train/Eval mode) and
-// returns the model's output for every row: a []float32 or []float64.
+// returns the model's output (the one dsl's Output declares, as the
+// typed package's Predict does) for every row: a []float32 or []float64.
 func (m *Model) Predict(in Inputs) (any, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -153,11 +154,18 @@ func (m *Model) Predict(in Inputs) (any, error) {
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}
+	// The model's output (dsl's m.Output) is named "output"; the others
+	// (named outputs such as an RNN's hn) are read with Session.Lookup.
 	f := m.s.plan.fn(fn)
-	if len(f.Outputs) == 0 {
-		return nil, fmt.Errorf("%s.Predict: %s has no output", m.g.Name, fn)
+	buf := -1
+	for _, o := range f.Outputs {
+		if o.Name == "output" {
+			buf = o.Buf
+		}
 	}
-	buf := f.Outputs[0].Buf
+	if buf < 0 {
+		return nil, fmt.Errorf("%s.Predict: %s has no output named \"output\"", m.g.Name, fn)
+	}
 	var out any = make([]float32, m.s.Elems(buf))
 	if m.s.plan.Buffers[buf].DType == F64 {
 		out = make([]float64, m.s.Elems(buf))

@@ -10,8 +10,6 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/ngen-ml/ngen/generated/charlm"
-	"github.com/ngen-ml/ngen/generated/rnn"
 	"github.com/ngen-ml/ngen/runlog"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
@@ -40,12 +38,59 @@ type seqModel interface {
 // seqSets are a task's splits; Test may be nil.
 type seqSets struct{ Train, Val, Test *data.Sequences }
 
-// seqTask is one row: the data, where it lives by default, and the model.
+// seqTask is one row: the data, where it lives by default, the model it
+// trains (a package in the registry, linked through generated/fused) and
+// how a batch feeds that model's inputs.
 type seqTask struct {
 	vocab   int // token ids, for the PyTorch peer
 	dataDir string
 	load    func(dir string) (*seqSets, error)
-	new     func(dev runtime.Device, batch int, seed uint64) (seqModel, error)
+	pkg     string                                        // runtime.Registered's name of the model's package
+	feed    func(b seqBatch, predict bool) runtime.Inputs // the step's inputs, or predict's
+}
+
+// new builds the task's model at batch rows from the registry.
+func (t seqTask) new(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
+	g, err := runtime.Registered(t.pkg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := g.New(dev, runtime.SessionOptions{MaxBatch: batch, Seed: seed})
+	if err != nil {
+		return nil, err
+	}
+	return seqNet{m, t.feed}, nil
+}
+
+// seqNet drives a registered sequence model through its task's feed.
+type seqNet struct {
+	*runtime.Model
+	feed func(b seqBatch, predict bool) runtime.Inputs
+}
+
+func (m seqNet) Step(b seqBatch) (float32, error) {
+	loss, err := m.Model.Step(m.feed(b, false))
+	return float32(loss), err
+}
+
+func (m seqNet) Predict(b seqBatch) ([]float32, error) {
+	out, err := m.Model.Predict(m.feed(b, true))
+	if err != nil {
+		return nil, err
+	}
+	logits, ok := out.([]float32)
+	if !ok {
+		return nil, fmt.Errorf("%s: predicts %T, want f32 logits", m.Generated().Name, out)
+	}
+	return logits, nil
+}
+
+// tokens feeds x (and y to a step): the character language models.
+func tokens(b seqBatch, predict bool) runtime.Inputs {
+	if predict {
+		return runtime.Inputs{"x": b.X}
+	}
+	return runtime.Inputs{"x": b.X, "y": b.Y}
 }
 
 // wordsPerClass keeps the word task's epochs short: 20 000 words of each
@@ -54,22 +99,25 @@ const wordsPerClass = 20000
 
 var seqTasks = map[string]seqTask{
 	// The language of a word (models/rnn).
-	"rnn": {data.WordVocab, data.DefaultDictDir,
-		func(dir string) (*seqSets, error) {
+	"rnn": {vocab: data.WordVocab, dataDir: data.DefaultDictDir,
+		load: func(dir string) (*seqSets, error) {
 			w, err := data.LoadWords(dir, data.WordOptions{PerClass: wordsPerClass})
 			if err != nil {
 				return nil, err
 			}
 			return &seqSets{w.Train, w.Val, w.Test}, nil
 		},
-		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
-			m, err := rnn.New(dev, rnn.Options{Batch: batch, Seed: seed})
-			return rnnModel{m}, err
+		pkg: "rnn",
+		feed: func(b seqBatch, predict bool) runtime.Inputs {
+			if predict {
+				return runtime.Inputs{"x": b.X, "mask": b.Mask}
+			}
+			return runtime.Inputs{"x": b.X, "mask": b.Mask, "y": b.Y}
 		}},
 	// Next character on the fortunes (models/lstm): CharLM trains the
 	// weights that the generator (package lstm) samples with.
-	"lstm": {data.CharVocab, data.DefaultFortunesDir,
-		func(dir string) (*seqSets, error) {
+	"lstm": {vocab: data.CharVocab, dataDir: data.DefaultFortunesDir,
+		load: func(dir string) (*seqSets, error) {
 			text, err := data.LoadFortunes(dir)
 			if err != nil {
 				return nil, err
@@ -84,26 +132,11 @@ var seqTasks = map[string]seqTask{
 			}
 			return &seqSets{Train: tr, Val: val}, nil
 		},
-		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
-			m, err := charlm.New(dev, charlm.Options{Batch: batch, Seed: seed})
-			return charModel{m}, err
-		}},
+		pkg: "charlm", feed: tokens},
 }
 
 // charWindow is CharLM's sequence length (models/lstm Seed.T).
 const charWindow = 64
-
-type rnnModel struct{ *rnn.Model }
-
-func (m rnnModel) Step(b seqBatch) (float32, error) { return m.Model.Step(b.X, b.Mask, b.Y) }
-func (m rnnModel) Predict(b seqBatch) ([]float32, error) {
-	return m.Model.Predict(b.X, b.Mask)
-}
-
-type charModel struct{ *charlm.Model }
-
-func (m charModel) Step(b seqBatch) (float32, error)      { return m.Model.Step(b.X, b.Y) }
-func (m charModel) Predict(b seqBatch) ([]float32, error) { return m.Model.Predict(b.X) }
 
 // seqOptions are the flags the sequence loop reads.
 type seqOptions struct {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/ngen-ml/ngen/generated/gpt"
-	"github.com/ngen-ml/ngen/generated/transformer"
 	tfmodels "github.com/ngen-ml/ngen/models/transformer"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
@@ -20,16 +19,13 @@ import (
 func init() {
 	// The causal character model: windows of its SeqLen, y the next
 	// character at every position, exactly as the LSTM's.
-	seqTasks["gpt"] = seqTask{data.CharVocab, data.DefaultFortunesDir,
-		func(dir string) (*seqSets, error) {
+	seqTasks["gpt"] = seqTask{vocab: data.CharVocab, dataDir: data.DefaultFortunesDir,
+		load: func(dir string) (*seqSets, error) {
 			return fortuneSets(dir, func(ids []int32) (*data.Sequences, error) {
 				return data.Windows(ids, tfmodels.GPTConfig().SeqLen)
 			})
 		},
-		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
-			m, err := gpt.New(dev, gpt.Options{Batch: batch, Seed: seed})
-			return gptModel{m}, err
-		}}
+		pkg: "gpt", feed: tokens}
 	// The encoder–decoder TransformerLM, trained as the seed does with
 	// forward(src, tgt) and a causal mask on the decoder. The encoder sees
 	// every src position, so src must not hold what the decoder predicts:
@@ -37,16 +33,13 @@ func init() {
 	// next T, and y the character after each tgt position (tgt shifted by
 	// one, its last the character after the window). The encoder thus
 	// gives the T characters of context before tgt, and nothing leaks.
-	seqTasks["transformer"] = seqTask{data.CharVocab, data.DefaultFortunesDir,
-		func(dir string) (*seqSets, error) {
+	seqTasks["transformer"] = seqTask{vocab: data.CharVocab, dataDir: data.DefaultFortunesDir,
+		load: func(dir string) (*seqSets, error) {
 			return fortuneSets(dir, func(ids []int32) (*data.Sequences, error) {
 				return pairWindows(ids, tfmodels.LMConfig().SeqLen)
 			})
 		},
-		func(dev runtime.Device, batch int, seed uint64) (seqModel, error) {
-			m, err := transformer.New(dev, transformer.Options{Batch: batch, Seed: seed})
-			return &lmModel{Model: m, t: tfmodels.LMConfig().SeqLen}, err
-		}}
+		pkg: "transformer", feed: srcTgt(tfmodels.LMConfig().SeqLen)}
 	seqSamplers["gpt"] = sampleGPT
 }
 
@@ -86,36 +79,22 @@ func pairWindows(ids []int32, T int) (*data.Sequences, error) {
 	return s, nil
 }
 
-type gptModel struct{ *gpt.Model }
-
-func (m gptModel) Step(b seqBatch) (float32, error)      { return m.Model.Step(b.X, b.Y) }
-func (m gptModel) Predict(b seqBatch) ([]float32, error) { return m.Model.Predict(b.X) }
-
-// lmModel splits each row of pairWindows into src and tgt.
-type lmModel struct {
-	*transformer.Model
-	t        int
-	src, tgt []int32
-}
-
-func (m *lmModel) split(x []int32) {
-	rows := len(x) / (2 * m.t)
-	m.src, m.tgt = m.src[:0], m.tgt[:0]
-	for r := 0; r < rows; r++ {
-		row := x[r*2*m.t : (r+1)*2*m.t]
-		m.src = append(m.src, row[:m.t]...)
-		m.tgt = append(m.tgt, row[m.t:]...)
+// srcTgt feeds the TransformerLM: each row of pairWindows split into src
+// (its first t tokens) and tgt (the next t).
+func srcTgt(t int) func(b seqBatch, predict bool) runtime.Inputs {
+	return func(b seqBatch, predict bool) runtime.Inputs {
+		rows := len(b.X) / (2 * t)
+		src, tgt := make([]int32, 0, rows*t), make([]int32, 0, rows*t)
+		for r := 0; r < rows; r++ {
+			row := b.X[r*2*t : (r+1)*2*t]
+			src = append(src, row[:t]...)
+			tgt = append(tgt, row[t:]...)
+		}
+		if predict {
+			return runtime.Inputs{"src": src, "tgt": tgt}
+		}
+		return runtime.Inputs{"src": src, "tgt": tgt, "y": b.Y}
 	}
-}
-
-func (m *lmModel) Step(b seqBatch) (float32, error) {
-	m.split(b.X)
-	return m.Model.Step(m.src, m.tgt, b.Y)
-}
-
-func (m *lmModel) Predict(b seqBatch) ([]float32, error) {
-	m.split(b.X)
-	return m.Model.Predict(m.src, m.tgt)
 }
 
 // sampleGPT generates length characters after prompt with the causal
