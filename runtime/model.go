@@ -25,6 +25,9 @@ type Inputs map[string]any
 
 // New opens an instance of the model on dev.
 func (g *Generated) New(dev Device, opts SessionOptions) (*Model, error) {
+	if g == nil {
+		return nil, fmt.Errorf("runtime.Generated.New: the package is nil (runtime.Registered found none?)")
+	}
 	s, err := g.NewSession(dev, opts)
 	if err != nil {
 		return nil, err
@@ -125,6 +128,9 @@ func (p *Plan) fn(name string) *Func {
 
 // Step runs one training step on a batch and returns its loss.
 func (m *Model) Step(in Inputs) (float64, error) {
+	if m == nil {
+		return 0, errNilModel("Step")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rows, err := m.write("Step", "step", in)
@@ -141,6 +147,9 @@ func (m *Model) Step(in Inputs) (float64, error) {
 // returns the model's output (the one dsl's Output declares, as the
 // typed package's Predict does) for every row: a []float32 or []float64.
 func (m *Model) Predict(in Inputs) (any, error) {
+	if m == nil {
+		return nil, errNilModel("Predict")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rows, err := m.write("Predict", "predict", in)
@@ -202,13 +211,40 @@ func (m *Model) named(role, name string) ([]float64, error) {
 }
 
 // Save writes a checkpoint; Load reads one (Session.Save, Session.Load).
-func (m *Model) Save(w io.Writer) error { m.mu.Lock(); defer m.mu.Unlock(); return m.s.Save(w) }
+func (m *Model) Save(w io.Writer) error {
+	if m == nil {
+		return errNilModel("Save")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.Save(w)
+}
 
 // Load reads a checkpoint that Save wrote.
-func (m *Model) Load(r io.Reader) error { m.mu.Lock(); defer m.mu.Unlock(); return m.s.Load(r) }
+func (m *Model) Load(r io.Reader) error {
+	if m == nil {
+		return errNilModel("Load")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.Load(r)
+}
 
 // Close frees the instance's device memory.
-func (m *Model) Close() error { m.mu.Lock(); defer m.mu.Unlock(); return m.s.Close() }
+func (m *Model) Close() error {
+	if m == nil {
+		return nil // as closing a closed model
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.Close()
+}
+
+// errNilModel is what a method called on a nil *Model returns (a failed
+// Generated.New returns nil with its error).
+func errNilModel(method string) error {
+	return fmt.Errorf("runtime.Model.%s: the model is nil (did Generated.New fail?)", method)
+}
 
 // SampleInputs draws valid inputs for function fn at a batch of rows,
 // from a seeded generator: floats uniform in [-1, 1), integers uniform
@@ -218,6 +254,9 @@ func (g *Generated) SampleInputs(fn string, rows int, seed uint64) (Inputs, erro
 	f := g.Plan.fn(fn)
 	if f == nil {
 		return nil, fmt.Errorf("%s: no function %s", g.Name, fn)
+	}
+	if rows < 1 {
+		return nil, fmt.Errorf("%s: SampleInputs of %d rows; want at least 1", g.Name, rows)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6e67656e))
 	in := Inputs{}

@@ -59,3 +59,48 @@ func TestModelPredictIsTheTypedPredict(t *testing.T) {
 		}
 	}
 }
+
+// TestModelMisuse: the registry's API refuses misuse with an error, not
+// a panic or a silent default.
+func TestModelMisuse(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	g, err := runtime.Registered("mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilModel *runtime.Model
+	var nilPkg *runtime.Generated
+	for name, call := range map[string]func() error{
+		"nil Model.Step":    func() error { _, err := nilModel.Step(runtime.Inputs{}); return err },
+		"nil Model.Predict": func() error { _, err := nilModel.Predict(runtime.Inputs{}); return err },
+		"nil Model.Save":    func() error { return nilModel.Save(nil) },
+		"nil Model.Load":    func() error { return nilModel.Load(nil) },
+		"nil Generated.New": func() error {
+			_, err := nilPkg.New(dev, runtime.SessionOptions{MaxBatch: 2})
+			return err
+		},
+		"SampleInputs of 0 rows":  func() error { _, err := g.SampleInputs("step", 0, 1); return err },
+		"SampleInputs of -4 rows": func() error { _, err := g.SampleInputs("step", -4, 1); return err },
+		"a symbol the model lacks": func() error {
+			_, err := g.New(dev, runtime.SessionOptions{MaxBatch: 2, Symbols: map[string]int{"Q": 3}})
+			return err
+		},
+		"B among Symbols": func() error {
+			_, err := g.New(dev, runtime.SessionOptions{MaxBatch: 2, Symbols: map[string]int{"B": 3}})
+			return err
+		},
+	} {
+		if err := call(); err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if err := nilModel.Close(); err != nil {
+		t.Errorf("nil Model.Close: %v, want nil as for a closed model", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // A generated package embeds its plan as data (plan.json, written by
@@ -60,7 +61,21 @@ func (p *Plan) Validate() error {
 		}
 		return nil
 	}
+	if p.Model == "" || len(p.Funcs) == 0 {
+		return fmt.Errorf("plan %q: no model name or no functions: not a plan that ngen wrote", p.Model)
+	}
 	for i, b := range p.Buffers {
+		if b.Elems.Mul < 0 || b.Offset < 0 {
+			return fmt.Errorf("plan %s: buffer %d (%s) has %d elements per unit at offset %d", p.Model, i, b.Name, b.Elems.Mul, b.Offset)
+		}
+		for _, y := range b.Elems.Syms {
+			if !slices.Contains(p.Symbols, y) {
+				return fmt.Errorf("plan %s: buffer %d (%s) is sized by symbol %q, not one of %v", p.Model, i, b.Name, y, p.Symbols)
+			}
+		}
+		if b.AliasOf != 0 && b.Placement != Alias {
+			return fmt.Errorf("plan %s: buffer %d (%s) names an alias target but is not an alias", p.Model, i, b.Name)
+		}
 		if b.Placement == Alias {
 			if err := buf(fmt.Sprintf("buffer %d (%s) aliases a buffer that", i, b.Name), b.AliasOf); err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Session runs a Plan on a Device: it owns the persistent storage
@@ -70,6 +71,14 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	}
 	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR,
 		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
+	for y, n := range opt.Symbols {
+		if !slices.Contains(p.Symbols, y) || y == "B" {
+			return nil, fmt.Errorf("%s: SessionOptions.Symbols names %q, which is not one of the model's symbols %v (B's bound is MaxBatch)", p.Model, y, p.Symbols)
+		}
+		if n <= 0 {
+			return nil, fmt.Errorf("%s: SessionOptions.Symbols bounds %s by %d; want a positive bound", p.Model, y, n)
+		}
+	}
 	for _, y := range p.Symbols {
 		n := opt.Symbols[y]
 		if y == "B" {

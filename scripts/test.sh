@@ -40,5 +40,6 @@ echo "== fuzzing: checkpoint reader, IDX reader, package-name sanitiser (a few s
 # count has no deadline to race; a loaded machine only makes it slower.
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 250000x ./runtime/safetensors
 go test -run '^$' -fuzz '^FuzzDecodeCheckpoint$' -fuzztime 200000x ./runtime
+go test -run '^$' -fuzz '^FuzzDecodePlan$' -fuzztime 100000x ./runtime
 go test -run '^$' -fuzz '^FuzzDecodeIDX$' -fuzztime 50000x ./runtime/data
 go test -run '^$' -fuzz '^FuzzPackageName$' -fuzztime 60000x ./compiler
