@@ -33,7 +33,7 @@ go test -count=1 -timeout 60m ./...
 echo "== race detector on the concurrency contract (a model is safe for concurrent use)"
 go test -race -count=1 -run 'TestConcurrentUse' ./models/mlp
 
-echo "== fuzzing: checkpoint reader, IDX reader, package-name sanitiser (a few seconds each)"
+echo "== fuzzing: checkpoint reader, plan reader, IDX reader, package-name sanitiser (a few seconds each)"
 # Budgets are execution counts (about 5 s each here), not durations: with a
 # duration, Go 1.26's fuzz coordinator can report a spurious "context deadline
 # exceeded" failure at the deadline (golang/go#75804, fixed in Go 1.27). A
