@@ -67,7 +67,12 @@ func Models(file string) ([]*ir.Model, error) {
 	}
 	pkg := pkgs[0]
 	if len(pkg.Errors) > 0 {
-		return nil, fmt.Errorf("%s does not compile:\n%s", file, loadErrors(pkg))
+		msg := loadErrors(pkg)
+		if strings.Contains(msg, "could not import "+dslPath) {
+			// go list's words for a module that does not require ngen.
+			msg += fmt.Sprintf("\n(the module %s does not provide %s: add it with go get github.com/ngen-ml/ngen)", pkg.Module.Path, dslPath)
+		}
+		return nil, fmt.Errorf("%s does not compile:\n%s", file, msg)
 	}
 	if pkg.Name == "main" {
 		return nil, fmt.Errorf("%s: model files must not be in package main", file)

@@ -118,6 +118,14 @@ func TestModelsDiagnoses(t *testing.T) {
 	if err := os.WriteFile(outside, good, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A module of its own that does not require ngen.
+	alone := t.TempDir()
+	if err := os.WriteFile(filepath.Join(alone, "go.mod"), []byte("module example.com/alone\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(alone, "model.go"), good, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ file, want string }{
 		{put("a b", "model.go"), `its directory "a b" cannot be in a Go import path (malformed import path "github.com/ngen-ml/ngen/dsl/eval/testdata/` + filepath.Base(ws) + `/a b": invalid char ' ')`},
 		{put("é", "model.go"), `its directory "é" cannot be in a Go import path`},
@@ -128,6 +136,7 @@ func TestModelsDiagnoses(t *testing.T) {
 		{filepath.Join("testdata", "good"), "is a directory: give the .go file"},
 		{put("text", "model.txt"), "is not a Go file"},
 		{outside, "is not inside a Go module (no go.mod in its directory or above)"},
+		{filepath.Join(alone, "model.go"), "the module example.com/alone does not provide github.com/ngen-ml/ngen/dsl: add it with go get github.com/ngen-ml/ngen"},
 		{filepath.Join("testdata", "exitstatus", "model.go"), "the model package ended (exit status 3) before ngen read its models: does a model function or init call os.Exit?"},
 	} {
 		_, err := Models(tc.file)
