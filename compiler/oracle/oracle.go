@@ -54,7 +54,7 @@ type Result struct {
 }
 
 // setupHint is what to do when the oracle cannot run.
-const setupHint = "install python3-torch with the README's setup command (sudo scripts/setup.sh), then rerun the tests"
+const setupHint = "install python3-torch with bash scripts/setup.sh (the README's test command runs it), then rerun the tests"
 
 var available = sync.OnceValue(func() error {
 	out, err := exec.Command(Python, "-c", "import torch").CombinedOutput()

@@ -67,7 +67,7 @@ func readIDXFile(dir, name string) (*IDX, error) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			path = filepath.Join(dir, name)
 		} else {
-			return nil, fmt.Errorf("fashion-mnist: %s not found in %s; install the dataset with the README's setup command (sudo scripts/setup.sh)", name+".gz", dir)
+			return nil, fmt.Errorf("fashion-mnist: %s not found in %s; install Debian's dataset-fashion-mnist (bash scripts/setup.sh train does)", name+".gz", dir)
 		}
 	}
 	return ReadIDX(path)

@@ -72,7 +72,7 @@ type Text struct {
 func LoadFortunes(dir string) (*Text, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("fortunes: %s not found; install Debian's fortunes (scripts/setup.sh does)", dir)
+		return nil, fmt.Errorf("fortunes: %s not found; install Debian's fortunes (bash scripts/setup.sh train does)", dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fortunes: %v", err)

@@ -19,7 +19,7 @@ import (
 const DefaultDictDir = "/usr/share/dict"
 
 // WordLanguages are the classes in order: the file under DefaultDictDir
-// and the Debian package that installs it (scripts/setup.sh does).
+// and the Debian package that installs it (bash scripts/setup.sh train does).
 var WordLanguages = []struct{ Name, File, Package string }{
 	{"english", "american-english", "wamerican"},
 	{"german", "ngerman", "wngerman"},
@@ -169,7 +169,7 @@ func wordSequences(words []string, classes []int32, T int) *Sequences {
 func readWordList(path, pkg string) ([]string, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("words: %s not found; install Debian's %s (scripts/setup.sh does)", path, pkg)
+		return nil, fmt.Errorf("words: %s not found; install Debian's %s (bash scripts/setup.sh train does)", path, pkg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("words: %v", err)
