@@ -131,7 +131,7 @@ func (w *writer) edgesOfSteps() {
 		}
 	}
 	for i, s := range m.steps {
-		if s.st.Builtin == runtime.GuardKernel && firstOpt != "" && w.f.rep[i] == i {
+		if gates(s.st) && firstOpt != "" && w.f.rep[i] == i {
 			w.edge(fmt.Sprintf("s%d", i), firstOpt, `style=dashed, label="gates"`)
 		}
 	}

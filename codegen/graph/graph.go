@@ -159,8 +159,8 @@ func categoryOf(st *runtime.Step, g *compiler.Group) category {
 		return catMemory
 	}
 	if g == nil {
-		if st.Builtin == runtime.GuardKernel {
-			return catReduction // it reduces every gradient to one flag
+		if gates(st) {
+			return catReduction // it reduces every gradient (or new value) to one flag
 		}
 		return catElementwise
 	}
@@ -181,11 +181,18 @@ func categoryOf(st *runtime.Step, g *compiler.Group) category {
 	return catElementwise
 }
 
+// gates: the guard and the update check, builtin kernels that reduce the
+// gradients (or the update they would make) to a flag that lets the
+// optimizer's update through or stops it.
+func gates(st *runtime.Step) bool {
+	return st.Builtin == runtime.GuardKernel || st.Builtin == runtime.UpdateCheckKernel
+}
+
 // phaseOf places a step: the optimizer's steps from the plan's update
-// point on (and the guard that gates them), backward where any member is
+// point on (and the guard and update check that gate them), backward where any member is
 // a gradient or a recomputed activation, forward otherwise.
 func phaseOf(g *compiler.Group, i, updateFrom int, st *runtime.Step) phase {
-	if (updateFrom > 0 && i >= updateFrom) || st.Builtin == runtime.GuardKernel {
+	if (updateFrom > 0 && i >= updateFrom) || gates(st) {
 		return optimizer
 	}
 	ph := forward

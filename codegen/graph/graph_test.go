@@ -125,7 +125,7 @@ func TestDOTNamesEveryLaunch(t *testing.T) {
 						t.Errorf("launch %d (%s) named %d times", i, want, n)
 					}
 					wantPhase := "forward"
-					if fn.UpdateFrom > 0 && i >= fn.UpdateFrom || st.Builtin == rt.GuardKernel {
+					if fn.UpdateFrom > 0 && i >= fn.UpdateFrom || st.Builtin == rt.GuardKernel || st.Builtin == rt.UpdateCheckKernel {
 						wantPhase = "optimizer"
 					} else if strings.HasSuffix(want, "_bwd") || strings.Contains(want, "_bwd_") {
 						wantPhase = "backward"
