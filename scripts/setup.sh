@@ -3,14 +3,14 @@
 # run installs nothing and takes a second or two.
 #
 #   bash scripts/setup.sh train   what cmd/train needs (the README's main job):
-#                                 the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
+#                                 CA certificates (go's module downloads), the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
 #                                 Fashion-MNIST and the text corpora
 #   bash scripts/setup.sh         all of that, and what the test suite needs
 #                                 besides: PyTorch (the oracle), the CUDA
 #                                 toolkit (nvcc, NVRTC, cuBLAS) and graphviz
 set -euo pipefail
 
-train=(build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist
+train=(ca-certificates build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist
   libopenmpi-dev openmpi-bin wamerican wngerman wfrench wspanish witalian fortunes)
 case "${1:-all}" in
 train) want=("${train[@]}") ;;
