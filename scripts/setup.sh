@@ -3,7 +3,8 @@
 # run installs nothing and takes a second or two.
 #
 #   bash scripts/setup.sh train   what cmd/train needs (the README's main job):
-#                                 CA certificates (go's module downloads), the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
+#                                 CA certificates (for go's module downloads),
+#                                 the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
 #                                 Fashion-MNIST and the text corpora
 #   bash scripts/setup.sh         all of that, and what the test suite needs
 #                                 besides: PyTorch (the oracle), the CUDA
