@@ -4,14 +4,15 @@
 #
 #   bash scripts/setup.sh train   what cmd/train needs (the README's main job):
 #                                 CA certificates (for go's module downloads),
-#                                 the C++ compiler, OpenBLAS, oneDNN, OpenMPI,
+#                                 the C++ compiler and pkg-config, OpenBLAS,
+#                                 oneDNN, OpenMPI,
 #                                 Fashion-MNIST and the text corpora
 #   bash scripts/setup.sh         all of that, and what the test suite needs
 #                                 besides: PyTorch (the oracle), the CUDA
 #                                 toolkit (nvcc, NVRTC, cuBLAS) and graphviz
 set -euo pipefail
 
-train=(ca-certificates build-essential libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist
+train=(ca-certificates build-essential pkg-config libopenblas-dev libopenblas0-pthread libdnnl-dev dataset-fashion-mnist
   libopenmpi-dev openmpi-bin wamerican wngerman wfrench wspanish witalian fortunes)
 case "${1:-all}" in
 train) want=("${train[@]}") ;;
