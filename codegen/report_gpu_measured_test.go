@@ -195,7 +195,7 @@ var smStarvedKnown = map[string]string{
 	"lstmbench/rnn_scan_bwd_bwd":  "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
 	"rnn/rnn_scan_fwd":            "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
 	"rnn/rnn_scan_bwd_bwd":        "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"charlm/sum_bwd":              "a reduction over the batch and time rows with few blocks: its shape is not yet split into slices that finish in the last block",
+	"charlm/sum_bwd":              "the output bias gradient over 99 outputs (the vocabulary; not a multiple of 4 or 8): a thread per output, so one block walks every row",
 	"charlm/sum_bwd_2":            "a reduction over the batch and time rows with few blocks: its shape is not yet split into slices that finish in the last block",
 	"charlm/sum_bwd_4":            "a reduction over the batch and time rows with few blocks: its shape is not yet split into slices that finish in the last block",
 	"gpt/sum_bwd_2":               "a reduction over the batch and time rows with few blocks: its shape is not yet split into slices that finish in the last block",
