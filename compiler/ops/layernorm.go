@@ -15,15 +15,19 @@ import (
 //     variance E[d²] - E[d]² is then free of the cancellation that the
 //     unshifted E[x²] - E[x]² suffers for rows whose mean is large
 //     against their spread. A second pass (from cache) writes y.
-//   - layernorm_bwd(g, x, gamma) → [N, R·D + 2D] for x [N, R..., D]: a
-//     block per leading index n walks its R rows. One pass per row
+//   - layernorm_bwd(g, x, gamma) → [N, G·(r·D + 2D)] for x [N, R..., D]:
+//     the R rows of each leading index n split into G groups of r rows
+//     (lnRowGroup: r the largest divisor of R up to 8), and a block per
+//     group walks its rows, so a batch of 16 sequences of 128 rows runs
+//     256 blocks, not 16. One pass per row
 //     gathers the shifted sums and Σ g·γ and Σ g·γ·d, from which
 //     dx = rstd·(g·γ - mean(g·γ) - x̂·mean(g·γ·x̂)); the same pass
 //     accumulates the row's g·x̂ and g into the block's partial dgamma
 //     and dbeta (each column always by the same thread, so in a fixed
 //     order: no atomics, the same bits on every run). The result holds,
-//     per n, dx for its rows, then the two partials; the gradient rule
-//     sums the partials over n (a small reduction over [N, D]).
+//     per group, dx for its rows, then the two partials; the gradient
+//     rule sums the partials over n and the groups (a reduction over
+//     [N, G, D], which reduce.go spreads over the GPU).
 //
 // The statistics are recomputed in backward rather than stored: one more
 // read of a row the kernel reads anyway.
@@ -117,7 +121,20 @@ func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if !g.Shape.Eq(x.Shape) || g.DType != x.DType {
 		return nil, 0, fmt.Errorf("gradient %s, want %s", g.Type(), x.Type())
 	}
-	return ir.Shape{x.Shape[0], ir.D(rows*d + 2*d)}, x.DType, nil
+	r := lnRowGroup(rows)
+	return ir.Shape{x.Shape[0], ir.D(rows / r * (r*d + 2*d))}, x.DType, nil
+}
+
+// lnRowGroup is the rows of a group of layernorm_bwd (one block each):
+// the largest divisor of rows up to 8. Fewer rows per block mean more
+// blocks and more partial sums to add (2D per group, against r·D of dx).
+func lnRowGroup(rows int) int {
+	for r := min(rows, 8); r > 1; r-- {
+		if rows%r == 0 {
+			return r
+		}
+	}
+	return 1
 }
 
 func layerNormGrad(b *Builder, v, g *ir.Value) []*ir.Value {
@@ -128,12 +145,26 @@ func layerNormGrad(b *Builder, v, g *ir.Value) []*ir.Value {
 		args = []*ir.Value{g, x, bias, res, gamma}
 	}
 	bwd := b.Op("layernorm_bwd", ir.Attrs{F: v.Attrs.F, F2: v.Attrs.F2, I: v.Attrs.I}, args...)
-	part := func(from, to int) *ir.Value {
-		return b.Op("slice", ir.Attrs{Axes: []int{1}, Ints: []int{from, to}}, bwd)
+	r := lnRowGroup(rows)
+	groups := rows / r
+	var dx, dgamma, dbeta *ir.Value
+	if groups == 1 {
+		part := func(from, to int) *ir.Value {
+			return b.Op("slice", ir.Attrs{Axes: []int{1}, Ints: []int{from, to}}, bwd)
+		}
+		dx = b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, rows*d))
+		dgamma = b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d, rows*d+d))
+		dbeta = b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d+d, rows*d+2*d))
+	} else {
+		// [N, G, r·D + 2D]: each group's dx rows, then its partials.
+		byGroup := b.Op("reshape", ir.Attrs{Shape: ir.Shape{x.Shape[0], ir.D(groups), ir.D(r*d + 2*d)}}, bwd)
+		part := func(from, to int) *ir.Value {
+			return b.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{from, to}}, byGroup)
+		}
+		dx = b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, r*d))
+		dgamma = b.Op("sum", ir.Attrs{Axes: []int{0, 1}}, part(r*d, r*d+d))
+		dbeta = b.Op("sum", ir.Attrs{Axes: []int{0, 1}}, part(r*d+d, r*d+2*d))
 	}
-	dx := b.Op("reshape", ir.Attrs{Shape: x.Shape.Clone()}, part(0, rows*d))
-	dgamma := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d, rows*d+d))
-	dbeta := b.Op("sum", ir.Attrs{Axes: []int{0}}, part(rows*d+d, rows*d+2*d))
 	if bias == nil {
 		return []*ir.Value{dx, dgamma, dbeta}
 	}
@@ -317,13 +348,17 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if len(v.Args) == 5 {
 		gi = 4
 	}
-	d, rows, _ := layerNormDims(x, v.Args[gi])
+	d, all, _ := layerNormDims(x, v.Args[gi])
 	in := lnInput(c, v, at, d, 1, 2, 3)
+	// A block per group of rows: n runs over the N·G groups, whose rows
+	// follow each other in x as their results do in out.
+	rows := lnRowGroup(all)
+	groups := all / rows
 	w := rows*d + 2*d
 	g := &cg{}
 	t := c.T
 	if g.lnCPURow(c, v, d) {
-		g.f("  const long long nb = %s;", c.Dim(x.Shape[0]))
+		g.f("  const long long nb = %s * %d;", c.Dim(x.Shape[0]), groups)
 		g.f("  for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
 		g.f("    %s *dx = %s + n * %d;", t, out, w)
 		g.f("    %s *pg = dx + %d, *pb = dx + %d;", t, rows*d, rows*d+d)
@@ -343,7 +378,7 @@ func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		return g.b.String()
 	}
 	g.blockRed(t, "red", 4)
-	g.f("const long long nb = %s;", c.Dim(x.Shape[0]))
+	g.f("const long long nb = %s * %d;", c.Dim(x.Shape[0]), groups)
 	g.f("for (long long n = blockIdx.x; n < nb; n += gridDim.x) {")
 	g.f("  %s *dx = %s + n * %d;", t, out, w)
 	g.f("  %s *pg = dx + %d, *pb = dx + %d;", t, rows*d, rows*d+d)
@@ -368,6 +403,11 @@ func init() {
 	register(
 		&Def{Name: "layernorm", Kind: Loop, NArgs: -1, Infer: layerNormInfer, Loop: layerNormLoop, Flops: 8,
 			Grad: layerNormGrad, Expand: layerNormExpand, Blocks: func(v *ir.Value) ir.Shape { return rowsOf(v.Args[0]) }},
-		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: -1, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12},
+		&Def{Name: "layernorm_bwd", Kind: Loop, NArgs: -1, Infer: layerNormBwdInfer, Loop: layerNormBwdLoop, Flops: 12,
+			Blocks: func(v *ir.Value) ir.Shape {
+				_, x, _, _, gamma := lnBwdArgs(v)
+				_, rows, _ := layerNormDims(x, gamma)
+				return ir.Shape{x.Shape[0], ir.D(rows / lnRowGroup(rows))}
+			}},
 	)
 }

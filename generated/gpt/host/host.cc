@@ -450,16 +450,16 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(cons
 }
 
 // layernorm_bwd_bwd computes:
-//   v136 = layernorm_bwd <f32[B,33280]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
+//   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[128];
-  const long long nb = (long long)B;
+  const long long nb = (long long)B * 16;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-    float *dx = out0 + n * 33280;
-    float *pg = dx + 32768, *pb = dx + 33024;
+    float *dx = out0 + n * 2560;
+    float *pg = dx + 2048, *pb = dx + 2304;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
-    for (int rr = 0; rr < 128; ++rr) {
-    const long long base = (n * 128 + rr) * 256;
+    for (int rr = 0; rr < 8; ++rr) {
+    const long long base = (n * 8 + rr) * 256;
     const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, ((base) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
@@ -503,45 +503,48 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float 
 }
 
 // slice_bwd: 9 launches (slice_bwd, slice_bwd_3, slice_bwd_5, slice_bwd_7, slice_bwd_9, slice_bwd_11, slice_bwd_13, slice_bwd_15, slice_bwd_17). The first computes:
-//   v137 = slice <f32[B,32768]> v136 {axes=[1] ints=[0 32768]}  # models/transformer/model.go:87
+//   v138 = slice <f32[B,16,2048]> v137 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
-    const long long i = r * 32768LL + j;
-    const long long v137_c1 = j;
-    unsigned long long v137_rem = (unsigned long long)(r);
-    const long long v137_c0 = (long long)v137_rem;
-    const float v137 = in0[((v137_c0) * 33280LL + v137_c1 + 0)];
-    out0[i] = v137;
+  const long long rows = 16LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
+    const long long v138_c2 = j;
+    unsigned long long v138_rem = (unsigned long long)(r);
+    const long long v138_c1 = (long long)(v138_rem % (unsigned long long)(16LL)); v138_rem /= (unsigned long long)(16LL);
+    const long long v138_c0 = (long long)v138_rem;
+    const float v138 = in0[(((v138_c0) * 16LL + v138_c1) * 2560LL + v138_c2 + 0)];
+    out0[i] = v138;
   }
 }
 
 // slice_bwd_2: 9 launches (slice_bwd_2, slice_bwd_4, slice_bwd_6, slice_bwd_8, slice_bwd_10, slice_bwd_12, slice_bwd_14, slice_bwd_16, slice_bwd_18). The first computes:
-//   v139 = slice <f32[B,256]> v136 {axes=[1] ints=[32768 33024]}  # models/transformer/model.go:87
-//   v141 = slice <f32[B,256]> v136 {axes=[1] ints=[33024 33280]}  # models/transformer/model.go:87
+//   v140 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:87
+//   v142 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
-  const long long rows = (long long)B;
+  const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const long long v139_c1 = j;
-    unsigned long long v139_rem = (unsigned long long)(r);
-    const long long v139_c0 = (long long)v139_rem;
-    const float v139 = in0[((v139_c0) * 33280LL + v139_c1 + 32768)];
-    const long long v141_c1 = j;
-    unsigned long long v141_rem = (unsigned long long)(r);
-    const long long v141_c0 = (long long)v141_rem;
-    const float v141 = in0[((v141_c0) * 33280LL + v141_c1 + 33024)];
-    out0[i] = v139;
-    out1[i] = v141;
+    const long long v140_c2 = j;
+    unsigned long long v140_rem = (unsigned long long)(r);
+    const long long v140_c1 = (long long)(v140_rem % (unsigned long long)(16LL)); v140_rem /= (unsigned long long)(16LL);
+    const long long v140_c0 = (long long)v140_rem;
+    const float v140 = in0[(((v140_c0) * 16LL + v140_c1) * 2560LL + v140_c2 + 2048)];
+    const long long v142_c2 = j;
+    unsigned long long v142_rem = (unsigned long long)(r);
+    const long long v142_c1 = (long long)(v142_rem % (unsigned long long)(16LL)); v142_rem /= (unsigned long long)(16LL);
+    const long long v142_c0 = (long long)v142_rem;
+    const float v142 = in0[(((v142_c0) * 16LL + v142_c1) * 2560LL + v142_c2 + 2304)];
+    out0[i] = v140;
+    out1[i] = v142;
   }
 }
 
 // sum_bwd: 9 launches (sum_bwd, sum_bwd_4, sum_bwd_7, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_19, sum_bwd_22, sum_bwd_25). The first computes:
-//   v140 = sum <f32[256]> v139 {axes=[0]}  # models/transformer/model.go:87
-//   v142 = sum <f32[256]> v141 {axes=[0]}  # models/transformer/model.go:87
+//   v141 = sum <f32[256]> v140 {axes=[0 1]}  # models/transformer/model.go:87
+//   v143 = sum <f32[256]> v142 {axes=[0 1]}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
-  const long long nred = (long long)B;
+  const long long nred = 16LL * (long long)B;
   __shared__ float part0[256];
   __shared__ float part1[256];
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
@@ -554,11 +557,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
       for (long long r = 0; r < nred; ++r) {
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a139 = in0[i];
-          float a141 = in1[i];
-          { const float x = a139; acc0_l[oc] = acc0_l[oc] + x; }
-          { const float x = a141; acc1_l[oc] = acc1_l[oc] + x; }
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (256LL) + (((unsigned long long)(r)) / 16LL) * (4096LL));
+          float a140 = in0[i];
+          float a142 = in1[i];
+          { const float x = a140; acc0_l[oc] = acc0_l[oc] + x; }
+          { const float x = a142; acc1_l[oc] = acc1_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -571,11 +574,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     float acc0 = 0.0f;
     float acc1 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a139 = in0[i];
-      float a141 = in1[i];
-      { const float x = a139; acc0 = acc0 + x; }
-      { const float x = a141; acc1 = acc1 + x; }
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (256LL) + (((unsigned long long)(r)) / 16LL) * (4096LL));
+      float a140 = in0[i];
+      float a142 = in1[i];
+      { const float x = a140; acc0 = acc0 + x; }
+      { const float x = a142; acc1 = acc1 + x; }
     }
     part0[threadIdx.x] = acc0;
     part1[threadIdx.x] = acc1;
@@ -593,18 +596,18 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // dropout_bwd computes:
-//   v143 = dropout <f32[B,128,256]> v138 {f=0.1 i=17}  # models/transformer/model.go:87
+//   v144 = dropout <f32[B,128,256]> v139 {f=0.1 i=17}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a138 = in0[i];
-    float v143 = (a138 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v143;
+    float a139 = in0[i];
+    float v144 = (a139 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
+    out0[i] = v144;
   }
 }
 
 // sum_bwd_2: 8 launches (sum_bwd_2, sum_bwd_5, sum_bwd_8, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_20, sum_bwd_23). The first computes:
-//   v144 = sum <f32[1,1,256]> v143 {axes=[0 1] keepdim}  # models/transformer/model.go:87
+//   v145 = sum <f32[1,1,256]> v144 {axes=[0 1] keepdim}  # models/transformer/model.go:87
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 128LL * (long long)B;
@@ -618,8 +621,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
-          float a143 = in0[i];
-          { const float x = a143; acc0_l[oc] = acc0_l[oc] + x; }
+          float a144 = in0[i];
+          { const float x = a144; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -631,8 +634,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
-      float a143 = in0[i];
-      { const float x = a143; acc0 = acc0 + x; }
+      float a144 = in0[i];
+      { const float x = a144; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -646,21 +649,21 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // dropout_gelu_bwd_bwd: 4 launches (dropout_gelu_bwd_bwd, dropout_gelu_bwd_bwd_2, dropout_gelu_bwd_bwd_3, dropout_gelu_bwd_bwd_4). The first computes:
-//   v150 = dropout <f32[B,128,1024]> v146 {f=0.1 i=16}  # models/transformer/model.go:85
-//   v151 = gelu_bwd <f32[B,128,1024]> v150 v119  # models/transformer/model.go:85
+//   v151 = dropout <f32[B,128,1024]> v147 {f=0.1 i=16}  # models/transformer/model.go:85
+//   v152 = gelu_bwd <f32[B,128,1024]> v151 v119  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a146 = in0[i];
-    float v150 = (a146 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
+    float a147 = in0[i];
+    float v151 = (a147 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a119 = in1[i];
-    float v151 = (v150 * ngen_gelu_grad(a119));
-    out0[i] = v151;
+    float v152 = (v151 * ngen_gelu_grad(a119));
+    out0[i] = v152;
   }
 }
 
 // sum_bwd_3: 4 launches (sum_bwd_3, sum_bwd_9, sum_bwd_15, sum_bwd_21). The first computes:
-//   v152 = sum <f32[1,1,1024]> v151 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v153 = sum <f32[1,1,1024]> v152 {axes=[0 1] keepdim}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 128LL * (long long)B;
@@ -674,8 +677,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
-          float a151 = in0[i];
-          { const float x = a151; acc0_l[oc] = acc0_l[oc] + x; }
+          float a152 = in0[i];
+          { const float x = a152; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -687,8 +690,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
-      float a151 = in0[i];
-      { const float x = a151; acc0 = acc0 + x; }
+      float a152 = in0[i];
+      { const float x = a152; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -702,16 +705,16 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // layernorm_bwd_bwd_2: 8 launches (blocks_3_norm2_layernorm_bwd_bwd, blocks_3_norm1_layernorm_bwd_bwd, blocks_2_norm2_layernorm_bwd_bwd, blocks_2_norm1_layernorm_bwd_bwd, blocks_1_norm2_layernorm_bwd_bwd, blocks_1_norm1_layernorm_bwd_bwd, blocks_0_norm2_layernorm_bwd_bwd, blocks_0_norm1_layernorm_bwd_bwd). The first computes:
-//   v158 = layernorm_bwd <f32[B,33280]> v154 v112 v113 {f=1e-05}  # models/transformer/model.go:85
+//   v159 = layernorm_bwd <f32[B,40960]> v155 v112 v113 {f=1e-05}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[128];
-  const long long nb = (long long)B;
+  const long long nb = (long long)B * 16;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-    float *dx = out0 + n * 33280;
-    float *pg = dx + 32768, *pb = dx + 33024;
+    float *dx = out0 + n * 2560;
+    float *pg = dx + 2048, *pb = dx + 2304;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
-    for (int rr = 0; rr < 128; ++rr) {
-    const long long base = (n * 128 + rr) * 256;
+    for (int rr = 0; rr < 8; ++rr) {
+    const long long base = (n * 8 + rr) * 256;
     const float k0 = in1[base];
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
@@ -755,22 +758,22 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const floa
 }
 
 // add_dropout_bwd: 7 launches (add_dropout_bwd, add_dropout_bwd_2, add_dropout_bwd_3, add_dropout_bwd_4, add_dropout_bwd_5, add_dropout_bwd_6, add_dropout_bwd_7). The first computes:
-//   v165 = add <f32[B,128,256]> v138 v160  # models/transformer/model.go:85
-//   v166 = dropout <f32[B,128,256]> v165 {f=0.1 i=15}  # models/transformer/model.go:85
+//   v167 = add <f32[B,128,256]> v139 v162  # models/transformer/model.go:85
+//   v168 = dropout <f32[B,128,256]> v167 {f=0.1 i=15}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a138 = in0[i];
-    float a160 = in1[i];
-    float v165 = (a138 + a160);
-    float v166 = (v165 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v165;
-    out1[i] = v166;
+    float a139 = in0[i];
+    float a162 = in1[i];
+    float v167 = (a139 + a162);
+    float v168 = (v167 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
+    out0[i] = v167;
+    out1[i] = v168;
   }
 }
 
 // attention_bwd_bwd: 4 launches (blocks_3_self_attn_out_proj_attention_bwd_bwd, blocks_2_self_attn_out_proj_attention_bwd_bwd, blocks_1_self_attn_out_proj_attention_bwd_bwd, blocks_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v173 = attention_bwd <f32[B,128,768]> v169 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
+//   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -932,7 +935,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float 
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_6, sum_bwd_12, sum_bwd_18, sum_bwd_24). The first computes:
-//   v174 = sum <f32[1,1,768]> v173 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v176 = sum <f32[1,1,768]> v175 {axes=[0 1] keepdim}  # models/transformer/model.go:85
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 128LL * (long long)B;
@@ -946,8 +949,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
-          float a173 = in0[i];
-          { const float x = a173; acc0_l[oc] = acc0_l[oc] + x; }
+          float a175 = in0[i];
+          { const float x = a175; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -959,8 +962,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
-      float a173 = in0[i];
-      { const float x = a173; acc0 = acc0 + x; }
+      float a175 = in0[i];
+      { const float x = a175; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -974,77 +977,77 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // add_dropout_bwd_2 computes:
-//   v322 = add <f32[B,128,256]> v300 v317  # models/transformer/model.go:85
-//   v323 = dropout <f32[B,128,256]> v322 {f=0.1 i=1}  # models/transformer/model.go:83
+//   v331 = add <f32[B,128,256]> v308 v326  # models/transformer/model.go:85
+//   v332 = dropout <f32[B,128,256]> v331 {f=0.1 i=1}  # models/transformer/model.go:83
 extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a300 = in0[i];
-    float a317 = in1[i];
-    float v322 = (a300 + a317);
-    float v323 = (v322 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v323;
+    float a308 = in0[i];
+    float a326 = in1[i];
+    float v331 = (a308 + a326);
+    float v332 = (v331 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
+    out0[i] = v332;
   }
 }
 
 // embedding_bwd_add_bwd computes:
-//   v324 = embedding_bwd <f32[99,256]> v323 v0 {shape=[99,256]}  # models/transformer/model.go:83
-//   v325 = add <f32[99,256]> v135 v324  # models/transformer/model.go:83
+//   v333 = embedding_bwd <f32[99,256]> v332 v0 {shape=[99,256]}  # models/transformer/model.go:83
+//   v334 = add <f32[99,256]> v135 v333  # models/transformer/model.go:83
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const int v324_j = j;
-    float v324 = 0.0f;
-    const long long v324_n = (long long)B * 128LL;
-    for (long long t = 0; t < v324_n; ++t) {
-      v324 += in1[t] == (int)r ? in0[t * 256 + v324_j] : 0.0f;
+    const int v333_j = j;
+    float v333 = 0.0f;
+    const long long v333_n = (long long)B * 128LL;
+    for (long long t = 0; t < v333_n; ++t) {
+      v333 += in1[t] == (int)r ? in0[t * 256 + v333_j] : 0.0f;
     }
     float a135 = in2[i];
-    float v325 = (a135 + v324);
-    out0[i] = v325;
+    float v334 = (a135 + v333);
+    out0[i] = v334;
   }
 }
 
 // optimizer_update computes:
-//   v330 = scale <f32[3184896]> v328 {f=0.9}  # models/transformer/model.go:79
-//   v331 = scale <f32[3184896]> v327 {f=0.09999999999999998}  # models/transformer/model.go:79
-//   v332 = add <f32[3184896]> v330 v331  # models/transformer/model.go:79
-//   v333 = scale <f32[3184896]> v329 {f=0.999}  # models/transformer/model.go:79
-//   v334 = mul <f32[3184896]> v327 v327  # models/transformer/model.go:79
-//   v335 = scale <f32[3184896]> v334 {f=0.0010000000000000009}  # models/transformer/model.go:79
-//   v336 = add <f32[3184896]> v333 v335  # models/transformer/model.go:79
-//   v337 = sqrt <f32[3184896]> v336  # models/transformer/model.go:79
-//   v339 = div <f32[3184896]> v337 v338  # models/transformer/model.go:79
-//   v340 = addc <f32[3184896]> v339 {f=1e-08}  # models/transformer/model.go:79
-//   v342 = div <f32[3184896]> v332 v340  # models/transformer/model.go:79
-//   v343 = mul <f32[3184896]> v341 v342  # models/transformer/model.go:79
-//   v344 = sub <f32[3184896]> v326 v343  # models/transformer/model.go:79
+//   v339 = scale <f32[3184896]> v337 {f=0.9}  # models/transformer/model.go:79
+//   v340 = scale <f32[3184896]> v336 {f=0.09999999999999998}  # models/transformer/model.go:79
+//   v341 = add <f32[3184896]> v339 v340  # models/transformer/model.go:79
+//   v342 = scale <f32[3184896]> v338 {f=0.999}  # models/transformer/model.go:79
+//   v343 = mul <f32[3184896]> v336 v336  # models/transformer/model.go:79
+//   v344 = scale <f32[3184896]> v343 {f=0.0010000000000000009}  # models/transformer/model.go:79
+//   v345 = add <f32[3184896]> v342 v344  # models/transformer/model.go:79
+//   v346 = sqrt <f32[3184896]> v345  # models/transformer/model.go:79
+//   v348 = div <f32[3184896]> v346 v347  # models/transformer/model.go:79
+//   v349 = addc <f32[3184896]> v348 {f=1e-08}  # models/transformer/model.go:79
+//   v351 = div <f32[3184896]> v341 v349  # models/transformer/model.go:79
+//   v352 = mul <f32[3184896]> v350 v351  # models/transformer/model.go:79
+//   v353 = sub <f32[3184896]> v335 v352  # models/transformer/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a328 = in0[i];
-    float v330 = (a328 * 0.90000000000000002f);
-    float a327 = in1[i];
-    float v331 = (a327 * 0.099999999999999978f);
-    float v332 = (v330 + v331);
-    float a329 = in2[i];
-    float v333 = (a329 * 0.999f);
-    float v334 = (a327 * a327);
-    float v335 = (v334 * 0.0010000000000000009f);
-    float v336 = (v333 + v335);
-    float v337 = sqrtf(v336);
-    float v339 = (v337 / s_bc2_sqrt);
-    float v340 = (v339 + 1e-08f);
-    float v342 = (v332 / v340);
-    float v343 = (s_step_size * v342);
-    float a326 = in3[i];
-    float v344 = (a326 - v343);
-    out0[i] = v332;
-    out1[i] = v336;
-    out2[i] = v344;
+    float a337 = in0[i];
+    float v339 = (a337 * 0.90000000000000002f);
+    float a336 = in1[i];
+    float v340 = (a336 * 0.099999999999999978f);
+    float v341 = (v339 + v340);
+    float a338 = in2[i];
+    float v342 = (a338 * 0.999f);
+    float v343 = (a336 * a336);
+    float v344 = (v343 * 0.0010000000000000009f);
+    float v345 = (v342 + v344);
+    float v346 = sqrtf(v345);
+    float v348 = (v346 / s_bc2_sqrt);
+    float v349 = (v348 + 1e-08f);
+    float v351 = (v341 / v349);
+    float v352 = (s_step_size * v351);
+    float a335 = in3[i];
+    float v353 = (a335 - v352);
+    out0[i] = v341;
+    out1[i] = v345;
+    out2[i] = v353;
   }
 }
 
@@ -1267,16 +1270,16 @@ NGEN_HOST_FORM void cross_entropy_ce_grad_bwd__host(const float * __restrict__ i
 }
 
 // layernorm_bwd_bwd__host computes:
-//   v136 = layernorm_bwd <f32[B,33280]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
+//   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
 NGEN_HOST_FORM void layernorm_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     static thread_local float xr[256];
-    const long long nb = (long long)B;
+    const long long nb = (long long)B * 16;
     for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 33280;
-      float *pg = dx + 32768, *pb = dx + 33024;
+      float *dx = out0 + n * 2560;
+      float *pg = dx + 2048, *pb = dx + 2304;
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 128; ++rr) {
-      const long long base = (n * 128 + rr) * 256;
+      for (int rr = 0; rr < 8; ++rr) {
+      const long long base = (n * 8 + rr) * 256;
       _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, ((base + j) + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
@@ -1302,7 +1305,7 @@ NGEN_HOST_FORM void layernorm_bwd_bwd__host(const float * __restrict__ in0, cons
 }
 
 // attention_bwd_bwd__host: 4 launches (blocks_3_self_attn_out_proj_attention_bwd_bwd, blocks_2_self_attn_out_proj_attention_bwd_bwd, blocks_1_self_attn_out_proj_attention_bwd_bwd, blocks_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v173 = attention_bwd <f32[B,128,768]> v169 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
+//   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
 NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
@@ -1336,28 +1339,28 @@ NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, cons
 }
 
 // embedding_bwd_add_bwd__host computes:
-//   v324 = embedding_bwd <f32[99,256]> v323 v0 {shape=[99,256]}  # models/transformer/model.go:83
-//   v325 = add <f32[99,256]> v135 v324  # models/transformer/model.go:83
+//   v333 = embedding_bwd <f32[99,256]> v332 v0 {shape=[99,256]}  # models/transformer/model.go:83
+//   v334 = add <f32[99,256]> v135 v333  # models/transformer/model.go:83
 NGEN_HOST_FORM void embedding_bwd_add_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const int v324_j = j;
-    static thread_local float v324_row[256];
+    const int v333_j = j;
+    static thread_local float v333_row[256];
     if (j == 0) {
-      float *const __restrict__ v324_acc = v324_row;
-      for (int k = 0; k < 256; ++k) v324_acc[k] = 0.0f;
-      const long long v324_n = (long long)B * 128LL;
-      for (long long t = 0; t < v324_n; ++t) {
+      float *const __restrict__ v333_acc = v333_row;
+      for (int k = 0; k < 256; ++k) v333_acc[k] = 0.0f;
+      const long long v333_n = (long long)B * 128LL;
+      for (long long t = 0; t < v333_n; ++t) {
         if (in1[t] != (int)r) continue;
-        const float *const __restrict__ v324_g = in0 + t * 256;
-        for (int k = 0; k < 256; ++k) v324_acc[k] += v324_g[k];
+        const float *const __restrict__ v333_g = in0 + t * 256;
+        for (int k = 0; k < 256; ++k) v333_acc[k] += v333_g[k];
       }
     }
-    const float v324 = v324_row[v324_j];
+    const float v333 = v333_row[v333_j];
     float a135 = in2[i];
-    float v325 = (a135 + v324);
-    out0[i] = v325;
+    float v334 = (a135 + v333);
+    out0[i] = v334;
   }
 }
 

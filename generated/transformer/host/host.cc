@@ -756,16 +756,16 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // layernorm_bwd_bwd: 2 launches (transformer_decoder_norm_layernorm_bwd_bwd, transformer_encoder_norm_layernorm_bwd_bwd). The first computes:
-//   v166 = layernorm_bwd <f32[B,16896]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:65
+//   v166 = layernorm_bwd <f32[B,20480]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[128];
-  const long long nb = (long long)B;
+  const long long nb = (long long)B * 8;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-    float *dx = out0 + n * 16896;
-    float *pg = dx + 16384, *pb = dx + 16640;
+    float *dx = out0 + n * 2560;
+    float *pg = dx + 2048, *pb = dx + 2304;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
-    for (int rr = 0; rr < 64; ++rr) {
-    const long long base = (n * 64 + rr) * 256;
+    for (int rr = 0; rr < 8; ++rr) {
+    const long long base = (n * 8 + rr) * 256;
     const float k0 = in1[base];
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
@@ -809,45 +809,48 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float 
 }
 
 // slice_bwd: 12 launches (slice_bwd, slice_bwd_3, slice_bwd_5, slice_bwd_7, slice_bwd_9, slice_bwd_11, slice_bwd_13, slice_bwd_15, slice_bwd_17, slice_bwd_19, slice_bwd_21, slice_bwd_23). The first computes:
-//   v167 = slice <f32[B,16384]> v166 {axes=[1] ints=[0 16384]}  # models/transformer/model.go:65
+//   v168 = slice <f32[B,8,2048]> v167 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
-    const long long i = r * 16384LL + j;
-    const long long v167_c1 = j;
-    unsigned long long v167_rem = (unsigned long long)(r);
-    const long long v167_c0 = (long long)v167_rem;
-    const float v167 = in0[((v167_c0) * 16896LL + v167_c1 + 0)];
-    out0[i] = v167;
+  const long long rows = 8LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
+    const long long i = r * 2048LL + j;
+    const long long v168_c2 = j;
+    unsigned long long v168_rem = (unsigned long long)(r);
+    const long long v168_c1 = (long long)(v168_rem % (unsigned long long)(8LL)); v168_rem /= (unsigned long long)(8LL);
+    const long long v168_c0 = (long long)v168_rem;
+    const float v168 = in0[(((v168_c0) * 8LL + v168_c1) * 2560LL + v168_c2 + 0)];
+    out0[i] = v168;
   }
 }
 
 // slice_bwd_2: 12 launches (slice_bwd_2, slice_bwd_4, slice_bwd_6, slice_bwd_8, slice_bwd_10, slice_bwd_12, slice_bwd_14, slice_bwd_16, slice_bwd_18, slice_bwd_20, slice_bwd_22, slice_bwd_24). The first computes:
-//   v169 = slice <f32[B,256]> v166 {axes=[1] ints=[16384 16640]}  # models/transformer/model.go:65
-//   v171 = slice <f32[B,256]> v166 {axes=[1] ints=[16640 16896]}  # models/transformer/model.go:65
+//   v170 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:65
+//   v172 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
-  const long long rows = (long long)B;
+  const long long rows = 8LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const long long v169_c1 = j;
-    unsigned long long v169_rem = (unsigned long long)(r);
-    const long long v169_c0 = (long long)v169_rem;
-    const float v169 = in0[((v169_c0) * 16896LL + v169_c1 + 16384)];
-    const long long v171_c1 = j;
-    unsigned long long v171_rem = (unsigned long long)(r);
-    const long long v171_c0 = (long long)v171_rem;
-    const float v171 = in0[((v171_c0) * 16896LL + v171_c1 + 16640)];
-    out0[i] = v169;
-    out1[i] = v171;
+    const long long v170_c2 = j;
+    unsigned long long v170_rem = (unsigned long long)(r);
+    const long long v170_c1 = (long long)(v170_rem % (unsigned long long)(8LL)); v170_rem /= (unsigned long long)(8LL);
+    const long long v170_c0 = (long long)v170_rem;
+    const float v170 = in0[(((v170_c0) * 8LL + v170_c1) * 2560LL + v170_c2 + 2048)];
+    const long long v172_c2 = j;
+    unsigned long long v172_rem = (unsigned long long)(r);
+    const long long v172_c1 = (long long)(v172_rem % (unsigned long long)(8LL)); v172_rem /= (unsigned long long)(8LL);
+    const long long v172_c0 = (long long)v172_rem;
+    const float v172 = in0[(((v172_c0) * 8LL + v172_c1) * 2560LL + v172_c2 + 2304)];
+    out0[i] = v170;
+    out1[i] = v172;
   }
 }
 
 // sum_bwd_2: 12 launches (sum_bwd_2, sum_bwd_3, sum_bwd_6, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_20, sum_bwd_23, sum_bwd_24, sum_bwd_27, sum_bwd_30, sum_bwd_33). The first computes:
-//   v170 = sum <f32[256]> v169 {axes=[0]}  # models/transformer/model.go:65
-//   v172 = sum <f32[256]> v171 {axes=[0]}  # models/transformer/model.go:65
+//   v171 = sum <f32[256]> v170 {axes=[0 1]}  # models/transformer/model.go:65
+//   v173 = sum <f32[256]> v172 {axes=[0 1]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
-  const long long nred = (long long)B;
+  const long long nred = 8LL * (long long)B;
   __shared__ float part0[256];
   __shared__ float part1[256];
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
@@ -860,11 +863,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
       for (long long r = 0; r < nred; ++r) {
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a169 = in0[i];
-          float a171 = in1[i];
-          { const float x = a169; acc0_l[oc] = acc0_l[oc] + x; }
-          { const float x = a171; acc1_l[oc] = acc1_l[oc] + x; }
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 8LL) * (256LL) + (((unsigned long long)(r)) / 8LL) * (2048LL));
+          float a170 = in0[i];
+          float a172 = in1[i];
+          { const float x = a170; acc0_l[oc] = acc0_l[oc] + x; }
+          { const float x = a172; acc1_l[oc] = acc1_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -877,11 +880,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     float acc0 = 0.0f;
     float acc1 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a169 = in0[i];
-      float a171 = in1[i];
-      { const float x = a169; acc0 = acc0 + x; }
-      { const float x = a171; acc1 = acc1 + x; }
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 8LL) * (256LL) + (((unsigned long long)(r)) / 8LL) * (2048LL));
+      float a170 = in0[i];
+      float a172 = in1[i];
+      { const float x = a170; acc0 = acc0 + x; }
+      { const float x = a172; acc1 = acc1 + x; }
     }
     part0[threadIdx.x] = acc0;
     part1[threadIdx.x] = acc1;
@@ -899,16 +902,16 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // layernorm_bwd_bwd_2: 10 launches (transformer_decoder_layers_1_linear2_layernorm_bwd_bwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_linear2_layernorm_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_1_linear2_layernorm_bwd_bwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_0_linear2_layernorm_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd). The first computes:
-//   v173 = layernorm_bwd <f32[B,16896]> v168 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
+//   v174 = layernorm_bwd <f32[B,20480]> v169 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[128];
-  const long long nb = (long long)B;
+  const long long nb = (long long)B * 8;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-    float *dx = out0 + n * 16896;
-    float *pg = dx + 16384, *pb = dx + 16640;
+    float *dx = out0 + n * 2560;
+    float *pg = dx + 2048, *pb = dx + 2304;
     for (int j = threadIdx.x; j < 256; j += blockDim.x) { pg[j] = 0.0f; pb[j] = 0.0f; }
-    for (int rr = 0; rr < 64; ++rr) {
-    const long long base = (n * 64 + rr) * 256;
+    for (int rr = 0; rr < 8; ++rr) {
+    const long long base = (n * 8 + rr) * 256;
     const float k0 = (in3[base] + ((in1[base] + in2[(base) % 256]) * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, ((base) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
     float s1 = 0.0f, s2 = 0.0f;
     float sgg = 0.0f, sgd = 0.0f;
@@ -952,18 +955,18 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const floa
 }
 
 // dropout_bwd: 10 launches (dropout_bwd, dropout_bwd_2, dropout_bwd_3, dropout_bwd_4, dropout_bwd_5, dropout_bwd_6, dropout_bwd_7, dropout_bwd_8, dropout_bwd_9, dropout_bwd_10). The first computes:
-//   v180 = dropout <f32[B,64,256]> v175 {f=0.1 i=22}  # models/transformer/model.go:65
+//   v182 = dropout <f32[B,64,256]> v177 {f=0.1 i=22}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a175 = in0[i];
-    float v180 = (a175 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v180;
+    float a177 = in0[i];
+    float v182 = (a177 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
+    out0[i] = v182;
   }
 }
 
 // sum_bwd_3: 12 launches (sum_bwd_4, sum_bwd_7, sum_bwd_9, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_19, sum_bwd_21, sum_bwd_25, sum_bwd_28, sum_bwd_31, sum_bwd_34). The first computes:
-//   v181 = sum <f32[1,1,256]> v180 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v183 = sum <f32[1,1,256]> v182 {axes=[0 1] keepdim}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 64LL * (long long)B;
@@ -977,8 +980,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
-          float a180 = in0[i];
-          { const float x = a180; acc0_l[oc] = acc0_l[oc] + x; }
+          float a182 = in0[i];
+          { const float x = a182; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -990,8 +993,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
-      float a180 = in0[i];
-      { const float x = a180; acc0 = acc0 + x; }
+      float a182 = in0[i];
+      { const float x = a182; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1005,21 +1008,21 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // dropout_relu_bwd_bwd: 4 launches (dropout_relu_bwd_bwd, dropout_relu_bwd_bwd_2, dropout_relu_bwd_bwd_3, dropout_relu_bwd_bwd_4). The first computes:
-//   v187 = dropout <f32[B,64,1024]> v183 {f=0.1 i=21}  # models/transformer/model.go:65
-//   v188 = relu_bwd <f32[B,64,1024]> v187 v142  # models/transformer/model.go:65
+//   v189 = dropout <f32[B,64,1024]> v185 {f=0.1 i=21}  # models/transformer/model.go:65
+//   v190 = relu_bwd <f32[B,64,1024]> v189 v142  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a183 = in0[i];
-    float v187 = (a183 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
+    float a185 = in0[i];
+    float v189 = (a185 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     float a142 = in1[i];
-    float v188 = ngen_relu_grad(a142, v187);
-    out0[i] = v188;
+    float v190 = ngen_relu_grad(a142, v189);
+    out0[i] = v190;
   }
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_5, sum_bwd_15, sum_bwd_26, sum_bwd_32). The first computes:
-//   v189 = sum <f32[1,1,1024]> v188 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v191 = sum <f32[1,1,1024]> v190 {axes=[0 1] keepdim}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
@@ -1033,8 +1036,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
-          float a188 = in0[i];
-          { const float x = a188; acc0_l[oc] = acc0_l[oc] + x; }
+          float a190 = in0[i];
+          { const float x = a190; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1046,8 +1049,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
-      float a188 = in0[i];
-      { const float x = a188; acc0 = acc0 + x; }
+      float a190 = in0[i];
+      { const float x = a190; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1061,19 +1064,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // add_bwd: 9 launches (add_bwd, add_bwd_2, add_bwd_3, add_bwd_4, add_bwd_5, add_bwd_6, add_bwd_7, add_bwd_8, add_bwd_9). The first computes:
-//   v195 = add <f32[B,64,256]> v175 v191  # models/transformer/model.go:65
+//   v197 = add <f32[B,64,256]> v177 v193  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a175 = in0[i];
-    float a191 = in1[i];
-    float v195 = (a175 + a191);
-    out0[i] = v195;
+    float a177 = in0[i];
+    float a193 = in1[i];
+    float v197 = (a177 + a193);
+    out0[i] = v197;
   }
 }
 
 // attention_bwd_bwd: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v210 = attention_bwd <f32[B,64,256]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
+//   v213 = attention_bwd <f32[B,64,256]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1160,7 +1163,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float 
 }
 
 // attention_bwd_bwd_2: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2). The first computes:
-//   v211 = attention_bwd <f32[B,64,512]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
+//   v214 = attention_bwd <f32[B,64,512]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1250,7 +1253,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_2(const floa
 }
 
 // sum_bwd_5: 2 launches (sum_bwd_8, sum_bwd_18). The first computes:
-//   v212 = sum <f32[1,1,512]> v211 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v215 = sum <f32[1,1,512]> v214 {axes=[0 1] keepdim}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
@@ -1264,8 +1267,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a211 = in0[i];
-          { const float x = a211; acc0_l[oc] = acc0_l[oc] + x; }
+          float a214 = in0[i];
+          { const float x = a214; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1277,8 +1280,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-      float a211 = in0[i];
-      { const float x = a211; acc0 = acc0 + x; }
+      float a214 = in0[i];
+      { const float x = a214; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1292,65 +1295,65 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_3). The first computes:
-//   v214 = slice_bwd <f32[768]> v213 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:65
+//   v217 = slice_bwd <f32[768]> v216 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
-    unsigned long long v214_rem = (unsigned long long)(i);
-    const long long v214_c0 = (long long)v214_rem;
-    const float v214 = (v214_c0 >= 256 && v214_c0 < 768) ? in0[((v214_c0 >= 256 && v214_c0 < 768 ? v214_c0 - 256 : 0))] : 0.0f;
-    out0[i] = v214;
+    unsigned long long v217_rem = (unsigned long long)(i);
+    const long long v217_c0 = (long long)v217_rem;
+    const float v217 = (v217_c0 >= 256 && v217_c0 < 768) ? in0[((v217_c0 >= 256 && v217_c0 < 768 ? v217_c0 - 256 : 0))] : 0.0f;
+    out0[i] = v217;
   }
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_4). The first computes:
-//   v219 = slice_bwd <f32[768,256]> v218 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:65
+//   v222 = slice_bwd <f32[768,256]> v221 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const long long v219_c1 = j;
-    unsigned long long v219_rem = (unsigned long long)(r);
-    const long long v219_c0 = (long long)v219_rem;
-    const float v219 = (v219_c0 >= 256 && v219_c0 < 768) ? in0[(((v219_c0 >= 256 && v219_c0 < 768 ? v219_c0 - 256 : 0)) * 256LL + v219_c1)] : 0.0f;
-    out0[i] = v219;
+    const long long v222_c1 = j;
+    unsigned long long v222_rem = (unsigned long long)(r);
+    const long long v222_c0 = (long long)v222_rem;
+    const float v222 = (v222_c0 >= 256 && v222_c0 < 768) ? in0[(((v222_c0 >= 256 && v222_c0 < 768 ? v222_c0 - 256 : 0)) * 256LL + v222_c1)] : 0.0f;
+    out0[i] = v222;
   }
 }
 
 // slice_bwd_add_bwd: 2 launches (slice_bwd_add_bwd, slice_bwd_add_bwd_3). The first computes:
-//   v222 = slice_bwd <f32[768]> v221 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:65
-//   v223 = add <f32[768]> v214 v222  # models/transformer/model.go:65
+//   v225 = slice_bwd <f32[768]> v224 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:65
+//   v226 = add <f32[768]> v217 v225  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
-    unsigned long long v222_rem = (unsigned long long)(i);
-    const long long v222_c0 = (long long)v222_rem;
-    const float v222 = (v222_c0 >= 0 && v222_c0 < 256) ? in0[((v222_c0 >= 0 && v222_c0 < 256 ? v222_c0 - 0 : 0))] : 0.0f;
-    float a214 = in1[i];
-    float v223 = (a214 + v222);
-    out0[i] = v223;
+    unsigned long long v225_rem = (unsigned long long)(i);
+    const long long v225_c0 = (long long)v225_rem;
+    const float v225 = (v225_c0 >= 0 && v225_c0 < 256) ? in0[((v225_c0 >= 0 && v225_c0 < 256 ? v225_c0 - 0 : 0))] : 0.0f;
+    float a217 = in1[i];
+    float v226 = (a217 + v225);
+    out0[i] = v226;
   }
 }
 
 // slice_bwd_add_bwd_2: 2 launches (slice_bwd_add_bwd_2, slice_bwd_add_bwd_4). The first computes:
-//   v229 = slice_bwd <f32[768,256]> v227 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:65
-//   v230 = add <f32[768,256]> v219 v229  # models/transformer/model.go:65
+//   v232 = slice_bwd <f32[768,256]> v230 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:65
+//   v233 = add <f32[768,256]> v222 v232  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const long long v229_c1 = j;
-    unsigned long long v229_rem = (unsigned long long)(r);
-    const long long v229_c0 = (long long)v229_rem;
-    const float v229 = (v229_c0 >= 0 && v229_c0 < 256) ? in0[(((v229_c0 >= 0 && v229_c0 < 256 ? v229_c0 - 0 : 0)) * 256LL + v229_c1)] : 0.0f;
-    float a219 = in1[i];
-    float v230 = (a219 + v229);
-    out0[i] = v230;
+    const long long v232_c1 = j;
+    unsigned long long v232_rem = (unsigned long long)(r);
+    const long long v232_c0 = (long long)v232_rem;
+    const float v232 = (v232_c0 >= 0 && v232_c0 < 256) ? in0[(((v232_c0 >= 0 && v232_c0 < 256 ? v232_c0 - 0 : 0)) * 256LL + v232_c1)] : 0.0f;
+    float a222 = in1[i];
+    float v233 = (a222 + v232);
+    out0[i] = v233;
   }
 }
 
 // attention_bwd_bwd_3: 2 launches (transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v245 = attention_bwd <f32[B,64,768]> v241 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v249 = attention_bwd <f32[B,64,768]> v245 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1512,7 +1515,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_3(const floa
 }
 
 // sum_bwd_6: 4 launches (sum_bwd_12, sum_bwd_22, sum_bwd_29, sum_bwd_35). The first computes:
-//   v246 = sum <f32[1,1,768]> v245 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v250 = sum <f32[1,1,768]> v249 {axes=[0 1] keepdim}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 64LL * (long long)B;
@@ -1526,8 +1529,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
-          float a245 = in0[i];
-          { const float x = a245; acc0_l[oc] = acc0_l[oc] + x; }
+          float a249 = in0[i];
+          { const float x = a249; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1539,8 +1542,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
-      float a245 = in0[i];
-      { const float x = a245; acc0 = acc0 + x; }
+      float a249 = in0[i];
+      { const float x = a249; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1554,23 +1557,23 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // add_dropout_scale_bwd: 2 launches (add_dropout_scale_bwd, add_dropout_scale_bwd_2). The first computes:
-//   v333 = add <f32[B,64,256]> v314 v329  # models/transformer/model.go:65
-//   v431 = dropout <f32[B,64,256]> v333 {f=0.1 i=2}  # models/transformer/model.go:61
-//   v432 = scale <f32[B,64,256]> v431 {f=16}  # models/transformer/model.go:61
+//   v340 = add <f32[B,64,256]> v321 v336  # models/transformer/model.go:65
+//   v443 = dropout <f32[B,64,256]> v340 {f=0.1 i=2}  # models/transformer/model.go:61
+//   v444 = scale <f32[B,64,256]> v443 {f=16}  # models/transformer/model.go:61
 extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a314 = in0[i];
-    float a329 = in1[i];
-    float v333 = (a314 + a329);
-    float v431 = (v333 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
-    float v432 = (v431 * 16.0f);
-    out0[i] = v432;
+    float a321 = in0[i];
+    float a336 = in1[i];
+    float v340 = (a321 + a336);
+    float v443 = (v340 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
+    float v444 = (v443 * 16.0f);
+    out0[i] = v444;
   }
 }
 
 // attention_bwd_bwd_4: 2 launches (transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v378 = attention_bwd <f32[B,64,768]> v374 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v388 = attention_bwd <f32[B,64,768]> v384 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1732,69 +1735,69 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_4(const floa
 }
 
 // embedding_bwd_add_bwd computes:
-//   v433 = embedding_bwd <f32[99,256]> v432 v1 {shape=[99,256]}  # models/transformer/model.go:61
-//   v436 = embedding_bwd <f32[99,256]> v435 v0 {shape=[99,256]}  # models/transformer/model.go:61
-//   v437 = add <f32[99,256]> v433 v436  # models/transformer/model.go:61
+//   v445 = embedding_bwd <f32[99,256]> v444 v1 {shape=[99,256]}  # models/transformer/model.go:61
+//   v448 = embedding_bwd <f32[99,256]> v447 v0 {shape=[99,256]}  # models/transformer/model.go:61
+//   v449 = add <f32[99,256]> v445 v448  # models/transformer/model.go:61
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const int v433_j = j;
-    float v433 = 0.0f;
-    const long long v433_n = (long long)B * 64LL;
-    for (long long t = 0; t < v433_n; ++t) {
-      v433 += in1[t] == (int)r ? in0[t * 256 + v433_j] : 0.0f;
+    const int v445_j = j;
+    float v445 = 0.0f;
+    const long long v445_n = (long long)B * 64LL;
+    for (long long t = 0; t < v445_n; ++t) {
+      v445 += in1[t] == (int)r ? in0[t * 256 + v445_j] : 0.0f;
     }
-    const int v436_j = j;
-    float v436 = 0.0f;
-    const long long v436_n = (long long)B * 64LL;
-    for (long long t = 0; t < v436_n; ++t) {
-      v436 += in3[t] == (int)r ? in2[t * 256 + v436_j] : 0.0f;
+    const int v448_j = j;
+    float v448 = 0.0f;
+    const long long v448_n = (long long)B * 64LL;
+    for (long long t = 0; t < v448_n; ++t) {
+      v448 += in3[t] == (int)r ? in2[t * 256 + v448_j] : 0.0f;
     }
-    float v437 = (v433 + v436);
-    out0[i] = v437;
+    float v449 = (v445 + v448);
+    out0[i] = v449;
   }
 }
 
 // optimizer_update computes:
-//   v442 = scale <f32[3738211]> v440 {f=0.9}  # models/transformer/model.go:55
-//   v443 = scale <f32[3738211]> v439 {f=0.09999999999999998}  # models/transformer/model.go:55
-//   v444 = add <f32[3738211]> v442 v443  # models/transformer/model.go:55
-//   v445 = scale <f32[3738211]> v441 {f=0.999}  # models/transformer/model.go:55
-//   v446 = mul <f32[3738211]> v439 v439  # models/transformer/model.go:55
-//   v447 = scale <f32[3738211]> v446 {f=0.0010000000000000009}  # models/transformer/model.go:55
-//   v448 = add <f32[3738211]> v445 v447  # models/transformer/model.go:55
-//   v449 = sqrt <f32[3738211]> v448  # models/transformer/model.go:55
-//   v451 = div <f32[3738211]> v449 v450  # models/transformer/model.go:55
-//   v452 = addc <f32[3738211]> v451 {f=1e-08}  # models/transformer/model.go:55
-//   v454 = div <f32[3738211]> v444 v452  # models/transformer/model.go:55
-//   v455 = mul <f32[3738211]> v453 v454  # models/transformer/model.go:55
-//   v456 = sub <f32[3738211]> v438 v455  # models/transformer/model.go:55
+//   v454 = scale <f32[3738211]> v452 {f=0.9}  # models/transformer/model.go:55
+//   v455 = scale <f32[3738211]> v451 {f=0.09999999999999998}  # models/transformer/model.go:55
+//   v456 = add <f32[3738211]> v454 v455  # models/transformer/model.go:55
+//   v457 = scale <f32[3738211]> v453 {f=0.999}  # models/transformer/model.go:55
+//   v458 = mul <f32[3738211]> v451 v451  # models/transformer/model.go:55
+//   v459 = scale <f32[3738211]> v458 {f=0.0010000000000000009}  # models/transformer/model.go:55
+//   v460 = add <f32[3738211]> v457 v459  # models/transformer/model.go:55
+//   v461 = sqrt <f32[3738211]> v460  # models/transformer/model.go:55
+//   v463 = div <f32[3738211]> v461 v462  # models/transformer/model.go:55
+//   v464 = addc <f32[3738211]> v463 {f=1e-08}  # models/transformer/model.go:55
+//   v466 = div <f32[3738211]> v456 v464  # models/transformer/model.go:55
+//   v467 = mul <f32[3738211]> v465 v466  # models/transformer/model.go:55
+//   v468 = sub <f32[3738211]> v450 v467  # models/transformer/model.go:55
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a440 = in0[i];
-    float v442 = (a440 * 0.90000000000000002f);
-    float a439 = in1[i];
-    float v443 = (a439 * 0.099999999999999978f);
-    float v444 = (v442 + v443);
-    float a441 = in2[i];
-    float v445 = (a441 * 0.999f);
-    float v446 = (a439 * a439);
-    float v447 = (v446 * 0.0010000000000000009f);
-    float v448 = (v445 + v447);
-    float v449 = sqrtf(v448);
-    float v451 = (v449 / s_bc2_sqrt);
-    float v452 = (v451 + 1e-08f);
-    float v454 = (v444 / v452);
-    float v455 = (s_step_size * v454);
-    float a438 = in3[i];
-    float v456 = (a438 - v455);
-    out0[i] = v444;
-    out1[i] = v448;
-    out2[i] = v456;
+    float a452 = in0[i];
+    float v454 = (a452 * 0.90000000000000002f);
+    float a451 = in1[i];
+    float v455 = (a451 * 0.099999999999999978f);
+    float v456 = (v454 + v455);
+    float a453 = in2[i];
+    float v457 = (a453 * 0.999f);
+    float v458 = (a451 * a451);
+    float v459 = (v458 * 0.0010000000000000009f);
+    float v460 = (v457 + v459);
+    float v461 = sqrtf(v460);
+    float v463 = (v461 / s_bc2_sqrt);
+    float v464 = (v463 + 1e-08f);
+    float v466 = (v456 / v464);
+    float v467 = (s_step_size * v466);
+    float a450 = in3[i];
+    float v468 = (a450 - v467);
+    out0[i] = v456;
+    out1[i] = v460;
+    out2[i] = v468;
   }
 }
 
@@ -2099,16 +2102,16 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
 }
 
 // layernorm_bwd_bwd_2__host: 10 launches (transformer_decoder_layers_1_linear2_layernorm_bwd_bwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_linear2_layernorm_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_1_linear2_layernorm_bwd_bwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_0_linear2_layernorm_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd). The first computes:
-//   v173 = layernorm_bwd <f32[B,16896]> v168 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
+//   v174 = layernorm_bwd <f32[B,20480]> v169 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
 NGEN_HOST_FORM void layernorm_bwd_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     static thread_local float xr[256];
-    const long long nb = (long long)B;
+    const long long nb = (long long)B * 8;
     for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
-      float *dx = out0 + n * 16896;
-      float *pg = dx + 16384, *pb = dx + 16640;
+      float *dx = out0 + n * 2560;
+      float *pg = dx + 2048, *pb = dx + 2304;
       for (int j = 0; j < 256; ++j) { pg[j] = 0.0f; pb[j] = 0.0f; }
-      for (int rr = 0; rr < 64; ++rr) {
-      const long long base = (n * 64 + rr) * 256;
+      for (int rr = 0; rr < 8; ++rr) {
+      const long long base = (n * 8 + rr) * 256;
       _Pragma("GCC ivdep") for (int j = 0; j < 256; ++j) xr[j] = (in3[base + j] + ((in1[base + j] + in2[j]) * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, ((base + j) + s_row0 * 64LL * 256LL), 0.90000000000000002f, 1.1111111111111112f)));
       const float k0 = xr[0];
       float s1 = 0.0f, s2 = 0.0f;
@@ -2134,7 +2137,7 @@ NGEN_HOST_FORM void layernorm_bwd_bwd_2__host(const float * __restrict__ in0, co
 }
 
 // attention_bwd_bwd__host: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v210 = attention_bwd <f32[B,64,256]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
+//   v213 = attention_bwd <f32[B,64,256]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
 NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
@@ -2166,7 +2169,7 @@ NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, cons
 }
 
 // attention_bwd_bwd_2__host: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2). The first computes:
-//   v211 = attention_bwd <f32[B,64,512]> v206 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
+//   v214 = attention_bwd <f32[B,64,512]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
 NGEN_HOST_FORM void attention_bwd_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
@@ -2199,7 +2202,7 @@ NGEN_HOST_FORM void attention_bwd_bwd_2__host(const float * __restrict__ in0, co
 }
 
 // attention_bwd_bwd_3__host: 2 launches (transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v245 = attention_bwd <f32[B,64,768]> v241 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v249 = attention_bwd <f32[B,64,768]> v245 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 NGEN_HOST_FORM void attention_bwd_bwd_3__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
@@ -2233,7 +2236,7 @@ NGEN_HOST_FORM void attention_bwd_bwd_3__host(const float * __restrict__ in0, co
 }
 
 // attention_bwd_bwd_4__host: 2 launches (transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v378 = attention_bwd <f32[B,64,768]> v374 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v388 = attention_bwd <f32[B,64,768]> v384 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
 NGEN_HOST_FORM void attention_bwd_bwd_4__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 4096);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 4096);
@@ -2267,41 +2270,41 @@ NGEN_HOST_FORM void attention_bwd_bwd_4__host(const float * __restrict__ in0, co
 }
 
 // embedding_bwd_add_bwd__host computes:
-//   v433 = embedding_bwd <f32[99,256]> v432 v1 {shape=[99,256]}  # models/transformer/model.go:61
-//   v436 = embedding_bwd <f32[99,256]> v435 v0 {shape=[99,256]}  # models/transformer/model.go:61
-//   v437 = add <f32[99,256]> v433 v436  # models/transformer/model.go:61
+//   v445 = embedding_bwd <f32[99,256]> v444 v1 {shape=[99,256]}  # models/transformer/model.go:61
+//   v448 = embedding_bwd <f32[99,256]> v447 v0 {shape=[99,256]}  # models/transformer/model.go:61
+//   v449 = add <f32[99,256]> v445 v448  # models/transformer/model.go:61
 NGEN_HOST_FORM void embedding_bwd_add_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
-    const int v433_j = j;
-    static thread_local float v433_row[256];
+    const int v445_j = j;
+    static thread_local float v445_row[256];
     if (j == 0) {
-      float *const __restrict__ v433_acc = v433_row;
-      for (int k = 0; k < 256; ++k) v433_acc[k] = 0.0f;
-      const long long v433_n = (long long)B * 64LL;
-      for (long long t = 0; t < v433_n; ++t) {
+      float *const __restrict__ v445_acc = v445_row;
+      for (int k = 0; k < 256; ++k) v445_acc[k] = 0.0f;
+      const long long v445_n = (long long)B * 64LL;
+      for (long long t = 0; t < v445_n; ++t) {
         if (in1[t] != (int)r) continue;
-        const float *const __restrict__ v433_g = in0 + t * 256;
-        for (int k = 0; k < 256; ++k) v433_acc[k] += v433_g[k];
+        const float *const __restrict__ v445_g = in0 + t * 256;
+        for (int k = 0; k < 256; ++k) v445_acc[k] += v445_g[k];
       }
     }
-    const float v433 = v433_row[v433_j];
-    const int v436_j = j;
-    static thread_local float v436_row[256];
+    const float v445 = v445_row[v445_j];
+    const int v448_j = j;
+    static thread_local float v448_row[256];
     if (j == 0) {
-      float *const __restrict__ v436_acc = v436_row;
-      for (int k = 0; k < 256; ++k) v436_acc[k] = 0.0f;
-      const long long v436_n = (long long)B * 64LL;
-      for (long long t = 0; t < v436_n; ++t) {
+      float *const __restrict__ v448_acc = v448_row;
+      for (int k = 0; k < 256; ++k) v448_acc[k] = 0.0f;
+      const long long v448_n = (long long)B * 64LL;
+      for (long long t = 0; t < v448_n; ++t) {
         if (in3[t] != (int)r) continue;
-        const float *const __restrict__ v436_g = in2 + t * 256;
-        for (int k = 0; k < 256; ++k) v436_acc[k] += v436_g[k];
+        const float *const __restrict__ v448_g = in2 + t * 256;
+        for (int k = 0; k < 256; ++k) v448_acc[k] += v448_g[k];
       }
     }
-    const float v436 = v436_row[v436_j];
-    float v437 = (v433 + v436);
-    out0[i] = v437;
+    const float v448 = v448_row[v448_j];
+    float v449 = (v445 + v448);
+    out0[i] = v449;
   }
 }
 
