@@ -663,7 +663,6 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
-  int bad = 0;
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
@@ -674,18 +673,15 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
-    const float p2 = (p - (s_step_size * (m2 / den)));
+    const float p2 = (p - (s_step_size * (m2 * __frcp_rn(den))));
     const int a0 = (int)(__float_as_uint(p2) & 0x7fffffffu);
-    bad |= a0 > (int)0x7effffffu;
     big0 = a0 > big0 ? a0 : big0;
     const int a1 = (int)(__float_as_uint(m2) & 0x7fffffffu);
-    bad |= a1 > (int)0x7effffffu;
     big1 = a1 > big1 ? a1 : big1;
     const int a2 = (int)(__float_as_uint(v2) & 0x7fffffffu);
-    bad |= a2 > (int)0x7effffffu;
     big2 = a2 > big2 ? a2 : big2;
   }
-  if (bad) atomicMax(&status[5], 2);
+  if (big0 > (int)0x7effffffu || big1 > (int)0x7effffffu || big2 > (int)0x7effffffu) atomicMax(&status[5], 2);
   if (big0 > status[9]) atomicMax(&status[9], big0);
   if (big1 > status[10]) atomicMax(&status[10], big1);
   if (big2 > status[11]) atomicMax(&status[11], big2);
