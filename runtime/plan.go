@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // Plan is a compiled model as data: its buffers, and per entry point the
@@ -233,6 +235,9 @@ type Optimizer struct {
 	Beta1       float64 `json:",omitzero"`
 	Beta2       float64 `json:",omitzero"`
 	Eps         float64 `json:",omitzero"`
+	// Schedule, when set, gives the rate of each step from the step
+	// counter (LR is its base rate); Session.SetLR overrides it.
+	Schedule *schedule.Schedule `json:",omitzero"`
 }
 
 // Scalars returns the per-step scalars the lowered update reads; t counts

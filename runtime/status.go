@@ -108,7 +108,7 @@ func (s *Session) check(fn string) error {
 					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 				}
 				if blk[5] == updateFailed {
-					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.lr}
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.rate(s.t + 1)}
 				}
 				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // philox is Philox4x32-10 as codegen/preamble.cuh's ngen_philox4 keys it:
@@ -188,7 +189,7 @@ func TestMLPOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	const rows, steps, seed = 7, 3, 11
+	const rows, seed = 7, 11
 	rng := rand.New(rand.NewPCG(21, 22))
 	x := make([]float32, rows*mlpWidths[0])
 	xs := make([]float64, len(x))
@@ -201,17 +202,35 @@ func TestMLPOracle(t *testing.T) {
 		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
 	}
 	type optCase struct {
-		name string
-		opt  ir.Optimizer
-		fuse []bool
+		name  string
+		opt   ir.Optimizer
+		fuse  []bool
+		steps int // 3 when 0
+	}
+	sched := func(o ir.Optimizer, s schedule.Schedule) ir.Optimizer {
+		o.Schedule = &s
+		return o
 	}
 	for _, oc := range []optCase{
-		{"adam", irtest.Adam, []bool{true, false}},
-		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}},
-		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}},
-		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}},
-		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}},
+		{"adam", irtest.Adam, []bool{true, false}, 0},
+		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}, 0},
+		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}, 0},
+		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}, 0},
+		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}, 0},
+		// Schedules (runtime/schedule) against torch.optim.lr_scheduler
+		// stepped after each optimizer step, over steps that cross the
+		// warm-up's end, every one-cycle phase, the StepLR drops (the
+		// warm-up cosine up to its total: past it PyTorch's cosine rises
+		// again, ngen's stays at the floor).
+		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true, false}, 11},
+		{"adamw_onecycle", sched(ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05},
+			schedule.Schedule{Kind: "onecycle", Total: 12, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 12},
+		{"sgd_momentum_step", sched(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, schedule.Schedule{Kind: "step", StepSize: 2, Gamma: 0.5}), []bool{true}, 7},
 	} {
+		steps := oc.steps
+		if steps == 0 {
+			steps = 3
+		}
 		m, layers := mlpOracleModel(ir.F32, oc.opt)
 		for _, fuse := range oc.fuse {
 			t.Run(fmt.Sprintf("%s/fuse=%v", oc.name, fuse), func(t *testing.T) {
@@ -273,7 +292,7 @@ func TestMLPOracle(t *testing.T) {
 				// the gradient's size, so a gradient that differs by rounding
 				// moves it slightly differently: atol 1e-6 (1e-3 of one step).
 				for n, p := range want.Params {
-					closeTo(t, "param after 3 steps "+n, readNamed(t, s, "param", n), p, 1e-4, 1e-6)
+					closeTo(t, fmt.Sprintf("param after %d steps %s", steps, n), readNamed(t, s, "param", n), p, 1e-4, 1e-6)
 				}
 			})
 		}

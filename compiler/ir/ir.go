@@ -10,6 +10,8 @@ package ir
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // DType is an element type.
@@ -165,6 +167,9 @@ type Optimizer struct {
 	Beta1       float64 `json:"beta1,omitempty"`
 	Beta2       float64 `json:"beta2,omitempty"`
 	Eps         float64 `json:"eps,omitempty"`
+	// Schedule, when set, varies the rate from step to step; LR is its
+	// base rate (PyTorch's initial_lr).
+	Schedule *schedule.Schedule `json:"schedule,omitempty"`
 }
 
 // Model is what the DSL declares: a forward function with a loss, and an
