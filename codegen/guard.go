@@ -283,7 +283,12 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
 	}
 	fmt.Fprintf(w, "  const long long n = %s;\n", n)
-	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s[i];\n", t, P, G)
+	g := G + "[i]"
+	if o.ClipValue > 0 { // as compiler/optimizer.go clamps it
+		f := lit(o.ClipValue)
+		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
+	}
+	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s;\n", t, P, g)
 	for _, x := range body {
 		fmt.Fprintf(w, "    %s\n", x)
 	}

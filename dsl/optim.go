@@ -7,7 +7,8 @@ import (
 )
 
 // Optimizer is SGD, Adam or AdamW. Each takes an optional Schedule
-// (schedule.go): LR is then the schedule's base rate.
+// (schedule.go): LR is then the schedule's base rate; and an optional
+// Clip of the gradients it reads (ClipGradValue).
 type Optimizer interface{ lower() (ir.Optimizer, string) }
 
 // SGD is torch.optim.SGD.
@@ -15,6 +16,7 @@ type SGD struct {
 	LR, Momentum, Dampening, WeightDecay float64
 	Nesterov                             bool
 	Schedule                             Schedule
+	Clip                                 Clip
 }
 
 // Adam is torch.optim.Adam; zero Beta1, Beta2 and Eps take PyTorch's
@@ -22,6 +24,7 @@ type SGD struct {
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	Schedule                           Schedule
+	Clip                               Clip
 }
 
 // AdamW is torch.optim.AdamW; zero fields take PyTorch's defaults, with
@@ -30,6 +33,7 @@ type AdamW struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	NoWeightDecay                      bool
 	Schedule                           Schedule
+	Clip                               Clip
 }
 
 func (o SGD) lower() (ir.Optimizer, string) {
@@ -40,7 +44,7 @@ func (o SGD) lower() (ir.Optimizer, string) {
 	case o.Momentum < 0:
 		return lo, "momentum must be ≥ 0"
 	}
-	return lo, ""
+	return lo, lowerClip(o.Clip, &lo)
 }
 
 func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
@@ -66,6 +70,9 @@ func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
 func (o Adam) lower() (ir.Optimizer, string) {
 	lo, problem := adamLike("adam", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
 	lo.Schedule = lowerSchedule(o.Schedule)
+	if problem == "" {
+		problem = lowerClip(o.Clip, &lo)
+	}
 	return lo, problem
 }
 
@@ -79,6 +86,9 @@ func (o AdamW) lower() (ir.Optimizer, string) {
 	}
 	lo, problem := adamLike("adamw", o.LR, o.Beta1, o.Beta2, o.Eps, wd)
 	lo.Schedule = lowerSchedule(o.Schedule)
+	if problem == "" {
+		problem = lowerClip(o.Clip, &lo)
+	}
 	return lo, problem
 }
 

@@ -238,6 +238,10 @@ type Optimizer struct {
 	// Schedule, when set, gives the rate of each step from the step
 	// counter (LR is its base rate); Session.SetLR overrides it.
 	Schedule *schedule.Schedule `json:",omitzero"`
+	// ClipValue, when positive, clamps the update's gradients to
+	// [-ClipValue, ClipValue]; the update check and its bound use the
+	// clamped gradient too.
+	ClipValue float64 `json:",omitzero"`
 }
 
 // Scalars returns the per-step scalars the lowered update reads; t counts

@@ -226,6 +226,10 @@ func TestMLPOracle(t *testing.T) {
 		{"adamw_onecycle", sched(ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05},
 			schedule.Schedule{Kind: "onecycle", Total: 12, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 12},
 		{"sgd_momentum_step", sched(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, schedule.Schedule{Kind: "step", StepSize: 2, Gamma: 0.5}), []bool{true}, 7},
+		// clip_grad_value_ before each step, at a bound that clamps a
+		// good share of the gradients (they are O(1e-2) here).
+		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true, false}, 4},
+		{"sgd_momentum_clip_value", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipValue: 0.005}, []bool{true}, 4},
 	} {
 		steps := oc.steps
 		if steps == 0 {

@@ -170,6 +170,9 @@ type Optimizer struct {
 	// Schedule, when set, varies the rate from step to step; LR is its
 	// base rate (PyTorch's initial_lr).
 	Schedule *schedule.Schedule `json:"schedule,omitempty"`
+	// ClipValue, when positive, clamps every gradient the update reads
+	// to [-ClipValue, ClipValue] (torch.nn.utils.clip_grad_value_).
+	ClipValue float64 `json:"clip_value,omitempty"`
 }
 
 // Model is what the DSL declares: a forward function with a loss, and an

@@ -113,6 +113,13 @@ func init() {
 		// addc adds the constant F.
 		unary("addc", 1, func(c *Ctx, v *ir.Value, x string) string { return "(" + x + " + " + c.Lit(v.Attrs.F) + ")" },
 			func(b *Builder, v, g *ir.Value) *ir.Value { return g }),
+		// clampc clamps to [-F, F] (torch.clamp: NaN stays NaN). It
+		// clips the update's gradient (compiler/optimizer.go), which is
+		// never differentiated: no gradient rule.
+		unary("clampc", 2, func(c *Ctx, v *ir.Value, x string) string {
+			f := c.Lit(v.Attrs.F)
+			return "(" + x + " < -" + f + " ? -" + f + " : (" + x + " > " + f + " ? " + f + " : " + x + "))"
+		}, nil),
 		// powc raises to the constant power F.
 		unary("powc", 4, func(c *Ctx, v *ir.Value, x string) string {
 			return c.Math("pow") + "(" + x + ", " + c.Lit(v.Attrs.F) + ")"
