@@ -38,6 +38,12 @@ func lowerOptimizer(p *Program) error {
 		// after accumulation and the all-reduce (the update phase).
 		G = b.Op("clampc", ir.Attrs{F: o.ClipValue}, G)
 	}
+	if o.ClipNorm > 0 {
+		// clip_grad_norm_: the coefficient comes from the builtin
+		// GradNormKernel the memory plan puts first in the update phase
+		// (compiler/guard.go); the scale is fused into the update kernel.
+		G = b.Op("clip_norm_scale", ir.Attrs{}, G)
+	}
 	n := P.Shape
 	// The optimizer's state names are reserved: a user State of the same
 	// name would share its buffer (the memory plan keys state by name).

@@ -242,6 +242,10 @@ type Optimizer struct {
 	// [-ClipValue, ClipValue]; the update check and its bound use the
 	// clamped gradient too.
 	ClipValue float64 `json:",omitzero"`
+	// ClipNorm, when positive, scales the update's gradients by
+	// clip_grad_norm_'s coefficient, which GradNormKernel computes on the
+	// device.
+	ClipNorm float64 `json:",omitzero"`
 }
 
 // Scalars returns the per-step scalars the lowered update reads; t counts

@@ -13,8 +13,9 @@ import (
 // recipe is the training options that -lr, -schedule, -warmup, -clip and
 // -weight-decay give. The rate and its schedule are run-time data
 // (Session.SetSchedule), so they apply to every generated model as it is;
-// gradient clipping and weight decay are compiled into a model's update
-// kernel, so those flags are refused with what to do instead.
+// gradient clipping (a grad-norm kernel and a scale in the update) and
+// weight decay (a constant of the update kernel) are compiled into a
+// model, so those flags are refused with what to do instead.
 type recipe struct {
 	lr          float64 // 0: the model's declared rate
 	schedule    string  // "", constant, cosine, step, onecycle
@@ -30,7 +31,7 @@ func recipeFlags() *recipe {
 	flag.Float64Var(&r.lr, "lr", 0, "learning rate (0: the model's); with -schedule, the schedule's peak (base) rate")
 	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); empty: the model's own")
 	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle)")
-	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm (refused: clipping is compiled into a model, see README)")
+	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm (refused: clipping is compiled into a model, dsl.ClipGradNorm; see README)")
 	flag.Float64Var(&r.weightDecay, "weight-decay", 0, "weight decay (refused unless it is the model's: decay is compiled into the update kernel)")
 	return r
 }
@@ -51,7 +52,7 @@ func (r *recipe) check() error {
 	case r.set["warmup"] && r.schedule == "step":
 		return fmt.Errorf("-warmup: -schedule step has no warm-up (use constant, cosine or onecycle)")
 	case r.set["clip"]:
-		return fmt.Errorf("-clip %v: gradient clipping is not available in this build of ngen: the generated models have no global-norm reduction in their update", r.clip)
+		return fmt.Errorf("-clip %v: clipping is compiled into a model's update (its grad-norm kernel); declare it in the model (Clip: dsl.ClipGradNorm(%v) on its optimizer) and run go generate", r.clip, r.clip)
 	case r.set["weight-decay"]:
 		return fmt.Errorf("-weight-decay %v: weight decay is compiled into a model's update kernel; set it in the model's declaration (dsl.Adam{WeightDecay} or dsl.AdamW) and run go generate", r.weightDecay)
 	}

@@ -22,7 +22,7 @@ func TestRecipeFlagsRefused(t *testing.T) {
 		{recipe{warmup: 10, set: map[string]bool{"warmup": true}}, "give -schedule"},
 		{recipe{schedule: "step", warmup: 10, set: map[string]bool{"warmup": true}}, "step has no warm-up"},
 		{recipe{schedule: "cosine", warmup: -1, set: map[string]bool{"warmup": true}}, "-warmup -1"},
-		{recipe{clip: 1, set: map[string]bool{"clip": true}}, "-clip 1: gradient clipping is not available"},
+		{recipe{clip: 1, set: map[string]bool{"clip": true}}, "-clip 1: clipping is compiled into a model's update"},
 		{recipe{weightDecay: 0.1, set: map[string]bool{"weight-decay": true}}, "compiled into a model's update kernel"},
 	} {
 		if c.r.set == nil {

@@ -3,6 +3,8 @@ package jit
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -86,5 +88,136 @@ func TestClipValueHugeGradient(t *testing.T) {
 				s.Close()
 			}
 		}
+	}
+}
+
+// TestClipNormNotFinite: f64 gradients near 1e160 are finite, but the
+// sum of their squares is not: the step fails with the norm named and
+// changes nothing, and an ordinary step trains after it.
+func TestClipNormNotFinite(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, fuse := range []bool{true, false} {
+		p, err := compiler.Compile(irtest.MLP(ir.F64, 4, 5, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, ClipNorm: 1}), compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := func(v float64) error {
+			if err := s.WriteInput("x", []float64{v, 0, 0, 0, v, 0, 0, 0}, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", []int32{0, 2}, 2); err != nil {
+				t.Fatal(err)
+			}
+			return s.Run("step", 2)
+		}
+		if err := run(1); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s)
+		err = run(1e160)
+		if err == nil || !strings.Contains(err.Error(), "global norm (ClipGradNorm) is not finite at step 2; the step changed nothing") {
+			t.Fatalf("fuse=%v: err = %v, want the norm's failure", fuse, err)
+		}
+		sameSnapshot(t, fmt.Sprintf("fuse=%v", fuse), snapshot(t, s), before)
+		if err := run(1); err != nil {
+			t.Fatalf("fuse=%v: the step after: %v", fuse, err)
+		}
+		if s.Steps() != 2 {
+			t.Fatalf("fuse=%v: %d steps, want 2", fuse, s.Steps())
+		}
+		s.Close()
+	}
+}
+
+// TestClipNormAccumulated: with two accumulated micro-batches the norm is
+// the summed (mean) gradient's, as for the whole batch at once: the two
+// runs end equal to f32 rounding, and both differ from an unclipped run.
+func TestClipNormAccumulated(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows = 8
+	x := make([]float32, rows*4)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	y := []int32{0, 1, 2, 0, 1, 2, 0, 1}
+	train := func(clip float64, micro int) map[string][]float64 {
+		p, err := compiler.Compile(irtest.MLP(ir.F32, 4, 5, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.5, ClipNorm: clip}), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows / micro, Seed: 3, AccumulationSteps: micro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		b := rows / micro
+		for m := range micro {
+			if err := s.WriteInput("x", x[m*b*4:(m+1)*b*4], b); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", y[m*b:(m+1)*b], b); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("step", b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.Steps() != 1 {
+			t.Fatalf("%d steps after %d micro-batches, want 1", s.Steps(), micro)
+		}
+		return snapshot(t, s)
+	}
+	whole, acc, plain := train(0.05, 1), train(0.05, 2), train(0, 1)
+	for k, w := range whole {
+		// f32: the mean of two half-batch sums against one sum: rtol 1e-5.
+		closeTo(t, "accumulated "+k, acc[k], w, 1e-5, 1e-7)
+	}
+	if slices.Equal(whole["param:fc1.weight"], plain["param:fc1.weight"]) {
+		t.Fatal("clipping at 0.05 changed nothing: the gradients' norm is below it")
+	}
+}
+
+// TestClipNormFused: clipping by norm adds one launch to a fused step,
+// the grad-norm kernel, and no pass over the parameters or gradients:
+// the scale runs inside the update kernel. Clipping by value adds none.
+func TestClipNormFused(t *testing.T) {
+	launches := func(o ir.Optimizer) (n int, hasNorm bool) {
+		p, err := compiler.Compile(irtest.MLP(ir.F32, 4, 5, 3, 0, o), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range p.Plan.Funcs {
+			if f.Name != "step" {
+				continue
+			}
+			for _, st := range f.Steps {
+				n++
+				hasNorm = hasNorm || st.Builtin == runtime.GradNormKernel
+			}
+		}
+		return n, hasNorm
+	}
+	base, _ := launches(irtest.Adam)
+	o := irtest.Adam
+	o.ClipNorm = 1
+	if n, ok := launches(o); n != base+1 || !ok {
+		t.Errorf("ClipGradNorm: %d steps (grad-norm kernel %v), want %d + the grad-norm kernel", n, ok, base)
+	}
+	o = irtest.Adam
+	o.ClipValue = 1
+	if n, _ := launches(o); n != base {
+		t.Errorf("ClipGradValue: %d steps, want %d", n, base)
 	}
 }

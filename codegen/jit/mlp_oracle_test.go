@@ -233,6 +233,11 @@ func TestMLPOracle(t *testing.T) {
 		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true, false}, 4, false},
 		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true}, 4, true},
 		{"sgd_momentum_clip_value", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipValue: 0.005}, []bool{true}, 4, false},
+		// clip_grad_norm_ before each step, at a max norm below the
+		// gradients' (about 0.4 here), so every step scales them.
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false},
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true},
+		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false},
 	} {
 		steps := oc.steps
 		if steps == 0 {

@@ -173,6 +173,10 @@ type Optimizer struct {
 	// ClipValue, when positive, clamps every gradient the update reads
 	// to [-ClipValue, ClipValue] (torch.nn.utils.clip_grad_value_).
 	ClipValue float64 `json:"clip_value,omitempty"`
+	// ClipNorm, when positive, scales the gradients the update reads
+	// so that their global L2 norm is at most ClipNorm
+	// (torch.nn.utils.clip_grad_norm_).
+	ClipNorm float64 `json:"clip_norm,omitempty"`
 }
 
 // Model is what the DSL declares: a forward function with a loss, and an
