@@ -55,8 +55,13 @@ func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
 // sees it. It leaves the coefficient in the status block, which the
 // update kernel reads (ops' clip_norm_scale), and fails the step when
 // the norm is not finite.
+//
+// Its blocks each leave a partial sum in a persistent buffer (role
+// "clip", which checkpoints leave out: it holds nothing between steps);
+// the last block to finish adds them in block order.
 func (m *memPlanner) gradNormStep(status int) runtime.Step {
-	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.GradNormKernel, Buf: status,
+	partials := m.persistent("clip", "clip.partials", ir.F64, ir.Static(runtime.GradNormMaxBlocks))
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.GradNormKernel, Buf: status, Src: partials,
 		Ops: "grad norm: clip_grad_norm_ coefficient", Bytes: runtime.Sum{m.plan.Buffers[m.grads].Elems}}
 }
 

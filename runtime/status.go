@@ -35,6 +35,8 @@ const (
 	// StatusClipCoef is the status word of ClipGradNorm's coefficient
 	// (GradNormKernel).
 	StatusClipCoef = 14
+	// StatusNormTicket counts the grad-norm kernel's finished blocks.
+	StatusNormTicket = 13
 	statusMaxGrad  = 8
 	statusMaxNew   = 9 // 9, 10, 11: parameters, first and second state
 	statusFullPass = 12
@@ -57,6 +59,9 @@ const (
 	// there. A norm that is not finite fails the step (word 5 =
 	// clipNormFailed).
 	GradNormKernel = "grad_norm"
+	// GradNormMaxBlocks bounds the grad-norm kernel's grid: the size of
+	// its partial sums (the step's Src, f64).
+	GradNormMaxBlocks = 1024
 )
 
 // updateFailed is status word 5's value when the update check failed.

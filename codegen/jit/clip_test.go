@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -219,5 +220,95 @@ func TestClipNormFused(t *testing.T) {
 	o.ClipValue = 1
 	if n, _ := launches(o); n != base {
 		t.Errorf("ClipGradValue: %d steps, want %d", n, base)
+	}
+}
+
+// TestClipNormCoefficient checks the grad-norm kernel's coefficient on a
+// model large enough for several blocks: plain SGD moves every parameter
+// by lr·coef·g, with coef = maxNorm / (‖g‖ + 1e-6) from the host's own sum
+// over the gradient the step read. f32 and f64.
+func TestClipNormCoefficient(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const in, hidden, rows, lr, maxNorm = 64, 200, 6, 0.5, 0.05
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		p, err := compiler.Compile(irtest.MLP(dt, in, hidden, 3, 0, ir.Optimizer{Kind: "sgd", LR: lr, ClipNorm: maxNorm}), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range s.Plan().Funcs {
+			for _, st := range f.Steps {
+				if st.Builtin == runtime.GradNormKernel {
+					if b := st.Grid[0].Eval(map[string]int{"B": rows}); b < 2 {
+						t.Fatalf("%s: the grad-norm kernel runs %d block(s); the test wants several", dt, b)
+					}
+				}
+			}
+		}
+		xs := make([]float64, rows*in)
+		for i := range xs {
+			xs[i] = float64(i%11) - 5
+		}
+		if err := s.WriteInput("x", castTo(dt, xs), rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteInput("y", []int32{0, 1, 2, 0, 1, 2}, rows); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s)
+		if err := s.Run("step", rows); err != nil {
+			t.Fatal(err)
+		}
+		after := snapshot(t, s)
+		grads := map[string][]float64{}
+		sum := 0.0
+		for _, n := range s.Names("grad") {
+			grads[n] = readNamed(t, s, "grad", n)
+			for _, g := range grads[n] {
+				sum += g * g
+			}
+		}
+		coef := math.Min(maxNorm/(math.Sqrt(sum)+1e-6), 1)
+		if coef > 0.5 {
+			t.Fatalf("%s: coefficient %g: the norm %g hardly exceeds the max norm; the test wants clipping", dt, coef, math.Sqrt(sum))
+		}
+		// f32: coef and the update each round once, and the host's sum
+		// runs in another order: rtol 1e-5. f64: rtol 1e-12.
+		rtol := 1e-5
+		if dt == ir.F64 {
+			rtol = 1e-12
+		}
+		for n, g := range grads {
+			want := make([]float64, len(g))
+			for i := range g {
+				want[i] = before["param:"+n][i] - lr*coef*g[i]
+			}
+			closeTo(t, fmt.Sprintf("%s %s", dt, n), after["param:"+n], want, rtol, 1e-9)
+		}
+		// The partial sums are scratch: a checkpoint leaves them out and
+		// loads into a fresh session.
+		var buf bytes.Buffer
+		if err := s.Save(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "clip.partials") {
+			t.Fatalf("%s: the checkpoint holds the grad-norm partials", dt)
+		}
+		f, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows, Seed: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Load(&buf); err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		f.Close()
+		s.Close()
 	}
 }
