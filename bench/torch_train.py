@@ -5,8 +5,8 @@
 --model mlp (the default) is 784 -> 512 ReLU Dropout -> 256 ReLU Dropout ->
 10 (--layers and --dropout change it); --model convnet and convnet_bn are the
 seed ConvNets of models/convnet (torch_models.py). All train with
-cross-entropy and Adam(lr 1e-3) over shuffled
-batches; the last short batch is kept, as DataLoader does by default. The
+cross-entropy and Adam(lr 1e-3, or --lr, with --schedule's learning-rate
+schedule) over shuffled batches; the last short batch is kept, as DataLoader does by default. The
 data are read from the IDX .gz files with gzip and numpy, not torchvision.
 Prints one JSON line per epoch.
 
@@ -119,6 +119,17 @@ class RunLog:
         self.write(rec)
 
 
+def lr_schedule(opt, spec):
+    """The torch scheduler of a runtime/schedule JSON, or None: built by
+    testdata/oracle/torch_lr.py, the builder the schedule tests compare
+    ngen's rates with."""
+    if not spec:
+        return None
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata", "oracle"))
+    import torch_lr
+    return torch_lr.scheduler(opt, json.loads(spec))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp", help="mlp, convnet or convnet_bn")
@@ -135,6 +146,9 @@ def main():
     p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
+    p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
+    p.add_argument("--schedule", help="learning-rate schedule as runtime/schedule's JSON (cmd/train -schedule passes it), "
+                   "stepped after every optimizer step")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before numpy or torch loads OpenBLAS
     numpy()
@@ -165,7 +179,8 @@ def main():
         # as ngen's trainer copies each batch once.
         model = model.to(a.device)
         xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr or 1e-3)
+    sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)
 
@@ -183,6 +198,8 @@ def main():
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             opt.zero_grad(set_to_none=True)
             value = loss.item()
             total += value
@@ -246,7 +263,8 @@ def train_seq(a):
     per_seq = ytr.shape[1] == 1
     torch.manual_seed(a.seed)
     model, lr = torch_models.seq_model(a.model, a.vocab)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr or lr)
+    sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)
 
@@ -279,6 +297,8 @@ def train_seq(a):
             loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             opt.zero_grad(set_to_none=True)
             value = loss.item()
             total += value

@@ -99,17 +99,33 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 		w.WriteString("  mx = ngen_warp_max(mx);\n")
 	}
 	fmt.Fprintf(w, "  %s sum = %s;\n", t, c.Lit(0))
+	eps := root.Attrs.F // label smoothing: the logits' sum too
+	if eps != 0 {
+		fmt.Fprintf(w, "  %s sx = %s;\n", t, c.Lit(0))
+	}
 	w.WriteString(loop)
-	fmt.Fprintf(w, "    sum += %s(%s - mx);\n", c.Math("exp"), x("    ", "j"))
+	if eps != 0 {
+		fmt.Fprintf(w, "    const %s xs = %s;\n", t, x("    ", "j"))
+		fmt.Fprintf(w, "    sum += %s(xs - mx);\n    sx += xs;\n", c.Math("exp"))
+	} else {
+		fmt.Fprintf(w, "    sum += %s(%s - mx);\n", c.Math("exp"), x("    ", "j"))
+	}
 	w.WriteString("  }\n")
 	if lanes > 1 {
 		w.WriteString("  sum = ngen_warp_sum(sum);\n")
+		if eps != 0 {
+			w.WriteString("  sx = ngen_warp_sum(sx);\n")
+		}
 	}
 	fmt.Fprintf(w, "  const %s lse = mx + %s(sum);\n", t, c.Math("log"))
 	if g.Loss != nil {
 		w.WriteString("  if (lane == 0 && !bad) {\n")
 		xl := x("    ", "label")
-		fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s) / (%s)rows);\n", out[g.Loss], xl, t)
+		if eps != 0 {
+			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s * %s - %s * sx) / (%s)rows);\n", out[g.Loss], c.Lit(1-eps), xl, c.Lit(eps/float64(C.N)), t)
+		} else {
+			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s) / (%s)rows);\n", out[g.Loss], xl, t)
+		}
 		w.WriteString("  }\n")
 	}
 	// Prologue values used outside the kernel are stored in the last pass.
@@ -126,7 +142,12 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 		w.WriteString(loop)
 		fmt.Fprintf(w, "    const %s xj = %s;\n", t, x("    ", "j"))
 		if g.Grad != nil {
-			fmt.Fprintf(w, "    %s[i] = bad ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], c.Lit(0), c.Math("exp"), c.Lit(1), c.Lit(0))
+			// The target: (1-ε)·onehot + ε/C.
+			on, off := c.Lit(1), c.Lit(0)
+			if eps != 0 {
+				on, off = c.Lit(1-eps+eps/float64(C.N)), c.Lit(eps/float64(C.N))
+			}
+			fmt.Fprintf(w, "    %s[i] = bad ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], c.Lit(0), c.Math("exp"), on, off)
 		}
 		for _, v := range stores {
 			fmt.Fprintf(w, "    %s[i] = v%d;\n", out[v], v.ID)
@@ -211,15 +232,30 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 	w.WriteString("      for (int l = 0; l < 8; ++l) part[l] += ex[j0 + l];\n")
 	w.WriteString("    for (int j = C / 8 * 8; j < C; ++j) part[0] += ex[j];\n")
 	fmt.Fprintf(w, "    const %s sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));\n", t)
+	eps := root.Attrs.F // label smoothing (ceKernel)
 	if g.Loss != nil {
-		fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - xs[label]) / (%s)rows;\n", c.Math("log"), t)
+		if eps != 0 {
+			fmt.Fprintf(w, "    for (int l = 0; l < 8; ++l) part[l] = %s;\n", c.Lit(0))
+			w.WriteString("    for (int j0 = 0; j0 + 8 <= C; j0 += 8)\n")
+			w.WriteString("      for (int l = 0; l < 8; ++l) part[l] += xs[j0 + l];\n")
+			w.WriteString("    for (int j = C / 8 * 8; j < C; ++j) part[0] += xs[j];\n")
+			fmt.Fprintf(w, "    const %s sx = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));\n", t)
+			fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - %s * xs[label] - %s * sx) / (%s)rows;\n", c.Math("log"), c.Lit(1-eps), c.Lit(eps/float64(C)), t)
+		} else {
+			fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - xs[label]) / (%s)rows;\n", c.Math("log"), t)
+		}
 	}
 	if g.Grad != nil {
 		// The one-hot term outside the loop, which g++ vectorises only
 		// without the select: the label's element is rewritten after it.
 		fmt.Fprintf(w, "    %s *const dx = %s + r * C;\n", t, out[g.Grad])
-		fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : ex[j] / sum * scale;\n", c.Lit(0))
-		fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1))
+		if eps != 0 {
+			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : (ex[j] / sum - %s) * scale;\n", c.Lit(0), c.Lit(eps/float64(C)))
+			fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1-eps+eps/float64(C)))
+		} else {
+			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : ex[j] / sum * scale;\n", c.Lit(0))
+			fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1))
+		}
 	}
 	w.WriteString("  }\n")
 	if g.Loss != nil {

@@ -137,6 +137,10 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 		if err := updateCheck(k, plan, st.Buf); err != nil {
 			return nil, err
 		}
+	case runtime.GradNormKernel:
+		if err := gradNorm(k, plan, st); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("internal error: unknown builtin kernel %q", st.Builtin)
 	}
@@ -290,7 +294,15 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
 	}
 	fmt.Fprintf(w, "  const long long n = %s;\n", n)
-	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s[i];\n", t, P, G)
+	g := G + "[i]"
+	if o.ClipValue > 0 { // as compiler/optimizer.go clamps it
+		f := lit(o.ClipValue)
+		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
+	}
+	if o.ClipNorm > 0 { // as clip_norm_scale scales it
+		g = fmt.Sprintf("(%s * %s)", g, ops.ClipCoef(t, sb))
+	}
+	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s;\n", t, P, g)
 	for _, x := range body {
 		fmt.Fprintf(w, "    %s\n", x)
 	}
@@ -309,5 +321,88 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		w.WriteString(maxWord(t, fmt.Sprintf("big%d", j), sb, 9+j))
 	}
 	fmt.Fprintf(w, "  %s[12] = 1;\n", sb)
+	return nil
+}
+
+// gradNormThreads is the grad-norm kernel's block size.
+const gradNormThreads = 256
+
+// gradNorm renders ClipGradNorm's kernel (runtime.GradNormKernel): the
+// sum of squares of the flat gradient in double (for f32 gradients it
+// cannot overflow: a finite float squared is below 2^256), then
+// clip_grad_norm_'s coefficient in the parameters' type as PyTorch
+// computes it, max_norm / (norm + 1e-6) clamped to 1, into the status
+// block (ops.ClipCoef reads it). A norm that is not finite (f64
+// gradients beyond 1e154) fails the step instead: status word 5 = 3, and
+// every kernel that commits skips.
+//
+// One launch over the whole device: each block sums its grid-stride
+// share in a shared-memory tree and stores the partial; the last block
+// to finish (a ticket in the status block, which the session zeroes
+// before each gradient phase) adds the partials in block order. The
+// grid depends only on the gradient's size, so the sum runs in one
+// order: the same bits on every run and backend.
+func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
+	o := plan.Optimizer
+	gb := -1
+	for i, b := range plan.Buffers {
+		if b.Role == "grads" {
+			gb = i
+		}
+	}
+	if gb < 0 || o.ClipNorm <= 0 || st.Src < 0 || st.Src >= len(plan.Buffers) || plan.Buffers[st.Src].DType != runtime.F64 {
+		return fmt.Errorf("internal error: grad-norm step without a gradient vector, a ClipNorm or its f64 partials")
+	}
+	t := map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double"}[plan.Buffers[gb].DType]
+	if t == "" {
+		return fmt.Errorf("internal error: grad norm of %s gradients", plan.Buffers[gb].DType)
+	}
+	c := &ops.Ctx{T: t}
+	k.name = "ngen_grad_norm_" + t
+	k.comment = []string{"clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block",
+		"(a norm that is not finite fails the step)"}
+	sb := k.param("int *", "status", runtime.ArgRef{Buf: st.Buf, Kind: runtime.ArgPtr})
+	G := k.param("const "+t+" *__restrict__", "grads", runtime.ArgRef{Buf: gb, Kind: runtime.ArgPtr})
+	part := k.param("double *", "partials", runtime.ArgRef{Buf: st.Src, Kind: runtime.ArgPtr})
+	n := k.runtimeSize(plan.Buffers[gb].Elems)
+	k.gridStride, k.sync = false, true
+	k.block = [3]int{gradNormThreads, 1, 1}
+	// About 16 elements a thread, at most GradNormMaxBlocks blocks.
+	k.grid = [3]runtime.Expr{{Size: plan.Buffers[gb].Elems, Div: 16 * gradNormThreads, Max: runtime.GradNormMaxBlocks}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	w := &k.body
+	tree := func() {
+		w.WriteString("  red[threadIdx.x] = s;\n  __syncthreads();\n")
+		fmt.Fprintf(w, "  for (int h = %d; h > 0; h >>= 1) {\n    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];\n    __syncthreads();\n  }\n", gradNormThreads/2)
+	}
+	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
+	fmt.Fprintf(w, "  __shared__ double red[%d];\n", gradNormThreads)
+	w.WriteString("  __shared__ int last;\n")
+	fmt.Fprintf(w, "  const long long n = %s;\n", n)
+	w.WriteString("  double s = 0.0;\n")
+	fmt.Fprintf(w, "  for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < n; i += (long long)gridDim.x * %d) { const double g = (double)%s[i]; s += g * g; }\n",
+		gradNormThreads, gradNormThreads, G)
+	tree()
+	w.WriteString("  if (threadIdx.x == 0) {\n")
+	fmt.Fprintf(w, "    %s[blockIdx.x] = red[0];\n", part)
+	w.WriteString("    __threadfence();\n")
+	fmt.Fprintf(w, "    last = atomicAdd(&%s[%d], 1) == (int)gridDim.x - 1;\n", sb, runtime.StatusNormTicket)
+	w.WriteString("  }\n  __syncthreads();\n  if (!last) return;\n")
+	w.WriteString("  __threadfence();\n  s = 0.0;\n")
+	fmt.Fprintf(w, "  for (int b = threadIdx.x; b < (int)gridDim.x; b += %d) s += ((volatile double *)%s)[b];\n", gradNormThreads, part)
+	tree()
+	w.WriteString("  if (threadIdx.x != 0) return;\n")
+	fmt.Fprintf(w, "  %s[%d] = 0; // the ticket, for the next launch\n", sb, runtime.StatusNormTicket)
+	w.WriteString("  const double total = red[0];\n")
+	fmt.Fprintf(w, "  if (!(total - total == 0.0)) { atomicMax(&%s[5], 3); return; }\n", sb)
+	fmt.Fprintf(w, "  const %s norm = (%s)sqrt(total);\n", t, t)
+	fmt.Fprintf(w, "  %s coef = %s / (norm + %s);\n", t, c.Lit(o.ClipNorm), c.Lit(1e-6))
+	fmt.Fprintf(w, "  coef = coef < %s ? coef : %s;\n", c.Lit(1), c.Lit(1))
+	wd := runtime.StatusClipCoef
+	if t == "double" {
+		w.WriteString("  const unsigned long long bits = (unsigned long long)__double_as_longlong(coef);\n")
+		fmt.Fprintf(w, "  %s[%d] = (int)(unsigned)bits;\n  %s[%d] = (int)(unsigned)(bits >> 32);\n", sb, wd, sb, wd+1)
+	} else {
+		fmt.Fprintf(w, "  %s[%d] = __float_as_int(coef);\n", sb, wd)
+	}
 	return nil
 }

@@ -259,6 +259,13 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			args[i] = k.operand(g, a, in, e, idx, indent, w)
 		}
 		c := k.ctx(v.DType.CType(), idx)
+		c.StatusBlock = func() string {
+			st := statusBuffer(p.Plan)
+			if st < 0 {
+				panic(fmt.Sprintf("codegen: kernel %s: %s reads the status block, which the plan lacks", g.Name, v))
+			}
+			return k.param("const int *", "status", runtime.ArgRef{Buf: st, Kind: runtime.ArgPtr})
+		}
 		expr := ops.Lookup(v.Op).Expr(c, v, args)
 		fmt.Fprintf(w, "%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr)
 		e[v] = fmt.Sprintf("v%d", v.ID)

@@ -25,6 +25,13 @@ func TestNVCC(t *testing.T) {
 	}{
 		{"mlp_f32", irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam)},
 		{"mlp_f64_sgd", irtest.MLP(ir.F64, 7, 9, 4, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-4})},
+		// The grad-norm kernel and the clip scales (issue 29), both types.
+		{"mlp_f32_clip_norm", irtest.MLP(ir.F32, 7, 9, 4, 0.2, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1})},
+		{"mlp_f64_clip_norm", irtest.MLP(ir.F64, 7, 9, 4, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, ClipNorm: 1})},
+		{"mlp_f32_clip_value", irtest.MLP(ir.F32, 7, 9, 4, 0, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.5})},
+		// Label-smoothed cross-entropy, thread-per-row and warp-per-row.
+		{"ce_ls_4", labelSmoothed(4)},
+		{"ce_ls_45", labelSmoothed(45)},
 	} {
 		for _, fuse := range []bool{true, false} {
 			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
@@ -74,4 +81,14 @@ func TestNVCCGenerated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// labelSmoothed is a linear classifier of 7 features into classes with
+// cross-entropy at label smoothing 0.1.
+func labelSmoothed(classes int) *ir.Model {
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(7))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	logits := b.Linear("fc", x, classes)
+	return b.Model("ce_ls", b.Op("cross_entropy", ir.Attrs{F: 0.1}, logits, y), logits, irtest.Adam)
 }

@@ -171,7 +171,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 			if on && v.Op == "ce_grad" {
 				joined := false
 				for gi, g := range gs {
-					if g.Kind == CE && g.Loss != nil && g.Grad == nil &&
+					if g.Kind == CE && g.Loss != nil && g.Grad == nil && g.Loss.Attrs.F == v.Attrs.F &&
 						g.Loss.Args[0] == v.Args[0] && g.Loss.Args[1] == v.Args[1] && ready(v, gi, v.Args[2]) &&
 						(isConst(v.Args[2]) || v.Args[2] == g.Loss) {
 						g.Grad = v

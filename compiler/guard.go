@@ -48,6 +48,23 @@ func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
 	return st
 }
 
+// gradNormStep is ClipGradNorm's launch step (codegen/guard.go renders
+// it), first in the update phase, where the update check also sits: after
+// gradient accumulation and the all-reduce, so the norm is the summed
+// gradient's, as clip_grad_norm_ after loss.backward() on the whole batch
+// sees it. It leaves the coefficient in the status block, which the
+// update kernel reads (ops' clip_norm_scale), and fails the step when
+// the norm is not finite.
+//
+// Its blocks each leave a partial sum in a persistent buffer (role
+// "clip", which checkpoints leave out: it holds nothing between steps);
+// the last block to finish adds them in block order.
+func (m *memPlanner) gradNormStep(status int) runtime.Step {
+	partials := m.persistent("clip", "clip.partials", ir.F64, ir.Static(runtime.GradNormMaxBlocks))
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.GradNormKernel, Buf: status, Src: partials,
+		Ops: "grad norm: clip_grad_norm_ coefficient", Bytes: runtime.Sum{m.plan.Buffers[m.grads].Elems}}
+}
+
 // updateCheckStep is the update check's launch step (codegen/guard.go
 // renders it), the first of the update phase: after gradient accumulation
 // and the all-reduce, so it sees the gradient the update applies. Its

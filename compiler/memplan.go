@@ -399,6 +399,12 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			}
 			flush(false)
 			rf.UpdateFrom = len(steps)
+			if o := m.plan.Optimizer; o.ClipNorm > 0 {
+				if !guarded {
+					return fmt.Errorf("internal error: %s: ClipGradNorm needs the guarded step's status block", f.Name)
+				}
+				steps = append(steps, m.gradNormStep(status))
+			}
 			if guarded {
 				steps = append(steps, m.updateCheckStep(status))
 			}

@@ -33,6 +33,17 @@ func lowerOptimizer(p *Program) error {
 	b := &ops.Builder{F: f, Pos: p.Model.Pos}
 	P := b.Op("flat", ir.Attrs{}, params...)
 	G := b.Op("flat", ir.Attrs{}, grads...)
+	if o.ClipValue > 0 {
+		// clip_grad_value_ before the step: fused into the update kernel,
+		// after accumulation and the all-reduce (the update phase).
+		G = b.Op("clampc", ir.Attrs{F: o.ClipValue}, G)
+	}
+	if o.ClipNorm > 0 {
+		// clip_grad_norm_: the coefficient comes from the builtin
+		// GradNormKernel the memory plan puts first in the update phase
+		// (compiler/guard.go); the scale is fused into the update kernel.
+		G = b.Op("clip_norm_scale", ir.Attrs{}, G)
+	}
 	n := P.Shape
 	// The optimizer's state names are reserved: a user State of the same
 	// name would share its buffer (the memory plan keys state by name).

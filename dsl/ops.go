@@ -150,3 +150,20 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 	}
 	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{}, logits, labels)
 }
+
+// CrossEntropyOptions are F.cross_entropy's options.
+type CrossEntropyOptions struct {
+	// LabelSmoothing is label_smoothing, in [0, 1]: the target is
+	// (1-ε)·onehot + ε/C.
+	LabelSmoothing float64
+}
+
+// CrossEntropyWith is CrossEntropy with options, F.cross_entropy(logits,
+// labels, label_smoothing=...), fused with its gradient as CrossEntropy
+// is.
+func CrossEntropyWith(logits, labels *Tensor, o CrossEntropyOptions) *Tensor {
+	if logits == nil {
+		return nil
+	}
+	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{F: o.LabelSmoothing}, logits, labels)
+}

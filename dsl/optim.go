@@ -6,35 +6,45 @@ import (
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
-// Optimizer is SGD, Adam or AdamW.
+// Optimizer is SGD, Adam or AdamW. Each takes an optional Schedule
+// (schedule.go): LR is then the schedule's base rate; and an optional
+// Clip of the gradients it reads (ClipGradValue).
 type Optimizer interface{ lower() (ir.Optimizer, string) }
 
 // SGD is torch.optim.SGD.
 type SGD struct {
 	LR, Momentum, Dampening, WeightDecay float64
 	Nesterov                             bool
+	Schedule                             Schedule
+	Clip                                 Clip
 }
 
 // Adam is torch.optim.Adam; zero Beta1, Beta2 and Eps take PyTorch's
 // defaults (0.9, 0.999, 1e-8).
-type Adam struct{ LR, Beta1, Beta2, Eps, WeightDecay float64 }
+type Adam struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Schedule                           Schedule
+	Clip                               Clip
+}
 
 // AdamW is torch.optim.AdamW; zero fields take PyTorch's defaults, with
 // WeightDecay 1e-2 unless NoWeightDecay is set.
 type AdamW struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	NoWeightDecay                      bool
+	Schedule                           Schedule
+	Clip                               Clip
 }
 
 func (o SGD) lower() (ir.Optimizer, string) {
-	lo := ir.Optimizer{Kind: "sgd", LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, Nesterov: o.Nesterov, WeightDecay: o.WeightDecay}
+	lo := ir.Optimizer{Kind: "sgd", LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, Nesterov: o.Nesterov, WeightDecay: o.WeightDecay, Schedule: lowerSchedule(o.Schedule)}
 	switch {
 	case o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0):
 		return lo, "Nesterov momentum requires a momentum and zero dampening"
 	case o.Momentum < 0:
 		return lo, "momentum must be ≥ 0"
 	}
-	return lo, ""
+	return lo, lowerClip(o.Clip, &lo)
 }
 
 func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
@@ -58,7 +68,12 @@ func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
 }
 
 func (o Adam) lower() (ir.Optimizer, string) {
-	return adamLike("adam", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+	lo, problem := adamLike("adam", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+	lo.Schedule = lowerSchedule(o.Schedule)
+	if problem == "" {
+		problem = lowerClip(o.Clip, &lo)
+	}
+	return lo, problem
 }
 
 func (o AdamW) lower() (ir.Optimizer, string) {
@@ -69,7 +84,12 @@ func (o AdamW) lower() (ir.Optimizer, string) {
 	if o.NoWeightDecay {
 		wd = 0
 	}
-	return adamLike("adamw", o.LR, o.Beta1, o.Beta2, o.Eps, wd)
+	lo, problem := adamLike("adamw", o.LR, o.Beta1, o.Beta2, o.Eps, wd)
+	lo.Schedule = lowerSchedule(o.Schedule)
+	if problem == "" {
+		problem = lowerClip(o.Clip, &lo)
+	}
+	return lo, problem
 }
 
 // Optimizer sets the optimizer.
@@ -94,6 +114,9 @@ func (m *Model) Optimizer(o Optimizer) {
 	}
 	if problem == "" && lo.WeightDecay < 0 {
 		problem = "weight decay must be ≥ 0"
+	}
+	if problem == "" {
+		problem = lo.Schedule.Check(lo.LR)
 	}
 	if problem != "" {
 		m.fail(pos, lo.Kind, "%s", problem)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/ngen-ml/ngen/runtime/safetensors"
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // Checkpoints are safetensors files (see README, "Checkpoint format"):
@@ -21,7 +23,9 @@ import (
 //     + "." + PyTorch's key (__optimizer__.fc1.weight.exp_avg), the slices
 //     of the flat vectors the fused update keeps;
 //   - in __metadata__: the step count, learning rate, seed and dropout
-//     counter, and ngen.sha256, the SHA-256 of the whole file with that
+//     counter, the learning-rate schedule (ngen.schedule: its JSON, or
+//     "none" for a constant rate, SetLR's override included; with the
+//     step count it resumes a schedule where it was), and ngen.sha256, the SHA-256 of the whole file with that
 //     value's 64 hex digits read as zeros, so a flipped byte anywhere is
 //     found.
 
@@ -163,9 +167,17 @@ func (s *Session) Save(w io.Writer) error {
 		}
 		ts = append(ts, safetensors.Tensor{Name: n, DType: stDType[e.dtype], Shape: e.shape, Data: data})
 	}
+	sched := "none"
+	if s.sched != nil {
+		j, err := json.Marshal(s.sched)
+		if err != nil {
+			return fmt.Errorf("%s: saving the schedule: %w", s.plan.Model, err)
+		}
+		sched = string(j)
+	}
 	meta := map[string]string{
 		"format": "ngen", "ngen.model": s.plan.Model, "ngen.optimizer": s.plan.Optimizer.Kind,
-		"ngen.step": strconv.Itoa(s.t), "ngen.lr": strconv.FormatFloat(s.lr, 'g', -1, 64),
+		"ngen.step": strconv.Itoa(s.t), "ngen.lr": strconv.FormatFloat(s.lr, 'g', -1, 64), "ngen.schedule": sched,
 		"ngen.seed": strconv.FormatUint(s.seed, 10), "ngen.dropout_counter": strconv.FormatUint(s.calls, 10),
 	}
 	b, err := encodeCheckpoint(meta, ts)
@@ -254,6 +266,9 @@ func (s *Session) Load(r io.Reader) error {
 		}
 	}
 	s.t, s.lr, s.seed, s.calls = c.step, c.lr, c.seed, c.calls
+	if c.schedSet {
+		s.sched = c.sched
+	}
 	a := &s.acc
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return s.refreshBound()
@@ -265,6 +280,10 @@ type decoded struct {
 	step        int
 	lr          float64
 	seed, calls uint64
+	// sched is the file's schedule when schedSet (it has ngen.schedule);
+	// a file without one leaves the session's.
+	sched    *schedule.Schedule
+	schedSet bool
 }
 
 // decodeCheckpoint parses and checks a checkpoint against the model's
@@ -326,7 +345,35 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 	if err := checkAdamState(o, c.step, names, ents, got); err != nil {
 		return nil, err
 	}
+	if v, ok := f.Metadata["ngen.schedule"]; ok {
+		c.sched, err = decodeSchedule(v, c.lr)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: ngen.schedule %q: %w", v, err)
+		}
+		c.schedSet = true
+	}
 	return c, nil
+}
+
+// decodeSchedule reads ngen.schedule: "none" or a schedule's JSON, checked
+// for base rate lr as SetSchedule checks it.
+func decodeSchedule(v string, lr float64) (*schedule.Schedule, error) {
+	if v == "none" {
+		return nil, nil
+	}
+	var sc schedule.Schedule
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sc); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("trailing data after the schedule")
+	}
+	if problem := sc.Check(lr); problem != "" {
+		return nil, fmt.Errorf("%s", problem)
+	}
+	return &sc, nil
 }
 
 func (s *Session) writeRaw(buf int, d []byte) error {

@@ -84,6 +84,13 @@ func checkpointSeeds(t testing.TB) map[string][]byte {
 	// step turned every weight non-finite.
 	mod("lr 3.4e38", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "4", "ngen.lr": "3.4e38"})
 	mod("lr above MaxLR", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, map[string]string{"ngen.step": "4", "ngen.lr": "1000001"})
+	sched := func(v string) map[string]string {
+		return map[string]string{"ngen.step": "4", "ngen.lr": "0.001", "ngen.schedule": v}
+	}
+	mod("schedule not JSON", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, sched(`{"kind":"step"`))
+	mod("schedule unknown field", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, sched(`{"kind":"step","step_size":3,"gamma":0.5,"warp":1}`))
+	mod("schedule step size 0", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, sched(`{"kind":"step","gamma":0.5}`))
+	mod("schedule eta_min above lr", func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }, sched(`{"kind":"cosine","t_max":10,"min":0.5}`))
 	seeds["trailing"] = append(append([]byte(nil), seeds["good"]...), 0)
 	return seeds
 }
@@ -161,5 +168,24 @@ func TestEveryByteFlipRejected(t *testing.T) {
 			}
 			c[i] ^= x
 		}
+	}
+}
+
+// TestDecodeSchedule: ngen.schedule restores a schedule, "none" a
+// constant rate (SetLR's override), and a file without it leaves the
+// session's.
+func TestDecodeSchedule(t *testing.T) {
+	good := fuzzFile(t, map[string]string{"ngen.step": "4", "ngen.lr": "0.001", "ngen.schedule": `{"kind":"step","step_size":3,"gamma":0.5}`}, goodTensors())
+	c, err := decodeCheckpoint(good, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7)
+	if err != nil || !c.schedSet || c.sched == nil || c.sched.Kind != "step" || c.sched.StepSize != 3 || c.sched.Gamma != 0.5 {
+		t.Fatalf("a step schedule: %+v, %v", c, err)
+	}
+	none := fuzzFile(t, map[string]string{"ngen.step": "4", "ngen.lr": "0.001", "ngen.schedule": "none"}, goodTensors())
+	if c, err := decodeCheckpoint(none, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7); err != nil || !c.schedSet || c.sched != nil {
+		t.Fatalf("none: %+v, %v", c, err)
+	}
+	old := fuzzFile(t, map[string]string{"ngen.step": "4", "ngen.lr": "0.001"}, goodTensors())
+	if c, err := decodeCheckpoint(old, fuzzNames, fuzzEnts, fuzzOpt, 0.5, 7); err != nil || c.schedSet {
+		t.Fatalf("no ngen.schedule: %+v, %v", c, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // Plan is a compiled model as data: its buffers, and per entry point the
@@ -233,6 +235,17 @@ type Optimizer struct {
 	Beta1       float64 `json:",omitzero"`
 	Beta2       float64 `json:",omitzero"`
 	Eps         float64 `json:",omitzero"`
+	// Schedule, when set, gives the rate of each step from the step
+	// counter (LR is its base rate); Session.SetLR overrides it.
+	Schedule *schedule.Schedule `json:",omitzero"`
+	// ClipValue, when positive, clamps the update's gradients to
+	// [-ClipValue, ClipValue]; the update check and its bound use the
+	// clamped gradient too.
+	ClipValue float64 `json:",omitzero"`
+	// ClipNorm, when positive, scales the update's gradients by
+	// clip_grad_norm_'s coefficient, which GradNormKernel computes on the
+	// device.
+	ClipNorm float64 `json:",omitzero"`
 }
 
 // Scalars returns the per-step scalars the lowered update reads; t counts

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // Session runs a Plan on a Device: it owns the persistent storage
@@ -25,7 +27,8 @@ type Session struct {
 	row0     int64  // global index of this batch's first row (dropout keys)
 	train    bool
 	lr       float64
-	loss     float64 // the last step's, from the status block
+	sched    *schedule.Schedule // nil: the rate is lr at every step
+	loss     float64            // the last step's, from the status block
 	arenaLen int64
 	acc      accumulator  // gradient accumulation state (accumulate.go)
 	dp       dataParallel // data-parallel group, if any (dataparallel.go)
@@ -69,7 +72,10 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	if err := checkLR(p.Optimizer.LR); err != nil {
 		return nil, fmt.Errorf("%s: the plan's learning rate: %w", p.Model, err)
 	}
-	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR,
+	if problem := p.Optimizer.Schedule.Check(p.Optimizer.LR); problem != "" {
+		return nil, fmt.Errorf("%s: the plan's learning-rate schedule: %s", p.Model, problem)
+	}
+	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR, sched: p.Optimizer.Schedule,
 		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
 	for y, n := range opt.Symbols {
 		if !slices.Contains(p.Symbols, y) || y == "B" {
@@ -255,6 +261,8 @@ func checkLR(lr float64) error {
 
 // SetLR changes the learning rate for later steps. It must be finite,
 // not negative and at most MaxLR; otherwise the rate stays as it was.
+// It overrides the schedule: later steps all run at lr until SetSchedule
+// sets one again (a checkpoint saved meanwhile records the override).
 func (s *Session) SetLR(lr float64) error {
 	if err := s.alive("SetLR"); err != nil {
 		return err
@@ -262,12 +270,46 @@ func (s *Session) SetLR(lr float64) error {
 	if err := checkLR(lr); err != nil {
 		return fmt.Errorf("%s: SetLR(%v): %w", s.plan.Model, lr, err)
 	}
-	s.lr = lr
+	s.lr, s.sched = lr, nil
 	return nil
 }
 
-// LR is the current learning rate.
-func (s *Session) LR() float64 { return s.lr }
+// SetSchedule makes the rate of later steps sc's rate at the step
+// counter, with base rate base (PyTorch's initial_lr; OneCycleLR's
+// max_lr): step t (from 1) runs at sc.Rate(base, t-1), so a session that
+// has taken steps resumes sc where its counter is, as a PyTorch scheduler
+// built with last_epoch = steps-1 does. A nil sc is a constant rate,
+// SetLR(base). The plan's schedule (Plan().Optimizer.Schedule) is the
+// one a new session starts with. Nothing changes on error.
+func (s *Session) SetSchedule(base float64, sc *schedule.Schedule) error {
+	if err := s.alive("SetSchedule"); err != nil {
+		return err
+	}
+	if err := checkLR(base); err != nil {
+		return fmt.Errorf("%s: SetSchedule: %w", s.plan.Model, err)
+	}
+	if problem := sc.Check(base); problem != "" {
+		return fmt.Errorf("%s: SetSchedule: %s", s.plan.Model, problem)
+	}
+	if sc != nil {
+		c := *sc
+		c.Milestones = append([]int(nil), sc.Milestones...)
+		sc = &c
+	}
+	s.lr, s.sched = base, sc
+	return nil
+}
+
+// Schedule is the schedule later steps follow (nil: a constant rate) and
+// its base rate.
+func (s *Session) Schedule() (base float64, sc *schedule.Schedule) { return s.lr, s.sched }
+
+// LR is the learning rate of the next step: the schedule's rate at the
+// step counter, or the constant rate.
+func (s *Session) LR() float64 { return s.rate(s.t + 1) }
+
+// rate is the learning rate of step t (from 1).
+func (s *Session) rate(t int) float64 { return s.sched.Rate(s.lr, t-1) }
 
 // Steps is the number of optimizer steps taken.
 func (s *Session) Steps() int { return s.t }

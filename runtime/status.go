@@ -32,6 +32,11 @@ const StatusWords = 16
 
 // Status words the update check and its bound use (update_bound.go).
 const (
+	// StatusClipCoef is the status word of ClipGradNorm's coefficient
+	// (GradNormKernel).
+	StatusClipCoef = 14
+	// StatusNormTicket counts the grad-norm kernel's finished blocks.
+	StatusNormTicket = 13
 	statusMaxGrad  = 8
 	statusMaxNew   = 9 // 9, 10, 11: parameters, first and second state
 	statusFullPass = 12
@@ -46,10 +51,25 @@ const (
 	// launch, computes the optimizer's update without storing it and
 	// fails the step when a new value would not be finite.
 	UpdateCheckKernel = "update_check"
+	// GradNormKernel (Buf: status block), with Optimizer.ClipNorm, runs
+	// just before the update check: the global norm of the update's
+	// gradient (after accumulation and the all-reduce), and from it
+	// clip_grad_norm_'s coefficient, which it stores in status word
+	// StatusClipCoef (words 14 and 15 for f64); the update reads it
+	// there. A norm that is not finite fails the step (word 5 =
+	// clipNormFailed).
+	GradNormKernel = "grad_norm"
+	// GradNormMaxBlocks bounds the grad-norm kernel's grid: the size of
+	// its partial sums (the step's Src, f64).
+	GradNormMaxBlocks = 1024
 )
 
 // updateFailed is status word 5's value when the update check failed.
 const updateFailed = 2
+
+// clipNormFailed is status word 5's value when the gradients' global
+// norm was not finite (GradNormKernel).
+const clipNormFailed = 3
 
 // check runs the plan's checks for function fn after it ran, from one read
 // of the status block (plans from before the guard also read the loss).
@@ -107,8 +127,13 @@ func (s *Session) check(fn string) error {
 				if blk[4] != 0 {
 					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 				}
+				if blk[5] == clipNormFailed {
+					// Raised in the update phase, which has counted the
+					// step already.
+					return fmt.Errorf("%s (%s): %s: the gradients' global norm (ClipGradNorm) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, s.t)
+				}
 				if blk[5] == updateFailed {
-					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.lr}
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.rate(s.t + 1)}
 				}
 				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
 			}

@@ -209,6 +209,15 @@ func (s *Session) next(b updateBound, g float64, sc map[string]float64) (updateB
 	return b, ok
 }
 
+// clipped is the largest |gradient| the update reads when the guard's is
+// g: at most the optimizer's ClipValue.
+func (s *Session) clipped(g float64) float64 {
+	if c := s.plan.Optimizer.ClipValue; c > 0 && !(g <= c) {
+		return c
+	}
+	return g
+}
+
 // gsafe is the largest |gradient| for which next's bound stays within
 // the limit, in the kernels' type and rounded down, or -1 when no
 // gradient is safe or the update's gradient is not the guard's.
@@ -223,6 +232,11 @@ func (s *Session) gsafe(sc map[string]float64) float64 {
 	}
 	if !ok(0) {
 		return -1
+	}
+	if c := s.plan.Optimizer.ClipValue; c > 0 && ok(c) {
+		// Every gradient is clamped to a safe one; +Inf covers the
+		// guard's record of an f64 gradient beyond float32's range.
+		return math.Inf(1)
 	}
 	// Binary search over the bits of non-negative float64s, whose order
 	// is the values' order; ok is monotone in g.
@@ -265,7 +279,7 @@ func (s *Session) afterUpdate() {
 		s.bound.p, s.bound.s1, s.bound.s2 = up(w(statusMaxNew), 4), up(w(statusMaxNew+1), 4), up(w(statusMaxNew+2), 4)
 		return
 	}
-	if b, ok := s.next(s.bound, w(statusMaxGrad), sc); ok {
+	if b, ok := s.next(s.bound, s.clipped(w(statusMaxGrad)), sc); ok {
 		s.bound = b
 		return
 	}

@@ -59,9 +59,11 @@ func main() {
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
+	rc := recipeFlags() // -lr, -schedule, -warmup, -clip, -weight-decay (recipe.go)
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	rc.set = set
 	sampling := set["sample"]
 	task, seq := seqTasks[*name]
 	_, known := models[*name]
@@ -70,6 +72,12 @@ func main() {
 		set: set, args: flag.Args()}.check()
 	if err == nil && !seq && !known {
 		err = fmt.Errorf("unknown model %q (have %s)", *name, modelNames())
+	}
+	if err == nil {
+		err = rc.check()
+	}
+	if err == nil && seq && *conc && *torch && rc.given() {
+		err = fmt.Errorf("-torch-concurrent starts the PyTorch peer before ngen counts its steps, which -lr and -schedule need: drop -torch-concurrent")
 	}
 	if err == nil {
 		err = checkOutputs(*profile, *torch) // -log, -plot, -trace (outputs.go)
@@ -107,7 +115,7 @@ func main() {
 			rec = newRecorder(*name)
 		}
 		err = trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, accum: *accum, seed: *seed, threads: *threads,
-			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec}, *batchS, *torch, *conc, *script,
+			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec, recipe: rc}, *batchS, *torch, *conc, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		grp.finish(err)
 		return
@@ -136,11 +144,12 @@ func main() {
 	if grp.lead() { // rank 0 alone logs and plots
 		rec = newRecorder(*name)
 	}
-	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile, rec)
+	var recipeArgs []string
+	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile, rec, rc, &recipeArgs)
 	if err == nil && *torch {
 		var peerLog []string
 		if peerLog, err = rec.peerArgs(); err == nil {
-			err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir, peerLog)
+			err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir, append(peerLog, recipeArgs...))
 		}
 	}
 	if err == nil {
@@ -196,7 +205,9 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder) ([]epochResult, error) {
+// run trains model name on Fashion-MNIST; peer receives the PyTorch
+// peer's arguments for the same rate and schedule (recipe.go).
+func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder, rc *recipe, peer *[]string) ([]epochResult, error) {
 	mk, ok := models[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
@@ -254,6 +265,15 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		return nil, err
 	}
 	defer closeSrc()
+	// Every epoch ends with an update, a partial accumulation included
+	// (trainEpoch).
+	total := epochs * ((loader.Len() + accum - 1) / accum)
+	if err := rc.apply(m.Session(), total); err != nil {
+		return nil, err
+	}
+	if *peer, err = rc.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+		return nil, err
+	}
 	var results []epochResult
 	say := func(format string, a ...any) { // rank 0 alone prints
 		if grp.lead() {
@@ -264,6 +284,10 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 		name, dev.Name(), trainSet.N, testSet.N, batch, grp.describe(batch), loader.Len())
 	if accum > 1 && grp.lead() {
 		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
+	}
+	if rc.given() {
+		base, sc := m.Session().Schedule()
+		say("learning rate %g, schedule %s over %d steps\n", base, sc, total)
 	}
 	if err := rec.begin(dev, batch); err != nil {
 		return nil, err

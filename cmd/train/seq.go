@@ -160,6 +160,10 @@ type seqOptions struct {
 	// peer's arguments for its log.
 	rec      *recorder
 	peerArgs []string
+	// recipe is -lr and -schedule (recipe.go); runSeq writes the PyTorch
+	// peer's arguments for it into recipeArgs when that is not nil.
+	recipe     *recipe
+	recipeArgs *[]string
 	// grp is the data-parallel group (-dist mpi); nil: this process alone.
 	grp *group
 }
@@ -228,6 +232,19 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	}
 	say("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d%s, %d steps per epoch\n",
 		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, grp.describe(o.batch), perEpoch)
+	total := o.epochs * ((perEpoch + max(accum, 1) - 1) / max(accum, 1))
+	if err := o.recipe.apply(m.Session(), total); err != nil {
+		return nil, err
+	}
+	if o.recipe.given() {
+		base, sc := m.Session().Schedule()
+		say("learning rate %g, schedule %s over %d steps\n", base, sc, total)
+	}
+	if o.recipeArgs != nil {
+		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+			return nil, err
+		}
+	}
 	if accum > 1 {
 		say("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, o.batch, accum*o.batch*grp.size())
 	}
@@ -475,6 +492,8 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 				return err
 			}
 		}
+		var recipeArgs []string
+		o.recipeArgs = &recipeArgs
 		var peer *seqPeer
 		if torch && concurrent {
 			// Started first, on its own threads: the two runs share the
@@ -491,6 +510,7 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 			return err
 		}
 		if torch && peer == nil {
+			o.peerArgs = append(o.peerArgs, recipeArgs...)
 			peer, err = startSeqPeer(task, script, name, o)
 			if err != nil {
 				return err

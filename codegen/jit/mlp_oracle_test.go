@@ -13,6 +13,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // philox is Philox4x32-10 as codegen/preamble.cuh's ngen_philox4 keys it:
@@ -188,7 +189,7 @@ func TestMLPOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	const rows, steps, seed = 7, 3, 11
+	const rows, seed = 7, 11
 	rng := rand.New(rand.NewPCG(21, 22))
 	x := make([]float32, rows*mlpWidths[0])
 	xs := make([]float64, len(x))
@@ -201,20 +202,54 @@ func TestMLPOracle(t *testing.T) {
 		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
 	}
 	type optCase struct {
-		name string
-		opt  ir.Optimizer
-		fuse []bool
+		name  string
+		opt   ir.Optimizer
+		fuse  []bool
+		steps int // 3 when 0
+		f64   bool
+	}
+	sched := func(o ir.Optimizer, s schedule.Schedule) ir.Optimizer {
+		o.Schedule = &s
+		return o
 	}
 	for _, oc := range []optCase{
-		{"adam", irtest.Adam, []bool{true, false}},
-		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}},
-		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}},
-		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}},
-		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}},
+		{"adam", irtest.Adam, []bool{true, false}, 0, false},
+		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}, 0, false},
+		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}, 0, false},
+		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}, 0, false},
+		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}, 0, false},
+		// Schedules (runtime/schedule) against torch.optim.lr_scheduler
+		// stepped after each optimizer step, over steps that cross the
+		// warm-up's end, every one-cycle phase, the StepLR drops (the
+		// warm-up cosine up to its total: past it PyTorch's cosine rises
+		// again, ngen's stays at the floor).
+		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true, false}, 11, false},
+		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true}, 11, true},
+		{"adamw_onecycle", sched(ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05},
+			schedule.Schedule{Kind: "onecycle", Total: 12, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 12, false},
+		{"sgd_momentum_step", sched(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, schedule.Schedule{Kind: "step", StepSize: 2, Gamma: 0.5}), []bool{true}, 7, false},
+		// clip_grad_value_ before each step, at a bound that clamps a
+		// good share of the gradients (they are O(1e-2) here).
+		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true, false}, 4, false},
+		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true}, 4, true},
+		{"sgd_momentum_clip_value", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipValue: 0.005}, []bool{true}, 4, false},
+		// clip_grad_norm_ before each step, at a max norm below the
+		// gradients' (about 0.4 here), so every step scales them.
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false},
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true},
+		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false},
 	} {
-		m, layers := mlpOracleModel(ir.F32, oc.opt)
+		steps := oc.steps
+		if steps == 0 {
+			steps = 3
+		}
+		dt, dts := ir.F32, "f32"
+		if oc.f64 {
+			dt, dts = ir.F64, "f64"
+		}
+		m, layers := mlpOracleModel(dt, oc.opt)
 		for _, fuse := range oc.fuse {
-			t.Run(fmt.Sprintf("%s/fuse=%v", oc.name, fuse), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/fuse=%v", oc.name, dts, fuse), func(t *testing.T) {
 				prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
 				if err != nil {
 					t.Fatal(err)
@@ -224,7 +259,7 @@ func TestMLPOracle(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				req := mlpRequest{DType: "f32", Layers: layers, Params: map[string]tensorJSON{},
+				req := mlpRequest{DType: dts, Layers: layers, Params: map[string]tensorJSON{},
 					X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, P: mlpDropout, Steps: steps,
 					Opt: oc.opt}
 				for _, n := range s.Names("param") {
@@ -242,7 +277,11 @@ func TestMLPOracle(t *testing.T) {
 						masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
 					}
 					req.Masks = append(req.Masks, masks)
-					if err := s.WriteInput("x", x, rows); err != nil {
+					var xin any = x
+					if oc.f64 {
+						xin = xs
+					}
+					if err := s.WriteInput("x", xin, rows); err != nil {
 						t.Fatal(err)
 					}
 					if err := s.WriteInput("y", y, rows); err != nil {
@@ -265,15 +304,21 @@ func TestMLPOracle(t *testing.T) {
 				// f32 GEMMs and row sums in a different order from torch's:
 				// rtol 1e-4. atol 1e-6 for the loss and gradients near zero
 				// (their terms are O(1e-2) at these widths).
-				closeTo(t, "loss per step", losses, want.Loss, 1e-4, 1e-6)
+				rtol, atol := 1e-4, 1e-6
+				if oc.f64 {
+					// The same sums in another order, in f64 (Adam's
+					// division by sqrt(v)+eps amplifies rounding a little).
+					rtol, atol = 1e-9, 1e-12
+				}
+				closeTo(t, "loss per step", losses, want.Loss, rtol, atol)
 				for n, g := range want.Grads {
-					closeTo(t, "step 1 grad "+n, grads[n], g, 1e-4, 1e-6)
+					closeTo(t, "step 1 grad "+n, grads[n], g, rtol, atol)
 				}
 				// Adam moves each parameter by about lr = 1e-3 a step whatever
 				// the gradient's size, so a gradient that differs by rounding
 				// moves it slightly differently: atol 1e-6 (1e-3 of one step).
 				for n, p := range want.Params {
-					closeTo(t, "param after 3 steps "+n, readNamed(t, s, "param", n), p, 1e-4, 1e-6)
+					closeTo(t, fmt.Sprintf("param after %d steps %s", steps, n), readNamed(t, s, "param", n), p, rtol, atol)
 				}
 			})
 		}

@@ -174,6 +174,9 @@ func opGroups() map[string][]opCase {
 		{name: "cross_entropy_2x3x5", op: "cross_entropy", args: []opArg{f(2, 3, 5), labels(5, 2, 3)}},
 		// 45 classes: a warp per row (ceThreadClasses), a partial last lane pass.
 		{name: "cross_entropy_3x45", op: "cross_entropy", args: []opArg{f(3, 45), labels(45, 3)}},
+		// label_smoothing, in the thread-per-row and warp-per-row forms.
+		{name: "cross_entropy_ls_4x7", op: "cross_entropy", attrs: ir.Attrs{F: 0.1}, args: []opArg{f(4, 7), labels(7, 4)}},
+		{name: "cross_entropy_ls_3x45", op: "cross_entropy", attrs: ir.Attrs{F: 0.25}, args: []opArg{f(3, 45), labels(45, 3)}},
 	}
 	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases(), "norm": normCases(), "attention": attentionCases()}
 }

@@ -10,6 +10,8 @@ package ir
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // DType is an element type.
@@ -165,6 +167,16 @@ type Optimizer struct {
 	Beta1       float64 `json:"beta1,omitempty"`
 	Beta2       float64 `json:"beta2,omitempty"`
 	Eps         float64 `json:"eps,omitempty"`
+	// Schedule, when set, varies the rate from step to step; LR is its
+	// base rate (PyTorch's initial_lr).
+	Schedule *schedule.Schedule `json:"schedule,omitempty"`
+	// ClipValue, when positive, clamps every gradient the update reads
+	// to [-ClipValue, ClipValue] (torch.nn.utils.clip_grad_value_).
+	ClipValue float64 `json:"clip_value,omitempty"`
+	// ClipNorm, when positive, scales the gradients the update reads
+	// so that their global L2 norm is at most ClipNorm
+	// (torch.nn.utils.clip_grad_norm_).
+	ClipNorm float64 `json:"clip_norm,omitempty"`
 }
 
 // Model is what the DSL declares: a forward function with a loss, and an

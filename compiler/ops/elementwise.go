@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // Elementwise ops. Binary ops broadcast like NumPy; their gradients reduce
@@ -113,6 +114,20 @@ func init() {
 		// addc adds the constant F.
 		unary("addc", 1, func(c *Ctx, v *ir.Value, x string) string { return "(" + x + " + " + c.Lit(v.Attrs.F) + ")" },
 			func(b *Builder, v, g *ir.Value) *ir.Value { return g }),
+		// clampc clamps to [-F, F] (torch.clamp: NaN stays NaN). It
+		// clips the update's gradient (compiler/optimizer.go), which is
+		// never differentiated: no gradient rule.
+		unary("clampc", 2, func(c *Ctx, v *ir.Value, x string) string {
+			f := c.Lit(v.Attrs.F)
+			return "(" + x + " < -" + f + " ? -" + f + " : (" + x + " > " + f + " ? " + f + " : " + x + "))"
+		}, nil),
+		// clip_norm_scale multiplies by ClipGradNorm's coefficient, which
+		// the builtin grad-norm kernel left in the status block
+		// (runtime.GradNormKernel, runtime.StatusClipCoef). Like clampc it
+		// only transforms the update's gradient: no gradient rule.
+		unary("clip_norm_scale", 1, func(c *Ctx, v *ir.Value, x string) string {
+			return "(" + x + " * " + ClipCoef(c.T, c.StatusBlock()) + ")"
+		}, nil),
 		// powc raises to the constant power F.
 		unary("powc", 4, func(c *Ctx, v *ir.Value, x string) string {
 			return c.Math("pow") + "(" + x + ", " + c.Lit(v.Attrs.F) + ")"
@@ -246,4 +261,16 @@ func sampleIndex(c *Ctx, s ir.Shape) string {
 	inner, b := "("+c.Size(s[p+1:])+")", "("+c.Dim(s[p])+")"
 	return fmt.Sprintf("((((%s + %s / %s %% %s) * %s + %s / (%s * %s)) * %s) + %s %% %s)",
 		row0, c.Index, inner, b, "("+c.Size(s[:p])+")", c.Index, inner, b, inner, c.Index, inner)
+}
+
+// ClipCoef is the C expression of ClipGradNorm's coefficient of C type t
+// in status block st: float bits in word runtime.StatusClipCoef, a
+// double's in that word (low half) and the next. The grad-norm kernel
+// writes it (codegen/guard.go); the update and the update check read it.
+func ClipCoef(t, st string) string {
+	w := runtime.StatusClipCoef
+	if t == "double" {
+		return fmt.Sprintf("__longlong_as_double((long long)(((unsigned long long)(unsigned)%s[%d] << 32) | (unsigned long long)(unsigned)%s[%d]))", st, w+1, st, w)
+	}
+	return fmt.Sprintf("__int_as_float(%s[%d])", st, w)
 }

@@ -187,6 +187,9 @@ type Ctx struct {
 	// Status returns the C name of the status word (int *) and of v's
 	// code in it (a constant parameter), for ops with Def.Status.
 	Status func(v *ir.Value) (ptr string, code string)
+	// StatusBlock returns the C name (const int *) of the step's status
+	// block, for ops that read what a builtin kernel left there.
+	StatusBlock func() string
 	// Imm returns the C name (an int) of a per-launch constant parameter
 	// holding v. Templates take numbers that differ between layers (a
 	// dropout's stream) through it, so that the layers share one kernel.

@@ -8,7 +8,10 @@ python3-torch 1.13).
 Request: {"dtype": "f32"|"f64", "layers": ["fc1", ...], "params": {name:
 {"shape": [...], "data": [...]}}, "x": {...}, "y": [...], "p": dropout
 probability, "masks": [[mask of hidden layer 1, ...] per step] (0/1 lists,
-row-major over [B, width]), "steps": n, "lr", "beta1", "beta2", "eps"}.
+row-major over [B, width]), "steps": n, "optimizer": ir.Optimizer's JSON
+(its "schedule", when present, is stepped after each optimizer step, as
+torch_lr.py builds it; its "clip_value" and "clip_norm" clip the
+gradients before each step with clip_grad_value_ and clip_grad_norm_)}.
 The model is Linear, then ReLU and Dropout after every layer but the last,
 then cross-entropy; dropout multiplies by the given mask and by 1/(1-p),
 as ngen's kernels do.
@@ -22,6 +25,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+import torch_lr  # the schedules, beside this script
 
 torch.set_num_threads(1)
 
@@ -50,6 +55,7 @@ def main():
         opt = cls(ps, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o.get("weight_decay", 0))
     else:
         raise SystemExit("torch_mlp.py: unknown optimizer %r" % kind)
+    sched = torch_lr.scheduler(opt, o["schedule"]) if o.get("schedule") else None
     losses, grads = [], {}
     for step in range(req["steps"]):
         opt.zero_grad()
@@ -66,7 +72,13 @@ def main():
         losses.append(loss.item())
         if step == 0:
             grads = {n: t.grad.detach().double().reshape(-1).tolist() for n, t in params.items()}
+        if o.get("clip_value"):
+            torch.nn.utils.clip_grad_value_(ps, o["clip_value"])
+        if o.get("clip_norm"):
+            torch.nn.utils.clip_grad_norm_(ps, o["clip_norm"])
         opt.step()
+        if sched is not None:
+            sched.step()
     out = {"loss": losses, "grads": grads,
            "params": {n: t.detach().double().reshape(-1).tolist() for n, t in params.items()}}
     json.dump(out, sys.stdout)

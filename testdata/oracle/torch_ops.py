@@ -50,7 +50,8 @@ def _matmul(attrs, a, b):
 
 def _cross_entropy(attrs, logits, labels):
     c = logits.shape[-1]
-    return F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1).long(), reduction="mean")
+    return F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1).long(), reduction="mean",
+                           label_smoothing=attrs.get("f", 0.0))
 
 
 def _window(attrs):

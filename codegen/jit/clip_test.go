@@ -1,0 +1,314 @@
+package jit
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu"
+)
+
+// TestClipValueHugeGradient: the input that makes TestUpdateCheck's
+// update overflow (gradients near 1e36 in f32, 1e305 in f64) trains when
+// the optimizer clips gradient values: the update check and its bound
+// read the clamped gradient, so the step succeeds without an element-by-
+// element check, and plain SGD moves each parameter by lr·clamp(g), at
+// most lr·c and exactly that where the gradient was clamped. f32 and f64,
+// fused and unfused.
+func TestClipValueHugeGradient(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const lr, c = 0.1, 0.5
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, opt := range []ir.Optimizer{
+			{Kind: "sgd", LR: lr, ClipValue: c},
+			{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: c},
+			{Kind: "sgd", LR: lr, Momentum: 0.9, ClipValue: c},
+		} {
+			for _, fuse := range []bool{true, false} {
+				what := fmt.Sprintf("%s/%s/fuse=%v", dt, opt.Kind, fuse)
+				p, err := compiler.Compile(irtest.MLP(dt, 4, 5, 3, 0, opt), compiler.Options{Fuse: fuse})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				huge := 1e36
+				if dt == ir.F64 {
+					huge = 1e305
+				}
+				if err := s.WriteInput("x", castTo(dt, []float64{huge, 0, 0, 0, huge, 0, 0, 0}), 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.WriteInput("y", []int32{0, 2}, 2); err != nil {
+					t.Fatal(err)
+				}
+				before := snapshot(t, s)
+				if err := s.Run("step", 2); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if s.UpdateCheckFull() {
+					t.Errorf("%s: the clamped update was checked element by element: the bound covers every clamped gradient", what)
+				}
+				after := snapshot(t, s)
+				finiteSnapshot(t, what, after)
+				if opt.Kind == "sgd" && opt.Momentum == 0 {
+					gi, _ := s.Lookup("grad", "fc1.weight")
+					g, err := s.ReadFloats(gi)
+					if err != nil {
+						t.Fatal(err)
+					}
+					w0, w1 := before["param:fc1.weight"], after["param:fc1.weight"]
+					clamped := 0
+					for i := range g {
+						want := w0[i] - lr*math.Max(-c, math.Min(c, g[i]))
+						// One rounding of the update, f32 or f64: rtol 1e-6.
+						if math.Abs(w1[i]-want) > 1e-6*math.Max(1, math.Abs(want)) {
+							t.Fatalf("%s: fc1.weight[%d] = %v, want %v (gradient %v)", what, i, w1[i], want, g[i])
+						}
+						if math.Abs(g[i]) > c {
+							clamped++
+						}
+					}
+					if clamped == 0 {
+						t.Fatalf("%s: no gradient above the clip bound: the test tests nothing", what)
+					}
+				}
+				s.Close()
+			}
+		}
+	}
+}
+
+// TestClipNormNotFinite: f64 gradients near 1e160 are finite, but the
+// sum of their squares is not: the step fails with the norm named and
+// changes nothing, and an ordinary step trains after it.
+func TestClipNormNotFinite(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, fuse := range []bool{true, false} {
+		p, err := compiler.Compile(irtest.MLP(ir.F64, 4, 5, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, ClipNorm: 1}), compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := func(v float64) error {
+			if err := s.WriteInput("x", []float64{v, 0, 0, 0, v, 0, 0, 0}, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", []int32{0, 2}, 2); err != nil {
+				t.Fatal(err)
+			}
+			return s.Run("step", 2)
+		}
+		if err := run(1); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s)
+		err = run(1e160)
+		if err == nil || !strings.Contains(err.Error(), "global norm (ClipGradNorm) is not finite at step 2; the step changed nothing") {
+			t.Fatalf("fuse=%v: err = %v, want the norm's failure", fuse, err)
+		}
+		sameSnapshot(t, fmt.Sprintf("fuse=%v", fuse), snapshot(t, s), before)
+		if err := run(1); err != nil {
+			t.Fatalf("fuse=%v: the step after: %v", fuse, err)
+		}
+		if s.Steps() != 2 {
+			t.Fatalf("fuse=%v: %d steps, want 2", fuse, s.Steps())
+		}
+		s.Close()
+	}
+}
+
+// TestClipNormAccumulated: with two accumulated micro-batches the norm is
+// the summed (mean) gradient's, as for the whole batch at once: the two
+// runs end equal to f32 rounding, and both differ from an unclipped run.
+func TestClipNormAccumulated(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows = 8
+	x := make([]float32, rows*4)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	y := []int32{0, 1, 2, 0, 1, 2, 0, 1}
+	train := func(clip float64, micro int) map[string][]float64 {
+		p, err := compiler.Compile(irtest.MLP(ir.F32, 4, 5, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.5, ClipNorm: clip}), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows / micro, Seed: 3, AccumulationSteps: micro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		b := rows / micro
+		for m := range micro {
+			if err := s.WriteInput("x", x[m*b*4:(m+1)*b*4], b); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", y[m*b:(m+1)*b], b); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("step", b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.Steps() != 1 {
+			t.Fatalf("%d steps after %d micro-batches, want 1", s.Steps(), micro)
+		}
+		return snapshot(t, s)
+	}
+	whole, acc, plain := train(0.05, 1), train(0.05, 2), train(0, 1)
+	for k, w := range whole {
+		// f32: the mean of two half-batch sums against one sum: rtol 1e-5.
+		closeTo(t, "accumulated "+k, acc[k], w, 1e-5, 1e-7)
+	}
+	if slices.Equal(whole["param:fc1.weight"], plain["param:fc1.weight"]) {
+		t.Fatal("clipping at 0.05 changed nothing: the gradients' norm is below it")
+	}
+}
+
+// TestClipNormFused: clipping by norm adds one launch to a fused step,
+// the grad-norm kernel, and no pass over the parameters or gradients:
+// the scale runs inside the update kernel. Clipping by value adds none.
+func TestClipNormFused(t *testing.T) {
+	launches := func(o ir.Optimizer) (n int, hasNorm bool) {
+		p, err := compiler.Compile(irtest.MLP(ir.F32, 4, 5, 3, 0, o), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range p.Plan.Funcs {
+			if f.Name != "step" {
+				continue
+			}
+			for _, st := range f.Steps {
+				n++
+				hasNorm = hasNorm || st.Builtin == runtime.GradNormKernel
+			}
+		}
+		return n, hasNorm
+	}
+	base, _ := launches(irtest.Adam)
+	o := irtest.Adam
+	o.ClipNorm = 1
+	if n, ok := launches(o); n != base+1 || !ok {
+		t.Errorf("ClipGradNorm: %d steps (grad-norm kernel %v), want %d + the grad-norm kernel", n, ok, base)
+	}
+	o = irtest.Adam
+	o.ClipValue = 1
+	if n, _ := launches(o); n != base {
+		t.Errorf("ClipGradValue: %d steps, want %d", n, base)
+	}
+}
+
+// TestClipNormCoefficient checks the grad-norm kernel's coefficient on a
+// model large enough for several blocks: plain SGD moves every parameter
+// by lr·coef·g, with coef = maxNorm / (‖g‖ + 1e-6) from the host's own sum
+// over the gradient the step read. f32 and f64.
+func TestClipNormCoefficient(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const in, hidden, rows, lr, maxNorm = 64, 200, 6, 0.5, 0.05
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		p, err := compiler.Compile(irtest.MLP(dt, in, hidden, 3, 0, ir.Optimizer{Kind: "sgd", LR: lr, ClipNorm: maxNorm}), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range s.Plan().Funcs {
+			for _, st := range f.Steps {
+				if st.Builtin == runtime.GradNormKernel {
+					if b := st.Grid[0].Eval(map[string]int{"B": rows}); b < 2 {
+						t.Fatalf("%s: the grad-norm kernel runs %d block(s); the test wants several", dt, b)
+					}
+				}
+			}
+		}
+		xs := make([]float64, rows*in)
+		for i := range xs {
+			xs[i] = float64(i%11) - 5
+		}
+		if err := s.WriteInput("x", castTo(dt, xs), rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteInput("y", []int32{0, 1, 2, 0, 1, 2}, rows); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s)
+		if err := s.Run("step", rows); err != nil {
+			t.Fatal(err)
+		}
+		after := snapshot(t, s)
+		grads := map[string][]float64{}
+		sum := 0.0
+		for _, n := range s.Names("grad") {
+			grads[n] = readNamed(t, s, "grad", n)
+			for _, g := range grads[n] {
+				sum += g * g
+			}
+		}
+		coef := math.Min(maxNorm/(math.Sqrt(sum)+1e-6), 1)
+		if coef > 0.5 {
+			t.Fatalf("%s: coefficient %g: the norm %g hardly exceeds the max norm; the test wants clipping", dt, coef, math.Sqrt(sum))
+		}
+		// f32: coef and the update each round once, and the host's sum
+		// runs in another order: rtol 1e-5. f64: rtol 1e-12.
+		rtol := 1e-5
+		if dt == ir.F64 {
+			rtol = 1e-12
+		}
+		for n, g := range grads {
+			want := make([]float64, len(g))
+			for i := range g {
+				want[i] = before["param:"+n][i] - lr*coef*g[i]
+			}
+			closeTo(t, fmt.Sprintf("%s %s", dt, n), after["param:"+n], want, rtol, 1e-9)
+		}
+		// The partial sums are scratch: a checkpoint leaves them out and
+		// loads into a fresh session.
+		var buf bytes.Buffer
+		if err := s.Save(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "clip.partials") {
+			t.Fatalf("%s: the checkpoint holds the grad-norm partials", dt)
+		}
+		f, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows, Seed: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Load(&buf); err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		f.Close()
+		s.Close()
+	}
+}
