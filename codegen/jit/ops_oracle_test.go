@@ -584,6 +584,37 @@ func TestSumGradSeed(t *testing.T) {
 	}
 }
 
+// TestReduceScalar reduces a rank-0 value (sum, mean and max of sum(x)),
+// which is the identity, as in PyTorch: its kernel has no axis at all (it
+// indexed the innermost one and panicked). Every gradient is exactly 1.
+func TestReduceScalar(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, op := range []string{"sum", "mean", "max"} {
+		for _, fuse := range []bool{true, false} {
+			b := irtest.New()
+			x := b.Param("x", ir.F32, 1, 3)
+			m := b.Model("reducescalar", b.Op(op, ir.Attrs{}, b.Op("sum", ir.Attrs{}, x)), x, ir.Optimizer{Kind: "sgd", LR: 0})
+			p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 1, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("step", 1); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, fmt.Sprintf("fuse=%v d %s(sum(x))/dx", fuse, op), readNamed(t, s, "grad", "x"), []float64{1, 1, 1}, 0, 0)
+			s.Close()
+		}
+	}
+}
+
 // gradcheckExempt lists the differentiable ops that have no case of their
 // own in opGroups, with the reason. Every other op with a gradient rule
 // must have at least one case, so a new op cannot skip the oracle and the
