@@ -154,8 +154,13 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		}
 		return lanes
 	}
-	innerKept := len(space) > 0 && !red[len(space)-1]
-	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceCols == 0 {
+	// last is the innermost axis; a reduction of a scalar (sum of a
+	// rank-0 value) has none, and takes the plain loop below.
+	innerKept, last := false, ir.D(1)
+	if len(space) > 0 {
+		innerKept, last = !red[len(space)-1], space[len(space)-1]
+	}
+	if innerKept && last.Sym == "" && last.N%reduceCols == 0 {
 		// A block per strip of reduceCols adjacent outputs, its threads
 		// splitting the reduced rows and combining through shared memory:
 		// a bias gradient of 2048 outputs fills 256 blocks on a GPU
@@ -220,7 +225,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		k.grid = gridFor(kept, cols)
 		return k
 	}
-	if last := space[len(space)-1]; innerKept && last.Sym == "" && last.N%reduceVec == 0 {
+	if innerKept && last.Sym == "" && last.N%reduceVec == 0 {
 		// Each thread takes reduceVec adjacent outputs (one row of the
 		// innermost axis holds whole groups of them): a warp still reads
 		// one contiguous span per reduced index, and the CPU emulation,
@@ -304,7 +309,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	for _, a := range accs {
 		fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 	}
-	if last := space[len(space)-1]; len(redAxes) >= 2 && last.Sym == "" && last.N >= 32 {
+	if len(redAxes) >= 2 && last.Sym == "" && last.N >= 32 {
 		// The threads stride over the innermost (contiguous) reduced axis
 		// inside a loop over the others (rows of 32 or more): no division
 		// per element. Each thread takes vec adjacent elements at a time: a

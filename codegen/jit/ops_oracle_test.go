@@ -587,6 +587,86 @@ func TestSumGradSeed(t *testing.T) {
 	}
 }
 
+// TestReduceScalar reduces a rank-0 value (sum, mean and max of sum(x)),
+// which is the identity, as in PyTorch: its kernel has no axis at all (it
+// indexed the innermost one and panicked). Every gradient is exactly 1.
+func TestReduceScalar(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, op := range []string{"sum", "mean", "max"} {
+		for _, fuse := range []bool{true, false} {
+			b := irtest.New()
+			x := b.Param("x", ir.F32, 1, 3)
+			m := b.Model("reducescalar", b.Op(op, ir.Attrs{}, b.Op("sum", ir.Attrs{}, x)), x, ir.Optimizer{Kind: "sgd", LR: 0})
+			p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 1, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("step", 1); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, fmt.Sprintf("fuse=%v d %s(sum(x))/dx", fuse, op), readNamed(t, s, "grad", "x"), []float64{1, 1, 1}, 0, 0)
+			s.Close()
+		}
+	}
+}
+
+// TestMaxGradTies checks max's gradient where a reduced slice ties: as
+// torch.amax, the tied elements share the gradient evenly (opGroups keeps
+// max's data distinct, since finite differences have no answer at a tie).
+// compiler/fuzzgen found the tie at a fully masked attention row, whose
+// outputs all equal the projection's bias (regression fuzz_69_min).
+func TestMaxGradTies(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	x0 := []float64{1, 1, 0, 1, -2, 5, 5, -2}
+	for _, c := range []struct {
+		name string
+		axes []int
+		want []float64
+	}{
+		{"rows", []int{1}, []float64{1. / 3, 1. / 3, 0, 1. / 3, 0, 0.5, 0.5, 0}},
+		{"all", nil, []float64{0, 0, 0, 0, 0, 0.5, 0.5, 0}},
+	} {
+		for _, fuse := range []bool{true, false} {
+			b := irtest.New()
+			x := b.Param("x", ir.F64, 1, 2, 4)
+			m := b.Model("maxties", b.Op("sum", ir.Attrs{}, b.Op("max", ir.Attrs{Axes: c.axes}, x)), x, ir.Optimizer{Kind: "sgd", LR: 0})
+			p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 1, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pi, err := s.Lookup("param", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteFloats(pi, x0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run("step", 1); err != nil {
+				t.Fatal(err)
+			}
+			// Exact: 1 divided by the number of ties, in double.
+			closeTo(t, fmt.Sprintf("%s fuse=%v d sum(max(x))/dx", c.name, fuse), readNamed(t, s, "grad", "x"), c.want, 0, 0)
+			s.Close()
+		}
+	}
+}
+
 // gradcheckExempt lists the differentiable ops that have no case of their
 // own in opGroups, with the reason. Every other op with a gradient rule
 // must have at least one case, so a new op cannot skip the oracle and the

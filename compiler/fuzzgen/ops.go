@@ -148,6 +148,18 @@ func wantArgs(in []Shape, lo, hi int) error {
 // than the primitive ops -fuse=none expands it to.
 func always(*Spec, *Node) bool { return true }
 
+// projected is the inexact rule of the ops that lower to a matmul, which
+// may read an embedding: with fusion on, the compiler's "project
+// embedding" pass multiplies the table instead of the embedded tokens
+// (compiler/embed_project.go), exact in real arithmetic but summed in
+// another order (fuzz_132_min). Other operands fall to sharedGEMM.
+func projected(s *Spec, n *Node) bool {
+	if op := s.Nodes[n.Args[0].N].Op; op == "embedding" || op == "embed" {
+		return true
+	}
+	return sharedGEMM(s, n)
+}
+
 // sharedGEMM is the inexact rule of ops that lower to a GEMM batched
 // over one operand's leading dimensions with the other operand shared
 // (Linear or MatMul of a rank ≥ 3 input, a convolution's im2col GEMM,

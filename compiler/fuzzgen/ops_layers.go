@@ -145,7 +145,7 @@ func init() {
 		&row{
 			// linear: K output features; Str "nobias" for LinearNoBias.
 			name:    "linear",
-			inexact: sharedGEMM,
+			inexact: projected,
 			infer: func(n *Node, in []Shape) ([]Shape, error) {
 				if err := wantArgs(in, 1, 1); err != nil {
 					return nil, err

@@ -241,7 +241,7 @@ func init() {
 		},
 		&row{
 			name:    "matmul",
-			inexact: sharedGEMM,
+			inexact: projected,
 			infer:   matmulInfer(false),
 			build: func(b *builder, n *Node, a []*dsl.Tensor) []*dsl.Tensor {
 				return one(dsl.MatMulT(a[0], a[1], bit(n, 0), bit(n, 1)))
@@ -254,7 +254,7 @@ func init() {
 		},
 		&row{
 			name:    "batch_matmul",
-			inexact: sharedGEMM,
+			inexact: projected,
 			infer:   matmulInfer(true),
 			build: func(b *builder, n *Node, a []*dsl.Tensor) []*dsl.Tensor {
 				return one(dsl.BatchMatMul(a[0], a[1], bit(n, 0), bit(n, 1)))

@@ -66,13 +66,18 @@ func init() {
 				gb := b.Op("broadcast", ir.Attrs{Shape: x.Shape.Clone()}, keepDims(b, v, g))
 				return []*ir.Value{b.Op("divcount", ir.Attrs{Axes: v.Attrs.Axes, Shape: x.Shape.Clone()}, gb)}
 			}},
-		// max is torch.amax; the gradient flows to every maximal element.
+		// max is torch.amax: the gradient is split evenly between the
+		// maximal elements of a reduced slice (a row whose every key is
+		// masked ties at the output projection's bias; giving each tie the
+		// whole gradient counted it once per tie).
 		&Def{Name: "max", Kind: Reduce, NArgs: 1, Infer: reduceInfer, Flops: 1,
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				x := v.Args[0]
 				gk := keepDims(b, v, g)
 				yk := keepDims(b, v, v)
-				return []*ir.Value{b.Op("max_bwd", ir.Attrs{}, gk, yk, x)}
+				one := b.Op("fill", ir.Attrs{F: 1, Shape: x.Shape.Clone(), Str: x.DType.String()})
+				ties := b.Op("sum", ir.Attrs{Axes: append([]int(nil), v.Attrs.Axes...), KeepDim: true}, b.Op("max_bwd", ir.Attrs{}, one, yk, x))
+				return []*ir.Value{b.Op("max_bwd", ir.Attrs{}, b.Binary("div", gk, ties), yk, x)}
 			}},
 		// divcount divides by the element count of Attrs.Axes of
 		// Attrs.Shape (mean's gradient).
