@@ -37,9 +37,9 @@ const (
 	StatusClipCoef = 14
 	// StatusNormTicket counts the grad-norm kernel's finished blocks.
 	StatusNormTicket = 13
-	statusMaxGrad  = 8
-	statusMaxNew   = 9 // 9, 10, 11: parameters, first and second state
-	statusFullPass = 12
+	statusMaxGrad    = 8
+	statusMaxNew     = 9 // 9, 10, 11: parameters, first and second state
+	statusFullPass   = 12
 )
 
 // Builtin kernels: launch steps whose kernel codegen adds to every module
