@@ -86,15 +86,21 @@ func (m imageModel) Step(x []float32, y []int32) (float32, error) {
 }
 
 func (m imageModel) Predict(x []float32) ([]float32, error) {
-	out, err := m.Model.Predict(runtime.Inputs{m.x: x})
+	return logits(m.Model, runtime.Inputs{m.x: x})
+}
+
+// logits runs a registered model's Predict, whose output cmd/train reads
+// as f32 logits.
+func logits(m *runtime.Model, in runtime.Inputs) ([]float32, error) {
+	out, err := m.Predict(in)
 	if err != nil {
 		return nil, err
 	}
-	logits, ok := out.([]float32)
+	l, ok := out.([]float32)
 	if !ok {
 		return nil, fmt.Errorf("%s: predicts %T, want f32 logits", m.Generated().Name, out)
 	}
-	return logits, nil
+	return l, nil
 }
 
 // seqNames are the sequence models' names, sorted.

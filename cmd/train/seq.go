@@ -73,17 +73,7 @@ func (m seqNet) Step(b seqBatch) (float32, error) {
 	return float32(loss), err
 }
 
-func (m seqNet) Predict(b seqBatch) ([]float32, error) {
-	out, err := m.Model.Predict(m.feed(b, true))
-	if err != nil {
-		return nil, err
-	}
-	logits, ok := out.([]float32)
-	if !ok {
-		return nil, fmt.Errorf("%s: predicts %T, want f32 logits", m.Generated().Name, out)
-	}
-	return logits, nil
-}
+func (m seqNet) Predict(b seqBatch) ([]float32, error) { return logits(m.Model, m.feed(b, true)) }
 
 // tokens feeds x (and y to a step): the character language models.
 func tokens(b seqBatch, predict bool) runtime.Inputs {
