@@ -114,18 +114,24 @@ func TestGPUSeq(t *testing.T) {
 	}
 	// timeIt returns the median step and, with prof, the per-launch rows.
 	timeIt := func(mk func() (stepFn, *runtime.Session, func() error, error), prof bool) (time.Duration, []kernelRow) {
+		t0 := time.Now()
 		step, sess, closeFn, err := mk()
 		if err != nil {
 			t.Fatal(err)
 		}
+		open := time.Since(t0)
 		defer func() {
 			if err := closeFn(); err != nil {
 				t.Error(err)
 			}
 		}()
 		for i := 0; i < 5; i++ {
+			t0 := time.Now()
 			if _, err := step(); err != nil {
 				t.Fatal(err)
+			}
+			if i == 0 && prof {
+				coldStart(open, time.Since(t0))
 			}
 		}
 		var ts []time.Duration

@@ -48,10 +48,17 @@ func TestGPU(t *testing.T) {
 			continue
 		}
 		x, y := input(t, c)
+		t0 := time.Now()
 		m, err := c.fused(dev, c.batch)
 		if err != nil {
 			t.Fatal(err)
 		}
+		open := time.Since(t0)
+		t0 = time.Now()
+		if _, err := m.Step(x, y); err != nil {
+			t.Fatal(err)
+		}
+		first := time.Since(t0)
 		u, err := c.unfused(dev, c.batch)
 		if err != nil {
 			t.Fatal(err)
@@ -61,6 +68,7 @@ func TestGPU(t *testing.T) {
 		closeModel(t, u)
 		fmt.Printf("\n%s, median of %d steps:\n", c.describe, *steps)
 		fmt.Printf("  ngen fused   %8.3f ms\n  ngen unfused %8.3f ms\n", ms(step), ms(ustep))
+		coldStart(open, first)
 		rows, err := profileGPU(dev, m, x, y)
 		if err != nil {
 			t.Fatal(err)
@@ -159,4 +167,11 @@ func torchGPU(c benchCase) (torchResult, error) {
 		tr.Torch += " on " + tr.GPU
 	}
 	return tr, nil
+}
+
+// coldStart prints ngen's start-up beside the step medians: opening the
+// model (loading the module, allocating and initialising the arena) and
+// its first step (which captures the CUDA graph), neither in the median.
+func coldStart(open, first time.Duration) {
+	fmt.Printf("  ngen cold start: open %.1f ms (module load, arena, init), first step %.1f ms (graph capture)\n", ms(open), ms(first))
 }
