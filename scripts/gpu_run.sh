@@ -43,8 +43,11 @@ compile_peers() {
   cd "$g" || return 1
   # Most wanted first (issue 26's targets: the small models against
   # reduce-overhead, the Transformers against the default mode), each run
-  # capped at 75 s, compile included.
+  # capped at 75 s, compile included. NGEN_COMPILE_FROM=N starts at the
+  # list's Nth line (a later call going on where an earlier one stopped).
+  local n=0
   while read -r mode m; do
+    n=$((n + 1)); [ "$n" -lt "${NGEN_COMPILE_FROM:-1}" ] && continue
     echo "torch.compile=$mode --model $m"
     # shellcheck disable=SC2086
     timeout -k 5 75 "$NGEN_PYTHON" "$g/torch_step.py" --device cuda --steps 30 --warmup 5 --compile "$mode" --model $m 2>&1 | tail -3
@@ -75,11 +78,13 @@ train_peers() {
 
 what=${1:-}; [ $# -gt 0 ] && shift
 case $what in
-  suite) cd "$g" && exec "$g/cuda.test" -test.v "$@" ;;
+  # The suite runs where go test would, in runtime/cuda of the working
+  # tree that travels with the call (its tests read ../../generated).
+  suite) cd "$g/../runtime/cuda" 2>/dev/null || cd "$g"; exec "$g/cuda.test" -test.v "$@" ;;
   bench) cd "$g" && exec "$g/bench.test" -test.run 'TestGPU$|TestGPUSeq' -test.v "$@" -bench -steps 30 ;;
   compile) compile_peers ;;
   train) train_peers "$@" ;;
-  sanitize) tool=$1; shift; cd "$g" && exec compute-sanitizer --tool "$tool" --error-exitcode 9 "$g/cuda.test" -test.v "$@" ;;
+  sanitize) tool=$1; shift; cd "$g/../runtime/cuda" 2>/dev/null || cd "$g"; exec compute-sanitizer --tool "$tool" --error-exitcode 9 "$g/cuda.test" -test.v "$@" ;;
   all)
     # Everything, most wanted first, within a deadline (seconds, default
     # 420; NGEN_GPU_DEADLINE): each part gets its own limit or what is

@@ -153,10 +153,14 @@ func compareSteps(t *testing.T, a, b *runtime.Model, batch int, rtol, atol float
 				// 5e-6 relative) and every later gradient a little;
 				// Adam's normalisation turns that into update
 				// differences of up to 5% of lr (seen) where a gradient
-				// is small. Allow a quarter of lr per step after the
-				// first: a wrong update (a bias correction off by a
-				// step) is off by half an lr or more.
-				tol := atol + rtol*math.Abs(pb[i]) + 0.25*adamLR*float64(step-1)
+				// is small, and a ReLU pre-activation within rounding of
+				// its kink flips an element's gradient: 0.26·lr (H100,
+				// 2026-11-27, the TransformerLM fused against unfused
+				// after step 2) and 0.28·lr (GPU against CPU) seen.
+				// Allow 0.4·lr per step after the first: a wrong update
+				// (a bias correction off by a step) is off by half an lr
+				// or more.
+				tol := atol + rtol*math.Abs(pb[i]) + 0.4*adamLR*float64(step-1)
 				if noise[name][i] {
 					tol = 6e-3
 				}
