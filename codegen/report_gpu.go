@@ -29,41 +29,46 @@ type GPUSpec struct {
 //     2,039 GB/s HBM2e, FP32 19.5 TFLOPS, TF32 tensor 156 TFLOPS dense
 //     (312 with sparsity), FP64 tensor 19.5 TFLOPS; 108 SMs (NVIDIA A100
 //     Tensor Core GPU Architecture whitepaper).
+//   - H200 SXM 141 GB: NVIDIA H200 Tensor Core GPU datasheet (2024):
+//     4.8 TB/s HBM3e; its compute is the H100 SXM5's (FP32 67 TFLOPS,
+//     TF32 tensor 494.7 dense, FP64 tensor 67; 132 SMs, as PyTorch
+//     reported on the lent machine).
 var GPUs = map[string]GPUSpec{
 	"h100": {Name: "H100 SXM5 80GB", BytesPerSec: 3.35e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, SMs: 132},
+	"h200": {Name: "H200 SXM 141GB", BytesPerSec: 4.8e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, SMs: 132},
 	"a100": {Name: "A100 SXM4 80GB", BytesPerSec: 2.039e12, FP32: 19.5e12, TF32: 156e12, FP64: 19.5e12, SMs: 108},
 }
 
 // The model's constants. Each is either a spec figure or calibrated on
-// one measurement of session 7's H100 (docs/PERF.md, "On a real GPU"),
-// never fitted per model; TestGPUModelVsMeasured holds the result within
-// 1.5× of every recorded step (testdata/gpu_measured.tsv).
+// one measurement (docs/PERF.md, "On a real GPU" and "Modeled against
+// measured"), never fitted per model; TestGPUModelVsMeasured holds the
+// result within 1.5× of every recorded step (testdata/gpu_measured.tsv).
 const (
-	// The host's part of a step. With graphs (the backend's default) the
-	// host copies the inputs into pinned staging, writes the kernel
-	// arguments that changed into the graph's nodes, launches the graph
-	// and reads the loss back, each through the device goroutine. And
-	// every device call costs the GPU a floor of its own, whatever its
-	// work: its launch, its blocks' ramp-up and drain, the gap to the
-	// next. Both are calibrated on one measurement, the seed MLP at
-	// batch 64 (session 7): a 0.664 ms step in which the GPU was busy
-	// 0.29 ms (the sum of its 20 calls' CUDA-event times, eager). The
-	// calls' modeled work is 0.049 ms, so the floor is (0.29 − 0.049) ÷ 20
-	// ≈ 12 µs a call, and the host the remaining 0.374 ms less the input
-	// copy (0.02 ms) and the graph launch: 350 µs. The split between
-	// host and floor under graphs, where no event timed the calls, is
-	// not measured; only their sum is.
-	hostStepUs  = 350.0
-	callFloorUs = 12.0
+	// The host's part of a step and each call's floor on the GPU. With
+	// graphs (the backend's default) the host copies the inputs into
+	// pinned staging, records the step's calls (no driver call each),
+	// writes the kernel arguments that changed into the graph's nodes,
+	// launches the graph and reads the loss and the status back; the GPU
+	// pays each node a floor whatever its work (its blocks' ramp-up and
+	// drain, the gap to the next node). Both are calibrated on the seed
+	// MLP's fused and unfused steps at batch 64 (session 13, H200): 0.279
+	// and 0.376 ms for 20 and 40 calls whose modeled work is 0.049 and
+	// 0.068 ms, so the floor is (0.376 − 0.279 − 0.019) ÷ 20 ≈ 4 µs a
+	// call and the host 0.279 − 0.080 − 0.049 less the input copy
+	// (0.020): 130 µs. Before session 13 each recorded call cost a round
+	// trip to the device thread, and the same step took 0.81 ms.
+	hostStepUs  = 130.0
+	callFloorUs = 4.0
 	// hostCopyBytesPerSec: an input's copy into pinned staging and its
 	// DMA, one after the other (PCIe 5 x16 is 64 GB/s a direction; the
 	// memcpy into staging is slower): an assumption.
 	hostCopyBytesPerSec = 10e9
-	// An eager call also costs the host about 4 µs (the driver's
-	// cuLaunchKernel or cuBLAS's own launch, about 2–3 µs, plus the
-	// hand-off to the device thread), and a graph launch about 5 µs
-	// once a step: assumptions; no eager step was timed on a GPU.
-	eagerCallUs = 4.0
+	// An eager call also costs the host its issue: the hand-off to the
+	// device thread and the driver's cuLaunchKernel or cuBLAS's own
+	// launch. The seed MLP's eager calls, timed by CUDA events, are 9–11
+	// µs apart even when their work is nil (session 13), so 8 µs beside
+	// the floor; a graph launch about 5 µs once a step (an assumption).
+	eagerCallUs = 8.0
 	graphLaunch = 5.0
 
 	// A thread reaches memory at a rate set by what it keeps in flight

@@ -22,7 +22,7 @@ func graphCmd(args []string) error {
 	out := fs.String("o", "", "output file: .svg or .png (rendered with Graphviz's dot) or .dot (default: DOT on stdout)")
 	name := fs.String("model", "", "model name when the file declares several")
 	batch := fs.Int("batch", 128, "batch size for the bytes, FLOPs and modeled times")
-	gpu := fs.String("gpu", "h100", "GPU whose modeled time labels the kernels: h100 or a100")
+	gpu := fs.String("gpu", "h100", "GPU whose modeled time labels the kernels: h100, h200 or a100")
 	graphs := fs.Bool("graphs", true, "the step is one CUDA graph (the GPU backend's default), as ngen report -graphs")
 	tf32 := fs.Bool("tf32", false, "f32 GEMMs on TF32 tensor cores, as ngen report -tf32")
 	fold := fs.Bool("fold", true, "draw a run of identical layers once, with its count")
@@ -34,7 +34,7 @@ func graphCmd(args []string) error {
 		return fmt.Errorf("graph: -batch %d: want a positive batch size", *batch)
 	}
 	if _, ok := codegen.GPUs[strings.ToLower(*gpu)]; !ok {
-		return fmt.Errorf("graph: -gpu %s: want h100 or a100", *gpu)
+		return fmt.Errorf("graph: -gpu %s: want h100, h200 or a100", *gpu)
 	}
 	on, err := parseFuse(*fuse)
 	if err != nil {

@@ -2,8 +2,8 @@
 // kernels and a typed Go package.
 //
 //	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
-//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|a100 [-graphs=false] [-tf32]] model.go
-//	ngen graph [-fuse=all|none] [-model NAME] [-o FILE.svg|.png|.dot] [-batch N] [-gpu h100|a100] [-fold=false] model.go
+//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|h200|a100 [-graphs=false] [-tf32]] model.go
+//	ngen graph [-fuse=all|none] [-model NAME] [-o FILE.svg|.png|.dot] [-batch N] [-gpu h100|h200|a100] [-fold=false] model.go
 //	ngen plot [-o FILE.png|.svg] [-smooth N] run.jsonl [other.jsonl ...]
 //	ngen devices
 //
@@ -265,7 +265,7 @@ func report(args []string) error {
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
 	budget := fs.Int64("memory-budget", 0, "as ngen build -memory-budget")
-	gpu := fs.String("gpu", "", "model the step's time on this GPU: h100 or a100")
+	gpu := fs.String("gpu", "", "model the step's time on this GPU: h100, h200 or a100")
 	graphs := fs.Bool("graphs", true, "with -gpu: the step is one CUDA graph (the GPU backend's default)")
 	tf32 := fs.Bool("tf32", false, "with -gpu: f32 GEMMs on TF32 tensor cores (cuda.Options.TF32)")
 	fs.Parse(args)
