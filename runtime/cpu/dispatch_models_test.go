@@ -178,6 +178,10 @@ func TestDispatchPathsModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles four models' host glue again, the recurrent one three ways (-short)")
 	}
+	// The package as linked was compiled by cgo at -O3; its rebuilds here
+	// must be too, or g++'s -O1 (the JIT's default) would compile a*b+c
+	// differently in the FMA-targeted copies.
+	t.Setenv("NGEN_JIT_OPT", "-O3")
 	info, _ := os.ReadFile("/proc/cpuinfo")
 	hasAVX2 := strings.Contains(string(info), " avx2")
 	hasFMA := strings.Contains(string(info), " fma")

@@ -23,15 +23,38 @@ import (
 	"github.com/ngen-ml/ngen/runtime/cpu/emu"
 )
 
-// jitFlags are the compiler flags CompileModule uses; they are part of the
-// cache key.
-// -O3 like the generated packages' cgo flags. -fno-gnu-unique: the
-// emulation's kernels are inline functions and their __shared__ arrays
-// function-local statics, which g++ would otherwise bind as STB_GNU_UNIQUE,
-// one object per name across every loaded module: an f64 kernel loaded
-// after an f32 one of the same name would then use the f32 kernel's
-// smaller arrays.
-var jitFlags = []string{"-std=c++17", "-O3", "-shared", "-fPIC", "-fno-gnu-unique"}
+// jitFlags are the compiler flags CompileModule uses, after the
+// optimisation level (jitOpt); they are part of the cache key.
+// -fno-gnu-unique: the emulation's kernels are inline functions and their
+// __shared__ arrays function-local statics, which g++ would otherwise bind
+// as STB_GNU_UNIQUE, one object per name across every loaded module: an
+// f64 kernel loaded after an f32 one of the same name would then use the
+// f32 kernel's smaller arrays.
+var jitFlags = []string{"-std=c++17", "-shared", "-fPIC", "-fno-gnu-unique"}
+
+// jitOpt is the optimisation level of modules compiled at run time: -O1
+// unless $NGEN_JIT_OPT names another (-O0 to -O3, -Os, -Og). These modules
+// are checked, not timed: the generated packages, which the benchmarks and
+// users run, are compiled by cgo at -O3. At -O1 g++ takes about half the
+// time of -O3 on a module (5.6 against 2.7 s on a 27-kernel LSTM module),
+// and the suite compiles some 250 of them on a cold cache. One difference
+// in the arithmetic: from -O2 up g++ contracts a*b+c into an FMA where a
+// function targets FMA (the emulation's AVX2 copies), and at -O1 it does
+// not, so an AVX2 copy's results may differ in the last bit between a
+// JIT-compiled module and a generated package (never reassociation: no
+// -ffast-math at any level). The JIT's tests compare modules compiled
+// alike, or against oracles within stated tolerances. Time a
+// JIT-compiled module with NGEN_JIT_OPT=-O3.
+func jitOpt() (string, error) {
+	switch o := os.Getenv("NGEN_JIT_OPT"); o {
+	case "":
+		return "-O1", nil
+	case "-O0", "-O1", "-O2", "-O3", "-Os", "-Og":
+		return o, nil
+	default:
+		return "", fmt.Errorf("NGEN_JIT_OPT=%q: want -O0, -O1, -O2, -O3, -Os or -Og", o)
+	}
+}
 
 // CompileModule compiles kernels for the host at run time, for tests and
 // tools; generated packages compile theirs with cgo instead.
@@ -58,7 +81,11 @@ func CompileModule(name string, files map[string]string, entryFile string, kerne
 	if cxx == "" {
 		cxx = "g++"
 	}
-	args := append(append([]string{}, jitFlags...), "-o", "mod.so", entryFile)
+	opt, err := jitOpt()
+	if err != nil {
+		return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
+	}
+	args := append(append([]string{opt}, jitFlags...), "-o", "mod.so", entryFile)
 
 	dir, err := cacheDir(cacheKey(cxx, args, all))
 	if err != nil {
