@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -19,6 +20,16 @@ import (
 // never stored. A label out of range raises the status flag the runtime
 // checks after the step (naming the op and the user's line). The host
 // target renders its own form instead (ceCPUForm).
+//
+// With an ignore index (ops.CEIgnore) a row whose label is that index
+// adds nothing and gets a zero gradient, and N is the number of the other
+// rows. Every block counts them itself over the whole label vector (its
+// threads stride over it into one shared counter), before any row's work:
+// the loss and the gradient need N before they can be written, and a
+// block counting needs no second kernel, no grid-wide barrier and no host
+// read. It costs a block a read of the labels (4 bytes a row), which L2
+// serves to all but the first block. With no row left N is taken as 1,
+// so the loss and the gradients are 0.
 func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kernel, error) {
 	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
@@ -45,12 +56,20 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 	if C.N <= ceThreadClasses {
 		lanes = 1
 	}
-	k.sync = lanes > 1
+	ign, ignore := ops.CEIgnore(root.Attrs)
+	// The block's count of kept rows (ceCount) synchronises the block.
+	k.sync = lanes > 1 || ignore
 	w := &k.body
 	const threads = 256
 	rowsPerBlock := threads / lanes
 	fmt.Fprintf(w, "  const long long rows = %s;\n", k.size(labels.Shape))
 	fmt.Fprintf(w, "  const int C = %d;\n", C.N)
+	// N, the mean's divisor: every row, or those not ignored (den, which
+	// ceCount or the host form's count defines).
+	n := fmt.Sprintf("(%s)rows", t)
+	if ignore {
+		n = "den"
+	}
 	// The scale of the gradient: g / N.
 	scale := ""
 	if g.Grad != nil {
@@ -63,14 +82,17 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 		default:
 			scale = in[gv] + "[0]"
 		}
-		scale = fmt.Sprintf("%s / (%s)rows", scale, t)
+		scale = fmt.Sprintf("%s / %s", scale, n)
 	}
 	z := labels.Shape.Size()
 	k.grid = [3]runtime.Expr{{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: int64(rowsPerBlock)}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
 	k.block = [3]int{threads, 1, 1}
 	if k.target != ops.CUDA && C.N <= ceCPUClasses {
-		k.ceCPUForm(p, g, in, out, C.N, status, code, scale)
+		k.ceCPUForm(p, g, in, out, C.N, status, code, scale, n)
 		return k, nil
+	}
+	if ignore {
+		k.ceCount(in[labels], t, ign)
 	}
 	if lanes > 1 {
 		fmt.Fprintf(w, "  const long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", rowsPerBlock)
@@ -81,7 +103,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 	}
 	w.WriteString("  if (row >= rows) return;\n")
 	fmt.Fprintf(w, "  const int label = %s[row];\n", in[labels])
-	w.WriteString("  const bool bad = label < 0 || label >= C;\n")
+	skip := ceLabel(w, "  ", ign, ignore)
 	fmt.Fprintf(w, "  if (bad && lane == 0 && atomicCAS(%s, 0, %s) == 0) { %s[1] = label; %s[2] = (int)row; %s[3] = C; }\n", status, code, status, status, status)
 	// x(j) renders the prologue for element j of the row and returns the
 	// logit's expression.
@@ -119,12 +141,12 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 	}
 	fmt.Fprintf(w, "  const %s lse = mx + %s(sum);\n", t, c.Math("log"))
 	if g.Loss != nil {
-		w.WriteString("  if (lane == 0 && !bad) {\n")
+		fmt.Fprintf(w, "  if (lane == 0 && !%s) {\n", skip)
 		xl := x("    ", "label")
 		if eps != 0 {
-			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s * %s - %s * sx) / (%s)rows);\n", out[g.Loss], c.Lit(1-eps), xl, c.Lit(eps/float64(C.N)), t)
+			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s * %s - %s * sx) / %s);\n", out[g.Loss], c.Lit(1-eps), xl, c.Lit(eps/float64(C.N)), n)
 		} else {
-			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s) / (%s)rows);\n", out[g.Loss], xl, t)
+			fmt.Fprintf(w, "    atomicAdd(%s, (lse - %s) / %s);\n", out[g.Loss], xl, n)
 		}
 		w.WriteString("  }\n")
 	}
@@ -147,7 +169,7 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 			if eps != 0 {
 				on, off = c.Lit(1-eps+eps/float64(C.N)), c.Lit(eps/float64(C.N))
 			}
-			fmt.Fprintf(w, "    %s[i] = bad ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], c.Lit(0), c.Math("exp"), on, off)
+			fmt.Fprintf(w, "    %s[i] = %s ? %s : (%s(xj - lse) - (j == label ? %s : %s)) * scale;\n", out[g.Grad], skip, c.Lit(0), c.Math("exp"), on, off)
 		}
 		for _, v := range stores {
 			fmt.Fprintf(w, "    %s[i] = v%d;\n", out[v], v.ID)
@@ -155,6 +177,38 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 		w.WriteString("  }\n")
 	}
 	return k, nil
+}
+
+// ceLabel declares bad (the label is out of range, and not the ignore
+// index ign when ignore) and returns the name of the flag that skips a
+// row: bad itself, or skip (bad or ignored).
+func ceLabel(w *strings.Builder, indent string, ign int, ignore bool) string {
+	if !ignore {
+		w.WriteString(indent + "const bool bad = label < 0 || label >= C;\n")
+		return "bad"
+	}
+	fmt.Fprintf(w, "%sconst bool ignored = label == %d;\n", indent, ign)
+	w.WriteString(indent + "const bool bad = !ignored && (label < 0 || label >= C);\n")
+	w.WriteString(indent + "const bool skip = bad || ignored;\n")
+	return "skip"
+}
+
+// ceCount renders the GPU forms' count of the rows whose label is not the
+// ignore index ign, into den (at least 1), before any thread leaves: the
+// block's threads stride over the labels and add their counts into one
+// shared counter.
+func (k *kernel) ceCount(labels, t string, ign int) {
+	w := &k.body
+	w.WriteString("  __shared__ unsigned long long kept;\n")
+	w.WriteString("  if (threadIdx.x == 0) kept = 0;\n")
+	w.WriteString("  __syncthreads();\n")
+	w.WriteString("  {\n")
+	w.WriteString("    unsigned long long n = 0;\n")
+	fmt.Fprintf(w, "    for (long long r = threadIdx.x; r < rows; r += blockDim.x) n += %s[r] != %d;\n", labels, ign)
+	w.WriteString("    atomicAdd(&kept, n);\n")
+	w.WriteString("  }\n")
+	w.WriteString("  __syncthreads();\n")
+	fmt.Fprintf(w, "  const %s den = (%s)(kept > 0 ? kept : 1);\n", t, t)
 }
 
 // ceThreadClasses is the most classes a single thread handles per row; a
@@ -179,7 +233,9 @@ const ceCPUClasses = 1 << 14
 // gradient from them. The loss is summed per worker, one atomic each.
 // Its sums run in another order than the GPU forms', which the GPU-forms
 // tests compare against it.
-func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*ir.Value]string, C int, status, code, scale string) {
+// With an ignore index, each call first counts the kept rows over the
+// whole label vector (once per worker: one vectorised pass) into den.
+func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*ir.Value]string, C int, status, code, scale, n string) {
 	w := &k.body
 	root := g.Root
 	logits, labels := root.Args[0], root.Args[1]
@@ -190,6 +246,12 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 		exp = func(x string) string { return "::ngen_emu::fast_expf(" + x + ")" }
 	}
 	k.gridStride, k.sync = true, false
+	ign, ignore := ops.CEIgnore(root.Attrs)
+	if ignore {
+		w.WriteString("  long long kept = 0;\n")
+		fmt.Fprintf(w, "  for (long long r = 0; r < rows; ++r) kept += %s[r] != %d;\n", in[labels], ign)
+		fmt.Fprintf(w, "  const %s den = (%s)(kept > 0 ? kept : 1);\n", t, t)
+	}
 	if g.Grad != nil {
 		fmt.Fprintf(w, "  const %s scale = %s;\n", t, scale)
 	}
@@ -198,7 +260,7 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 	}
 	w.WriteString("  NGEN_GRID_STRIDE(r, rows) {\n")
 	fmt.Fprintf(w, "    const int label = %s[r];\n", in[labels])
-	w.WriteString("    const bool bad = label < 0 || label >= C;\n")
+	skip := ceLabel(w, "    ", ign, ignore)
 	fmt.Fprintf(w, "    if (bad && atomicCAS(%s, 0, %s) == 0) { %s[1] = label; %s[2] = (int)r; %s[3] = C; }\n", status, code, status, status, status)
 	fmt.Fprintf(w, "    %s xs[C], ex[C];\n", t)
 	// The prologue in rows of C (Ctx.Row): a broadcast bias is then
@@ -240,9 +302,9 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 			w.WriteString("      for (int l = 0; l < 8; ++l) part[l] += xs[j0 + l];\n")
 			w.WriteString("    for (int j = C / 8 * 8; j < C; ++j) part[0] += xs[j];\n")
 			fmt.Fprintf(w, "    const %s sx = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));\n", t)
-			fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - %s * xs[label] - %s * sx) / (%s)rows;\n", c.Math("log"), c.Lit(1-eps), c.Lit(eps/float64(C)), t)
+			fmt.Fprintf(w, "    if (!%s) loss += (mx + %s(sum) - %s * xs[label] - %s * sx) / %s;\n", skip, c.Math("log"), c.Lit(1-eps), c.Lit(eps/float64(C)), n)
 		} else {
-			fmt.Fprintf(w, "    if (!bad) loss += (mx + %s(sum) - xs[label]) / (%s)rows;\n", c.Math("log"), t)
+			fmt.Fprintf(w, "    if (!%s) loss += (mx + %s(sum) - xs[label]) / %s;\n", skip, c.Math("log"), n)
 		}
 	}
 	if g.Grad != nil {
@@ -250,11 +312,11 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 		// without the select: the label's element is rewritten after it.
 		fmt.Fprintf(w, "    %s *const dx = %s + r * C;\n", t, out[g.Grad])
 		if eps != 0 {
-			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : (ex[j] / sum - %s) * scale;\n", c.Lit(0), c.Lit(eps/float64(C)))
-			fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1-eps+eps/float64(C)))
+			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = %s ? %s : (ex[j] / sum - %s) * scale;\n", skip, c.Lit(0), c.Lit(eps/float64(C)))
+			fmt.Fprintf(w, "    if (!%s) dx[label] = (ex[label] / sum - %s) * scale;\n", skip, c.Lit(1-eps+eps/float64(C)))
 		} else {
-			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = bad ? %s : ex[j] / sum * scale;\n", c.Lit(0))
-			fmt.Fprintf(w, "    if (!bad) dx[label] = (ex[label] / sum - %s) * scale;\n", c.Lit(1))
+			fmt.Fprintf(w, "    for (int j = 0; j < C; ++j) dx[j] = %s ? %s : ex[j] / sum * scale;\n", skip, c.Lit(0))
+			fmt.Fprintf(w, "    if (!%s) dx[label] = (ex[label] / sum - %s) * scale;\n", skip, c.Lit(1))
 		}
 	}
 	w.WriteString("  }\n")

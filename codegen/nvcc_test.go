@@ -32,6 +32,9 @@ func TestNVCC(t *testing.T) {
 		// Label-smoothed cross-entropy, thread-per-row and warp-per-row.
 		{"ce_ls_4", labelSmoothed(4)},
 		{"ce_ls_45", labelSmoothed(45)},
+		// With an ignore index: the block's shared count of kept rows.
+		{"ce_ls_ign_4", ceIgnoring(labelSmoothed(4), -100)},
+		{"ce_ls_ign_45", ceIgnoring(labelSmoothed(45), -100)},
 	} {
 		for _, fuse := range []bool{true, false} {
 			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
@@ -100,4 +103,10 @@ func labelSmoothed(classes int) *ir.Model {
 	y := b.Input("y", ir.I32, ir.S("B"))
 	logits := b.Linear("fc", x, classes)
 	return b.Model("ce_ls", b.Op("cross_entropy", ir.Attrs{F: 0.1}, logits, y), logits, irtest.Adam)
+}
+
+// ceIgnoring gives m's cross-entropy loss ignore index ign.
+func ceIgnoring(m *ir.Model, ign int) *ir.Model {
+	m.Loss.Attrs.Ints = []int{ign}
+	return m
 }

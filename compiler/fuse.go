@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"slices"
+
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
 )
@@ -171,7 +173,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 			if on && v.Op == "ce_grad" {
 				joined := false
 				for gi, g := range gs {
-					if g.Kind == CE && g.Loss != nil && g.Grad == nil && g.Loss.Attrs.F == v.Attrs.F &&
+					if g.Kind == CE && g.Loss != nil && g.Grad == nil && g.Loss.Attrs.F == v.Attrs.F && slices.Equal(g.Loss.Attrs.Ints, v.Attrs.Ints) &&
 						g.Loss.Args[0] == v.Args[0] && g.Loss.Args[1] == v.Args[1] && ready(v, gi, v.Args[2]) &&
 						(isConst(v.Args[2]) || v.Args[2] == g.Loss) {
 						g.Grad = v

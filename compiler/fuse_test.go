@@ -84,6 +84,25 @@ func TestFuseMLP(t *testing.T) {
 	}
 }
 
+// TestFuseCEIgnore: with an ignore index (and label smoothing) the loss
+// and dlogits still share the logits' bias kernel, the gradient carrying
+// the same options.
+func TestFuseCEIgnore(t *testing.T) {
+	m := seedMLP()
+	m.Loss.Attrs = ir.Attrs{F: 0.1, Ints: []int{-100}}
+	p := through(t, m, "fuse", true)
+	for _, g := range p.Groups[p.Step] {
+		if g.Kind != CE {
+			continue
+		}
+		if g.Ops() != "add+cross_entropy+ce_grad" || g.Grad == nil || g.Grad.Attrs.F != 0.1 || len(g.Grad.Attrs.Ints) != 1 || g.Grad.Attrs.Ints[0] != -100 {
+			t.Fatalf("%s: %s, grad %v", g.Name, g.Ops(), g.Grad)
+		}
+		return
+	}
+	t.Fatal("no cross-entropy kernel")
+}
+
 // TestFuseGroups checks the properties each fused kernel relies on, over
 // the seed MLP: an epilogue writes only what later kernels read, the
 // cross-entropy kernel owns both its loss and dlogits, and the order of

@@ -12,7 +12,10 @@ import (
 // 2 for an integer input used otherwise (a mask: 0 or 1 are valid
 // anywhere). 0 for a float input. The plan records it
 // (runtime.Buffer.Bound), so that tools and tests can feed any model valid
-// data without knowing it.
+// data without knowing it. A cross-entropy's ignore index
+// (ops.CEIgnore) is a valid label too, which the kernels skip rather
+// than report, but it lies outside [0, C): data drawn below the bound
+// never holds it.
 func inputBound(p *Program, name string) int64 {
 	var bound int64
 	found := false

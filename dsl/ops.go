@@ -151,19 +151,55 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{}, logits, labels)
 }
 
-// CrossEntropyOptions are F.cross_entropy's options.
+// CrossEntropyOptions are F.cross_entropy's options. The zero value is
+// F.cross_entropy's defaults, except that no label is ignored unless
+// Ignore is set.
 type CrossEntropyOptions struct {
 	// LabelSmoothing is label_smoothing, in [0, 1]: the target is
 	// (1-ε)·onehot + ε/C.
 	LabelSmoothing float64
+	// Ignore turns IgnoreIndex on (ignore_index=IgnoreIndex); without it
+	// every label is a target, so the zero value ignores nothing, and an
+	// IgnoreIndex set without Ignore is an error rather than a no-op.
+	Ignore bool
+	// IgnoreIndex is ignore_index: a target equal to it adds nothing to
+	// the loss (neither its negative log-likelihood nor its smoothing
+	// term) and gets a zero gradient, and the mean divides by the number
+	// of the other targets, as PyTorch does. The kernels count them on
+	// the device, in the loss and the gradient alike.
+	//
+	// It must lie outside [0, C), C the number of classes: labels are
+	// i32, so a negative index such as PyTorch's default -100 marks a
+	// target without taking a class from the model, while an index
+	// inside the range would silently keep the model from ever learning
+	// that class (map such targets, a padding token say, to -100 in the
+	// data instead). An index inside the range, or one an i32 cannot
+	// hold, is an error at this call's line.
+	//
+	// A batch whose every target is ignored has loss 0 and zero
+	// gradients (PyTorch's loss is 0/0, NaN, and its gradients zero):
+	// the step is taken, so it changes no parameter under plain SGD,
+	// while momentum, Adam's moments and weight decay act as for any
+	// zero gradient. A NaN loss would have the step refused as a
+	// non-finite one (docs/ARCHITECTURE.md, "Transactional step").
+	IgnoreIndex int
 }
 
 // CrossEntropyWith is CrossEntropy with options, F.cross_entropy(logits,
-// labels, label_smoothing=...), fused with its gradient as CrossEntropy
-// is.
+// labels, label_smoothing=..., ignore_index=...), fused with its gradient
+// as CrossEntropy is.
 func CrossEntropyWith(logits, labels *Tensor, o CrossEntropyOptions) *Tensor {
 	if logits == nil {
 		return nil
 	}
-	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{F: o.LabelSmoothing}, logits, labels)
+	pos := callerPos()
+	attrs := ir.Attrs{F: o.LabelSmoothing}
+	switch {
+	case o.Ignore:
+		attrs.Ints = []int{o.IgnoreIndex}
+	case o.IgnoreIndex != 0:
+		logits.m.fail(pos, "cross_entropy", "IgnoreIndex %d without Ignore: set Ignore: true to ignore it", o.IgnoreIndex)
+		return logits
+	}
+	return logits.m.op(pos, "cross_entropy", attrs, logits, labels)
 }

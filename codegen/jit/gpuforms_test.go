@@ -19,7 +19,8 @@ import (
 // unfused, and compares. The models reach forms the generated packages
 // do not: a cross-entropy wide enough to give each row a warp (its max
 // and sum are warp butterflies), the vision layers' im2col/col2im and
-// pooling kernels, and an LSTM's scan. Only the order of reduction sums
+// pooling kernels, an LSTM's scan, and cross-entropies with an ignore
+// index (two of the five rows ignored: the count of kept rows). Only the order of reduction sums
 // differs between the two, so f64 agrees to rtol 1e-10 (loss), 1e-9
 // plus 1e-12 of the largest (gradients and parameters).
 func TestGPUFormsJITModels(t *testing.T) {
@@ -42,11 +43,14 @@ func TestGPUFormsJITModels(t *testing.T) {
 		m    *ir.Model
 		in   int // input elements per row
 		cls  int
+		ign  bool // rows 1 and 3 take ignore index -100
 	}{
-		{"mlp dropout", irtest.MLP(ir.F64, 7, 9, 4, 0.2, irtest.Adam), 7, 4},
-		{"mlp 100 classes", irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), 6, 100},
-		{"convnet", irtest.ConvNet(ir.F64, 5, irtest.Adam), 4 * 9 * 8, 5},
-		{"lstm checkpoint", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), 4 * 3, 3},
+		{"mlp dropout", irtest.MLP(ir.F64, 7, 9, 4, 0.2, irtest.Adam), 7, 4, false},
+		{"mlp 100 classes", irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), 6, 100, false},
+		{"mlp ignore", withIgnore(irtest.MLP(ir.F64, 7, 9, 4, 0, irtest.Adam), -100), 7, 4, true},
+		{"mlp 100 classes ignore", withIgnore(irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), -100), 6, 100, true},
+		{"convnet", irtest.ConvNet(ir.F64, 5, irtest.Adam), 4 * 9 * 8, 5, false},
+		{"lstm checkpoint", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), 4 * 3, 3, false},
 	} {
 		for _, fuse := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fuse=%v", tc.name, fuse), func(t *testing.T) {
@@ -58,6 +62,9 @@ func TestGPUFormsJITModels(t *testing.T) {
 				y := make([]int32, rows)
 				for i := range y {
 					y[i] = int32(rng.IntN(tc.cls))
+				}
+				if tc.ign {
+					y[1], y[3] = -100, -100
 				}
 				a := trainTrace64(t, gpu, tc.m, fuse, x, y, rows, 2)
 				b := trainTrace64(t, host, tc.m, fuse, x, y, rows, 2)

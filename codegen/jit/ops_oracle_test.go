@@ -38,6 +38,7 @@ const (
 type opArg struct {
 	shape   []int
 	classes int // > 0: i32 labels in [0, classes)
+	ignored int // of those labels, how many are the case's ignore index (ops.CEIgnore), at random places
 	domain  int
 }
 
@@ -60,6 +61,9 @@ func (c opCase) gName() string { return c.name + ".g" }
 func f(shape ...int) opArg         { return opArg{shape: shape} }
 func fd(d int, s ...int) opArg     { return opArg{shape: s, domain: d} }
 func labels(n int, s ...int) opArg { return opArg{shape: s, classes: n} }
+
+// ignoring is labels(n, s...) with k of them the case's ignore index.
+func ignoring(k, n int, s ...int) opArg { return opArg{shape: s, classes: n, ignored: k} }
 
 func unaryCases(op string, d int, attrs ir.Attrs) []opCase {
 	return []opCase{
@@ -177,6 +181,10 @@ func opGroups() map[string][]opCase {
 		// label_smoothing, in the thread-per-row and warp-per-row forms.
 		{name: "cross_entropy_ls_4x7", op: "cross_entropy", attrs: ir.Attrs{F: 0.1}, args: []opArg{f(4, 7), labels(7, 4)}},
 		{name: "cross_entropy_ls_3x45", op: "cross_entropy", attrs: ir.Attrs{F: 0.25}, args: []opArg{f(3, 45), labels(45, 3)}},
+		// ignore_index (ceIgnoreCases has more, a fully ignored batch too).
+		{name: "cross_entropy_ign_4x7", op: "cross_entropy", attrs: ir.Attrs{Ints: []int{-100}}, args: []opArg{f(4, 7), ignoring(2, 7, 4)}},
+		{name: "cross_entropy_ign_ls_2x3x5", op: "cross_entropy", attrs: ir.Attrs{F: 0.1, Ints: []int{-1}}, args: []opArg{f(2, 3, 5), ignoring(3, 5, 2, 3)}},
+		{name: "cross_entropy_ign_ls_3x45", op: "cross_entropy", attrs: ir.Attrs{F: 0.25, Ints: []int{45}}, args: []opArg{f(3, 45), ignoring(1, 45, 3)}},
 	}
 	return map[string][]opCase{"unary": unary, "binary": binary, "reduce": reduce, "matmul": matmul, "views": views, "vision": visionCases(), "seq": seqCases(), "recur": recurCases(), "norm": normCases(), "attention": attentionCases()}
 }
@@ -247,6 +255,11 @@ func buildOpModel(dt ir.DType, cases []opCase, outCase int, seed uint64) (*ir.Mo
 				y := make([]int32, elems(a.shape))
 				for k := range y {
 					y[k] = int32(rng.IntN(a.classes))
+				}
+				if ign, ok := ops.CEIgnore(c.attrs); ok {
+					for _, k := range rng.Perm(len(y))[:a.ignored] {
+						y[k] = int32(ign)
+					}
 				}
 				data.labels[c.argName(j)] = y
 				continue

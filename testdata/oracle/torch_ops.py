@@ -49,9 +49,11 @@ def _matmul(attrs, a, b):
 
 
 def _cross_entropy(attrs, logits, labels):
+    """attrs: f is label_smoothing, ints (one value) ignore_index."""
     c = logits.shape[-1]
+    ints = attrs.get("ints") or [-100]  # ngen ignores nothing without it: labels are never -100 then
     return F.cross_entropy(logits.reshape(-1, c), labels.reshape(-1).long(), reduction="mean",
-                           label_smoothing=attrs.get("f", 0.0))
+                           label_smoothing=attrs.get("f", 0.0), ignore_index=ints[0])
 
 
 def _window(attrs):
