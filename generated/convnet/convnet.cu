@@ -589,18 +589,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v77 = (v73 * 0.099999999999999978f);
     float v78 = (v76 + v77);
     float a75 = in3[i];
+    out0[i] = v78;
     float v79 = (a75 * 0.999f);
     float v80 = (v73 * v73);
     float v81 = (v80 * 0.0010000000000000009f);
     float v82 = (v79 + v81);
+    out1[i] = v82;
     float v83 = sqrtf(v82);
     float v85 = (v83 / s_bc2_sqrt);
     float v86 = (v85 + 1e-08f);
     float v88 = (v78 / v86);
     float v89 = (s_step_size * v88);
     float v90 = (a69 - v89);
-    out0[i] = v78;
-    out1[i] = v82;
     out2[i] = v90;
   }
 }

@@ -276,22 +276,22 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v31 = (a11 - v30);
     float v36 = (a17 * 0.10000000000000001f);
     float a12 = in5[i];
-    float v37 = (a12 + v36);
-    float v38 = (s_train ? v37 : a12);
-    float v39 = (v21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
-    float v40 = (a13 * 0.90000000000000002f);
-    float v41 = (v39 * 0.10000000000000001f);
-    float v42 = (v40 + v41);
-    float v43 = (s_train ? v42 : a13);
-    float v177 = powf(v24, -1.5f);
-    float v178 = (v177 * -0.5f);
     out0[i] = v21;
     out1[i] = v23;
     out2[i] = v28;
     out3[i] = v29;
     out4[i] = v31;
+    float v37 = (a12 + v36);
+    float v38 = (s_train ? v37 : a12);
     out5[i] = v38;
+    float v39 = (v21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
+    float v40 = (a13 * 0.90000000000000002f);
+    float v41 = (v39 * 0.10000000000000001f);
+    float v42 = (v40 + v41);
+    float v43 = (s_train ? v42 : a13);
     out6[i] = v43;
+    float v177 = powf(v24, -1.5f);
+    float v178 = (v177 * -0.5f);
     out7[i] = v178;
   }
 }
@@ -490,22 +490,22 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v76 = (a56 - v75);
     float v81 = (a62 * 0.10000000000000001f);
     float a57 = in5[i];
-    float v82 = (a57 + v81);
-    float v83 = (s_train ? v82 : a57);
-    float v84 = (v66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
-    float v85 = (a58 * 0.90000000000000002f);
-    float v86 = (v84 * 0.10000000000000001f);
-    float v87 = (v85 + v86);
-    float v88 = (s_train ? v87 : a58);
-    float v131 = powf(v69, -1.5f);
-    float v132 = (v131 * -0.5f);
     out0[i] = v66;
     out1[i] = v68;
     out2[i] = v73;
     out3[i] = v74;
     out4[i] = v76;
+    float v82 = (a57 + v81);
+    float v83 = (s_train ? v82 : a57);
     out5[i] = v83;
+    float v84 = (v66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
+    float v85 = (a58 * 0.90000000000000002f);
+    float v86 = (v84 * 0.10000000000000001f);
+    float v87 = (v85 + v86);
+    float v88 = (s_train ? v87 : a58);
     out6[i] = v88;
+    float v131 = powf(v69, -1.5f);
+    float v132 = (v131 * -0.5f);
     out7[i] = v132;
   }
 }
@@ -829,10 +829,10 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
     float v137 = (-v136);
     float v138 = (v137 * 2.0f);
     float a62 = in8[i];
-    float v139 = (v138 * a62);
-    float v140 = (v135 + v139);
     out0[i] = v127;
     out1[i] = v136;
+    float v139 = (v138 * a62);
+    float v140 = (v135 + v139);
     out2[i] = v140;
   }
 }
@@ -1077,10 +1077,10 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
     float v183 = (-v182);
     float v184 = (v183 * 2.0f);
     float a17 = in8[i];
-    float v185 = (v184 * a17);
-    float v186 = (v181 + v185);
     out0[i] = v173;
     out1[i] = v182;
+    float v185 = (v184 * a17);
+    float v186 = (v181 + v185);
     out2[i] = v186;
   }
 }
@@ -1188,18 +1188,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v213 = (v209 * 0.099999999999999978f);
     float v214 = (v212 + v213);
     float a211 = in3[i];
+    out0[i] = v214;
     float v215 = (a211 * 0.999f);
     float v216 = (v209 * v209);
     float v217 = (v216 * 0.0010000000000000009f);
     float v218 = (v215 + v217);
+    out1[i] = v218;
     float v219 = sqrtf(v218);
     float v221 = (v219 / s_bc2_sqrt);
     float v222 = (v221 + 1e-08f);
     float v224 = (v214 / v222);
     float v225 = (s_step_size * v224);
     float v226 = (a205 - v225);
-    out0[i] = v214;
-    out1[i] = v218;
     out2[i] = v226;
   }
 }
@@ -1236,8 +1236,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v28 = (a9 * v27);
     float v29 = (v22 * v28);
     float a10 = in4[i];
-    float v30 = (a10 - v29);
     out0[i] = v28;
+    float v30 = (a10 - v29);
     out1[i] = v30;
   }
 }
@@ -1305,8 +1305,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v65 = (a46 * v64);
     float v66 = (v59 * v65);
     float a47 = in4[i];
-    float v67 = (a47 - v66);
     out0[i] = v65;
+    float v67 = (a47 - v66);
     out1[i] = v67;
   }
 }
@@ -1387,8 +1387,8 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd(const fl
     float v18 = (a9 * v17);
     float v19 = (0.0f * v18);
     float a10 = in2[i];
-    float v20 = (a10 - v19);
     out0[i] = v18;
+    float v20 = (a10 - v19);
     out1[i] = v20;
   }
 }
@@ -1425,8 +1425,8 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd_2(const 
     float v45 = (a36 * v44);
     float v46 = (0.0f * v45);
     float a37 = in2[i];
-    float v47 = (a37 - v46);
     out0[i] = v45;
+    float v47 = (a37 - v46);
     out1[i] = v47;
   }
 }

@@ -533,18 +533,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v86 = (v82 * 0.099999999999999978f);
     float v87 = (v85 + v86);
     float a84 = in3[i];
+    out0[i] = v87;
     float v88 = (a84 * 0.999f);
     float v89 = (v82 * v82);
     float v90 = (v89 * 0.0010000000000000009f);
     float v91 = (v88 + v90);
+    out1[i] = v91;
     float v92 = sqrtf(v91);
     float v94 = (v92 / s_bc2_sqrt);
     float v95 = (v94 + 1e-08f);
     float v97 = (v87 / v95);
     float v98 = (s_step_size * v97);
     float v99 = (a78 - v98);
-    out0[i] = v87;
-    out1[i] = v91;
     out2[i] = v99;
   }
 }

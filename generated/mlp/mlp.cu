@@ -144,8 +144,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
     float v6 = (v5 <= 0.0f ? 0.0f : v5);
-    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
+    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out1[i] = v7;
   }
 }
@@ -162,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
     float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
     float v12 = (v11 <= 0.0f ? 0.0f : v11);
-    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
+    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out1[i] = v13;
   }
 }
@@ -375,18 +375,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v44 = (v40 * 0.099999999999999978f);
     float v45 = (v43 + v44);
     float a42 = in3[i];
+    out0[i] = v45;
     float v46 = (a42 * 0.999f);
     float v47 = (v40 * v40);
     float v48 = (v47 * 0.0010000000000000009f);
     float v49 = (v46 + v48);
+    out1[i] = v49;
     float v50 = sqrtf(v49);
     float v52 = (v50 / s_bc2_sqrt);
     float v53 = (v52 + 1e-08f);
     float v55 = (v45 / v53);
     float v56 = (s_step_size * v55);
     float v57 = (a36 - v56);
-    out0[i] = v45;
-    out1[i] = v49;
     out2[i] = v57;
   }
 }

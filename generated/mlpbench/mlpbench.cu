@@ -355,18 +355,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v40 = (v36 * 0.099999999999999978f);
     float v41 = (v39 + v40);
     float a38 = in3[i];
+    out0[i] = v41;
     float v42 = (a38 * 0.999f);
     float v43 = (v36 * v36);
     float v44 = (v43 * 0.0010000000000000009f);
     float v45 = (v42 + v44);
+    out1[i] = v45;
     float v46 = sqrtf(v45);
     float v48 = (v46 / s_bc2_sqrt);
     float v49 = (v48 + 1e-08f);
     float v51 = (v41 / v49);
     float v52 = (s_step_size * v51);
     float v53 = (a32 - v52);
-    out0[i] = v41;
-    out1[i] = v45;
     out2[i] = v53;
   }
 }

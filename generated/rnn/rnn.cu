@@ -546,18 +546,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v60 = (v56 * 0.099999999999999978f);
     float v61 = (v59 + v60);
     float a58 = in3[i];
+    out0[i] = v61;
     float v62 = (a58 * 0.999f);
     float v63 = (v56 * v56);
     float v64 = (v63 * 0.0010000000000000009f);
     float v65 = (v62 + v64);
+    out1[i] = v65;
     float v66 = sqrtf(v65);
     float v68 = (v66 / s_bc2_sqrt);
     float v69 = (v68 + 1e-08f);
     float v71 = (v61 / v69);
     float v72 = (s_step_size * v71);
     float v73 = (a52 - v72);
-    out0[i] = v61;
-    out1[i] = v65;
     out2[i] = v73;
   }
 }

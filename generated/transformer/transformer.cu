@@ -362,8 +362,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a29 = in1[(0) * 1024LL + j];
     float v30 = (a28 + a29);
     float v31 = (v30 <= 0.0f ? 0.0f : v30);
-    float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v31;
+    float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out1[i] = v32;
   }
 }
@@ -1781,18 +1781,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v458 = (v454 * 0.099999999999999978f);
     float v459 = (v457 + v458);
     float a456 = in3[i];
+    out0[i] = v459;
     float v460 = (a456 * 0.999f);
     float v461 = (v454 * v454);
     float v462 = (v461 * 0.0010000000000000009f);
     float v463 = (v460 + v462);
+    out1[i] = v463;
     float v464 = sqrtf(v463);
     float v466 = (v464 / s_bc2_sqrt);
     float v467 = (v466 + 1e-08f);
     float v469 = (v459 / v467);
     float v470 = (s_step_size * v469);
     float v471 = (a450 - v470);
-    out0[i] = v459;
-    out1[i] = v463;
     out2[i] = v471;
   }
 }

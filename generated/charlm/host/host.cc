@@ -611,18 +611,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v80 = (v76 * 0.099999999999999978f);
     float v81 = (v79 + v80);
     float a78 = in3[i];
+    out0[i] = v81;
     float v82 = (a78 * 0.999f);
     float v83 = (v76 * v76);
     float v84 = (v83 * 0.0010000000000000009f);
     float v85 = (v82 + v84);
+    out1[i] = v85;
     float v86 = sqrtf(v85);
     float v88 = (v86 / s_bc2_sqrt);
     float v89 = (v88 + 1e-08f);
     float v91 = (v81 / v89);
     float v92 = (s_step_size * v91);
     float v93 = (a72 - v92);
-    out0[i] = v81;
-    out1[i] = v85;
     out2[i] = v93;
   }
 }

@@ -365,9 +365,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const fl
     float a27 = in0[i];
     float a28 = in1[(0) * 1024LL + j];
     float v29 = (a27 + a28);
+    out0[i] = v29;
     float v30 = ngen_gelu(v29);
     float v31 = (v30 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v29;
     out1[i] = v31;
   }
 }
@@ -766,8 +766,8 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * 
     float a139 = in0[i];
     float a162 = in1[i];
     float v167 = (a139 + a162);
-    float v168 = (v167 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v167;
+    float v168 = (v167 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out1[i] = v168;
   }
 }
@@ -1039,18 +1039,18 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
     float v343 = (v339 * 0.099999999999999978f);
     float v344 = (v342 + v343);
     float a341 = in3[i];
+    out0[i] = v344;
     float v345 = (a341 * 0.999f);
     float v346 = (v339 * v339);
     float v347 = (v346 * 0.0010000000000000009f);
     float v348 = (v345 + v347);
+    out1[i] = v348;
     float v349 = sqrtf(v348);
     float v351 = (v349 / s_bc2_sqrt);
     float v352 = (v351 + 1e-08f);
     float v354 = (v344 / v352);
     float v355 = (s_step_size * v354);
     float v356 = (a335 - v355);
-    out0[i] = v344;
-    out1[i] = v348;
     out2[i] = v356;
   }
 }
