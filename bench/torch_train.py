@@ -147,6 +147,8 @@ def main():
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
     p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
+    p.add_argument("--weight-decay", type=float, default=0,
+                   help="Adam's weight_decay (cmd/train passes -weight-decay, or the model's)")
     p.add_argument("--schedule", help="learning-rate schedule as runtime/schedule's JSON (cmd/train -schedule passes it), "
                    "stepped after every optimizer step")
     a = p.parse_args()
@@ -179,7 +181,7 @@ def main():
         # as ngen's trainer copies each batch once.
         model = model.to(a.device)
         xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr or 1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr or 1e-3, weight_decay=a.weight_decay)
     sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)
@@ -263,7 +265,7 @@ def train_seq(a):
     per_seq = ytr.shape[1] == 1
     torch.manual_seed(a.seed)
     model, lr = torch_models.seq_model(a.model, a.vocab)
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr or lr)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr or lr, weight_decay=a.weight_decay)
     sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)

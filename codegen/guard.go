@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -222,27 +223,110 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 	k.grid = [3]runtime.Expr{{Size: plan.Buffers[pb].Elems, Div: 256, Max: 1 << 10}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
 	sc := func(name string) string { return k.scalar(name, t) }
 	gsafe := sc("gsafe")
-	lit := c.Lit
-	var body []string // statements over p and g
-	var news []string // the new parameter, then the state in status-word order
+	// One loop per parameter group over its slice of the flat vectors
+	// (runtime/param_groups.go), each with the group's options.
+	rules := o.Rules()
+	total := plan.Buffers[pb].Elems.Mul
+	type span struct{ off, n int64 }
+	spans := make([]span, len(rules))
+	var end int64
+	for i, g := range o.Groups {
+		spans[i] = span{g.Offset, g.Elems}
+		end = g.Offset + g.Elems
+	}
+	spans[len(rules)-1] = span{end, total - end}
+	var loops [][]string // per group: statements over p, g and i
+	var news []string    // the new parameter, then the state in status-word order
+	for gi, rule := range rules {
+		body, nw, err := updateCheckBody(c, o, rule, sc, state)
+		if err != nil {
+			return err
+		}
+		if gi == 0 || len(nw) > len(news) {
+			news = nw
+		}
+		loops = append(loops, body)
+	}
+	// |x| above half the largest finite value, NaN and ±Inf, on the
+	// bits: integer compares and maxima, which vectorise.
+	bitsOf, abs, limit, st := "__float_as_uint", "0x7fffffffu", "0x7effffffu", "int"
+	if t == "double" {
+		bitsOf, abs, limit, st = "(unsigned long long)__double_as_longlong", "0x7fffffffffffffffull", "0x7fdfffffffffffffull", "long long"
+	}
+	w := &k.body
+	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
+	fmt.Fprintf(w, "  if ((%s)__int_as_float(%s[8]) <= %s) return; // the host's bound covers the largest gradient\n", t, sb, gsafe)
+	for j := range news {
+		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
+	}
+	if len(loops) == 1 {
+		fmt.Fprintf(w, "  const long long n = %s;\n", n)
+	}
+	g := G + "[i]"
+	if o.ClipValue > 0 { // as compiler/optimizer.go clamps it
+		f := c.Lit(o.ClipValue)
+		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
+	}
+	if o.ClipNorm > 0 { // as clip_norm_scale scales it
+		g = fmt.Sprintf("(%s * %s)", g, ops.ClipCoef(t, sb))
+	}
+	for gi, body := range loops {
+		if spans[gi].n == 0 {
+			continue // the default group, when the declared ones took every parameter
+		}
+		if len(loops) == 1 {
+			fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n")
+		} else {
+			fmt.Fprintf(w, "  NGEN_GRID_STRIDE(e%d, %dLL) { // parameter group %s\n    const long long i = %dLL + e%d;\n", gi, spans[gi].n, rules[gi].Suffix, spans[gi].off, gi)
+		}
+		fmt.Fprintf(w, "    const %s p = %s[i], g = %s;\n", t, P, g)
+		for _, x := range body {
+			fmt.Fprintf(w, "    %s\n", x)
+		}
+		for j, x := range news {
+			fmt.Fprintf(w, "    const %s a%d = (%s)(%s(%s) & %s);\n", st, j, st, bitsOf, x, abs)
+			fmt.Fprintf(w, "    big%d = a%d > big%d ? a%d : big%d;\n", j, j, j, j, j)
+		}
+		w.WriteString("  }\n")
+	}
+	// A value past the limit, NaN or ±Inf makes its maximum pass it.
+	var over []string
+	for j := range news {
+		over = append(over, fmt.Sprintf("big%d > (%s)%s", j, st, limit))
+	}
+	fmt.Fprintf(w, "  if (%s) atomicMax(&%s[5], 2);\n", strings.Join(over, " || "), sb)
+	for j := range news {
+		w.WriteString(maxWord(t, fmt.Sprintf("big%d", j), sb, 9+j))
+	}
+	fmt.Fprintf(w, "  %s[12] = 1;\n", sb)
+	return nil
+}
+
+// updateCheckBody is the update check's computation for one parameter
+// group: statements over p, g and the index i, and the names of the new
+// parameter and state values in status-word order. It follows
+// compiler/optimizer.go's lowerGroup operation for operation.
+func updateCheckBody(c *ops.Ctx, o runtime.Optimizer, rule runtime.GroupRule, scalar func(string) string, state func(string) (string, error)) (body, news []string, _ error) {
+	t, lit := c.T, c.Lit
+	sc := func(name string) string { return scalar(name + rule.Suffix) }
 	switch o.Kind {
 	case "adam", "adamw":
 		m, err := state("exp_avg")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		v, err := state("exp_avg_sq")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		g := "g"
-		if o.Kind == "adam" && o.WeightDecay != 0 {
-			g = fmt.Sprintf("(g + (p * %s))", lit(o.WeightDecay))
+		if o.Kind == "adam" {
+			g = fmt.Sprintf("(g + (p * %s))", sc("wd"))
 		}
 		body = append(body,
 			fmt.Sprintf("const %s gd = %s;", t, g),
-			fmt.Sprintf("const %s m2 = ((%s[i] * %s) + (gd * %s));", t, m, lit(o.Beta1), lit(1-o.Beta1)),
-			fmt.Sprintf("const %s v2 = ((%s[i] * %s) + ((gd * gd) * %s));", t, v, lit(o.Beta2), lit(1-o.Beta2)),
+			fmt.Sprintf("const %s m2 = ((%s[i] * %s) + (gd * %s));", t, m, lit(rule.Beta1), lit(1-rule.Beta1)),
+			fmt.Sprintf("const %s v2 = ((%s[i] * %s) + ((gd * gd) * %s));", t, v, lit(rule.Beta2), lit(1-rule.Beta2)),
 			fmt.Sprintf("const %s den = ((%s(v2) / %s) + %s);", t, c.Math("sqrt"), sc("bc2_sqrt"), lit(o.Eps)))
 		p0 := "p"
 		if o.Kind == "adamw" {
@@ -258,70 +342,30 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		body = append(body, fmt.Sprintf("const %s p2 = (%s - (%s * %s));", t, p0, sc("step_size"), q))
 		news = []string{"p2", "m2", "v2"}
 	case "sgd":
-		d := "g"
-		if o.WeightDecay != 0 {
-			d = fmt.Sprintf("(g + (p * %s))", lit(o.WeightDecay))
-		}
-		body = append(body, fmt.Sprintf("%s d = %s;", t, d))
+		body = append(body, fmt.Sprintf("%s d = (g + (p * %s));", t, sc("wd")))
 		news = []string{"p2"}
-		if o.Momentum != 0 {
+		if o.Momentum != 0 || slices.ContainsFunc(o.Groups, func(g runtime.ParamGroup) bool { return g.Momentum != 0 }) {
 			buf, err := state("momentum_buffer")
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			body = append(body, fmt.Sprintf("const %s b2 = ((%s * %s[i]) + (%s * d));", t, sc("mom"), buf, sc("damp")))
-			if o.Nesterov {
-				body = append(body, fmt.Sprintf("d = (d + (b2 * %s));", lit(o.Momentum)))
+			if rule.Momentum != 0 {
+				body = append(body, fmt.Sprintf("const %s b2 = ((%s * %s[i]) + (%s * d));", t, sc("mom"), buf, sc("damp")))
+				if o.Nesterov {
+					body = append(body, fmt.Sprintf("d = (d + (b2 * %s));", lit(rule.Momentum)))
+				} else {
+					body = append(body, "d = b2;")
+				}
 			} else {
-				body = append(body, "d = b2;")
+				body = append(body, fmt.Sprintf("const %s b2 = %s[i]; // this group keeps no momentum", t, buf))
 			}
 			news = append(news, "b2")
 		}
 		body = append(body, fmt.Sprintf("const %s p2 = (p - (%s * d));", t, sc("lr")))
 	default:
-		return fmt.Errorf("internal error: update check of optimizer %q", o.Kind)
+		return nil, nil, fmt.Errorf("internal error: update check of optimizer %q", o.Kind)
 	}
-	// |x| above half the largest finite value, NaN and ±Inf, on the
-	// bits: integer compares and maxima, which vectorise.
-	bitsOf, abs, limit, st := "__float_as_uint", "0x7fffffffu", "0x7effffffu", "int"
-	if t == "double" {
-		bitsOf, abs, limit, st = "(unsigned long long)__double_as_longlong", "0x7fffffffffffffffull", "0x7fdfffffffffffffull", "long long"
-	}
-	w := &k.body
-	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
-	fmt.Fprintf(w, "  if ((%s)__int_as_float(%s[8]) <= %s) return; // the host's bound covers the largest gradient\n", t, sb, gsafe)
-	for j := range news {
-		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
-	}
-	fmt.Fprintf(w, "  const long long n = %s;\n", n)
-	g := G + "[i]"
-	if o.ClipValue > 0 { // as compiler/optimizer.go clamps it
-		f := lit(o.ClipValue)
-		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
-	}
-	if o.ClipNorm > 0 { // as clip_norm_scale scales it
-		g = fmt.Sprintf("(%s * %s)", g, ops.ClipCoef(t, sb))
-	}
-	fmt.Fprintf(w, "  NGEN_GRID_STRIDE(i, n) {\n    const %s p = %s[i], g = %s;\n", t, P, g)
-	for _, x := range body {
-		fmt.Fprintf(w, "    %s\n", x)
-	}
-	for j, x := range news {
-		fmt.Fprintf(w, "    const %s a%d = (%s)(%s(%s) & %s);\n", st, j, st, bitsOf, x, abs)
-		fmt.Fprintf(w, "    big%d = a%d > big%d ? a%d : big%d;\n", j, j, j, j, j)
-	}
-	w.WriteString("  }\n")
-	// A value past the limit, NaN or ±Inf makes its maximum pass it.
-	var over []string
-	for j := range news {
-		over = append(over, fmt.Sprintf("big%d > (%s)%s", j, st, limit))
-	}
-	fmt.Fprintf(w, "  if (%s) atomicMax(&%s[5], 2);\n", strings.Join(over, " || "), sb)
-	for j := range news {
-		w.WriteString(maxWord(t, fmt.Sprintf("big%d", j), sb, 9+j))
-	}
-	fmt.Fprintf(w, "  %s[12] = 1;\n", sb)
-	return nil
+	return body, news, nil
 }
 
 // gradNormThreads is the grad-norm kernel's block size.

@@ -26,10 +26,16 @@ import (
 func planMemory(p *Program) error {
 	pl := &runtime.Plan{Model: p.Model.Name, Source: p.Model.Source, Fused: p.Fuse, Symbols: []string{"B"}}
 	mp := &memPlanner{p: p, plan: pl, bufOf: map[*ir.Value]int{}, named: map[string]int{}}
+	order := p.Step.Params()
 	if o := p.Model.Optimizer; o != nil {
-		pl.Optimizer = runtime.Optimizer(*o)
+		groups, err := paramGroups(p.Model, order)
+		if err != nil {
+			return err
+		}
+		pl.Optimizer = planOptimizer(o, groups)
+		order = slices.Concat(groups...)
 	}
-	mp.layoutParams()
+	mp.layoutParams(order)
 	for fi, f := range p.Funcs() {
 		if err := mp.fn(fi, f); err != nil {
 			return err
@@ -137,6 +143,65 @@ func rtSize(s ir.Shape) runtime.Size {
 	return runtime.Size{Mul: z.N, Syms: z.Syms}
 }
 
+// flatView is the buffer of a flat view of parameters or of their
+// gradients, laid out back to back: the whole vector, or (a parameter
+// group's) a view of its slice.
+func (m *memPlanner) flatView(v *ir.Value) int {
+	vec := m.grads
+	if v.Args[0].Role == ir.Param {
+		vec = m.params
+	}
+	name := func(a *ir.Value) string {
+		if a.Role == ir.Param {
+			return a.Name
+		}
+		for n, g := range m.p.Step.Grads {
+			if base(g) == base(a) {
+				return n
+			}
+		}
+		return ""
+	}
+	first := m.offset[name(v.Args[0])]
+	at := first
+	for _, a := range v.Args {
+		if n := name(a); n == "" || m.offset[n] != at {
+			panic("internal error: flat view of values not laid out back to back: " + v.LongString())
+		} else {
+			at += a.Shape.Size().N
+		}
+	}
+	if first == 0 && at == m.plan.Buffers[vec].Elems.Mul {
+		return vec
+	}
+	key := fmt.Sprintf("view:%d@%d+%d", vec, first, at-first)
+	if i, ok := m.named[key]; ok {
+		return i
+	}
+	i := m.add(runtime.Buffer{Name: fmt.Sprintf("%s[%d:%d]", m.plan.Buffers[vec].Name, first, at), Role: "view", DType: rtDType(v.DType),
+		Elems: rtSize(v.Shape), Placement: runtime.Alias, AliasOf: vec, Offset: first, Shape: v.Type()})
+	m.named[key] = i
+	return i
+}
+
+// segmentView is the buffer of a segment of an optimizer state vector.
+func (m *memPlanner) segmentView(v *ir.Value) int {
+	st := v.Args[0]
+	if st.Role != ir.State {
+		panic("internal error: segment of a value that is not state: " + v.LongString())
+	}
+	vec := m.persistent("state", st.Name, st.DType, st.Shape)
+	off := int64(v.Attrs.Ints[0])
+	key := fmt.Sprintf("view:%d@%d+%d", vec, off, v.Shape.Size().N)
+	if i, ok := m.named[key]; ok {
+		return i
+	}
+	i := m.add(runtime.Buffer{Name: fmt.Sprintf("%s[%d:%d]", st.Name, off, off+v.Shape.Size().N), Role: "view", DType: rtDType(v.DType),
+		Elems: rtSize(v.Shape), Placement: runtime.Alias, AliasOf: vec, Offset: off, Shape: v.Type()})
+	m.named[key] = i
+	return i
+}
+
 func (m *memPlanner) add(b runtime.Buffer) int {
 	m.plan.Buffers = append(m.plan.Buffers, b)
 	return len(m.plan.Buffers) - 1
@@ -154,9 +219,9 @@ func (m *memPlanner) persistent(role, name string, dt ir.DType, shape ir.Shape) 
 	return i
 }
 
-// params lays out every parameter, and its gradient, back to back.
-func (m *memPlanner) layoutParams() {
-	ps := m.p.Step.Params()
+// layoutParams lays out every parameter, and its gradient, back to back
+// in the order given: each optimizer group's contiguously.
+func (m *memPlanner) layoutParams(ps []*ir.Value) {
 	var total int64
 	m.offset = map[string]int64{}
 	for _, v := range ps {
@@ -254,9 +319,12 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 	guarded = guarded && len(f.Updates) > 0
 	for _, u := range f.Updates {
 		var dst int
-		if u.State.Op == "flat" {
-			dst = m.params
-		} else {
+		switch u.State.Op {
+		case "flat":
+			dst = m.flatView(u.State)
+		case "segment":
+			dst = m.segmentView(u.State)
+		default:
 			dst = m.persistent("state", u.State.Name, u.State.DType, u.State.Shape)
 		}
 		nb := base(u.New)
@@ -320,11 +388,10 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			m.bufOf[v] = i
 			return i
 		case v.Op == "flat":
-			if v.Args[0].Role == ir.Param {
-				m.bufOf[v] = m.params
-			} else {
-				m.bufOf[v] = m.grads
-			}
+			m.bufOf[v] = m.flatView(v)
+			return m.bufOf[v]
+		case v.Op == "segment":
+			m.bufOf[v] = m.segmentView(v)
 			return m.bufOf[v]
 		}
 		if dst, ok := forced[v]; ok {

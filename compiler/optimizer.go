@@ -6,14 +6,18 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // lowerOptimizer appends the optimizer update as ordinary elementwise ops
 // over the flat parameter vector. The parameters, their gradients and each
 // piece of optimizer state are laid out back to back, so one elementwise
-// kernel updates every parameter (the multi-tensor update). Per-step
-// scalars (learning rate, bias corrections) are kernel arguments that the
-// runtime computes with PyTorch's formulas (runtime.Optimizer.Scalars).
+// kernel updates every parameter (the multi-tensor update); with parameter
+// groups (optimizer_groups.go) each group's parameters are contiguous and
+// one update per group runs over its slice, with its own options. Per-step
+// scalars (learning rate, bias corrections, weight decay) are kernel
+// arguments that the runtime computes with PyTorch's formulas
+// (runtime.Optimizer.Scalars).
 func lowerOptimizer(p *Program) error {
 	f := p.Step
 	o := p.Model.Optimizer
@@ -21,18 +25,85 @@ func lowerOptimizer(p *Program) error {
 	if len(params) == 0 {
 		return fmt.Errorf("model %s (%s): nothing to train: no parameters", p.Model.Name, p.Model.Pos)
 	}
+	switch o.Kind {
+	case "sgd", "adam", "adamw":
+	default:
+		return fmt.Errorf("model %s (%s): unknown optimizer %q", p.Model.Name, p.Model.Pos, o.Kind)
+	}
 	dt := params[0].DType
-	var grads []*ir.Value
 	for _, prm := range params {
 		if prm.DType != dt {
 			return fmt.Errorf("param %q (%s): all parameters must share one dtype, got %s and %s", prm.Name, prm.Pos, dt, prm.DType)
 		}
-		grads = append(grads, f.Grads[prm.Name])
+	}
+	groups, err := paramGroups(p.Model, params)
+	if err != nil {
+		return err
 	}
 	mark := len(f.Values)
 	b := &ops.Builder{F: f, Pos: p.Model.Pos}
-	P := b.Op("flat", ir.Attrs{}, params...)
-	G := b.Op("flat", ir.Attrs{}, grads...)
+	// The optimizer's state names are reserved: a user State of the same
+	// name would share its buffer (the memory plan keys state by name).
+	for _, v := range f.Values {
+		if (v.Role == ir.State || v.Role == ir.Param) && reservedState(o.Kind, v.Name) {
+			return fmt.Errorf("%s %q (%s): the name is reserved for the %s optimizer's state; choose another", v.Op, v.Name, v.Pos, o.Kind)
+		}
+	}
+	var total int64
+	for _, prm := range params {
+		total += prm.Shape.Size().N
+	}
+	// Each state vector spans every parameter, in the layout of the
+	// parameters (groups back to back, memplan.go), so checkpoints slice
+	// it per parameter whatever the groups; a group's update reads and
+	// writes its segment.
+	states := map[string]*ir.Value{}
+	state := func(name string, off, n int64) *ir.Value {
+		v, ok := states[name]
+		if !ok {
+			v = f.NewValue("state", dt, ir.Static(int(total)), b.Pos)
+			v.Role, v.Name = ir.State, name
+			states[name] = v
+		}
+		if off == 0 && n == total {
+			return v
+		}
+		return b.Op("segment", ir.Attrs{Ints: []int{int(off)}, Shape: ir.Static(int(n))}, v)
+	}
+	var off int64
+	for i, rule := range planOptimizer(o, groups).Rules() {
+		members := groups[i]
+		if len(members) == 0 {
+			continue // the default group, when the declared ones took every parameter
+		}
+		var n int64
+		var gs []*ir.Value
+		for _, prm := range members {
+			n += prm.Shape.Size().N
+			gs = append(gs, f.Grads[prm.Name])
+		}
+		if err := lowerGroup(b, f, o, rule, b.Op("flat", ir.Attrs{}, members...), b.Op("flat", ir.Attrs{}, gs...), func(name string) *ir.Value { return state(name, off, n) }); err != nil {
+			return err
+		}
+		off += n
+	}
+	if b.Err != nil {
+		return b.Err
+	}
+	for _, v := range f.Values[mark:] {
+		v.Phase = "opt"
+	}
+	f.Renumber()
+	return nil
+}
+
+// lowerGroup appends the update of one parameter group: P and G are its
+// parameters and gradients as flat vectors, state its slice of an
+// optimizer state vector. Per-step scalars carry the group's suffix
+// (runtime.Optimizer.Scalars); betas and Nesterov's momentum are the
+// group's constants.
+func lowerGroup(b *ops.Builder, f *ir.Func, o *ir.Optimizer, rule runtime.GroupRule, P, G *ir.Value, state func(string) *ir.Value) error {
+	dt := P.DType
 	if o.ClipValue > 0 {
 		// clip_grad_value_ before the step: fused into the update kernel,
 		// after accumulation and the all-reduce (the update phase).
@@ -44,35 +115,24 @@ func lowerOptimizer(p *Program) error {
 		// (compiler/guard.go); the scale is fused into the update kernel.
 		G = b.Op("clip_norm_scale", ir.Attrs{}, G)
 	}
-	n := P.Shape
-	// The optimizer's state names are reserved: a user State of the same
-	// name would share its buffer (the memory plan keys state by name).
-	for _, v := range f.Values {
-		if (v.Role == ir.State || v.Role == ir.Param) && reservedState(o.Kind, v.Name) {
-			return fmt.Errorf("%s %q (%s): the name is reserved for the %s optimizer's state; choose another", v.Op, v.Name, v.Pos, o.Kind)
-		}
-	}
-	state := func(name string) *ir.Value {
-		v := f.NewValue("state", dt, n.Clone(), b.Pos)
-		v.Role, v.Name = ir.State, name
-		return v
-	}
 	scalar := func(name string) *ir.Value {
 		v := f.NewValue("scalar", dt, ir.Shape{}, b.Pos)
-		v.Role, v.Name = ir.Scalar, name
+		v.Role, v.Name = ir.Scalar, name+rule.Suffix
 		return v
 	}
 	mul := func(x, y *ir.Value) *ir.Value { return b.Binary("mul", x, y) }
 	add := func(x, y *ir.Value) *ir.Value { return b.Binary("add", x, y) }
+	// Weight decay is the run-time scalar wd (decay = 1 - lr·wd for
+	// AdamW), so that Session.SetWeightDecay reaches every model.
 	switch o.Kind {
 	case "adam", "adamw":
 		g := G
-		if o.Kind == "adam" && o.WeightDecay != 0 {
-			g = add(g, b.Scale(P, o.WeightDecay))
+		if o.Kind == "adam" {
+			g = add(g, mul(P, scalar("wd")))
 		}
 		m, v := state(o.Kind+".exp_avg"), state(o.Kind+".exp_avg_sq")
-		m2 := add(b.Scale(m, o.Beta1), b.Scale(g, 1-o.Beta1))
-		v2 := add(b.Scale(v, o.Beta2), b.Scale(mul(g, g), 1-o.Beta2))
+		m2 := add(b.Scale(m, rule.Beta1), b.Scale(g, 1-rule.Beta1))
+		v2 := add(b.Scale(v, rule.Beta2), b.Scale(mul(g, g), 1-rule.Beta2))
 		denom := b.Op("addc", ir.Attrs{F: o.Eps}, b.Binary("div", b.Unary("sqrt", v2), scalar("bc2_sqrt")))
 		p0 := P
 		if o.Kind == "adamw" {
@@ -81,16 +141,13 @@ func lowerOptimizer(p *Program) error {
 		p2 := b.Binary("sub", p0, mul(scalar("step_size"), b.Binary("div", m2, denom)))
 		f.Updates = append(f.Updates, ir.Update{State: m, New: m2}, ir.Update{State: v, New: v2}, ir.Update{State: P, New: p2})
 	case "sgd":
-		d := G
-		if o.WeightDecay != 0 {
-			d = add(d, b.Scale(P, o.WeightDecay))
-		}
-		if o.Momentum != 0 {
+		d := add(G, mul(P, scalar("wd")))
+		if rule.Momentum != 0 {
 			buf := state("sgd.momentum_buffer")
 			buf2 := add(mul(scalar("mom"), buf), mul(scalar("damp"), d))
 			f.Updates = append(f.Updates, ir.Update{State: buf, New: buf2})
 			if o.Nesterov {
-				d = add(d, b.Scale(buf2, o.Momentum))
+				d = add(d, b.Scale(buf2, rule.Momentum))
 			} else {
 				d = buf2
 			}
@@ -98,15 +155,8 @@ func lowerOptimizer(p *Program) error {
 		p2 := b.Binary("sub", P, mul(scalar("lr"), d))
 		f.Updates = append(f.Updates, ir.Update{State: P, New: p2})
 	default:
-		return fmt.Errorf("model %s (%s): unknown optimizer %q", p.Model.Name, p.Model.Pos, o.Kind)
+		return fmt.Errorf("unknown optimizer %q", o.Kind)
 	}
-	if b.Err != nil {
-		return b.Err
-	}
-	for _, v := range f.Values[mark:] {
-		v.Phase = "opt"
-	}
-	f.Renumber()
 	return nil
 }
 

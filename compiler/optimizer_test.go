@@ -8,7 +8,6 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
-	"github.com/ngen-ml/ngen/runtime"
 )
 
 var optimizers = []ir.Optimizer{
@@ -101,7 +100,7 @@ func TestLowerOptimizerNumeric(t *testing.T) {
 			in := newInterp(nil)
 			in.vals[f.Lookup(ir.Param, "w")] = got[:6]
 			in.vals[f.Lookup(ir.Param, "b")] = got[6:]
-			scal := runtime.Optimizer(o).Scalars(step, o.LR)
+			scal := planOptimizer(&o, nil).Scalars(step, o.LR, o.WeightDecay)
 			for _, v := range f.Values {
 				switch v.Role {
 				case ir.Scalar:

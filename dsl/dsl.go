@@ -160,12 +160,12 @@ func (in Init) String() string { return fmt.Sprintf("%s:%g:%g", in.kind, in.a, i
 
 // Param declares a trainable parameter of static shape.
 func (m *Model) Param(name string, dt DType, init Init, shape ...int) *Tensor {
-	return m.declare(ir.Param, name, dt, init, ir.Static(shape...), callerPos())
+	return m.declare(ir.Param, "param", name, dt, init, ir.Static(shape...), callerPos())
 }
 
 // declare adds a parameter or state tensor with its initialiser: the
 // storage that layers create (weights, biases, running statistics).
-func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir.Shape, pos ir.Pos) *Tensor {
+func (m *Model) declare(role ir.Role, kind, name string, dt DType, init Init, shape ir.Shape, pos ir.Pos) *Tensor {
 	op := "param"
 	if role == ir.State {
 		op = "state"
@@ -185,6 +185,9 @@ func (m *Model) declare(role ir.Role, name string, dt DType, init Init, shape ir
 	}
 	t := m.source(op, role, name, dt, shape, pos)
 	t.v.Attrs.Init = init.String()
+	if role == ir.Param {
+		t.v.Attrs.Str = kind // what optimizer groups select by (ir.ParamGroup.Kinds)
+	}
 	return t
 }
 
@@ -214,11 +217,11 @@ func (m *Model) linear(name string, x *Tensor, out int, bias bool, pos ir.Pos) *
 		return x
 	}
 	bound := 1 / math.Sqrt(float64(in))
-	w := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, in), pos)
+	w := m.declare(ir.Param, "linear.weight", name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, in), pos)
 	// Rank > 2 inputs become a batched GEMM with the weight shared.
 	y := m.op(pos, "matmul", ir.Attrs{TransB: true}, x, w)
 	if bias {
-		b := m.declare(ir.Param, name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos)
+		b := m.declare(ir.Param, "linear.bias", name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos)
 		y = m.op(pos, "add", ir.Attrs{}, y, b)
 	}
 	return y

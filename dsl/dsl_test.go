@@ -3,6 +3,7 @@ package dsl
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -171,9 +172,11 @@ func TestOptimizerDefaults(t *testing.T) {
 		if m.Err() != nil {
 			t.Fatal(m.Err())
 		}
-		return *m.m.Optimizer
+		lo := *m.m.Optimizer
+		lo.Pos = ir.Pos{}
+		return lo
 	}
-	if o := lower(Adam{LR: 1e-3}); o != (ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}) {
+	if o := lower(Adam{LR: 1e-3}); !reflect.DeepEqual(o, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}) {
 		t.Errorf("Adam defaults: %+v", o)
 	}
 	if o := lower(AdamW{LR: 1e-3}); o.Kind != "adamw" || o.WeightDecay != 1e-2 {
@@ -185,7 +188,7 @@ func TestOptimizerDefaults(t *testing.T) {
 	if o := lower(AdamW{LR: 1e-3, WeightDecay: 0.1, Beta1: 0.8}); o.WeightDecay != 0.1 || o.Beta1 != 0.8 {
 		t.Errorf("AdamW explicit: %+v", o)
 	}
-	if o := lower(SGD{LR: 0.1, Momentum: 0.9, Nesterov: true}); o != (ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, Nesterov: true}) {
+	if o := lower(SGD{LR: 0.1, Momentum: 0.9, Nesterov: true}); !reflect.DeepEqual(o, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, Nesterov: true}) {
 		t.Errorf("SGD: %+v", o)
 	}
 	for _, tc := range []struct {

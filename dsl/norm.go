@@ -10,7 +10,7 @@ import (
 // State declares persistent, non-trainable storage (running statistics):
 // saved in checkpoints, initialised by init, changed only by Update.
 func (m *Model) State(name string, dt DType, init Init, shape ...int) *Tensor {
-	return m.declare(ir.State, name, dt, init, ir.Static(shape...), callerPos())
+	return m.declare(ir.State, "", name, dt, init, ir.Static(shape...), callerPos())
 }
 
 // Update writes value into state after every forward pass that computes
@@ -79,10 +79,10 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 	}
 	c := s[1].N
 	dt := x.v.DType
-	gamma := m.declare(ir.Param, name+".weight", dt, Const(1), ir.Static(c), pos)
-	beta := m.declare(ir.Param, name+".bias", dt, Const(0), ir.Static(c), pos)
-	rm := m.declare(ir.State, name+".running_mean", dt, Const(0), ir.Static(c), pos)
-	rv := m.declare(ir.State, name+".running_var", dt, Const(1), ir.Static(c), pos)
+	gamma := m.declare(ir.Param, "batchnorm.weight", name+".weight", dt, Const(1), ir.Static(c), pos)
+	beta := m.declare(ir.Param, "batchnorm.bias", name+".bias", dt, Const(0), ir.Static(c), pos)
+	rm := m.declare(ir.State, "", name+".running_mean", dt, Const(0), ir.Static(c), pos)
+	rv := m.declare(ir.State, "", name+".running_var", dt, Const(1), ir.Static(c), pos)
 
 	m.b.Pos = pos
 	y, newMean, newVar := ops.BatchNorm2d(m.b, x.v, gamma.v, beta.v, rm.v, rv.v, o.Momentum, o.Eps)

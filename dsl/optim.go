@@ -2,14 +2,54 @@ package dsl
 
 import (
 	"fmt"
+	"path"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
 // Optimizer is SGD, Adam or AdamW. Each takes an optional Schedule
-// (schedule.go): LR is then the schedule's base rate; and an optional
-// Clip of the gradients it reads (ClipGradValue).
+// (schedule.go): LR is then the schedule's base rate; an optional
+// Clip of the gradients it reads (ClipGradValue); and optional parameter
+// Groups with options of their own.
 type Optimizer interface{ lower() (ir.Optimizer, string) }
+
+// ParamGroup is one of an optimizer's parameter groups (torch.optim's
+// param_groups). A parameter belongs to the first group one of whose
+// patterns matches it; the parameters no group matches form the default
+// group, with the optimizer's own options. Zero fields inherit the
+// optimizer's value. A pattern that matches no parameter of the model,
+// or a group every parameter of which an earlier group took, is an
+// error at the Optimizer call.
+//
+// AdamW as GPT recipes use it, decay on the weight matrices only:
+//
+//	m.Optimizer(dsl.AdamW{LR: 3e-4, WeightDecay: 0.1, Groups: []dsl.ParamGroup{
+//		{Kinds: []string{"*.bias", "layernorm.*", "embedding.*"}, NoWeightDecay: true},
+//	}})
+//
+// A run-time weight decay (Session.SetWeightDecay, cmd/train
+// -weight-decay) replaces the optimizer's and that of the groups that do
+// not set their own (WeightDecay or NoWeightDecay); a group's own decay
+// stays.
+type ParamGroup struct {
+	// Names are path.Match globs on parameter names ("*.bias",
+	// "blocks_0.*"); '*' crosses the dots of a name.
+	Names []string
+	// Kinds are globs on the kind the declaring layer records, layer and
+	// role: "param" (Model.Param), "linear.weight", "linear.bias",
+	// "conv2d.weight", "conv2d.bias", "batchnorm.weight",
+	// "batchnorm.bias", "layernorm.weight", "layernorm.bias",
+	// "embedding.weight", "attention.weight", "attention.bias",
+	// "rnn.weight", "rnn.bias".
+	Kinds []string
+	// LRScale multiplies the optimizer's learning rate, scheduled or not
+	// (1 when zero).
+	LRScale       float64
+	WeightDecay   float64
+	NoWeightDecay bool
+	// Beta1 and Beta2 are Adam's and AdamW's; Momentum is SGD's.
+	Beta1, Beta2, Momentum float64
+}
 
 // SGD is torch.optim.SGD.
 type SGD struct {
@@ -17,6 +57,7 @@ type SGD struct {
 	Nesterov                             bool
 	Schedule                             Schedule
 	Clip                                 Clip
+	Groups                               []ParamGroup
 }
 
 // Adam is torch.optim.Adam; zero Beta1, Beta2 and Eps take PyTorch's
@@ -25,6 +66,7 @@ type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	Schedule                           Schedule
 	Clip                               Clip
+	Groups                             []ParamGroup
 }
 
 // AdamW is torch.optim.AdamW; zero fields take PyTorch's defaults, with
@@ -34,6 +76,7 @@ type AdamW struct {
 	NoWeightDecay                      bool
 	Schedule                           Schedule
 	Clip                               Clip
+	Groups                             []ParamGroup
 }
 
 func (o SGD) lower() (ir.Optimizer, string) {
@@ -44,7 +87,10 @@ func (o SGD) lower() (ir.Optimizer, string) {
 	case o.Momentum < 0:
 		return lo, "momentum must be ≥ 0"
 	}
-	return lo, lowerClip(o.Clip, &lo)
+	if problem := lowerClip(o.Clip, &lo); problem != "" {
+		return lo, problem
+	}
+	return lo, lowerGroups(o.Groups, &lo)
 }
 
 func adamLike(kind string, lr, b1, b2, eps, wd float64) (ir.Optimizer, string) {
@@ -73,6 +119,9 @@ func (o Adam) lower() (ir.Optimizer, string) {
 	if problem == "" {
 		problem = lowerClip(o.Clip, &lo)
 	}
+	if problem == "" {
+		problem = lowerGroups(o.Groups, &lo)
+	}
 	return lo, problem
 }
 
@@ -89,7 +138,65 @@ func (o AdamW) lower() (ir.Optimizer, string) {
 	if problem == "" {
 		problem = lowerClip(o.Clip, &lo)
 	}
+	if problem == "" {
+		problem = lowerGroups(o.Groups, &lo)
+	}
 	return lo, problem
+}
+
+// lowerGroups resolves the groups' options against the optimizer's and
+// checks them; which parameters they take is the compiler's to find
+// (compiler/optimizer_groups.go).
+func lowerGroups(gs []ParamGroup, lo *ir.Optimizer) string {
+	for i, g := range gs {
+		where := fmt.Sprintf("parameter group %d: ", i)
+		if !finite(g.LRScale, g.WeightDecay, g.Beta1, g.Beta2, g.Momentum) {
+			return where + "every option must be a finite number"
+		}
+		if len(g.Names)+len(g.Kinds) == 0 {
+			return where + "no Names or Kinds to select its parameters by"
+		}
+		for _, pat := range append(append([]string(nil), g.Names...), g.Kinds...) {
+			if _, err := path.Match(pat, ""); err != nil {
+				return fmt.Sprintf("%spattern %q: %v", where, pat, err)
+			}
+		}
+		switch {
+		case g.LRScale < 0:
+			return where + "LRScale must be ≥ 0"
+		case g.WeightDecay < 0:
+			return where + "weight decay must be ≥ 0"
+		case g.NoWeightDecay && g.WeightDecay != 0:
+			return where + "NoWeightDecay with a WeightDecay"
+		case g.Momentum < 0:
+			return where + "momentum must be ≥ 0"
+		case g.Beta1 < 0 || g.Beta1 >= 1 || g.Beta2 < 0 || g.Beta2 >= 1:
+			return where + "betas must be in [0, 1)"
+		case lo.Kind == "sgd" && (g.Beta1 != 0 || g.Beta2 != 0):
+			return where + "betas are Adam's and AdamW's; SGD has Momentum"
+		case lo.Kind != "sgd" && g.Momentum != 0:
+			return where + "momentum is SGD's; " + lo.Kind + " has Beta1 and Beta2"
+		}
+		rg := ir.ParamGroup{Names: g.Names, Kinds: g.Kinds, LRScale: g.LRScale, WeightDecay: lo.WeightDecay,
+			Beta1: lo.Beta1, Beta2: lo.Beta2, Momentum: lo.Momentum}
+		if rg.LRScale == 0 {
+			rg.LRScale = 1
+		}
+		if g.WeightDecay != 0 || g.NoWeightDecay {
+			rg.WeightDecay, rg.OwnDecay = g.WeightDecay, true
+		}
+		if g.Beta1 != 0 {
+			rg.Beta1 = g.Beta1
+		}
+		if g.Beta2 != 0 {
+			rg.Beta2 = g.Beta2
+		}
+		if g.Momentum != 0 {
+			rg.Momentum = g.Momentum
+		}
+		lo.Groups = append(lo.Groups, rg)
+	}
+	return ""
 }
 
 // Optimizer sets the optimizer.
@@ -105,6 +212,7 @@ func (m *Model) Optimizer(o Optimizer) {
 		return
 	}
 	lo, problem := o.lower()
+	lo.Pos = pos
 	if !finite(lo.LR, lo.Momentum, lo.Dampening, lo.WeightDecay, lo.Beta1, lo.Beta2, lo.Eps) {
 		problem = fmt.Sprintf("every argument must be a finite number, got lr %g, momentum %g, dampening %g, weight decay %g, betas (%g, %g), eps %g",
 			lo.LR, lo.Momentum, lo.Dampening, lo.WeightDecay, lo.Beta1, lo.Beta2, lo.Eps)

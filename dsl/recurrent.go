@@ -3,6 +3,7 @@ package dsl
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
@@ -114,7 +115,7 @@ func (m *Model) recurrent(pos ir.Pos, op, cell, name string, x *Tensor, hidden i
 	for l := 0; l < layers; l++ {
 		in := h.Shape[2].N
 		p := func(kind string, shape ...int) *ir.Value {
-			return m.declare(ir.Param, fmt.Sprintf("%s.%s_l%d", name, kind, l), dt, Uniform(-bound, bound), ir.Static(shape...), pos).v
+			return m.declare(ir.Param, "rnn."+strings.Split(kind, "_")[0], fmt.Sprintf("%s.%s_l%d", name, kind, l), dt, Uniform(-bound, bound), ir.Static(shape...), pos).v
 		}
 		wih, whh := p("weight_ih", G*hidden, in), p("weight_hh", G*hidden, hidden)
 		bih, bhh := p("bias_ih", G*hidden), p("bias_hh", G*hidden)

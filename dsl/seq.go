@@ -29,7 +29,7 @@ func (m *Model) Embedding(name string, ids *Tensor, vocab, dim int, dt DType) *T
 		m.fail(pos, "embedding", "%s: vocabulary %d and dimension %d must be positive", name, vocab, dim)
 		return ids
 	}
-	w := m.declare(ir.Param, name+".weight", dt, Normal(0, 1), ir.Static(vocab, dim), pos)
+	w := m.declare(ir.Param, "embedding.weight", name+".weight", dt, Normal(0, 1), ir.Static(vocab, dim), pos)
 	return m.op(pos, "embedding", ir.Attrs{}, w, ids)
 }
 

@@ -34,8 +34,8 @@ func (m *Model) layerNorm(pos ir.Pos, name string, x *Tensor, eps ...float64) *T
 		e = eps[0]
 	}
 	d := s[len(s)-1].N
-	w := m.declare(ir.Param, name+".weight", x.v.DType, Const(1), ir.Static(d), pos)
-	b := m.declare(ir.Param, name+".bias", x.v.DType, Const(0), ir.Static(d), pos)
+	w := m.declare(ir.Param, "layernorm.weight", name+".weight", x.v.DType, Const(1), ir.Static(d), pos)
+	b := m.declare(ir.Param, "layernorm.bias", name+".bias", x.v.DType, Const(0), ir.Static(d), pos)
 	return m.op(pos, "layernorm", ir.Attrs{F: e}, x, w, b)
 }
 
@@ -112,10 +112,10 @@ func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads in
 	e, dt := s[2].N, query.v.DType
 	xavier := math.Sqrt(6 / float64(e+3*e))
 	bound := 1 / math.Sqrt(float64(e))
-	inW := m.declare(ir.Param, name+".in_proj_weight", dt, Uniform(-xavier, xavier), ir.Static(3*e, e), pos)
-	inB := m.declare(ir.Param, name+".in_proj_bias", dt, Const(0), ir.Static(3*e), pos)
-	outW := m.declare(ir.Param, name+".out_proj.weight", dt, Uniform(-bound, bound), ir.Static(e, e), pos)
-	outB := m.declare(ir.Param, name+".out_proj.bias", dt, Const(0), ir.Static(e), pos)
+	inW := m.declare(ir.Param, "attention.weight", name+".in_proj_weight", dt, Uniform(-xavier, xavier), ir.Static(3*e, e), pos)
+	inB := m.declare(ir.Param, "attention.bias", name+".in_proj_bias", dt, Const(0), ir.Static(3*e), pos)
+	outW := m.declare(ir.Param, "attention.weight", name+".out_proj.weight", dt, Uniform(-bound, bound), ir.Static(e, e), pos)
+	outB := m.declare(ir.Param, "attention.bias", name+".out_proj.bias", dt, Const(0), ir.Static(e), pos)
 	opts := ops.MHAOptions{Heads: heads, Causal: o.Causal, Dropout: o.Dropout}
 	if o.KeyPadding != nil {
 		if o.KeyPadding.m != m {
@@ -172,7 +172,7 @@ func (m *Model) PositionalEncoding(name string, x *Tensor, maxLen int, p float64
 	if v := m.m.Forward.Lookup(ir.State, name+".pe"); v != nil && v.Shape.Eq(ir.Static(maxLen, d)) && v.DType == x.v.DType {
 		pe = &Tensor{m, v}
 	} else {
-		pe = m.declare(ir.State, name+".pe", x.v.DType, Init{"sinusoid", float64(d), 0}, ir.Static(maxLen, d), pos)
+		pe = m.declare(ir.State, "", name+".pe", x.v.DType, Init{"sinusoid", float64(d), 0}, ir.Static(maxLen, d), pos)
 	}
 	h := pe
 	if t < maxLen {
@@ -200,6 +200,9 @@ func (m *Model) dropout(pos ir.Pos, x *Tensor, p float64) *Tensor {
 func Embed(w, ids *Tensor) *Tensor {
 	if w == nil || ids == nil {
 		return nil
+	}
+	if w.v != nil && w.v.Role == ir.Param && w.v.Attrs.Str == "param" {
+		w.v.Attrs.Str = "embedding.weight" // a table Embed reads is an embedding, for optimizer groups' Kinds
 	}
 	return w.m.op(callerPos(), "embedding", ir.Attrs{}, w, ids)
 }

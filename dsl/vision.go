@@ -65,10 +65,10 @@ func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Te
 	}
 	k := c / w.G * kernel * kernel
 	bound := 1 / math.Sqrt(float64(k))
-	wt := m.declare(ir.Param, name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, c/w.G, kernel, kernel), pos)
+	wt := m.declare(ir.Param, "conv2d.weight", name+".weight", x.v.DType, Uniform(-bound, bound), ir.Static(out, c/w.G, kernel, kernel), pos)
 	var bias *ir.Value
 	if !o.NoBias {
-		bias = m.declare(ir.Param, name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos).v
+		bias = m.declare(ir.Param, "conv2d.bias", name+".bias", x.v.DType, Uniform(-bound, bound), ir.Static(out), pos).v
 	}
 	m.b.Pos = pos
 	y := ops.Conv2d(m.b, x.v, wt.v, bias, w)

@@ -212,7 +212,7 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
-	scal := s.plan.Optimizer.Scalars(s.t, s.rate(s.t))
+	scal := s.plan.Optimizer.Scalars(s.t, s.rate(s.t), s.wd)
 	if s.bound.on {
 		scal["gsafe"] = s.gsafe(scal)
 		s.bound.sc = scal

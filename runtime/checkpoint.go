@@ -25,7 +25,11 @@ import (
 //   - in __metadata__: the step count, learning rate, seed and dropout
 //     counter, the learning-rate schedule (ngen.schedule: its JSON, or
 //     "none" for a constant rate, SetLR's override included; with the
-//     step count it resumes a schedule where it was), and ngen.sha256, the SHA-256 of the whole file with that
+//     step count it resumes a schedule where it was), the run-time weight
+//     decay (ngen.weight_decay, SetWeightDecay's), the optimizer's
+//     parameter groups (ngen.groups: their members and options, as JSON;
+//     written when the model has groups, and a file with optimizer state
+//     must have the model's), and ngen.sha256, the SHA-256 of the whole file with that
 //     value's 64 hex digits read as zeros, so a flipped byte anywhere is
 //     found.
 
@@ -179,6 +183,10 @@ func (s *Session) Save(w io.Writer) error {
 		"format": "ngen", "ngen.model": s.plan.Model, "ngen.optimizer": s.plan.Optimizer.Kind,
 		"ngen.step": strconv.Itoa(s.t), "ngen.lr": strconv.FormatFloat(s.lr, 'g', -1, 64), "ngen.schedule": sched,
 		"ngen.seed": strconv.FormatUint(s.seed, 10), "ngen.dropout_counter": strconv.FormatUint(s.calls, 10),
+		"ngen.weight_decay": strconv.FormatFloat(s.wd, 'g', -1, 64),
+	}
+	if gs := s.plan.Optimizer.Groups; len(gs) > 0 {
+		meta["ngen.groups"] = encodeGroups(gs)
 	}
 	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {
@@ -269,6 +277,9 @@ func (s *Session) Load(r io.Reader) error {
 	if c.schedSet {
 		s.sched = c.sched
 	}
+	if c.wdSet {
+		s.wd = c.wd
+	}
 	a := &s.acc
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return s.refreshBound()
@@ -284,6 +295,9 @@ type decoded struct {
 	// a file without one leaves the session's.
 	sched    *schedule.Schedule
 	schedSet bool
+	// wd is the file's run-time weight decay when wdSet.
+	wd    float64
+	wdSet bool
 }
 
 // decodeCheckpoint parses and checks a checkpoint against the model's
@@ -344,6 +358,19 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 	}
 	if err := checkAdamState(o, c.step, names, ents, got); err != nil {
 		return nil, err
+	}
+	if err := checkGroups(f.Metadata, o.Groups, haveOpt > 0); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if v, ok := f.Metadata["ngen.weight_decay"]; ok {
+		x, e := strconv.ParseFloat(v, 64)
+		if e == nil {
+			e = checkDecay(x)
+		}
+		if e != nil {
+			return nil, fmt.Errorf("checkpoint: ngen.weight_decay %q: %v", v, e)
+		}
+		c.wd, c.wdSet = x, true
 	}
 	if v, ok := f.Metadata["ngen.schedule"]; ok {
 		c.sched, err = decodeSchedule(v, c.lr)

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"math"
 	"sort"
 
 	"github.com/ngen-ml/ngen/runtime/schedule"
@@ -246,28 +245,10 @@ type Optimizer struct {
 	// clip_grad_norm_'s coefficient, which GradNormKernel computes on the
 	// device.
 	ClipNorm float64 `json:",omitzero"`
-}
-
-// Scalars returns the per-step scalars the lowered update reads; t counts
-// from 1, lr is the current learning rate.
-func (o Optimizer) Scalars(t int, lr float64) map[string]float64 {
-	s := map[string]float64{"lr": lr}
-	switch o.Kind {
-	case "adam", "adamw":
-		bc1 := 1 - math.Pow(o.Beta1, float64(t))
-		bc2 := 1 - math.Pow(o.Beta2, float64(t))
-		s["step_size"] = lr / bc1
-		s["bc2_sqrt"] = math.Sqrt(bc2)
-		s["decay"] = 1 - lr*o.WeightDecay
-	case "sgd":
-		// torch initialises the momentum buffer to the first gradient.
-		if t == 1 {
-			s["mom"], s["damp"] = 0, 1
-		} else {
-			s["mom"], s["damp"] = o.Momentum, 1-o.Dampening
-		}
-	}
-	return s
+	// Groups are the declared parameter groups (param_groups.go); the
+	// parameters after the last group's form the default group, which
+	// has the options above.
+	Groups []ParamGroup `json:",omitzero"`
 }
 
 // Align is the byte alignment of every buffer.

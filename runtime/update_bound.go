@@ -146,8 +146,25 @@ func (s *Session) boundLimit() float64 {
 // step's scalars sc, or returns false when it cannot: an intermediate
 // value might overflow the kernels' type (g·g in float32 for g > 1.8e19,
 // though (1-β2)·g·g would fit), or an eps the kernels may flush to zero.
+// The bound b covers every element, so each parameter group's update is
+// bounded from it and the new bound is the largest of theirs.
 func (s *Session) next(b updateBound, g float64, sc map[string]float64) (updateBound, bool) {
+	var out updateBound
+	out.on, out.status, out.sc = b.on, b.status, b.sc
+	for _, rule := range s.plan.Optimizer.Rules() {
+		nb, ok := s.nextGroup(b, g, sc, rule)
+		if !ok {
+			return b, false
+		}
+		out.p, out.s1, out.s2 = max(out.p, nb.p), max(out.s1, nb.s1), max(out.s2, nb.s2)
+	}
+	return out, true
+}
+
+// nextGroup is next for one parameter group's update.
+func (s *Session) nextGroup(b updateBound, g float64, sc map[string]float64, rule GroupRule) (updateBound, bool) {
 	o := s.plan.Optimizer
+	k := func(name string) float64 { return sc[name+rule.Suffix] }
 	tiny, top := 0x1p-126, math.MaxFloat32 // below tiny the kernels may flush a value to zero
 	if s.plan.DType == F64 {
 		tiny, top = 0x1p-1022, math.MaxFloat64
@@ -168,13 +185,13 @@ func (s *Session) next(b updateBound, g float64, sc map[string]float64) (updateB
 	switch o.Kind {
 	case "adam", "adamw":
 		gd := g
-		if o.Kind == "adam" && o.WeightDecay != 0 {
-			gd = r(g + r(b.p*c(o.WeightDecay)))
+		if o.Kind == "adam" {
+			gd = r(g + r(b.p*c(k("wd"))))
 		}
 		// m2 = m·β1 + g·(1-β1); v2 = v·β2 + (g·g)·(1-β2)
-		b.s1 = r(r(b.s1*c(o.Beta1)) + r(gd*c(1-o.Beta1)))
-		b.s2 = r(r(b.s2*c(o.Beta2)) + r(r(gd*gd)*c(1-o.Beta2)))
-		r(r(math.Sqrt(b.s2)) / (math.Abs(sc["bc2_sqrt"]) * (1 - 2*boundSlack)))
+		b.s1 = r(r(b.s1*c(rule.Beta1)) + r(gd*c(1-rule.Beta1)))
+		b.s2 = r(r(b.s2*c(rule.Beta2)) + r(r(gd*gd)*c(1-rule.Beta2)))
+		r(r(math.Sqrt(b.s2)) / (math.Abs(k("bc2_sqrt")) * (1 - 2*boundSlack)))
 		// den = sqrt(v2)/bc2_sqrt + eps ≥ eps, rounded.
 		eps := o.Eps
 		if s.plan.DType == F32 {
@@ -186,23 +203,20 @@ func (s *Session) next(b updateBound, g float64, sc map[string]float64) (updateB
 		ratio := r(b.s1 / (eps * (1 - 4*boundSlack)))
 		p0 := b.p
 		if o.Kind == "adamw" {
-			p0 = r(b.p * c(sc["decay"]))
+			p0 = r(b.p * c(k("decay")))
 		}
-		b.p = r(p0 + r(c(sc["step_size"])*ratio))
+		b.p = r(p0 + r(c(k("step_size"))*ratio))
 	case "sgd":
-		d := g
-		if o.WeightDecay != 0 {
-			d = r(g + r(b.p*c(o.WeightDecay)))
-		}
-		if o.Momentum != 0 {
-			b.s1 = r(r(c(sc["mom"])*b.s1) + r(c(sc["damp"])*d))
+		d := r(g + r(b.p*c(k("wd"))))
+		if rule.Momentum != 0 {
+			b.s1 = r(r(c(k("mom"))*b.s1) + r(c(k("damp"))*d))
 			if o.Nesterov {
-				d = r(d + r(b.s1*c(o.Momentum)))
+				d = r(d + r(b.s1*c(rule.Momentum)))
 			} else {
 				d = b.s1
 			}
 		}
-		b.p = r(b.p + r(c(sc["lr"])*d))
+		b.p = r(b.p + r(c(k("lr"))*d))
 	default:
 		return b, false
 	}

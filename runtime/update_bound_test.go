@@ -10,36 +10,34 @@ import (
 // kernelUpdate32 is one element of the lowered update in float32, each
 // operation rounded as the update kernel rounds it (compiler/optimizer.go,
 // codegen/guard.go's update check): the new parameter and state.
-func kernelUpdate32(o Optimizer, sc map[string]float64, p, g, s1, s2 float32) (p2, n1, n2 float32) {
+func kernelUpdate32(o Optimizer, r GroupRule, sc map[string]float64, p, g, s1, s2 float32) (p2, n1, n2 float32) {
 	f := func(x float64) float32 { return float32(x) }
+	k := func(name string) float32 { return f(sc[name+r.Suffix]) }
 	switch o.Kind {
 	case "adam", "adamw":
 		gd := g
-		if o.Kind == "adam" && o.WeightDecay != 0 {
-			gd = float32(g + float32(p*f(o.WeightDecay)))
+		if o.Kind == "adam" {
+			gd = float32(g + float32(p*k("wd")))
 		}
-		m2 := float32(float32(s1*f(o.Beta1)) + float32(gd*f(1-o.Beta1)))
-		v2 := float32(float32(s2*f(o.Beta2)) + float32(float32(gd*gd)*f(1-o.Beta2)))
-		den := float32(float32(float32(math.Sqrt(float64(v2)))/f(sc["bc2_sqrt"])) + f(o.Eps))
+		m2 := float32(float32(s1*f(r.Beta1)) + float32(gd*f(1-r.Beta1)))
+		v2 := float32(float32(s2*f(r.Beta2)) + float32(float32(gd*gd)*f(1-r.Beta2)))
+		den := float32(float32(float32(math.Sqrt(float64(v2)))/k("bc2_sqrt")) + f(o.Eps))
 		p0 := p
 		if o.Kind == "adamw" {
-			p0 = float32(p * f(sc["decay"]))
+			p0 = float32(p * k("decay"))
 		}
-		return float32(p0 - float32(f(sc["step_size"])*float32(m2/den))), m2, v2
+		return float32(p0 - float32(k("step_size")*float32(m2/den))), m2, v2
 	case "sgd":
-		d := g
-		if o.WeightDecay != 0 {
-			d = float32(g + float32(p*f(o.WeightDecay)))
-		}
-		if o.Momentum != 0 {
-			n1 = float32(float32(f(sc["mom"])*s1) + float32(f(sc["damp"])*d))
+		d := float32(g + float32(p*k("wd")))
+		if r.Momentum != 0 {
+			n1 = float32(float32(k("mom")*s1) + float32(k("damp")*d))
 			if o.Nesterov {
-				d = float32(d + float32(n1*f(o.Momentum)))
+				d = float32(d + float32(n1*f(r.Momentum)))
 			} else {
 				d = n1
 			}
 		}
-		return float32(p - float32(f(sc["lr"])*d)), n1, 0
+		return float32(p - float32(k("lr")*d)), n1, 0
 	}
 	panic(o.Kind)
 }
@@ -58,6 +56,10 @@ func TestUpdateBoundSound(t *testing.T) {
 		{Kind: "sgd"},
 		{Kind: "sgd", Momentum: 0.9, Nesterov: true, WeightDecay: 1e-4},
 		{Kind: "sgd", Momentum: 0.9, Dampening: 0.1, WeightDecay: 0.5},
+		// Parameter groups: each group's update within the bound.
+		{Kind: "adamw", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Groups: []ParamGroup{{LRScale: 3, OwnDecay: true, Beta1: 0.5, Beta2: 0.9}}},
+		{Kind: "adam", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Groups: []ParamGroup{{LRScale: 0.5, WeightDecay: 0.3, OwnDecay: true, Beta1: 0.9, Beta2: 0.999}}},
+		{Kind: "sgd", Groups: []ParamGroup{{LRScale: 2, Momentum: 0.9}}},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	mag := func() float64 { return math.Pow(10, -3+rng.Float64()*41) } // 1e-3 .. 1e38
@@ -67,14 +69,14 @@ func TestUpdateBoundSound(t *testing.T) {
 		o := opts[trial%len(opts)]
 		s := &Session{plan: &Plan{DType: F32, Optimizer: o}}
 		s.bound = updateBound{on: true, p: mag(), s1: mag(), s2: mag()}
-		if o.Kind == "sgd" && o.Momentum == 0 {
+		if o.Kind == "sgd" && o.Momentum == 0 && len(o.Groups) == 0 {
 			s.bound.s1 = 0
 		}
 		if o.Kind == "sgd" {
 			s.bound.s2 = 0
 		}
 		lr := []float64{1e-3, 0.1, 10, MaxLR}[rng.IntN(4)]
-		sc := o.Scalars(1+rng.IntN(1000), lr)
+		sc := o.Scalars(1+rng.IntN(1000), lr, o.WeightDecay)
 		g := s.gsafe(sc)
 		if g < 0 {
 			continue
@@ -94,7 +96,8 @@ func TestUpdateBoundSound(t *testing.T) {
 		}
 		for e := 0; e < 64; e++ {
 			p, gr, s1, s2 := pick(s.bound.p), pick(g), pick(s.bound.s1), float32(math.Abs(float64(pick(s.bound.s2))))
-			p2, n1, n2 := kernelUpdate32(o, sc, p, gr, s1, s2)
+			rules := o.Rules()
+			p2, n1, n2 := kernelUpdate32(o, rules[rng.IntN(len(rules))], sc, p, gr, s1, s2)
 			for _, x := range []float32{p2, n1, n2} {
 				if !(float32(math.Abs(float64(x))) <= lim) {
 					t.Fatalf("%s: p %g g %g s1 %g s2 %g → %g %g %g beyond the limit", what, p, gr, s1, s2, p2, n1, n2)
@@ -117,7 +120,7 @@ func TestUpdateBoundSound(t *testing.T) {
 func TestGsafeOff(t *testing.T) {
 	s := &Session{plan: &Plan{DType: F32, Optimizer: Optimizer{Kind: "adam", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}}}
 	s.bound = updateBound{on: true, p: 1}
-	sc := s.plan.Optimizer.Scalars(1, 1e-3)
+	sc := s.plan.Optimizer.Scalars(1, 1e-3, 0)
 	if g := s.gsafe(sc); g <= 0 {
 		t.Fatalf("gsafe %g for a small model", g)
 	}

@@ -11,11 +11,11 @@ import (
 )
 
 // recipe is the training options that -lr, -schedule, -warmup, -clip and
-// -weight-decay give. The rate and its schedule are run-time data
-// (Session.SetSchedule), so they apply to every generated model as it is;
-// gradient clipping (a grad-norm kernel and a scale in the update) and
-// weight decay (a constant of the update kernel) are compiled into a
-// model, so those flags are refused with what to do instead.
+// -weight-decay give. The rate, its schedule and the weight decay are
+// run-time data (Session.SetSchedule, Session.SetWeightDecay), so they
+// apply to every generated model as it is; gradient clipping (a
+// grad-norm kernel and a scale in the update) is compiled into a model,
+// so -clip is refused with what to do instead.
 type recipe struct {
 	lr          float64 // 0: the model's declared rate
 	schedule    string  // "", constant, cosine, step, onecycle
@@ -32,13 +32,16 @@ func recipeFlags() *recipe {
 	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); empty: the model's own")
 	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle)")
 	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm (refused: clipping is compiled into a model, dsl.ClipGradNorm; see README)")
-	flag.Float64Var(&r.weightDecay, "weight-decay", 0, "weight decay (refused unless it is the model's: decay is compiled into the update kernel)")
+	flag.Float64Var(&r.weightDecay, "weight-decay", 0, "weight decay (Adam's and SGD's L2 term, AdamW's decoupled decay) of the model's default parameter group and of its groups without a decay of their own (default: the model's, or a checkpoint's)")
 	return r
 }
 
 // given reports whether -lr or -schedule was given (a nil recipe, as
 // tests pass, gives neither).
 func (r *recipe) given() bool { return r != nil && (r.set["lr"] || r.schedule != "") }
+
+// decay reports whether -weight-decay was given.
+func (r *recipe) decay() bool { return r != nil && r.set["weight-decay"] }
 
 // check refuses a recipe the run would misread, before any work.
 func (r *recipe) check() error {
@@ -53,8 +56,8 @@ func (r *recipe) check() error {
 		return fmt.Errorf("-warmup: -schedule step has no warm-up (use constant, cosine or onecycle)")
 	case r.set["clip"]:
 		return fmt.Errorf("-clip %v: clipping is compiled into a model's update (its grad-norm kernel); declare it in the model (Clip: dsl.ClipGradNorm(%v) on its optimizer) and run go generate", r.clip, r.clip)
-	case r.set["weight-decay"]:
-		return fmt.Errorf("-weight-decay %v: weight decay is compiled into a model's update kernel; set it in the model's declaration (dsl.Adam{WeightDecay} or dsl.AdamW) and run go generate", r.weightDecay)
+	case r.set["weight-decay"] && (math.IsNaN(r.weightDecay) || math.IsInf(r.weightDecay, 0) || r.weightDecay < 0):
+		return fmt.Errorf("-weight-decay %v: want a finite decay ≥ 0", r.weightDecay)
 	}
 	switch r.schedule {
 	case "", "constant", "cosine", "step", "onecycle":
@@ -110,10 +113,17 @@ func (r *recipe) resolve(base float64, cur *schedule.Schedule, done, total int) 
 	return base, sc, err
 }
 
-// apply sets the rate and schedule on s for a run of total more optimizer
-// steps. Without -lr and -schedule it changes nothing, so the model's own
-// schedule, or a checkpoint's, runs.
+// apply sets the rate, schedule and weight decay on s for a run of total
+// more optimizer steps. Without -lr, -schedule and -weight-decay it
+// changes nothing, so the model's own, or a checkpoint's, run. The decay
+// is the default group's and that of the groups without their own
+// (dsl.ParamGroup): a group that declares its decay keeps it.
 func (r *recipe) apply(s *runtime.Session, total int) error {
+	if r.decay() {
+		if err := s.SetWeightDecay(r.weightDecay); err != nil {
+			return err
+		}
+	}
 	if !r.given() {
 		return nil
 	}
@@ -126,9 +136,11 @@ func (r *recipe) apply(s *runtime.Session, total int) error {
 }
 
 // peerArgs are the PyTorch peer's arguments for the same recipe over
-// total steps from a fresh start with the plan's optimizer: the rate, and
-// the schedule as runtime/schedule JSON (bench/torch_train.py builds the
-// torch scheduler from it with testdata/oracle/torch_lr.py's builder).
+// total steps from a fresh start with the plan's optimizer: the rate, the
+// schedule as runtime/schedule JSON (bench/torch_train.py builds the
+// torch scheduler from it with testdata/oracle/torch_lr.py's builder),
+// and the weight decay when there is one (-weight-decay's, or the
+// model's).
 func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
 	if r == nil {
 		r = &recipe{}
@@ -138,6 +150,12 @@ func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
 		return nil, err
 	}
 	args := []string{"--lr", fmt.Sprint(base)}
+	if wd := o.WeightDecay; r.decay() || wd != 0 {
+		if r.decay() {
+			wd = r.weightDecay
+		}
+		args = append(args, "--weight-decay", fmt.Sprint(wd))
+	}
 	if sc != nil {
 		j, err := json.Marshal(sc)
 		if err != nil {

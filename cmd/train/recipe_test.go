@@ -23,7 +23,8 @@ func TestRecipeFlagsRefused(t *testing.T) {
 		{recipe{schedule: "step", warmup: 10, set: map[string]bool{"warmup": true}}, "step has no warm-up"},
 		{recipe{schedule: "cosine", warmup: -1, set: map[string]bool{"warmup": true}}, "-warmup -1"},
 		{recipe{clip: 1, set: map[string]bool{"clip": true}}, "-clip 1: clipping is compiled into a model's update"},
-		{recipe{weightDecay: 0.1, set: map[string]bool{"weight-decay": true}}, "compiled into a model's update kernel"},
+		{recipe{weightDecay: -0.1, set: map[string]bool{"weight-decay": true}}, "-weight-decay -0.1: want a finite decay ≥ 0"},
+		{recipe{weightDecay: math.Inf(1), set: map[string]bool{"weight-decay": true}}, "-weight-decay +Inf"},
 	} {
 		if c.r.set == nil {
 			c.r.set = map[string]bool{}
@@ -96,5 +97,21 @@ func TestRecipeApplies(t *testing.T) {
 	}
 	if len(args) != 4 || args[1] != "0.003" || !strings.Contains(args[3], `"kind":"warmup_cosine"`) {
 		t.Fatalf("peer arguments %q", args)
+	}
+	// -weight-decay: run-time data of every model (the MLP's Adam was
+	// declared without decay), and the peer's decay too.
+	r = &recipe{weightDecay: 0.02, set: map[string]bool{"weight-decay": true}}
+	if err := r.check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.apply(s, 100); err != nil || s.WeightDecay() != 0.02 {
+		t.Fatalf("-weight-decay 0.02: the session's decay is %g (%v)", s.WeightDecay(), err)
+	}
+	if base, sc := s.Schedule(); base != 3e-3 || sc == nil {
+		t.Fatalf("-weight-decay alone changed the rate or schedule: %g %v", base, sc)
+	}
+	args, err = r.peerArgs(s.Plan().Optimizer, 100)
+	if err != nil || strings.Join(args, " ") != "--lr 0.001 --weight-decay 0.02" {
+		t.Fatalf("peer arguments %q (%v)", args, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -207,37 +208,63 @@ func TestMLPOracle(t *testing.T) {
 		fuse  []bool
 		steps int // 3 when 0
 		f64   bool
+		wd    *float64 // a run-time weight decay (SetWeightDecay), when set
 	}
+	// Parameter groups (torch.optim param_groups): AdamW without decay on
+	// the biases, the last layer at 2.5 times the rate with betas of its
+	// own; SGD with a group of its own momentum, rate and decay.
+	adamwGroups := ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05, Groups: []ir.ParamGroup{
+		{Names: []string{"*.bias"}, LRScale: 1, OwnDecay: true, Beta1: 0.8, Beta2: 0.99},
+		{Names: []string{"fc3.*"}, LRScale: 2.5, WeightDecay: 0.05, Beta1: 0.5, Beta2: 0.9},
+	}}
+	adamGroups := ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Groups: []ir.ParamGroup{
+		{Names: []string{"fc1.weight", "fc2.weight"}, LRScale: 0.5, WeightDecay: 0.2, OwnDecay: true, Beta1: 0.9, Beta2: 0.999},
+	}}
+	sgdGroups := ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 1e-3, Groups: []ir.ParamGroup{
+		{Names: []string{"*.bias"}, LRScale: 0.5, WeightDecay: 0.01, OwnDecay: true, Momentum: 0.5},
+	}}
+	wd := func(x float64) *float64 { return &x }
 	sched := func(o ir.Optimizer, s schedule.Schedule) ir.Optimizer {
 		o.Schedule = &s
 		return o
 	}
 	for _, oc := range []optCase{
-		{"adam", irtest.Adam, []bool{true, false}, 0, false},
-		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}, 0, false},
-		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}, 0, false},
-		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}, 0, false},
-		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}, 0, false},
+		{"adam", irtest.Adam, []bool{true, false}, 0, false, nil},
+		{"adamw", ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}, []bool{true}, 0, false, nil},
+		{"sgd_nesterov_wd", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}, []bool{true}, 0, false, nil},
+		{"sgd_momentum_dampening", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.8, Dampening: 0.3}, []bool{true}, 0, false, nil},
+		{"sgd", ir.Optimizer{Kind: "sgd", LR: 0.1}, []bool{true}, 0, false, nil},
 		// Schedules (runtime/schedule) against torch.optim.lr_scheduler
 		// stepped after each optimizer step, over steps that cross the
 		// warm-up's end, every one-cycle phase, the StepLR drops (the
 		// warm-up cosine up to its total: past it PyTorch's cosine rises
 		// again, ngen's stays at the floor).
-		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true, false}, 11, false},
-		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true}, 11, true},
+		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true, false}, 11, false, nil},
+		{"adam_warmup_cosine", sched(irtest.Adam, schedule.Schedule{Kind: "warmup_cosine", Iters: 3, Total: 10, Min: 1e-4, StartFactor: 1.0 / 3}), []bool{true}, 11, true, nil},
 		{"adamw_onecycle", sched(ir.Optimizer{Kind: "adamw", LR: 2e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05},
-			schedule.Schedule{Kind: "onecycle", Total: 12, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 12, false},
-		{"sgd_momentum_step", sched(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, schedule.Schedule{Kind: "step", StepSize: 2, Gamma: 0.5}), []bool{true}, 7, false},
+			schedule.Schedule{Kind: "onecycle", Total: 12, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 12, false, nil},
+		{"sgd_momentum_step", sched(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, schedule.Schedule{Kind: "step", StepSize: 2, Gamma: 0.5}), []bool{true}, 7, false, nil},
 		// clip_grad_value_ before each step, at a bound that clamps a
 		// good share of the gradients (they are O(1e-2) here).
-		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true, false}, 4, false},
-		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true}, 4, true},
-		{"sgd_momentum_clip_value", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipValue: 0.005}, []bool{true}, 4, false},
+		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true, false}, 4, false, nil},
+		{"adam_clip_value", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipValue: 0.01}, []bool{true}, 4, true, nil},
+		{"sgd_momentum_clip_value", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipValue: 0.005}, []bool{true}, 4, false, nil},
 		// clip_grad_norm_ before each step, at a max norm below the
 		// gradients' (about 0.4 here), so every step scales them.
-		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false},
-		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true},
-		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false},
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false, nil},
+		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true, nil},
+		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false, nil},
+		{"adamw_groups", adamwGroups, []bool{true, false}, 4, false, nil},
+		{"adamw_groups", adamwGroups, []bool{true}, 4, true, nil},
+		{"adamw_groups_runtime_decay", adamwGroups, []bool{true}, 4, true, wd(0.3)},
+		{"adam_groups_runtime_decay", adamGroups, []bool{true, false}, 4, false, wd(0.05)},
+		{"adam_groups", adamGroups, []bool{true}, 4, true, nil},
+		{"sgd_groups", sgdGroups, []bool{true}, 4, false, nil},
+		{"sgd_groups_runtime_decay", sgdGroups, []bool{true}, 4, true, wd(0.02)},
+		// The run-time decay of a model without groups, and of one
+		// declared without decay.
+		{"adam_runtime_decay", irtest.Adam, []bool{true}, 3, true, wd(0.1)},
+		{"sgd_runtime_decay", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, []bool{true}, 3, false, wd(0.01)},
 	} {
 		steps := oc.steps
 		if steps == 0 {
@@ -262,6 +289,16 @@ func TestMLPOracle(t *testing.T) {
 				req := mlpRequest{DType: dts, Layers: layers, Params: map[string]tensorJSON{},
 					X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, P: mlpDropout, Steps: steps,
 					Opt: oc.opt}
+				req.Opt.Groups = slices.Clone(oc.opt.Groups)
+				for i, g := range s.Plan().Optimizer.Groups {
+					req.Opt.Groups[i].Params = g.Params
+				}
+				if oc.wd != nil {
+					if err := s.SetWeightDecay(*oc.wd); err != nil {
+						t.Fatal(err)
+					}
+					req.Opt.WeightDecay = *oc.wd
+				}
 				for _, n := range s.Names("param") {
 					var shape []int
 					if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {

@@ -70,6 +70,11 @@ func updateOptimizers() []ir.Optimizer {
 		{Kind: "sgd", LR: 0.1},
 		{Kind: "sgd", LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-4},
 		{Kind: "sgd", LR: 0.1, Momentum: 0.9, Dampening: 0.1},
+		// Parameter groups: one loop per group, each with its options;
+		// momentum in one group only.
+		{Kind: "adamw", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Groups: []ir.ParamGroup{
+			{Names: []string{"*.bias"}, LRScale: 1, OwnDecay: true, Beta1: 0.5, Beta2: 0.9}}},
+		{Kind: "sgd", LR: 0.1, Groups: []ir.ParamGroup{{Names: []string{"fc2.*"}, LRScale: 2, Momentum: 0.9}}},
 	}
 }
 
@@ -102,7 +107,7 @@ func TestUpdateCheck(t *testing.T) {
 	var cases []config
 	for i, opt := range updateOptimizers() {
 		cases = append(cases, config{ir.F32, opt, true})
-		if i == 0 || i == 4 {
+		if i == 0 || i == 4 || i == 6 {
 			cases = append(cases, config{ir.F32, opt, false}, config{ir.F64, opt, true})
 		}
 	}

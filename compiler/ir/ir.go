@@ -177,6 +177,37 @@ type Optimizer struct {
 	// so that their global L2 norm is at most ClipNorm
 	// (torch.nn.utils.clip_grad_norm_).
 	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// Groups are the parameter groups in declaration order (torch.optim
+	// param_groups); a parameter takes the first group that matches it,
+	// and the parameters no group matches form the default group, which
+	// has the options above.
+	Groups []ParamGroup `json:"groups,omitempty"`
+	// Pos is the user's Optimizer call, for errors about its groups.
+	Pos Pos `json:"pos"`
+}
+
+// ParamGroup is one parameter group of an optimizer, with its options
+// resolved: a field the user left unset holds the optimizer's value.
+type ParamGroup struct {
+	// Names are path.Match globs on the parameter names; Kinds are globs
+	// on the kind the declaring layer recorded on a parameter
+	// (Value.Attrs.Str of a param: "linear.bias", "layernorm.weight").
+	// A parameter is a member when any of them matches.
+	Names []string `json:"names,omitempty"`
+	Kinds []string `json:"kinds,omitempty"`
+	// LRScale multiplies the optimizer's (scheduled) learning rate.
+	LRScale     float64 `json:"lr_scale"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	// OwnDecay says the group set its own weight decay: a run-time
+	// decay (cmd/train -weight-decay) changes the default group and the
+	// groups without their own.
+	OwnDecay bool    `json:"own_decay,omitempty"`
+	Beta1    float64 `json:"beta1,omitempty"`
+	Beta2    float64 `json:"beta2,omitempty"`
+	Momentum float64 `json:"momentum,omitempty"`
+	// Params are the members, in layout order; "lower optimizer" fills
+	// them in.
+	Params []string `json:"params,omitempty"`
 }
 
 // Model is what the DSL declares: a forward function with a loss, and an

@@ -59,5 +59,21 @@ func init() {
 				}
 				return ir.Static(int(n)), v.Args[0].DType, nil
 			}},
+		// segment views elements [Ints[0], Ints[0]+n) of a static vector
+		// as a vector of shape Attrs.Shape [n]: a parameter group's slice
+		// of an optimizer state vector.
+		&Def{Name: "segment", Kind: View, NArgs: 1,
+			Infer: func(v *ir.Value) (ir.Shape, ir.DType, error) {
+				a := v.Args[0]
+				z := a.Shape.Size()
+				if len(a.Shape) != 1 || len(z.Syms) > 0 || len(v.Attrs.Ints) != 1 || len(v.Attrs.Shape) != 1 || v.Attrs.Shape[0].Sym != "" {
+					return nil, 0, fmt.Errorf("segment needs a static vector, an offset and a length, got %s", a.Type())
+				}
+				off, n := int64(v.Attrs.Ints[0]), int64(v.Attrs.Shape[0].N)
+				if off < 0 || n <= 0 || off+n > z.N {
+					return nil, 0, fmt.Errorf("segment [%d, %d) is outside %s", off, off+n, a.Type())
+				}
+				return v.Attrs.Shape.Clone(), a.DType, nil
+			}},
 	)
 }

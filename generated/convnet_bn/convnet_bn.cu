@@ -276,22 +276,22 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v31 = (a11 - v30);
     float v36 = (a17 * 0.10000000000000001f);
     float a12 = in5[i];
-    float v37 = (a12 + v36);
-    float v38 = (s_train ? v37 : a12);
-    float v39 = (v21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
-    float v40 = (a13 * 0.90000000000000002f);
-    float v41 = (v39 * 0.10000000000000001f);
-    float v42 = (v40 + v41);
-    float v43 = (s_train ? v42 : a13);
-    float v177 = powf(v24, -1.5f);
-    float v178 = (v177 * -0.5f);
     out0[i] = v21;
     out1[i] = v23;
     out2[i] = v28;
     out3[i] = v29;
     out4[i] = v31;
+    float v37 = (a12 + v36);
+    float v38 = (s_train ? v37 : a12);
     out5[i] = v38;
+    float v39 = (v21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
+    float v40 = (a13 * 0.90000000000000002f);
+    float v41 = (v39 * 0.10000000000000001f);
+    float v42 = (v40 + v41);
+    float v43 = (s_train ? v42 : a13);
     out6[i] = v43;
+    float v177 = powf(v24, -1.5f);
+    float v178 = (v177 * -0.5f);
     out7[i] = v178;
   }
 }
@@ -490,22 +490,22 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v76 = (a56 - v75);
     float v81 = (a62 * 0.10000000000000001f);
     float a57 = in5[i];
-    float v82 = (a57 + v81);
-    float v83 = (s_train ? v82 : a57);
-    float v84 = (v66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
-    float v85 = (a58 * 0.90000000000000002f);
-    float v86 = (v84 * 0.10000000000000001f);
-    float v87 = (v85 + v86);
-    float v88 = (s_train ? v87 : a58);
-    float v131 = powf(v69, -1.5f);
-    float v132 = (v131 * -0.5f);
     out0[i] = v66;
     out1[i] = v68;
     out2[i] = v73;
     out3[i] = v74;
     out4[i] = v76;
+    float v82 = (a57 + v81);
+    float v83 = (s_train ? v82 : a57);
     out5[i] = v83;
+    float v84 = (v66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
+    float v85 = (a58 * 0.90000000000000002f);
+    float v86 = (v84 * 0.10000000000000001f);
+    float v87 = (v85 + v86);
+    float v88 = (s_train ? v87 : a58);
     out6[i] = v88;
+    float v131 = powf(v69, -1.5f);
+    float v132 = (v131 * -0.5f);
     out7[i] = v132;
   }
 }
@@ -829,10 +829,10 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
     float v137 = (-v136);
     float v138 = (v137 * 2.0f);
     float a62 = in8[i];
-    float v139 = (v138 * a62);
-    float v140 = (v135 + v139);
     out0[i] = v127;
     out1[i] = v136;
+    float v139 = (v138 * a62);
+    float v140 = (v135 + v139);
     out2[i] = v140;
   }
 }
@@ -1077,10 +1077,10 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
     float v183 = (-v182);
     float v184 = (v183 * 2.0f);
     float a17 = in8[i];
-    float v185 = (v184 * a17);
-    float v186 = (v181 + v185);
     out0[i] = v173;
     out1[i] = v182;
+    float v185 = (v184 * a17);
+    float v186 = (v181 + v185);
     out2[i] = v186;
   }
 }
@@ -1159,44 +1159,48 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 }
 
 // optimizer_update computes:
-//   v209 = scale <f32[421834]> v207 {f=0.9}  # models/convnet/model.go:29
-//   v210 = scale <f32[421834]> v206 {f=0.09999999999999998}  # models/convnet/model.go:29
-//   v211 = add <f32[421834]> v209 v210  # models/convnet/model.go:29
-//   v212 = scale <f32[421834]> v208 {f=0.999}  # models/convnet/model.go:29
-//   v213 = mul <f32[421834]> v206 v206  # models/convnet/model.go:29
-//   v214 = scale <f32[421834]> v213 {f=0.0010000000000000009}  # models/convnet/model.go:29
-//   v215 = add <f32[421834]> v212 v214  # models/convnet/model.go:29
-//   v216 = sqrt <f32[421834]> v215  # models/convnet/model.go:29
-//   v218 = div <f32[421834]> v216 v217  # models/convnet/model.go:29
-//   v219 = addc <f32[421834]> v218 {f=1e-08}  # models/convnet/model.go:29
-//   v221 = div <f32[421834]> v211 v219  # models/convnet/model.go:29
-//   v222 = mul <f32[421834]> v220 v221  # models/convnet/model.go:29
-//   v223 = sub <f32[421834]> v205 v222  # models/convnet/model.go:29
+//   v208 = mul <f32[421834]> v205 v207  # models/convnet/model.go:29
+//   v209 = add <f32[421834]> v206 v208  # models/convnet/model.go:29
+//   v212 = scale <f32[421834]> v210 {f=0.9}  # models/convnet/model.go:29
+//   v213 = scale <f32[421834]> v209 {f=0.09999999999999998}  # models/convnet/model.go:29
+//   v214 = add <f32[421834]> v212 v213  # models/convnet/model.go:29
+//   v215 = scale <f32[421834]> v211 {f=0.999}  # models/convnet/model.go:29
+//   v216 = mul <f32[421834]> v209 v209  # models/convnet/model.go:29
+//   v217 = scale <f32[421834]> v216 {f=0.0010000000000000009}  # models/convnet/model.go:29
+//   v218 = add <f32[421834]> v215 v217  # models/convnet/model.go:29
+//   v219 = sqrt <f32[421834]> v218  # models/convnet/model.go:29
+//   v221 = div <f32[421834]> v219 v220  # models/convnet/model.go:29
+//   v222 = addc <f32[421834]> v221 {f=1e-08}  # models/convnet/model.go:29
+//   v224 = div <f32[421834]> v214 v222  # models/convnet/model.go:29
+//   v225 = mul <f32[421834]> v223 v224  # models/convnet/model.go:29
+//   v226 = sub <f32[421834]> v205 v225  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a207 = in0[i];
-    float v209 = (a207 * 0.90000000000000002f);
+    float a205 = in0[i];
+    float v208 = (a205 * s_wd);
     float a206 = in1[i];
-    float v210 = (a206 * 0.099999999999999978f);
-    float v211 = (v209 + v210);
-    float a208 = in2[i];
-    float v212 = (a208 * 0.999f);
-    float v213 = (a206 * a206);
-    float v214 = (v213 * 0.0010000000000000009f);
-    float v215 = (v212 + v214);
-    float v216 = sqrtf(v215);
-    float v218 = (v216 / s_bc2_sqrt);
-    float v219 = (v218 + 1e-08f);
-    float v221 = (v211 / v219);
-    float v222 = (s_step_size * v221);
-    float a205 = in3[i];
-    float v223 = (a205 - v222);
-    out0[i] = v211;
-    out1[i] = v215;
-    out2[i] = v223;
+    float v209 = (a206 + v208);
+    float a210 = in2[i];
+    float v212 = (a210 * 0.90000000000000002f);
+    float v213 = (v209 * 0.099999999999999978f);
+    float v214 = (v212 + v213);
+    float a211 = in3[i];
+    out0[i] = v214;
+    float v215 = (a211 * 0.999f);
+    float v216 = (v209 * v209);
+    float v217 = (v216 * 0.0010000000000000009f);
+    float v218 = (v215 + v217);
+    out1[i] = v218;
+    float v219 = sqrtf(v218);
+    float v221 = (v219 / s_bc2_sqrt);
+    float v222 = (v221 + 1e-08f);
+    float v224 = (v214 / v222);
+    float v225 = (s_step_size * v224);
+    float v226 = (a205 - v225);
+    out2[i] = v226;
   }
 }
 
@@ -1232,8 +1236,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v28 = (a9 * v27);
     float v29 = (v22 * v28);
     float a10 = in4[i];
-    float v30 = (a10 - v29);
     out0[i] = v28;
+    float v30 = (a10 - v29);
     out1[i] = v30;
   }
 }
@@ -1301,8 +1305,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
     float v65 = (a46 * v64);
     float v66 = (v59 * v65);
     float a47 = in4[i];
-    float v67 = (a47 - v66);
     out0[i] = v65;
+    float v67 = (a47 - v66);
     out1[i] = v67;
   }
 }
@@ -1383,8 +1387,8 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd(const fl
     float v18 = (a9 * v17);
     float v19 = (0.0f * v18);
     float a10 = in2[i];
-    float v20 = (a10 - v19);
     out0[i] = v18;
+    float v20 = (a10 - v19);
     out1[i] = v20;
   }
 }
@@ -1421,8 +1425,8 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd_2(const 
     float v45 = (a36 * v44);
     float v46 = (0.0f * v45);
     float a37 = in2[i];
-    float v47 = (a37 - v46);
     out0[i] = v45;
+    float v47 = (a37 - v46);
     out1[i] = v47;
   }
 }
@@ -1463,7 +1467,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1472,7 +1476,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -1454,161 +1454,174 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // optimizer_update computes:
-//   v209 = scale <f32[421834]> v207 {f=0.9}  # models/convnet/model.go:29
+//   v208 = mul <f32[421834]> v205 v207  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a207 = in0[i];
-    float v209 = (a207 * 0.90000000000000002f);
-    out0[i] = v209;
+    float a205 = in0[i];
+    float v208 = (a205 * s_wd);
+    out0[i] = v208;
   }
 }
 
-// optimizer_update_2 computes:
-//   v210 = scale <f32[421834]> v206 {f=0.09999999999999998}  # models/convnet/model.go:29
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v209 = add <f32[421834]> v206 v208  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a206 = in0[i];
-    float v210 = (a206 * 0.099999999999999978f);
-    out0[i] = v210;
+    float a208 = in1[i];
+    float v209 = (a206 + a208);
+    out0[i] = v209;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v211 = add <f32[421834]> v209 v210  # models/convnet/model.go:29
+// optimizer_update_3 computes:
+//   v212 = scale <f32[421834]> v210 {f=0.9}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a209 = in0[i];
-    float a210 = in1[i];
-    float v211 = (a209 + a210);
-    out0[i] = v211;
+    float a210 = in0[i];
+    float v212 = (a210 * 0.90000000000000002f);
+    out0[i] = v212;
   }
 }
 
 // optimizer_update_4 computes:
-//   v212 = scale <f32[421834]> v208 {f=0.999}  # models/convnet/model.go:29
+//   v213 = scale <f32[421834]> v209 {f=0.09999999999999998}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a208 = in0[i];
-    float v212 = (a208 * 0.999f);
-    out0[i] = v212;
+    float a209 = in0[i];
+    float v213 = (a209 * 0.099999999999999978f);
+    out0[i] = v213;
   }
 }
 
 // optimizer_update_5 computes:
-//   v213 = mul <f32[421834]> v206 v206  # models/convnet/model.go:29
+//   v215 = scale <f32[421834]> v211 {f=0.999}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a206 = in0[i];
-    float v213 = (a206 * a206);
-    out0[i] = v213;
+    float a211 = in0[i];
+    float v215 = (a211 * 0.999f);
+    out0[i] = v215;
   }
 }
 
 // optimizer_update_6 computes:
-//   v214 = scale <f32[421834]> v213 {f=0.0010000000000000009}  # models/convnet/model.go:29
+//   v216 = mul <f32[421834]> v209 v209  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a213 = in0[i];
-    float v214 = (a213 * 0.0010000000000000009f);
-    out0[i] = v214;
+    float a209 = in0[i];
+    float v216 = (a209 * a209);
+    out0[i] = v216;
   }
 }
 
 // optimizer_update_7 computes:
-//   v216 = sqrt <f32[421834]> v215  # models/convnet/model.go:29
+//   v217 = scale <f32[421834]> v216 {f=0.0010000000000000009}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a215 = in0[i];
-    float v216 = sqrtf(a215);
-    out0[i] = v216;
+    float a216 = in0[i];
+    float v217 = (a216 * 0.0010000000000000009f);
+    out0[i] = v217;
   }
 }
 
 // optimizer_update_8 computes:
-//   v218 = div <f32[421834]> v216 v217  # models/convnet/model.go:29
+//   v219 = sqrt <f32[421834]> v218  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421834LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a216 = in0[i];
-    float v218 = (a216 / s_bc2_sqrt);
-    out0[i] = v218;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v219 = addc <f32[421834]> v218 {f=1e-08}  # models/convnet/model.go:29
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a218 = in0[i];
-    float v219 = (a218 + 1e-08f);
+    float v219 = sqrtf(a218);
     out0[i] = v219;
   }
 }
 
-// optimizer_update_10 computes:
-//   v221 = div <f32[421834]> v211 v219  # models/convnet/model.go:29
+// optimizer_update_9 computes:
+//   v221 = div <f32[421834]> v219 v220  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a211 = in0[i];
-    float a219 = in1[i];
-    float v221 = (a211 / a219);
+    float a219 = in0[i];
+    float v221 = (a219 / s_bc2_sqrt);
     out0[i] = v221;
   }
 }
 
-// optimizer_update_11 computes:
-//   v222 = mul <f32[421834]> v220 v221  # models/convnet/model.go:29
+// optimizer_update_10 computes:
+//   v222 = addc <f32[421834]> v221 {f=1e-08}  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a221 = in0[i];
-    float v222 = (s_step_size * a221);
+    float v222 = (a221 + 1e-08f);
     out0[i] = v222;
   }
 }
 
-// optimizer_update_12 computes:
-//   v223 = sub <f32[421834]> v205 v222  # models/convnet/model.go:29
+// optimizer_update_11 computes:
+//   v224 = div <f32[421834]> v214 v222  # models/convnet/model.go:29
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a214 = in0[i];
+    float a222 = in1[i];
+    float v224 = (a214 / a222);
+    out0[i] = v224;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v225 = mul <f32[421834]> v223 v224  # models/convnet/model.go:29
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a224 = in0[i];
+    float v225 = (s_step_size * a224);
+    out0[i] = v225;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v226 = sub <f32[421834]> v205 v225  # models/convnet/model.go:29
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a205 = in0[i];
-    float a222 = in1[i];
-    float v223 = (a205 - a222);
-    out0[i] = v223;
+    float a225 = in1[i];
+    float v226 = (a205 - a225);
+    out0[i] = v226;
   }
 }
 
@@ -1670,7 +1683,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1679,7 +1692,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -774,161 +774,174 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // optimizer_update computes:
-//   v73 = scale <f32[421642]> v71 {f=0.9}  # models/convnet/model.go:14
+//   v72 = mul <f32[421642]> v69 v71  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a71 = in0[i];
-    float v73 = (a71 * 0.90000000000000002f);
-    out0[i] = v73;
+    float a69 = in0[i];
+    float v72 = (a69 * s_wd);
+    out0[i] = v72;
   }
 }
 
-// optimizer_update_2 computes:
-//   v74 = scale <f32[421642]> v70 {f=0.09999999999999998}  # models/convnet/model.go:14
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v73 = add <f32[421642]> v70 v72  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
-    float v74 = (a70 * 0.099999999999999978f);
-    out0[i] = v74;
+    float a72 = in1[i];
+    float v73 = (a70 + a72);
+    out0[i] = v73;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v75 = add <f32[421642]> v73 v74  # models/convnet/model.go:14
+// optimizer_update_3 computes:
+//   v76 = scale <f32[421642]> v74 {f=0.9}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a73 = in0[i];
-    float a74 = in1[i];
-    float v75 = (a73 + a74);
-    out0[i] = v75;
+    float a74 = in0[i];
+    float v76 = (a74 * 0.90000000000000002f);
+    out0[i] = v76;
   }
 }
 
 // optimizer_update_4 computes:
-//   v76 = scale <f32[421642]> v72 {f=0.999}  # models/convnet/model.go:14
+//   v77 = scale <f32[421642]> v73 {f=0.09999999999999998}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a72 = in0[i];
-    float v76 = (a72 * 0.999f);
-    out0[i] = v76;
+    float a73 = in0[i];
+    float v77 = (a73 * 0.099999999999999978f);
+    out0[i] = v77;
   }
 }
 
 // optimizer_update_5 computes:
-//   v77 = mul <f32[421642]> v70 v70  # models/convnet/model.go:14
+//   v79 = scale <f32[421642]> v75 {f=0.999}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a70 = in0[i];
-    float v77 = (a70 * a70);
-    out0[i] = v77;
+    float a75 = in0[i];
+    float v79 = (a75 * 0.999f);
+    out0[i] = v79;
   }
 }
 
 // optimizer_update_6 computes:
-//   v78 = scale <f32[421642]> v77 {f=0.0010000000000000009}  # models/convnet/model.go:14
+//   v80 = mul <f32[421642]> v73 v73  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a77 = in0[i];
-    float v78 = (a77 * 0.0010000000000000009f);
-    out0[i] = v78;
+    float a73 = in0[i];
+    float v80 = (a73 * a73);
+    out0[i] = v80;
   }
 }
 
 // optimizer_update_7 computes:
-//   v80 = sqrt <f32[421642]> v79  # models/convnet/model.go:14
+//   v81 = scale <f32[421642]> v80 {f=0.0010000000000000009}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a79 = in0[i];
-    float v80 = sqrtf(a79);
-    out0[i] = v80;
+    float a80 = in0[i];
+    float v81 = (a80 * 0.0010000000000000009f);
+    out0[i] = v81;
   }
 }
 
 // optimizer_update_8 computes:
-//   v82 = div <f32[421642]> v80 v81  # models/convnet/model.go:14
+//   v83 = sqrt <f32[421642]> v82  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421642LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v82 = (a80 / s_bc2_sqrt);
-    out0[i] = v82;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v83 = addc <f32[421642]> v82 {f=1e-08}  # models/convnet/model.go:14
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a82 = in0[i];
-    float v83 = (a82 + 1e-08f);
+    float v83 = sqrtf(a82);
     out0[i] = v83;
   }
 }
 
-// optimizer_update_10 computes:
-//   v85 = div <f32[421642]> v75 v83  # models/convnet/model.go:14
+// optimizer_update_9 computes:
+//   v85 = div <f32[421642]> v83 v84  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a75 = in0[i];
-    float a83 = in1[i];
-    float v85 = (a75 / a83);
+    float a83 = in0[i];
+    float v85 = (a83 / s_bc2_sqrt);
     out0[i] = v85;
   }
 }
 
-// optimizer_update_11 computes:
-//   v86 = mul <f32[421642]> v84 v85  # models/convnet/model.go:14
+// optimizer_update_10 computes:
+//   v86 = addc <f32[421642]> v85 {f=1e-08}  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a85 = in0[i];
-    float v86 = (s_step_size * a85);
+    float v86 = (a85 + 1e-08f);
     out0[i] = v86;
   }
 }
 
-// optimizer_update_12 computes:
-//   v87 = sub <f32[421642]> v69 v86  # models/convnet/model.go:14
+// optimizer_update_11 computes:
+//   v88 = div <f32[421642]> v78 v86  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421642LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a78 = in0[i];
+    float a86 = in1[i];
+    float v88 = (a78 / a86);
+    out0[i] = v88;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v89 = mul <f32[421642]> v87 v88  # models/convnet/model.go:14
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421642LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a88 = in0[i];
+    float v89 = (s_step_size * a88);
+    out0[i] = v89;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v90 = sub <f32[421642]> v69 v89  # models/convnet/model.go:14
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a69 = in0[i];
-    float a86 = in1[i];
-    float v87 = (a69 - a86);
-    out0[i] = v87;
+    float a89 = in1[i];
+    float v90 = (a69 - a89);
+    out0[i] = v90;
   }
 }
 
@@ -958,7 +971,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -967,7 +980,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

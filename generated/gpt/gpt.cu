@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 3 launches (tok_emb_embedding_fwd, tok_emb_embedding_fwd, tok_emb_embedding_fwd). The first computes:
-//   v3 = embedding <f32[B,128,256]> v2 v0  # models/transformer/model.go:83
+//   v3 = embedding <f32[B,128,256]> v2 v0  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_fwd, slice_fwd). The first computes:
-//   v5 = slice <f32[128,256]> v4 {axes=[0] ints=[0 128]}  # models/transformer/model.go:83
+//   v5 = slice <f32[128,256]> v4 {axes=[0] ints=[0 128]}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -162,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // add_dropout_fwd: 2 launches (add_dropout_fwd, add_dropout_fwd). The first computes:
-//   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:83
-//   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:83
+//   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:93
+//   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
@@ -177,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * 
 }
 
 // layernorm_fwd: 24 launches (blocks_0_norm1_layernorm_fwd, blocks_0_norm2_layernorm_fwd, blocks_1_norm1_layernorm_fwd, blocks_1_norm2_layernorm_fwd, blocks_2_norm1_layernorm_fwd, blocks_2_norm2_layernorm_fwd, blocks_3_norm1_layernorm_fwd, blocks_3_norm2_layernorm_fwd, blocks_0_norm1_layernorm_fwd, blocks_0_norm2_layernorm_fwd, blocks_1_norm1_layernorm_fwd, blocks_1_norm2_layernorm_fwd, blocks_2_norm1_layernorm_fwd, blocks_2_norm2_layernorm_fwd, blocks_3_norm1_layernorm_fwd, blocks_3_norm2_layernorm_fwd, blocks_0_norm1_layernorm_fwd, blocks_0_norm2_layernorm_fwd, blocks_1_norm1_layernorm_fwd, blocks_1_norm2_layernorm_fwd, blocks_2_norm1_layernorm_fwd, blocks_2_norm2_layernorm_fwd, blocks_3_norm1_layernorm_fwd, blocks_3_norm2_layernorm_fwd). The first computes:
-//   v10 = layernorm <f32[B,128,256]> v7 v8 v9 {f=1e-05}  # models/transformer/model.go:85
+//   v10 = layernorm <f32[B,128,256]> v7 v8 v9 {f=1e-05}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
@@ -213,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_fwd(const float * __
 }
 
 // bias_fwd: 12 launches (blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd, blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd, blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd). The first computes:
-//   v16 = add <f32[B,128,768]> v15 v12  # models/transformer/model.go:85
+//   v16 = add <f32[B,128,768]> v15 v12  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // attention_fwd: 12 launches (blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd). The first computes:
-//   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:85
+//   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
@@ -314,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __
 }
 
 // slice_fwd_2: 12 launches (slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5, slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5, slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5). The first computes:
-//   v18 = slice <f32[B,128,256]> v17 {axes=[2] ints=[0 256]}  # models/transformer/model.go:85
+//   v18 = slice <f32[B,128,256]> v17 {axes=[2] ints=[0 256]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -329,9 +329,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // bias_dropout_add_fwd: 14 launches (blocks_0_self_attn_out_proj_bias_dropout_add_fwd, blocks_0_linear2_bias_dropout_add_fwd, blocks_1_self_attn_out_proj_bias_dropout_add_fwd, blocks_1_linear2_bias_dropout_add_fwd, blocks_2_self_attn_out_proj_bias_dropout_add_fwd, blocks_2_linear2_bias_dropout_add_fwd, blocks_3_self_attn_out_proj_bias_dropout_add_fwd, blocks_0_self_attn_out_proj_bias_dropout_add_fwd, blocks_0_linear2_bias_dropout_add_fwd, blocks_1_self_attn_out_proj_bias_dropout_add_fwd, blocks_1_linear2_bias_dropout_add_fwd, blocks_2_self_attn_out_proj_bias_dropout_add_fwd, blocks_2_linear2_bias_dropout_add_fwd, blocks_3_self_attn_out_proj_bias_dropout_add_fwd). The first computes:
-//   v20 = add <f32[B,128,256]> v19 v14  # models/transformer/model.go:85
-//   v21 = dropout <f32[B,128,256]> v20 {f=0.1 i=3}  # models/transformer/model.go:85
-//   v22 = add <f32[B,128,256]> v7 v21  # models/transformer/model.go:85
+//   v20 = add <f32[B,128,256]> v19 v14  # models/transformer/model.go:95
+//   v21 = dropout <f32[B,128,256]> v20 {f=0.1 i=3}  # models/transformer/model.go:95
+//   v22 = add <f32[B,128,256]> v7 v21  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -347,9 +347,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_dropout_add_fwd(const flo
 }
 
 // bias_gelu_dropout_fwd: 4 launches (blocks_0_linear1_bias_gelu_dropout_fwd, blocks_1_linear1_bias_gelu_dropout_fwd, blocks_2_linear1_bias_gelu_dropout_fwd, blocks_3_linear1_bias_gelu_dropout_fwd). The first computes:
-//   v29 = add <f32[B,128,1024]> v27 v28  # models/transformer/model.go:85
-//   v30 = gelu <f32[B,128,1024]> v29  # models/transformer/model.go:85
-//   v31 = dropout <f32[B,128,1024]> v30 {f=0.1 i=4}  # models/transformer/model.go:85
+//   v29 = add <f32[B,128,1024]> v27 v28  # models/transformer/model.go:95
+//   v30 = gelu <f32[B,128,1024]> v29  # models/transformer/model.go:95
+//   v31 = dropout <f32[B,128,1024]> v30 {f=0.1 i=4}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -357,15 +357,15 @@ extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const fl
     float a27 = in0[i];
     float a28 = in1[(0) * 1024LL + j];
     float v29 = (a27 + a28);
+    out0[i] = v29;
     float v30 = ngen_gelu(v29);
     float v31 = (v30 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
-    out0[i] = v29;
     out1[i] = v31;
   }
 }
 
 // layernorm_fwd_2: 3 launches (blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd). The first computes:
-//   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
+//   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
@@ -401,8 +401,8 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * 
 }
 
 // cross_entropy_ce_grad_bwd computes:
-//   v129 = cross_entropy <f32[]> v128 v1  # models/transformer/model.go:95
-//   v131 = ce_grad <f32[B,128,99]> v128 v1 v130  # models/transformer/model.go:95
+//   v129 = cross_entropy <f32[]> v128 v1  # models/transformer/model.go:105
+//   v131 = ce_grad <f32[B,128,99]> v128 v1 v130  # models/transformer/model.go:105
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
@@ -442,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(cons
 }
 
 // layernorm_bwd_bwd computes:
-//   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:87
+//   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[128];
   const long long nb = (long long)B * 16;
@@ -495,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float 
 }
 
 // slice_bwd: 9 launches (slice_bwd, slice_bwd_3, slice_bwd_5, slice_bwd_7, slice_bwd_9, slice_bwd_11, slice_bwd_13, slice_bwd_15, slice_bwd_17). The first computes:
-//   v138 = slice <f32[B,16,2048]> v137 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:87
+//   v138 = slice <f32[B,16,2048]> v137 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
@@ -510,8 +510,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2: 9 launches (slice_bwd_2, slice_bwd_4, slice_bwd_6, slice_bwd_8, slice_bwd_10, slice_bwd_12, slice_bwd_14, slice_bwd_16, slice_bwd_18). The first computes:
-//   v140 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:87
-//   v142 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:87
+//   v140 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:97
+//   v142 = slice <f32[B,16,256]> v137 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -532,8 +532,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // sum_bwd: 9 launches (sum_bwd, sum_bwd_4, sum_bwd_7, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_19, sum_bwd_22, sum_bwd_25). The first computes:
-//   v141 = sum <f32[256]> v140 {axes=[0 1]}  # models/transformer/model.go:87
-//   v143 = sum <f32[256]> v142 {axes=[0 1]}  # models/transformer/model.go:87
+//   v141 = sum <f32[256]> v140 {axes=[0 1]}  # models/transformer/model.go:97
+//   v143 = sum <f32[256]> v142 {axes=[0 1]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
   const long long nred = 16LL * (long long)B;
@@ -588,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // dropout_bwd computes:
-//   v144 = dropout <f32[B,128,256]> v139 {f=0.1 i=17}  # models/transformer/model.go:87
+//   v144 = dropout <f32[B,128,256]> v139 {f=0.1 i=17}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -599,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __re
 }
 
 // sum_bwd_2: 8 launches (sum_bwd_2, sum_bwd_5, sum_bwd_8, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_20, sum_bwd_23). The first computes:
-//   v145 = sum <f32[1,1,256]> v144 {axes=[0 1] keepdim}  # models/transformer/model.go:87
+//   v145 = sum <f32[1,1,256]> v144 {axes=[0 1] keepdim}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 128LL * (long long)B;
@@ -641,8 +641,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // dropout_gelu_bwd_bwd: 4 launches (dropout_gelu_bwd_bwd, dropout_gelu_bwd_bwd_2, dropout_gelu_bwd_bwd_3, dropout_gelu_bwd_bwd_4). The first computes:
-//   v151 = dropout <f32[B,128,1024]> v147 {f=0.1 i=16}  # models/transformer/model.go:85
-//   v152 = gelu_bwd <f32[B,128,1024]> v151 v119  # models/transformer/model.go:85
+//   v151 = dropout <f32[B,128,1024]> v147 {f=0.1 i=16}  # models/transformer/model.go:95
+//   v152 = gelu_bwd <f32[B,128,1024]> v151 v119  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -655,7 +655,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const flo
 }
 
 // sum_bwd_3: 4 launches (sum_bwd_3, sum_bwd_9, sum_bwd_15, sum_bwd_21). The first computes:
-//   v153 = sum <f32[1,1,1024]> v152 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v153 = sum <f32[1,1,1024]> v152 {axes=[0 1] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 128LL * (long long)B;
@@ -697,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // layernorm_bwd_bwd_2: 8 launches (blocks_3_norm2_layernorm_bwd_bwd, blocks_3_norm1_layernorm_bwd_bwd, blocks_2_norm2_layernorm_bwd_bwd, blocks_2_norm1_layernorm_bwd_bwd, blocks_1_norm2_layernorm_bwd_bwd, blocks_1_norm1_layernorm_bwd_bwd, blocks_0_norm2_layernorm_bwd_bwd, blocks_0_norm1_layernorm_bwd_bwd). The first computes:
-//   v159 = layernorm_bwd <f32[B,40960]> v155 v112 v113 {f=1e-05}  # models/transformer/model.go:85
+//   v159 = layernorm_bwd <f32[B,40960]> v155 v112 v113 {f=1e-05}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[128];
   const long long nb = (long long)B * 16;
@@ -750,22 +750,22 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const floa
 }
 
 // add_dropout_bwd: 7 launches (add_dropout_bwd, add_dropout_bwd_2, add_dropout_bwd_3, add_dropout_bwd_4, add_dropout_bwd_5, add_dropout_bwd_6, add_dropout_bwd_7). The first computes:
-//   v167 = add <f32[B,128,256]> v139 v162  # models/transformer/model.go:85
-//   v168 = dropout <f32[B,128,256]> v167 {f=0.1 i=15}  # models/transformer/model.go:85
+//   v167 = add <f32[B,128,256]> v139 v162  # models/transformer/model.go:95
+//   v168 = dropout <f32[B,128,256]> v167 {f=0.1 i=15}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a139 = in0[i];
     float a162 = in1[i];
     float v167 = (a139 + a162);
-    float v168 = (v167 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v167;
+    float v168 = (v167 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 128LL * 256LL), 0.90000000000000002f, 1.1111111111111112f));
     out1[i] = v168;
   }
 }
 
 // attention_bwd_bwd: 4 launches (blocks_3_self_attn_out_proj_attention_bwd_bwd, blocks_2_self_attn_out_proj_attention_bwd_bwd, blocks_1_self_attn_out_proj_attention_bwd_bwd, blocks_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:85
+//   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -927,7 +927,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float 
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_6, sum_bwd_12, sum_bwd_18, sum_bwd_24). The first computes:
-//   v176 = sum <f32[1,1,768]> v175 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v176 = sum <f32[1,1,768]> v175 {axes=[0 1] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 128LL * (long long)B;
@@ -969,8 +969,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // add_dropout_bwd_2 computes:
-//   v331 = add <f32[B,128,256]> v308 v326  # models/transformer/model.go:85
-//   v332 = dropout <f32[B,128,256]> v331 {f=0.1 i=1}  # models/transformer/model.go:83
+//   v331 = add <f32[B,128,256]> v308 v326  # models/transformer/model.go:95
+//   v332 = dropout <f32[B,128,256]> v331 {f=0.1 i=1}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -983,8 +983,8 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float 
 }
 
 // embedding_bwd_add_bwd computes:
-//   v333 = embedding_bwd <f32[99,256]> v332 v0 {shape=[99,256]}  # models/transformer/model.go:83
-//   v334 = add <f32[99,256]> v135 v333  # models/transformer/model.go:83
+//   v333 = embedding_bwd <f32[99,256]> v332 v0 {shape=[99,256]}  # models/transformer/model.go:93
+//   v334 = add <f32[99,256]> v135 v333  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1002,51 +1002,55 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
 }
 
 // optimizer_update computes:
-//   v339 = scale <f32[3184896]> v337 {f=0.9}  # models/transformer/model.go:79
-//   v340 = scale <f32[3184896]> v336 {f=0.09999999999999998}  # models/transformer/model.go:79
-//   v341 = add <f32[3184896]> v339 v340  # models/transformer/model.go:79
-//   v342 = scale <f32[3184896]> v338 {f=0.999}  # models/transformer/model.go:79
-//   v343 = mul <f32[3184896]> v336 v336  # models/transformer/model.go:79
-//   v344 = scale <f32[3184896]> v343 {f=0.0010000000000000009}  # models/transformer/model.go:79
-//   v345 = add <f32[3184896]> v342 v344  # models/transformer/model.go:79
-//   v346 = sqrt <f32[3184896]> v345  # models/transformer/model.go:79
-//   v348 = div <f32[3184896]> v346 v347  # models/transformer/model.go:79
-//   v349 = addc <f32[3184896]> v348 {f=1e-08}  # models/transformer/model.go:79
-//   v351 = div <f32[3184896]> v341 v349  # models/transformer/model.go:79
-//   v352 = mul <f32[3184896]> v350 v351  # models/transformer/model.go:79
-//   v353 = sub <f32[3184896]> v335 v352  # models/transformer/model.go:79
+//   v338 = mul <f32[3184896]> v335 v337  # models/transformer/model.go:89
+//   v339 = add <f32[3184896]> v336 v338  # models/transformer/model.go:89
+//   v342 = scale <f32[3184896]> v340 {f=0.9}  # models/transformer/model.go:89
+//   v343 = scale <f32[3184896]> v339 {f=0.09999999999999998}  # models/transformer/model.go:89
+//   v344 = add <f32[3184896]> v342 v343  # models/transformer/model.go:89
+//   v345 = scale <f32[3184896]> v341 {f=0.999}  # models/transformer/model.go:89
+//   v346 = mul <f32[3184896]> v339 v339  # models/transformer/model.go:89
+//   v347 = scale <f32[3184896]> v346 {f=0.0010000000000000009}  # models/transformer/model.go:89
+//   v348 = add <f32[3184896]> v345 v347  # models/transformer/model.go:89
+//   v349 = sqrt <f32[3184896]> v348  # models/transformer/model.go:89
+//   v351 = div <f32[3184896]> v349 v350  # models/transformer/model.go:89
+//   v352 = addc <f32[3184896]> v351 {f=1e-08}  # models/transformer/model.go:89
+//   v354 = div <f32[3184896]> v344 v352  # models/transformer/model.go:89
+//   v355 = mul <f32[3184896]> v353 v354  # models/transformer/model.go:89
+//   v356 = sub <f32[3184896]> v335 v355  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a337 = in0[i];
-    float v339 = (a337 * 0.90000000000000002f);
+    float a335 = in0[i];
+    float v338 = (a335 * s_wd);
     float a336 = in1[i];
-    float v340 = (a336 * 0.099999999999999978f);
-    float v341 = (v339 + v340);
-    float a338 = in2[i];
-    float v342 = (a338 * 0.999f);
-    float v343 = (a336 * a336);
-    float v344 = (v343 * 0.0010000000000000009f);
-    float v345 = (v342 + v344);
-    float v346 = sqrtf(v345);
-    float v348 = (v346 / s_bc2_sqrt);
-    float v349 = (v348 + 1e-08f);
-    float v351 = (v341 / v349);
-    float v352 = (s_step_size * v351);
-    float a335 = in3[i];
-    float v353 = (a335 - v352);
-    out0[i] = v341;
-    out1[i] = v345;
-    out2[i] = v353;
+    float v339 = (a336 + v338);
+    float a340 = in2[i];
+    float v342 = (a340 * 0.90000000000000002f);
+    float v343 = (v339 * 0.099999999999999978f);
+    float v344 = (v342 + v343);
+    float a341 = in3[i];
+    out0[i] = v344;
+    float v345 = (a341 * 0.999f);
+    float v346 = (v339 * v339);
+    float v347 = (v346 * 0.0010000000000000009f);
+    float v348 = (v345 + v347);
+    out1[i] = v348;
+    float v349 = sqrtf(v348);
+    float v351 = (v349 / s_bc2_sqrt);
+    float v352 = (v351 + 1e-08f);
+    float v354 = (v344 / v352);
+    float v355 = (s_step_size * v354);
+    float v356 = (a335 - v355);
+    out2[i] = v356;
   }
 }
 
 // bias_gelu_dropout_fwd_2: 4 launches (blocks_0_linear1_bias_gelu_dropout_fwd, blocks_1_linear1_bias_gelu_dropout_fwd, blocks_2_linear1_bias_gelu_dropout_fwd, blocks_3_linear1_bias_gelu_dropout_fwd). The first computes:
-//   v28 = add <f32[B,128,1024]> v26 v27  # models/transformer/model.go:85
-//   v29 = gelu <f32[B,128,1024]> v28  # models/transformer/model.go:85
-//   v30 = dropout <f32[B,128,1024]> v29 {f=0.1 i=4}  # models/transformer/model.go:85
+//   v28 = add <f32[B,128,1024]> v26 v27  # models/transformer/model.go:95
+//   v29 = gelu <f32[B,128,1024]> v28  # models/transformer/model.go:95
+//   v30 = dropout <f32[B,128,1024]> v29 {f=0.1 i=4}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -1061,7 +1065,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd_2(const 
 }
 
 // add_fwd computes:
-//   v5 = add <f32[B,128,256]> v2 v4  # models/transformer/model.go:83
+//   v5 = add <f32[B,128,256]> v2 v4  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
@@ -1074,8 +1078,8 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 }
 
 // bias_add_fwd: 7 launches (blocks_0_self_attn_out_proj_bias_add_fwd, blocks_0_linear2_bias_add_fwd, blocks_1_self_attn_out_proj_bias_add_fwd, blocks_1_linear2_bias_add_fwd, blocks_2_self_attn_out_proj_bias_add_fwd, blocks_2_linear2_bias_add_fwd, blocks_3_self_attn_out_proj_bias_add_fwd). The first computes:
-//   v18 = add <f32[B,128,256]> v17 v12  # models/transformer/model.go:85
-//   v19 = add <f32[B,128,256]> v5 v18  # models/transformer/model.go:85
+//   v18 = add <f32[B,128,256]> v17 v12  # models/transformer/model.go:95
+//   v19 = add <f32[B,128,256]> v5 v18  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1090,8 +1094,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_add_fwd(const float * __r
 }
 
 // bias_gelu_fwd: 4 launches (blocks_0_linear1_bias_gelu_fwd, blocks_1_linear1_bias_gelu_fwd, blocks_2_linear1_bias_gelu_fwd, blocks_3_linear1_bias_gelu_fwd). The first computes:
-//   v26 = add <f32[B,128,1024]> v24 v25  # models/transformer/model.go:85
-//   v27 = gelu <f32[B,128,1024]> v26  # models/transformer/model.go:85
+//   v26 = add <f32[B,128,1024]> v24 v25  # models/transformer/model.go:95
+//   v27 = gelu <f32[B,128,1024]> v26  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_gelu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -1130,7 +1134,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1139,7 +1143,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -504,44 +504,48 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v82 = scale <f32[230979]> v80 {f=0.9}  # models/lstm/model.go:57
-//   v83 = scale <f32[230979]> v79 {f=0.09999999999999998}  # models/lstm/model.go:57
-//   v84 = add <f32[230979]> v82 v83  # models/lstm/model.go:57
-//   v85 = scale <f32[230979]> v81 {f=0.999}  # models/lstm/model.go:57
-//   v86 = mul <f32[230979]> v79 v79  # models/lstm/model.go:57
-//   v87 = scale <f32[230979]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:57
-//   v88 = add <f32[230979]> v85 v87  # models/lstm/model.go:57
-//   v89 = sqrt <f32[230979]> v88  # models/lstm/model.go:57
-//   v91 = div <f32[230979]> v89 v90  # models/lstm/model.go:57
-//   v92 = addc <f32[230979]> v91 {f=1e-08}  # models/lstm/model.go:57
-//   v94 = div <f32[230979]> v84 v92  # models/lstm/model.go:57
-//   v95 = mul <f32[230979]> v93 v94  # models/lstm/model.go:57
-//   v96 = sub <f32[230979]> v78 v95  # models/lstm/model.go:57
+//   v81 = mul <f32[230979]> v78 v80  # models/lstm/model.go:57
+//   v82 = add <f32[230979]> v79 v81  # models/lstm/model.go:57
+//   v85 = scale <f32[230979]> v83 {f=0.9}  # models/lstm/model.go:57
+//   v86 = scale <f32[230979]> v82 {f=0.09999999999999998}  # models/lstm/model.go:57
+//   v87 = add <f32[230979]> v85 v86  # models/lstm/model.go:57
+//   v88 = scale <f32[230979]> v84 {f=0.999}  # models/lstm/model.go:57
+//   v89 = mul <f32[230979]> v82 v82  # models/lstm/model.go:57
+//   v90 = scale <f32[230979]> v89 {f=0.0010000000000000009}  # models/lstm/model.go:57
+//   v91 = add <f32[230979]> v88 v90  # models/lstm/model.go:57
+//   v92 = sqrt <f32[230979]> v91  # models/lstm/model.go:57
+//   v94 = div <f32[230979]> v92 v93  # models/lstm/model.go:57
+//   v95 = addc <f32[230979]> v94 {f=1e-08}  # models/lstm/model.go:57
+//   v97 = div <f32[230979]> v87 v95  # models/lstm/model.go:57
+//   v98 = mul <f32[230979]> v96 v97  # models/lstm/model.go:57
+//   v99 = sub <f32[230979]> v78 v98  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v82 = (a80 * 0.90000000000000002f);
+    float a78 = in0[i];
+    float v81 = (a78 * s_wd);
     float a79 = in1[i];
-    float v83 = (a79 * 0.099999999999999978f);
-    float v84 = (v82 + v83);
-    float a81 = in2[i];
-    float v85 = (a81 * 0.999f);
-    float v86 = (a79 * a79);
-    float v87 = (v86 * 0.0010000000000000009f);
-    float v88 = (v85 + v87);
-    float v89 = sqrtf(v88);
-    float v91 = (v89 / s_bc2_sqrt);
-    float v92 = (v91 + 1e-08f);
-    float v94 = (v84 / v92);
-    float v95 = (s_step_size * v94);
-    float a78 = in3[i];
-    float v96 = (a78 - v95);
-    out0[i] = v84;
-    out1[i] = v88;
-    out2[i] = v96;
+    float v82 = (a79 + v81);
+    float a83 = in2[i];
+    float v85 = (a83 * 0.90000000000000002f);
+    float v86 = (v82 * 0.099999999999999978f);
+    float v87 = (v85 + v86);
+    float a84 = in3[i];
+    out0[i] = v87;
+    float v88 = (a84 * 0.999f);
+    float v89 = (v82 * v82);
+    float v90 = (v89 * 0.0010000000000000009f);
+    float v91 = (v88 + v90);
+    out1[i] = v91;
+    float v92 = sqrtf(v91);
+    float v94 = (v92 / s_bc2_sqrt);
+    float v95 = (v94 + 1e-08f);
+    float v97 = (v87 / v95);
+    float v98 = (s_step_size * v97);
+    float v99 = (a78 - v98);
+    out2[i] = v99;
   }
 }
 
@@ -652,7 +656,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -661,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -517,44 +517,48 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // optimizer_update computes:
-//   v56 = scale <f32[23109]> v54 {f=0.9}  # models/rnn/model.go:38
-//   v57 = scale <f32[23109]> v53 {f=0.09999999999999998}  # models/rnn/model.go:38
-//   v58 = add <f32[23109]> v56 v57  # models/rnn/model.go:38
-//   v59 = scale <f32[23109]> v55 {f=0.999}  # models/rnn/model.go:38
-//   v60 = mul <f32[23109]> v53 v53  # models/rnn/model.go:38
-//   v61 = scale <f32[23109]> v60 {f=0.0010000000000000009}  # models/rnn/model.go:38
-//   v62 = add <f32[23109]> v59 v61  # models/rnn/model.go:38
-//   v63 = sqrt <f32[23109]> v62  # models/rnn/model.go:38
-//   v65 = div <f32[23109]> v63 v64  # models/rnn/model.go:38
-//   v66 = addc <f32[23109]> v65 {f=1e-08}  # models/rnn/model.go:38
-//   v68 = div <f32[23109]> v58 v66  # models/rnn/model.go:38
-//   v69 = mul <f32[23109]> v67 v68  # models/rnn/model.go:38
-//   v70 = sub <f32[23109]> v52 v69  # models/rnn/model.go:38
+//   v55 = mul <f32[23109]> v52 v54  # models/rnn/model.go:38
+//   v56 = add <f32[23109]> v53 v55  # models/rnn/model.go:38
+//   v59 = scale <f32[23109]> v57 {f=0.9}  # models/rnn/model.go:38
+//   v60 = scale <f32[23109]> v56 {f=0.09999999999999998}  # models/rnn/model.go:38
+//   v61 = add <f32[23109]> v59 v60  # models/rnn/model.go:38
+//   v62 = scale <f32[23109]> v58 {f=0.999}  # models/rnn/model.go:38
+//   v63 = mul <f32[23109]> v56 v56  # models/rnn/model.go:38
+//   v64 = scale <f32[23109]> v63 {f=0.0010000000000000009}  # models/rnn/model.go:38
+//   v65 = add <f32[23109]> v62 v64  # models/rnn/model.go:38
+//   v66 = sqrt <f32[23109]> v65  # models/rnn/model.go:38
+//   v68 = div <f32[23109]> v66 v67  # models/rnn/model.go:38
+//   v69 = addc <f32[23109]> v68 {f=1e-08}  # models/rnn/model.go:38
+//   v71 = div <f32[23109]> v61 v69  # models/rnn/model.go:38
+//   v72 = mul <f32[23109]> v70 v71  # models/rnn/model.go:38
+//   v73 = sub <f32[23109]> v52 v72  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a54 = in0[i];
-    float v56 = (a54 * 0.90000000000000002f);
+    float a52 = in0[i];
+    float v55 = (a52 * s_wd);
     float a53 = in1[i];
-    float v57 = (a53 * 0.099999999999999978f);
-    float v58 = (v56 + v57);
-    float a55 = in2[i];
-    float v59 = (a55 * 0.999f);
-    float v60 = (a53 * a53);
-    float v61 = (v60 * 0.0010000000000000009f);
-    float v62 = (v59 + v61);
-    float v63 = sqrtf(v62);
-    float v65 = (v63 / s_bc2_sqrt);
-    float v66 = (v65 + 1e-08f);
-    float v68 = (v58 / v66);
-    float v69 = (s_step_size * v68);
-    float a52 = in3[i];
-    float v70 = (a52 - v69);
-    out0[i] = v58;
-    out1[i] = v62;
-    out2[i] = v70;
+    float v56 = (a53 + v55);
+    float a57 = in2[i];
+    float v59 = (a57 * 0.90000000000000002f);
+    float v60 = (v56 * 0.099999999999999978f);
+    float v61 = (v59 + v60);
+    float a58 = in3[i];
+    out0[i] = v61;
+    float v62 = (a58 * 0.999f);
+    float v63 = (v56 * v56);
+    float v64 = (v63 * 0.0010000000000000009f);
+    float v65 = (v62 + v64);
+    out1[i] = v65;
+    float v66 = sqrtf(v65);
+    float v68 = (v66 / s_bc2_sqrt);
+    float v69 = (v68 + 1e-08f);
+    float v71 = (v61 / v69);
+    float v72 = (s_step_size * v71);
+    float v73 = (a52 - v72);
+    out2[i] = v73;
   }
 }
 
@@ -596,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -605,7 +609,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -615,161 +615,174 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v58 = scale <f32[23109]> v56 {f=0.9}  # models/rnn/model.go:38
+//   v57 = mul <f32[23109]> v54 v56  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a56 = in0[i];
-    float v58 = (a56 * 0.90000000000000002f);
-    out0[i] = v58;
+    float a54 = in0[i];
+    float v57 = (a54 * s_wd);
+    out0[i] = v57;
   }
 }
 
-// optimizer_update_2 computes:
-//   v59 = scale <f32[23109]> v55 {f=0.09999999999999998}  # models/rnn/model.go:38
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v58 = add <f32[23109]> v55 v57  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a55 = in0[i];
-    float v59 = (a55 * 0.099999999999999978f);
-    out0[i] = v59;
+    float a57 = in1[i];
+    float v58 = (a55 + a57);
+    out0[i] = v58;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v60 = add <f32[23109]> v58 v59  # models/rnn/model.go:38
+// optimizer_update_3 computes:
+//   v61 = scale <f32[23109]> v59 {f=0.9}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a58 = in0[i];
-    float a59 = in1[i];
-    float v60 = (a58 + a59);
-    out0[i] = v60;
+    float a59 = in0[i];
+    float v61 = (a59 * 0.90000000000000002f);
+    out0[i] = v61;
   }
 }
 
 // optimizer_update_4 computes:
-//   v61 = scale <f32[23109]> v57 {f=0.999}  # models/rnn/model.go:38
+//   v62 = scale <f32[23109]> v58 {f=0.09999999999999998}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a57 = in0[i];
-    float v61 = (a57 * 0.999f);
-    out0[i] = v61;
+    float a58 = in0[i];
+    float v62 = (a58 * 0.099999999999999978f);
+    out0[i] = v62;
   }
 }
 
 // optimizer_update_5 computes:
-//   v62 = mul <f32[23109]> v55 v55  # models/rnn/model.go:38
+//   v64 = scale <f32[23109]> v60 {f=0.999}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a55 = in0[i];
-    float v62 = (a55 * a55);
-    out0[i] = v62;
+    float a60 = in0[i];
+    float v64 = (a60 * 0.999f);
+    out0[i] = v64;
   }
 }
 
 // optimizer_update_6 computes:
-//   v63 = scale <f32[23109]> v62 {f=0.0010000000000000009}  # models/rnn/model.go:38
+//   v65 = mul <f32[23109]> v58 v58  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float v63 = (a62 * 0.0010000000000000009f);
-    out0[i] = v63;
+    float a58 = in0[i];
+    float v65 = (a58 * a58);
+    out0[i] = v65;
   }
 }
 
 // optimizer_update_7 computes:
-//   v65 = sqrt <f32[23109]> v64  # models/rnn/model.go:38
+//   v66 = scale <f32[23109]> v65 {f=0.0010000000000000009}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a64 = in0[i];
-    float v65 = sqrtf(a64);
-    out0[i] = v65;
+    float a65 = in0[i];
+    float v66 = (a65 * 0.0010000000000000009f);
+    out0[i] = v66;
   }
 }
 
 // optimizer_update_8 computes:
-//   v67 = div <f32[23109]> v65 v66  # models/rnn/model.go:38
+//   v68 = sqrt <f32[23109]> v67  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 23109LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v67 = (a65 / s_bc2_sqrt);
-    out0[i] = v67;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v68 = addc <f32[23109]> v67 {f=1e-08}  # models/rnn/model.go:38
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a67 = in0[i];
-    float v68 = (a67 + 1e-08f);
+    float v68 = sqrtf(a67);
     out0[i] = v68;
   }
 }
 
-// optimizer_update_10 computes:
-//   v70 = div <f32[23109]> v60 v68  # models/rnn/model.go:38
+// optimizer_update_9 computes:
+//   v70 = div <f32[23109]> v68 v69  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a60 = in0[i];
-    float a68 = in1[i];
-    float v70 = (a60 / a68);
+    float a68 = in0[i];
+    float v70 = (a68 / s_bc2_sqrt);
     out0[i] = v70;
   }
 }
 
-// optimizer_update_11 computes:
-//   v71 = mul <f32[23109]> v69 v70  # models/rnn/model.go:38
+// optimizer_update_10 computes:
+//   v71 = addc <f32[23109]> v70 {f=1e-08}  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
-    float v71 = (s_step_size * a70);
+    float v71 = (a70 + 1e-08f);
     out0[i] = v71;
   }
 }
 
-// optimizer_update_12 computes:
-//   v72 = sub <f32[23109]> v54 v71  # models/rnn/model.go:38
+// optimizer_update_11 computes:
+//   v73 = div <f32[23109]> v63 v71  # models/rnn/model.go:38
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 23109LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a63 = in0[i];
+    float a71 = in1[i];
+    float v73 = (a63 / a71);
+    out0[i] = v73;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v74 = mul <f32[23109]> v72 v73  # models/rnn/model.go:38
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 23109LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a73 = in0[i];
+    float v74 = (s_step_size * a73);
+    out0[i] = v74;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v75 = sub <f32[23109]> v54 v74  # models/rnn/model.go:38
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a54 = in0[i];
-    float a71 = in1[i];
-    float v72 = (a54 - a71);
-    out0[i] = v72;
+    float a74 = in1[i];
+    float v75 = (a54 - a74);
+    out0[i] = v75;
   }
 }
 
@@ -799,7 +812,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -808,7 +821,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

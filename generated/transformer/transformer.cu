@@ -133,8 +133,8 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_scale_fwd: 3 launches (embedding_embedding_scale_fwd, embedding_embedding_scale_fwd, embedding_embedding_scale_fwd). The first computes:
-//   v4 = embedding <f32[B,64,256]> v3 v0  # models/transformer/model.go:61
-//   v5 = scale <f32[B,64,256]> v4 {f=16}  # models/transformer/model.go:61
+//   v4 = embedding <f32[B,64,256]> v3 v0  # models/transformer/model.go:71
+//   v5 = scale <f32[B,64,256]> v4 {f=16}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) embedding_scale_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -150,8 +150,8 @@ extern "C" __global__ void __launch_bounds__(256) embedding_scale_fwd(const floa
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_fwd, slice_fwd). The first computes:
-//   v7 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:61
-//   v12 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:61
+//   v7 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:71
+//   v12 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -170,12 +170,12 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // add_dropout_embedding_scale_fwd: 2 launches (embedding_add_dropout_embedding_scale_fwd, embedding_add_dropout_embedding_scale_fwd). The first computes:
-//   v8 = add <f32[B,64,256]> v5 v7  # models/transformer/model.go:61
-//   v9 = dropout <f32[B,64,256]> v8 {f=0.1 i=1}  # models/transformer/model.go:61
-//   v10 = embedding <f32[B,64,256]> v3 v1  # models/transformer/model.go:61
-//   v11 = scale <f32[B,64,256]> v10 {f=16}  # models/transformer/model.go:61
-//   v13 = add <f32[B,64,256]> v11 v12  # models/transformer/model.go:61
-//   v14 = dropout <f32[B,64,256]> v13 {f=0.1 i=2}  # models/transformer/model.go:61
+//   v8 = add <f32[B,64,256]> v5 v7  # models/transformer/model.go:71
+//   v9 = dropout <f32[B,64,256]> v8 {f=0.1 i=1}  # models/transformer/model.go:71
+//   v10 = embedding <f32[B,64,256]> v3 v1  # models/transformer/model.go:71
+//   v11 = scale <f32[B,64,256]> v10 {f=16}  # models/transformer/model.go:71
+//   v13 = add <f32[B,64,256]> v11 v12  # models/transformer/model.go:71
+//   v14 = dropout <f32[B,64,256]> v13 {f=0.1 i=2}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) add_dropout_embedding_scale_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0, int *status, int c1) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -199,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_embedding_scale_fw
 }
 
 // bias_fwd: 12 launches (transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd, transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd, transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd). The first computes:
-//   v20 = add <f32[B,64,768]> v19 v16  # models/transformer/model.go:65
+//   v20 = add <f32[B,64,768]> v19 v16  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // attention_fwd: 6 launches (transformer_encoder_layers_0_self_attn_attention_fwd, transformer_encoder_layers_1_self_attn_attention_fwd, transformer_encoder_layers_0_self_attn_attention_fwd, transformer_encoder_layers_1_self_attn_attention_fwd, transformer_encoder_layers_0_self_attn_attention_fwd, transformer_encoder_layers_1_self_attn_attention_fwd). The first computes:
-//   v21 = attention <f32[B,64,260]> v20 v20 v20 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:65
+//   v21 = attention <f32[B,64,260]> v20 v20 v20 {f=0.125 f2=0.1 i=3 ints=[4 64 0 256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __
 }
 
 // slice_fwd_2: 18 launches (slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5, slice_fwd_6, slice_fwd_7, slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5, slice_fwd_6, slice_fwd_7, slice_fwd_2, slice_fwd_3, slice_fwd_4, slice_fwd_5, slice_fwd_6, slice_fwd_7). The first computes:
-//   v22 = slice <f32[B,64,256]> v21 {axes=[2] ints=[0 256]}  # models/transformer/model.go:65
+//   v22 = slice <f32[B,64,256]> v21 {axes=[2] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // layernorm_fwd: 30 launches (transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_0_linear2_layernorm_fwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_1_linear2_layernorm_fwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_linear2_layernorm_fwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_linear2_layernorm_fwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_0_linear2_layernorm_fwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_1_linear2_layernorm_fwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_linear2_layernorm_fwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_linear2_layernorm_fwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_0_linear2_layernorm_fwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_encoder_layers_1_linear2_layernorm_fwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_0_linear2_layernorm_fwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_fwd, transformer_decoder_layers_1_linear2_layernorm_fwd). The first computes:
-//   v26 = layernorm <f32[B,64,256]> v23 v18 v9 v24 v25 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:65
+//   v26 = layernorm <f32[B,64,256]> v23 v18 v9 v24 v25 {f=1e-05 f2=0.1 i=4}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) layernorm_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
@@ -351,9 +351,9 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_fwd(const float * __
 }
 
 // bias_relu_dropout_fwd: 4 launches (transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd, transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd, transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd, transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd). The first computes:
-//   v30 = add <f32[B,64,1024]> v28 v29  # models/transformer/model.go:65
-//   v31 = relu <f32[B,64,1024]> v30  # models/transformer/model.go:65
-//   v32 = dropout <f32[B,64,1024]> v31 {f=0.1 i=5}  # models/transformer/model.go:65
+//   v30 = add <f32[B,64,1024]> v28 v29  # models/transformer/model.go:75
+//   v31 = relu <f32[B,64,1024]> v30  # models/transformer/model.go:75
+//   v32 = dropout <f32[B,64,1024]> v31 {f=0.1 i=5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -362,14 +362,14 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a29 = in1[(0) * 1024LL + j];
     float v30 = (a28 + a29);
     float v31 = (v30 <= 0.0f ? 0.0f : v30);
-    float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v31;
+    float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out1[i] = v32;
   }
 }
 
 // layernorm_fwd_2: 6 launches (transformer_encoder_norm_layernorm_fwd, transformer_decoder_norm_layernorm_fwd, transformer_encoder_norm_layernorm_fwd, transformer_decoder_norm_layernorm_fwd, transformer_encoder_norm_layernorm_fwd, transformer_decoder_norm_layernorm_fwd). The first computes:
-//   v65 = layernorm <f32[B,64,256]> v62 v63 v64 {f=1e-05}  # models/transformer/model.go:65
+//   v65 = layernorm <f32[B,64,256]> v62 v63 v64 {f=1e-05}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[64];
   const long long nrows = (long long)B * 64LL;
@@ -405,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * 
 }
 
 // attention_fwd_2: 6 launches (transformer_decoder_layers_0_self_attn_attention_fwd, transformer_decoder_layers_1_self_attn_attention_fwd, transformer_decoder_layers_0_self_attn_attention_fwd, transformer_decoder_layers_1_self_attn_attention_fwd, transformer_decoder_layers_0_self_attn_attention_fwd, transformer_decoder_layers_1_self_attn_attention_fwd). The first computes:
-//   v72 = attention <f32[B,64,260]> v71 v71 v71 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:65
+//   v72 = attention <f32[B,64,260]> v71 v71 v71 {f=0.125 f2=0.1 i=11 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
@@ -493,8 +493,8 @@ extern "C" __global__ void __launch_bounds__(128) attention_fwd_2(const float * 
 }
 
 // slice_fwd_3: 3 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd, transformer_decoder_layers_0_multihead_attn_slice_fwd, transformer_decoder_layers_0_multihead_attn_slice_fwd). The first computes:
-//   v82 = slice <f32[256,256]> v78 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
-//   v124 = slice <f32[256,256]> v120 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
+//   v82 = slice <f32[256,256]> v78 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
+//   v124 = slice <f32[256,256]> v120 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1) {
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -513,8 +513,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // slice_fwd_4: 3 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_2, transformer_decoder_layers_0_multihead_attn_slice_fwd_2, transformer_decoder_layers_0_multihead_attn_slice_fwd_2). The first computes:
-//   v84 = slice <f32[256]> v79 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
-//   v126 = slice <f32[256]> v121 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
+//   v84 = slice <f32[256]> v79 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
+//   v126 = slice <f32[256]> v121 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 256LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -530,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // add_fwd: 6 launches (add_fwd, add_fwd_3, add_fwd, add_fwd_3, add_fwd, add_fwd_3). The first computes:
-//   v85 = add <f32[B,64,256]> v83 v84  # models/transformer/model.go:65
+//   v85 = add <f32[B,64,256]> v83 v84  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -543,8 +543,8 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 }
 
 // slice_fwd_5: 3 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_3, transformer_decoder_layers_0_multihead_attn_slice_fwd_3, transformer_decoder_layers_0_multihead_attn_slice_fwd_3). The first computes:
-//   v86 = slice <f32[512,256]> v78 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
-//   v128 = slice <f32[512,256]> v120 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
+//   v86 = slice <f32[512,256]> v78 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
+//   v128 = slice <f32[512,256]> v120 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1) {
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -563,8 +563,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // slice_fwd_6: 3 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_4, transformer_decoder_layers_0_multihead_attn_slice_fwd_4, transformer_decoder_layers_0_multihead_attn_slice_fwd_4). The first computes:
-//   v88 = slice <f32[512]> v79 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
-//   v130 = slice <f32[512]> v121 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
+//   v88 = slice <f32[512]> v79 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
+//   v130 = slice <f32[512]> v121 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 512LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -580,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 }
 
 // add_fwd_2: 6 launches (add_fwd_2, add_fwd_4, add_fwd_2, add_fwd_4, add_fwd_2, add_fwd_4). The first computes:
-//   v89 = add <f32[B,64,512]> v87 v88  # models/transformer/model.go:65
+//   v89 = add <f32[B,64,512]> v87 v88  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -593,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 }
 
 // attention_fwd_3: 6 launches (transformer_decoder_layers_0_multihead_attn_attention_fwd, transformer_decoder_layers_1_multihead_attn_attention_fwd, transformer_decoder_layers_0_multihead_attn_attention_fwd, transformer_decoder_layers_1_multihead_attn_attention_fwd, transformer_decoder_layers_0_multihead_attn_attention_fwd, transformer_decoder_layers_1_multihead_attn_attention_fwd). The first computes:
-//   v90 = attention <f32[B,64,260]> v85 v89 v89 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:65
+//   v90 = attention <f32[B,64,260]> v85 v89 v89 {f=0.125 f2=0.1 i=13 ints=[4 64 0 0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
@@ -681,9 +681,9 @@ extern "C" __global__ void __launch_bounds__(128) attention_fwd_3(const float * 
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v156 = add <f32[B,64,99]> v154 v155  # models/transformer/model.go:66
-//   v157 = cross_entropy <f32[]> v156 v2  # models/transformer/model.go:68
-//   v159 = ce_grad <f32[B,64,99]> v156 v2 v158  # models/transformer/model.go:68
+//   v156 = add <f32[B,64,99]> v154 v155  # models/transformer/model.go:76
+//   v157 = cross_entropy <f32[]> v156 v2  # models/transformer/model.go:78
+//   v159 = ce_grad <f32[B,64,99]> v156 v2 v158  # models/transformer/model.go:78
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -731,7 +731,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v160 = sum <f32[1,1,99]> v159 {axes=[0 1] keepdim}  # models/transformer/model.go:66
+//   v160 = sum <f32[1,1,99]> v159 {axes=[0 1] keepdim}  # models/transformer/model.go:76
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -748,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // layernorm_bwd_bwd: 2 launches (transformer_decoder_norm_layernorm_bwd_bwd, transformer_encoder_norm_layernorm_bwd_bwd). The first computes:
-//   v166 = layernorm_bwd <f32[B,20480]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:65
+//   v166 = layernorm_bwd <f32[B,20480]> v162 v149 v150 {f=1e-05}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float red[128];
   const long long nb = (long long)B * 8;
@@ -801,7 +801,7 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float 
 }
 
 // slice_bwd: 12 launches (slice_bwd, slice_bwd_3, slice_bwd_5, slice_bwd_7, slice_bwd_9, slice_bwd_11, slice_bwd_13, slice_bwd_15, slice_bwd_17, slice_bwd_19, slice_bwd_21, slice_bwd_23). The first computes:
-//   v168 = slice <f32[B,8,2048]> v167 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:65
+//   v168 = slice <f32[B,8,2048]> v167 {axes=[2] ints=[0 2048]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 8LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
@@ -816,8 +816,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2: 12 launches (slice_bwd_2, slice_bwd_4, slice_bwd_6, slice_bwd_8, slice_bwd_10, slice_bwd_12, slice_bwd_14, slice_bwd_16, slice_bwd_18, slice_bwd_20, slice_bwd_22, slice_bwd_24). The first computes:
-//   v170 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:65
-//   v172 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:65
+//   v170 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2048 2304]}  # models/transformer/model.go:75
+//   v172 = slice <f32[B,8,256]> v167 {axes=[2] ints=[2304 2560]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 8LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -838,8 +838,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // sum_bwd_2: 12 launches (sum_bwd_2, sum_bwd_3, sum_bwd_6, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_20, sum_bwd_23, sum_bwd_24, sum_bwd_27, sum_bwd_30, sum_bwd_33). The first computes:
-//   v171 = sum <f32[256]> v170 {axes=[0 1]}  # models/transformer/model.go:65
-//   v173 = sum <f32[256]> v172 {axes=[0 1]}  # models/transformer/model.go:65
+//   v171 = sum <f32[256]> v170 {axes=[0 1]}  # models/transformer/model.go:75
+//   v173 = sum <f32[256]> v172 {axes=[0 1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
   const long long nred = 8LL * (long long)B;
@@ -894,7 +894,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // layernorm_bwd_bwd_2: 10 launches (transformer_decoder_layers_1_linear2_layernorm_bwd_bwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_linear2_layernorm_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_1_linear2_layernorm_bwd_bwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_0_linear2_layernorm_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd). The first computes:
-//   v174 = layernorm_bwd <f32[B,20480]> v169 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:65
+//   v174 = layernorm_bwd <f32[B,20480]> v169 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float red[128];
   const long long nb = (long long)B * 8;
@@ -947,7 +947,7 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const floa
 }
 
 // dropout_bwd: 10 launches (dropout_bwd, dropout_bwd_2, dropout_bwd_3, dropout_bwd_4, dropout_bwd_5, dropout_bwd_6, dropout_bwd_7, dropout_bwd_8, dropout_bwd_9, dropout_bwd_10). The first computes:
-//   v182 = dropout <f32[B,64,256]> v177 {f=0.1 i=22}  # models/transformer/model.go:65
+//   v182 = dropout <f32[B,64,256]> v177 {f=0.1 i=22}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -958,7 +958,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __re
 }
 
 // sum_bwd_3: 12 launches (sum_bwd_4, sum_bwd_7, sum_bwd_9, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_19, sum_bwd_21, sum_bwd_25, sum_bwd_28, sum_bwd_31, sum_bwd_34). The first computes:
-//   v183 = sum <f32[1,1,256]> v182 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v183 = sum <f32[1,1,256]> v182 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 64LL * (long long)B;
@@ -1000,8 +1000,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // dropout_relu_bwd_bwd: 4 launches (dropout_relu_bwd_bwd, dropout_relu_bwd_bwd_2, dropout_relu_bwd_bwd_3, dropout_relu_bwd_bwd_4). The first computes:
-//   v189 = dropout <f32[B,64,1024]> v185 {f=0.1 i=21}  # models/transformer/model.go:65
-//   v190 = relu_bwd <f32[B,64,1024]> v189 v142  # models/transformer/model.go:65
+//   v189 = dropout <f32[B,64,1024]> v185 {f=0.1 i=21}  # models/transformer/model.go:75
+//   v190 = relu_bwd <f32[B,64,1024]> v189 v142  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1014,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const flo
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_5, sum_bwd_15, sum_bwd_26, sum_bwd_32). The first computes:
-//   v191 = sum <f32[1,1,1024]> v190 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v191 = sum <f32[1,1,1024]> v190 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
@@ -1056,7 +1056,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // add_bwd: 9 launches (add_bwd, add_bwd_2, add_bwd_3, add_bwd_4, add_bwd_5, add_bwd_6, add_bwd_7, add_bwd_8, add_bwd_9). The first computes:
-//   v197 = add <f32[B,64,256]> v177 v193  # models/transformer/model.go:65
+//   v197 = add <f32[B,64,256]> v177 v193  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1068,7 +1068,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 }
 
 // attention_bwd_bwd: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v213 = attention_bwd <f32[B,64,256]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:65
+//   v213 = attention_bwd <f32[B,64,256]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1155,7 +1155,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float 
 }
 
 // attention_bwd_bwd_2: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd_2, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd_2). The first computes:
-//   v214 = attention_bwd <f32[B,64,512]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:65
+//   v214 = attention_bwd <f32[B,64,512]> v209 v127 v131 v131 v132 {f=0.125 f2=0.1 i=19 ints=[4 64 0 0 256 6]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1245,7 +1245,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_2(const floa
 }
 
 // sum_bwd_5: 2 launches (sum_bwd_8, sum_bwd_18). The first computes:
-//   v215 = sum <f32[1,1,512]> v214 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v215 = sum <f32[1,1,512]> v214 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
@@ -1287,7 +1287,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_3). The first computes:
-//   v217 = slice_bwd <f32[768]> v216 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:65
+//   v217 = slice_bwd <f32[768]> v216 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1299,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_4). The first computes:
-//   v222 = slice_bwd <f32[768,256]> v221 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:65
+//   v222 = slice_bwd <f32[768,256]> v221 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1313,8 +1313,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // slice_bwd_add_bwd: 2 launches (slice_bwd_add_bwd, slice_bwd_add_bwd_3). The first computes:
-//   v225 = slice_bwd <f32[768]> v224 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:65
-//   v226 = add <f32[768]> v217 v225  # models/transformer/model.go:65
+//   v225 = slice_bwd <f32[768]> v224 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:75
+//   v226 = add <f32[768]> v217 v225  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1328,8 +1328,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd(const float 
 }
 
 // slice_bwd_add_bwd_2: 2 launches (slice_bwd_add_bwd_2, slice_bwd_add_bwd_4). The first computes:
-//   v232 = slice_bwd <f32[768,256]> v230 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:65
-//   v233 = add <f32[768,256]> v222 v232  # models/transformer/model.go:65
+//   v232 = slice_bwd <f32[768,256]> v230 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:75
+//   v233 = add <f32[768,256]> v222 v232  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1345,7 +1345,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_add_bwd_2(const floa
 }
 
 // attention_bwd_bwd_3: 2 launches (transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v249 = attention_bwd <f32[B,64,768]> v245 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v249 = attention_bwd <f32[B,64,768]> v245 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1507,7 +1507,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_3(const floa
 }
 
 // sum_bwd_6: 4 launches (sum_bwd_12, sum_bwd_22, sum_bwd_29, sum_bwd_35). The first computes:
-//   v250 = sum <f32[1,1,768]> v249 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v250 = sum <f32[1,1,768]> v249 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 64LL * (long long)B;
@@ -1549,9 +1549,9 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // add_dropout_scale_bwd: 2 launches (add_dropout_scale_bwd, add_dropout_scale_bwd_2). The first computes:
-//   v340 = add <f32[B,64,256]> v321 v336  # models/transformer/model.go:65
-//   v443 = dropout <f32[B,64,256]> v340 {f=0.1 i=2}  # models/transformer/model.go:61
-//   v444 = scale <f32[B,64,256]> v443 {f=16}  # models/transformer/model.go:61
+//   v340 = add <f32[B,64,256]> v321 v336  # models/transformer/model.go:75
+//   v443 = dropout <f32[B,64,256]> v340 {f=0.1 i=2}  # models/transformer/model.go:71
+//   v444 = scale <f32[B,64,256]> v443 {f=16}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1565,7 +1565,7 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_scale_bwd(const fl
 }
 
 // attention_bwd_bwd_4: 2 launches (transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
-//   v388 = attention_bwd <f32[B,64,768]> v384 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:65
+//   v388 = attention_bwd <f32[B,64,768]> v384 v44 v44 v44 v45 {f=0.125 f2=0.1 i=7 ints=[4 64 0 256 512 7]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
@@ -1727,9 +1727,9 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_4(const floa
 }
 
 // embedding_bwd_add_bwd computes:
-//   v445 = embedding_bwd <f32[99,256]> v444 v1 {shape=[99,256]}  # models/transformer/model.go:61
-//   v448 = embedding_bwd <f32[99,256]> v447 v0 {shape=[99,256]}  # models/transformer/model.go:61
-//   v449 = add <f32[99,256]> v445 v448  # models/transformer/model.go:61
+//   v445 = embedding_bwd <f32[99,256]> v444 v1 {shape=[99,256]}  # models/transformer/model.go:71
+//   v448 = embedding_bwd <f32[99,256]> v447 v0 {shape=[99,256]}  # models/transformer/model.go:71
+//   v449 = add <f32[99,256]> v445 v448  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1752,51 +1752,55 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
 }
 
 // optimizer_update computes:
-//   v454 = scale <f32[3738211]> v452 {f=0.9}  # models/transformer/model.go:55
-//   v455 = scale <f32[3738211]> v451 {f=0.09999999999999998}  # models/transformer/model.go:55
-//   v456 = add <f32[3738211]> v454 v455  # models/transformer/model.go:55
-//   v457 = scale <f32[3738211]> v453 {f=0.999}  # models/transformer/model.go:55
-//   v458 = mul <f32[3738211]> v451 v451  # models/transformer/model.go:55
-//   v459 = scale <f32[3738211]> v458 {f=0.0010000000000000009}  # models/transformer/model.go:55
-//   v460 = add <f32[3738211]> v457 v459  # models/transformer/model.go:55
-//   v461 = sqrt <f32[3738211]> v460  # models/transformer/model.go:55
-//   v463 = div <f32[3738211]> v461 v462  # models/transformer/model.go:55
-//   v464 = addc <f32[3738211]> v463 {f=1e-08}  # models/transformer/model.go:55
-//   v466 = div <f32[3738211]> v456 v464  # models/transformer/model.go:55
-//   v467 = mul <f32[3738211]> v465 v466  # models/transformer/model.go:55
-//   v468 = sub <f32[3738211]> v450 v467  # models/transformer/model.go:55
+//   v453 = mul <f32[3738211]> v450 v452  # models/transformer/model.go:65
+//   v454 = add <f32[3738211]> v451 v453  # models/transformer/model.go:65
+//   v457 = scale <f32[3738211]> v455 {f=0.9}  # models/transformer/model.go:65
+//   v458 = scale <f32[3738211]> v454 {f=0.09999999999999998}  # models/transformer/model.go:65
+//   v459 = add <f32[3738211]> v457 v458  # models/transformer/model.go:65
+//   v460 = scale <f32[3738211]> v456 {f=0.999}  # models/transformer/model.go:65
+//   v461 = mul <f32[3738211]> v454 v454  # models/transformer/model.go:65
+//   v462 = scale <f32[3738211]> v461 {f=0.0010000000000000009}  # models/transformer/model.go:65
+//   v463 = add <f32[3738211]> v460 v462  # models/transformer/model.go:65
+//   v464 = sqrt <f32[3738211]> v463  # models/transformer/model.go:65
+//   v466 = div <f32[3738211]> v464 v465  # models/transformer/model.go:65
+//   v467 = addc <f32[3738211]> v466 {f=1e-08}  # models/transformer/model.go:65
+//   v469 = div <f32[3738211]> v459 v467  # models/transformer/model.go:65
+//   v470 = mul <f32[3738211]> v468 v469  # models/transformer/model.go:65
+//   v471 = sub <f32[3738211]> v450 v470  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a452 = in0[i];
-    float v454 = (a452 * 0.90000000000000002f);
+    float a450 = in0[i];
+    float v453 = (a450 * s_wd);
     float a451 = in1[i];
-    float v455 = (a451 * 0.099999999999999978f);
-    float v456 = (v454 + v455);
-    float a453 = in2[i];
-    float v457 = (a453 * 0.999f);
-    float v458 = (a451 * a451);
-    float v459 = (v458 * 0.0010000000000000009f);
-    float v460 = (v457 + v459);
-    float v461 = sqrtf(v460);
-    float v463 = (v461 / s_bc2_sqrt);
-    float v464 = (v463 + 1e-08f);
-    float v466 = (v456 / v464);
-    float v467 = (s_step_size * v466);
-    float a450 = in3[i];
-    float v468 = (a450 - v467);
-    out0[i] = v456;
-    out1[i] = v460;
-    out2[i] = v468;
+    float v454 = (a451 + v453);
+    float a455 = in2[i];
+    float v457 = (a455 * 0.90000000000000002f);
+    float v458 = (v454 * 0.099999999999999978f);
+    float v459 = (v457 + v458);
+    float a456 = in3[i];
+    out0[i] = v459;
+    float v460 = (a456 * 0.999f);
+    float v461 = (v454 * v454);
+    float v462 = (v461 * 0.0010000000000000009f);
+    float v463 = (v460 + v462);
+    out1[i] = v463;
+    float v464 = sqrtf(v463);
+    float v466 = (v464 / s_bc2_sqrt);
+    float v467 = (v466 + 1e-08f);
+    float v469 = (v459 / v467);
+    float v470 = (s_step_size * v469);
+    float v471 = (a450 - v470);
+    out2[i] = v471;
   }
 }
 
 // bias_relu_dropout_fwd_2: 4 launches (transformer_encoder_layers_0_linear1_bias_relu_dropout_fwd, transformer_encoder_layers_1_linear1_bias_relu_dropout_fwd, transformer_decoder_layers_0_linear1_bias_relu_dropout_fwd, transformer_decoder_layers_1_linear1_bias_relu_dropout_fwd). The first computes:
-//   v29 = add <f32[B,64,1024]> v27 v28  # models/transformer/model.go:65
-//   v30 = relu <f32[B,64,1024]> v29  # models/transformer/model.go:65
-//   v31 = dropout <f32[B,64,1024]> v30 {f=0.1 i=5}  # models/transformer/model.go:65
+//   v29 = add <f32[B,64,1024]> v27 v28  # models/transformer/model.go:75
+//   v30 = relu <f32[B,64,1024]> v29  # models/transformer/model.go:75
+//   v31 = dropout <f32[B,64,1024]> v30 {f=0.1 i=5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -1811,7 +1815,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
 }
 
 // bias_fwd_2: 2 launches (fc_out_bias_fwd, fc_out_bias_fwd). The first computes:
-//   v155 = add <f32[B,64,99]> v153 v154  # models/transformer/model.go:66
+//   v155 = add <f32[B,64,99]> v153 v154  # models/transformer/model.go:76
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -1824,10 +1828,10 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // add_embedding_scale_fwd computes:
-//   v7 = add <f32[B,64,256]> v4 v6  # models/transformer/model.go:61
-//   v8 = embedding <f32[B,64,256]> v2 v1  # models/transformer/model.go:61
-//   v9 = scale <f32[B,64,256]> v8 {f=16}  # models/transformer/model.go:61
-//   v11 = add <f32[B,64,256]> v9 v10  # models/transformer/model.go:61
+//   v7 = add <f32[B,64,256]> v4 v6  # models/transformer/model.go:71
+//   v8 = embedding <f32[B,64,256]> v2 v1  # models/transformer/model.go:71
+//   v9 = scale <f32[B,64,256]> v8 {f=16}  # models/transformer/model.go:71
+//   v11 = add <f32[B,64,256]> v9 v10  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) add_embedding_scale_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1849,8 +1853,8 @@ extern "C" __global__ void __launch_bounds__(256) add_embedding_scale_fwd(const 
 }
 
 // bias_relu_fwd: 4 launches (transformer_encoder_layers_0_linear1_bias_relu_fwd, transformer_encoder_layers_1_linear1_bias_relu_fwd, transformer_decoder_layers_0_linear1_bias_relu_fwd, transformer_decoder_layers_1_linear1_bias_relu_fwd). The first computes:
-//   v27 = add <f32[B,64,1024]> v25 v26  # models/transformer/model.go:65
-//   v28 = relu <f32[B,64,1024]> v27  # models/transformer/model.go:65
+//   v27 = add <f32[B,64,1024]> v25 v26  # models/transformer/model.go:75
+//   v28 = relu <f32[B,64,1024]> v27  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -1889,7 +1893,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1898,7 +1902,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);

@@ -132,7 +132,7 @@ func (m *Model) Step(src []int32, tgt []int32, y []int32) (loss float32, err err
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return 0, fmt.Errorf("transformer.Step: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return 0, fmt.Errorf("transformer.Step: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {
@@ -161,7 +161,7 @@ func (m *Model) Accumulate(src []int32, tgt []int32, y []int32) (loss float32, e
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return 0, fmt.Errorf("transformer.Accumulate: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return 0, fmt.Errorf("transformer.Accumulate: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {
@@ -198,7 +198,7 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return nil, fmt.Errorf("transformer.Predict: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return nil, fmt.Errorf("transformer.Predict: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {

@@ -132,7 +132,7 @@ func (m *Model) Step(src []int32, tgt []int32, y []int32) (loss float32, err err
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return 0, fmt.Errorf("transformer_unfused.Step: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return 0, fmt.Errorf("transformer_unfused.Step: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {
@@ -161,7 +161,7 @@ func (m *Model) Accumulate(src []int32, tgt []int32, y []int32) (loss float32, e
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return 0, fmt.Errorf("transformer_unfused.Accumulate: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return 0, fmt.Errorf("transformer_unfused.Accumulate: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {
@@ -198,7 +198,7 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(src) == 0 || len(src)%64 != 0 {
-		return nil, fmt.Errorf("transformer_unfused.Predict: input %q (models/transformer/model.go:56) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
+		return nil, fmt.Errorf("transformer_unfused.Predict: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
 	if err := m.s.WriteInput("src", src, rows); err != nil {
@@ -207,9 +207,9 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 	if err := m.s.WriteInput("tgt", tgt, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 1018
+	fn, buf := "predict", 1020
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 1366
+		fn, buf = "predict_eval", 1368
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

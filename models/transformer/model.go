@@ -24,6 +24,16 @@ type Config struct {
 	Dropout, LR          float64
 	TieWeights           bool // GPT: the output projection is the embedding's transpose
 	DType                dsl.DType
+	// Optimizer, when set, replaces Adam{LR} (tests: parameter groups).
+	Optimizer dsl.Optimizer
+}
+
+// optimizer is c's optimizer: Adam at c.LR unless c.Optimizer is set.
+func (c Config) optimizer() dsl.Optimizer {
+	if c.Optimizer != nil {
+		return c.Optimizer
+	}
+	return dsl.Adam{LR: c.LR}
 }
 
 // LMConfig is the seed TransformerLM's size.
@@ -66,7 +76,7 @@ func NewTransformerLM(c Config) *dsl.Model {
 	logits := m.Linear("fc_out", h, c.Vocab)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: c.LR})
+	m.Optimizer(c.optimizer())
 	return m
 }
 
@@ -93,7 +103,7 @@ func NewGPT(c Config) *dsl.Model {
 	}
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: c.LR})
+	m.Optimizer(c.optimizer())
 	return m
 }
 

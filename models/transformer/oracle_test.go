@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,24 +62,37 @@ func TestWholeModelOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	// torch.optim.AdamW with two parameter groups, as GPT recipes use
+	// it: decay on the weight matrices, none on the biases, the
+	// LayerNorms and the (tied) embedding.
+	groups := dsl.AdamW{LR: orLR, WeightDecay: 0.1, Groups: []dsl.ParamGroup{
+		{Kinds: []string{"*.bias", "layernorm.*"}, Names: []string{"tok_emb.*"}, NoWeightDecay: true},
+	}}
 	runs := []struct {
 		model string
 		dt    dsl.DType
 		fuse  bool
+		opt   dsl.Optimizer // nil: the model's Adam
 	}{
 		// Each plan is a g++ compile of minutes on CI's machine, so not
 		// every combination: the gpt in f32 (the kernels it trains with)
 		// and f64 (where only a wrong formula can differ), the
 		// TransformerLM in f64. Its f32 layer kernels are the layer
 		// oracle's, fused equals unfused is TestFusedMatchesUnfused.
-		{"gpt", dsl.F32, true}, {"gpt", dsl.F64, true}, {"transformer", dsl.F64, true},
+		{"gpt", dsl.F32, true, nil}, {"gpt", dsl.F64, true, nil}, {"transformer", dsl.F64, true, nil},
+		{"gpt", dsl.F64, true, groups}, {"gpt", dsl.F32, true, groups},
 	}
 	for _, r := range runs {
-		t.Run(fmt.Sprintf("%s/%s/fuse=%v", r.model, r.dt, r.fuse), func(t *testing.T) {
+		name := fmt.Sprintf("%s/%s/fuse=%v", r.model, r.dt, r.fuse)
+		if r.opt != nil {
+			name += "/adamw_groups"
+		}
+		t.Run(name, func(t *testing.T) {
 			var m *dsl.Model
 			var c Config
 			if r.model == "gpt" {
 				c = oracleConfig(GPTConfig(), r.dt)
+				c.Optimizer = r.opt
 				m = NewGPT(c)
 			} else {
 				c = oracleConfig(LMConfig(), r.dt)
@@ -151,11 +165,26 @@ func TestWholeModelOracle(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want, err := runTorchLM(map[string]any{"dtype": r.dt.String(), "model": r.model, "vocab": orVocab,
+			req := map[string]any{"dtype": r.dt.String(), "model": r.model, "vocab": orVocab,
 				"d_model": c.DModel, "nhead": c.Heads, "dim_ff": c.FF, "layers": c.DecLayers,
 				"num_enc": c.EncLayers, "num_dec": c.DecLayers, "max_len": c.MaxLen,
 				"x": x, "y": rows(ins["y"], T), "params": tp,
-				"steps": orSteps, "lr": orLR, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8})
+				"steps": orSteps, "lr": orLR, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+			if r.opt != nil {
+				// The optimizer with its groups' members, as the plan
+				// laid them out: torch builds its param_groups from them.
+				o := *im.Optimizer
+				o.Groups = slices.Clone(o.Groups)
+				pg := s.Plan().Optimizer.Groups
+				if len(pg) != 1 || pg[0].Params[0] != "tok_emb.weight" || len(pg[0].Params) < 2+4*c.DecLayers {
+					t.Fatalf("groups %+v", pg)
+				}
+				for i, g := range pg {
+					o.Groups[i].Params = g.Params
+				}
+				req["optimizer"] = o
+			}
+			want, err := runTorchLM(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,8 @@ Request (JSON on stdin): {"dtype": "f32"|"f64", "model": "gpt"|"transformer",
 "vocab", "d_model", "nhead", "dim_ff", "layers" (gpt), "num_enc", "num_dec"
 (transformer), "max_len", "x" ([B, T] ids; for the transformer [B, 2T],
 source then target), "y" ([B, T] ids), "params" {state_dict name: tensor
-{"shape", "data"}}, "steps", "lr", "beta1", "beta2", "eps"}. Dropout is 0.
+{"shape", "data"}}, "steps", "lr", "beta1", "beta2", "eps"} (Adam), or "optimizer": ir.Optimizer's
+JSON with its parameter groups, as torch_optim.py reads it. Dropout is 0.
 
 Result: {"logits": first forward logits (flat), "loss": [per step],
 "grads": {name: gradient at step 1}, "params": {name: after all steps}}.
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import torch_models  # noqa: E402
+import torch_optim  # noqa: E402  (beside this script)
 
 torch.set_num_threads(1)
 
@@ -47,7 +49,10 @@ def main():
     x = torch.tensor(req["x"], dtype=torch.long)
     y = torch.tensor(req["y"], dtype=torch.long)
 
-    opt = torch.optim.Adam(model.parameters(), lr=req["lr"], betas=(req["beta1"], req["beta2"]), eps=req["eps"])
+    if "optimizer" in req:
+        opt = torch_optim.build(dict(model.named_parameters()), req["optimizer"])
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=req["lr"], betas=(req["beta1"], req["beta2"]), eps=req["eps"])
     logits0, losses, grads = None, [], {}
     for step in range(req["steps"]):
         opt.zero_grad()

@@ -9,7 +9,7 @@ Request: {"dtype": "f32"|"f64", "layers": ["fc1", ...], "params": {name:
 {"shape": [...], "data": [...]}}, "x": {...}, "y": [...], "p": dropout
 probability, "masks": [[mask of hidden layer 1, ...] per step] (0/1 lists,
 row-major over [B, width]), "steps": n, "optimizer": ir.Optimizer's JSON
-(its "schedule", when present, is stepped after each optimizer step, as
+(its parameter groups as torch_optim.py reads them; its "schedule", when present, is stepped after each optimizer step, as
 torch_lr.py builds it; its "clip_value" and "clip_norm" clip the
 gradients before each step with clip_grad_value_ and clip_grad_norm_)}.
 The model is Linear, then ReLU and Dropout after every layer but the last,
@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_lr  # the schedules, beside this script
+import torch_optim  # the optimizer and its parameter groups, beside it
 
 torch.set_num_threads(1)
 
@@ -46,15 +47,7 @@ def main():
     scale = 1.0 / (1.0 - p)
     o = req["optimizer"]  # ir.Optimizer's JSON
     ps = list(params.values())
-    kind = o["kind"]
-    if kind == "sgd":
-        opt = torch.optim.SGD(ps, lr=o["lr"], momentum=o.get("momentum", 0), dampening=o.get("dampening", 0),
-                              weight_decay=o.get("weight_decay", 0), nesterov=o.get("nesterov", False))
-    elif kind in ("adam", "adamw"):
-        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
-        opt = cls(ps, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o.get("weight_decay", 0))
-    else:
-        raise SystemExit("torch_mlp.py: unknown optimizer %r" % kind)
+    opt = torch_optim.build(params, o)
     sched = torch_lr.scheduler(opt, o["schedule"]) if o.get("schedule") else None
     losses, grads = [], {}
     for step in range(req["steps"]):

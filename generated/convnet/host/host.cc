@@ -568,44 +568,48 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
 }
 
 // optimizer_update computes:
-//   v73 = scale <f32[421642]> v71 {f=0.9}  # models/convnet/model.go:14
-//   v74 = scale <f32[421642]> v70 {f=0.09999999999999998}  # models/convnet/model.go:14
-//   v75 = add <f32[421642]> v73 v74  # models/convnet/model.go:14
-//   v76 = scale <f32[421642]> v72 {f=0.999}  # models/convnet/model.go:14
-//   v77 = mul <f32[421642]> v70 v70  # models/convnet/model.go:14
-//   v78 = scale <f32[421642]> v77 {f=0.0010000000000000009}  # models/convnet/model.go:14
-//   v79 = add <f32[421642]> v76 v78  # models/convnet/model.go:14
-//   v80 = sqrt <f32[421642]> v79  # models/convnet/model.go:14
-//   v82 = div <f32[421642]> v80 v81  # models/convnet/model.go:14
-//   v83 = addc <f32[421642]> v82 {f=1e-08}  # models/convnet/model.go:14
-//   v85 = div <f32[421642]> v75 v83  # models/convnet/model.go:14
-//   v86 = mul <f32[421642]> v84 v85  # models/convnet/model.go:14
-//   v87 = sub <f32[421642]> v69 v86  # models/convnet/model.go:14
+//   v72 = mul <f32[421642]> v69 v71  # models/convnet/model.go:14
+//   v73 = add <f32[421642]> v70 v72  # models/convnet/model.go:14
+//   v76 = scale <f32[421642]> v74 {f=0.9}  # models/convnet/model.go:14
+//   v77 = scale <f32[421642]> v73 {f=0.09999999999999998}  # models/convnet/model.go:14
+//   v78 = add <f32[421642]> v76 v77  # models/convnet/model.go:14
+//   v79 = scale <f32[421642]> v75 {f=0.999}  # models/convnet/model.go:14
+//   v80 = mul <f32[421642]> v73 v73  # models/convnet/model.go:14
+//   v81 = scale <f32[421642]> v80 {f=0.0010000000000000009}  # models/convnet/model.go:14
+//   v82 = add <f32[421642]> v79 v81  # models/convnet/model.go:14
+//   v83 = sqrt <f32[421642]> v82  # models/convnet/model.go:14
+//   v85 = div <f32[421642]> v83 v84  # models/convnet/model.go:14
+//   v86 = addc <f32[421642]> v85 {f=1e-08}  # models/convnet/model.go:14
+//   v88 = div <f32[421642]> v78 v86  # models/convnet/model.go:14
+//   v89 = mul <f32[421642]> v87 v88  # models/convnet/model.go:14
+//   v90 = sub <f32[421642]> v69 v89  # models/convnet/model.go:14
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a71 = in0[i];
-    float v73 = (a71 * 0.90000000000000002f);
+    float a69 = in0[i];
+    float v72 = (a69 * s_wd);
     float a70 = in1[i];
-    float v74 = (a70 * 0.099999999999999978f);
-    float v75 = (v73 + v74);
-    float a72 = in2[i];
-    float v76 = (a72 * 0.999f);
-    float v77 = (a70 * a70);
-    float v78 = (v77 * 0.0010000000000000009f);
-    float v79 = (v76 + v78);
-    float v80 = sqrtf(v79);
-    float v82 = (v80 / s_bc2_sqrt);
-    float v83 = (v82 + 1e-08f);
-    float v85 = (v75 / v83);
-    float v86 = (s_step_size * v85);
-    float a69 = in3[i];
-    float v87 = (a69 - v86);
-    out0[i] = v75;
-    out1[i] = v79;
-    out2[i] = v87;
+    float v73 = (a70 + v72);
+    float a74 = in2[i];
+    float v76 = (a74 * 0.90000000000000002f);
+    float v77 = (v73 * 0.099999999999999978f);
+    float v78 = (v76 + v77);
+    float a75 = in3[i];
+    out0[i] = v78;
+    float v79 = (a75 * 0.999f);
+    float v80 = (v73 * v73);
+    float v81 = (v80 * 0.0010000000000000009f);
+    float v82 = (v79 + v81);
+    out1[i] = v82;
+    float v83 = sqrtf(v82);
+    float v85 = (v83 / s_bc2_sqrt);
+    float v86 = (v85 + 1e-08f);
+    float v88 = (v78 / v86);
+    float v89 = (s_step_size * v88);
+    float v90 = (a69 - v89);
+    out2[i] = v90;
   }
 }
 
@@ -720,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -729,7 +733,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -841,7 +845,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_bias_relu_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -856,7 +860,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 

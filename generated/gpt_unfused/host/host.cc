@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 3 launches (tok_emb_embedding_fwd, tok_emb_embedding_fwd, tok_emb_embedding_fwd). The first computes:
-//   v3 = embedding <f32[B,128,256]> v2 v0  # models/transformer/model.go:83
+//   v3 = embedding <f32[B,128,256]> v2 v0  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_fwd, slice_fwd). The first computes:
-//   v5 = slice <f32[128,256]> v4 {axes=[0] ints=[0 128]}  # models/transformer/model.go:83
+//   v5 = slice <f32[128,256]> v4 {axes=[0] ints=[0 128]}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 128LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // add_fwd: 3 launches (add_fwd, add_fwd, add_fwd). The first computes:
-//   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:83
+//   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 }
 
 // dropout_fwd: 27 launches (dropout_fwd, dropout_fwd_3, dropout_fwd_5, dropout_fwd_7, dropout_fwd_9, dropout_fwd_11, dropout_fwd_13, dropout_fwd_15, dropout_fwd_17, dropout_bwd, dropout_bwd_3, dropout_bwd_5, dropout_bwd_7, dropout_bwd_9, dropout_bwd_11, dropout_bwd_13, dropout_bwd_15, dropout_bwd_17, dropout_fwd, dropout_fwd_3, dropout_fwd_5, dropout_fwd_7, dropout_fwd_9, dropout_fwd_11, dropout_fwd_13, dropout_fwd_15, dropout_fwd_17). The first computes:
-//   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:83
+//   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -194,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __re
 }
 
 // slice_fwd_2: 27 launches (slice_fwd_2, slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_19, slice_fwd_20, slice_fwd_25, slice_fwd_26, slice_fwd_2, slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_19, slice_fwd_20, slice_fwd_25, slice_fwd_26, slice_fwd_2, slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_19, slice_fwd_20, slice_fwd_25, slice_fwd_26). The first computes:
-//   v10 = slice <f32[B,128,1]> v7 {axes=[-1] ints=[0 1]}  # models/transformer/model.go:85
+//   v10 = slice <f32[B,128,1]> v7 {axes=[-1] ints=[0 1]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
@@ -209,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // sub_fwd: 54 launches (sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18, sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18, sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18). The first computes:
-//   v11 = sub <f32[B,128,256]> v7 v10  # models/transformer/model.go:85
+//   v11 = sub <f32[B,128,256]> v7 v10  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -222,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
 }
 
 // mean_fwd: 54 launches (mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18). The first computes:
-//   v12 = mean <f32[B,128,1]> v11 {axes=[-1] keepdim}  # models/transformer/model.go:85
+//   v12 = mean <f32[B,128,1]> v11 {axes=[-1] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL * (long long)B;
   const long long nred = 256LL;
@@ -253,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
 }
 
 // square_fwd: 27 launches (square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9, square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9, square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9). The first computes:
-//   v14 = square <f32[B,128,256]> v13  # models/transformer/model.go:85
+//   v14 = square <f32[B,128,256]> v13  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -264,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
 }
 
 // addc_fwd: 27 launches (addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9, addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9, addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9). The first computes:
-//   v16 = addc <f32[B,128,1]> v15 {f=1e-05}  # models/transformer/model.go:85
+//   v16 = addc <f32[B,128,1]> v15 {f=1e-05}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -275,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restr
 }
 
 // powc_fwd: 27 launches (powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9, powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9, powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9). The first computes:
-//   v17 = powc <f32[B,128,1]> v16 {f=-0.5}  # models/transformer/model.go:85
+//   v17 = powc <f32[B,128,1]> v16 {f=-0.5}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -286,7 +286,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restr
 }
 
 // mul_fwd: 36 launches (mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9, mul_bwd_2, mul_bwd_7, mul_bwd_12, mul_bwd_17, mul_bwd_22, mul_bwd_27, mul_bwd_32, mul_bwd_37, mul_bwd_42, mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9, mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9). The first computes:
-//   v18 = mul <f32[B,128,256]> v13 v17  # models/transformer/model.go:85
+//   v18 = mul <f32[B,128,256]> v13 v17  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -299,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restri
 }
 
 // mul_fwd_2: 36 launches (blocks_0_norm1_mul_fwd, blocks_0_norm2_mul_fwd, blocks_1_norm1_mul_fwd, blocks_1_norm2_mul_fwd, blocks_2_norm1_mul_fwd, blocks_2_norm2_mul_fwd, blocks_3_norm1_mul_fwd, blocks_3_norm2_mul_fwd, ln_f_mul_fwd, ln_f_mul_bwd, blocks_3_norm2_mul_bwd, blocks_3_norm1_mul_bwd, blocks_2_norm2_mul_bwd, blocks_2_norm1_mul_bwd, blocks_1_norm2_mul_bwd, blocks_1_norm1_mul_bwd, blocks_0_norm2_mul_bwd, blocks_0_norm1_mul_bwd, blocks_0_norm1_mul_fwd, blocks_0_norm2_mul_fwd, blocks_1_norm1_mul_fwd, blocks_1_norm2_mul_fwd, blocks_2_norm1_mul_fwd, blocks_2_norm2_mul_fwd, blocks_3_norm1_mul_fwd, blocks_3_norm2_mul_fwd, ln_f_mul_fwd, blocks_0_norm1_mul_fwd, blocks_0_norm2_mul_fwd, blocks_1_norm1_mul_fwd, blocks_1_norm2_mul_fwd, blocks_2_norm1_mul_fwd, blocks_2_norm2_mul_fwd, blocks_3_norm1_mul_fwd, blocks_3_norm2_mul_fwd, ln_f_mul_fwd). The first computes:
-//   v19 = mul <f32[B,128,256]> v18 v8  # models/transformer/model.go:85
+//   v19 = mul <f32[B,128,256]> v18 v8  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -312,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
 }
 
 // bias_fwd: 51 launches (blocks_0_norm1_bias_fwd, blocks_0_self_attn_out_proj_bias_fwd, blocks_0_norm2_bias_fwd, blocks_0_linear2_bias_fwd, blocks_1_norm1_bias_fwd, blocks_1_self_attn_out_proj_bias_fwd, blocks_1_norm2_bias_fwd, blocks_1_linear2_bias_fwd, blocks_2_norm1_bias_fwd, blocks_2_self_attn_out_proj_bias_fwd, blocks_2_norm2_bias_fwd, blocks_2_linear2_bias_fwd, blocks_3_norm1_bias_fwd, blocks_3_self_attn_out_proj_bias_fwd, blocks_3_norm2_bias_fwd, blocks_3_linear2_bias_fwd, ln_f_bias_fwd, blocks_0_norm1_bias_fwd, blocks_0_self_attn_out_proj_bias_fwd, blocks_0_norm2_bias_fwd, blocks_0_linear2_bias_fwd, blocks_1_norm1_bias_fwd, blocks_1_self_attn_out_proj_bias_fwd, blocks_1_norm2_bias_fwd, blocks_1_linear2_bias_fwd, blocks_2_norm1_bias_fwd, blocks_2_self_attn_out_proj_bias_fwd, blocks_2_norm2_bias_fwd, blocks_2_linear2_bias_fwd, blocks_3_norm1_bias_fwd, blocks_3_self_attn_out_proj_bias_fwd, blocks_3_norm2_bias_fwd, blocks_3_linear2_bias_fwd, ln_f_bias_fwd, blocks_0_norm1_bias_fwd, blocks_0_self_attn_out_proj_bias_fwd, blocks_0_norm2_bias_fwd, blocks_0_linear2_bias_fwd, blocks_1_norm1_bias_fwd, blocks_1_self_attn_out_proj_bias_fwd, blocks_1_norm2_bias_fwd, blocks_1_linear2_bias_fwd, blocks_2_norm1_bias_fwd, blocks_2_self_attn_out_proj_bias_fwd, blocks_2_norm2_bias_fwd, blocks_2_linear2_bias_fwd, blocks_3_norm1_bias_fwd, blocks_3_self_attn_out_proj_bias_fwd, blocks_3_norm2_bias_fwd, blocks_3_linear2_bias_fwd, ln_f_bias_fwd). The first computes:
-//   v20 = add <f32[B,128,256]> v19 v9  # models/transformer/model.go:85
+//   v20 = add <f32[B,128,256]> v19 v9  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // bias_fwd_2: 12 launches (blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd, blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd, blocks_0_self_attn_bias_fwd, blocks_1_self_attn_bias_fwd, blocks_2_self_attn_bias_fwd, blocks_3_self_attn_bias_fwd). The first computes:
-//   v27 = add <f32[B,128,768]> v26 v23  # models/transformer/model.go:85
+//   v27 = add <f32[B,128,768]> v26 v23  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -338,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // slice_fwd_3: 12 launches (slice_fwd_3, slice_fwd_9, slice_fwd_15, slice_fwd_21, slice_fwd_3, slice_fwd_9, slice_fwd_15, slice_fwd_21, slice_fwd_3, slice_fwd_9, slice_fwd_15, slice_fwd_21). The first computes:
-//   v28 = slice <f32[B,128,256]> v27 {axes=[2] ints=[0 256]}  # models/transformer/model.go:85
+//   v28 = slice <f32[B,128,256]> v27 {axes=[2] ints=[0 256]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -353,7 +353,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // permute_fwd: 40 launches (permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15, permute_bwd, permute_bwd_5, permute_bwd_9, permute_bwd_13, permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15, permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15). The first computes:
-//   v30 = permute <f32[B,4,128,64]> v29 {perm=[0 2 1 3]}  # models/transformer/model.go:85
+//   v30 = permute <f32[B,4,128,64]> v29 {perm=[0 2 1 3]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
@@ -369,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __re
 }
 
 // slice_fwd_4: 12 launches (slice_fwd_4, slice_fwd_10, slice_fwd_16, slice_fwd_22, slice_fwd_4, slice_fwd_10, slice_fwd_16, slice_fwd_22, slice_fwd_4, slice_fwd_10, slice_fwd_16, slice_fwd_22). The first computes:
-//   v31 = slice <f32[B,128,256]> v27 {axes=[2] ints=[256 512]}  # models/transformer/model.go:85
+//   v31 = slice <f32[B,128,256]> v27 {axes=[2] ints=[256 512]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -384,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // slice_fwd_5: 12 launches (slice_fwd_5, slice_fwd_11, slice_fwd_17, slice_fwd_23, slice_fwd_5, slice_fwd_11, slice_fwd_17, slice_fwd_23, slice_fwd_5, slice_fwd_11, slice_fwd_17, slice_fwd_23). The first computes:
-//   v34 = slice <f32[B,128,256]> v27 {axes=[2] ints=[512 768]}  # models/transformer/model.go:85
+//   v34 = slice <f32[B,128,256]> v27 {axes=[2] ints=[512 768]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -399,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // scale_fwd: 16 launches (scale_fwd, scale_fwd_2, scale_fwd_3, scale_fwd_4, scale_bwd_5, scale_bwd_10, scale_bwd_15, scale_bwd_20, scale_fwd, scale_fwd_2, scale_fwd_3, scale_fwd_4, scale_fwd, scale_fwd_2, scale_fwd_3, scale_fwd_4). The first computes:
-//   v38 = scale <f32[B,4,128,128]> v37 {f=0.125}  # models/transformer/model.go:85
+//   v38 = scale <f32[B,4,128,128]> v37 {f=0.125}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -410,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __rest
 }
 
 // softmax_fwd: 12 launches (softmax_fwd, softmax_fwd_2, softmax_fwd_3, softmax_fwd_4, softmax_fwd, softmax_fwd_2, softmax_fwd_3, softmax_fwd_4, softmax_fwd, softmax_fwd_2, softmax_fwd_3, softmax_fwd_4). The first computes:
-//   v39 = softmax <f32[B,4,128,128]> v38 {axes=[-1] str=causal}  # models/transformer/model.go:85
+//   v39 = softmax <f32[B,4,128,128]> v38 {axes=[-1] str=causal}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   __shared__ float red[32];
   const long long nrows = (long long)B * 4LL * 128LL;
@@ -455,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __re
 }
 
 // dropout_fwd_2: 12 launches (dropout_fwd_2, dropout_fwd_6, dropout_fwd_10, dropout_fwd_14, dropout_bwd_4, dropout_bwd_8, dropout_bwd_12, dropout_bwd_16, dropout_fwd_2, dropout_fwd_6, dropout_fwd_10, dropout_fwd_14). The first computes:
-//   v40 = dropout <f32[B,4,128,128]> v39 {f=0.1 i=2}  # models/transformer/model.go:85
+//   v40 = dropout <f32[B,4,128,128]> v39 {f=0.1 i=2}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -466,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __
 }
 
 // permute_fwd_2: 24 launches (permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16, permute_bwd_2, permute_bwd_3, permute_bwd_4, permute_bwd_6, permute_bwd_7, permute_bwd_8, permute_bwd_10, permute_bwd_11, permute_bwd_12, permute_bwd_14, permute_bwd_15, permute_bwd_16, permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16, permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16). The first computes:
-//   v42 = permute <f32[B,128,4,64]> v41 {perm=[0 2 1 3]}  # models/transformer/model.go:85
+//   v42 = permute <f32[B,128,4,64]> v41 {perm=[0 2 1 3]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 512LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
@@ -482,7 +482,7 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __
 }
 
 // slice_bwd_fwd: 16 launches (slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4, slice_bwd_bwd_3, slice_bwd_bwd_9, slice_bwd_bwd_15, slice_bwd_bwd_21, slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4, slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4). The first computes:
-//   v44 = slice_bwd <f32[B,128,260]> v43 {axes=[2] shape=[B,128,260] ints=[0 256]}  # models/transformer/model.go:85
+//   v44 = slice_bwd <f32[B,128,260]> v43 {axes=[2] shape=[B,128,260] ints=[0 256]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
@@ -497,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __
 }
 
 // slice_fwd_6: 16 launches (slice_fwd_6, slice_fwd_12, slice_fwd_18, slice_fwd_24, slice_bwd, slice_bwd_2, slice_bwd_3, slice_bwd_4, slice_fwd_6, slice_fwd_12, slice_fwd_18, slice_fwd_24, slice_fwd_6, slice_fwd_12, slice_fwd_18, slice_fwd_24). The first computes:
-//   v46 = slice <f32[B,128,256]> v45 {axes=[2] ints=[0 256]}  # models/transformer/model.go:85
+//   v46 = slice <f32[B,128,256]> v45 {axes=[2] ints=[0 256]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -512,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 }
 
 // add_fwd_2: 59 launches (add_fwd_2, add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_8, add_fwd_9, add_bwd, add_bwd_2, add_bwd_3, add_bwd_4, add_bwd_5, add_bwd_6, add_bwd_7, add_bwd_10, add_bwd_11, add_bwd_12, add_bwd_13, add_bwd_14, add_bwd_15, add_bwd_16, add_bwd_17, add_bwd_20, add_bwd_21, add_bwd_22, add_bwd_23, add_bwd_24, add_bwd_25, add_bwd_26, add_bwd_27, add_bwd_30, add_bwd_31, add_bwd_32, add_bwd_33, add_bwd_34, add_bwd_35, add_bwd_36, add_bwd_37, add_bwd_40, add_bwd_41, add_bwd_42, add_bwd_43, add_fwd_2, add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_8, add_fwd_9, add_fwd_2, add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_8, add_fwd_9). The first computes:
-//   v50 = add <f32[B,128,256]> v7 v49  # models/transformer/model.go:85
+//   v50 = add <f32[B,128,256]> v7 v49  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -524,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 }
 
 // bias_fwd_3: 12 launches (blocks_0_linear1_bias_fwd, blocks_1_linear1_bias_fwd, blocks_2_linear1_bias_fwd, blocks_3_linear1_bias_fwd, blocks_0_linear1_bias_fwd, blocks_1_linear1_bias_fwd, blocks_2_linear1_bias_fwd, blocks_3_linear1_bias_fwd, blocks_0_linear1_bias_fwd, blocks_1_linear1_bias_fwd, blocks_2_linear1_bias_fwd, blocks_3_linear1_bias_fwd). The first computes:
-//   v68 = add <f32[B,128,1024]> v66 v67  # models/transformer/model.go:85
+//   v68 = add <f32[B,128,1024]> v66 v67  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -537,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // gelu_fwd: 12 launches (gelu_fwd, gelu_fwd_2, gelu_fwd_3, gelu_fwd_4, gelu_fwd, gelu_fwd_2, gelu_fwd_3, gelu_fwd_4, gelu_fwd, gelu_fwd_2, gelu_fwd_3, gelu_fwd_4). The first computes:
-//   v69 = gelu <f32[B,128,1024]> v68  # models/transformer/model.go:85
+//   v69 = gelu <f32[B,128,1024]> v68  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) gelu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -548,7 +548,7 @@ extern "C" __global__ void __launch_bounds__(256) gelu_fwd(const float * __restr
 }
 
 // dropout_fwd_3: 12 launches (dropout_fwd_4, dropout_fwd_8, dropout_fwd_12, dropout_fwd_16, dropout_bwd_2, dropout_bwd_6, dropout_bwd_10, dropout_bwd_14, dropout_fwd_4, dropout_fwd_8, dropout_fwd_12, dropout_fwd_16). The first computes:
-//   v70 = dropout <f32[B,128,1024]> v69 {f=0.1 i=4}  # models/transformer/model.go:85
+//   v70 = dropout <f32[B,128,1024]> v69 {f=0.1 i=4}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -559,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __
 }
 
 // cross_entropy_fwd computes:
-//   v299 = cross_entropy <f32[]> v298 v1  # models/transformer/model.go:95
+//   v299 = cross_entropy <f32[]> v298 v1  # models/transformer/model.go:105
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
@@ -592,7 +592,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v301 = ce_grad <f32[B,128,99]> v298 v1 v300  # models/transformer/model.go:95
+//   v301 = ce_grad <f32[B,128,99]> v298 v1 v300  # models/transformer/model.go:105
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
@@ -627,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v304 = sum <f32[1,99,256]> v303 {axes=[0] keepdim}  # models/transformer/model.go:90
+//   v304 = sum <f32[1,99,256]> v303 {axes=[0] keepdim}  # models/transformer/model.go:100
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 25344LL;
   const long long nred = (long long)B;
@@ -669,7 +669,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // sum_bwd_2: 26 launches (sum_bwd_2, sum_bwd_3, sum_bwd_7, sum_bwd_11, sum_bwd_12, sum_bwd_16, sum_bwd_20, sum_bwd_21, sum_bwd_25, sum_bwd_29, sum_bwd_30, sum_bwd_34, sum_bwd_38, sum_bwd_39, sum_bwd_43, sum_bwd_47, sum_bwd_48, sum_bwd_52, sum_bwd_56, sum_bwd_57, sum_bwd_61, sum_bwd_65, sum_bwd_66, sum_bwd_70, sum_bwd_74, sum_bwd_75). The first computes:
-//   v307 = sum <f32[1,1,256]> v306 {axes=[0 1] keepdim}  # models/transformer/model.go:87
+//   v307 = sum <f32[1,1,256]> v306 {axes=[0 1] keepdim}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 128LL * (long long)B;
@@ -711,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // mul_bwd: 27 launches (mul_bwd, mul_bwd_3, mul_bwd_5, mul_bwd_6, mul_bwd_8, mul_bwd_10, mul_bwd_11, mul_bwd_13, mul_bwd_15, mul_bwd_16, mul_bwd_18, mul_bwd_20, mul_bwd_21, mul_bwd_23, mul_bwd_25, mul_bwd_26, mul_bwd_28, mul_bwd_30, mul_bwd_31, mul_bwd_33, mul_bwd_35, mul_bwd_36, mul_bwd_38, mul_bwd_40, mul_bwd_41, mul_bwd_43, mul_bwd_45). The first computes:
-//   v310 = mul <f32[B,128,256]> v306 v294  # models/transformer/model.go:87
+//   v310 = mul <f32[B,128,256]> v306 v294  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -723,7 +723,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restri
 }
 
 // sum_bwd_3: 27 launches (sum_bwd_4, sum_bwd_5, sum_bwd_6, sum_bwd_13, sum_bwd_14, sum_bwd_15, sum_bwd_22, sum_bwd_23, sum_bwd_24, sum_bwd_31, sum_bwd_32, sum_bwd_33, sum_bwd_40, sum_bwd_41, sum_bwd_42, sum_bwd_49, sum_bwd_50, sum_bwd_51, sum_bwd_58, sum_bwd_59, sum_bwd_60, sum_bwd_67, sum_bwd_68, sum_bwd_69, sum_bwd_76, sum_bwd_77, sum_bwd_78). The first computes:
-//   v315 = sum <f32[B,128,1]> v314 {axes=[2] keepdim}  # models/transformer/model.go:87
+//   v315 = sum <f32[B,128,1]> v314 {axes=[2] keepdim}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL * (long long)B;
   const long long nred = 256LL;
@@ -754,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // powc_bwd: 9 launches (powc_bwd, powc_bwd_2, powc_bwd_3, powc_bwd_4, powc_bwd_5, powc_bwd_6, powc_bwd_7, powc_bwd_8, powc_bwd_9). The first computes:
-//   v316 = powc <f32[B,128,1]> v292 {f=-1.5}  # models/transformer/model.go:87
+//   v316 = powc <f32[B,128,1]> v292 {f=-1.5}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -765,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restr
 }
 
 // scale_bwd: 9 launches (scale_bwd, scale_bwd_3, scale_bwd_6, scale_bwd_8, scale_bwd_11, scale_bwd_13, scale_bwd_16, scale_bwd_18, scale_bwd_21). The first computes:
-//   v317 = scale <f32[B,128,1]> v316 {f=-0.5}  # models/transformer/model.go:87
+//   v317 = scale <f32[B,128,1]> v316 {f=-0.5}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -776,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __rest
 }
 
 // mul_bwd_2: 9 launches (mul_bwd_4, mul_bwd_9, mul_bwd_14, mul_bwd_19, mul_bwd_24, mul_bwd_29, mul_bwd_34, mul_bwd_39, mul_bwd_44). The first computes:
-//   v318 = mul <f32[B,128,1]> v315 v317  # models/transformer/model.go:87
+//   v318 = mul <f32[B,128,1]> v315 v317  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -788,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __rest
 }
 
 // broadcast_bwd: 18 launches (broadcast_bwd, broadcast_bwd_2, broadcast_bwd_3, broadcast_bwd_4, broadcast_bwd_5, broadcast_bwd_6, broadcast_bwd_7, broadcast_bwd_8, broadcast_bwd_9, broadcast_bwd_10, broadcast_bwd_11, broadcast_bwd_12, broadcast_bwd_13, broadcast_bwd_14, broadcast_bwd_15, broadcast_bwd_16, broadcast_bwd_17, broadcast_bwd_18). The first computes:
-//   v319 = broadcast <f32[B,128,256]> v318 {shape=[B,128,256]}  # models/transformer/model.go:87
+//   v319 = broadcast <f32[B,128,256]> v318 {shape=[B,128,256]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -800,7 +800,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __
 }
 
 // divcount_bwd: 18 launches (divcount_bwd, divcount_bwd_2, divcount_bwd_3, divcount_bwd_4, divcount_bwd_5, divcount_bwd_6, divcount_bwd_7, divcount_bwd_8, divcount_bwd_9, divcount_bwd_10, divcount_bwd_11, divcount_bwd_12, divcount_bwd_13, divcount_bwd_14, divcount_bwd_15, divcount_bwd_16, divcount_bwd_17, divcount_bwd_18). The first computes:
-//   v320 = divcount <f32[B,128,256]> v319 {axes=[-1] shape=[B,128,256]}  # models/transformer/model.go:87
+//   v320 = divcount <f32[B,128,256]> v319 {axes=[-1] shape=[B,128,256]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -811,7 +811,7 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __r
 }
 
 // scale_bwd_2: 9 launches (scale_bwd_2, scale_bwd_4, scale_bwd_7, scale_bwd_9, scale_bwd_12, scale_bwd_14, scale_bwd_17, scale_bwd_19, scale_bwd_22). The first computes:
-//   v321 = scale <f32[B,128,256]> v320 {f=2}  # models/transformer/model.go:87
+//   v321 = scale <f32[B,128,256]> v320 {f=2}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -822,7 +822,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __re
 }
 
 // neg_bwd: 18 launches (neg_bwd, neg_bwd_2, neg_bwd_3, neg_bwd_4, neg_bwd_5, neg_bwd_6, neg_bwd_7, neg_bwd_8, neg_bwd_9, neg_bwd_10, neg_bwd_11, neg_bwd_12, neg_bwd_13, neg_bwd_14, neg_bwd_15, neg_bwd_16, neg_bwd_17, neg_bwd_18). The first computes:
-//   v324 = neg <f32[B,128,256]> v323  # models/transformer/model.go:87
+//   v324 = neg <f32[B,128,256]> v323  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -833,7 +833,7 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restri
 }
 
 // slice_bwd_bwd: 9 launches (slice_bwd_bwd, slice_bwd_bwd_2, slice_bwd_bwd_7, slice_bwd_bwd_8, slice_bwd_bwd_13, slice_bwd_bwd_14, slice_bwd_bwd_19, slice_bwd_bwd_20, slice_bwd_bwd_25). The first computes:
-//   v331 = slice_bwd <f32[B,128,256]> v330 {axes=[-1] shape=[B,128,256] ints=[0 1]}  # models/transformer/model.go:87
+//   v331 = slice_bwd <f32[B,128,256]> v330 {axes=[-1] shape=[B,128,256] ints=[0 1]}  # models/transformer/model.go:97
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -848,7 +848,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // sum_bwd_4: 8 launches (sum_bwd_8, sum_bwd_10, sum_bwd_26, sum_bwd_28, sum_bwd_44, sum_bwd_46, sum_bwd_62, sum_bwd_64). The first computes:
-//   v338 = sum <f32[1,256,1024]> v337 {axes=[0] keepdim}  # models/transformer/model.go:85
+//   v338 = sum <f32[1,256,1024]> v337 {axes=[0] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 262144LL;
   const long long nred = (long long)B;
@@ -890,7 +890,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // gelu_bwd_bwd: 4 launches (gelu_bwd_bwd, gelu_bwd_bwd_2, gelu_bwd_bwd_3, gelu_bwd_bwd_4). The first computes:
-//   v341 = gelu_bwd <f32[B,128,1024]> v340 v275  # models/transformer/model.go:85
+//   v341 = gelu_bwd <f32[B,128,1024]> v340 v275  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -902,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(256) gelu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_5: 4 launches (sum_bwd_9, sum_bwd_27, sum_bwd_45, sum_bwd_63). The first computes:
-//   v342 = sum <f32[1,1,1024]> v341 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v342 = sum <f32[1,1,1024]> v341 {axes=[0 1] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 128LL * (long long)B;
@@ -944,7 +944,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // sum_bwd_6: 4 launches (sum_bwd_17, sum_bwd_35, sum_bwd_53, sum_bwd_71). The first computes:
-//   v381 = sum <f32[1,256,256]> v380 {axes=[0] keepdim}  # models/transformer/model.go:85
+//   v381 = sum <f32[1,256,256]> v380 {axes=[0] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -986,7 +986,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // softmax_bwd_bwd: 4 launches (softmax_bwd_bwd, softmax_bwd_bwd_2, softmax_bwd_bwd_3, softmax_bwd_bwd_4). The first computes:
-//   v391 = softmax_bwd <f32[B,4,128,128]> v390 v246 {axes=[-1]}  # models/transformer/model.go:85
+//   v391 = softmax_bwd <f32[B,4,128,128]> v390 v246 {axes=[-1]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(128) softmax_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float red[32];
   const long long nrows = (long long)B * 4LL * 128LL;
@@ -1012,7 +1012,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_bwd_bwd(const float * 
 }
 
 // slice_bwd_bwd_2: 4 launches (slice_bwd_bwd_4, slice_bwd_bwd_10, slice_bwd_bwd_16, slice_bwd_bwd_22). The first computes:
-//   v397 = slice_bwd <f32[B,128,768]> v396 {axes=[2] shape=[B,128,768] ints=[512 768]}  # models/transformer/model.go:85
+//   v397 = slice_bwd <f32[B,128,768]> v396 {axes=[2] shape=[B,128,768] ints=[512 768]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1027,7 +1027,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // slice_bwd_bwd_3: 4 launches (slice_bwd_bwd_5, slice_bwd_bwd_11, slice_bwd_bwd_17, slice_bwd_bwd_23). The first computes:
-//   v400 = slice_bwd <f32[B,128,768]> v399 {axes=[2] shape=[B,128,768] ints=[256 512]}  # models/transformer/model.go:85
+//   v400 = slice_bwd <f32[B,128,768]> v399 {axes=[2] shape=[B,128,768] ints=[256 512]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1042,7 +1042,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 }
 
 // add_bwd: 8 launches (add_bwd_8, add_bwd_9, add_bwd_18, add_bwd_19, add_bwd_28, add_bwd_29, add_bwd_38, add_bwd_39). The first computes:
-//   v401 = add <f32[B,128,768]> v397 v400  # models/transformer/model.go:85
+//   v401 = add <f32[B,128,768]> v397 v400  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 98304LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1054,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 }
 
 // slice_bwd_bwd_4: 4 launches (slice_bwd_bwd_6, slice_bwd_bwd_12, slice_bwd_bwd_18, slice_bwd_bwd_24). The first computes:
-//   v404 = slice_bwd <f32[B,128,768]> v403 {axes=[2] shape=[B,128,768] ints=[0 256]}  # models/transformer/model.go:85
+//   v404 = slice_bwd <f32[B,128,768]> v403 {axes=[2] shape=[B,128,768] ints=[0 256]}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1069,7 +1069,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
 }
 
 // sum_bwd_7: 4 launches (sum_bwd_18, sum_bwd_36, sum_bwd_54, sum_bwd_72). The first computes:
-//   v406 = sum <f32[1,1,768]> v405 {axes=[0 1] keepdim}  # models/transformer/model.go:85
+//   v406 = sum <f32[1,1,768]> v405 {axes=[0 1] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 128LL * (long long)B;
@@ -1111,7 +1111,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 }
 
 // sum_bwd_8: 4 launches (sum_bwd_19, sum_bwd_37, sum_bwd_55, sum_bwd_73). The first computes:
-//   v410 = sum <f32[1,768,256]> v409 {axes=[0] keepdim}  # models/transformer/model.go:85
+//   v410 = sum <f32[1,768,256]> v409 {axes=[0] keepdim}  # models/transformer/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 196608LL;
   const long long nred = (long long)B;
@@ -1153,7 +1153,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:83
+//   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1169,7 +1169,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // add_bwd_2 computes:
-//   v763 = add <f32[99,256]> v305 v762  # models/transformer/model.go:83
+//   v763 = add <f32[99,256]> v305 v762  # models/transformer/model.go:93
 extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 25344LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1181,161 +1181,174 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 }
 
 // optimizer_update computes:
-//   v768 = scale <f32[3184896]> v766 {f=0.9}  # models/transformer/model.go:79
+//   v767 = mul <f32[3184896]> v764 v766  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a766 = in0[i];
-    float v768 = (a766 * 0.90000000000000002f);
-    out0[i] = v768;
+    float a764 = in0[i];
+    float v767 = (a764 * s_wd);
+    out0[i] = v767;
   }
 }
 
-// optimizer_update_2 computes:
-//   v769 = scale <f32[3184896]> v765 {f=0.09999999999999998}  # models/transformer/model.go:79
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v768 = add <f32[3184896]> v765 v767  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a765 = in0[i];
-    float v769 = (a765 * 0.099999999999999978f);
-    out0[i] = v769;
+    float a767 = in1[i];
+    float v768 = (a765 + a767);
+    out0[i] = v768;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v770 = add <f32[3184896]> v768 v769  # models/transformer/model.go:79
+// optimizer_update_3 computes:
+//   v771 = scale <f32[3184896]> v769 {f=0.9}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a768 = in0[i];
-    float a769 = in1[i];
-    float v770 = (a768 + a769);
-    out0[i] = v770;
+    float a769 = in0[i];
+    float v771 = (a769 * 0.90000000000000002f);
+    out0[i] = v771;
   }
 }
 
 // optimizer_update_4 computes:
-//   v771 = scale <f32[3184896]> v767 {f=0.999}  # models/transformer/model.go:79
+//   v772 = scale <f32[3184896]> v768 {f=0.09999999999999998}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a767 = in0[i];
-    float v771 = (a767 * 0.999f);
-    out0[i] = v771;
+    float a768 = in0[i];
+    float v772 = (a768 * 0.099999999999999978f);
+    out0[i] = v772;
   }
 }
 
 // optimizer_update_5 computes:
-//   v772 = mul <f32[3184896]> v765 v765  # models/transformer/model.go:79
+//   v774 = scale <f32[3184896]> v770 {f=0.999}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a765 = in0[i];
-    float v772 = (a765 * a765);
-    out0[i] = v772;
+    float a770 = in0[i];
+    float v774 = (a770 * 0.999f);
+    out0[i] = v774;
   }
 }
 
 // optimizer_update_6 computes:
-//   v773 = scale <f32[3184896]> v772 {f=0.0010000000000000009}  # models/transformer/model.go:79
+//   v775 = mul <f32[3184896]> v768 v768  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a772 = in0[i];
-    float v773 = (a772 * 0.0010000000000000009f);
-    out0[i] = v773;
+    float a768 = in0[i];
+    float v775 = (a768 * a768);
+    out0[i] = v775;
   }
 }
 
 // optimizer_update_7 computes:
-//   v775 = sqrt <f32[3184896]> v774  # models/transformer/model.go:79
+//   v776 = scale <f32[3184896]> v775 {f=0.0010000000000000009}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a774 = in0[i];
-    float v775 = sqrtf(a774);
-    out0[i] = v775;
+    float a775 = in0[i];
+    float v776 = (a775 * 0.0010000000000000009f);
+    out0[i] = v776;
   }
 }
 
 // optimizer_update_8 computes:
-//   v777 = div <f32[3184896]> v775 v776  # models/transformer/model.go:79
+//   v778 = sqrt <f32[3184896]> v777  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 3184896LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a775 = in0[i];
-    float v777 = (a775 / s_bc2_sqrt);
-    out0[i] = v777;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v778 = addc <f32[3184896]> v777 {f=1e-08}  # models/transformer/model.go:79
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a777 = in0[i];
-    float v778 = (a777 + 1e-08f);
+    float v778 = sqrtf(a777);
     out0[i] = v778;
   }
 }
 
-// optimizer_update_10 computes:
-//   v780 = div <f32[3184896]> v770 v778  # models/transformer/model.go:79
+// optimizer_update_9 computes:
+//   v780 = div <f32[3184896]> v778 v779  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a770 = in0[i];
-    float a778 = in1[i];
-    float v780 = (a770 / a778);
+    float a778 = in0[i];
+    float v780 = (a778 / s_bc2_sqrt);
     out0[i] = v780;
   }
 }
 
-// optimizer_update_11 computes:
-//   v781 = mul <f32[3184896]> v779 v780  # models/transformer/model.go:79
+// optimizer_update_10 computes:
+//   v781 = addc <f32[3184896]> v780 {f=1e-08}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a780 = in0[i];
-    float v781 = (s_step_size * a780);
+    float v781 = (a780 + 1e-08f);
     out0[i] = v781;
   }
 }
 
-// optimizer_update_12 computes:
-//   v782 = sub <f32[3184896]> v764 v781  # models/transformer/model.go:79
+// optimizer_update_11 computes:
+//   v783 = div <f32[3184896]> v773 v781  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3184896LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a773 = in0[i];
+    float a781 = in1[i];
+    float v783 = (a773 / a781);
+    out0[i] = v783;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v784 = mul <f32[3184896]> v782 v783  # models/transformer/model.go:89
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3184896LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a783 = in0[i];
+    float v784 = (s_step_size * a783);
+    out0[i] = v784;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v785 = sub <f32[3184896]> v764 v784  # models/transformer/model.go:89
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a764 = in0[i];
-    float a781 = in1[i];
-    float v782 = (a764 - a781);
-    out0[i] = v782;
+    float a784 = in1[i];
+    float v785 = (a764 - a784);
+    out0[i] = v785;
   }
 }
 
@@ -1365,7 +1378,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1374,7 +1387,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -1397,7 +1410,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // cross_entropy_fwd__host computes:
-//   v299 = cross_entropy <f32[]> v298 v1  # models/transformer/model.go:95
+//   v299 = cross_entropy <f32[]> v298 v1  # models/transformer/model.go:105
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
@@ -1431,7 +1444,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v301 = ce_grad <f32[B,128,99]> v298 v1 v300  # models/transformer/model.go:95
+//   v301 = ce_grad <f32[B,128,99]> v298 v1 v300  # models/transformer/model.go:105
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 128LL * (long long)B;
   const int C = 99;
@@ -1466,7 +1479,7 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
 }
 
 // embedding_bwd_bwd__host computes:
-//   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:83
+//   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:93
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1672,13 +1685,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_54(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_55(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_56(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_57(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_58(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -1693,25 +1706,28 @@ NGEN_EMU_LAUNCHER int ngen_launch_61(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_62(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_63(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_64(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_65(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_66(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_67(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_68(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_69(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 
@@ -1786,6 +1802,7 @@ extern "C" int ngen_cpu_entry_gpt_unfused_20cc8f217a4e(int k, const ngen_launch 
   case 66: return ngen_launch_66(l);
   case 67: return ngen_launch_67(l);
   case 68: return ngen_launch_68(l);
+  case 69: return ngen_launch_69(l);
   }
   return -1;
 }

@@ -606,161 +606,174 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v82 = scale <f32[230979]> v80 {f=0.9}  # models/lstm/model.go:57
+//   v81 = mul <f32[230979]> v78 v80  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v82 = (a80 * 0.90000000000000002f);
-    out0[i] = v82;
+    float a78 = in0[i];
+    float v81 = (a78 * s_wd);
+    out0[i] = v81;
   }
 }
 
-// optimizer_update_2 computes:
-//   v83 = scale <f32[230979]> v79 {f=0.09999999999999998}  # models/lstm/model.go:57
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v82 = add <f32[230979]> v79 v81  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a79 = in0[i];
-    float v83 = (a79 * 0.099999999999999978f);
-    out0[i] = v83;
+    float a81 = in1[i];
+    float v82 = (a79 + a81);
+    out0[i] = v82;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v84 = add <f32[230979]> v82 v83  # models/lstm/model.go:57
+// optimizer_update_3 computes:
+//   v85 = scale <f32[230979]> v83 {f=0.9}  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a82 = in0[i];
-    float a83 = in1[i];
-    float v84 = (a82 + a83);
-    out0[i] = v84;
+    float a83 = in0[i];
+    float v85 = (a83 * 0.90000000000000002f);
+    out0[i] = v85;
   }
 }
 
 // optimizer_update_4 computes:
-//   v85 = scale <f32[230979]> v81 {f=0.999}  # models/lstm/model.go:57
+//   v86 = scale <f32[230979]> v82 {f=0.09999999999999998}  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a81 = in0[i];
-    float v85 = (a81 * 0.999f);
-    out0[i] = v85;
+    float a82 = in0[i];
+    float v86 = (a82 * 0.099999999999999978f);
+    out0[i] = v86;
   }
 }
 
 // optimizer_update_5 computes:
-//   v86 = mul <f32[230979]> v79 v79  # models/lstm/model.go:57
+//   v88 = scale <f32[230979]> v84 {f=0.999}  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a79 = in0[i];
-    float v86 = (a79 * a79);
-    out0[i] = v86;
+    float a84 = in0[i];
+    float v88 = (a84 * 0.999f);
+    out0[i] = v88;
   }
 }
 
 // optimizer_update_6 computes:
-//   v87 = scale <f32[230979]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:57
+//   v89 = mul <f32[230979]> v82 v82  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a86 = in0[i];
-    float v87 = (a86 * 0.0010000000000000009f);
-    out0[i] = v87;
+    float a82 = in0[i];
+    float v89 = (a82 * a82);
+    out0[i] = v89;
   }
 }
 
 // optimizer_update_7 computes:
-//   v89 = sqrt <f32[230979]> v88  # models/lstm/model.go:57
+//   v90 = scale <f32[230979]> v89 {f=0.0010000000000000009}  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a88 = in0[i];
-    float v89 = sqrtf(a88);
-    out0[i] = v89;
+    float a89 = in0[i];
+    float v90 = (a89 * 0.0010000000000000009f);
+    out0[i] = v90;
   }
 }
 
 // optimizer_update_8 computes:
-//   v91 = div <f32[230979]> v89 v90  # models/lstm/model.go:57
+//   v92 = sqrt <f32[230979]> v91  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 230979LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a89 = in0[i];
-    float v91 = (a89 / s_bc2_sqrt);
-    out0[i] = v91;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v92 = addc <f32[230979]> v91 {f=1e-08}  # models/lstm/model.go:57
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a91 = in0[i];
-    float v92 = (a91 + 1e-08f);
+    float v92 = sqrtf(a91);
     out0[i] = v92;
   }
 }
 
-// optimizer_update_10 computes:
-//   v94 = div <f32[230979]> v84 v92  # models/lstm/model.go:57
+// optimizer_update_9 computes:
+//   v94 = div <f32[230979]> v92 v93  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a84 = in0[i];
-    float a92 = in1[i];
-    float v94 = (a84 / a92);
+    float a92 = in0[i];
+    float v94 = (a92 / s_bc2_sqrt);
     out0[i] = v94;
   }
 }
 
-// optimizer_update_11 computes:
-//   v95 = mul <f32[230979]> v93 v94  # models/lstm/model.go:57
+// optimizer_update_10 computes:
+//   v95 = addc <f32[230979]> v94 {f=1e-08}  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a94 = in0[i];
-    float v95 = (s_step_size * a94);
+    float v95 = (a94 + 1e-08f);
     out0[i] = v95;
   }
 }
 
-// optimizer_update_12 computes:
-//   v96 = sub <f32[230979]> v78 v95  # models/lstm/model.go:57
+// optimizer_update_11 computes:
+//   v97 = div <f32[230979]> v87 v95  # models/lstm/model.go:57
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 230979LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a87 = in0[i];
+    float a95 = in1[i];
+    float v97 = (a87 / a95);
+    out0[i] = v97;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v98 = mul <f32[230979]> v96 v97  # models/lstm/model.go:57
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 230979LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a97 = in0[i];
+    float v98 = (s_step_size * a97);
+    out0[i] = v98;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v99 = sub <f32[230979]> v78 v98  # models/lstm/model.go:57
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a78 = in0[i];
-    float a95 = in1[i];
-    float v96 = (a78 - a95);
-    out0[i] = v96;
+    float a98 = in1[i];
+    float v99 = (a78 - a98);
+    out0[i] = v99;
   }
 }
 
@@ -821,7 +834,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -830,7 +843,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -1267,13 +1280,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   return ngen_launch_18_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -1288,31 +1301,34 @@ NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, slice_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, concat_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  NGEN_RUN_SPAN(l, slice_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, concat_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 
@@ -1353,6 +1369,7 @@ extern "C" int ngen_cpu_entry_lstm_unfused_d9c48fc8e759(int k, const ngen_launch
   case 32: return ngen_launch_32(l);
   case 33: return ngen_launch_33(l);
   case 34: return ngen_launch_34(l);
+  case 35: return ngen_launch_35(l);
   }
   return -1;
 }

@@ -582,44 +582,48 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v76 = scale <f32[959715]> v74 {f=0.9}  # models/lstm/model.go:77
-//   v77 = scale <f32[959715]> v73 {f=0.09999999999999998}  # models/lstm/model.go:77
-//   v78 = add <f32[959715]> v76 v77  # models/lstm/model.go:77
-//   v79 = scale <f32[959715]> v75 {f=0.999}  # models/lstm/model.go:77
-//   v80 = mul <f32[959715]> v73 v73  # models/lstm/model.go:77
-//   v81 = scale <f32[959715]> v80 {f=0.0010000000000000009}  # models/lstm/model.go:77
-//   v82 = add <f32[959715]> v79 v81  # models/lstm/model.go:77
-//   v83 = sqrt <f32[959715]> v82  # models/lstm/model.go:77
-//   v85 = div <f32[959715]> v83 v84  # models/lstm/model.go:77
-//   v86 = addc <f32[959715]> v85 {f=1e-08}  # models/lstm/model.go:77
-//   v88 = div <f32[959715]> v78 v86  # models/lstm/model.go:77
-//   v89 = mul <f32[959715]> v87 v88  # models/lstm/model.go:77
-//   v90 = sub <f32[959715]> v72 v89  # models/lstm/model.go:77
+//   v75 = mul <f32[959715]> v72 v74  # models/lstm/model.go:77
+//   v76 = add <f32[959715]> v73 v75  # models/lstm/model.go:77
+//   v79 = scale <f32[959715]> v77 {f=0.9}  # models/lstm/model.go:77
+//   v80 = scale <f32[959715]> v76 {f=0.09999999999999998}  # models/lstm/model.go:77
+//   v81 = add <f32[959715]> v79 v80  # models/lstm/model.go:77
+//   v82 = scale <f32[959715]> v78 {f=0.999}  # models/lstm/model.go:77
+//   v83 = mul <f32[959715]> v76 v76  # models/lstm/model.go:77
+//   v84 = scale <f32[959715]> v83 {f=0.0010000000000000009}  # models/lstm/model.go:77
+//   v85 = add <f32[959715]> v82 v84  # models/lstm/model.go:77
+//   v86 = sqrt <f32[959715]> v85  # models/lstm/model.go:77
+//   v88 = div <f32[959715]> v86 v87  # models/lstm/model.go:77
+//   v89 = addc <f32[959715]> v88 {f=1e-08}  # models/lstm/model.go:77
+//   v91 = div <f32[959715]> v81 v89  # models/lstm/model.go:77
+//   v92 = mul <f32[959715]> v90 v91  # models/lstm/model.go:77
+//   v93 = sub <f32[959715]> v72 v92  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a74 = in0[i];
-    float v76 = (a74 * 0.90000000000000002f);
+    float a72 = in0[i];
+    float v75 = (a72 * s_wd);
     float a73 = in1[i];
-    float v77 = (a73 * 0.099999999999999978f);
-    float v78 = (v76 + v77);
-    float a75 = in2[i];
-    float v79 = (a75 * 0.999f);
-    float v80 = (a73 * a73);
-    float v81 = (v80 * 0.0010000000000000009f);
-    float v82 = (v79 + v81);
-    float v83 = sqrtf(v82);
-    float v85 = (v83 / s_bc2_sqrt);
-    float v86 = (v85 + 1e-08f);
-    float v88 = (v78 / v86);
-    float v89 = (s_step_size * v88);
-    float a72 = in3[i];
-    float v90 = (a72 - v89);
-    out0[i] = v78;
-    out1[i] = v82;
-    out2[i] = v90;
+    float v76 = (a73 + v75);
+    float a77 = in2[i];
+    float v79 = (a77 * 0.90000000000000002f);
+    float v80 = (v76 * 0.099999999999999978f);
+    float v81 = (v79 + v80);
+    float a78 = in3[i];
+    out0[i] = v81;
+    float v82 = (a78 * 0.999f);
+    float v83 = (v76 * v76);
+    float v84 = (v83 * 0.0010000000000000009f);
+    float v85 = (v82 + v84);
+    out1[i] = v85;
+    float v86 = sqrtf(v85);
+    float v88 = (v86 / s_bc2_sqrt);
+    float v89 = (v88 + 1e-08f);
+    float v91 = (v81 / v89);
+    float v92 = (s_step_size * v91);
+    float v93 = (a72 - v92);
+    out2[i] = v93;
   }
 }
 
@@ -662,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -671,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -1067,7 +1071,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1076,7 +1080,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 

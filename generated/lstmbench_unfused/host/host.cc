@@ -618,161 +618,174 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v78 = scale <f32[959715]> v76 {f=0.9}  # models/lstm/model.go:77
+//   v77 = mul <f32[959715]> v74 v76  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a76 = in0[i];
-    float v78 = (a76 * 0.90000000000000002f);
-    out0[i] = v78;
+    float a74 = in0[i];
+    float v77 = (a74 * s_wd);
+    out0[i] = v77;
   }
 }
 
-// optimizer_update_2 computes:
-//   v79 = scale <f32[959715]> v75 {f=0.09999999999999998}  # models/lstm/model.go:77
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v78 = add <f32[959715]> v75 v77  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     float a75 = in0[i];
-    float v79 = (a75 * 0.099999999999999978f);
-    out0[i] = v79;
+    float a77 = in1[i];
+    float v78 = (a75 + a77);
+    out0[i] = v78;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v80 = add <f32[959715]> v78 v79  # models/lstm/model.go:77
+// optimizer_update_3 computes:
+//   v81 = scale <f32[959715]> v79 {f=0.9}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a78 = in0[i];
-    float a79 = in1[i];
-    float v80 = (a78 + a79);
-    out0[i] = v80;
+    float a79 = in0[i];
+    float v81 = (a79 * 0.90000000000000002f);
+    out0[i] = v81;
   }
 }
 
 // optimizer_update_4 computes:
-//   v81 = scale <f32[959715]> v77 {f=0.999}  # models/lstm/model.go:77
+//   v82 = scale <f32[959715]> v78 {f=0.09999999999999998}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a77 = in0[i];
-    float v81 = (a77 * 0.999f);
-    out0[i] = v81;
+    float a78 = in0[i];
+    float v82 = (a78 * 0.099999999999999978f);
+    out0[i] = v82;
   }
 }
 
 // optimizer_update_5 computes:
-//   v82 = mul <f32[959715]> v75 v75  # models/lstm/model.go:77
+//   v84 = scale <f32[959715]> v80 {f=0.999}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a75 = in0[i];
-    float v82 = (a75 * a75);
-    out0[i] = v82;
+    float a80 = in0[i];
+    float v84 = (a80 * 0.999f);
+    out0[i] = v84;
   }
 }
 
 // optimizer_update_6 computes:
-//   v83 = scale <f32[959715]> v82 {f=0.0010000000000000009}  # models/lstm/model.go:77
+//   v85 = mul <f32[959715]> v78 v78  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a82 = in0[i];
-    float v83 = (a82 * 0.0010000000000000009f);
-    out0[i] = v83;
+    float a78 = in0[i];
+    float v85 = (a78 * a78);
+    out0[i] = v85;
   }
 }
 
 // optimizer_update_7 computes:
-//   v85 = sqrt <f32[959715]> v84  # models/lstm/model.go:77
+//   v86 = scale <f32[959715]> v85 {f=0.0010000000000000009}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a84 = in0[i];
-    float v85 = sqrtf(a84);
-    out0[i] = v85;
+    float a85 = in0[i];
+    float v86 = (a85 * 0.0010000000000000009f);
+    out0[i] = v86;
   }
 }
 
 // optimizer_update_8 computes:
-//   v87 = div <f32[959715]> v85 v86  # models/lstm/model.go:77
+//   v88 = sqrt <f32[959715]> v87  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 959715LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float v87 = (a85 / s_bc2_sqrt);
-    out0[i] = v87;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v88 = addc <f32[959715]> v87 {f=1e-08}  # models/lstm/model.go:77
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     float a87 = in0[i];
-    float v88 = (a87 + 1e-08f);
+    float v88 = sqrtf(a87);
     out0[i] = v88;
   }
 }
 
-// optimizer_update_10 computes:
-//   v90 = div <f32[959715]> v80 v88  # models/lstm/model.go:77
+// optimizer_update_9 computes:
+//   v90 = div <f32[959715]> v88 v89  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float a88 = in1[i];
-    float v90 = (a80 / a88);
+    float a88 = in0[i];
+    float v90 = (a88 / s_bc2_sqrt);
     out0[i] = v90;
   }
 }
 
-// optimizer_update_11 computes:
-//   v91 = mul <f32[959715]> v89 v90  # models/lstm/model.go:77
+// optimizer_update_10 computes:
+//   v91 = addc <f32[959715]> v90 {f=1e-08}  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     float a90 = in0[i];
-    float v91 = (s_step_size * a90);
+    float v91 = (a90 + 1e-08f);
     out0[i] = v91;
   }
 }
 
-// optimizer_update_12 computes:
-//   v92 = sub <f32[959715]> v74 v91  # models/lstm/model.go:77
+// optimizer_update_11 computes:
+//   v93 = div <f32[959715]> v83 v91  # models/lstm/model.go:77
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 959715LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a83 = in0[i];
+    float a91 = in1[i];
+    float v93 = (a83 / a91);
+    out0[i] = v93;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v94 = mul <f32[959715]> v92 v93  # models/lstm/model.go:77
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 959715LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a93 = in0[i];
+    float v94 = (s_step_size * a93);
+    out0[i] = v94;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v95 = sub <f32[959715]> v74 v94  # models/lstm/model.go:77
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     float a74 = in0[i];
-    float a91 = in1[i];
-    float v92 = (a74 - a91);
-    out0[i] = v92;
+    float a94 = in1[i];
+    float v95 = (a74 - a94);
+    out0[i] = v95;
   }
 }
 
@@ -802,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -811,7 +824,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -1245,13 +1258,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   return ngen_launch_17_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -1266,25 +1279,28 @@ NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 
@@ -1322,6 +1338,7 @@ extern "C" int ngen_cpu_entry_lstmbench_unfused_e35452dc3b7c(int k, const ngen_l
   case 29: return ngen_launch_29(l);
   case 30: return ngen_launch_30(l);
   case 31: return ngen_launch_31(l);
+  case 32: return ngen_launch_32(l);
   }
   return -1;
 }

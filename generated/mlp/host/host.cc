@@ -152,8 +152,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
     float v6 = (v5 <= 0.0f ? 0.0f : v5);
-    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
+    float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out1[i] = v7;
   }
 }
@@ -170,8 +170,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
     float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
     float v12 = (v11 <= 0.0f ? 0.0f : v11);
-    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
+    float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out1[i] = v13;
   }
 }
@@ -354,44 +354,48 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v40 = scale <f32[535818]> v38 {f=0.9}  # models/mlp/model.go:12
-//   v41 = scale <f32[535818]> v37 {f=0.09999999999999998}  # models/mlp/model.go:12
-//   v42 = add <f32[535818]> v40 v41  # models/mlp/model.go:12
-//   v43 = scale <f32[535818]> v39 {f=0.999}  # models/mlp/model.go:12
-//   v44 = mul <f32[535818]> v37 v37  # models/mlp/model.go:12
-//   v45 = scale <f32[535818]> v44 {f=0.0010000000000000009}  # models/mlp/model.go:12
-//   v46 = add <f32[535818]> v43 v45  # models/mlp/model.go:12
-//   v47 = sqrt <f32[535818]> v46  # models/mlp/model.go:12
-//   v49 = div <f32[535818]> v47 v48  # models/mlp/model.go:12
-//   v50 = addc <f32[535818]> v49 {f=1e-08}  # models/mlp/model.go:12
-//   v52 = div <f32[535818]> v42 v50  # models/mlp/model.go:12
-//   v53 = mul <f32[535818]> v51 v52  # models/mlp/model.go:12
-//   v54 = sub <f32[535818]> v36 v53  # models/mlp/model.go:12
+//   v39 = mul <f32[535818]> v36 v38  # models/mlp/model.go:12
+//   v40 = add <f32[535818]> v37 v39  # models/mlp/model.go:12
+//   v43 = scale <f32[535818]> v41 {f=0.9}  # models/mlp/model.go:12
+//   v44 = scale <f32[535818]> v40 {f=0.09999999999999998}  # models/mlp/model.go:12
+//   v45 = add <f32[535818]> v43 v44  # models/mlp/model.go:12
+//   v46 = scale <f32[535818]> v42 {f=0.999}  # models/mlp/model.go:12
+//   v47 = mul <f32[535818]> v40 v40  # models/mlp/model.go:12
+//   v48 = scale <f32[535818]> v47 {f=0.0010000000000000009}  # models/mlp/model.go:12
+//   v49 = add <f32[535818]> v46 v48  # models/mlp/model.go:12
+//   v50 = sqrt <f32[535818]> v49  # models/mlp/model.go:12
+//   v52 = div <f32[535818]> v50 v51  # models/mlp/model.go:12
+//   v53 = addc <f32[535818]> v52 {f=1e-08}  # models/mlp/model.go:12
+//   v55 = div <f32[535818]> v45 v53  # models/mlp/model.go:12
+//   v56 = mul <f32[535818]> v54 v55  # models/mlp/model.go:12
+//   v57 = sub <f32[535818]> v36 v56  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a38 = in0[i];
-    float v40 = (a38 * 0.90000000000000002f);
+    float a36 = in0[i];
+    float v39 = (a36 * s_wd);
     float a37 = in1[i];
-    float v41 = (a37 * 0.099999999999999978f);
-    float v42 = (v40 + v41);
-    float a39 = in2[i];
-    float v43 = (a39 * 0.999f);
-    float v44 = (a37 * a37);
-    float v45 = (v44 * 0.0010000000000000009f);
-    float v46 = (v43 + v45);
-    float v47 = sqrtf(v46);
-    float v49 = (v47 / s_bc2_sqrt);
-    float v50 = (v49 + 1e-08f);
-    float v52 = (v42 / v50);
-    float v53 = (s_step_size * v52);
-    float a36 = in3[i];
-    float v54 = (a36 - v53);
-    out0[i] = v42;
-    out1[i] = v46;
-    out2[i] = v54;
+    float v40 = (a37 + v39);
+    float a41 = in2[i];
+    float v43 = (a41 * 0.90000000000000002f);
+    float v44 = (v40 * 0.099999999999999978f);
+    float v45 = (v43 + v44);
+    float a42 = in3[i];
+    out0[i] = v45;
+    float v46 = (a42 * 0.999f);
+    float v47 = (v40 * v40);
+    float v48 = (v47 * 0.0010000000000000009f);
+    float v49 = (v46 + v48);
+    out1[i] = v49;
+    float v50 = sqrtf(v49);
+    float v52 = (v50 / s_bc2_sqrt);
+    float v53 = (v52 + 1e-08f);
+    float v55 = (v45 / v53);
+    float v56 = (s_step_size * v55);
+    float v57 = (a36 - v56);
+    out2[i] = v57;
   }
 }
 
@@ -498,7 +502,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -507,7 +511,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -604,7 +608,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_relu_dropout_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
@@ -625,7 +629,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 

@@ -413,161 +413,174 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v40 = scale <f32[535818]> v38 {f=0.9}  # models/mlp/model.go:12
+//   v39 = mul <f32[535818]> v36 v38  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a38 = in0[i];
-    float v40 = (a38 * 0.90000000000000002f);
-    out0[i] = v40;
+    float a36 = in0[i];
+    float v39 = (a36 * s_wd);
+    out0[i] = v39;
   }
 }
 
-// optimizer_update_2 computes:
-//   v41 = scale <f32[535818]> v37 {f=0.09999999999999998}  # models/mlp/model.go:12
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v40 = add <f32[535818]> v37 v39  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a37 = in0[i];
-    float v41 = (a37 * 0.099999999999999978f);
-    out0[i] = v41;
+    float a39 = in1[i];
+    float v40 = (a37 + a39);
+    out0[i] = v40;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v42 = add <f32[535818]> v40 v41  # models/mlp/model.go:12
+// optimizer_update_3 computes:
+//   v43 = scale <f32[535818]> v41 {f=0.9}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float a41 = in1[i];
-    float v42 = (a40 + a41);
-    out0[i] = v42;
+    float a41 = in0[i];
+    float v43 = (a41 * 0.90000000000000002f);
+    out0[i] = v43;
   }
 }
 
 // optimizer_update_4 computes:
-//   v43 = scale <f32[535818]> v39 {f=0.999}  # models/mlp/model.go:12
+//   v44 = scale <f32[535818]> v40 {f=0.09999999999999998}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float v43 = (a39 * 0.999f);
-    out0[i] = v43;
+    float a40 = in0[i];
+    float v44 = (a40 * 0.099999999999999978f);
+    out0[i] = v44;
   }
 }
 
 // optimizer_update_5 computes:
-//   v44 = mul <f32[535818]> v37 v37  # models/mlp/model.go:12
+//   v46 = scale <f32[535818]> v42 {f=0.999}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a37 = in0[i];
-    float v44 = (a37 * a37);
-    out0[i] = v44;
+    float a42 = in0[i];
+    float v46 = (a42 * 0.999f);
+    out0[i] = v46;
   }
 }
 
 // optimizer_update_6 computes:
-//   v45 = scale <f32[535818]> v44 {f=0.0010000000000000009}  # models/mlp/model.go:12
+//   v47 = mul <f32[535818]> v40 v40  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a44 = in0[i];
-    float v45 = (a44 * 0.0010000000000000009f);
-    out0[i] = v45;
+    float a40 = in0[i];
+    float v47 = (a40 * a40);
+    out0[i] = v47;
   }
 }
 
 // optimizer_update_7 computes:
-//   v47 = sqrt <f32[535818]> v46  # models/mlp/model.go:12
+//   v48 = scale <f32[535818]> v47 {f=0.0010000000000000009}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a46 = in0[i];
-    float v47 = sqrtf(a46);
-    out0[i] = v47;
+    float a47 = in0[i];
+    float v48 = (a47 * 0.0010000000000000009f);
+    out0[i] = v48;
   }
 }
 
 // optimizer_update_8 computes:
-//   v49 = div <f32[535818]> v47 v48  # models/mlp/model.go:12
+//   v50 = sqrt <f32[535818]> v49  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 535818LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a47 = in0[i];
-    float v49 = (a47 / s_bc2_sqrt);
-    out0[i] = v49;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v50 = addc <f32[535818]> v49 {f=1e-08}  # models/mlp/model.go:12
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a49 = in0[i];
-    float v50 = (a49 + 1e-08f);
+    float v50 = sqrtf(a49);
     out0[i] = v50;
   }
 }
 
-// optimizer_update_10 computes:
-//   v52 = div <f32[535818]> v42 v50  # models/mlp/model.go:12
+// optimizer_update_9 computes:
+//   v52 = div <f32[535818]> v50 v51  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a42 = in0[i];
-    float a50 = in1[i];
-    float v52 = (a42 / a50);
+    float a50 = in0[i];
+    float v52 = (a50 / s_bc2_sqrt);
     out0[i] = v52;
   }
 }
 
-// optimizer_update_11 computes:
-//   v53 = mul <f32[535818]> v51 v52  # models/mlp/model.go:12
+// optimizer_update_10 computes:
+//   v53 = addc <f32[535818]> v52 {f=1e-08}  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a52 = in0[i];
-    float v53 = (s_step_size * a52);
+    float v53 = (a52 + 1e-08f);
     out0[i] = v53;
   }
 }
 
-// optimizer_update_12 computes:
-//   v54 = sub <f32[535818]> v36 v53  # models/mlp/model.go:12
+// optimizer_update_11 computes:
+//   v55 = div <f32[535818]> v45 v53  # models/mlp/model.go:12
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 535818LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a45 = in0[i];
+    float a53 = in1[i];
+    float v55 = (a45 / a53);
+    out0[i] = v55;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v56 = mul <f32[535818]> v54 v55  # models/mlp/model.go:12
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 535818LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a55 = in0[i];
+    float v56 = (s_step_size * a55);
+    out0[i] = v56;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v57 = sub <f32[535818]> v36 v56  # models/mlp/model.go:12
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a36 = in0[i];
-    float a53 = in1[i];
-    float v54 = (a36 - a53);
-    out0[i] = v54;
+    float a56 = in1[i];
+    float v57 = (a36 - a56);
+    out0[i] = v57;
   }
 }
 
@@ -597,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -606,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -753,13 +766,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -774,25 +787,28 @@ NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 
@@ -826,6 +842,7 @@ extern "C" int ngen_cpu_entry_mlp_unfused_5dcd01196532(int k, const ngen_launch 
   case 25: return ngen_launch_25(l);
   case 26: return ngen_launch_26(l);
   case 27: return ngen_launch_27(l);
+  case 28: return ngen_launch_28(l);
   }
   return -1;
 }

@@ -334,44 +334,48 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
 }
 
 // optimizer_update computes:
-//   v36 = scale <f32[3153418]> v34 {f=0.9}  # models/mlp/model.go:27
-//   v37 = scale <f32[3153418]> v33 {f=0.09999999999999998}  # models/mlp/model.go:27
-//   v38 = add <f32[3153418]> v36 v37  # models/mlp/model.go:27
-//   v39 = scale <f32[3153418]> v35 {f=0.999}  # models/mlp/model.go:27
-//   v40 = mul <f32[3153418]> v33 v33  # models/mlp/model.go:27
-//   v41 = scale <f32[3153418]> v40 {f=0.0010000000000000009}  # models/mlp/model.go:27
-//   v42 = add <f32[3153418]> v39 v41  # models/mlp/model.go:27
-//   v43 = sqrt <f32[3153418]> v42  # models/mlp/model.go:27
-//   v45 = div <f32[3153418]> v43 v44  # models/mlp/model.go:27
-//   v46 = addc <f32[3153418]> v45 {f=1e-08}  # models/mlp/model.go:27
-//   v48 = div <f32[3153418]> v38 v46  # models/mlp/model.go:27
-//   v49 = mul <f32[3153418]> v47 v48  # models/mlp/model.go:27
-//   v50 = sub <f32[3153418]> v32 v49  # models/mlp/model.go:27
+//   v35 = mul <f32[3153418]> v32 v34  # models/mlp/model.go:27
+//   v36 = add <f32[3153418]> v33 v35  # models/mlp/model.go:27
+//   v39 = scale <f32[3153418]> v37 {f=0.9}  # models/mlp/model.go:27
+//   v40 = scale <f32[3153418]> v36 {f=0.09999999999999998}  # models/mlp/model.go:27
+//   v41 = add <f32[3153418]> v39 v40  # models/mlp/model.go:27
+//   v42 = scale <f32[3153418]> v38 {f=0.999}  # models/mlp/model.go:27
+//   v43 = mul <f32[3153418]> v36 v36  # models/mlp/model.go:27
+//   v44 = scale <f32[3153418]> v43 {f=0.0010000000000000009}  # models/mlp/model.go:27
+//   v45 = add <f32[3153418]> v42 v44  # models/mlp/model.go:27
+//   v46 = sqrt <f32[3153418]> v45  # models/mlp/model.go:27
+//   v48 = div <f32[3153418]> v46 v47  # models/mlp/model.go:27
+//   v49 = addc <f32[3153418]> v48 {f=1e-08}  # models/mlp/model.go:27
+//   v51 = div <f32[3153418]> v41 v49  # models/mlp/model.go:27
+//   v52 = mul <f32[3153418]> v50 v51  # models/mlp/model.go:27
+//   v53 = sub <f32[3153418]> v32 v52  # models/mlp/model.go:27
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a34 = in0[i];
-    float v36 = (a34 * 0.90000000000000002f);
+    float a32 = in0[i];
+    float v35 = (a32 * s_wd);
     float a33 = in1[i];
-    float v37 = (a33 * 0.099999999999999978f);
-    float v38 = (v36 + v37);
-    float a35 = in2[i];
-    float v39 = (a35 * 0.999f);
-    float v40 = (a33 * a33);
-    float v41 = (v40 * 0.0010000000000000009f);
-    float v42 = (v39 + v41);
-    float v43 = sqrtf(v42);
-    float v45 = (v43 / s_bc2_sqrt);
-    float v46 = (v45 + 1e-08f);
-    float v48 = (v38 / v46);
-    float v49 = (s_step_size * v48);
-    float a32 = in3[i];
-    float v50 = (a32 - v49);
-    out0[i] = v38;
-    out1[i] = v42;
-    out2[i] = v50;
+    float v36 = (a33 + v35);
+    float a37 = in2[i];
+    float v39 = (a37 * 0.90000000000000002f);
+    float v40 = (v36 * 0.099999999999999978f);
+    float v41 = (v39 + v40);
+    float a38 = in3[i];
+    out0[i] = v41;
+    float v42 = (a38 * 0.999f);
+    float v43 = (v36 * v36);
+    float v44 = (v43 * 0.0010000000000000009f);
+    float v45 = (v42 + v44);
+    out1[i] = v45;
+    float v46 = sqrtf(v45);
+    float v48 = (v46 / s_bc2_sqrt);
+    float v49 = (v48 + 1e-08f);
+    float v51 = (v41 / v49);
+    float v52 = (s_step_size * v51);
+    float v53 = (a32 - v52);
+    out2[i] = v53;
   }
 }
 
@@ -414,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -423,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -514,7 +518,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, int *, 9)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -523,7 +527,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 

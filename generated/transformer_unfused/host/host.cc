@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 6 launches (embedding_embedding_fwd, embedding_embedding_fwd_2, embedding_embedding_fwd, embedding_embedding_fwd_2, embedding_embedding_fwd, embedding_embedding_fwd_2). The first computes:
-//   v4 = embedding <f32[B,64,256]> v3 v0  # models/transformer/model.go:61
+//   v4 = embedding <f32[B,64,256]> v3 v0  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // scale_fwd: 8 launches (scale_fwd, scale_fwd_2, scale_bwd_31, scale_bwd_32, scale_fwd, scale_fwd_2, scale_fwd, scale_fwd_2). The first computes:
-//   v5 = scale <f32[B,64,256]> v4 {f=16}  # models/transformer/model.go:61
+//   v5 = scale <f32[B,64,256]> v4 {f=16}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -167,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __rest
 }
 
 // slice_fwd: 6 launches (slice_fwd, slice_fwd_2, slice_fwd, slice_fwd_2, slice_fwd, slice_fwd_2). The first computes:
-//   v7 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:61
+//   v7 = slice <f32[64,256]> v6 {axes=[0] ints=[0 64]}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 64LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -181,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // add_fwd: 6 launches (add_fwd, add_fwd_2, add_fwd, add_fwd_2, add_fwd, add_fwd_2). The first computes:
-//   v8 = add <f32[B,64,256]> v5 v7  # models/transformer/model.go:61
+//   v8 = add <f32[B,64,256]> v5 v7  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 16384) {
@@ -194,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 }
 
 // dropout_fwd: 36 launches (dropout_fwd, dropout_fwd_2, dropout_fwd_4, dropout_fwd_6, dropout_fwd_8, dropout_fwd_10, dropout_fwd_12, dropout_fwd_14, dropout_fwd_16, dropout_fwd_18, dropout_fwd_20, dropout_fwd_22, dropout_bwd, dropout_bwd_3, dropout_bwd_5, dropout_bwd_7, dropout_bwd_9, dropout_bwd_11, dropout_bwd_13, dropout_bwd_15, dropout_bwd_17, dropout_bwd_19, dropout_bwd_21, dropout_bwd_22, dropout_fwd, dropout_fwd_2, dropout_fwd_4, dropout_fwd_6, dropout_fwd_8, dropout_fwd_10, dropout_fwd_12, dropout_fwd_14, dropout_fwd_16, dropout_fwd_18, dropout_fwd_20, dropout_fwd_22). The first computes:
-//   v9 = dropout <f32[B,64,256]> v8 {f=0.1 i=1}  # models/transformer/model.go:61
+//   v9 = dropout <f32[B,64,256]> v8 {f=0.1 i=1}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -205,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __re
 }
 
 // bias_fwd: 12 launches (transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd, transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd, transformer_encoder_layers_0_self_attn_bias_fwd, transformer_encoder_layers_1_self_attn_bias_fwd, transformer_decoder_layers_0_self_attn_bias_fwd, transformer_decoder_layers_1_self_attn_bias_fwd). The first computes:
-//   v20 = add <f32[B,64,768]> v19 v16  # models/transformer/model.go:65
+//   v20 = add <f32[B,64,768]> v19 v16  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -218,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // slice_fwd_2: 12 launches (slice_fwd_3, slice_fwd_9, slice_fwd_16, slice_fwd_26, slice_fwd_3, slice_fwd_9, slice_fwd_16, slice_fwd_26, slice_fwd_3, slice_fwd_9, slice_fwd_16, slice_fwd_26). The first computes:
-//   v21 = slice <f32[B,64,256]> v20 {axes=[2] ints=[0 256]}  # models/transformer/model.go:65
+//   v21 = slice <f32[B,64,256]> v20 {axes=[2] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // permute_fwd: 60 launches (permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15, permute_fwd_17, permute_fwd_18, permute_fwd_19, permute_fwd_21, permute_fwd_22, permute_fwd_23, permute_bwd, permute_bwd_5, permute_bwd_9, permute_bwd_13, permute_bwd_17, permute_bwd_21, permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15, permute_fwd_17, permute_fwd_18, permute_fwd_19, permute_fwd_21, permute_fwd_22, permute_fwd_23, permute_fwd, permute_fwd_2, permute_fwd_3, permute_fwd_5, permute_fwd_6, permute_fwd_7, permute_fwd_9, permute_fwd_10, permute_fwd_11, permute_fwd_13, permute_fwd_14, permute_fwd_15, permute_fwd_17, permute_fwd_18, permute_fwd_19, permute_fwd_21, permute_fwd_22, permute_fwd_23). The first computes:
-//   v23 = permute <f32[B,4,64,64]> v22 {perm=[0 2 1 3]}  # models/transformer/model.go:65
+//   v23 = permute <f32[B,4,64,64]> v22 {perm=[0 2 1 3]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
@@ -249,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd(const float * __re
 }
 
 // slice_fwd_3: 12 launches (slice_fwd_4, slice_fwd_10, slice_fwd_17, slice_fwd_27, slice_fwd_4, slice_fwd_10, slice_fwd_17, slice_fwd_27, slice_fwd_4, slice_fwd_10, slice_fwd_17, slice_fwd_27). The first computes:
-//   v24 = slice <f32[B,64,256]> v20 {axes=[2] ints=[256 512]}  # models/transformer/model.go:65
+//   v24 = slice <f32[B,64,256]> v20 {axes=[2] ints=[256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -264,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // slice_fwd_4: 12 launches (slice_fwd_5, slice_fwd_11, slice_fwd_18, slice_fwd_28, slice_fwd_5, slice_fwd_11, slice_fwd_18, slice_fwd_28, slice_fwd_5, slice_fwd_11, slice_fwd_18, slice_fwd_28). The first computes:
-//   v27 = slice <f32[B,64,256]> v20 {axes=[2] ints=[512 768]}  # models/transformer/model.go:65
+//   v27 = slice <f32[B,64,256]> v20 {axes=[2] ints=[512 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -279,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // scale_fwd_2: 24 launches (scale_fwd_3, scale_fwd_4, scale_fwd_5, scale_fwd_6, scale_fwd_7, scale_fwd_8, scale_bwd_7, scale_bwd_10, scale_bwd_15, scale_bwd_18, scale_bwd_25, scale_bwd_30, scale_fwd_3, scale_fwd_4, scale_fwd_5, scale_fwd_6, scale_fwd_7, scale_fwd_8, scale_fwd_3, scale_fwd_4, scale_fwd_5, scale_fwd_6, scale_fwd_7, scale_fwd_8). The first computes:
-//   v31 = scale <f32[B,4,64,64]> v30 {f=0.125}  # models/transformer/model.go:65
+//   v31 = scale <f32[B,4,64,64]> v30 {f=0.125}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __re
 }
 
 // softmax_fwd: 12 launches (softmax_fwd, softmax_fwd_2, softmax_fwd_4, softmax_fwd_6, softmax_fwd, softmax_fwd_2, softmax_fwd_4, softmax_fwd_6, softmax_fwd, softmax_fwd_2, softmax_fwd_4, softmax_fwd_6). The first computes:
-//   v32 = softmax <f32[B,4,64,64]> v31 {axes=[-1]}  # models/transformer/model.go:65
+//   v32 = softmax <f32[B,4,64,64]> v31 {axes=[-1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   __shared__ float red[32];
   const long long nrows = (long long)B * 4LL * 64LL;
@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd(const float * __re
 }
 
 // dropout_fwd_2: 18 launches (dropout_fwd_3, dropout_fwd_7, dropout_fwd_11, dropout_fwd_13, dropout_fwd_17, dropout_fwd_19, dropout_bwd_4, dropout_bwd_6, dropout_bwd_10, dropout_bwd_12, dropout_bwd_16, dropout_bwd_20, dropout_fwd_3, dropout_fwd_7, dropout_fwd_11, dropout_fwd_13, dropout_fwd_17, dropout_fwd_19). The first computes:
-//   v33 = dropout <f32[B,4,64,64]> v32 {f=0.1 i=3}  # models/transformer/model.go:65
+//   v33 = dropout <f32[B,4,64,64]> v32 {f=0.1 i=3}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __
 }
 
 // permute_fwd_2: 36 launches (permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16, permute_fwd_20, permute_fwd_24, permute_bwd_2, permute_bwd_3, permute_bwd_4, permute_bwd_6, permute_bwd_7, permute_bwd_8, permute_bwd_10, permute_bwd_11, permute_bwd_12, permute_bwd_14, permute_bwd_15, permute_bwd_16, permute_bwd_18, permute_bwd_19, permute_bwd_20, permute_bwd_22, permute_bwd_23, permute_bwd_24, permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16, permute_fwd_20, permute_fwd_24, permute_fwd_4, permute_fwd_8, permute_fwd_12, permute_fwd_16, permute_fwd_20, permute_fwd_24). The first computes:
-//   v35 = permute <f32[B,64,4,64]> v34 {perm=[0 2 1 3]}  # models/transformer/model.go:65
+//   v35 = permute <f32[B,64,4,64]> v34 {perm=[0 2 1 3]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 256LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 64) {
@@ -361,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256) permute_fwd_2(const float * __
 }
 
 // slice_bwd_fwd: 24 launches (slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4, slice_bwd_fwd_5, slice_bwd_fwd_6, slice_bwd_bwd_4, slice_bwd_bwd_12, slice_bwd_bwd_18, slice_bwd_bwd_26, slice_bwd_bwd_33, slice_bwd_bwd_39, slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4, slice_bwd_fwd_5, slice_bwd_fwd_6, slice_bwd_fwd, slice_bwd_fwd_2, slice_bwd_fwd_3, slice_bwd_fwd_4, slice_bwd_fwd_5, slice_bwd_fwd_6). The first computes:
-//   v37 = slice_bwd <f32[B,64,260]> v36 {axes=[2] shape=[B,64,260] ints=[0 256]}  # models/transformer/model.go:65
+//   v37 = slice_bwd <f32[B,64,260]> v36 {axes=[2] shape=[B,64,260] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 260) {
@@ -376,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_fwd(const float * __
 }
 
 // slice_fwd_5: 24 launches (slice_fwd_6, slice_fwd_12, slice_fwd_19, slice_fwd_23, slice_fwd_29, slice_fwd_33, slice_bwd, slice_bwd_2, slice_bwd_3, slice_bwd_4, slice_bwd_5, slice_bwd_6, slice_fwd_6, slice_fwd_12, slice_fwd_19, slice_fwd_23, slice_fwd_29, slice_fwd_33, slice_fwd_6, slice_fwd_12, slice_fwd_19, slice_fwd_23, slice_fwd_29, slice_fwd_33). The first computes:
-//   v39 = slice <f32[B,64,256]> v38 {axes=[2] ints=[0 256]}  # models/transformer/model.go:65
+//   v39 = slice <f32[B,64,256]> v38 {axes=[2] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -391,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // bias_fwd_2: 72 launches (transformer_encoder_layers_0_self_attn_out_proj_bias_fwd, transformer_encoder_layers_0_norm1_bias_fwd, transformer_encoder_layers_0_linear2_bias_fwd, transformer_encoder_layers_0_norm2_bias_fwd, transformer_encoder_layers_1_self_attn_out_proj_bias_fwd, transformer_encoder_layers_1_norm1_bias_fwd, transformer_encoder_layers_1_linear2_bias_fwd, transformer_encoder_layers_1_norm2_bias_fwd, transformer_encoder_norm_bias_fwd, transformer_decoder_layers_0_self_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm1_bias_fwd, add_fwd_8, transformer_decoder_layers_0_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm2_bias_fwd, transformer_decoder_layers_0_linear2_bias_fwd, transformer_decoder_layers_0_norm3_bias_fwd, transformer_decoder_layers_1_self_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm1_bias_fwd, add_fwd_13, transformer_decoder_layers_1_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm2_bias_fwd, transformer_decoder_layers_1_linear2_bias_fwd, transformer_decoder_layers_1_norm3_bias_fwd, transformer_decoder_norm_bias_fwd, transformer_encoder_layers_0_self_attn_out_proj_bias_fwd, transformer_encoder_layers_0_norm1_bias_fwd, transformer_encoder_layers_0_linear2_bias_fwd, transformer_encoder_layers_0_norm2_bias_fwd, transformer_encoder_layers_1_self_attn_out_proj_bias_fwd, transformer_encoder_layers_1_norm1_bias_fwd, transformer_encoder_layers_1_linear2_bias_fwd, transformer_encoder_layers_1_norm2_bias_fwd, transformer_encoder_norm_bias_fwd, transformer_decoder_layers_0_self_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm1_bias_fwd, add_fwd_8, transformer_decoder_layers_0_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm2_bias_fwd, transformer_decoder_layers_0_linear2_bias_fwd, transformer_decoder_layers_0_norm3_bias_fwd, transformer_decoder_layers_1_self_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm1_bias_fwd, add_fwd_13, transformer_decoder_layers_1_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm2_bias_fwd, transformer_decoder_layers_1_linear2_bias_fwd, transformer_decoder_layers_1_norm3_bias_fwd, transformer_decoder_norm_bias_fwd, transformer_encoder_layers_0_self_attn_out_proj_bias_fwd, transformer_encoder_layers_0_norm1_bias_fwd, transformer_encoder_layers_0_linear2_bias_fwd, transformer_encoder_layers_0_norm2_bias_fwd, transformer_encoder_layers_1_self_attn_out_proj_bias_fwd, transformer_encoder_layers_1_norm1_bias_fwd, transformer_encoder_layers_1_linear2_bias_fwd, transformer_encoder_layers_1_norm2_bias_fwd, transformer_encoder_norm_bias_fwd, transformer_decoder_layers_0_self_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm1_bias_fwd, add_fwd_8, transformer_decoder_layers_0_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_0_norm2_bias_fwd, transformer_decoder_layers_0_linear2_bias_fwd, transformer_decoder_layers_0_norm3_bias_fwd, transformer_decoder_layers_1_self_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm1_bias_fwd, add_fwd_13, transformer_decoder_layers_1_multihead_attn_out_proj_bias_fwd, transformer_decoder_layers_1_norm2_bias_fwd, transformer_decoder_layers_1_linear2_bias_fwd, transformer_decoder_layers_1_norm3_bias_fwd, transformer_decoder_norm_bias_fwd). The first computes:
-//   v41 = add <f32[B,64,256]> v40 v18  # models/transformer/model.go:65
+//   v41 = add <f32[B,64,256]> v40 v18  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -404,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // add_fwd_2: 77 launches (add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_10, add_fwd_11, add_fwd_12, add_fwd_15, add_fwd_16, add_bwd, add_bwd_2, add_bwd_3, add_bwd_4, add_bwd_5, add_bwd_6, add_bwd_7, add_bwd_8, add_bwd_9, add_bwd_10, add_bwd_13, add_bwd_15, add_bwd_16, add_bwd_17, add_bwd_20, add_bwd_21, add_bwd_22, add_bwd_23, add_bwd_24, add_bwd_25, add_bwd_26, add_bwd_27, add_bwd_29, add_bwd_31, add_bwd_33, add_bwd_34, add_bwd_35, add_bwd_38, add_bwd_39, add_bwd_40, add_bwd_41, add_bwd_42, add_bwd_43, add_bwd_44, add_bwd_45, add_bwd_46, add_bwd_47, add_bwd_48, add_bwd_51, add_bwd_52, add_bwd_53, add_bwd_54, add_bwd_55, add_bwd_56, add_bwd_57, add_bwd_58, add_bwd_61, add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_10, add_fwd_11, add_fwd_12, add_fwd_15, add_fwd_16, add_fwd_3, add_fwd_4, add_fwd_5, add_fwd_6, add_fwd_7, add_fwd_10, add_fwd_11, add_fwd_12, add_fwd_15, add_fwd_16). The first computes:
-//   v43 = add <f32[B,64,256]> v9 v42  # models/transformer/model.go:65
+//   v43 = add <f32[B,64,256]> v9 v42  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -416,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 }
 
 // slice_fwd_6: 36 launches (slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_15, slice_fwd_20, slice_fwd_24, slice_fwd_25, slice_fwd_30, slice_fwd_34, slice_fwd_35, slice_fwd_36, slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_15, slice_fwd_20, slice_fwd_24, slice_fwd_25, slice_fwd_30, slice_fwd_34, slice_fwd_35, slice_fwd_36, slice_fwd_7, slice_fwd_8, slice_fwd_13, slice_fwd_14, slice_fwd_15, slice_fwd_20, slice_fwd_24, slice_fwd_25, slice_fwd_30, slice_fwd_34, slice_fwd_35, slice_fwd_36). The first computes:
-//   v46 = slice <f32[B,64,1]> v43 {axes=[-1] ints=[0 1]}  # models/transformer/model.go:65
+//   v46 = slice <f32[B,64,1]> v43 {axes=[-1] ints=[0 1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1) {
@@ -431,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_6(const float * __re
 }
 
 // sub_fwd: 72 launches (sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18, sub_fwd_19, sub_fwd_20, sub_fwd_21, sub_fwd_22, sub_fwd_23, sub_fwd_24, sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18, sub_fwd_19, sub_fwd_20, sub_fwd_21, sub_fwd_22, sub_fwd_23, sub_fwd_24, sub_fwd, sub_fwd_2, sub_fwd_3, sub_fwd_4, sub_fwd_5, sub_fwd_6, sub_fwd_7, sub_fwd_8, sub_fwd_9, sub_fwd_10, sub_fwd_11, sub_fwd_12, sub_fwd_13, sub_fwd_14, sub_fwd_15, sub_fwd_16, sub_fwd_17, sub_fwd_18, sub_fwd_19, sub_fwd_20, sub_fwd_21, sub_fwd_22, sub_fwd_23, sub_fwd_24). The first computes:
-//   v47 = sub <f32[B,64,256]> v43 v46  # models/transformer/model.go:65
+//   v47 = sub <f32[B,64,256]> v43 v46  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -444,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
 }
 
 // mean_fwd: 72 launches (mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24). The first computes:
-//   v48 = mean <f32[B,64,1]> v47 {axes=[-1] keepdim}  # models/transformer/model.go:65
+//   v48 = mean <f32[B,64,1]> v47 {axes=[-1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL * (long long)B;
   const long long nred = 256LL;
@@ -475,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
 }
 
 // square_fwd: 36 launches (square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9, square_fwd_10, square_fwd_11, square_fwd_12, square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9, square_fwd_10, square_fwd_11, square_fwd_12, square_fwd, square_fwd_2, square_fwd_3, square_fwd_4, square_fwd_5, square_fwd_6, square_fwd_7, square_fwd_8, square_fwd_9, square_fwd_10, square_fwd_11, square_fwd_12). The first computes:
-//   v50 = square <f32[B,64,256]> v49  # models/transformer/model.go:65
+//   v50 = square <f32[B,64,256]> v49  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -486,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
 }
 
 // addc_fwd: 36 launches (addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9, addc_fwd_10, addc_fwd_11, addc_fwd_12, addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9, addc_fwd_10, addc_fwd_11, addc_fwd_12, addc_fwd, addc_fwd_2, addc_fwd_3, addc_fwd_4, addc_fwd_5, addc_fwd_6, addc_fwd_7, addc_fwd_8, addc_fwd_9, addc_fwd_10, addc_fwd_11, addc_fwd_12). The first computes:
-//   v52 = addc <f32[B,64,1]> v51 {f=1e-05}  # models/transformer/model.go:65
+//   v52 = addc <f32[B,64,1]> v51 {f=1e-05}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -497,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restr
 }
 
 // powc_fwd: 36 launches (powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9, powc_fwd_10, powc_fwd_11, powc_fwd_12, powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9, powc_fwd_10, powc_fwd_11, powc_fwd_12, powc_fwd, powc_fwd_2, powc_fwd_3, powc_fwd_4, powc_fwd_5, powc_fwd_6, powc_fwd_7, powc_fwd_8, powc_fwd_9, powc_fwd_10, powc_fwd_11, powc_fwd_12). The first computes:
-//   v53 = powc <f32[B,64,1]> v52 {f=-0.5}  # models/transformer/model.go:65
+//   v53 = powc <f32[B,64,1]> v52 {f=-0.5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -508,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restr
 }
 
 // mul_fwd: 48 launches (mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9, mul_fwd_10, mul_fwd_11, mul_fwd_12, mul_bwd_2, mul_bwd_7, mul_bwd_12, mul_bwd_17, mul_bwd_22, mul_bwd_27, mul_bwd_32, mul_bwd_37, mul_bwd_42, mul_bwd_47, mul_bwd_52, mul_bwd_57, mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9, mul_fwd_10, mul_fwd_11, mul_fwd_12, mul_fwd, mul_fwd_2, mul_fwd_3, mul_fwd_4, mul_fwd_5, mul_fwd_6, mul_fwd_7, mul_fwd_8, mul_fwd_9, mul_fwd_10, mul_fwd_11, mul_fwd_12). The first computes:
-//   v54 = mul <f32[B,64,256]> v49 v53  # models/transformer/model.go:65
+//   v54 = mul <f32[B,64,256]> v49 v53  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -521,7 +521,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restri
 }
 
 // mul_fwd_2: 48 launches (transformer_encoder_layers_0_norm1_mul_fwd, transformer_encoder_layers_0_norm2_mul_fwd, transformer_encoder_layers_1_norm1_mul_fwd, transformer_encoder_layers_1_norm2_mul_fwd, transformer_encoder_norm_mul_fwd, transformer_decoder_layers_0_norm1_mul_fwd, transformer_decoder_layers_0_norm2_mul_fwd, transformer_decoder_layers_0_norm3_mul_fwd, transformer_decoder_layers_1_norm1_mul_fwd, transformer_decoder_layers_1_norm2_mul_fwd, transformer_decoder_layers_1_norm3_mul_fwd, transformer_decoder_norm_mul_fwd, transformer_decoder_norm_mul_bwd, transformer_decoder_layers_1_norm3_mul_bwd, transformer_decoder_layers_1_norm2_mul_bwd, transformer_decoder_layers_1_norm1_mul_bwd, transformer_decoder_layers_0_norm3_mul_bwd, transformer_decoder_layers_0_norm2_mul_bwd, transformer_decoder_layers_0_norm1_mul_bwd, transformer_encoder_norm_mul_bwd, transformer_encoder_layers_1_norm2_mul_bwd, transformer_encoder_layers_1_norm1_mul_bwd, transformer_encoder_layers_0_norm2_mul_bwd, transformer_encoder_layers_0_norm1_mul_bwd, transformer_encoder_layers_0_norm1_mul_fwd, transformer_encoder_layers_0_norm2_mul_fwd, transformer_encoder_layers_1_norm1_mul_fwd, transformer_encoder_layers_1_norm2_mul_fwd, transformer_encoder_norm_mul_fwd, transformer_decoder_layers_0_norm1_mul_fwd, transformer_decoder_layers_0_norm2_mul_fwd, transformer_decoder_layers_0_norm3_mul_fwd, transformer_decoder_layers_1_norm1_mul_fwd, transformer_decoder_layers_1_norm2_mul_fwd, transformer_decoder_layers_1_norm3_mul_fwd, transformer_decoder_norm_mul_fwd, transformer_encoder_layers_0_norm1_mul_fwd, transformer_encoder_layers_0_norm2_mul_fwd, transformer_encoder_layers_1_norm1_mul_fwd, transformer_encoder_layers_1_norm2_mul_fwd, transformer_encoder_norm_mul_fwd, transformer_decoder_layers_0_norm1_mul_fwd, transformer_decoder_layers_0_norm2_mul_fwd, transformer_decoder_layers_0_norm3_mul_fwd, transformer_decoder_layers_1_norm1_mul_fwd, transformer_decoder_layers_1_norm2_mul_fwd, transformer_decoder_layers_1_norm3_mul_fwd, transformer_decoder_norm_mul_fwd). The first computes:
-//   v55 = mul <f32[B,64,256]> v54 v44  # models/transformer/model.go:65
+//   v55 = mul <f32[B,64,256]> v54 v44  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -534,7 +534,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
 }
 
 // bias_fwd_3: 12 launches (transformer_encoder_layers_0_linear1_bias_fwd, transformer_encoder_layers_1_linear1_bias_fwd, transformer_decoder_layers_0_linear1_bias_fwd, transformer_decoder_layers_1_linear1_bias_fwd, transformer_encoder_layers_0_linear1_bias_fwd, transformer_encoder_layers_1_linear1_bias_fwd, transformer_decoder_layers_0_linear1_bias_fwd, transformer_decoder_layers_1_linear1_bias_fwd, transformer_encoder_layers_0_linear1_bias_fwd, transformer_encoder_layers_1_linear1_bias_fwd, transformer_decoder_layers_0_linear1_bias_fwd, transformer_decoder_layers_1_linear1_bias_fwd). The first computes:
-//   v61 = add <f32[B,64,1024]> v59 v60  # models/transformer/model.go:65
+//   v61 = add <f32[B,64,1024]> v59 v60  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -547,7 +547,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // relu_fwd: 12 launches (relu_fwd, relu_fwd_2, relu_fwd_3, relu_fwd_4, relu_fwd, relu_fwd_2, relu_fwd_3, relu_fwd_4, relu_fwd, relu_fwd_2, relu_fwd_3, relu_fwd_4). The first computes:
-//   v62 = relu <f32[B,64,1024]> v61  # models/transformer/model.go:65
+//   v62 = relu <f32[B,64,1024]> v61  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -558,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // dropout_fwd_3: 12 launches (dropout_fwd_5, dropout_fwd_9, dropout_fwd_15, dropout_fwd_21, dropout_bwd_2, dropout_bwd_8, dropout_bwd_14, dropout_bwd_18, dropout_fwd_5, dropout_fwd_9, dropout_fwd_15, dropout_fwd_21). The first computes:
-//   v63 = dropout <f32[B,64,1024]> v62 {f=0.1 i=5}  # models/transformer/model.go:65
+//   v63 = dropout <f32[B,64,1024]> v62 {f=0.1 i=5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -569,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_3(const float * __
 }
 
 // softmax_fwd_2: 6 launches (softmax_fwd_3, softmax_fwd_5, softmax_fwd_3, softmax_fwd_5, softmax_fwd_3, softmax_fwd_5). The first computes:
-//   v184 = softmax <f32[B,4,64,64]> v183 {axes=[-1] str=causal}  # models/transformer/model.go:65
+//   v184 = softmax <f32[B,4,64,64]> v183 {axes=[-1] str=causal}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   __shared__ float red[32];
   const long long nrows = (long long)B * 4LL * 64LL;
@@ -614,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_fwd_2(const float * __
 }
 
 // slice_fwd_7: 6 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd, transformer_decoder_layers_1_multihead_attn_slice_fwd, transformer_decoder_layers_0_multihead_attn_slice_fwd, transformer_decoder_layers_1_multihead_attn_slice_fwd, transformer_decoder_layers_0_multihead_attn_slice_fwd, transformer_decoder_layers_1_multihead_attn_slice_fwd). The first computes:
-//   v214 = slice <f32[256,256]> v210 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
+//   v214 = slice <f32[256,256]> v210 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 256LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -628,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_7(const float * __re
 }
 
 // slice_fwd_8: 6 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_2, transformer_decoder_layers_1_multihead_attn_slice_fwd_2, transformer_decoder_layers_0_multihead_attn_slice_fwd_2, transformer_decoder_layers_1_multihead_attn_slice_fwd_2, transformer_decoder_layers_0_multihead_attn_slice_fwd_2, transformer_decoder_layers_1_multihead_attn_slice_fwd_2). The first computes:
-//   v216 = slice <f32[256]> v211 {axes=[0] ints=[0 256]}  # models/transformer/model.go:65
+//   v216 = slice <f32[256]> v211 {axes=[0] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 256LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -640,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_8(const float * __re
 }
 
 // slice_fwd_9: 6 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_3, transformer_decoder_layers_1_multihead_attn_slice_fwd_3, transformer_decoder_layers_0_multihead_attn_slice_fwd_3, transformer_decoder_layers_1_multihead_attn_slice_fwd_3, transformer_decoder_layers_0_multihead_attn_slice_fwd_3, transformer_decoder_layers_1_multihead_attn_slice_fwd_3). The first computes:
-//   v218 = slice <f32[512,256]> v210 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
+//   v218 = slice <f32[512,256]> v210 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 512LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -654,7 +654,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_9(const float * __re
 }
 
 // slice_fwd_10: 6 launches (transformer_decoder_layers_0_multihead_attn_slice_fwd_4, transformer_decoder_layers_1_multihead_attn_slice_fwd_4, transformer_decoder_layers_0_multihead_attn_slice_fwd_4, transformer_decoder_layers_1_multihead_attn_slice_fwd_4, transformer_decoder_layers_0_multihead_attn_slice_fwd_4, transformer_decoder_layers_1_multihead_attn_slice_fwd_4). The first computes:
-//   v220 = slice <f32[512]> v211 {axes=[0] ints=[256 768]}  # models/transformer/model.go:65
+//   v220 = slice <f32[512]> v211 {axes=[0] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_10(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 512LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -666,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_10(const float * __r
 }
 
 // add_fwd_3: 6 launches (add_fwd_9, add_fwd_14, add_fwd_9, add_fwd_14, add_fwd_9, add_fwd_14). The first computes:
-//   v221 = add <f32[B,64,512]> v219 v220  # models/transformer/model.go:65
+//   v221 = add <f32[B,64,512]> v219 v220  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -679,7 +679,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_3(const float * __rest
 }
 
 // slice_fwd_11: 6 launches (slice_fwd_21, slice_fwd_31, slice_fwd_21, slice_fwd_31, slice_fwd_21, slice_fwd_31). The first computes:
-//   v224 = slice <f32[B,64,256]> v221 {axes=[2] ints=[0 256]}  # models/transformer/model.go:65
+//   v224 = slice <f32[B,64,256]> v221 {axes=[2] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -694,7 +694,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_11(const float * __r
 }
 
 // slice_fwd_12: 6 launches (slice_fwd_22, slice_fwd_32, slice_fwd_22, slice_fwd_32, slice_fwd_22, slice_fwd_32). The first computes:
-//   v227 = slice <f32[B,64,256]> v221 {axes=[2] ints=[256 512]}  # models/transformer/model.go:65
+//   v227 = slice <f32[B,64,256]> v221 {axes=[2] ints=[256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_12(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -709,7 +709,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_12(const float * __r
 }
 
 // bias_fwd_4: 3 launches (fc_out_bias_fwd, fc_out_bias_fwd, fc_out_bias_fwd). The first computes:
-//   v418 = add <f32[B,64,99]> v416 v417  # models/transformer/model.go:66
+//   v418 = add <f32[B,64,99]> v416 v417  # models/transformer/model.go:76
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -722,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v419 = cross_entropy <f32[]> v418 v2  # models/transformer/model.go:68
+//   v419 = cross_entropy <f32[]> v418 v2  # models/transformer/model.go:78
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -755,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v421 = ce_grad <f32[B,64,99]> v418 v2 v420  # models/transformer/model.go:68
+//   v421 = ce_grad <f32[B,64,99]> v418 v2 v420  # models/transformer/model.go:78
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -790,7 +790,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v422 = sum <f32[1,1,99]> v421 {axes=[0 1] keepdim}  # models/transformer/model.go:66
+//   v422 = sum <f32[1,1,99]> v421 {axes=[0 1] keepdim}  # models/transformer/model.go:76
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -807,7 +807,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // sum_bwd_2 computes:
-//   v426 = sum <f32[1,99,256]> v425 {axes=[0] keepdim}  # models/transformer/model.go:66
+//   v426 = sum <f32[1,99,256]> v425 {axes=[0] keepdim}  # models/transformer/model.go:76
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 25344LL;
   const long long nred = (long long)B;
@@ -849,7 +849,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // sum_bwd_3: 36 launches (sum_bwd_3, sum_bwd_4, sum_bwd_8, sum_bwd_9, sum_bwd_13, sum_bwd_17, sum_bwd_18, sum_bwd_22, sum_bwd_26, sum_bwd_28, sum_bwd_29, sum_bwd_33, sum_bwd_37, sum_bwd_38, sum_bwd_42, sum_bwd_46, sum_bwd_47, sum_bwd_51, sum_bwd_55, sum_bwd_57, sum_bwd_58, sum_bwd_62, sum_bwd_66, sum_bwd_67, sum_bwd_71, sum_bwd_72, sum_bwd_76, sum_bwd_80, sum_bwd_81, sum_bwd_85, sum_bwd_89, sum_bwd_90, sum_bwd_94, sum_bwd_98, sum_bwd_99, sum_bwd_103). The first computes:
-//   v429 = sum <f32[1,1,256]> v428 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v429 = sum <f32[1,1,256]> v428 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 64LL * (long long)B;
@@ -891,7 +891,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // mul_bwd: 36 launches (mul_bwd, mul_bwd_3, mul_bwd_5, mul_bwd_6, mul_bwd_8, mul_bwd_10, mul_bwd_11, mul_bwd_13, mul_bwd_15, mul_bwd_16, mul_bwd_18, mul_bwd_20, mul_bwd_21, mul_bwd_23, mul_bwd_25, mul_bwd_26, mul_bwd_28, mul_bwd_30, mul_bwd_31, mul_bwd_33, mul_bwd_35, mul_bwd_36, mul_bwd_38, mul_bwd_40, mul_bwd_41, mul_bwd_43, mul_bwd_45, mul_bwd_46, mul_bwd_48, mul_bwd_50, mul_bwd_51, mul_bwd_53, mul_bwd_55, mul_bwd_56, mul_bwd_58, mul_bwd_60). The first computes:
-//   v432 = mul <f32[B,64,256]> v428 v411  # models/transformer/model.go:65
+//   v432 = mul <f32[B,64,256]> v428 v411  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -903,7 +903,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restri
 }
 
 // sum_bwd_4: 36 launches (sum_bwd_5, sum_bwd_6, sum_bwd_7, sum_bwd_10, sum_bwd_11, sum_bwd_12, sum_bwd_19, sum_bwd_20, sum_bwd_21, sum_bwd_30, sum_bwd_31, sum_bwd_32, sum_bwd_39, sum_bwd_40, sum_bwd_41, sum_bwd_48, sum_bwd_49, sum_bwd_50, sum_bwd_59, sum_bwd_60, sum_bwd_61, sum_bwd_68, sum_bwd_69, sum_bwd_70, sum_bwd_73, sum_bwd_74, sum_bwd_75, sum_bwd_82, sum_bwd_83, sum_bwd_84, sum_bwd_91, sum_bwd_92, sum_bwd_93, sum_bwd_100, sum_bwd_101, sum_bwd_102). The first computes:
-//   v437 = sum <f32[B,64,1]> v436 {axes=[2] keepdim}  # models/transformer/model.go:65
+//   v437 = sum <f32[B,64,1]> v436 {axes=[2] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL * (long long)B;
   const long long nred = 256LL;
@@ -934,7 +934,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // powc_bwd: 12 launches (powc_bwd, powc_bwd_2, powc_bwd_3, powc_bwd_4, powc_bwd_5, powc_bwd_6, powc_bwd_7, powc_bwd_8, powc_bwd_9, powc_bwd_10, powc_bwd_11, powc_bwd_12). The first computes:
-//   v438 = powc <f32[B,64,1]> v409 {f=-1.5}  # models/transformer/model.go:65
+//   v438 = powc <f32[B,64,1]> v409 {f=-1.5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -945,7 +945,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restr
 }
 
 // scale_bwd: 12 launches (scale_bwd, scale_bwd_3, scale_bwd_5, scale_bwd_8, scale_bwd_11, scale_bwd_13, scale_bwd_16, scale_bwd_19, scale_bwd_21, scale_bwd_23, scale_bwd_26, scale_bwd_28). The first computes:
-//   v439 = scale <f32[B,64,1]> v438 {f=-0.5}  # models/transformer/model.go:65
+//   v439 = scale <f32[B,64,1]> v438 {f=-0.5}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -956,7 +956,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __rest
 }
 
 // mul_bwd_2: 12 launches (mul_bwd_4, mul_bwd_9, mul_bwd_14, mul_bwd_19, mul_bwd_24, mul_bwd_29, mul_bwd_34, mul_bwd_39, mul_bwd_44, mul_bwd_49, mul_bwd_54, mul_bwd_59). The first computes:
-//   v440 = mul <f32[B,64,1]> v437 v439  # models/transformer/model.go:65
+//   v440 = mul <f32[B,64,1]> v437 v439  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 64LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -968,7 +968,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __rest
 }
 
 // broadcast_bwd: 24 launches (broadcast_bwd, broadcast_bwd_2, broadcast_bwd_3, broadcast_bwd_4, broadcast_bwd_5, broadcast_bwd_6, broadcast_bwd_7, broadcast_bwd_8, broadcast_bwd_9, broadcast_bwd_10, broadcast_bwd_11, broadcast_bwd_12, broadcast_bwd_13, broadcast_bwd_14, broadcast_bwd_15, broadcast_bwd_16, broadcast_bwd_17, broadcast_bwd_18, broadcast_bwd_19, broadcast_bwd_20, broadcast_bwd_21, broadcast_bwd_22, broadcast_bwd_23, broadcast_bwd_24). The first computes:
-//   v441 = broadcast <f32[B,64,256]> v440 {shape=[B,64,256]}  # models/transformer/model.go:65
+//   v441 = broadcast <f32[B,64,256]> v440 {shape=[B,64,256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -980,7 +980,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __
 }
 
 // divcount_bwd: 24 launches (divcount_bwd, divcount_bwd_2, divcount_bwd_3, divcount_bwd_4, divcount_bwd_5, divcount_bwd_6, divcount_bwd_7, divcount_bwd_8, divcount_bwd_9, divcount_bwd_10, divcount_bwd_11, divcount_bwd_12, divcount_bwd_13, divcount_bwd_14, divcount_bwd_15, divcount_bwd_16, divcount_bwd_17, divcount_bwd_18, divcount_bwd_19, divcount_bwd_20, divcount_bwd_21, divcount_bwd_22, divcount_bwd_23, divcount_bwd_24). The first computes:
-//   v442 = divcount <f32[B,64,256]> v441 {axes=[-1] shape=[B,64,256]}  # models/transformer/model.go:65
+//   v442 = divcount <f32[B,64,256]> v441 {axes=[-1] shape=[B,64,256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -991,7 +991,7 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __r
 }
 
 // scale_bwd_2: 12 launches (scale_bwd_2, scale_bwd_4, scale_bwd_6, scale_bwd_9, scale_bwd_12, scale_bwd_14, scale_bwd_17, scale_bwd_20, scale_bwd_22, scale_bwd_24, scale_bwd_27, scale_bwd_29). The first computes:
-//   v443 = scale <f32[B,64,256]> v442 {f=2}  # models/transformer/model.go:65
+//   v443 = scale <f32[B,64,256]> v442 {f=2}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1002,7 +1002,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __re
 }
 
 // neg_bwd: 24 launches (neg_bwd, neg_bwd_2, neg_bwd_3, neg_bwd_4, neg_bwd_5, neg_bwd_6, neg_bwd_7, neg_bwd_8, neg_bwd_9, neg_bwd_10, neg_bwd_11, neg_bwd_12, neg_bwd_13, neg_bwd_14, neg_bwd_15, neg_bwd_16, neg_bwd_17, neg_bwd_18, neg_bwd_19, neg_bwd_20, neg_bwd_21, neg_bwd_22, neg_bwd_23, neg_bwd_24). The first computes:
-//   v446 = neg <f32[B,64,256]> v445  # models/transformer/model.go:65
+//   v446 = neg <f32[B,64,256]> v445  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 16384LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1013,7 +1013,7 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restri
 }
 
 // slice_bwd_bwd: 12 launches (slice_bwd_bwd, slice_bwd_bwd_2, slice_bwd_bwd_3, slice_bwd_bwd_11, slice_bwd_bwd_16, slice_bwd_bwd_17, slice_bwd_bwd_25, slice_bwd_bwd_30, slice_bwd_bwd_31, slice_bwd_bwd_32, slice_bwd_bwd_37, slice_bwd_bwd_38). The first computes:
-//   v453 = slice_bwd <f32[B,64,256]> v452 {axes=[-1] shape=[B,64,256] ints=[0 1]}  # models/transformer/model.go:65
+//   v453 = slice_bwd <f32[B,64,256]> v452 {axes=[-1] shape=[B,64,256] ints=[0 1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1028,7 +1028,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // sum_bwd_5: 8 launches (sum_bwd_14, sum_bwd_16, sum_bwd_43, sum_bwd_45, sum_bwd_77, sum_bwd_79, sum_bwd_95, sum_bwd_97). The first computes:
-//   v487 = sum <f32[1,256,1024]> v486 {axes=[0] keepdim}  # models/transformer/model.go:65
+//   v487 = sum <f32[1,256,1024]> v486 {axes=[0] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 262144LL;
   const long long nred = (long long)B;
@@ -1070,7 +1070,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // relu_bwd_bwd: 4 launches (relu_bwd_bwd, relu_bwd_bwd_2, relu_bwd_bwd_3, relu_bwd_bwd_4). The first computes:
-//   v490 = relu_bwd <f32[B,64,1024]> v489 v379  # models/transformer/model.go:65
+//   v490 = relu_bwd <f32[B,64,1024]> v489 v379  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 65536LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1082,7 +1082,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_6: 4 launches (sum_bwd_15, sum_bwd_44, sum_bwd_78, sum_bwd_96). The first computes:
-//   v491 = sum <f32[1,1,1024]> v490 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v491 = sum <f32[1,1,1024]> v490 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
@@ -1124,7 +1124,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // sum_bwd_7: 8 launches (sum_bwd_23, sum_bwd_27, sum_bwd_34, sum_bwd_52, sum_bwd_56, sum_bwd_63, sum_bwd_86, sum_bwd_104). The first computes:
-//   v530 = sum <f32[1,256,256]> v529 {axes=[0] keepdim}  # models/transformer/model.go:65
+//   v530 = sum <f32[1,256,256]> v529 {axes=[0] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -1166,7 +1166,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
 }
 
 // softmax_bwd_bwd: 6 launches (softmax_bwd_bwd, softmax_bwd_bwd_2, softmax_bwd_bwd_3, softmax_bwd_bwd_4, softmax_bwd_bwd_5, softmax_bwd_bwd_6). The first computes:
-//   v540 = softmax_bwd <f32[B,4,64,64]> v539 v349 {axes=[-1]}  # models/transformer/model.go:65
+//   v540 = softmax_bwd <f32[B,4,64,64]> v539 v349 {axes=[-1]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(128) softmax_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float red[32];
   const long long nrows = (long long)B * 4LL * 64LL;
@@ -1192,7 +1192,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_bwd_bwd(const float * 
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_5, slice_bwd_bwd_19). The first computes:
-//   v546 = slice_bwd <f32[B,64,512]> v545 {axes=[2] shape=[B,64,512] ints=[256 512]}  # models/transformer/model.go:65
+//   v546 = slice_bwd <f32[B,64,512]> v545 {axes=[2] shape=[B,64,512] ints=[256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -1207,7 +1207,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // slice_bwd_bwd_3: 2 launches (slice_bwd_bwd_6, slice_bwd_bwd_20). The first computes:
-//   v549 = slice_bwd <f32[B,64,512]> v548 {axes=[2] shape=[B,64,512] ints=[0 256]}  # models/transformer/model.go:65
+//   v549 = slice_bwd <f32[B,64,512]> v548 {axes=[2] shape=[B,64,512] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -1222,7 +1222,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 }
 
 // add_bwd: 2 launches (add_bwd_11, add_bwd_28). The first computes:
-//   v550 = add <f32[B,64,512]> v546 v549  # models/transformer/model.go:65
+//   v550 = add <f32[B,64,512]> v546 v549  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1234,7 +1234,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 }
 
 // sum_bwd_8: 2 launches (sum_bwd_24, sum_bwd_53). The first computes:
-//   v553 = sum <f32[1,1,512]> v550 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v553 = sum <f32[1,1,512]> v550 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
@@ -1276,7 +1276,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 }
 
 // slice_bwd_bwd_4: 2 launches (slice_bwd_bwd_7, slice_bwd_bwd_21). The first computes:
-//   v555 = slice_bwd <f32[768]> v554 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:65
+//   v555 = slice_bwd <f32[768]> v554 {axes=[0] shape=[768] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1288,7 +1288,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
 }
 
 // sum_bwd_9: 2 launches (sum_bwd_25, sum_bwd_54). The first computes:
-//   v558 = sum <f32[1,512,256]> v557 {axes=[0] keepdim}  # models/transformer/model.go:65
+//   v558 = sum <f32[1,512,256]> v557 {axes=[0] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 131072LL;
   const long long nred = (long long)B;
@@ -1330,7 +1330,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
 }
 
 // slice_bwd_bwd_5: 2 launches (slice_bwd_bwd_8, slice_bwd_bwd_22). The first computes:
-//   v560 = slice_bwd <f32[768,256]> v559 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:65
+//   v560 = slice_bwd <f32[768,256]> v559 {axes=[0] shape=[768,256] ints=[256 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1344,7 +1344,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_5(const float * 
 }
 
 // slice_bwd_bwd_6: 2 launches (slice_bwd_bwd_9, slice_bwd_bwd_23). The first computes:
-//   v563 = slice_bwd <f32[768]> v562 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:65
+//   v563 = slice_bwd <f32[768]> v562 {axes=[0] shape=[768] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1356,7 +1356,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_6(const float * 
 }
 
 // add_bwd_2: 2 launches (add_bwd_12, add_bwd_30). The first computes:
-//   v564 = add <f32[768]> v555 v563  # models/transformer/model.go:65
+//   v564 = add <f32[768]> v555 v563  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 768LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1368,7 +1368,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 }
 
 // slice_bwd_bwd_7: 2 launches (slice_bwd_bwd_10, slice_bwd_bwd_24). The first computes:
-//   v570 = slice_bwd <f32[768,256]> v568 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:65
+//   v570 = slice_bwd <f32[768,256]> v568 {axes=[0] shape=[768,256] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_7(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long rows = 768LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1382,7 +1382,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_7(const float * 
 }
 
 // add_bwd_3: 2 launches (add_bwd_14, add_bwd_32). The first computes:
-//   v571 = add <f32[768,256]> v560 v570  # models/transformer/model.go:65
+//   v571 = add <f32[768,256]> v560 v570  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 196608LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1394,7 +1394,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __rest
 }
 
 // slice_bwd_bwd_8: 4 launches (slice_bwd_bwd_13, slice_bwd_bwd_27, slice_bwd_bwd_34, slice_bwd_bwd_40). The first computes:
-//   v620 = slice_bwd <f32[B,64,768]> v619 {axes=[2] shape=[B,64,768] ints=[512 768]}  # models/transformer/model.go:65
+//   v620 = slice_bwd <f32[B,64,768]> v619 {axes=[2] shape=[B,64,768] ints=[512 768]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1409,7 +1409,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_8(const float * 
 }
 
 // slice_bwd_bwd_9: 4 launches (slice_bwd_bwd_14, slice_bwd_bwd_28, slice_bwd_bwd_35, slice_bwd_bwd_41). The first computes:
-//   v623 = slice_bwd <f32[B,64,768]> v622 {axes=[2] shape=[B,64,768] ints=[256 512]}  # models/transformer/model.go:65
+//   v623 = slice_bwd <f32[B,64,768]> v622 {axes=[2] shape=[B,64,768] ints=[256 512]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_9(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1424,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_9(const float * 
 }
 
 // add_bwd_4: 8 launches (add_bwd_18, add_bwd_19, add_bwd_36, add_bwd_37, add_bwd_49, add_bwd_50, add_bwd_59, add_bwd_60). The first computes:
-//   v624 = add <f32[B,64,768]> v620 v623  # models/transformer/model.go:65
+//   v624 = add <f32[B,64,768]> v620 v623  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 49152LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1436,7 +1436,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const float * __rest
 }
 
 // slice_bwd_bwd_10: 4 launches (slice_bwd_bwd_15, slice_bwd_bwd_29, slice_bwd_bwd_36, slice_bwd_bwd_42). The first computes:
-//   v627 = slice_bwd <f32[B,64,768]> v626 {axes=[2] shape=[B,64,768] ints=[0 256]}  # models/transformer/model.go:65
+//   v627 = slice_bwd <f32[B,64,768]> v626 {axes=[2] shape=[B,64,768] ints=[0 256]}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -1451,7 +1451,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_10(const float *
 }
 
 // sum_bwd_10: 4 launches (sum_bwd_35, sum_bwd_64, sum_bwd_87, sum_bwd_105). The first computes:
-//   v629 = sum <f32[1,1,768]> v628 {axes=[0 1] keepdim}  # models/transformer/model.go:65
+//   v629 = sum <f32[1,1,768]> v628 {axes=[0 1] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 64LL * (long long)B;
@@ -1493,7 +1493,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
 }
 
 // sum_bwd_11: 4 launches (sum_bwd_36, sum_bwd_65, sum_bwd_88, sum_bwd_106). The first computes:
-//   v633 = sum <f32[1,768,256]> v632 {axes=[0] keepdim}  # models/transformer/model.go:65
+//   v633 = sum <f32[1,768,256]> v632 {axes=[0] keepdim}  # models/transformer/model.go:75
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 196608LL;
   const long long nred = (long long)B;
@@ -1535,7 +1535,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 }
 
 // embedding_bwd_bwd: 2 launches (embedding_bwd_bwd, embedding_bwd_bwd_2). The first computes:
-//   v1061 = embedding_bwd <f32[99,256]> v1060 v1 {shape=[99,256]}  # models/transformer/model.go:61
+//   v1061 = embedding_bwd <f32[99,256]> v1060 v1 {shape=[99,256]}  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -1551,7 +1551,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // add_bwd_5 computes:
-//   v1065 = add <f32[99,256]> v1061 v1064  # models/transformer/model.go:61
+//   v1065 = add <f32[99,256]> v1061 v1064  # models/transformer/model.go:71
 extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 25344LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1563,161 +1563,174 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const float * __rest
 }
 
 // optimizer_update computes:
-//   v1070 = scale <f32[3738211]> v1068 {f=0.9}  # models/transformer/model.go:55
+//   v1069 = mul <f32[3738211]> v1066 v1068  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1068 = in0[i];
-    float v1070 = (a1068 * 0.90000000000000002f);
-    out0[i] = v1070;
+    float a1066 = in0[i];
+    float v1069 = (a1066 * s_wd);
+    out0[i] = v1069;
   }
 }
 
-// optimizer_update_2 computes:
-//   v1071 = scale <f32[3738211]> v1067 {f=0.09999999999999998}  # models/transformer/model.go:55
+// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
+//   v1070 = add <f32[3738211]> v1067 v1069  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1067 = in0[i];
-    float v1071 = (a1067 * 0.099999999999999978f);
-    out0[i] = v1071;
+    float a1069 = in1[i];
+    float v1070 = (a1067 + a1069);
+    out0[i] = v1070;
   }
 }
 
-// optimizer_update_3: 2 launches (optimizer_update_3, optimizer_update_7). The first computes:
-//   v1072 = add <f32[3738211]> v1070 v1071  # models/transformer/model.go:55
+// optimizer_update_3 computes:
+//   v1073 = scale <f32[3738211]> v1071 {f=0.9}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1070 = in0[i];
-    float a1071 = in1[i];
-    float v1072 = (a1070 + a1071);
-    out0[i] = v1072;
+    float a1071 = in0[i];
+    float v1073 = (a1071 * 0.90000000000000002f);
+    out0[i] = v1073;
   }
 }
 
 // optimizer_update_4 computes:
-//   v1073 = scale <f32[3738211]> v1069 {f=0.999}  # models/transformer/model.go:55
+//   v1074 = scale <f32[3738211]> v1070 {f=0.09999999999999998}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1069 = in0[i];
-    float v1073 = (a1069 * 0.999f);
-    out0[i] = v1073;
+    float a1070 = in0[i];
+    float v1074 = (a1070 * 0.099999999999999978f);
+    out0[i] = v1074;
   }
 }
 
 // optimizer_update_5 computes:
-//   v1074 = mul <f32[3738211]> v1067 v1067  # models/transformer/model.go:55
+//   v1076 = scale <f32[3738211]> v1072 {f=0.999}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1067 = in0[i];
-    float v1074 = (a1067 * a1067);
-    out0[i] = v1074;
+    float a1072 = in0[i];
+    float v1076 = (a1072 * 0.999f);
+    out0[i] = v1076;
   }
 }
 
 // optimizer_update_6 computes:
-//   v1075 = scale <f32[3738211]> v1074 {f=0.0010000000000000009}  # models/transformer/model.go:55
+//   v1077 = mul <f32[3738211]> v1070 v1070  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1074 = in0[i];
-    float v1075 = (a1074 * 0.0010000000000000009f);
-    out0[i] = v1075;
+    float a1070 = in0[i];
+    float v1077 = (a1070 * a1070);
+    out0[i] = v1077;
   }
 }
 
 // optimizer_update_7 computes:
-//   v1077 = sqrt <f32[3738211]> v1076  # models/transformer/model.go:55
+//   v1078 = scale <f32[3738211]> v1077 {f=0.0010000000000000009}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1076 = in0[i];
-    float v1077 = sqrtf(a1076);
-    out0[i] = v1077;
+    float a1077 = in0[i];
+    float v1078 = (a1077 * 0.0010000000000000009f);
+    out0[i] = v1078;
   }
 }
 
 // optimizer_update_8 computes:
-//   v1079 = div <f32[3738211]> v1077 v1078  # models/transformer/model.go:55
+//   v1080 = sqrt <f32[3738211]> v1079  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 3738211LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a1077 = in0[i];
-    float v1079 = (a1077 / s_bc2_sqrt);
-    out0[i] = v1079;
-  }
-}
-
-// optimizer_update_9 computes:
-//   v1080 = addc <f32[3738211]> v1079 {f=1e-08}  # models/transformer/model.go:55
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1079 = in0[i];
-    float v1080 = (a1079 + 1e-08f);
+    float v1080 = sqrtf(a1079);
     out0[i] = v1080;
   }
 }
 
-// optimizer_update_10 computes:
-//   v1082 = div <f32[3738211]> v1072 v1080  # models/transformer/model.go:55
+// optimizer_update_9 computes:
+//   v1082 = div <f32[3738211]> v1080 v1081  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1072 = in0[i];
-    float a1080 = in1[i];
-    float v1082 = (a1072 / a1080);
+    float a1080 = in0[i];
+    float v1082 = (a1080 / s_bc2_sqrt);
     out0[i] = v1082;
   }
 }
 
-// optimizer_update_11 computes:
-//   v1083 = mul <f32[3738211]> v1081 v1082  # models/transformer/model.go:55
+// optimizer_update_10 computes:
+//   v1083 = addc <f32[3738211]> v1082 {f=1e-08}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1082 = in0[i];
-    float v1083 = (s_step_size * a1082);
+    float v1083 = (a1082 + 1e-08f);
     out0[i] = v1083;
   }
 }
 
-// optimizer_update_12 computes:
-//   v1084 = sub <f32[3738211]> v1066 v1083  # models/transformer/model.go:55
+// optimizer_update_11 computes:
+//   v1085 = div <f32[3738211]> v1075 v1083  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3738211LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a1075 = in0[i];
+    float a1083 = in1[i];
+    float v1085 = (a1075 / a1083);
+    out0[i] = v1085;
+  }
+}
+
+// optimizer_update_12 computes:
+//   v1086 = mul <f32[3738211]> v1084 v1085  # models/transformer/model.go:65
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3738211LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a1085 = in0[i];
+    float v1086 = (s_step_size * a1085);
+    out0[i] = v1086;
+  }
+}
+
+// optimizer_update_13 computes:
+//   v1087 = sub <f32[3738211]> v1066 v1086  # models/transformer/model.go:65
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1066 = in0[i];
-    float a1083 = in1[i];
-    float v1084 = (a1066 - a1083);
-    out0[i] = v1084;
+    float a1086 = in1[i];
+    float v1087 = (a1066 - a1086);
+    out0[i] = v1087;
   }
 }
 
@@ -1747,7 +1760,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
@@ -1756,7 +1769,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     const float p = params[i], g = grads[i];
-    const float gd = g;
+    const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
     const float den = ((sqrtf(v2) / s_bc2_sqrt) + 1e-08f);
@@ -1779,7 +1792,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // cross_entropy_fwd__host computes:
-//   v419 = cross_entropy <f32[]> v418 v2  # models/transformer/model.go:68
+//   v419 = cross_entropy <f32[]> v418 v2  # models/transformer/model.go:78
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -1813,7 +1826,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v421 = ce_grad <f32[B,64,99]> v418 v2 v420  # models/transformer/model.go:68
+//   v421 = ce_grad <f32[B,64,99]> v418 v2 v420  # models/transformer/model.go:78
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -1848,7 +1861,7 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
 }
 
 // embedding_bwd_bwd__host: 2 launches (embedding_bwd_bwd, embedding_bwd_bwd_2). The first computes:
-//   v1061 = embedding_bwd <f32[99,256]> v1060 v1 {shape=[99,256]}  # models/transformer/model.go:61
+//   v1061 = embedding_bwd <f32[99,256]> v1060 v1 {shape=[99,256]}  # models/transformer/model.go:71
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -2120,13 +2133,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_76(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_77(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_78(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_79(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_80(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -2141,25 +2154,28 @@ NGEN_EMU_LAUNCHER int ngen_launch_83(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_84(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_85(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_86(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_87(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_88(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_89(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_90(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_91(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
 }
 } // namespace
 
@@ -2256,6 +2272,7 @@ extern "C" int ngen_cpu_entry_transformer_unfused_04d8d5c35777(int k, const ngen
   case 88: return ngen_launch_88(l);
   case 89: return ngen_launch_89(l);
   case 90: return ngen_launch_90(l);
+  case 91: return ngen_launch_91(l);
   }
   return -1;
 }
