@@ -225,7 +225,9 @@ func (k *kernel) sizeDiv(s ir.Shape, rl int) string {
 
 // mentions reports whether line names the identifier id.
 func mentions(line, id string) bool {
-	word := func(c byte) bool { return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+	word := func(c byte) bool {
+		return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
 	for at := 0; ; {
 		j := strings.Index(line[at:], id)
 		if j < 0 {
