@@ -10,11 +10,14 @@
 package oracle
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -83,22 +86,132 @@ func ScriptPath(name string) string {
 // JSON, on its standard input, and decodes its standard output into res.
 // Each script's docstring gives its request and result; Run is
 // torch_ops.py's. An error carries the script's standard error.
+//
+// The script runs in a long-lived python (testdata/oracle/serve.py), one
+// per concurrent caller, which imports torch once per test process instead
+// of once per request; NGEN_ORACLE_SERVER=0 starts a python per request.
 func RunScript(name string, req, res any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("oracle: %s: encode request: %w", name, err)
 	}
+	var out []byte
+	if os.Getenv("NGEN_ORACLE_SERVER") == "0" {
+		out, err = runOnce(name, body)
+	} else {
+		out, err = servers.run(name, body)
+	}
+	if err != nil {
+		return fmt.Errorf("oracle: %s: %v", name, err)
+	}
+	if err := json.Unmarshal(out, res); err != nil {
+		return fmt.Errorf("oracle: %s: decode result: %w", name, err)
+	}
+	return nil
+}
+
+// runOnce runs the script in a python of its own.
+func runOnce(name string, body []byte) ([]byte, error) {
 	cmd := exec.Command(Python, ScriptPath(name))
 	cmd.Stdin = bytes.NewReader(body)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("oracle: %s: %v\n%s", name, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("%v\n%s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	if err := json.Unmarshal(stdout.Bytes(), res); err != nil {
-		return fmt.Errorf("oracle: %s: decode result: %w", name, err)
+	return stdout.Bytes(), nil
+}
+
+// servers are the idle serve.py processes; a caller takes one or starts
+// one, and gives it back after its request.
+var servers serverPool
+
+type serverPool struct {
+	mu   sync.Mutex
+	idle []*server
+}
+
+type server struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *bytes.Buffer
+}
+
+func (p *serverPool) run(name string, body []byte) ([]byte, error) {
+	p.mu.Lock()
+	var s *server
+	if n := len(p.idle); n > 0 {
+		s, p.idle = p.idle[n-1], p.idle[:n-1]
 	}
-	return nil
+	p.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = startServer(); err != nil {
+			return nil, err
+		}
+	}
+	out, scriptErr, err := s.request(name, body)
+	if err != nil {
+		// The process is gone or out of step: drop it.
+		s.in.Close()
+		_ = s.cmd.Wait()
+		return nil, fmt.Errorf("%v\n%s", err, bytes.TrimSpace(s.stderr.Bytes()))
+	}
+	p.mu.Lock()
+	p.idle = append(p.idle, s)
+	p.mu.Unlock()
+	return out, scriptErr
+}
+
+func startServer() (*server, error) {
+	cmd := exec.Command(Python, ScriptPath("serve.py"))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cmd: cmd, in: in, out: bufio.NewReader(out), stderr: &bytes.Buffer{}}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// request sends one request; scriptErr is the script's failure, err the
+// server's.
+func (s *server) request(name string, body []byte) (out []byte, scriptErr, err error) {
+	head, _ := json.Marshal(map[string]any{"script": name, "bytes": len(body)})
+	if _, err := s.in.Write(append(head, '\n')); err != nil {
+		return nil, nil, err
+	}
+	if _, err := s.in.Write(body); err != nil {
+		return nil, nil, err
+	}
+	line, err := s.out.ReadBytes('\n')
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve.py: %v", err)
+	}
+	var resp struct {
+		OK    bool   `json:"ok"`
+		Bytes int    `json:"bytes"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return nil, nil, fmt.Errorf("serve.py: bad response header %q: %v", line, err)
+	}
+	out = make([]byte, resp.Bytes)
+	if _, err := io.ReadFull(s.out, out); err != nil {
+		return nil, nil, fmt.Errorf("serve.py: %v", err)
+	}
+	if !resp.OK {
+		return nil, errors.New(resp.Error), nil
+	}
+	return out, nil, nil
 }
 
 // Mismatch describes where got is not within atol + rtol·|want| of want,

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -122,5 +123,48 @@ func TestOracleUnknownOp(t *testing.T) {
 	_, err := Run([]Case{{Op: "frobnicate", DType: "f32"}})
 	if err == nil || !strings.Contains(err.Error(), "unknown op 'frobnicate'") {
 		t.Errorf("got %v, want an error naming the unknown op", err)
+	}
+}
+
+// TestServerMatchesOneShot runs requests of two scripts, and a failing one,
+// through the long-lived python and through a python per request: the
+// same results, the failure's message from the script, and the server
+// still serving after it.
+func TestServerMatchesOneShot(t *testing.T) {
+	need(t)
+	add := []Case{{Op: "add", DType: "f64", Inputs: []Tensor{{Shape: []int{2}, Data: []float64{1, 2}}, {Shape: []int{2}, Data: []float64{0.5, 0.25}}}}}
+	lr := map[string]any{"steps": 3, "lr": 0.1, "schedules": []any{map[string]any{"kind": "step", "step_size": 2, "gamma": 0.5}}}
+	type outs struct {
+		ops []Result
+		lr  any
+		err error
+	}
+	run := func() outs {
+		var o outs
+		var err error
+		for i := 0; i < 2; i++ { // twice: the second request finds the script imported
+			if o.ops, err = Run(add); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := RunScript("torch_lr.py", lr, &o.lr); err != nil {
+			t.Fatal(err)
+		}
+		_, o.err = Run([]Case{{Op: "frobnicate", DType: "f32"}})
+		if _, err := Run(add); err != nil {
+			t.Fatalf("after a failed request: %v", err)
+		}
+		return o
+	}
+	served := run()
+	t.Setenv("NGEN_ORACLE_SERVER", "0")
+	once := run()
+	if !reflect.DeepEqual(served.ops, once.ops) || !reflect.DeepEqual(served.lr, once.lr) {
+		t.Errorf("served %v %v, one-shot %v %v", served.ops, served.lr, once.ops, once.lr)
+	}
+	for _, e := range []error{served.err, once.err} {
+		if e == nil || !strings.Contains(e.Error(), "unknown op 'frobnicate'") {
+			t.Errorf("failing request: %v, want the script's message", e)
+		}
 	}
 }
