@@ -61,10 +61,7 @@ func TestNVCCSequence(t *testing.T) {
 				if err := os.WriteFile(cu, []byte(CUDA(p, body)), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-					"-c", "-o", filepath.Join(dir, "k.o")}, append(NVCCFlags, NVCCWarnFlags...)...)
-				out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
-				if err != nil || len(out) > 0 {
+				if out, err := nvccDevice(nvcc, cu, dir); err != nil || len(out) > 0 {
 					t.Errorf("nvcc %s: %v\n%s", name, err, out)
 				}
 			})

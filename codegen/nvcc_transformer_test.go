@@ -68,10 +68,7 @@ func TestNVCCTransformer(t *testing.T) {
 			if err := os.WriteFile(cu, []byte(CUDA(p, body)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-				"-Xptxas=--warn-on-spills", "-c", "-o", filepath.Join(dir, "k.o")}, append(NVCCFlags, NVCCWarnFlags...)...)
-			out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
-			if err != nil || len(out) > 0 {
+			if out, err := nvccDevice(nvcc, cu, dir, "-Xptxas=--warn-on-spills"); err != nil || len(out) > 0 {
 				t.Errorf("nvcc %s: %v\n%s", dt, err, out)
 			}
 		})
@@ -98,10 +95,7 @@ func TestNVCCTransformerPackages(t *testing.T) {
 			if _, err := os.Stat(cu); err != nil {
 				t.Fatalf("%v: run go generate ./...", err)
 			}
-			args := append([]string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-				"-Xptxas=--warn-on-spills", "-c", "-o", filepath.Join(t.TempDir(), "k.o")}, append(NVCCFlags, NVCCWarnFlags...)...)
-			out, err := exec.Command(nvcc, append(args, cu)...).CombinedOutput()
-			if err != nil || len(out) > 0 {
+			if out, err := nvccDevice(nvcc, cu, t.TempDir(), "-Xptxas=--warn-on-spills"); err != nil || len(out) > 0 {
 				t.Errorf("nvcc %s: %v\n%s", cu, err, out)
 			}
 		})
