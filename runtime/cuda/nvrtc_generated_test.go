@@ -96,20 +96,25 @@ func TestNVRTCEveryModule(t *testing.T) {
 	slices.Sort(names)
 	for _, name := range names {
 		src := srcs[name]
-		for _, arch := range nvrtcArchs {
-			opts := []string{"--gpu-architecture=" + arch, "--fmad=true", "--ftz=true", "--generate-line-info"}
-			ptx, err := runNVRTC(strings.ReplaceAll(name, " ", "_"), src, opts)
-			if err != nil {
-				t.Errorf("%s for %s: %v", name, arch, err)
-				continue
+		// In parallel (NVRTC's programs are independent): this test runs
+		// while the README's test command has nothing else to do.
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			for _, arch := range nvrtcArchs {
+				opts := []string{"--gpu-architecture=" + arch, "--fmad=true", "--ftz=true", "--generate-line-info"}
+				ptx, err := runNVRTC(strings.ReplaceAll(name, " ", "_"), src, opts)
+				if err != nil {
+					t.Errorf("%s for %s: %v", name, arch, err)
+					continue
+				}
+				if !strings.Contains(ptx, ".target sm_"+strings.TrimPrefix(arch, "compute_")) {
+					t.Errorf("%s for %s: PTX names another target", name, arch)
+				}
+				if n := strings.Count(src, "__global__"); len(ptxEntries(ptx)) != n {
+					t.Errorf("%s for %s: %d PTX entries for %d kernels", name, arch, len(ptxEntries(ptx)), n)
+				}
 			}
-			if !strings.Contains(ptx, ".target sm_"+strings.TrimPrefix(arch, "compute_")) {
-				t.Errorf("%s for %s: PTX names another target", name, arch)
-			}
-			if n := strings.Count(src, "__global__"); len(ptxEntries(ptx)) != n {
-				t.Errorf("%s for %s: %d PTX entries for %d kernels", name, arch, len(ptxEntries(ptx)), n)
-			}
-		}
+		})
 	}
 }
 
