@@ -25,6 +25,14 @@ import (
 //go:embed preamble.cuh
 var preamble string
 
+// halfPreamble is the 16-bit float types' part of the preamble, which
+// only a program with such values (mixed precision) includes: under nvcc
+// CUDA's headers, on the host the emulation header's own types
+// (runtime/cpu/emu/ngen_half.h, included by ngen_emu.h).
+//
+//go:embed preamble_half.cuh
+var halfPreamble string
+
 // NVCCFlags are the fixed flags every .cu is compiled with (by ngen build
 // into the committed fatbin and PTX, by the tests with warnings as errors,
 // and by NVRTC at run time); the generated header records them. fmad: a*b+c
@@ -304,6 +312,9 @@ func CUDA(p *compiler.Program, body string) string {
 	fmt.Fprintf(&b, "// Model %s: fused kernels for the training step and the forward pass.\n", compiler.Sanitize(p.Model.Name))
 	fmt.Fprintf(&b, "// nvcc flags: %s (sm_80, sm_90, compute_80 PTX)\n\n", strings.Join(NVCCFlags, " "))
 	b.WriteString(preamble)
+	if usesHalf(p) {
+		b.WriteString(halfPreamble)
+	}
 	b.WriteString("\n")
 	b.WriteString(body)
 	return b.String()
@@ -391,7 +402,7 @@ func kernelParamTypes(plan *runtime.Plan, i int) []string {
 			}
 			for j, a := range st.Args {
 				if a.Buf >= 0 {
-					types[j] = map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double", runtime.I32: "int"}[plan.Buffers[a.Buf].DType] + " *"
+					types[j] = map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double", runtime.I32: "int", runtime.BF16: "__nv_bfloat16", runtime.F16: "__half"}[plan.Buffers[a.Buf].DType] + " *"
 				}
 			}
 		}
@@ -536,4 +547,16 @@ func FileNames(files map[string][]byte) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// usesHalf reports whether any value of p is stored in a 16-bit float type.
+func usesHalf(p *compiler.Program) bool {
+	for _, f := range p.Funcs() {
+		for _, v := range f.Values {
+			if v.DType.IsHalf() {
+				return true
+			}
+		}
+	}
+	return false
 }

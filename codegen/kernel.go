@@ -267,6 +267,11 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			return k.param("const int *", "status", runtime.ArgRef{Buf: st, Kind: runtime.ArgPtr})
 		}
 		expr := ops.Lookup(v.Op).Expr(c, v, args)
+		if v.DType.IsHalf() {
+			// A 16-bit value is rounded where it is computed, stored or
+			// not, so a fused kernel computes what -fuse=none does.
+			expr = "ngen_round_" + v.DType.String() + "(" + expr + ")"
+		}
 		fmt.Fprintf(w, "%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr)
 		e[v] = fmt.Sprintf("v%d", v.ID)
 	}
@@ -301,6 +306,9 @@ func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string
 			at = ki
 		}
 	}
+	// A 16-bit element widens to float exactly; stores of one narrow
+	// through its type's constructor, __float2bfloat16_rn (or
+	// __float2half_rn) in CUDA's headers and in ngen_half.h.
 	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, at)
 	e[a] = name
 	return name
@@ -329,10 +337,10 @@ func (k *kernel) buffers(p *compiler.Program, g *compiler.Group) (in, out map[*i
 		if v.Role == ir.Scalar || v.Op == "fill" {
 			continue
 		}
-		in[v] = k.param("const "+v.DType.CType()+" *"+r, fmt.Sprintf("in%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
+		in[v] = k.param("const "+v.DType.StorageCType()+" *"+r, fmt.Sprintf("in%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
 	}
 	for i, v := range g.Outputs {
-		out[v] = k.param(v.DType.CType()+" *"+r, fmt.Sprintf("out%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
+		out[v] = k.param(v.DType.StorageCType()+" *"+r, fmt.Sprintf("out%d", i), runtime.ArgRef{Buf: p.BufOf[v], Kind: runtime.ArgPtr})
 	}
 	return in, out
 }

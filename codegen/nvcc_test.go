@@ -35,6 +35,9 @@ func TestNVCC(t *testing.T) {
 		// With an ignore index: the block's shared count of kept rows.
 		{"ce_ls_ign_4", ceIgnoring(labelSmoothed(4), -100)},
 		{"ce_ls_ign_45", ceIgnoring(labelSmoothed(45), -100)},
+		// Mixed precision (issue 25): bf16 GEMM operands and activations,
+		// the half preamble, f32 cross-entropy and optimizer.
+		{"mlp_amp_bf16", amp(irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam), ir.BF16)},
 	} {
 		for _, fuse := range []bool{true, false} {
 			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
@@ -113,5 +116,11 @@ func labelSmoothed(classes int) *ir.Model {
 // ceIgnoring gives m's cross-entropy loss ignore index ign.
 func ceIgnoring(m *ir.Model, ign int) *ir.Model {
 	m.Loss.Attrs.Ints = []int{ign}
+	return m
+}
+
+// amp puts m under the mixed-precision policy of type h (dsl.AMP).
+func amp(m *ir.Model, h ir.DType) *ir.Model {
+	m.Precision = &ir.Precision{Type: h, Pos: m.Pos}
 	return m
 }

@@ -42,7 +42,7 @@ func TestCompileBadDump(t *testing.T) {
 // TestPassOrder: the table is in the order the passes need, and the check
 // at init would catch a reordering or a renamed pass.
 func TestPassOrder(t *testing.T) {
-	want := "infer_shapes pool_first residual_norm project_embedding expand_fused_ops derive_functions autodiff lower_optimizer fold_constants prune recompute fuse plan_memory"
+	want := "infer_shapes pool_first residual_norm project_embedding expand_fused_ops autocast derive_functions autodiff lower_optimizer fold_constants prune recompute fuse plan_memory"
 	if got := strings.Join(PassNames(), " "); got != want {
 		t.Errorf("passes %s, want %s", got, want)
 	}
@@ -50,7 +50,7 @@ func TestPassOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	swapped := append([]pass(nil), passes...)
-	swapped[6], swapped[7] = swapped[7], swapped[6] // lower optimizer before autodiff
+	swapped[7], swapped[8] = swapped[8], swapped[7] // lower optimizer before autodiff
 	if err := checkOrder(swapped, passOrder); err == nil || !strings.Contains(err.Error(), `"autodiff" must run before "lower optimizer"`) {
 		t.Errorf("swapped passes: %v", err)
 	}

@@ -134,6 +134,10 @@ func rtDType(d ir.DType) runtime.DType {
 		return runtime.F64
 	case ir.I32:
 		return runtime.I32
+	case ir.BF16:
+		return runtime.BF16
+	case ir.F16:
+		return runtime.F16
 	}
 	return runtime.F32
 }

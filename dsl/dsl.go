@@ -170,6 +170,10 @@ func (m *Model) declare(role ir.Role, kind, name string, dt DType, init Init, sh
 	if role == ir.State {
 		op = "state"
 	}
+	if dt.IsHalf() {
+		// Master weights stay f32 under mixed precision (m.Precision).
+		m.fail(pos, op, "%s: dtype %s: parameters and state are f32 or f64; for 16-bit compute use m.Precision(dsl.AMP{...})", name, dt)
+	}
 	for _, d := range shape {
 		if d.N <= 0 {
 			m.fail(pos, op, "%s: dimension %d must be positive", name, d.N)
@@ -293,6 +297,13 @@ func (m *Model) Build() (*ir.Model, error) {
 		return nil, fmt.Errorf("model %s (%s): no output: call m.Output", m.m.Name, m.m.Pos)
 	case m.m.Optimizer == nil:
 		return nil, fmt.Errorf("model %s (%s): no optimizer: call m.Optimizer", m.m.Name, m.m.Pos)
+	}
+	if pr := m.m.Precision; pr != nil {
+		for _, v := range m.m.Forward.Values {
+			if v.DType == F64 {
+				return nil, fmt.Errorf("%s (%s): %s is f64, but mixed precision (precision at %s) needs an f32 model", v.Op, v.Pos, v.Type(), pr.Pos)
+			}
+		}
 	}
 	return m.m, nil
 }

@@ -27,6 +27,8 @@ const (
 	F32 DType = iota
 	F64
 	I32
+	BF16 // bfloat16 (mixed precision's storage type)
+	F16  // IEEE binary16
 )
 
 // Size is the element size in bytes.
@@ -34,6 +36,8 @@ func (d DType) Size() int {
 	switch d {
 	case F64:
 		return 8
+	case BF16, F16:
+		return 2
 	default:
 		return 4
 	}
@@ -47,6 +51,10 @@ func (d DType) String() string {
 		return "f64"
 	case I32:
 		return "i32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
 	}
 	return fmt.Sprintf("dtype(%d)", int(d))
 }

@@ -163,6 +163,7 @@ type mlpRequest struct {
 	Masks  [][][]float64         `json:"masks"`
 	Steps  int                   `json:"steps"`
 	Opt    ir.Optimizer          `json:"optimizer"`
+	AMP    string                `json:"amp,omitempty"` // "bf16": torch.autocast
 }
 
 type mlpResult struct {

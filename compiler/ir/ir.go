@@ -21,6 +21,12 @@ const (
 	F32 DType = iota
 	F64
 	I32
+	// BF16 and F16 are storage types of mixed precision (Model.Precision):
+	// values of these types live in memory as bfloat16 or binary16, and
+	// kernels compute on them in float, rounding each one to its type
+	// once computed (docs/AMP.md).
+	BF16
+	F16
 )
 
 func (d DType) String() string {
@@ -31,22 +37,34 @@ func (d DType) String() string {
 		return "f64"
 	case I32:
 		return "i32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
 	}
 	return fmt.Sprintf("dtype%d", int(d))
 }
 
 // Size in bytes.
 func (d DType) Size() int {
-	if d == F64 {
+	switch d {
+	case F64:
 		return 8
+	case BF16, F16:
+		return 2
 	}
 	return 4
 }
 
 // IsFloat reports whether d is a floating type.
-func (d DType) IsFloat() bool { return d == F32 || d == F64 }
+func (d DType) IsFloat() bool { return d == F32 || d == F64 || d.IsHalf() }
 
-// CType is the C spelling of d.
+// IsHalf reports whether d is a 16-bit float, a storage type that kernels
+// compute on in float.
+func (d DType) IsHalf() bool { return d == BF16 || d == F16 }
+
+// CType is the C type kernels compute d in: float for the 16-bit types,
+// whose values are widened on load (StorageCType is how they are stored).
 func (d DType) CType() string {
 	switch d {
 	case F64:
@@ -57,9 +75,20 @@ func (d DType) CType() string {
 	return "float"
 }
 
+// StorageCType is the C type of d's elements in memory.
+func (d DType) StorageCType() string {
+	switch d {
+	case BF16:
+		return "__nv_bfloat16"
+	case F16:
+		return "__half"
+	}
+	return d.CType()
+}
+
 // ParseDType is the inverse of String.
 func ParseDType(s string) (DType, error) {
-	for _, d := range []DType{F32, F64, I32} {
+	for _, d := range []DType{F32, F64, I32, BF16, F16} {
 		if d.String() == s {
 			return d, nil
 		}
@@ -219,7 +248,20 @@ type Model struct {
 	Loss      *Value // scalar, in Forward
 	Output    *Value // prediction output, in Forward
 	Optimizer *Optimizer
+	// Precision, when set, is the model's mixed-precision policy
+	// (dsl.AMP); the "autocast" pass applies it.
+	Precision *Precision
 	Pos       Pos
+}
+
+// Precision is a mixed-precision policy: GEMM inputs and the activations
+// between them are stored in Type, while parameters, their gradients
+// and the optimizer stay f32 and the ops on autocast's f32 list compute
+// in f32 (compiler/autocast.go).
+type Precision struct {
+	Type DType `json:"type"`
+	// Pos is the user's Precision call, for errors.
+	Pos Pos `json:"pos"`
 }
 
 // NewFunc returns an empty function.

@@ -29,6 +29,7 @@ type jsonModel struct {
 	Loss      int         `json:"loss"`
 	Output    int         `json:"output"`
 	Optimizer *Optimizer  `json:"optimizer,omitempty"`
+	Precision *Precision  `json:"precision,omitempty"`
 	Updates   [][2]int    `json:"updates,omitempty"` // (state, new value) IDs
 	// Outputs are the forward function's further named results (an RNN's
 	// final states), read back after predict.
@@ -38,7 +39,7 @@ type jsonModel struct {
 // MarshalJSON encodes the model.
 func (m *Model) MarshalJSON() ([]byte, error) {
 	m.Forward.Renumber()
-	jm := jsonModel{Name: m.Name, Source: m.Source, Pos: m.Pos, Loss: -1, Output: -1, Optimizer: m.Optimizer}
+	jm := jsonModel{Name: m.Name, Source: m.Source, Pos: m.Pos, Loss: -1, Output: -1, Optimizer: m.Optimizer, Precision: m.Precision}
 	for _, v := range m.Forward.Values {
 		jv := jsonValue{ID: v.ID, Op: v.Op, Shape: v.Shape, DType: v.DType.String(), Attrs: v.Attrs, Pos: v.Pos, Role: v.Role, Name: v.Name, Ckpt: v.Checkpoint}
 		for _, a := range v.Args {
@@ -90,7 +91,7 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 		v.Attrs, v.Role, v.Name, v.Checkpoint = jv.Attrs, jv.Role, jv.Name, jv.Ckpt
 		byID[jv.ID] = v
 	}
-	*m = Model{Name: jm.Name, Source: jm.Source, Pos: jm.Pos, Forward: f, Optimizer: jm.Optimizer}
+	*m = Model{Name: jm.Name, Source: jm.Source, Pos: jm.Pos, Forward: f, Optimizer: jm.Optimizer, Precision: jm.Precision}
 	m.Loss = byID[jm.Loss]
 	m.Output = byID[jm.Output]
 	for _, u := range jm.Updates {

@@ -78,7 +78,8 @@ import (
 func setBLASThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order, once
-// per batch entry: f32 with oneDNN's sgemm, f64 with OpenBLAS's dgemm. A
+// per batch entry: f32 with oneDNN's sgemm, f64 with OpenBLAS's dgemm,
+// bf16 widened to f32 and rounded back (gemm_half.go). A
 // leading dimension of 0 means the matrix is packed (its row length).
 func (d *Device) Gemm(g runtime.GemmArgs) error {
 	d.mu.Lock()
@@ -95,6 +96,8 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	collapseBatch(&g)
 	var err error
 	switch {
+	case g.DType == runtime.BF16:
+		err = gemmHalf(g)
 	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
 		err = d.gemmSplit(g)
 	case d.threads > 1 && g.M >= 2*d.threads:
@@ -350,8 +353,8 @@ func cbool(t runtime.Transpose) C.int {
 // normalizeGemm fills in defaults and checks what cblas would otherwise
 // report by printing to stderr.
 func normalizeGemm(g *runtime.GemmArgs) error {
-	if g.DType != runtime.F32 && g.DType != runtime.F64 {
-		return fmt.Errorf("dtype %s not supported, want f32 or f64", g.DType)
+	if g.DType != runtime.F32 && g.DType != runtime.F64 && g.DType != runtime.BF16 {
+		return fmt.Errorf("dtype %s not supported, want f32, f64 or bf16", g.DType)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
 		return fmt.Errorf("negative size (batch %d)", g.Batch)

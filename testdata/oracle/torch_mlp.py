@@ -14,12 +14,14 @@ torch_lr.py builds it; its "clip_value" and "clip_norm" clip the
 gradients before each step with clip_grad_value_ and clip_grad_norm_)}.
 The model is Linear, then ReLU and Dropout after every layer but the last,
 then cross-entropy; dropout multiplies by the given mask and by 1/(1-p),
-as ngen's kernels do.
+as ngen's kernels do. "amp": "bf16" (optional) runs the forward pass and
+the loss under torch.autocast(device_type="cpu", dtype=torch.bfloat16).
 
 Result: {"loss": [loss of each step], "grads": {name: gradient at step 1},
 "params": {name: value after all steps}}.
 """
 
+import contextlib
 import json
 import sys
 
@@ -49,18 +51,27 @@ def main():
     ps = list(params.values())
     opt = torch_optim.build(params, o)
     sched = torch_lr.scheduler(opt, o["schedule"]) if o.get("schedule") else None
+    # "amp": "bf16" runs the forward pass and the loss under CPU autocast
+    # (ngen's dsl.AMP{Type: dsl.BF16}); the parameters and the optimizer
+    # stay f32, as in ngen.
+    if req.get("amp") == "bf16":
+        def autocast():
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+    else:
+        autocast = contextlib.nullcontext
     losses, grads = [], {}
     for step in range(req["steps"]):
         opt.zero_grad()
-        h = x
-        for i, name in enumerate(layers):
-            h = F.linear(h, params[name + ".weight"], params[name + ".bias"])
-            if i < len(layers) - 1:
-                h = torch.relu(h)
-                if p > 0:
-                    m = torch.tensor(req["masks"][step][i], dtype=dt).reshape(h.shape)
-                    h = h * (m * scale)
-        loss = F.cross_entropy(h, y)
+        with autocast():
+            h = x
+            for i, name in enumerate(layers):
+                h = F.linear(h, params[name + ".weight"], params[name + ".bias"])
+                if i < len(layers) - 1:
+                    h = torch.relu(h)
+                    if p > 0:
+                        m = torch.tensor(req["masks"][step][i], dtype=dt).reshape(h.shape)
+                        h = h * (m * scale)
+            loss = F.cross_entropy(h, y)
         loss.backward()
         losses.append(loss.item())
         if step == 0:

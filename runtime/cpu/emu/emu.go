@@ -7,12 +7,17 @@
 // cgo.
 package emu
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
-// Header is the text of ngen_emu.h.
-//
+// Header is the text of ngen_emu.h, with ngen_half.h's text in place of
+// its #include line.
+var Header = strings.Replace(emuHeader, "#include \"ngen_half.h\"\n", HalfHeader, 1)
+
 //go:embed ngen_emu.h
-var Header string
+var emuHeader string
 
 // HalfHeader is the text of ngen_half.h: __half and __nv_bfloat16 for the
 // kernels, CUDA's own headers under nvcc and their bit-exact emulation on

@@ -57,6 +57,11 @@ enum {
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* __nv_bfloat16 and __half with CUDA's conversions, bit for bit. Package
+ * emu's Header carries ngen_half.h's text in place of this line, so the
+ * header stays one file wherever it is copied. */
+#include "ngen_half.h"
+
 /* sqrtf for kernels that the host compiler can vectorise. CUDA's sqrtf is
  * IEEE-rounded and never sets errno; the C library's may set errno, so g++
  * keeps every call scalar (and a loop that contains one unvectorised)

@@ -1,0 +1,12 @@
+
+// 16-bit float types (mixed precision, docs/AMP.md): a kernel stores
+// __nv_bfloat16 or __half and computes in float, rounding each 16-bit
+// value where it is computed (ngen_round_bf16), so that a fused kernel
+// computes what one kernel per op does. The CPU emulation header defines
+// the types bit for bit (runtime/cpu/emu/ngen_half.h).
+#ifndef NGEN_EMU
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+__device__ __forceinline__ float ngen_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float ngen_round_f16(float x) { return __half2float(__float2half_rn(x)); }

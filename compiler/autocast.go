@@ -1,0 +1,167 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+// autocast applies the model's mixed-precision policy (ir.Model.Precision,
+// dsl.AMP) to the forward function, the way torch.autocast decides an
+// op's dtype, by inserting "cast" ops; autodiff then gives every gradient
+// its value's dtype, and a cast's gradient is the cast back, so the
+// backward pass follows.
+//
+//   - GEMMs (matmul) take their float operands in the half type H and
+//     produce H: the product accumulates in f32 and rounds once
+//     (autocast's lower-precision list; cublasGemmEx with
+//     CUBLAS_COMPUTE_32F on the GPU).
+//   - An elementwise op computes in float and stores its result in the
+//     widest type of its float operands (PyTorch's type promotion), except
+//     that an add of an H GEMM result and a parameter takes the parameter
+//     in H: Linear's bias, which autocast casts with the weight (addmm).
+//   - Every other op (reductions, cross-entropy, softmax, LayerNorm,
+//     gathers, views' consumers) takes f32: H operands are widened
+//     (autocast's f32 list, and the conservative choice for the rest).
+//   - Ops on autocast's lower-precision list that are not built in H yet
+//     (convolutions, attention, recurrences) are errors at the user's
+//     line, rather than a silent f32 fallback.
+//
+// Parameters, state, inputs, the optimizer and every value the caller
+// reads (loss, outputs, state updates) stay f32: the pass casts an H
+// result back before it leaves the function.
+func autocast(p *Program) error {
+	pr := p.Model.Precision
+	if pr == nil {
+		return nil
+	}
+	h := pr.Type
+	if h != ir.BF16 {
+		return fmt.Errorf("precision (%s): mixed precision in %s is not built yet: bf16 is (docs/AMP.md)", pr.Pos, h)
+	}
+	f := p.Model.Forward
+	for _, v := range f.Values {
+		if v.DType == ir.F64 {
+			return fmt.Errorf("precision (%s): mixed precision needs an f32 model, %s at %s is %s", pr.Pos, v.Op, v.Pos, v.Type())
+		}
+	}
+	g, m := f.Clone(f.Name)
+	mc := *p.Model
+	mc.Forward, mc.Loss, mc.Output = g, m[p.Model.Loss], m[p.Model.Output]
+	p.Model = &mc
+	old := g.Values
+	g.Values = nil
+	b := &ops.Builder{F: g}
+	// casts keeps one cast per (value, dtype), so a value read by several
+	// f32 ops is widened once.
+	type key struct {
+		v  *ir.Value
+		dt ir.DType
+	}
+	casts := map[key]*ir.Value{}
+	cast := func(v *ir.Value, dt ir.DType) *ir.Value {
+		if v.DType == dt || !v.DType.IsFloat() {
+			return v
+		}
+		if c, ok := casts[key{v, dt}]; ok {
+			return c
+		}
+		b.Pos = v.Pos
+		c := b.Op("cast", ir.Attrs{Str: dt.String()}, v)
+		c.Checkpoint = v.Checkpoint
+		casts[key{v, dt}] = c
+		return c
+	}
+	for _, v := range old {
+		d := ops.Lookup(v.Op)
+		if d == nil {
+			return fmt.Errorf("%s (%s): unknown op", v.Op, v.Pos)
+		}
+		switch {
+		case d.Kind == ops.Source:
+		case v.Op == "attention" || v.Op == "rnn_scan":
+			return fmt.Errorf("%s (%s): mixed precision (%s, set at %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.Pos, v.Op)
+		case d.Kind == ops.MatMul:
+			for _, a := range v.Args {
+				if a.Op == "im2col" {
+					return fmt.Errorf("%s (%s): mixed precision (%s, set at %s) does not cover convolutions yet (docs/AMP.md)", v.Op, v.Pos, h, pr.Pos)
+				}
+			}
+			castArgs(v, h, cast)
+		case d.Kind == ops.View:
+		case d.Kind == ops.Elementwise:
+			// Constants and run-time scalars are weak, as Python
+			// numbers are in PyTorch: they take the other operands' type.
+			to, half := ir.DType(-1), false
+			for _, a := range v.Args {
+				switch {
+				case !a.DType.IsFloat():
+				case a.DType == h:
+					half = true
+				case a.Op != "fill" && a.Role != ir.Scalar:
+					to = ir.F32
+				}
+			}
+			if to < 0 && half {
+				to = h
+			}
+			if to == ir.F32 && v.Op == "add" && len(v.Args) == 2 && biasOfGemm(v.Args, h) {
+				to = h
+			}
+			if to >= 0 {
+				castArgs(v, to, cast)
+			}
+		default:
+			castArgs(v, ir.F32, cast)
+		}
+		if d.Kind != ops.Source {
+			shape, dt, err := ops.Infer(v)
+			if err != nil {
+				return fmt.Errorf("%s (%s): %v", v.Op, v.Pos, err)
+			}
+			v.Shape, v.DType = shape, dt
+		}
+		g.Values = append(g.Values, v)
+	}
+	if b.Err != nil {
+		return b.Err
+	}
+	// What leaves the function is f32.
+	mc.Loss = cast(mc.Loss, ir.F32)
+	if o := mc.Output; o != nil {
+		mc.Output = cast(o, ir.F32)
+	}
+	for name, o := range g.Outputs {
+		g.Outputs[name] = cast(o, ir.F32)
+	}
+	for i, u := range g.Updates {
+		g.Updates[i].New = cast(u.New, u.State.DType)
+	}
+	if b.Err != nil {
+		return b.Err
+	}
+	g.Renumber()
+	return nil
+}
+
+// castArgs replaces v's float arguments by their casts to dt.
+func castArgs(v *ir.Value, dt ir.DType, cast func(*ir.Value, ir.DType) *ir.Value) {
+	for i, a := range v.Args {
+		if a.DType.IsFloat() {
+			v.Args[i] = cast(a, dt)
+		}
+	}
+}
+
+// biasOfGemm reports whether args are an H GEMM result (or a view of one)
+// and a parameter: Linear's bias add.
+func biasOfGemm(args []*ir.Value, h ir.DType) bool {
+	gemm := func(v *ir.Value) bool {
+		for v.Op == "reshape" || v.Op == "flat" {
+			v = v.Args[0]
+		}
+		return v.Op == "matmul" && v.DType == h
+	}
+	return gemm(args[0]) && args[1].Role == ir.Param || gemm(args[1]) && args[0].Role == ir.Param
+}

@@ -1,0 +1,125 @@
+package compiler
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
+)
+
+func withPrecision(m *ir.Model, h ir.DType) *ir.Model {
+	m.Precision = &ir.Precision{Type: h, Pos: ir.Pos{File: "model.go", Line: 3}}
+	return m
+}
+
+// TestAutocast checks the dtypes autocast gives the MLP, in the form the
+// dump prints them, and that what the caller sees stays f32.
+func TestAutocast(t *testing.T) {
+	m := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1}), ir.BF16)
+	before := m.Forward.Print()
+	p := &Program{Model: m}
+	if err := autocast(p); err != nil {
+		t.Fatal(err)
+	}
+	if m.Forward.Print() != before {
+		t.Errorf("autocast changed the declared model")
+	}
+	var got []string
+	for _, v := range p.Model.Forward.Values {
+		if v.Op != "input" && v.Op != "param" {
+			got = append(got, v.Op+" "+v.Type())
+		}
+	}
+	want := []string{
+		"cast bf16[B,8]", "cast bf16[6,8]", "matmul bf16[B,6]", // fc1: x and W in bf16
+		"cast bf16[6]", "add bf16[B,6]", // its bias, cast like addmm's
+		"relu bf16[B,6]", // a promote op on bf16 stays bf16
+		"cast bf16[3,6]", "matmul bf16[B,3]", "cast bf16[3]", "add bf16[B,3]",
+		"cast f32[B,3]", "cross_entropy f32[]", // cross-entropy on autocast's f32 list
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("after autocast:\n got %s\nwant %s", strings.Join(got, "; "), strings.Join(want, "; "))
+	}
+	if p.Model.Output.DType != ir.F32 || p.Model.Loss.DType != ir.F32 {
+		t.Errorf("output %s, loss %s: want f32", p.Model.Output.Type(), p.Model.Loss.Type())
+	}
+
+	// Through autodiff: the gradients of the f32 master weights are f32,
+	// and the backward GEMMs run in bf16.
+	prog, err := Compile(m, Options{Fuse: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range prog.Step.Grads {
+		if g.DType != ir.F32 {
+			t.Errorf("grad %s is %s, want f32", name, g.Type())
+		}
+	}
+	gemms := 0
+	for _, v := range prog.Step.Values {
+		if v.Op == "matmul" {
+			gemms++
+			if v.DType != ir.BF16 {
+				t.Errorf("%s: want a bf16 GEMM", v.LongString())
+			}
+		}
+	}
+	if gemms != 5 { // 2 forward, 3 backward (no input gradient)
+		t.Errorf("%d GEMMs, want 5", gemms)
+	}
+}
+
+// TestAutocastPromotes: an elementwise op of a bf16 value and an f32 one
+// that is not a GEMM's bias computes in f32 (PyTorch's promotion), while
+// constants take the bf16 operand's type.
+func TestAutocastPromotes(t *testing.T) {
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(4))
+	z := b.Input("z", ir.F32, ir.S("B"), ir.D(3))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	h := b.Linear("fc", x, 3)
+	s := b.Op("scale", ir.Attrs{F: 2}, h) // bf16
+	mix := b.Binary("mul", s, z)
+	m := withPrecision(b.Model("promote", b.Binary("cross_entropy", mix, y), mix, ir.Optimizer{Kind: "sgd", LR: 0.1}), ir.BF16)
+	p := &Program{Model: m}
+	if err := autocast(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range p.Model.Forward.Values {
+		switch v.Op {
+		case "scale":
+			if v.DType != ir.BF16 {
+				t.Errorf("%s: want bf16", v.LongString())
+			}
+		case "mul":
+			if v.DType != ir.F32 || v.Args[0].Op != "cast" || v.Args[0].DType != ir.F32 {
+				t.Errorf("%s: want f32 of the widened bf16 operand", v.LongString())
+			}
+		}
+	}
+}
+
+// TestAutocastErrors: what the pass does not cover is an error naming the
+// op and its line, or the Precision call.
+func TestAutocastErrors(t *testing.T) {
+	f16 := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, irtest.Adam), ir.F16)
+	if err := autocast(&Program{Model: f16}); err == nil || !strings.Contains(err.Error(), "precision (model.go:3): mixed precision in f16 is not built yet") {
+		t.Errorf("f16: %v", err)
+	}
+	f64 := withPrecision(irtest.MLP(ir.F64, 8, 6, 3, 0, irtest.Adam), ir.BF16)
+	if err := autocast(&Program{Model: f64}); err == nil || !strings.Contains(err.Error(), "needs an f32 model") {
+		t.Errorf("f64 model: %v", err)
+	}
+	// A convolution: its GEMM reads im2col's columns.
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(1), ir.D(6), ir.D(6))
+	w := b.Param("w", ir.F32, 0.1, 2, 1, 3, 3)
+	conv := ops.Conv2d(&ops.Builder{F: b.F}, x, w, nil, ops.Window{KH: 3, KW: 3, SH: 1, SW: 1, DH: 1, DW: 1, G: 1})
+	loss := b.Op("sum", ir.Attrs{}, conv)
+	m := withPrecision(b.Model("conv", loss, conv, ir.Optimizer{Kind: "sgd", LR: 0.1}), ir.BF16)
+	if err := autocast(&Program{Model: m}); err == nil || !strings.Contains(err.Error(), "does not cover convolutions yet") {
+		t.Errorf("convolution: %v", err)
+	}
+}
