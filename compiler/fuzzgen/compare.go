@@ -87,22 +87,6 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 	}
 	steps := float64(c.o.Steps)
 	where := a.what + " vs " + b.what
-	if msg := mismatch(a.loss, b.loss, func(i int) float64 {
-		if allExact {
-			return 0
-		}
-		tol := t.loss * math.Max(math.Abs(b.loss[i]), 1)
-		if i > 0 {
-			tol *= t.late
-		}
-		return tol
-	}); msg != "" {
-		spec := -1
-		if len(c.specs) == 1 {
-			spec = 0
-		}
-		c.fail(check, spec, "%s: loss per step: %s", where, msg)
-	}
 	// The largest gradient of each spec scales its gradients' tolerance.
 	gmax := make([]float64, len(c.specs))
 	for n, g := range b.grads {
@@ -118,7 +102,11 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			return t.rtol*math.Abs(w[i]) + t.scale*gmax[k]
 		}
 	}
-	near0 := make([]bool, len(c.specs)) // a gradient within tolerance of 0
+	// near0[k]: a gradient of spec k is rounding noise, within tolerance
+	// of 0 and not the same in both runs, so Adam may step its parameter
+	// by lr in opposite directions (see slack below). Gradients both runs
+	// compute as the same value (an exact 0 among them) move alike.
+	near0 := make([]bool, len(c.specs))
 	for _, n := range sortedKeys(b.grads) {
 		k := c.specOf(n)
 		if k < 0 {
@@ -129,8 +117,37 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			c.fail(check, k, "%s: step 1 gradient of %s: %s", where, n, msg)
 		}
 		for i, g := range b.grads[n] {
-			near0[k] = near0[k] || !exact[k] && math.Abs(g) <= gt(i)
+			differ := i >= len(a.grads[n]) || a.grads[n][i] != g
+			near0[k] = near0[k] || !exact[k] && differ && math.Abs(g) <= gt(i)
 		}
+	}
+	anyNear0 := false
+	for _, z := range near0 {
+		anyNear0 = anyNear0 || z
+	}
+	if msg := mismatch(a.loss, b.loss, func(i int) float64 {
+		if allExact {
+			return 0
+		}
+		tol := t.loss * math.Max(math.Abs(b.loss[i]), 1)
+		if i > 0 {
+			tol *= t.late
+			// The losses after the first update follow the parameters:
+			// where Adam stepped noise-gradient parameters 2·lr apart a
+			// step, the loss moves with them, as the prediction does
+			// below (fuzz_324: a LayerNorm's weight whose gradient, the
+			// mean of a normalised row, is rounding noise).
+			if adam && anyNear0 {
+				tol += 2 * float64(i) * lr * math.Max(math.Abs(b.loss[i]), 1)
+			}
+		}
+		return tol
+	}); msg != "" {
+		spec := -1
+		if len(c.specs) == 1 {
+			spec = 0
+		}
+		c.fail(check, spec, "%s: loss per step: %s", where, msg)
 	}
 	for _, n := range sortedKeys(b.params) {
 		k := c.specOf(n)
@@ -156,6 +173,14 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			// (2·lr apart).
 			if adam {
 				tol += steps * lr * math.Min(2, 2*t.late*gt(i)/math.Abs(g[i]))
+				if near0[k] {
+					// Noise-driven steps elsewhere in the spec change
+					// this parameter's later gradients by more than
+					// noise (fuzz_324: every layer under a LayerNorm
+					// whose mean is the loss): Adam's bound, lr a step
+					// either way, is all that holds.
+					tol = math.Max(tol, t.late*(t.rtol*math.Abs(w[i])+t.scale*m)+2*steps*lr)
+				}
 			} else {
 				tol += steps * lr * t.late * gt(i)
 			}
