@@ -74,30 +74,3 @@ func TestNVCCTransformer(t *testing.T) {
 		})
 	}
 }
-
-// TestNVCCTransformerPackages compiles the committed Transformer packages
-// (fused and unfused TransformerLM and GPT: every kernel those models
-// run) for sm_80 and sm_90 as TestNVCCGenerated does, and with ptxas
-// reporting register spills as warnings, every warning an error (with
-// -short, the gpt alone).
-func TestNVCCTransformerPackages(t *testing.T) {
-	nvcc, err := exec.LookPath("nvcc")
-	if err != nil {
-		t.Skip("nvcc not on PATH: run the README's test command to install the CUDA toolkit")
-	}
-	for _, pkg := range []string{"transformer", "transformer_unfused", "gpt", "gpt_unfused"} {
-		if testing.Short() && !shortNVCC[pkg] {
-			continue
-		}
-		t.Run(pkg, func(t *testing.T) {
-			t.Parallel()
-			cu := filepath.Join("..", "generated", pkg, pkg+".cu")
-			if _, err := os.Stat(cu); err != nil {
-				t.Fatalf("%v: run go generate ./...", err)
-			}
-			if out, err := nvccDevice(nvcc, cu, t.TempDir(), "-Xptxas=--warn-on-spills"); err != nil || len(out) > 0 {
-				t.Errorf("nvcc %s: %v\n%s", cu, err, out)
-			}
-		})
-	}
-}
