@@ -127,7 +127,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	}); err != nil {
 		return err
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t); err != nil {
 		// The device skipped the update (compiler/guard.go); the host's
 		// count follows.
 		s.t--
@@ -141,7 +141,7 @@ func (s *Session) microBatch(fi int, f *Func) error {
 	if err := s.gradPhase(fi, f); err != nil {
 		return err
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t+1); err != nil {
 		s.acc.inGrads = false
 		s.acc.pend--
 		s.acc.rows -= s.env["B"]
@@ -238,7 +238,7 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 	if !hasBuiltin(f, UpdateCheckKernel) {
 		return nil
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t); err != nil {
 		s.t--
 		return err
 	}

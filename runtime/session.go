@@ -368,7 +368,7 @@ func (s *Session) Run(name string, batch int) error {
 	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
-	return s.check(name)
+	return s.check(name, s.t) // no step: name the steps taken
 }
 
 func (s *Session) setBatch(name string, batch int) error {
