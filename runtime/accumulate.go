@@ -213,6 +213,9 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	}
 	s.t++
 	scal := s.plan.Optimizer.Scalars(s.t, s.rate(s.t), s.wd)
+	if s.plan.Optimizer.GradNorm() {
+		scal["max_norm"] = s.clip
+	}
 	if s.bound.on {
 		scal["gsafe"] = s.gsafe(scal)
 		s.bound.sc = scal

@@ -243,13 +243,22 @@ type Optimizer struct {
 	ClipValue float64 `json:",omitzero"`
 	// ClipNorm, when positive, scales the update's gradients by
 	// clip_grad_norm_'s coefficient, which GradNormKernel computes on the
-	// device.
+	// device. It is the max norm a session starts with: the kernel reads
+	// the session's (Session.SetClipNorm) as its scalar max_norm.
 	ClipNorm float64 `json:",omitzero"`
+	// ClipNormOff: the grad-norm kernel is compiled in, with no bound
+	// (+Inf) until Session.SetClipNorm sets one.
+	ClipNormOff bool `json:",omitzero"`
 	// Groups are the declared parameter groups (param_groups.go); the
 	// parameters after the last group's form the default group, which
 	// has the options above.
 	Groups []ParamGroup `json:",omitzero"`
 }
+
+// GradNorm reports whether the plan's step computes the gradients'
+// global norm (GradNormKernel) and scales the update by clip_grad_norm_'s
+// coefficient, so that Session.SetClipNorm applies.
+func (o Optimizer) GradNorm() bool { return o.ClipNorm > 0 || o.ClipNormOff }
 
 // Align is the byte alignment of every buffer.
 const Align = 256

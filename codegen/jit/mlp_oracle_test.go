@@ -224,6 +224,15 @@ func TestMLPOracle(t *testing.T) {
 		{Names: []string{"*.bias"}, LRScale: 0.5, WeightDecay: 0.01, OwnDecay: true, Momentum: 0.5},
 	}}
 	wd := func(x float64) *float64 { return &x }
+	// Cases whose max norm is set at run time (Session.SetClipNorm) on a
+	// model compiled with clipping off (ClipNormOff, dsl.ClipGradNorm(+Inf)):
+	// the PyTorch run clips at that norm. Without an entry here such a
+	// model does not clip, and PyTorch does not either.
+	runtimeClip := map[string]float64{"adam_runtime_clip_norm": 0.1, "sgd_momentum_runtime_clip_norm": 0.1}
+	clipOff := func(o ir.Optimizer) ir.Optimizer {
+		o.ClipNormOff = true
+		return o
+	}
 	sched := func(o ir.Optimizer, s schedule.Schedule) ir.Optimizer {
 		o.Schedule = &s
 		return o
@@ -254,6 +263,10 @@ func TestMLPOracle(t *testing.T) {
 		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false, nil},
 		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true, nil},
 		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false, nil},
+		{"adam_runtime_clip_norm", clipOff(irtest.Adam), []bool{true, false}, 4, false, nil},
+		{"adam_runtime_clip_norm", clipOff(irtest.Adam), []bool{true}, 4, true, nil},
+		{"sgd_momentum_runtime_clip_norm", clipOff(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}), []bool{true}, 4, false, nil},
+		{"adam_clip_norm_off", clipOff(irtest.Adam), []bool{true}, 3, false, nil},
 		{"adamw_groups", adamwGroups, []bool{true, false}, 4, false, nil},
 		{"adamw_groups", adamwGroups, []bool{true}, 4, true, nil},
 		{"adamw_groups_runtime_decay", adamwGroups, []bool{true}, 4, true, wd(0.3)},
@@ -292,6 +305,12 @@ func TestMLPOracle(t *testing.T) {
 				req.Opt.Groups = slices.Clone(oc.opt.Groups)
 				for i, g := range s.Plan().Optimizer.Groups {
 					req.Opt.Groups[i].Params = g.Params
+				}
+				if c, ok := runtimeClip[oc.name]; ok {
+					if err := s.SetClipNorm(c); err != nil {
+						t.Fatal(err)
+					}
+					req.Opt.ClipNorm = c
 				}
 				if oc.wd != nil {
 					if err := s.SetWeightDecay(*oc.wd); err != nil {
