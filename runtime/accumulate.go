@@ -212,7 +212,7 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
-	scal := s.plan.Optimizer.Scalars(s.t, s.rate(s.t), s.wd)
+	scal := s.plan.Optimizer.ScheduledScalars(s.t, s.lr, s.sched, s.wd)
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
 	}

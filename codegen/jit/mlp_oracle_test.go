@@ -268,6 +268,11 @@ func TestMLPOracle(t *testing.T) {
 		{"sgd_momentum_runtime_clip_norm", clipOff(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}), []bool{true}, 4, false, nil},
 		{"adam_clip_norm_off", clipOff(irtest.Adam), []bool{true}, 3, false, nil},
 		{"adamw_groups", adamwGroups, []bool{true, false}, 4, false, nil},
+		// Groups under schedules that do not scale: each group runs the
+		// schedule from its own rate, the cosine floor absolute (eta_min),
+		// OneCycleLR peaking at each group's rate (max_lr per group).
+		{"adamw_groups_warmup_cosine_min", sched(adamwGroups, schedule.Schedule{Kind: "warmup_cosine", Iters: 2, Total: 6, Min: 1e-3, StartFactor: 0.5}), []bool{true}, 7, true, nil},
+		{"adamw_groups_onecycle", sched(adamwGroups, schedule.Schedule{Kind: "onecycle", Total: 6, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 6, true, nil},
 		{"adamw_groups", adamwGroups, []bool{true}, 4, true, nil},
 		{"adamw_groups_runtime_decay", adamwGroups, []bool{true}, 4, true, wd(0.3)},
 		{"adam_groups_runtime_decay", adamGroups, []bool{true, false}, 4, false, wd(0.05)},
