@@ -6,7 +6,8 @@
 10 (--layers and --dropout change it); --model convnet and convnet_bn are the
 seed ConvNets of models/convnet (torch_models.py). All train with
 cross-entropy and Adam(lr 1e-3, or --lr, with --schedule's learning-rate
-schedule) over shuffled batches; the last short batch is kept, as DataLoader does by default. The
+schedule, --weight-decay, and clip_grad_norm_ at --clip before each step)
+over shuffled batches; the last short batch is kept, as DataLoader does by default. The
 data are read from the IDX .gz files with gzip and numpy, not torchvision.
 Prints one JSON line per epoch.
 
@@ -149,6 +150,8 @@ def main():
     p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
     p.add_argument("--weight-decay", type=float, default=0,
                    help="Adam's weight_decay (cmd/train passes -weight-decay, or the model's)")
+    p.add_argument("--clip", type=float, default=0,
+                   help="clip the gradients to this global norm before each step, torch.nn.utils.clip_grad_norm_ (0: no clipping; cmd/train passes -clip, the model's recipe's, or the model's)")
     p.add_argument("--schedule", help="learning-rate schedule as runtime/schedule's JSON (cmd/train -schedule passes it), "
                    "stepped after every optimizer step")
     a = p.parse_args()
@@ -199,6 +202,8 @@ def main():
             idx = order[s:s + a.batch]
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
             opt.step()
             if sched is not None:
                 sched.step()
@@ -298,6 +303,8 @@ def train_seq(a):
             idx = order[s:s + a.batch]
             loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
             loss.backward()
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
             opt.step()
             if sched is not None:
                 sched.step()

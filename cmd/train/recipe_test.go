@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 	"github.com/ngen-ml/ngen/runtime/schedule"
 )
@@ -22,7 +26,8 @@ func TestRecipeFlagsRefused(t *testing.T) {
 		{recipe{warmup: 10, set: map[string]bool{"warmup": true}}, "give -schedule"},
 		{recipe{schedule: "step", warmup: 10, set: map[string]bool{"warmup": true}}, "step has no warm-up"},
 		{recipe{schedule: "cosine", warmup: -1, set: map[string]bool{"warmup": true}}, "-warmup -1"},
-		{recipe{clip: 1, set: map[string]bool{"clip": true}}, "-clip 1: clipping is compiled into a model's update"},
+		{recipe{clip: -1, set: map[string]bool{"clip": true}}, "-clip -1: want a max norm > 0 (+Inf or 0: no clipping)"},
+		{recipe{clip: math.NaN(), set: map[string]bool{"clip": true}}, "-clip NaN"},
 		{recipe{weightDecay: -0.1, set: map[string]bool{"weight-decay": true}}, "-weight-decay -0.1: want a finite decay ≥ 0"},
 		{recipe{weightDecay: math.Inf(1), set: map[string]bool{"weight-decay": true}}, "-weight-decay +Inf"},
 	} {
@@ -113,5 +118,133 @@ func TestRecipeApplies(t *testing.T) {
 	args, err = r.peerArgs(s.Plan().Optimizer, 100)
 	if err != nil || strings.Join(args, " ") != "--lr 0.001 --weight-decay 0.02" {
 		t.Fatalf("peer arguments %q (%v)", args, err)
+	}
+	// -clip: run-time data of every registered model (compiled in, off),
+	// and the peer's clip_grad_norm_; -clip 0 turns it off again.
+	if !math.IsInf(s.ClipNorm(), 1) {
+		t.Fatalf("the MLP starts with max norm %v, want +Inf (off)", s.ClipNorm())
+	}
+	r = &recipe{clip: 0.5, set: map[string]bool{"clip": true}}
+	if err := r.apply(s, 100); err != nil || s.ClipNorm() != 0.5 {
+		t.Fatalf("-clip 0.5: the session's max norm is %v (%v)", s.ClipNorm(), err)
+	}
+	args, err = r.peerArgs(s.Plan().Optimizer, 100)
+	if err != nil || strings.Join(args, " ") != "--lr 0.001 --clip 0.5" {
+		t.Fatalf("peer arguments %q (%v)", args, err)
+	}
+	r.clip = 0
+	if err := r.apply(s, 100); err != nil || !math.IsInf(s.ClipNorm(), 1) {
+		t.Fatalf("-clip 0: the session's max norm is %v (%v)", s.ClipNorm(), err)
+	}
+	if args, err = r.peerArgs(s.Plan().Optimizer, 100); err != nil || strings.Join(args, " ") != "--lr 0.001" {
+		t.Fatalf("peer arguments %q (%v)", args, err)
+	}
+}
+
+// TestEveryModelClips: -clip works for every model cmd/train trains: each
+// registered package it uses compiles the grad-norm kernel in.
+func TestEveryModelClips(t *testing.T) {
+	var pkgs []string
+	for name := range models {
+		pkgs = append(pkgs, name)
+	}
+	for _, task := range seqTasks {
+		pkgs = append(pkgs, task.pkg)
+	}
+	for _, p := range pkgs {
+		g, err := runtime.Registered(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Plan.Optimizer.GradNorm() {
+			t.Errorf("%s has no grad-norm kernel: declare Clip: dsl.ClipGradNorm(math.Inf(1)) on its optimizer", p)
+		}
+	}
+}
+
+// TestDefaultRecipe: gpt and transformer default to a warm-up, a cosine
+// decay and clipping at 1, each part replaced by its flag; other models
+// have no default. The peer gets the same recipe.
+func TestDefaultRecipe(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		set   map[string]bool
+		r     recipe
+		want  string // the peer's arguments over 1000 steps at the gpt's rate
+	}{
+		{"gpt", nil, recipe{}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		{"transformer", nil, recipe{}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		{"gpt", map[string]bool{"warmup": true}, recipe{warmup: 10}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.1,"iters":10,"total":1000}`},
+		{"gpt", map[string]bool{"schedule": true, "clip": true}, recipe{schedule: "constant", clip: 0}, `--lr 0.0003`},
+		{"gpt", map[string]bool{"clip": true}, recipe{clip: 0.5}, `--lr 0.0003 --clip 0.5 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		{"mlp", nil, recipe{}, `--lr 0.0003`},
+		{"lstm", map[string]bool{"clip": true}, recipe{clip: 2}, `--lr 0.0003 --clip 2`},
+	} {
+		r := c.r
+		r.set = c.set
+		r.defaults(c.model)
+		if err := r.check(); err != nil {
+			t.Fatalf("%s %v: %v", c.model, c.set, err)
+		}
+		args, err := r.peerArgs(runtime.Optimizer{Kind: "adam", LR: 3e-4}, 1000)
+		if err != nil || strings.Join(args, " ") != c.want {
+			t.Errorf("%s %v: peer arguments %q (%v), want %s", c.model, c.set, args, err, c.want)
+		}
+	}
+	if w := autoWarmup(10); w != 1 {
+		t.Errorf("the default warm-up of a 10-step run is %d steps, want 1", w)
+	}
+	if w := autoWarmup(1e6); w != 100 {
+		t.Errorf("the default warm-up of a long run is %d steps, want 100", w)
+	}
+}
+
+// TestSeqPeerGetsRecipe: the gpt's default recipe reaches its PyTorch
+// peer, started after ngen's run and with -torch-concurrent: a stand-in
+// peer records its arguments and prints epochs of the right length (no
+// PyTorch, no -bench).
+func TestSeqPeerGetsRecipe(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "peer.py")
+	if err := os.WriteFile(script, []byte(`import json, os, sys
+open(os.environ["NGEN_PEER_ARGS"], "a").write(json.dumps(sys.argv[1:]) + "\n")
+a = sys.argv
+epochs, steps = int(a[a.index("--epochs") + 1]), int(a[a.index("--epoch-steps") + 1])
+for e in range(1, epochs + 1):
+    print(json.dumps({"epoch": e, "train_loss": 1.0, "samples_per_s": 1.0, "steps": steps, "val_bpc": 1.0}))
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(dir, "args.jsonl")
+	t.Setenv("NGEN_PEER_ARGS", record)
+	fortunes := tinyFortunes(t, 16)
+	for _, concurrent := range []bool{false, true} {
+		rc := &recipe{set: map[string]bool{}}
+		rc.defaults("gpt")
+		o := seqOptions{epochs: 2, epochSteps: 3, seed: 2, threads: 1, device: "cpu", dir: fortunes, quiet: true, recipe: rc}
+		if err := trainSeq("gpt", seqTasks["gpt"], o, "4", true, concurrent, script, sampleOptions{}); err != nil {
+			t.Fatalf("concurrent %v: %v", concurrent, err)
+		}
+	}
+	b, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("the peer ran %d times, want 2", len(lines))
+	}
+	for i, l := range lines {
+		var args []string
+		if err := json.Unmarshal([]byte(l), &args); err != nil {
+			t.Fatal(err)
+		}
+		got := " " + strings.Join(args, " ") + " "
+		// 2 epochs of 3 steps: a warm-up of 1 step, cosine to step 6.
+		for _, want := range []string{" --lr 0.0003 ", " --clip 1 ", ` --schedule {"kind":"warmup_cosine","start_factor":1,"iters":1,"total":6} `, " --epoch-steps 3 ", " --batch 4 "} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run %d (concurrent %v): the peer's arguments %s lack %s", i, i == 1, got, want)
+			}
+		}
 	}
 }
