@@ -15,10 +15,13 @@
 #   bash scripts/gpt_recipe_quality.sh            # 3 seeds, 4 × 500 steps
 #   SEEDS="1" EPOCHS=1 STEPS=20 bash scripts/gpt_recipe_quality.sh   # a smoke run
 #
-# Cost: ngen and PyTorch each take about 1.4 s a step (batch 16, 1 thread)
-# on the 2-core development VM, so a seed of the default size (2000
-# steps; the recipe and PyTorch side by side, then the constant run) is
-# about 2 × 2000 × 1.4 s ≈ 95 min, plus validation after each epoch.
+# Cost, measured on one smoke run (SEEDS=1 EPOCHS=1 STEPS=5) on the 2-core
+# development VM under other jobs (load about 6): ngen's step took 2.1 s
+# and PyTorch's 3.6 s side by side, a validation pass over the 1978
+# windows 130 s (ngen) and 220 s (PyTorch). A seed of the default size
+# (4 × 500 steps, four validations) is then about 2.2 h for the recipe
+# pair and 1.3 h for the constant run, 3.5 h a seed; an idle machine
+# (about 1.4 s a step each, session 10) takes roughly half.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"1 2 3"}
