@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,16 +17,19 @@ import (
 	"github.com/ngen-ml/ngen/runtime/data"
 )
 
-var clipCost = flag.Bool("clipcost", false, "TestClipCost: time the gpt's and the MLP's CPU steps with gradient clipping off and at max norm 1")
+var (
+	clipCost       = flag.Bool("clipcost", false, "TestClipCost: time the gpt's and the MLP's CPU steps with gradient clipping off and at max norm 1")
+	clipCostModels = flag.String("clipcost-models", "gpt,mlp", "TestClipCost: the models to time (gpt, mlp)")
+)
 
 // TestClipCost times what run-time gradient clipping costs a step on the
 // CPU: the generated gpt (batch 16) and seed MLP (batch 64), fused, with
-// the max norm at +Inf (off: the grad-norm kernel stores 1 and returns)
-// and at 1 (the reduction over every gradient), in alternating rounds on
-// one session, and prints the medians and the ratio. A plan without the
-// kernel (a package generated before it) times as "off".
+// the max norm at +Inf (off: the session does not launch the grad-norm
+// kernel) and at 1 (the reduction over every gradient), in alternating
+// rounds on one session, and prints the medians and the ratio. A plan
+// without the kernel (a package generated before it) times as "off".
 //
-//	go test ./bench -run TestClipCost -v -args -clipcost -threads 1 -steps 10
+//	go test ./bench -run TestClipCost -v -args -clipcost -threads 1 -steps 10 [-clipcost-models mlp]
 func TestClipCost(t *testing.T) {
 	if !*clipCost {
 		t.Skip("pass -clipcost")
@@ -69,6 +74,9 @@ func TestClipCost(t *testing.T) {
 		{"gpt (batch 16)", g.Session(), func() (float32, error) { return g.Step(gx, gy) }},
 		{"mlp (batch 64)", m.Session(), func() (float32, error) { return m.Step(mx, my) }},
 	} {
+		if !slices.Contains(strings.Split(*clipCostModels, ","), strings.Fields(c.name)[0]) {
+			continue
+		}
 		has := c.s.Plan().Optimizer.GradNorm()
 		var off, on []time.Duration
 		for round := 0; round < *steps; round++ {

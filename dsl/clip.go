@@ -41,8 +41,8 @@ func (c ClipGradValue) clip(o *ir.Optimizer) string {
 // with, and Session.SetClipNorm (cmd/train -clip) changes it, checkpoints
 // included. ClipGradNorm(math.Inf(1)) compiles the kernel in with
 // clipping off until a max norm is set: the registered models declare
-// that, so any of them clips at run time. Off, the kernel stores the
-// coefficient 1 without reading the gradients (one launch a step).
+// that, so any of them clips at run time. Off, the session does not
+// launch the kernel and the update scales by 1: it costs nothing.
 type ClipGradNorm float64
 
 func (c ClipGradNorm) clip(o *ir.Optimizer) string {

@@ -119,7 +119,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		return s.checkedUpdate(fi, f)
 	}
 	// One step, forward to update, is one graph on a Grapher device.
-	if err := s.graphed(f.Name, func() error {
+	if err := s.graphed(f, func() error {
 		if err := s.gradPhase(fi, f); err != nil {
 			return err
 		}

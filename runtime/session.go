@@ -366,7 +366,7 @@ func (s *Session) Run(name string, batch int) error {
 		return err
 	}
 	s.row0 = s.sampleOffset(batch)
-	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
+	if err := s.graphed(f, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
 	return s.check(name, s.t) // no step: name the steps taken
@@ -397,6 +397,9 @@ func (s *Session) finiteInputs(f *Func) error {
 func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float64) error {
 	for i := from; i < to; i++ {
 		st := &f.Steps[i]
+		if !s.runs(st.When) {
+			continue
+		}
 		var err error
 		if s.prof != nil {
 			err = s.timeStep(fi, f.Name, i, st, func() error { return s.exec(st, scal) })

@@ -57,7 +57,8 @@ const (
 	// clip_grad_norm_'s coefficient, which it stores in status word
 	// StatusClipCoef (words 14 and 15 for f64); the update reads it
 	// there. A norm that is not finite fails the step (word 5 =
-	// clipNormFailed).
+	// clipNormFailed). Its step is WhileClipping: with the max norm at
+	// +Inf it does not run, and the update reads 1 instead.
 	GradNormKernel = "grad_norm"
 	// GradNormMaxBlocks bounds the grad-norm kernel's grid: the size of
 	// its partial sums (the step's Src, f64).

@@ -368,6 +368,35 @@ func TestClipNormRunTime(t *testing.T) {
 		}
 	}
 	sameSnapshot(t, "clipping off against no clipping", snapshot(t, s), snapshot(t, plain))
+	// Off, the step does not launch the grad-norm kernel (its step is
+	// runtime.WhileClipping); on, it does, once a step.
+	gradNormCalls := func(s *runtime.Session) int {
+		s.SetProfiling(true)
+		defer s.SetProfiling(false)
+		if err := step(s, 3); err != nil {
+			t.Fatal(err)
+		}
+		var steps []runtime.Step
+		for _, f := range s.Plan().Funcs {
+			if f.Name == "step" {
+				steps = f.Steps
+			}
+		}
+		n := 0
+		for _, p := range s.Profile() {
+			if p.Func == "step" && steps[p.Index].Builtin == runtime.GradNormKernel {
+				n += p.Calls
+			}
+		}
+		return n
+	}
+	if n := gradNormCalls(s); n != 0 {
+		t.Fatalf("clipping off: the grad-norm kernel ran %d time(s), want none", n)
+	}
+	if err := step(plain, 3); err != nil {
+		t.Fatal(err)
+	}
+	sameSnapshot(t, "clipping off against no clipping, profiled", snapshot(t, s), snapshot(t, plain))
 	for _, v := range []float64{0, -1, math.Inf(-1), math.NaN()} {
 		if err := s.SetClipNorm(v); err == nil || !strings.Contains(err.Error(), "want a positive norm") {
 			t.Errorf("SetClipNorm(%v): %v, want a refusal", v, err)
@@ -388,6 +417,12 @@ func TestClipNormRunTime(t *testing.T) {
 	}
 	if slices.Equal(snapshot(t, s)["state:adam.exp_avg"], snapshot(t, plain)["state:adam.exp_avg"]) {
 		t.Fatalf("max norm 0.01 changed nothing (before: %v)", before["state:adam.exp_avg"][:3])
+	}
+	if n := gradNormCalls(s); n != 1 {
+		t.Fatalf("clipping at 0.01: the grad-norm kernel ran %d time(s) in a step, want 1", n)
+	}
+	if err := step(plain, 3); err != nil {
+		t.Fatal(err)
 	}
 	// The checkpoint carries the norm; a model without the kernel cannot
 	// resume a run that clipped, but takes its weights alone.

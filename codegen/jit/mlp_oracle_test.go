@@ -163,6 +163,10 @@ type mlpRequest struct {
 	Masks  [][][]float64         `json:"masks"`
 	Steps  int                   `json:"steps"`
 	Opt    ir.Optimizer          `json:"optimizer"`
+	// ClipNorms, when set, is the max norm of each step (0: no clipping
+	// at that step), after the run-time max norm of a session that
+	// changes it between steps.
+	ClipNorms []float64 `json:"clip_norms,omitempty"`
 }
 
 type mlpResult struct {
@@ -229,6 +233,11 @@ func TestMLPOracle(t *testing.T) {
 	// the PyTorch run clips at that norm. Without an entry here such a
 	// model does not clip, and PyTorch does not either.
 	runtimeClip := map[string]float64{"adam_runtime_clip_norm": 0.1, "sgd_momentum_runtime_clip_norm": 0.1}
+	// Cases that set the max norm before every step: clipping on, off
+	// (+Inf: the session skips the grad-norm kernel and the update scales
+	// by 1) and on again, as clip_grad_norm_ called on some steps only.
+	off := math.Inf(1)
+	clipSteps := map[string][]float64{"adam_clip_toggled": {0.1, off, off, 0.05, off, 0.1}}
 	clipOff := func(o ir.Optimizer) ir.Optimizer {
 		o.ClipNormOff = true
 		return o
@@ -267,6 +276,8 @@ func TestMLPOracle(t *testing.T) {
 		{"adam_runtime_clip_norm", clipOff(irtest.Adam), []bool{true}, 4, true, nil},
 		{"sgd_momentum_runtime_clip_norm", clipOff(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}), []bool{true}, 4, false, nil},
 		{"adam_clip_norm_off", clipOff(irtest.Adam), []bool{true}, 3, false, nil},
+		{"adam_clip_toggled", clipOff(irtest.Adam), []bool{true, false}, 6, false, nil},
+		{"adam_clip_toggled", clipOff(irtest.Adam), []bool{true}, 6, true, nil},
 		{"adamw_groups", adamwGroups, []bool{true, false}, 4, false, nil},
 		// Groups under schedules that do not scale: each group runs the
 		// schedule from its own rate, the cosine floor absolute (eta_min),
@@ -333,6 +344,15 @@ func TestMLPOracle(t *testing.T) {
 				var losses []float64
 				grads := map[string][]float64{}
 				for step := 1; step <= steps; step++ {
+					if seq, ok := clipSteps[oc.name]; ok {
+						if err := s.SetClipNorm(seq[step-1]); err != nil {
+							t.Fatal(err)
+						}
+						req.ClipNorms = append(req.ClipNorms, 0)
+						if !math.IsInf(seq[step-1], 1) {
+							req.ClipNorms[step-1] = seq[step-1]
+						}
+					}
 					var masks [][]float64
 					for i, w := range mlpWidths[1 : len(mlpWidths)-1] {
 						masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
