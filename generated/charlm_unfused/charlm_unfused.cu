@@ -612,12 +612,12 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 // optimizer_update computes:
 //   v76 = clip_norm_scale <f32[230979]> v75  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a75 = in0[i];
-    float v76 = (a75 * __int_as_float(status[14]));
+    float v76 = (a75 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
     out0[i] = v76;
   }
 }
@@ -822,12 +822,6 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 //   (a norm that is not finite fails the step)
 extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
-  if (!(s_max_norm - s_max_norm == (float)0)) { // +Inf: clipping off
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    const float coef = 1.0f;
-    status[14] = __float_as_int(coef);
-    return;
-  }
   __shared__ double red[256];
   __shared__ int last;
   const long long n = 230979LL;
@@ -868,15 +862,16 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 230979LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = (grads[i] * __int_as_float(status[14]));
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -608,12 +608,12 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 // optimizer_update computes:
 //   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:59
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a79 = in0[i];
-    float v80 = (a79 * __int_as_float(status[14]));
+    float v80 = (a79 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
     out0[i] = v80;
   }
 }
@@ -849,12 +849,6 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
 //   (a norm that is not finite fails the step)
 extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
-  if (!(s_max_norm - s_max_norm == (float)0)) { // +Inf: clipping off
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    const float coef = 1.0f;
-    status[14] = __float_as_int(coef);
-    return;
-  }
   __shared__ double red[256];
   __shared__ int last;
   const long long n = 230979LL;
@@ -895,15 +889,16 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 230979LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = (grads[i] * __int_as_float(status[14]));
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -1341,7 +1336,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   return ngen_launch_18_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
@@ -1395,7 +1390,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
