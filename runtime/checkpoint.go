@@ -191,7 +191,7 @@ func (s *Session) Save(w io.Writer) error {
 		meta["ngen.clip_norm"] = strconv.FormatFloat(s.clip, 'g', -1, 64)
 	}
 	if gs := s.plan.Optimizer.Groups; len(gs) > 0 {
-		meta["ngen.groups"] = encodeGroups(gs)
+		meta["ngen.groups"] = GroupsJSON(gs)
 	}
 	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {

@@ -155,8 +155,11 @@ func ckptGroups(gs []ParamGroup) []ckptGroup {
 	return out
 }
 
-// encodeGroups is ngen.groups for the model's groups.
-func encodeGroups(gs []ParamGroup) string {
+// GroupsJSON is the groups as a checkpoint's ngen.groups holds them, the
+// format testdata/oracle/torch_optim.py builds torch.optim param_groups
+// from (members by name, resolved options): cmd/train passes it to its
+// PyTorch peer.
+func GroupsJSON(gs []ParamGroup) string {
 	b, err := json.Marshal(ckptGroups(gs))
 	if err != nil {
 		panic(err) // strings, bools and finite numbers
@@ -184,7 +187,7 @@ func checkGroups(meta map[string]string, want []ParamGroup, withOpt bool) error 
 	}
 	mine := ckptGroups(want)
 	if len(got) != len(mine) {
-		return fmt.Errorf("its optimizer has %d parameter group(s), the model's %d (ngen.groups %s, the model's %s)", len(got), len(mine), v, encodeGroups(want))
+		return fmt.Errorf("its optimizer has %d parameter group(s), the model's %d (ngen.groups %s, the model's %s)", len(got), len(mine), v, GroupsJSON(want))
 	}
 	for i := range got {
 		a, b := got[i], mine[i]

@@ -269,7 +269,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if err := rc.apply(m.Session(), total); err != nil {
 		return nil, err
 	}
-	if *peer, err = rc.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+	if *peer, err = rc.peerArgs(m.Session().Plan(), total); err != nil {
 		return nil, err
 	}
 	var results []epochResult

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/schedule"
@@ -206,8 +207,12 @@ func (r *recipe) apply(s *runtime.Session, total int) error {
 // torch scheduler from it with testdata/oracle/torch_lr.py's builder),
 // the weight decay when there is one (-weight-decay's, or the model's),
 // and the max norm of clip_grad_norm_ when the run clips (-clip's, the
-// default recipe's, or the model's declared one).
-func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
+// default recipe's, or the model's declared one); when the model declares
+// parameter groups, the groups (runtime.GroupsJSON, as
+// testdata/oracle/torch_optim.py builds them) and the model's parameter
+// names in order, which the peer pairs with its model's parameters().
+func (r *recipe) peerArgs(p *runtime.Plan, total int) ([]string, error) {
+	o := p.Optimizer
 	if r == nil {
 		r = &recipe{}
 	}
@@ -235,6 +240,15 @@ func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
 			return nil, err
 		}
 		args = append(args, "--schedule", string(j))
+	}
+	if len(o.Groups) > 0 {
+		var names []string
+		for _, b := range p.Buffers {
+			if b.Role == "param" {
+				names = append(names, b.Name)
+			}
+		}
+		args = append(args, "--groups", runtime.GroupsJSON(o.Groups), "--param-names", strings.Join(names, ","))
 	}
 	return args, nil
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,7 +98,7 @@ func TestRecipeApplies(t *testing.T) {
 	if base != 3e-3 || sc == nil || sc.Kind != "warmup_cosine" || sc.Total != 100 || math.Abs(s.LR()-3e-4) > 1e-18 {
 		t.Fatalf("after -lr 3e-3 -schedule cosine -warmup 10: base %g, schedule %v, first rate %g", base, sc, s.LR())
 	}
-	args, err := r.peerArgs(s.Plan().Optimizer, 100)
+	args, err := r.peerArgs(s.Plan(), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestRecipeApplies(t *testing.T) {
 	if base, sc := s.Schedule(); base != 3e-3 || sc == nil {
 		t.Fatalf("-weight-decay alone changed the rate or schedule: %g %v", base, sc)
 	}
-	args, err = r.peerArgs(s.Plan().Optimizer, 100)
+	args, err = r.peerArgs(s.Plan(), 100)
 	if err != nil || strings.Join(args, " ") != "--lr 0.001 --weight-decay 0.02" {
 		t.Fatalf("peer arguments %q (%v)", args, err)
 	}
@@ -128,7 +130,7 @@ func TestRecipeApplies(t *testing.T) {
 	if err := r.apply(s, 100); err != nil || s.ClipNorm() != 0.5 {
 		t.Fatalf("-clip 0.5: the session's max norm is %v (%v)", s.ClipNorm(), err)
 	}
-	args, err = r.peerArgs(s.Plan().Optimizer, 100)
+	args, err = r.peerArgs(s.Plan(), 100)
 	if err != nil || strings.Join(args, " ") != "--lr 0.001 --clip 0.5" {
 		t.Fatalf("peer arguments %q (%v)", args, err)
 	}
@@ -136,7 +138,7 @@ func TestRecipeApplies(t *testing.T) {
 	if err := r.apply(s, 100); err != nil || !math.IsInf(s.ClipNorm(), 1) {
 		t.Fatalf("-clip 0: the session's max norm is %v (%v)", s.ClipNorm(), err)
 	}
-	if args, err = r.peerArgs(s.Plan().Optimizer, 100); err != nil || strings.Join(args, " ") != "--lr 0.001" {
+	if args, err = r.peerArgs(s.Plan(), 100); err != nil || strings.Join(args, " ") != "--lr 0.001" {
 		t.Fatalf("peer arguments %q (%v)", args, err)
 	}
 }
@@ -186,7 +188,7 @@ func TestDefaultRecipe(t *testing.T) {
 		if err := r.check(); err != nil {
 			t.Fatalf("%s %v: %v", c.model, c.set, err)
 		}
-		args, err := r.peerArgs(runtime.Optimizer{Kind: "adam", LR: 3e-4}, 1000)
+		args, err := r.peerArgs(&runtime.Plan{Optimizer: runtime.Optimizer{Kind: "adam", LR: 3e-4}}, 1000)
 		if err != nil || strings.Join(args, " ") != c.want {
 			t.Errorf("%s %v: peer arguments %q (%v), want %s", c.model, c.set, args, err, c.want)
 		}
@@ -246,5 +248,51 @@ for e in range(1, epochs + 1):
 				t.Errorf("run %d (concurrent %v): the peer's arguments %s lack %s", i, i == 1, got, want)
 			}
 		}
+	}
+}
+
+// TestPeerGetsGroups: a model's parameter groups reach the PyTorch peer
+// (issue 29 item 5): peerArgs passes them as runtime.GroupsJSON with the
+// parameter names in order, and bench/torch_train.py's optimizer builds
+// torch.optim param_groups from them, paired with its model's
+// parameters() (the seed MLP's layers; torch_optim.py then does what the
+// optimizer oracle tests check). Without groups no argument is added.
+func TestPeerGetsGroups(t *testing.T) {
+	p := &runtime.Plan{Buffers: []runtime.Buffer{{Name: "params", Role: "params"},
+		{Name: "fc1.weight", Role: "param"}, {Name: "fc1.weight", Role: "grad"}, {Name: "fc1.bias", Role: "param"},
+		{Name: "fc2.weight", Role: "param"}, {Name: "fc2.bias", Role: "param"}},
+		Optimizer: runtime.Optimizer{Kind: "adam", LR: 1e-3, WeightDecay: 0.1, Groups: []runtime.ParamGroup{
+			{Params: []string{"fc1.bias", "fc2.bias"}, LRScale: 0.5, OwnDecay: true, Beta1: 0.9, Beta2: 0.999}}}}
+	args, err := (&recipe{}).peerArgs(p, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `--lr 0.001 --weight-decay 0.1 --groups [{"params":["fc1.bias","fc2.bias"],"lr_scale":0.5,"weight_decay":0,"own_decay":true,"beta1":0.9,"beta2":0.999,"momentum":0}] --param-names fc1.weight,fc1.bias,fc2.weight,fc2.bias`
+	if got := strings.Join(args, " "); got != want {
+		t.Fatalf("peer arguments\n%s\nwant\n%s", got, want)
+	}
+	p.Optimizer.Groups = nil
+	if args, err := (&recipe{}).peerArgs(p, 10); err != nil || slices.Contains(args, "--groups") {
+		t.Fatalf("no groups: %q, %v", args, err)
+	}
+	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() != nil {
+		t.Skip("no PyTorch under /usr/bin/python3: the peer's side is not checked")
+	}
+	script := `import argparse, json, sys
+sys.path.insert(0, "../../bench")
+import torch_models, torch_train
+a = argparse.Namespace(groups=sys.argv[1], param_names=sys.argv[2], weight_decay=0.1, model="mlp")
+opt = torch_train.adam(torch_models.mlp([4, 3, 2]), a, 1e-3)
+print(json.dumps([[list(p.shape) for p in g["params"]] + [g["lr"], g["weight_decay"]] for g in opt.param_groups]))
+`
+	value := func(flag string) string { return args[slices.Index(args, flag)+1] }
+	out, err := exec.Command("/usr/bin/python3", "-c", script, value("--groups"), value("--param-names")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// The biases at half the rate without decay, the weights (the default
+	// group) at the rate with the model's decay.
+	if got, want := strings.TrimSpace(string(out)), "[[[3], [2], 0.0005, 0], [[3, 4], [2, 3], 0.001, 0.1]]"; got != want {
+		t.Fatalf("PyTorch's param_groups %s, want %s", got, want)
 	}
 }

@@ -232,7 +232,7 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	}
 	o.recipe.describe(m.Session(), total, say)
 	if o.recipeArgs != nil {
-		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan(), total); err != nil {
 			return nil, err
 		}
 	}
