@@ -6,7 +6,8 @@
 10 (--layers and --dropout change it); --model convnet and convnet_bn are the
 seed ConvNets of models/convnet (torch_models.py). All train with
 cross-entropy and Adam(lr 1e-3, or --lr, with --schedule's learning-rate
-schedule) over shuffled batches; the last short batch is kept, as DataLoader does by default. The
+schedule, --weight-decay, and clip_grad_norm_ at --clip before each step)
+over shuffled batches; the last short batch is kept, as DataLoader does by default. The
 data are read from the IDX .gz files with gzip and numpy, not torchvision.
 Prints one JSON line per epoch.
 
@@ -130,6 +131,26 @@ def lr_schedule(opt, spec):
     return torch_lr.scheduler(opt, json.loads(spec))
 
 
+def adam(model, a, lr):
+    """torch.optim.Adam over the model's parameters; with --groups, in the
+    model's parameter groups, built by testdata/oracle/torch_optim.py
+    (the builder the optimizer oracle tests use). --groups names ngen's
+    parameters; --param-names lists them in the model's order, which the
+    PyTorch model's parameters() follow (Linear, conv and norm layers in
+    declaration order, weight before bias)."""
+    import torch
+    if not a.groups:
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=a.weight_decay)
+    names, params = (a.param_names or "").split(","), list(model.parameters())
+    if len(names) != len(params):
+        sys.exit("torch_train.py: --param-names lists %d parameters, the PyTorch %s has %d" % (len(names), a.model, len(params)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata", "oracle"))
+    import torch_optim
+    o = {"kind": "adam", "lr": lr, "weight_decay": a.weight_decay, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+         "groups": json.loads(a.groups)}
+    return torch_optim.build(dict(zip(names, params)), o)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp", help="mlp, convnet or convnet_bn")
@@ -149,6 +170,11 @@ def main():
     p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
     p.add_argument("--weight-decay", type=float, default=0,
                    help="Adam's weight_decay (cmd/train passes -weight-decay, or the model's)")
+    p.add_argument("--clip", type=float, default=0,
+                   help="clip the gradients to this global norm before each step, torch.nn.utils.clip_grad_norm_ (0: no clipping; cmd/train passes -clip, the model's recipe's, or the model's)")
+    p.add_argument("--groups", help="parameter groups as ngen's checkpoints hold them (runtime.GroupsJSON: members by ngen name, "
+                   "resolved options); cmd/train passes the model's")
+    p.add_argument("--param-names", help="with --groups: ngen's parameter names in the model's order, paired with parameters()")
     p.add_argument("--schedule", help="learning-rate schedule as runtime/schedule's JSON (cmd/train -schedule passes it), "
                    "stepped after every optimizer step")
     a = p.parse_args()
@@ -181,7 +207,7 @@ def main():
         # as ngen's trainer copies each batch once.
         model = model.to(a.device)
         xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr or 1e-3, weight_decay=a.weight_decay)
+    opt = adam(model, a, a.lr or 1e-3)
     sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)
@@ -199,6 +225,8 @@ def main():
             idx = order[s:s + a.batch]
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
             opt.step()
             if sched is not None:
                 sched.step()
@@ -265,7 +293,7 @@ def train_seq(a):
     per_seq = ytr.shape[1] == 1
     torch.manual_seed(a.seed)
     model, lr = torch_models.seq_model(a.model, a.vocab)
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr or lr, weight_decay=a.weight_decay)
+    opt = adam(model, a, a.lr or lr)
     sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
     log = RunLog(a.log, a.model, a.device, a.batch)
@@ -298,6 +326,8 @@ def train_seq(a):
             idx = order[s:s + a.batch]
             loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
             loss.backward()
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
             opt.step()
             if sched is not None:
                 sched.step()

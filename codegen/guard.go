@@ -267,8 +267,11 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		f := c.Lit(o.ClipValue)
 		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
 	}
-	if o.ClipNorm > 0 { // as clip_norm_scale scales it
-		g = fmt.Sprintf("(%s * %s)", g, ops.ClipCoef(t, sb))
+	if o.GradNorm() { // as clip_norm_scale scales it
+		// Read once, before the loops: inside them ptxas spilled a
+		// register of the gpt's check (TestNVCCTransformerPackages).
+		fmt.Fprintf(w, "  const %s clip = %s;\n", t, ops.ClipCoef(t, sb, k.scalar("max_norm", t)))
+		g = fmt.Sprintf("(%s * clip)", g)
 	}
 	for gi, body := range loops {
 		if spans[gi].n == 0 {
@@ -380,6 +383,14 @@ const gradNormThreads = 256
 // gradients beyond 1e154) fails the step instead: status word 5 = 3, and
 // every kernel that commits skips.
 //
+// max_norm is a run-time scalar (Session.SetClipNorm). +Inf turns
+// clipping off, and then the kernel does not run at all: its step is
+// runtime.WhileClipping, which the session skips, and the update reads
+// the coefficient 1 from its own max_norm (ops.ClipCoef). A model
+// compiled with clipping it does not use pays nothing for it, and a norm
+// that is not finite cannot fail a step that does not clip
+// (clip_grad_norm_ with max_norm=inf scales by 1 too).
+//
 // One launch over the whole device: each block sums its grid-stride
 // share in a shared-memory tree and stores the partial; the last block
 // to finish (a ticket in the status block, which the session zeroes
@@ -394,7 +405,7 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 			gb = i
 		}
 	}
-	if gb < 0 || o.ClipNorm <= 0 || st.Src < 0 || st.Src >= len(plan.Buffers) || plan.Buffers[st.Src].DType != runtime.F64 {
+	if gb < 0 || !o.GradNorm() || st.Src < 0 || st.Src >= len(plan.Buffers) || plan.Buffers[st.Src].DType != runtime.F64 {
 		return fmt.Errorf("internal error: grad-norm step without a gradient vector, a ClipNorm or its f64 partials")
 	}
 	t := map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double"}[plan.Buffers[gb].DType]
@@ -418,6 +429,7 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 		w.WriteString("  red[threadIdx.x] = s;\n  __syncthreads();\n")
 		fmt.Fprintf(w, "  for (int h = %d; h > 0; h >>= 1) {\n    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];\n    __syncthreads();\n  }\n", gradNormThreads/2)
 	}
+	maxNorm := k.scalar("max_norm", t)
 	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
 	fmt.Fprintf(w, "  __shared__ double red[%d];\n", gradNormThreads)
 	w.WriteString("  __shared__ int last;\n")
@@ -439,7 +451,7 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 	w.WriteString("  const double total = red[0];\n")
 	fmt.Fprintf(w, "  if (!(total - total == 0.0)) { atomicMax(&%s[5], 3); return; }\n", sb)
 	fmt.Fprintf(w, "  const %s norm = (%s)sqrt(total);\n", t, t)
-	fmt.Fprintf(w, "  %s coef = %s / (norm + %s);\n", t, c.Lit(o.ClipNorm), c.Lit(1e-6))
+	fmt.Fprintf(w, "  %s coef = %s / (norm + %s);\n", t, maxNorm, c.Lit(1e-6))
 	fmt.Fprintf(w, "  coef = coef < %s ? coef : %s;\n", c.Lit(1), c.Lit(1))
 	wd := runtime.StatusClipCoef
 	if t == "double" {

@@ -72,7 +72,9 @@ type StepRow struct {
 }
 
 // MakeReport evaluates the step function's plan at the program's
-// reference batch size.
+// reference batch size, as a new session runs it (Plan.RunsAtStart): a
+// model compiled with clipping off (dsl.ClipGradNorm(math.Inf(1))) does
+// not launch its grad-norm kernel until Session.SetClipNorm.
 func MakeReport(p *compiler.Program) (*Report, error) {
 	_, plan, err := Kernels(p)
 	if err != nil {
@@ -108,6 +110,9 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			r.InputBytes += b.Elems.Eval(env) * int64(b.DType.Size())
 		}
 		for i, st := range f.Steps {
+			if !plan.RunsAtStart(st.When) {
+				continue // the grad-norm kernel while clipping is off
+			}
 			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i], RecurBytes: recur[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {

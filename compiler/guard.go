@@ -54,14 +54,16 @@ func commitStep(copies []runtime.Step, bufs []runtime.Buffer) runtime.Step {
 // gradient's, as clip_grad_norm_ after loss.backward() on the whole batch
 // sees it. It leaves the coefficient in the status block, which the
 // update kernel reads (ops' clip_norm_scale), and fails the step when
-// the norm is not finite.
+// the norm is not finite. It runs only while the session clips
+// (runtime.WhileClipping): with the max norm at +Inf the update scales
+// by 1 without it.
 //
 // Its blocks each leave a partial sum in a persistent buffer (role
 // "clip", which checkpoints leave out: it holds nothing between steps);
 // the last block to finish adds them in block order.
 func (m *memPlanner) gradNormStep(status int) runtime.Step {
 	partials := m.persistent("clip", "clip.partials", ir.F64, ir.Static(runtime.GradNormMaxBlocks))
-	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.GradNormKernel, Buf: status, Src: partials,
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.GradNormKernel, Buf: status, Src: partials, When: runtime.WhileClipping,
 		Ops: "grad norm: clip_grad_norm_ coefficient", Bytes: runtime.Sum{m.plan.Buffers[m.grads].Elems}}
 }
 

@@ -470,7 +470,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			}
 			flush(false)
 			rf.UpdateFrom = len(steps)
-			if o := m.plan.Optimizer; o.ClipNorm > 0 {
+			if m.plan.Optimizer.GradNorm() {
 				if !guarded {
 					return fmt.Errorf("internal error: %s: ClipGradNorm needs the guarded step's status block", f.Name)
 				}

@@ -109,7 +109,7 @@ func lowerGroup(b *ops.Builder, f *ir.Func, o *ir.Optimizer, rule runtime.GroupR
 		// after accumulation and the all-reduce (the update phase).
 		G = b.Op("clampc", ir.Attrs{F: o.ClipValue}, G)
 	}
-	if o.ClipNorm > 0 {
+	if o.GradNorm() {
 		// clip_grad_norm_: the coefficient comes from the builtin
 		// GradNormKernel the memory plan puts first in the update phase
 		// (compiler/guard.go); the scale is fused into the update kernel.

@@ -103,7 +103,7 @@ func examples(params []*ir.Value, of func(*ir.Value) string) string {
 func planOptimizer(o *ir.Optimizer, groups [][]*ir.Value) runtime.Optimizer {
 	ro := runtime.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, Nesterov: o.Nesterov,
 		WeightDecay: o.WeightDecay, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, Schedule: o.Schedule,
-		ClipValue: o.ClipValue, ClipNorm: o.ClipNorm}
+		ClipValue: o.ClipValue, ClipNorm: o.ClipNorm, ClipNormOff: o.ClipNormOff}
 	var off int64
 	for i, g := range o.Groups {
 		pg := runtime.ParamGroup{LRScale: g.LRScale, WeightDecay: g.WeightDecay, OwnDecay: g.OwnDecay,

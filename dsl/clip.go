@@ -36,12 +36,23 @@ func (c ClipGradValue) clip(o *ir.Optimizer) string {
 // the fused update kernel reads it; a norm that is not finite fails the
 // step, which then changes nothing. dsl.Adam{LR: 1e-3, Clip:
 // dsl.ClipGradNorm(1)}.
+//
+// The max norm is run-time data: maxNorm is the one a session starts
+// with, and Session.SetClipNorm (cmd/train -clip) changes it, checkpoints
+// included. ClipGradNorm(math.Inf(1)) compiles the kernel in with
+// clipping off until a max norm is set: the registered models declare
+// that, so any of them clips at run time. Off, the session does not
+// launch the kernel and the update scales by 1: it costs nothing.
 type ClipGradNorm float64
 
 func (c ClipGradNorm) clip(o *ir.Optimizer) string {
 	v := float64(c)
-	if !(v > 0) || math.IsInf(v, 0) {
-		return fmt.Sprintf("ClipGradNorm(%v): want a positive, finite max norm", v)
+	if !(v > 0) {
+		return fmt.Sprintf("ClipGradNorm(%v): want a positive max norm (math.Inf(1): compiled in, off until Session.SetClipNorm)", v)
+	}
+	if math.IsInf(v, 1) {
+		o.ClipNormOff = true
+		return ""
 	}
 	o.ClipNorm = v
 	return ""

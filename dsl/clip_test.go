@@ -30,7 +30,12 @@ func TestClipGradNorm(t *testing.T) {
 	if m.Err() != nil || m.m.Optimizer.ClipNorm != 1 || m.m.Optimizer.ClipValue != 0 {
 		t.Fatalf("%v, %+v", m.Err(), m.m.Optimizer)
 	}
-	for _, v := range []float64{0, -1, math.Inf(1), math.NaN()} {
+	m = NewModel("c")
+	m.Optimizer(Adam{LR: 1e-3, Clip: ClipGradNorm(math.Inf(1))})
+	if o := m.m.Optimizer; m.Err() != nil || o.ClipNorm != 0 || !o.ClipNormOff || !o.GradNorm() {
+		t.Fatalf("ClipGradNorm(+Inf), compiled in and off: %v, %+v", m.Err(), o)
+	}
+	for _, v := range []float64{0, -1, math.Inf(-1), math.NaN()} {
 		m := NewModel("c")
 		m.Optimizer(AdamW{LR: 1e-3, Clip: ClipGradNorm(v)}) // the line the error names
 		err := m.Err()

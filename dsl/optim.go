@@ -42,8 +42,17 @@ type ParamGroup struct {
 	// "embedding.weight", "attention.weight", "attention.bias",
 	// "rnn.weight", "rnn.bias".
 	Kinds []string
-	// LRScale multiplies the optimizer's learning rate, scheduled or not
-	// (1 when zero).
+	// LRScale multiplies the optimizer's base learning rate (1 when
+	// zero). Under a schedule the group runs the schedule from its own
+	// base rate, as a torch.optim.lr_scheduler steps each param_group from
+	// its own initial_lr: for the multiplicative schedules (StepLR,
+	// MultiStepLR, ExponentialLR, ConstantLR, LinearLR, OneCycleLR) that
+	// is LRScale times the default group's rate; a cosine's floor
+	// (CosineAnnealingLR's eta_min, WarmupCosine's Min) is absolute, the
+	// same for every group, as eta_min is in PyTorch; OneCycleLR peaks at
+	// each group's own rate, as PyTorch's OneCycleLR does with max_lr a
+	// list of the groups' rates (a single max_lr would give every group
+	// the same peak and drop the scales).
 	LRScale       float64
 	WeightDecay   float64
 	NoWeightDecay bool

@@ -119,7 +119,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		return s.checkedUpdate(fi, f)
 	}
 	// One step, forward to update, is one graph on a Grapher device.
-	if err := s.graphed(f.Name, func() error {
+	if err := s.graphed(f, func() error {
 		if err := s.gradPhase(fi, f); err != nil {
 			return err
 		}
@@ -127,7 +127,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	}); err != nil {
 		return err
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t); err != nil {
 		// The device skipped the update (compiler/guard.go); the host's
 		// count follows.
 		s.t--
@@ -141,7 +141,7 @@ func (s *Session) microBatch(fi int, f *Func) error {
 	if err := s.gradPhase(fi, f); err != nil {
 		return err
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t+1); err != nil {
 		s.acc.inGrads = false
 		s.acc.pend--
 		s.acc.rows -= s.env["B"]
@@ -212,7 +212,10 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
-	scal := s.plan.Optimizer.Scalars(s.t, s.rate(s.t), s.wd)
+	scal := s.plan.Optimizer.ScheduledScalars(s.t, s.lr, s.sched, s.wd)
+	if s.plan.Optimizer.GradNorm() {
+		scal["max_norm"] = s.clip
+	}
 	if s.bound.on {
 		scal["gsafe"] = s.gsafe(scal)
 		s.bound.sc = scal
@@ -238,7 +241,7 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 	if !hasBuiltin(f, UpdateCheckKernel) {
 		return nil
 	}
-	if err := s.check("step"); err != nil {
+	if err := s.check("step", s.t); err != nil {
 		s.t--
 		return err
 	}

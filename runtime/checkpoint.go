@@ -26,7 +26,9 @@ import (
 //     counter, the learning-rate schedule (ngen.schedule: its JSON, or
 //     "none" for a constant rate, SetLR's override included; with the
 //     step count it resumes a schedule where it was), the run-time weight
-//     decay (ngen.weight_decay, SetWeightDecay's), the optimizer's
+//     decay (ngen.weight_decay, SetWeightDecay's), the run-time max norm
+//     of gradient clipping (ngen.clip_norm, SetClipNorm's, "+Inf" when
+//     off; written when the model compiles clipping in), the optimizer's
 //     parameter groups (ngen.groups: their members and options, as JSON;
 //     written when the model has groups, and a file with optimizer state
 //     must have the model's), and ngen.sha256, the SHA-256 of the whole file with that
@@ -185,8 +187,11 @@ func (s *Session) Save(w io.Writer) error {
 		"ngen.seed": strconv.FormatUint(s.seed, 10), "ngen.dropout_counter": strconv.FormatUint(s.calls, 10),
 		"ngen.weight_decay": strconv.FormatFloat(s.wd, 'g', -1, 64),
 	}
+	if s.plan.Optimizer.GradNorm() {
+		meta["ngen.clip_norm"] = strconv.FormatFloat(s.clip, 'g', -1, 64)
+	}
 	if gs := s.plan.Optimizer.Groups; len(gs) > 0 {
-		meta["ngen.groups"] = encodeGroups(gs)
+		meta["ngen.groups"] = GroupsJSON(gs)
 	}
 	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {
@@ -280,6 +285,9 @@ func (s *Session) Load(r io.Reader) error {
 	if c.wdSet {
 		s.wd = c.wd
 	}
+	if c.clipSet {
+		s.clip = c.clip
+	}
 	a := &s.acc
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
 	return s.refreshBound()
@@ -298,6 +306,9 @@ type decoded struct {
 	// wd is the file's run-time weight decay when wdSet.
 	wd    float64
 	wdSet bool
+	// clip is the file's run-time max norm when clipSet.
+	clip    float64
+	clipSet bool
 }
 
 // decodeCheckpoint parses and checks a checkpoint against the model's
@@ -371,6 +382,9 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 			return nil, fmt.Errorf("checkpoint: ngen.weight_decay %q: %v", v, e)
 		}
 		c.wd, c.wdSet = x, true
+	}
+	if c.clip, c.clipSet, err = decodeClipNorm(f.Metadata, o, haveOpt > 0); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if v, ok := f.Metadata["ngen.schedule"]; ok {
 		c.sched, err = decodeSchedule(v, c.lr)

@@ -17,11 +17,12 @@ type Grapher interface {
 	EndGraph(capture bool) error
 }
 
-// graphed runs run, the calls of function name at the current symbol
+// graphed runs run, the calls of function f at the current symbol
 // bindings, as one graph on a Grapher device (not while profiling, which
-// times each step). The key names the session (its buffers), the function
-// and every binding, which fix the kernels, launch shapes and GEMMs.
-func (s *Session) graphed(name string, run func() error) error {
+// times each step). The key names the session (its buffers), the function,
+// every binding and the state of each of f's step conditions (condKey:
+// clipping on or off), which fix the kernels, launch shapes and GEMMs.
+func (s *Session) graphed(f *Func, run func() error) error {
 	g, ok := s.dev.(Grapher)
 	if !ok || s.prof != nil {
 		return run()
@@ -31,10 +32,12 @@ func (s *Session) graphed(name string, run func() error) error {
 		syms = append(syms, y)
 	}
 	sort.Strings(syms)
+	name := f.Name
 	key := fmt.Sprintf("%s.%s@%p", s.plan.Model, name, s)
 	for _, y := range syms {
 		key += fmt.Sprintf(" %s=%d", y, s.env[y])
 	}
+	key += s.condKey(f)
 	if err := g.BeginGraph(key); err != nil {
 		return err
 	}

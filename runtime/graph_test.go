@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -23,6 +24,8 @@ type deferring struct {
 	pending []func() error
 	keys    []string
 	escaped []string
+	// launches counts Launch calls, deferred or not.
+	launches int
 }
 
 func (d *deferring) BeginGraph(key string) error {
@@ -57,6 +60,7 @@ func (d *deferring) note(what string) {
 }
 
 func (d *deferring) Launch(f runtime.Function, grid, block runtime.Dim3, shared int, args ...runtime.Arg) error {
+	d.launches++
 	return d.later(func() error { return d.Device.Launch(f, grid, block, shared, args...) })
 }
 
@@ -171,5 +175,89 @@ func TestSessionGraphs(t *testing.T) {
 				t.Fatalf("graph keys %q: want one per step, equal at one batch size", k)
 			}
 		})
+	}
+}
+
+// TestSessionGraphsClipping: the seed MLP compiles gradient clipping in,
+// off. Toggling it between steps (off, on, off, on, on) on a device that
+// defers each step as runtime/cuda records a CUDA graph gives the plain
+// CPU device's losses and parameters bit for bit; a step launches the
+// grad-norm kernel only while clipping (one launch more than off); and
+// the graph key says which state the step ran in, so a CUDA device keeps
+// one graph for each instead of re-capturing at every toggle.
+func TestSessionGraphsClipping(t *testing.T) {
+	norms := []float64{math.Inf(1), 0.5, math.Inf(1), 0.5, 0.5}
+	var runs [2][]float32
+	var rec *deferring
+	var perStep []int
+	for side := range 2 {
+		base, err := cpu.New(cpu.Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer base.Close()
+		var dev runtime.Device = base
+		if side == 1 {
+			rec = &deferring{Device: base}
+			dev = rec
+		}
+		m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if !m.Session().Plan().Optimizer.GradNorm() {
+			t.Fatal("the seed MLP has no grad-norm kernel: regenerate it")
+		}
+		r := rand.New(rand.NewPCG(1, 1))
+		for _, norm := range norms {
+			if err := m.Session().SetClipNorm(norm); err != nil {
+				t.Fatal(err)
+			}
+			x, y := make([]float32, 16*784), make([]int32, 16)
+			for i := range x {
+				x[i] = r.Float32()
+			}
+			for i := range y {
+				y[i] = int32(r.IntN(10))
+			}
+			n := 0
+			if rec != nil {
+				n = rec.launches
+			}
+			l, err := m.Step(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec != nil {
+				perStep = append(perStep, rec.launches-n)
+			}
+			runs[side] = append(runs[side], l)
+		}
+		i, err := m.Session().Lookup("param", "fc1.weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := m.Session().ReadFloats(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range w[:64] {
+			runs[side] = append(runs[side], float32(v))
+		}
+	}
+	if fmt.Sprint(runs[0]) != fmt.Sprint(runs[1]) {
+		t.Fatalf("losses and weights %v plain, %v deferred", runs[0], runs[1])
+	}
+	if len(rec.escaped) > 0 {
+		t.Fatalf("host calls inside a step: %v", rec.escaped)
+	}
+	k := rec.keys
+	offKey, onKey := k[0], k[1]
+	if !strings.HasSuffix(offKey, " clipping=off") || !strings.HasSuffix(onKey, " clipping=on") || k[2] != offKey || k[3] != onKey || k[4] != onKey {
+		t.Fatalf("graph keys %q: want one for clipping off and one for on", k)
+	}
+	if off, on := perStep[0], perStep[1]; on != off+1 || perStep[2] != off || perStep[3] != on || perStep[4] != on {
+		t.Fatalf("launches per step %v: want the grad-norm kernel's one more while clipping", perStep)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // Parameter groups (torch.optim's param_groups). The compiler lays each
@@ -58,13 +60,27 @@ func (o Optimizer) Rules() []GroupRule {
 	return append(rs, GroupRule{LRScale: 1, WeightDecay: o.WeightDecay, Beta1: o.Beta1, Beta2: o.Beta2, Momentum: o.Momentum})
 }
 
-// Scalars returns the per-step scalars the lowered update reads; t counts
-// from 1, lr is the current learning rate and wd the run-time weight
-// decay (of the default group and of the groups without their own).
+// Scalars returns the per-step scalars the lowered update reads at a
+// constant rate lr; t counts from 1 and wd is the run-time weight decay
+// (of the default group and of the groups without their own).
 func (o Optimizer) Scalars(t int, lr, wd float64) map[string]float64 {
+	return o.ScheduledScalars(t, lr, nil, wd)
+}
+
+// ScheduledScalars returns the per-step scalars of step t (from 1) under
+// schedule sc (nil: the constant rate base). Each group runs sc from its
+// own base rate, base times its LRScale, as a torch.optim.lr_scheduler
+// steps each param_group from its own initial_lr: for the multiplicative
+// schedules (step, multistep, exponential, constant, linear, OneCycleLR)
+// that is the scale times the default group's rate; for a cosine with a
+// floor (CosineAnnealingLR's eta_min, WarmupCosine's Min) the floor is
+// absolute and the same for every group, as eta_min is in PyTorch.
+// OneCycleLR's peak is each group's own rate (PyTorch's max_lr as a list
+// of the groups' rates).
+func (o Optimizer) ScheduledScalars(t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
 	s := map[string]float64{}
 	for _, r := range o.Rules() {
-		lrg := lr * r.LRScale
+		lrg := sc.Rate(base*r.LRScale, t-1)
 		wdg := wd
 		if r.OwnDecay {
 			wdg = r.WeightDecay
@@ -139,8 +155,11 @@ func ckptGroups(gs []ParamGroup) []ckptGroup {
 	return out
 }
 
-// encodeGroups is ngen.groups for the model's groups.
-func encodeGroups(gs []ParamGroup) string {
+// GroupsJSON is the groups as a checkpoint's ngen.groups holds them, the
+// format testdata/oracle/torch_optim.py builds torch.optim param_groups
+// from (members by name, resolved options): cmd/train passes it to its
+// PyTorch peer.
+func GroupsJSON(gs []ParamGroup) string {
 	b, err := json.Marshal(ckptGroups(gs))
 	if err != nil {
 		panic(err) // strings, bools and finite numbers
@@ -168,7 +187,7 @@ func checkGroups(meta map[string]string, want []ParamGroup, withOpt bool) error 
 	}
 	mine := ckptGroups(want)
 	if len(got) != len(mine) {
-		return fmt.Errorf("its optimizer has %d parameter group(s), the model's %d (ngen.groups %s, the model's %s)", len(got), len(mine), v, encodeGroups(want))
+		return fmt.Errorf("its optimizer has %d parameter group(s), the model's %d (ngen.groups %s, the model's %s)", len(got), len(mine), v, GroupsJSON(want))
 	}
 	for i := range got {
 		a, b := got[i], mine[i]

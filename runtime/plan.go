@@ -154,6 +154,10 @@ type Step struct {
 	// Commits, on a CommitKernel step, are the state buffers it writes and
 	// their new values: one launch commits them all.
 	Commits []Commit `json:",omitzero"`
+	// When says whether the session runs this step at a given point of a
+	// run (the zero value: always). The pass that lowers a step sets it;
+	// the session tests it, not the kernel's name.
+	When StepCond `json:",omitzero"`
 	// Label names this launch or GEMM for people: the fused group it
 	// computes (blocks_1_norm1_layernorm_fwd). Launches of one shared
 	// kernel carry their own labels; profiles, traces and fault messages
@@ -164,6 +168,21 @@ type Step struct {
 	Bytes Sum    `json:",omitzero"` // bytes read plus written in global memory
 	Flops Sum    `json:",omitzero"`
 }
+
+// StepCond is the run-time condition of a step (Step.When).
+type StepCond int
+
+const (
+	// Always: the step runs whenever its function does.
+	Always StepCond = iota
+	// WhileClipping: the step runs only while the session clips the
+	// gradients by their global norm (a finite max norm,
+	// Session.SetClipNorm): the grad-norm kernel. With clipping off the
+	// update reads the coefficient 1 from its own max_norm scalar
+	// (ops.ClipCoef), so skipping the kernel leaves the step bit for bit
+	// an unclipped one and costs nothing.
+	WhileClipping
+)
 
 // Commit is one state buffer a CommitKernel step writes: Dst ← Src.
 type Commit struct{ Dst, Src int }
@@ -243,13 +262,22 @@ type Optimizer struct {
 	ClipValue float64 `json:",omitzero"`
 	// ClipNorm, when positive, scales the update's gradients by
 	// clip_grad_norm_'s coefficient, which GradNormKernel computes on the
-	// device.
+	// device. It is the max norm a session starts with: the kernel reads
+	// the session's (Session.SetClipNorm) as its scalar max_norm.
 	ClipNorm float64 `json:",omitzero"`
+	// ClipNormOff: the grad-norm kernel is compiled in, with no bound
+	// (+Inf) until Session.SetClipNorm sets one.
+	ClipNormOff bool `json:",omitzero"`
 	// Groups are the declared parameter groups (param_groups.go); the
 	// parameters after the last group's form the default group, which
 	// has the options above.
 	Groups []ParamGroup `json:",omitzero"`
 }
+
+// GradNorm reports whether the plan's step computes the gradients'
+// global norm (GradNormKernel) and scales the update by clip_grad_norm_'s
+// coefficient, so that Session.SetClipNorm applies.
+func (o Optimizer) GradNorm() bool { return o.ClipNorm > 0 || o.ClipNormOff }
 
 // Align is the byte alignment of every buffer.
 const Align = 256

@@ -93,6 +93,15 @@ func (p *Plan) Validate() error {
 		}
 		for si, st := range f.Steps {
 			where := fmt.Sprintf("%s step %d", f.Name, si)
+			switch st.When {
+			case Always:
+			case WhileClipping:
+				if !p.Optimizer.GradNorm() {
+					return fmt.Errorf("plan %s: %s runs while clipping, and the plan has no gradient clipping by norm", p.Model, where)
+				}
+			default:
+				return fmt.Errorf("plan %s: %s has unknown condition %d", p.Model, where, int(st.When))
+			}
 			switch st.Kind {
 			case LaunchStep:
 				if st.Kernel < 0 || st.Kernel >= len(p.Kernels) {

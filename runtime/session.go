@@ -29,6 +29,7 @@ type Session struct {
 	lr       float64
 	sched    *schedule.Schedule // nil: the rate is lr at every step
 	wd       float64            // run-time weight decay (SetWeightDecay)
+	clip     float64            // run-time max norm (SetClipNorm); +Inf: off
 	loss     float64            // the last step's, from the status block
 	arenaLen int64
 	acc      accumulator  // gradient accumulation state (accumulate.go)
@@ -76,7 +77,7 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	if problem := p.Optimizer.Schedule.Check(p.Optimizer.LR); problem != "" {
 		return nil, fmt.Errorf("%s: the plan's learning-rate schedule: %s", p.Model, problem)
 	}
-	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR, sched: p.Optimizer.Schedule, wd: p.Optimizer.WeightDecay,
+	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR, sched: p.Optimizer.Schedule, wd: p.Optimizer.WeightDecay, clip: initialClipNorm(p.Optimizer),
 		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
 	for y, n := range opt.Symbols {
 		if !slices.Contains(p.Symbols, y) || y == "B" {
@@ -365,10 +366,10 @@ func (s *Session) Run(name string, batch int) error {
 		return err
 	}
 	s.row0 = s.sampleOffset(batch)
-	if err := s.graphed(name, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
+	if err := s.graphed(f, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
-	return s.check(name)
+	return s.check(name, s.t) // no step: name the steps taken
 }
 
 func (s *Session) setBatch(name string, batch int) error {
@@ -396,6 +397,9 @@ func (s *Session) finiteInputs(f *Func) error {
 func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float64) error {
 	for i := from; i < to; i++ {
 		st := &f.Steps[i]
+		if !s.runs(st.When) {
+			continue
+		}
 		var err error
 		if s.prof != nil {
 			err = s.timeStep(fi, f.Name, i, st, func() error { return s.exec(st, scal) })

@@ -57,7 +57,8 @@ const (
 	// clip_grad_norm_'s coefficient, which it stores in status word
 	// StatusClipCoef (words 14 and 15 for f64); the update reads it
 	// there. A norm that is not finite fails the step (word 5 =
-	// clipNormFailed).
+	// clipNormFailed). Its step is WhileClipping: with the max norm at
+	// +Inf it does not run, and the update reads 1 instead.
 	GradNormKernel = "grad_norm"
 	// GradNormMaxBlocks bounds the grad-norm kernel's grid: the size of
 	// its partial sums (the step's Src, f64).
@@ -73,7 +74,9 @@ const clipNormFailed = 3
 
 // check runs the plan's checks for function fn after it ran, from one read
 // of the status block (plans from before the guard also read the loss).
-func (s *Session) check(fn string) error {
+// step is the 1-based optimizer step the call belongs to, which its
+// errors name: s.t+1 before the update phase has counted it, s.t after.
+func (s *Session) check(fn string, step int) error {
 	// A local block: cgo refuses a pointer into the Session, which holds
 	// Go pointers.
 	var blk [StatusWords]int32
@@ -125,17 +128,15 @@ func (s *Session) check(fn string) error {
 					return err
 				}
 				if blk[4] != 0 {
-					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
+					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
 				}
 				if blk[5] == clipNormFailed {
-					// Raised in the update phase, which has counted the
-					// step already.
-					return fmt.Errorf("%s (%s): %s: the gradients' global norm (ClipGradNorm) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, s.t)
+					return fmt.Errorf("%s (%s): %s: the gradients' global norm (ClipGradNorm) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
 				}
 				if blk[5] == updateFailed {
-					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: s.t + 1, LR: s.rate(s.t + 1)}
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(step)}
 				}
-				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, s.t+1)
+				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
 			}
 		case "finite":
 			v, err := s.ReadFloats(c.Buf)
@@ -144,7 +145,7 @@ func (s *Session) check(fn string) error {
 			}
 			for _, x := range v {
 				if math.IsNaN(x) || math.IsInf(x, 0) {
-					return fmt.Errorf("%s (%s): %s: %s is %v at step %d", c.Op, c.Pos, s.plan.Model, c.Detail, x, s.t)
+					return fmt.Errorf("%s (%s): %s: %s is %v at step %d", c.Op, c.Pos, s.plan.Model, c.Detail, x, step)
 				}
 			}
 		}

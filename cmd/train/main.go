@@ -64,6 +64,7 @@ func main() {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	rc.set = set
+	rc.defaults(*name) // gpt, transformer: warm-up, cosine, clipping at 1 (recipe.go)
 	sampling := set["sample"]
 	task, seq := seqTasks[*name]
 	_, known := models[*name]
@@ -75,9 +76,6 @@ func main() {
 	}
 	if err == nil {
 		err = rc.check()
-	}
-	if err == nil && seq && *conc && *torch && rc.given() {
-		err = fmt.Errorf("-torch-concurrent starts the PyTorch peer before ngen counts its steps, which -lr and -schedule need: drop -torch-concurrent")
 	}
 	if err == nil {
 		err = checkOutputs(*profile, *torch) // -log, -plot, -trace (outputs.go)
@@ -271,7 +269,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if err := rc.apply(m.Session(), total); err != nil {
 		return nil, err
 	}
-	if *peer, err = rc.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+	if *peer, err = rc.peerArgs(m.Session().Plan(), total); err != nil {
 		return nil, err
 	}
 	var results []epochResult
@@ -285,10 +283,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if accum > 1 && grp.lead() {
 		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
 	}
-	if rc.given() {
-		base, sc := m.Session().Schedule()
-		say("learning rate %g, schedule %s over %d steps\n", base, sc, total)
-	}
+	rc.describe(m.Session(), total, say)
 	if err := rec.begin(dev, batch); err != nil {
 		return nil, err
 	}

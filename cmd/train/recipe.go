@@ -5,33 +5,89 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // recipe is the training options that -lr, -schedule, -warmup, -clip and
-// -weight-decay give. The rate, its schedule and the weight decay are
-// run-time data (Session.SetSchedule, Session.SetWeightDecay), so they
-// apply to every generated model as it is; gradient clipping (a
-// grad-norm kernel and a scale in the update) is compiled into a model,
-// so -clip is refused with what to do instead.
+// -weight-decay give. The rate, its schedule, the weight decay and the
+// max norm of gradient clipping are run-time data (Session.SetSchedule,
+// SetWeightDecay, SetClipNorm), so they apply to every generated model as
+// it is: every registered model compiles clip_grad_norm_ in, off until a
+// max norm is set (dsl.ClipGradNorm(math.Inf(1))). A model may have a
+// default recipe (modelRecipes) for the flags not given.
 type recipe struct {
 	lr          float64 // 0: the model's declared rate
 	schedule    string  // "", constant, cosine, step, onecycle
 	warmup      int
-	clip        float64
+	clip        float64 // 0: no clipping
 	weightDecay float64
 	set         map[string]bool
+	// autoWarmup: the warm-up is the default recipe's, autoWarmup's
+	// steps of the run's length; clipDefault: clip is the default
+	// recipe's.
+	autoWarmup, clipDefault bool
+}
+
+// recipeDefault is a model's default recipe.
+type recipeDefault struct {
+	schedule string  // with a warm-up of autoWarmup steps
+	clip     float64 // max norm
+}
+
+// modelRecipes are the default recipes: the Transformers train with a
+// linear warm-up then a cosine decay to 0 and gradients clipped to norm
+// 1, as GPT-style models usually are (nanoGPT, minGPT). A flag given
+// replaces its part: -schedule constant for a constant rate, -clip 0 for
+// no clipping, -warmup N for another warm-up.
+var modelRecipes = map[string]recipeDefault{
+	"gpt":         {schedule: "cosine", clip: 1},
+	"transformer": {schedule: "cosine", clip: 1},
+}
+
+// autoWarmup is the default recipe's warm-up over a run of total steps:
+// a twentieth of the run, between 1 and 100 steps.
+func autoWarmup(total int) int { return min(max(total/20, 1), 100) }
+
+// defaults fills in model's default recipe for the flags not given.
+func (r *recipe) defaults(model string) {
+	d, ok := modelRecipes[model]
+	if !ok {
+		return
+	}
+	if r.set == nil {
+		r.set = map[string]bool{}
+	}
+	if !r.set["schedule"] {
+		r.schedule = d.schedule
+		r.autoWarmup = !r.set["warmup"]
+	}
+	if !r.set["clip"] {
+		r.clip, r.clipDefault = d.clip, true
+	}
+}
+
+// clipping reports whether the run sets the max norm (-clip, or the
+// default recipe's).
+func (r *recipe) clipping() bool { return r != nil && (r.set["clip"] || r.clipDefault) }
+
+// maxNorm is the session's max norm for -clip: +Inf (off) for 0.
+func (r *recipe) maxNorm() float64 {
+	if r.clip == 0 {
+		return math.Inf(1)
+	}
+	return r.clip
 }
 
 // recipeFlags declares the flags on the default flag set.
 func recipeFlags() *recipe {
 	r := &recipe{}
 	flag.Float64Var(&r.lr, "lr", 0, "learning rate (0: the model's); with -schedule, the schedule's peak (base) rate")
-	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); empty: the model's own")
-	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle)")
-	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm (refused: clipping is compiled into a model, dsl.ClipGradNorm; see README)")
+	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); default: the model's recipe (gpt, transformer: cosine with warm-up) or its own")
+	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle); gpt and transformer default to -schedule cosine with a twentieth of the run's steps (1 to 100) of warm-up")
+	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm before each update, as torch.nn.utils.clip_grad_norm_ (0: no clipping; default: the model's recipe, 1 for gpt and transformer, else none)")
 	flag.Float64Var(&r.weightDecay, "weight-decay", 0, "weight decay (Adam's and SGD's L2 term, AdamW's decoupled decay) of the model's default parameter group and of its groups without a decay of their own (default: the model's, or a checkpoint's)")
 	return r
 }
@@ -54,8 +110,8 @@ func (r *recipe) check() error {
 		return fmt.Errorf("-warmup: give -schedule constant, cosine or onecycle too")
 	case r.set["warmup"] && r.schedule == "step":
 		return fmt.Errorf("-warmup: -schedule step has no warm-up (use constant, cosine or onecycle)")
-	case r.set["clip"]:
-		return fmt.Errorf("-clip %v: clipping is compiled into a model's update (its grad-norm kernel); declare it in the model (Clip: dsl.ClipGradNorm(%v) on its optimizer) and run go generate", r.clip, r.clip)
+	case r.set["clip"] && (math.IsNaN(r.clip) || r.clip < 0):
+		return fmt.Errorf("-clip %v: want a max norm > 0 (+Inf or 0: no clipping)", r.clip)
 	case r.set["weight-decay"] && (math.IsNaN(r.weightDecay) || math.IsInf(r.weightDecay, 0) || r.weightDecay < 0):
 		return fmt.Errorf("-weight-decay %v: want a finite decay ≥ 0", r.weightDecay)
 	}
@@ -71,28 +127,32 @@ func (r *recipe) check() error {
 // base: nil for a constant rate.
 func (r *recipe) plan(base float64, total int) (*schedule.Schedule, error) {
 	total = max(total, 1)
+	warmup := r.warmup
+	if r.autoWarmup {
+		warmup = autoWarmup(total)
+	}
 	var sc *schedule.Schedule
 	switch r.schedule {
 	case "constant":
-		if r.warmup > 0 {
-			sc = &schedule.Schedule{Kind: "linear", StartFactor: 1 / float64(r.warmup), EndFactor: 1, Iters: r.warmup}
+		if warmup > 0 {
+			sc = &schedule.Schedule{Kind: "linear", StartFactor: 1 / float64(warmup), EndFactor: 1, Iters: warmup}
 		}
 	case "cosine":
-		sc = &schedule.Schedule{Kind: "warmup_cosine", Iters: r.warmup, Total: total, StartFactor: 1}
-		if r.warmup > 0 {
-			sc.StartFactor = 1 / float64(r.warmup)
+		sc = &schedule.Schedule{Kind: "warmup_cosine", Iters: warmup, Total: total, StartFactor: 1}
+		if warmup > 0 {
+			sc.StartFactor = 1 / float64(warmup)
 		}
 	case "step":
 		sc = &schedule.Schedule{Kind: "step", StepSize: max(total/3, 1), Gamma: 0.1}
 	case "onecycle":
 		pct := 0.3
-		if r.warmup > 0 {
-			pct = float64(r.warmup) / float64(total)
+		if warmup > 0 {
+			pct = float64(warmup) / float64(total)
 		}
 		sc = &schedule.Schedule{Kind: "onecycle", Total: total, PctStart: pct, DivFactor: 25, FinalDivFactor: 1e4}
 	}
 	if p := sc.Check(base); p != "" {
-		return nil, fmt.Errorf("-schedule %s -warmup %d over %d steps: %s", r.schedule, r.warmup, total, p)
+		return nil, fmt.Errorf("-schedule %s -warmup %d over %d steps: %s", r.schedule, warmup, total, p)
 	}
 	return sc, nil
 }
@@ -113,15 +173,21 @@ func (r *recipe) resolve(base float64, cur *schedule.Schedule, done, total int) 
 	return base, sc, err
 }
 
-// apply sets the rate, schedule and weight decay on s for a run of total
-// more optimizer steps. Without -lr, -schedule and -weight-decay it
-// changes nothing, so the model's own, or a checkpoint's, run. The decay
-// is the default group's and that of the groups without their own
-// (dsl.ParamGroup): a group that declares its decay keeps it.
+// apply sets the rate, schedule, weight decay and max norm on s for a run
+// of total more optimizer steps. Without -lr, -schedule, -weight-decay,
+// -clip and a default recipe it changes nothing, so the model's own, or a
+// checkpoint's, run. The decay is the default group's and that of the
+// groups without their own (dsl.ParamGroup): a group that declares its
+// decay keeps it.
 func (r *recipe) apply(s *runtime.Session, total int) error {
 	if r.decay() {
 		if err := s.SetWeightDecay(r.weightDecay); err != nil {
 			return err
+		}
+	}
+	if r.clipping() {
+		if err := s.SetClipNorm(r.maxNorm()); err != nil {
+			return fmt.Errorf("-clip %v: %w", r.clip, err)
 		}
 	}
 	if !r.given() {
@@ -139,9 +205,14 @@ func (r *recipe) apply(s *runtime.Session, total int) error {
 // total steps from a fresh start with the plan's optimizer: the rate, the
 // schedule as runtime/schedule JSON (bench/torch_train.py builds the
 // torch scheduler from it with testdata/oracle/torch_lr.py's builder),
-// and the weight decay when there is one (-weight-decay's, or the
-// model's).
-func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
+// the weight decay when there is one (-weight-decay's, or the model's),
+// and the max norm of clip_grad_norm_ when the run clips (-clip's, the
+// default recipe's, or the model's declared one); when the model declares
+// parameter groups, the groups (runtime.GroupsJSON, as
+// testdata/oracle/torch_optim.py builds them) and the model's parameter
+// names in order, which the peer pairs with its model's parameters().
+func (r *recipe) peerArgs(p *runtime.Plan, total int) ([]string, error) {
+	o := p.Optimizer
 	if r == nil {
 		r = &recipe{}
 	}
@@ -156,6 +227,13 @@ func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
 		}
 		args = append(args, "--weight-decay", fmt.Sprint(wd))
 	}
+	clip := o.ClipNorm
+	if r.clipping() {
+		clip = r.maxNorm()
+	}
+	if clip > 0 && !math.IsInf(clip, 1) {
+		args = append(args, "--clip", fmt.Sprint(clip))
+	}
 	if sc != nil {
 		j, err := json.Marshal(sc)
 		if err != nil {
@@ -163,5 +241,30 @@ func (r *recipe) peerArgs(o runtime.Optimizer, total int) ([]string, error) {
 		}
 		args = append(args, "--schedule", string(j))
 	}
+	if len(o.Groups) > 0 {
+		var names []string
+		for _, b := range p.Buffers {
+			if b.Role == "param" {
+				names = append(names, b.Name)
+			}
+		}
+		args = append(args, "--groups", runtime.GroupsJSON(o.Groups), "--param-names", strings.Join(names, ","))
+	}
 	return args, nil
+}
+
+// describe prints the run's recipe when a flag or a default recipe set
+// part of it.
+func (r *recipe) describe(s *runtime.Session, total int, say func(string, ...any)) {
+	if r.given() {
+		base, sc := s.Schedule()
+		say("learning rate %g, schedule %s over %d steps\n", base, sc, total)
+	}
+	if r.clipping() {
+		if c := s.ClipNorm(); math.IsInf(c, 1) {
+			say("no gradient clipping\n")
+		} else {
+			say("gradients clipped to global norm %g (clip_grad_norm_)\n", c)
+		}
+	}
 }

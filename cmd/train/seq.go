@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -154,6 +155,9 @@ type seqOptions struct {
 	// peer's arguments for it into recipeArgs when that is not nil.
 	recipe     *recipe
 	recipeArgs *[]string
+	// recipeReady, when set, runs once recipeArgs holds the peer's
+	// recipe, before the first step (-torch-concurrent starts the peer).
+	recipeReady func() error
 	// grp is the data-parallel group (-dist mpi); nil: this process alone.
 	grp *group
 }
@@ -226,12 +230,14 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	if err := o.recipe.apply(m.Session(), total); err != nil {
 		return nil, err
 	}
-	if o.recipe.given() {
-		base, sc := m.Session().Schedule()
-		say("learning rate %g, schedule %s over %d steps\n", base, sc, total)
-	}
+	o.recipe.describe(m.Session(), total, say)
 	if o.recipeArgs != nil {
-		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan().Optimizer, total); err != nil {
+		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan(), total); err != nil {
+			return nil, err
+		}
+	}
+	if o.recipeReady != nil {
+		if err := o.recipeReady(); err != nil {
 			return nil, err
 		}
 	}
@@ -486,9 +492,14 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 		o.recipeArgs = &recipeArgs
 		var peer *seqPeer
 		if torch && concurrent {
-			// Started first, on its own threads: the two runs share the
-			// machine, so their throughput columns are not a comparison.
-			if peer, err = startSeqPeer(task, script, name, o); err != nil {
+			// Started before ngen's first step, once the recipe is
+			// resolved (its schedule spans the run's steps), on its own
+			// threads: the two runs share the machine, so their
+			// throughput columns are not a comparison.
+			o.recipeReady = func() error {
+				po := o
+				po.peerArgs = append(slices.Clone(o.peerArgs), recipeArgs...)
+				peer, err = startSeqPeer(task, script, name, po)
 				return err
 			}
 		}

@@ -312,3 +312,160 @@ func TestClipNormCoefficient(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestClipNormRunTime: the max norm is run-time data. A model compiled
+// with clipping off (ClipNormOff, dsl.ClipGradNorm(+Inf)) trains bit for
+// bit as one without the kernel, since the coefficient is exactly 1; set
+// at run time the norm clips, f64 gradients beyond 1e154 cannot fail an
+// unclipped step, checkpoints carry the norm, and every bad value, or a
+// model without the kernel, is an error that says so.
+func TestClipNormRunTime(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows = 4
+	session := func(o ir.Optimizer, dt ir.DType) *runtime.Session {
+		p, err := compiler.Compile(irtest.MLP(dt, 4, 5, 3, 0, o), compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: rows, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	step := func(s *runtime.Session, v float64) error {
+		x := []float64{v, 1, -2, 0.5, 3, v, 0, 1, -1, 2, v, 0, 1, 1, 1, v}
+		var in any = x
+		if s.Plan().DType == runtime.F32 {
+			in = castTo(ir.F32, x)
+		}
+		if err := s.WriteInput("x", in, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteInput("y", []int32{0, 2, 1, 0}, rows); err != nil {
+			t.Fatal(err)
+		}
+		return s.Run("step", rows)
+	}
+	off := irtest.Adam
+	off.ClipNormOff = true
+	plain, s := session(irtest.Adam, ir.F32), session(off, ir.F32)
+	defer plain.Close()
+	defer s.Close()
+	if !math.IsInf(s.ClipNorm(), 1) || !math.IsInf(plain.ClipNorm(), 1) {
+		t.Fatalf("max norms %v and %v at the start, want +Inf (off)", s.ClipNorm(), plain.ClipNorm())
+	}
+	for range 2 {
+		if err := step(plain, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := step(s, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameSnapshot(t, "clipping off against no clipping", snapshot(t, s), snapshot(t, plain))
+	// Off, the step does not launch the grad-norm kernel (its step is
+	// runtime.WhileClipping); on, it does, once a step.
+	gradNormCalls := func(s *runtime.Session) int {
+		s.SetProfiling(true)
+		defer s.SetProfiling(false)
+		if err := step(s, 3); err != nil {
+			t.Fatal(err)
+		}
+		var steps []runtime.Step
+		for _, f := range s.Plan().Funcs {
+			if f.Name == "step" {
+				steps = f.Steps
+			}
+		}
+		n := 0
+		for _, p := range s.Profile() {
+			if p.Func == "step" && steps[p.Index].Builtin == runtime.GradNormKernel {
+				n += p.Calls
+			}
+		}
+		return n
+	}
+	if n := gradNormCalls(s); n != 0 {
+		t.Fatalf("clipping off: the grad-norm kernel ran %d time(s), want none", n)
+	}
+	if err := step(plain, 3); err != nil {
+		t.Fatal(err)
+	}
+	sameSnapshot(t, "clipping off against no clipping, profiled", snapshot(t, s), snapshot(t, plain))
+	for _, v := range []float64{0, -1, math.Inf(-1), math.NaN()} {
+		if err := s.SetClipNorm(v); err == nil || !strings.Contains(err.Error(), "want a positive norm") {
+			t.Errorf("SetClipNorm(%v): %v, want a refusal", v, err)
+		}
+	}
+	if err := plain.SetClipNorm(1); err == nil || !strings.Contains(err.Error(), "no gradient clipping compiled in: declare Clip: dsl.ClipGradNorm(math.Inf(1))") {
+		t.Errorf("SetClipNorm on a model without the kernel: %v", err)
+	}
+	if err := s.SetClipNorm(0.01); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, plain)
+	if err := step(s, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(plain, 3); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(snapshot(t, s)["state:adam.exp_avg"], snapshot(t, plain)["state:adam.exp_avg"]) {
+		t.Fatalf("max norm 0.01 changed nothing (before: %v)", before["state:adam.exp_avg"][:3])
+	}
+	if n := gradNormCalls(s); n != 1 {
+		t.Fatalf("clipping at 0.01: the grad-norm kernel ran %d time(s) in a step, want 1", n)
+	}
+	if err := step(plain, 3); err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoint carries the norm; a model without the kernel cannot
+	// resume a run that clipped, but takes its weights alone.
+	var buf bytes.Buffer
+	if err := s.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"ngen.clip_norm":"0.01"`) {
+		t.Fatal("the checkpoint lacks ngen.clip_norm 0.01")
+	}
+	f := session(off, ir.F32)
+	defer f.Close()
+	if err := f.Load(bytes.NewReader(buf.Bytes())); err != nil || f.ClipNorm() != 0.01 {
+		t.Fatalf("loaded max norm %v (%v), want 0.01", f.ClipNorm(), err)
+	}
+	if err := plain.Load(bytes.NewReader(buf.Bytes())); err == nil || !strings.Contains(err.Error(), "ngen.clip_norm 0.01: the run clipped its gradients") {
+		t.Fatalf("resuming a clipped run without the kernel: %v", err)
+	}
+	if err := s.SetClipNorm(math.Inf(1)); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := s.Save(&buf); err != nil || !strings.Contains(buf.String(), `"ngen.clip_norm":"+Inf"`) {
+		t.Fatalf("the checkpoint of an unclipped run: %v", err)
+	}
+	if err := plain.Load(&buf); err != nil {
+		t.Fatalf("a run that did not clip resumes without the kernel: %v", err)
+	}
+	// Off, the kernel reads no gradient: f64 gradients whose squares
+	// overflow train (the guard sees them finite); set, they fail the step.
+	off.Kind, off.LR = "sgd", 0.1
+	d := session(off, ir.F64)
+	defer d.Close()
+	if err := d.SetClipNorm(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(d, 1e160); err == nil || !strings.Contains(err.Error(), "global norm (ClipGradNorm) is not finite") {
+		t.Fatalf("clipping at 1, f64 gradients near 1e160: %v", err)
+	}
+	if err := d.SetClipNorm(math.Inf(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(d, 1e160); err != nil {
+		t.Fatalf("clipping off, f64 gradients near 1e160: %v", err)
+	}
+}

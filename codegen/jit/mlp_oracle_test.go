@@ -164,6 +164,10 @@ type mlpRequest struct {
 	Steps  int                   `json:"steps"`
 	Opt    ir.Optimizer          `json:"optimizer"`
 	AMP    string                `json:"amp,omitempty"` // "bf16": torch.autocast
+	// ClipNorms, when set, is the max norm of each step (0: no clipping
+	// at that step), after the run-time max norm of a session that
+	// changes it between steps.
+	ClipNorms []float64 `json:"clip_norms,omitempty"`
 }
 
 type mlpResult struct {
@@ -225,6 +229,20 @@ func TestMLPOracle(t *testing.T) {
 		{Names: []string{"*.bias"}, LRScale: 0.5, WeightDecay: 0.01, OwnDecay: true, Momentum: 0.5},
 	}}
 	wd := func(x float64) *float64 { return &x }
+	// Cases whose max norm is set at run time (Session.SetClipNorm) on a
+	// model compiled with clipping off (ClipNormOff, dsl.ClipGradNorm(+Inf)):
+	// the PyTorch run clips at that norm. Without an entry here such a
+	// model does not clip, and PyTorch does not either.
+	runtimeClip := map[string]float64{"adam_runtime_clip_norm": 0.1, "sgd_momentum_runtime_clip_norm": 0.1}
+	// Cases that set the max norm before every step: clipping on, off
+	// (+Inf: the session skips the grad-norm kernel and the update scales
+	// by 1) and on again, as clip_grad_norm_ called on some steps only.
+	off := math.Inf(1)
+	clipSteps := map[string][]float64{"adam_clip_toggled": {0.1, off, off, 0.05, off, 0.1}}
+	clipOff := func(o ir.Optimizer) ir.Optimizer {
+		o.ClipNormOff = true
+		return o
+	}
 	sched := func(o ir.Optimizer, s schedule.Schedule) ir.Optimizer {
 		o.Schedule = &s
 		return o
@@ -255,7 +273,18 @@ func TestMLPOracle(t *testing.T) {
 		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true, false}, 4, false, nil},
 		{"adam_clip_norm", ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 0.1}, []bool{true}, 4, true, nil},
 		{"sgd_momentum_clip_norm", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9, ClipNorm: 0.1}, []bool{true}, 4, false, nil},
+		{"adam_runtime_clip_norm", clipOff(irtest.Adam), []bool{true, false}, 4, false, nil},
+		{"adam_runtime_clip_norm", clipOff(irtest.Adam), []bool{true}, 4, true, nil},
+		{"sgd_momentum_runtime_clip_norm", clipOff(ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}), []bool{true}, 4, false, nil},
+		{"adam_clip_norm_off", clipOff(irtest.Adam), []bool{true}, 3, false, nil},
+		{"adam_clip_toggled", clipOff(irtest.Adam), []bool{true, false}, 6, false, nil},
+		{"adam_clip_toggled", clipOff(irtest.Adam), []bool{true}, 6, true, nil},
 		{"adamw_groups", adamwGroups, []bool{true, false}, 4, false, nil},
+		// Groups under schedules that do not scale: each group runs the
+		// schedule from its own rate, the cosine floor absolute (eta_min),
+		// OneCycleLR peaking at each group's rate (max_lr per group).
+		{"adamw_groups_warmup_cosine_min", sched(adamwGroups, schedule.Schedule{Kind: "warmup_cosine", Iters: 2, Total: 6, Min: 1e-3, StartFactor: 0.5}), []bool{true}, 7, true, nil},
+		{"adamw_groups_onecycle", sched(adamwGroups, schedule.Schedule{Kind: "onecycle", Total: 6, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4}), []bool{true}, 6, true, nil},
 		{"adamw_groups", adamwGroups, []bool{true}, 4, true, nil},
 		{"adamw_groups_runtime_decay", adamwGroups, []bool{true}, 4, true, wd(0.3)},
 		{"adam_groups_runtime_decay", adamGroups, []bool{true, false}, 4, false, wd(0.05)},
@@ -294,6 +323,12 @@ func TestMLPOracle(t *testing.T) {
 				for i, g := range s.Plan().Optimizer.Groups {
 					req.Opt.Groups[i].Params = g.Params
 				}
+				if c, ok := runtimeClip[oc.name]; ok {
+					if err := s.SetClipNorm(c); err != nil {
+						t.Fatal(err)
+					}
+					req.Opt.ClipNorm = c
+				}
 				if oc.wd != nil {
 					if err := s.SetWeightDecay(*oc.wd); err != nil {
 						t.Fatal(err)
@@ -310,6 +345,15 @@ func TestMLPOracle(t *testing.T) {
 				var losses []float64
 				grads := map[string][]float64{}
 				for step := 1; step <= steps; step++ {
+					if seq, ok := clipSteps[oc.name]; ok {
+						if err := s.SetClipNorm(seq[step-1]); err != nil {
+							t.Fatal(err)
+						}
+						req.ClipNorms = append(req.ClipNorms, 0)
+						if !math.IsInf(seq[step-1], 1) {
+							req.ClipNorms[step-1] = seq[step-1]
+						}
+					}
 					var masks [][]float64
 					for i, w := range mlpWidths[1 : len(mlpWidths)-1] {
 						masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))

@@ -309,3 +309,59 @@ func TestSetLRBound(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardStepNumbers: a failed step's error names the step that failed,
+// counted from 1: the third step after two good ones, whether the update
+// phase had counted it (a plain step, an update) or not (a micro-batch of
+// an accumulation), and an UpdateError names that step and its rate.
+func TestGuardStepNumbers(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	sgd := ir.Optimizer{Kind: "sgd", LR: 0.1}
+	p, err := compiler.Compile(irtest.MLP(ir.F32, 4, 5, 3, 0, sgd), compiler.Options{Fuse: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{1, 2} {
+		s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: 2, Seed: 3, AccumulationSteps: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := func(v float64) error {
+			if err := s.WriteInput("x", castTo(ir.F32, []float64{v, 0, 0, 0, v, 0, 0, 0}), 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteInput("y", []int32{0, 2}, 2); err != nil {
+				t.Fatal(err)
+			}
+			return s.Run("step", 2)
+		}
+		for range 2 * k {
+			if err := run(1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A NaN input passes no check before the step (training inputs
+		// are not scanned); the loss is NaN.
+		if err := run(math.NaN()); err == nil || !strings.Contains(err.Error(), "loss is NaN at step 3;") {
+			t.Errorf("k=%d: NaN loss after 2 steps: %v, want step 3", k, err)
+		}
+		if k == 1 {
+			if err := s.SetLR(1e4); err != nil {
+				t.Fatal(err)
+			}
+			err := run(1e36)
+			var ue *runtime.UpdateError
+			if !errors.As(err, &ue) || ue.Step != 3 || ue.LR != 1e4 {
+				t.Errorf("overflowing update after 2 steps: %v, want an UpdateError of step 3 at rate 1e4", err)
+			}
+		}
+		if s.Steps() != 2 {
+			t.Errorf("k=%d: %d steps after the failures, want 2", k, s.Steps())
+		}
+		s.Close()
+	}
+}

@@ -206,6 +206,12 @@ type Optimizer struct {
 	// so that their global L2 norm is at most ClipNorm
 	// (torch.nn.utils.clip_grad_norm_).
 	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// ClipNormOff compiles clip_grad_norm_ in (the grad-norm kernel and
+	// the scale in the update) with no bound until the session sets one
+	// (runtime.Session.SetClipNorm): dsl.ClipGradNorm(math.Inf(1)). The
+	// max norm is a run-time value either way; ClipNorm is the one a
+	// session starts with.
+	ClipNormOff bool `json:"clip_norm_off,omitempty"`
 	// Groups are the parameter groups in declaration order (torch.optim
 	// param_groups); a parameter takes the first group that matches it,
 	// and the parameters no group matches form the default group, which
@@ -214,6 +220,10 @@ type Optimizer struct {
 	// Pos is the user's Optimizer call, for errors about its groups.
 	Pos Pos `json:"pos"`
 }
+
+// GradNorm reports whether the step computes the gradients' global norm
+// and scales the update by clip_grad_norm_'s coefficient.
+func (o *Optimizer) GradNorm() bool { return o.ClipNorm > 0 || o.ClipNormOff }
 
 // ParamGroup is one parameter group of an optimizer, with its options
 // resolved: a field the user left unset holds the optimizer's value.

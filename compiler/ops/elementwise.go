@@ -123,10 +123,12 @@ func init() {
 		}, nil),
 		// clip_norm_scale multiplies by ClipGradNorm's coefficient, which
 		// the builtin grad-norm kernel left in the status block
-		// (runtime.GradNormKernel, runtime.StatusClipCoef). Like clampc it
-		// only transforms the update's gradient: no gradient rule.
+		// (runtime.GradNormKernel, runtime.StatusClipCoef), or by 1 when
+		// the run-time max norm is +Inf (the session then skips that
+		// kernel). Like clampc it only transforms the update's gradient:
+		// no gradient rule.
 		unary("clip_norm_scale", 1, func(c *Ctx, v *ir.Value, x string) string {
-			return "(" + x + " * " + ClipCoef(c.T, c.StatusBlock()) + ")"
+			return "(" + x + " * " + ClipCoef(c.T, c.StatusBlock(), c.Scalar("max_norm", c.T)) + ")"
 		}, nil),
 		// powc raises to the constant power F.
 		unary("powc", 4, func(c *Ctx, v *ir.Value, x string) string {
@@ -267,10 +269,17 @@ func sampleIndex(c *Ctx, s ir.Shape) string {
 // in status block st: float bits in word runtime.StatusClipCoef, a
 // double's in that word (low half) and the next. The grad-norm kernel
 // writes it (codegen/guard.go); the update and the update check read it.
-func ClipCoef(t, st string) string {
+// maxNorm is the C name of the run-time max norm (the kernel scalar
+// max_norm): at +Inf clipping is off, the session does not launch the
+// grad-norm kernel (runtime.WhileClipping), and the coefficient is 1,
+// which scales every gradient to itself, so the step is bit for bit an
+// unclipped one.
+func ClipCoef(t, st, maxNorm string) string {
 	w := runtime.StatusClipCoef
+	coef, one := fmt.Sprintf("__int_as_float(%s[%d])", st, w), "1.0f"
 	if t == "double" {
-		return fmt.Sprintf("__longlong_as_double((long long)(((unsigned long long)(unsigned)%s[%d] << 32) | (unsigned long long)(unsigned)%s[%d]))", st, w+1, st, w)
+		coef = fmt.Sprintf("__longlong_as_double((long long)(((unsigned long long)(unsigned)%s[%d] << 32) | (unsigned long long)(unsigned)%s[%d]))", st, w+1, st, w)
+		one = "1.0"
 	}
-	return fmt.Sprintf("__int_as_float(%s[%d])", st, w)
+	return fmt.Sprintf("(%s - %s == (%s)0 ? %s : %s)", maxNorm, maxNorm, t, coef, one)
 }

@@ -133,8 +133,8 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_fwd: 2 launches (lstm_bias_fwd, lstm_bias_fwd). The first computes:
-//   v10 = add <f32[99,512]> v9 v5  # models/lstm/model.go:81
-//   v11 = add <f32[99,512]> v10 v6  # models/lstm/model.go:81
+//   v10 = add <f32[99,512]> v9 v5  # models/lstm/model.go:83
+//   v11 = add <f32[99,512]> v10 v6  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -149,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // embedding_fwd: 2 launches (embedding_fwd, embedding_fwd). The first computes:
-//   v12 = embedding <f32[B,64,512]> v11 v0  # models/lstm/model.go:80
+//   v12 = embedding <f32[B,64,512]> v11 v0  # models/lstm/model.go:82
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -164,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:81
+//   v13 = rnn_scan <f32[B,64,768]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_fwd, slice_fwd_2). The first computes:
-//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
+//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -222,8 +222,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd_2: 2 launches (lstm_bias_fwd_2, lstm_bias_fwd_2). The first computes:
-//   v22 = add <f32[B,64,512]> v21 v17  # models/lstm/model.go:81
-//   v23 = add <f32[B,64,512]> v22 v18  # models/lstm/model.go:81
+//   v22 = add <f32[B,64,512]> v21 v17  # models/lstm/model.go:83
+//   v23 = add <f32[B,64,512]> v22 v18  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -238,9 +238,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // slice_bwd computes:
-//   v25 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-//   v42 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
-//   v59 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
+//   v25 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
+//   v42 = slice <f32[B,64,128]> v24 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
+//   v59 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -267,9 +267,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:82
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:84
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:84
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:82
+//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:84
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
-//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:81
+//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -349,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
+//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -398,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd_2: 2 launches (slice_bwd_2, slice_bwd_5). The first computes:
-//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:81
+//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -413,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3: 2 launches (slice_bwd_3, slice_bwd_6). The first computes:
-//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:81
+//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -428,8 +428,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // slice_bwd_4 computes:
-//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:81
-//   v61 = slice <f32[B,63,128]> v59 {axes=[1] ints=[0 63]}  # models/lstm/model.go:81
+//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
+//   v61 = slice <f32[B,63,128]> v59 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -450,8 +450,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
 }
 
 // sum_bwd_2 computes:
-//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:81
-//   v50 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:81
+//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v50 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
@@ -504,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v65 = embedding_bwd <f32[99,512]> v58 v0 {shape=[99,512]}  # models/lstm/model.go:80
+//   v65 = embedding_bwd <f32[99,512]> v58 v0 {shape=[99,512]}  # models/lstm/model.go:82
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -520,8 +520,8 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // sum_bwd_3 computes:
-//   v66 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:81
-//   v68 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:81
+//   v66 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v68 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long nout = 512LL;
   const long long nred = 99LL;
@@ -574,53 +574,55 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v75 = mul <f32[230979]> v72 v74  # models/lstm/model.go:77
-//   v76 = add <f32[230979]> v73 v75  # models/lstm/model.go:77
-//   v79 = scale <f32[230979]> v77 {f=0.9}  # models/lstm/model.go:77
-//   v80 = scale <f32[230979]> v76 {f=0.09999999999999998}  # models/lstm/model.go:77
-//   v81 = add <f32[230979]> v79 v80  # models/lstm/model.go:77
-//   v82 = scale <f32[230979]> v78 {f=0.999}  # models/lstm/model.go:77
-//   v83 = mul <f32[230979]> v76 v76  # models/lstm/model.go:77
-//   v84 = scale <f32[230979]> v83 {f=0.0010000000000000009}  # models/lstm/model.go:77
-//   v85 = add <f32[230979]> v82 v84  # models/lstm/model.go:77
-//   v86 = sqrt <f32[230979]> v85  # models/lstm/model.go:77
-//   v88 = div <f32[230979]> v86 v87  # models/lstm/model.go:77
-//   v89 = addc <f32[230979]> v88 {f=1e-08}  # models/lstm/model.go:77
-//   v91 = div <f32[230979]> v81 v89  # models/lstm/model.go:77
-//   v92 = mul <f32[230979]> v90 v91  # models/lstm/model.go:77
-//   v93 = sub <f32[230979]> v72 v92  # models/lstm/model.go:77
+//   v74 = clip_norm_scale <f32[230979]> v73  # models/lstm/model.go:79
+//   v76 = mul <f32[230979]> v72 v75  # models/lstm/model.go:79
+//   v77 = add <f32[230979]> v74 v76  # models/lstm/model.go:79
+//   v80 = scale <f32[230979]> v78 {f=0.9}  # models/lstm/model.go:79
+//   v81 = scale <f32[230979]> v77 {f=0.09999999999999998}  # models/lstm/model.go:79
+//   v82 = add <f32[230979]> v80 v81  # models/lstm/model.go:79
+//   v83 = scale <f32[230979]> v79 {f=0.999}  # models/lstm/model.go:79
+//   v84 = mul <f32[230979]> v77 v77  # models/lstm/model.go:79
+//   v85 = scale <f32[230979]> v84 {f=0.0010000000000000009}  # models/lstm/model.go:79
+//   v86 = add <f32[230979]> v83 v85  # models/lstm/model.go:79
+//   v87 = sqrt <f32[230979]> v86  # models/lstm/model.go:79
+//   v89 = div <f32[230979]> v87 v88  # models/lstm/model.go:79
+//   v90 = addc <f32[230979]> v89 {f=1e-08}  # models/lstm/model.go:79
+//   v92 = div <f32[230979]> v82 v90  # models/lstm/model.go:79
+//   v93 = mul <f32[230979]> v91 v92  # models/lstm/model.go:79
+//   v94 = sub <f32[230979]> v72 v93  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a72 = in0[i];
-    float v75 = (a72 * s_wd);
-    float a73 = in1[i];
-    float v76 = (a73 + v75);
-    float a77 = in2[i];
-    float v79 = (a77 * 0.90000000000000002f);
-    float v80 = (v76 * 0.099999999999999978f);
-    float v81 = (v79 + v80);
-    float a78 = in3[i];
-    out0[i] = v81;
-    float v82 = (a78 * 0.999f);
-    float v83 = (v76 * v76);
-    float v84 = (v83 * 0.0010000000000000009f);
-    float v85 = (v82 + v84);
-    out1[i] = v85;
-    float v86 = sqrtf(v85);
-    float v88 = (v86 / s_bc2_sqrt);
-    float v89 = (v88 + 1e-08f);
-    float v91 = (v81 / v89);
-    float v92 = (s_step_size * v91);
-    float v93 = (a72 - v92);
-    out2[i] = v93;
+    float a73 = in0[i];
+    float v74 = (a73 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a72 = in1[i];
+    float v76 = (a72 * s_wd);
+    float v77 = (v74 + v76);
+    float a78 = in2[i];
+    float v80 = (a78 * 0.90000000000000002f);
+    float v81 = (v77 * 0.099999999999999978f);
+    float v82 = (v80 + v81);
+    float a79 = in3[i];
+    out0[i] = v82;
+    float v83 = (a79 * 0.999f);
+    float v84 = (v77 * v77);
+    float v85 = (v84 * 0.0010000000000000009f);
+    float v86 = (v83 + v85);
+    out1[i] = v86;
+    float v87 = sqrtf(v86);
+    float v89 = (v87 / s_bc2_sqrt);
+    float v90 = (v89 + 1e-08f);
+    float v92 = (v82 / v90);
+    float v93 = (s_step_size * v92);
+    float v94 = (a72 - v93);
+    out2[i] = v94;
   }
 }
 
 // bias_fwd_3 computes:
-//   v28 = add <f32[B,64,99]> v26 v27  # models/lstm/model.go:82
+//   v28 = add <f32[B,64,99]> v26 v27  # models/lstm/model.go:84
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -655,18 +657,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 230979LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 230979LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:80
+//   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:82
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // bias_fwd: 8 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4, lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4). The first computes:
-//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:81
+//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:81
+//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 6 launches (slice_fwd, slice_fwd_2, slice_bwd_2, slice_bwd_6, slice_fwd, slice_fwd_2). The first computes:
-//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:81
+//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -219,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:82
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -232,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:84
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -265,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:84
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:82
+//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:84
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // sum_bwd_2 computes:
-//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:82
+//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:84
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 12672LL;
   const long long nred = (long long)B;
@@ -359,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
-//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:81
+//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -374,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:81
+//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -423,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_5). The first computes:
-//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:81
+//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -438,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2: 2 launches (slice_bwd_3, slice_bwd_7). The first computes:
-//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:81
+//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -453,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3: 2 launches (slice_bwd_4, slice_bwd_8). The first computes:
-//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:81
+//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -468,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_6, sum_bwd_7). The first computes:
-//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:81
+//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -510,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
-//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:81
+//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
@@ -552,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // sum_bwd_5 computes:
-//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:81
+//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:83
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
@@ -594,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:80
+//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:82
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -610,174 +610,187 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v77 = mul <f32[230979]> v74 v76  # models/lstm/model.go:77
+//   v76 = clip_norm_scale <f32[230979]> v75  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 230979LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a74 = in0[i];
-    float v77 = (a74 * s_wd);
-    out0[i] = v77;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v78 = add <f32[230979]> v75 v77  # models/lstm/model.go:77
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a75 = in0[i];
-    float a77 = in1[i];
-    float v78 = (a75 + a77);
+    float v76 = (a75 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v76;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v78 = mul <f32[230979]> v74 v77  # models/lstm/model.go:79
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 230979LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a74 = in0[i];
+    float v78 = (a74 * s_wd);
     out0[i] = v78;
   }
 }
 
-// optimizer_update_3 computes:
-//   v81 = scale <f32[230979]> v79 {f=0.9}  # models/lstm/model.go:77
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v79 = add <f32[230979]> v76 v78  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a79 = in0[i];
-    float v81 = (a79 * 0.90000000000000002f);
-    out0[i] = v81;
+    float a76 = in0[i];
+    float a78 = in1[i];
+    float v79 = (a76 + a78);
+    out0[i] = v79;
   }
 }
 
 // optimizer_update_4 computes:
-//   v82 = scale <f32[230979]> v78 {f=0.09999999999999998}  # models/lstm/model.go:77
+//   v82 = scale <f32[230979]> v80 {f=0.9}  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a78 = in0[i];
-    float v82 = (a78 * 0.099999999999999978f);
+    float a80 = in0[i];
+    float v82 = (a80 * 0.90000000000000002f);
     out0[i] = v82;
   }
 }
 
 // optimizer_update_5 computes:
-//   v84 = scale <f32[230979]> v80 {f=0.999}  # models/lstm/model.go:77
+//   v83 = scale <f32[230979]> v79 {f=0.09999999999999998}  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v84 = (a80 * 0.999f);
-    out0[i] = v84;
+    float a79 = in0[i];
+    float v83 = (a79 * 0.099999999999999978f);
+    out0[i] = v83;
   }
 }
 
 // optimizer_update_6 computes:
-//   v85 = mul <f32[230979]> v78 v78  # models/lstm/model.go:77
+//   v85 = scale <f32[230979]> v81 {f=0.999}  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a78 = in0[i];
-    float v85 = (a78 * a78);
+    float a81 = in0[i];
+    float v85 = (a81 * 0.999f);
     out0[i] = v85;
   }
 }
 
 // optimizer_update_7 computes:
-//   v86 = scale <f32[230979]> v85 {f=0.0010000000000000009}  # models/lstm/model.go:77
+//   v86 = mul <f32[230979]> v79 v79  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float v86 = (a85 * 0.0010000000000000009f);
+    float a79 = in0[i];
+    float v86 = (a79 * a79);
     out0[i] = v86;
   }
 }
 
 // optimizer_update_8 computes:
-//   v88 = sqrt <f32[230979]> v87  # models/lstm/model.go:77
+//   v87 = scale <f32[230979]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a87 = in0[i];
-    float v88 = sqrtf(a87);
-    out0[i] = v88;
+    float a86 = in0[i];
+    float v87 = (a86 * 0.0010000000000000009f);
+    out0[i] = v87;
   }
 }
 
 // optimizer_update_9 computes:
-//   v90 = div <f32[230979]> v88 v89  # models/lstm/model.go:77
+//   v89 = sqrt <f32[230979]> v88  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a88 = in0[i];
-    float v90 = (a88 / s_bc2_sqrt);
-    out0[i] = v90;
+    float v89 = sqrtf(a88);
+    out0[i] = v89;
   }
 }
 
 // optimizer_update_10 computes:
-//   v91 = addc <f32[230979]> v90 {f=1e-08}  # models/lstm/model.go:77
+//   v91 = div <f32[230979]> v89 v90  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a90 = in0[i];
-    float v91 = (a90 + 1e-08f);
+    float a89 = in0[i];
+    float v91 = (a89 / s_bc2_sqrt);
     out0[i] = v91;
   }
 }
 
 // optimizer_update_11 computes:
-//   v93 = div <f32[230979]> v83 v91  # models/lstm/model.go:77
+//   v92 = addc <f32[230979]> v91 {f=1e-08}  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a83 = in0[i];
-    float a91 = in1[i];
-    float v93 = (a83 / a91);
-    out0[i] = v93;
+    float a91 = in0[i];
+    float v92 = (a91 + 1e-08f);
+    out0[i] = v92;
   }
 }
 
 // optimizer_update_12 computes:
-//   v94 = mul <f32[230979]> v92 v93  # models/lstm/model.go:77
+//   v94 = div <f32[230979]> v84 v92  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a93 = in0[i];
-    float v94 = (s_step_size * a93);
+    float a84 = in0[i];
+    float a92 = in1[i];
+    float v94 = (a84 / a92);
     out0[i] = v94;
   }
 }
 
 // optimizer_update_13 computes:
-//   v95 = sub <f32[230979]> v74 v94  # models/lstm/model.go:77
+//   v95 = mul <f32[230979]> v93 v94  # models/lstm/model.go:79
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 230979LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a94 = in0[i];
+    float v95 = (s_step_size * a94);
+    out0[i] = v95;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v96 = sub <f32[230979]> v74 v95  # models/lstm/model.go:79
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
     float a74 = in0[i];
-    float a94 = in1[i];
-    float v95 = (a74 - a94);
-    out0[i] = v95;
+    float a95 = in1[i];
+    float v96 = (a74 - a95);
+    out0[i] = v96;
   }
 }
 
@@ -804,18 +817,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 230979LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 230979LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

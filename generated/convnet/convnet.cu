@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // im2col_fwd: 2 launches (im2col_fwd, im2col_fwd). The first computes:
-//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
+//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -153,10 +153,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 }
 
 // maxpool_argmax_maxpool_pick_bias_relu_fwd computes:
-//   v9 = maxpool_argmax <i32[B,32,14,14]> v7 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v10 = maxpool_pick <f32[B,32,14,14]> v7 v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v11 = add <f32[B,32,14,14]> v10 v8  # models/convnet/model.go:17
-//   v12 = relu <f32[B,32,14,14]> v11  # models/convnet/model.go:17
+//   v9 = maxpool_argmax <i32[B,32,14,14]> v7 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v10 = maxpool_pick <f32[B,32,14,14]> v7 v9 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v11 = add <f32[B,32,14,14]> v10 v8  # models/convnet/model.go:21
+//   v12 = relu <f32[B,32,14,14]> v11  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
 }
 
 // im2col_fwd_2: 2 launches (im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
+//   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -210,10 +210,10 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 }
 
 // maxpool_argmax_maxpool_pick_bias_relu_fwd_2 computes:
-//   v20 = maxpool_argmax <i32[B,64,7,7]> v18 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v21 = maxpool_pick <f32[B,64,7,7]> v18 v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v22 = add <f32[B,64,7,7]> v21 v19  # models/convnet/model.go:18
-//   v23 = relu <f32[B,64,7,7]> v22  # models/convnet/model.go:18
+//   v20 = maxpool_argmax <i32[B,64,7,7]> v18 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v21 = maxpool_pick <f32[B,64,7,7]> v18 v20 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v22 = add <f32[B,64,7,7]> v21 v19  # models/convnet/model.go:22
+//   v23 = relu <f32[B,64,7,7]> v22  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -247,8 +247,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
 }
 
 // bias_relu_fwd: 2 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
-//   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:19
-//   v29 = relu <f32[B,128]> v28  # models/convnet/model.go:19
+//   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:23
+//   v29 = relu <f32[B,128]> v28  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -262,9 +262,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:20
-//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:22
-//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:22
+//   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:24
+//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:26
+//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:26
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -310,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v37 = sum <f32[1,10]> v36 {axes=[0] keepdim}  # models/convnet/model.go:20
+//   v37 = sum <f32[1,10]> v36 {axes=[0] keepdim}  # models/convnet/model.go:24
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -327,8 +327,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_sum_bwd computes:
-//   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:19
-//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:19
+//   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:23
+//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
@@ -376,8 +376,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 }
 
 // relu_bwd_sum_bwd_2 computes:
-//   v47 = relu_bwd <f32[B,64,7,7]> v46 v23  # models/convnet/model.go:18
-//   v48 = sum <f32[1,64,1,1]> v47 {axes=[0 2 3] keepdim}  # models/convnet/model.go:18
+//   v47 = relu_bwd <f32[B,64,7,7]> v46 v23  # models/convnet/model.go:22
+//   v48 = sum <f32[1,64,1,1]> v47 {axes=[0 2 3] keepdim}  # models/convnet/model.go:22
 static __device__ float relu_bwd_sum_bwd_2_part0[320];
 static __device__ unsigned relu_bwd_sum_bwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -435,7 +435,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
 }
 
 // maxpool_bwd_bwd computes:
-//   v50 = maxpool_bwd <f32[B,64,14,14]> v47 v20 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v50 = maxpool_bwd <f32[B,64,14,14]> v47 v20 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -456,8 +456,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
 }
 
 // col2im_relu_bwd_bwd computes:
-//   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
-//   v59 = relu_bwd <f32[B,32,14,14]> v58 v12  # models/convnet/model.go:17
+//   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
+//   v59 = relu_bwd <f32[B,32,14,14]> v58 v12  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) col2im_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -486,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_relu_bwd_bwd(const floa
 }
 
 // sum_bwd_2 computes:
-//   v60 = sum <f32[1,32,1,1]> v59 {axes=[0 2 3] keepdim}  # models/convnet/model.go:17
+//   v60 = sum <f32[1,32,1,1]> v59 {axes=[0 2 3] keepdim}  # models/convnet/model.go:21
 static __device__ float sum_bwd_2_part0[288];
 static __device__ unsigned sum_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -539,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // maxpool_bwd_bwd_2 computes:
-//   v62 = maxpool_bwd <f32[B,32,28,28]> v59 v9 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v62 = maxpool_bwd <f32[B,32,28,28]> v59 v9 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -560,56 +560,58 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
 }
 
 // optimizer_update computes:
-//   v72 = mul <f32[421642]> v69 v71  # models/convnet/model.go:14
-//   v73 = add <f32[421642]> v70 v72  # models/convnet/model.go:14
-//   v76 = scale <f32[421642]> v74 {f=0.9}  # models/convnet/model.go:14
-//   v77 = scale <f32[421642]> v73 {f=0.09999999999999998}  # models/convnet/model.go:14
-//   v78 = add <f32[421642]> v76 v77  # models/convnet/model.go:14
-//   v79 = scale <f32[421642]> v75 {f=0.999}  # models/convnet/model.go:14
-//   v80 = mul <f32[421642]> v73 v73  # models/convnet/model.go:14
-//   v81 = scale <f32[421642]> v80 {f=0.0010000000000000009}  # models/convnet/model.go:14
-//   v82 = add <f32[421642]> v79 v81  # models/convnet/model.go:14
-//   v83 = sqrt <f32[421642]> v82  # models/convnet/model.go:14
-//   v85 = div <f32[421642]> v83 v84  # models/convnet/model.go:14
-//   v86 = addc <f32[421642]> v85 {f=1e-08}  # models/convnet/model.go:14
-//   v88 = div <f32[421642]> v78 v86  # models/convnet/model.go:14
-//   v89 = mul <f32[421642]> v87 v88  # models/convnet/model.go:14
-//   v90 = sub <f32[421642]> v69 v89  # models/convnet/model.go:14
+//   v71 = clip_norm_scale <f32[421642]> v70  # models/convnet/model.go:18
+//   v73 = mul <f32[421642]> v69 v72  # models/convnet/model.go:18
+//   v74 = add <f32[421642]> v71 v73  # models/convnet/model.go:18
+//   v77 = scale <f32[421642]> v75 {f=0.9}  # models/convnet/model.go:18
+//   v78 = scale <f32[421642]> v74 {f=0.09999999999999998}  # models/convnet/model.go:18
+//   v79 = add <f32[421642]> v77 v78  # models/convnet/model.go:18
+//   v80 = scale <f32[421642]> v76 {f=0.999}  # models/convnet/model.go:18
+//   v81 = mul <f32[421642]> v74 v74  # models/convnet/model.go:18
+//   v82 = scale <f32[421642]> v81 {f=0.0010000000000000009}  # models/convnet/model.go:18
+//   v83 = add <f32[421642]> v80 v82  # models/convnet/model.go:18
+//   v84 = sqrt <f32[421642]> v83  # models/convnet/model.go:18
+//   v86 = div <f32[421642]> v84 v85  # models/convnet/model.go:18
+//   v87 = addc <f32[421642]> v86 {f=1e-08}  # models/convnet/model.go:18
+//   v89 = div <f32[421642]> v79 v87  # models/convnet/model.go:18
+//   v90 = mul <f32[421642]> v88 v89  # models/convnet/model.go:18
+//   v91 = sub <f32[421642]> v69 v90  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float v72 = (a69 * s_wd);
-    float a70 = in1[i];
-    float v73 = (a70 + v72);
-    float a74 = in2[i];
-    float v76 = (a74 * 0.90000000000000002f);
-    float v77 = (v73 * 0.099999999999999978f);
-    float v78 = (v76 + v77);
-    float a75 = in3[i];
-    out0[i] = v78;
-    float v79 = (a75 * 0.999f);
-    float v80 = (v73 * v73);
-    float v81 = (v80 * 0.0010000000000000009f);
-    float v82 = (v79 + v81);
-    out1[i] = v82;
-    float v83 = sqrtf(v82);
-    float v85 = (v83 / s_bc2_sqrt);
-    float v86 = (v85 + 1e-08f);
-    float v88 = (v78 / v86);
-    float v89 = (s_step_size * v88);
-    float v90 = (a69 - v89);
-    out2[i] = v90;
+    float a70 = in0[i];
+    float v71 = (a70 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a69 = in1[i];
+    float v73 = (a69 * s_wd);
+    float v74 = (v71 + v73);
+    float a75 = in2[i];
+    float v77 = (a75 * 0.90000000000000002f);
+    float v78 = (v74 * 0.099999999999999978f);
+    float v79 = (v77 + v78);
+    float a76 = in3[i];
+    out0[i] = v79;
+    float v80 = (a76 * 0.999f);
+    float v81 = (v74 * v74);
+    float v82 = (v81 * 0.0010000000000000009f);
+    float v83 = (v80 + v82);
+    out1[i] = v83;
+    float v84 = sqrtf(v83);
+    float v86 = (v84 / s_bc2_sqrt);
+    float v87 = (v86 + 1e-08f);
+    float v89 = (v79 / v87);
+    float v90 = (s_step_size * v89);
+    float v91 = (a69 - v90);
+    out2[i] = v91;
   }
 }
 
 // maxpool_argmax_maxpool_pick_bias_relu_fwd_3 computes:
-//   v8 = maxpool_argmax <i32[B,32,14,14]> v6 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v9 = maxpool_pick <f32[B,32,14,14]> v6 v8 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
-//   v10 = add <f32[B,32,14,14]> v9 v7  # models/convnet/model.go:17
-//   v11 = relu <f32[B,32,14,14]> v10  # models/convnet/model.go:17
+//   v8 = maxpool_argmax <i32[B,32,14,14]> v6 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v9 = maxpool_pick <f32[B,32,14,14]> v6 v8 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v10 = add <f32[B,32,14,14]> v9 v7  # models/convnet/model.go:21
+//   v11 = relu <f32[B,32,14,14]> v10  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bias_relu_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -642,10 +644,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
 }
 
 // maxpool_argmax_maxpool_pick_bias_relu_fwd_4 computes:
-//   v19 = maxpool_argmax <i32[B,64,7,7]> v17 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v20 = maxpool_pick <f32[B,64,7,7]> v17 v19 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
-//   v21 = add <f32[B,64,7,7]> v20 v18  # models/convnet/model.go:18
-//   v22 = relu <f32[B,64,7,7]> v21  # models/convnet/model.go:18
+//   v19 = maxpool_argmax <i32[B,64,7,7]> v17 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v20 = maxpool_pick <f32[B,64,7,7]> v17 v19 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v21 = add <f32[B,64,7,7]> v20 v18  # models/convnet/model.go:22
+//   v22 = relu <f32[B,64,7,7]> v21  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bias_relu_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -678,7 +680,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
 }
 
 // bias_fwd computes:
-//   v32 = add <f32[B,10]> v30 v31  # models/convnet/model.go:20
+//   v32 = add <f32[B,10]> v30 v31  # models/convnet/model.go:24
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -713,18 +715,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 421642LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 421642LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -132,7 +132,7 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn_unfused.Step: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn_unfused.Step: input %q (models/convnet/model.go:34) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -158,7 +158,7 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return 0, fmt.Errorf("convnet_bn_unfused.Accumulate: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return 0, fmt.Errorf("convnet_bn_unfused.Accumulate: input %q (models/convnet/model.go:34) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -192,15 +192,15 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%784 != 0 {
-		return nil, fmt.Errorf("convnet_bn_unfused.Predict: input %q (models/convnet/model.go:30) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
+		return nil, fmt.Errorf("convnet_bn_unfused.Predict: input %q (models/convnet/model.go:34) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 205
+	fn, buf := "predict", 207
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 271
+		fn, buf = "predict_eval", 273
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

@@ -1173,174 +1173,187 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 }
 
 // optimizer_update computes:
-//   v767 = mul <f32[3184896]> v764 v766  # models/transformer/model.go:89
+//   v766 = clip_norm_scale <f32[3184896]> v765  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 3184896LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a764 = in0[i];
-    float v767 = (a764 * s_wd);
-    out0[i] = v767;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v768 = add <f32[3184896]> v765 v767  # models/transformer/model.go:89
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a765 = in0[i];
-    float a767 = in1[i];
-    float v768 = (a765 + a767);
+    float v766 = (a765 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v766;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v768 = mul <f32[3184896]> v764 v767  # models/transformer/model.go:89
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3184896LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a764 = in0[i];
+    float v768 = (a764 * s_wd);
     out0[i] = v768;
   }
 }
 
-// optimizer_update_3 computes:
-//   v771 = scale <f32[3184896]> v769 {f=0.9}  # models/transformer/model.go:89
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v769 = add <f32[3184896]> v766 v768  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a769 = in0[i];
-    float v771 = (a769 * 0.90000000000000002f);
-    out0[i] = v771;
+    float a766 = in0[i];
+    float a768 = in1[i];
+    float v769 = (a766 + a768);
+    out0[i] = v769;
   }
 }
 
 // optimizer_update_4 computes:
-//   v772 = scale <f32[3184896]> v768 {f=0.09999999999999998}  # models/transformer/model.go:89
+//   v772 = scale <f32[3184896]> v770 {f=0.9}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a768 = in0[i];
-    float v772 = (a768 * 0.099999999999999978f);
+    float a770 = in0[i];
+    float v772 = (a770 * 0.90000000000000002f);
     out0[i] = v772;
   }
 }
 
 // optimizer_update_5 computes:
-//   v774 = scale <f32[3184896]> v770 {f=0.999}  # models/transformer/model.go:89
+//   v773 = scale <f32[3184896]> v769 {f=0.09999999999999998}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a770 = in0[i];
-    float v774 = (a770 * 0.999f);
-    out0[i] = v774;
+    float a769 = in0[i];
+    float v773 = (a769 * 0.099999999999999978f);
+    out0[i] = v773;
   }
 }
 
 // optimizer_update_6 computes:
-//   v775 = mul <f32[3184896]> v768 v768  # models/transformer/model.go:89
+//   v775 = scale <f32[3184896]> v771 {f=0.999}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a768 = in0[i];
-    float v775 = (a768 * a768);
+    float a771 = in0[i];
+    float v775 = (a771 * 0.999f);
     out0[i] = v775;
   }
 }
 
 // optimizer_update_7 computes:
-//   v776 = scale <f32[3184896]> v775 {f=0.0010000000000000009}  # models/transformer/model.go:89
+//   v776 = mul <f32[3184896]> v769 v769  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a775 = in0[i];
-    float v776 = (a775 * 0.0010000000000000009f);
+    float a769 = in0[i];
+    float v776 = (a769 * a769);
     out0[i] = v776;
   }
 }
 
 // optimizer_update_8 computes:
-//   v778 = sqrt <f32[3184896]> v777  # models/transformer/model.go:89
+//   v777 = scale <f32[3184896]> v776 {f=0.0010000000000000009}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a777 = in0[i];
-    float v778 = sqrtf(a777);
-    out0[i] = v778;
+    float a776 = in0[i];
+    float v777 = (a776 * 0.0010000000000000009f);
+    out0[i] = v777;
   }
 }
 
 // optimizer_update_9 computes:
-//   v780 = div <f32[3184896]> v778 v779  # models/transformer/model.go:89
+//   v779 = sqrt <f32[3184896]> v778  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a778 = in0[i];
-    float v780 = (a778 / s_bc2_sqrt);
-    out0[i] = v780;
+    float v779 = sqrtf(a778);
+    out0[i] = v779;
   }
 }
 
 // optimizer_update_10 computes:
-//   v781 = addc <f32[3184896]> v780 {f=1e-08}  # models/transformer/model.go:89
+//   v781 = div <f32[3184896]> v779 v780  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a780 = in0[i];
-    float v781 = (a780 + 1e-08f);
+    float a779 = in0[i];
+    float v781 = (a779 / s_bc2_sqrt);
     out0[i] = v781;
   }
 }
 
 // optimizer_update_11 computes:
-//   v783 = div <f32[3184896]> v773 v781  # models/transformer/model.go:89
+//   v782 = addc <f32[3184896]> v781 {f=1e-08}  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a773 = in0[i];
-    float a781 = in1[i];
-    float v783 = (a773 / a781);
-    out0[i] = v783;
+    float a781 = in0[i];
+    float v782 = (a781 + 1e-08f);
+    out0[i] = v782;
   }
 }
 
 // optimizer_update_12 computes:
-//   v784 = mul <f32[3184896]> v782 v783  # models/transformer/model.go:89
+//   v784 = div <f32[3184896]> v774 v782  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a783 = in0[i];
-    float v784 = (s_step_size * a783);
+    float a774 = in0[i];
+    float a782 = in1[i];
+    float v784 = (a774 / a782);
     out0[i] = v784;
   }
 }
 
 // optimizer_update_13 computes:
-//   v785 = sub <f32[3184896]> v764 v784  # models/transformer/model.go:89
+//   v785 = mul <f32[3184896]> v783 v784  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3184896LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a784 = in0[i];
+    float v785 = (s_step_size * a784);
+    out0[i] = v785;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v786 = sub <f32[3184896]> v764 v785  # models/transformer/model.go:89
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
     float a764 = in0[i];
-    float a784 = in1[i];
-    float v785 = (a764 - a784);
-    out0[i] = v785;
+    float a785 = in1[i];
+    float v786 = (a764 - a785);
+    out0[i] = v786;
   }
 }
 
@@ -1367,18 +1380,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3184896LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3184896LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:62
+//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:64
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -148,10 +148,10 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // slice_fwd: 2 launches (slice_fwd, slice_fwd). The first computes:
-//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
-//   v12 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:63
-//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:63
-//   v25 = slice <f32[1,B,128]> v2 {axes=[0] ints=[1 2]}  # models/lstm/model.go:63
+//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:65
+//   v12 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:65
+//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:65
+//   v25 = slice <f32[1,B,128]> v2 {axes=[0] ints=[1 2]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -184,8 +184,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd: 4 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd, lstm_bias_fwd_2). The first computes:
-//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:63
-//   v16 = add <f32[B,1,512]> v15 v9  # models/lstm/model.go:63
+//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:65
+//   v16 = add <f32[B,1,512]> v15 v9  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -200,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:63
+//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -243,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd_2: 4 launches (slice_fwd_2, slice_fwd_3, slice_fwd_2, slice_fwd_5). The first computes:
-//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:63
+//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -258,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // slice_fwd_3: 2 launches (slice_fwd_4, slice_fwd_4). The first computes:
-//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:64
+//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:66
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -273,9 +273,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:64
-//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:68
-//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:68
+//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:66
+//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:70
+//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:70
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
@@ -323,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:64
+//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:66
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = (long long)B;
@@ -340,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd computes:
-//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:64
+//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:66
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_3). The first computes:
-//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:63
+//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -370,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:63
+//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -419,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_2). The first computes:
-//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
+//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -434,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // sum_bwd_2: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
-//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:63
-//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:63
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
@@ -488,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:62
+//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -504,54 +504,56 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v81 = mul <f32[230979]> v78 v80  # models/lstm/model.go:57
-//   v82 = add <f32[230979]> v79 v81  # models/lstm/model.go:57
-//   v85 = scale <f32[230979]> v83 {f=0.9}  # models/lstm/model.go:57
-//   v86 = scale <f32[230979]> v82 {f=0.09999999999999998}  # models/lstm/model.go:57
-//   v87 = add <f32[230979]> v85 v86  # models/lstm/model.go:57
-//   v88 = scale <f32[230979]> v84 {f=0.999}  # models/lstm/model.go:57
-//   v89 = mul <f32[230979]> v82 v82  # models/lstm/model.go:57
-//   v90 = scale <f32[230979]> v89 {f=0.0010000000000000009}  # models/lstm/model.go:57
-//   v91 = add <f32[230979]> v88 v90  # models/lstm/model.go:57
-//   v92 = sqrt <f32[230979]> v91  # models/lstm/model.go:57
-//   v94 = div <f32[230979]> v92 v93  # models/lstm/model.go:57
-//   v95 = addc <f32[230979]> v94 {f=1e-08}  # models/lstm/model.go:57
-//   v97 = div <f32[230979]> v87 v95  # models/lstm/model.go:57
-//   v98 = mul <f32[230979]> v96 v97  # models/lstm/model.go:57
-//   v99 = sub <f32[230979]> v78 v98  # models/lstm/model.go:57
+//   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:59
+//   v82 = mul <f32[230979]> v78 v81  # models/lstm/model.go:59
+//   v83 = add <f32[230979]> v80 v82  # models/lstm/model.go:59
+//   v86 = scale <f32[230979]> v84 {f=0.9}  # models/lstm/model.go:59
+//   v87 = scale <f32[230979]> v83 {f=0.09999999999999998}  # models/lstm/model.go:59
+//   v88 = add <f32[230979]> v86 v87  # models/lstm/model.go:59
+//   v89 = scale <f32[230979]> v85 {f=0.999}  # models/lstm/model.go:59
+//   v90 = mul <f32[230979]> v83 v83  # models/lstm/model.go:59
+//   v91 = scale <f32[230979]> v90 {f=0.0010000000000000009}  # models/lstm/model.go:59
+//   v92 = add <f32[230979]> v89 v91  # models/lstm/model.go:59
+//   v93 = sqrt <f32[230979]> v92  # models/lstm/model.go:59
+//   v95 = div <f32[230979]> v93 v94  # models/lstm/model.go:59
+//   v96 = addc <f32[230979]> v95 {f=1e-08}  # models/lstm/model.go:59
+//   v98 = div <f32[230979]> v88 v96  # models/lstm/model.go:59
+//   v99 = mul <f32[230979]> v97 v98  # models/lstm/model.go:59
+//   v100 = sub <f32[230979]> v78 v99  # models/lstm/model.go:59
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 230979LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a78 = in0[i];
-    float v81 = (a78 * s_wd);
-    float a79 = in1[i];
-    float v82 = (a79 + v81);
-    float a83 = in2[i];
-    float v85 = (a83 * 0.90000000000000002f);
-    float v86 = (v82 * 0.099999999999999978f);
-    float v87 = (v85 + v86);
-    float a84 = in3[i];
-    out0[i] = v87;
-    float v88 = (a84 * 0.999f);
-    float v89 = (v82 * v82);
-    float v90 = (v89 * 0.0010000000000000009f);
-    float v91 = (v88 + v90);
-    out1[i] = v91;
-    float v92 = sqrtf(v91);
-    float v94 = (v92 / s_bc2_sqrt);
-    float v95 = (v94 + 1e-08f);
-    float v97 = (v87 / v95);
-    float v98 = (s_step_size * v97);
-    float v99 = (a78 - v98);
-    out2[i] = v99;
+    float a79 = in0[i];
+    float v80 = (a79 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a78 = in1[i];
+    float v82 = (a78 * s_wd);
+    float v83 = (v80 + v82);
+    float a84 = in2[i];
+    float v86 = (a84 * 0.90000000000000002f);
+    float v87 = (v83 * 0.099999999999999978f);
+    float v88 = (v86 + v87);
+    float a85 = in3[i];
+    out0[i] = v88;
+    float v89 = (a85 * 0.999f);
+    float v90 = (v83 * v83);
+    float v91 = (v90 * 0.0010000000000000009f);
+    float v92 = (v89 + v91);
+    out1[i] = v92;
+    float v93 = sqrtf(v92);
+    float v95 = (v93 / s_bc2_sqrt);
+    float v96 = (v95 + 1e-08f);
+    float v98 = (v88 / v96);
+    float v99 = (s_step_size * v98);
+    float v100 = (a78 - v99);
+    out2[i] = v100;
   }
 }
 
 // slice_fwd_4: 2 launches (slice_fwd_3, slice_fwd_6). The first computes:
-//   v18 = slice <f32[B,1,128]> v17 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
-//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:63
+//   v18 = slice <f32[B,1,128]> v17 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
+//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -572,8 +574,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // slice_fwd_5 computes:
-//   v39 = slice <f32[B,1,128]> v38 {axes=[1] ints=[0 1]}  # models/lstm/model.go:63
-//   v47 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:64
+//   v39 = slice <f32[B,1,128]> v38 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
+//   v47 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:66
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -594,8 +596,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // concat_fwd computes:
-//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:63
-//   v46 = concat <f32[2,B,128]> v44 v45 {axes=[0]}  # models/lstm/model.go:63
+//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:65
+//   v46 = concat <f32[2,B,128]> v44 v45 {axes=[0]}  # models/lstm/model.go:65
 extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 2LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -618,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __res
 }
 
 // bias_fwd_2 computes:
-//   v52 = add <f32[B,99]> v50 v51  # models/lstm/model.go:64
+//   v52 = add <f32[B,99]> v50 v51  # models/lstm/model.go:66
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -653,18 +655,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 230979LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 230979LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -133,9 +133,9 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_relu_dropout_fwd computes:
-//   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:15
-//   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
-//   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
+//   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:19
+//   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:19
+//   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -151,9 +151,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
 }
 
 // bias_relu_dropout_fwd_2 computes:
-//   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:16
-//   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
-//   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
+//   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:20
+//   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:20
+//   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -169,9 +169,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:17
-//   v18 = cross_entropy <f32[]> v17 v1  # models/mlp/model.go:19
-//   v20 = ce_grad <f32[B,10]> v17 v1 v19  # models/mlp/model.go:19
+//   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:21
+//   v18 = cross_entropy <f32[]> v17 v1  # models/mlp/model.go:23
+//   v20 = ce_grad <f32[B,10]> v17 v1 v19  # models/mlp/model.go:23
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -217,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v21 = sum <f32[1,10]> v20 {axes=[0] keepdim}  # models/mlp/model.go:17
+//   v21 = sum <f32[1,10]> v20 {axes=[0] keepdim}  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -234,8 +234,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // dropout_relu_bwd_bwd computes:
-//   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:16
-//   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:16
+//   v25 = dropout <f32[B,256]> v23 {f=0.2 i=2}  # models/mlp/model.go:20
+//   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -248,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const flo
 }
 
 // sum_bwd_2 computes:
-//   v27 = sum <f32[1,256]> v26 {axes=[0] keepdim}  # models/mlp/model.go:16
+//   v27 = sum <f32[1,256]> v26 {axes=[0] keepdim}  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = (long long)B;
@@ -290,8 +290,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // dropout_relu_bwd_bwd_2 computes:
-//   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:15
-//   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:15
+//   v31 = dropout <f32[B,512]> v29 {f=0.2 i=1}  # models/mlp/model.go:19
+//   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -304,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const f
 }
 
 // sum_bwd_3 computes:
-//   v33 = sum <f32[1,512]> v32 {axes=[0] keepdim}  # models/mlp/model.go:15
+//   v33 = sum <f32[1,512]> v32 {axes=[0] keepdim}  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
@@ -346,55 +346,57 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v39 = mul <f32[535818]> v36 v38  # models/mlp/model.go:12
-//   v40 = add <f32[535818]> v37 v39  # models/mlp/model.go:12
-//   v43 = scale <f32[535818]> v41 {f=0.9}  # models/mlp/model.go:12
-//   v44 = scale <f32[535818]> v40 {f=0.09999999999999998}  # models/mlp/model.go:12
-//   v45 = add <f32[535818]> v43 v44  # models/mlp/model.go:12
-//   v46 = scale <f32[535818]> v42 {f=0.999}  # models/mlp/model.go:12
-//   v47 = mul <f32[535818]> v40 v40  # models/mlp/model.go:12
-//   v48 = scale <f32[535818]> v47 {f=0.0010000000000000009}  # models/mlp/model.go:12
-//   v49 = add <f32[535818]> v46 v48  # models/mlp/model.go:12
-//   v50 = sqrt <f32[535818]> v49  # models/mlp/model.go:12
-//   v52 = div <f32[535818]> v50 v51  # models/mlp/model.go:12
-//   v53 = addc <f32[535818]> v52 {f=1e-08}  # models/mlp/model.go:12
-//   v55 = div <f32[535818]> v45 v53  # models/mlp/model.go:12
-//   v56 = mul <f32[535818]> v54 v55  # models/mlp/model.go:12
-//   v57 = sub <f32[535818]> v36 v56  # models/mlp/model.go:12
+//   v38 = clip_norm_scale <f32[535818]> v37  # models/mlp/model.go:16
+//   v40 = mul <f32[535818]> v36 v39  # models/mlp/model.go:16
+//   v41 = add <f32[535818]> v38 v40  # models/mlp/model.go:16
+//   v44 = scale <f32[535818]> v42 {f=0.9}  # models/mlp/model.go:16
+//   v45 = scale <f32[535818]> v41 {f=0.09999999999999998}  # models/mlp/model.go:16
+//   v46 = add <f32[535818]> v44 v45  # models/mlp/model.go:16
+//   v47 = scale <f32[535818]> v43 {f=0.999}  # models/mlp/model.go:16
+//   v48 = mul <f32[535818]> v41 v41  # models/mlp/model.go:16
+//   v49 = scale <f32[535818]> v48 {f=0.0010000000000000009}  # models/mlp/model.go:16
+//   v50 = add <f32[535818]> v47 v49  # models/mlp/model.go:16
+//   v51 = sqrt <f32[535818]> v50  # models/mlp/model.go:16
+//   v53 = div <f32[535818]> v51 v52  # models/mlp/model.go:16
+//   v54 = addc <f32[535818]> v53 {f=1e-08}  # models/mlp/model.go:16
+//   v56 = div <f32[535818]> v46 v54  # models/mlp/model.go:16
+//   v57 = mul <f32[535818]> v55 v56  # models/mlp/model.go:16
+//   v58 = sub <f32[535818]> v36 v57  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float v39 = (a36 * s_wd);
-    float a37 = in1[i];
-    float v40 = (a37 + v39);
-    float a41 = in2[i];
-    float v43 = (a41 * 0.90000000000000002f);
-    float v44 = (v40 * 0.099999999999999978f);
-    float v45 = (v43 + v44);
-    float a42 = in3[i];
-    out0[i] = v45;
-    float v46 = (a42 * 0.999f);
-    float v47 = (v40 * v40);
-    float v48 = (v47 * 0.0010000000000000009f);
-    float v49 = (v46 + v48);
-    out1[i] = v49;
-    float v50 = sqrtf(v49);
-    float v52 = (v50 / s_bc2_sqrt);
-    float v53 = (v52 + 1e-08f);
-    float v55 = (v45 / v53);
-    float v56 = (s_step_size * v55);
-    float v57 = (a36 - v56);
-    out2[i] = v57;
+    float a37 = in0[i];
+    float v38 = (a37 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a36 = in1[i];
+    float v40 = (a36 * s_wd);
+    float v41 = (v38 + v40);
+    float a42 = in2[i];
+    float v44 = (a42 * 0.90000000000000002f);
+    float v45 = (v41 * 0.099999999999999978f);
+    float v46 = (v44 + v45);
+    float a43 = in3[i];
+    out0[i] = v46;
+    float v47 = (a43 * 0.999f);
+    float v48 = (v41 * v41);
+    float v49 = (v48 * 0.0010000000000000009f);
+    float v50 = (v47 + v49);
+    out1[i] = v50;
+    float v51 = sqrtf(v50);
+    float v53 = (v51 / s_bc2_sqrt);
+    float v54 = (v53 + 1e-08f);
+    float v56 = (v46 / v54);
+    float v57 = (s_step_size * v56);
+    float v58 = (a36 - v57);
+    out2[i] = v58;
   }
 }
 
 // bias_relu_dropout_fwd_3 computes:
-//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
-//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
-//   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:15
+//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:19
+//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:19
+//   v6 = dropout <f32[B,512]> v5 {f=0.2 i=1}  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -409,9 +411,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_3(const 
 }
 
 // bias_relu_dropout_fwd_4 computes:
-//   v10 = add <f32[B,256]> v8 v9  # models/mlp/model.go:16
-//   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:16
-//   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:16
+//   v10 = add <f32[B,256]> v8 v9  # models/mlp/model.go:20
+//   v11 = relu <f32[B,256]> v10  # models/mlp/model.go:20
+//   v12 = dropout <f32[B,256]> v11 {f=0.2 i=2}  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -426,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_4(const 
 }
 
 // bias_fwd: 2 launches (fc3_bias_fwd, fc3_bias_fwd). The first computes:
-//   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:17
+//   v16 = add <f32[B,10]> v14 v15  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -439,8 +441,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // bias_relu_fwd computes:
-//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:15
-//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:15
+//   v4 = add <f32[B,512]> v2 v3  # models/mlp/model.go:19
+//   v5 = relu <f32[B,512]> v4  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -454,8 +456,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
 }
 
 // bias_relu_fwd_2 computes:
-//   v9 = add <f32[B,256]> v7 v8  # models/mlp/model.go:16
-//   v10 = relu <f32[B,256]> v9  # models/mlp/model.go:16
+//   v9 = add <f32[B,256]> v7 v8  # models/mlp/model.go:20
+//   v10 = relu <f32[B,256]> v9  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -491,18 +493,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 535818LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 535818LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

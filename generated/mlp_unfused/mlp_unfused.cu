@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_fwd: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
-//   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:15
+//   v5 = add <f32[B,512]> v3 v4  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -146,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // relu_fwd: 3 launches (relu_fwd, relu_fwd, relu_fwd). The first computes:
-//   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:15
+//   v6 = relu <f32[B,512]> v5  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // dropout_fwd: 3 launches (dropout_fwd, dropout_bwd_2, dropout_fwd). The first computes:
-//   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:15
+//   v7 = dropout <f32[B,512]> v6 {f=0.2 i=1}  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -168,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd(const float * __re
 }
 
 // bias_fwd_2: 3 launches (fc2_bias_fwd, fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:16
+//   v11 = add <f32[B,256]> v9 v10  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -181,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // relu_fwd_2: 3 launches (relu_fwd_2, relu_fwd_2, relu_fwd_2). The first computes:
-//   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:16
+//   v12 = relu <f32[B,256]> v11  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -192,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // dropout_fwd_2: 3 launches (dropout_fwd_2, dropout_bwd, dropout_fwd_2). The first computes:
-//   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:16
+//   v13 = dropout <f32[B,256]> v12 {f=0.2 i=2}  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -203,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_fwd_2(const float * __
 }
 
 // bias_fwd_3: 3 launches (fc3_bias_fwd, fc3_bias_fwd, fc3_bias_fwd). The first computes:
-//   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:17
+//   v17 = add <f32[B,10]> v15 v16  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -216,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v18 = cross_entropy <f32[]> v17 v1  # models/mlp/model.go:19
+//   v18 = cross_entropy <f32[]> v17 v1  # models/mlp/model.go:23
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -247,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v20 = ce_grad <f32[B,10]> v17 v1 v19  # models/mlp/model.go:19
+//   v20 = ce_grad <f32[B,10]> v17 v1 v19  # models/mlp/model.go:23
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -280,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v21 = sum <f32[1,10]> v20 {axes=[0] keepdim}  # models/mlp/model.go:17
+//   v21 = sum <f32[1,10]> v20 {axes=[0] keepdim}  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -297,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_bwd computes:
-//   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:16
+//   v26 = relu_bwd <f32[B,256]> v25 v12  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -309,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_2 computes:
-//   v27 = sum <f32[1,256]> v26 {axes=[0] keepdim}  # models/mlp/model.go:16
+//   v27 = sum <f32[1,256]> v26 {axes=[0] keepdim}  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = (long long)B;
@@ -351,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // relu_bwd_bwd_2 computes:
-//   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:15
+//   v32 = relu_bwd <f32[B,512]> v31 v6  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -363,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 }
 
 // sum_bwd_3 computes:
-//   v33 = sum <f32[1,512]> v32 {axes=[0] keepdim}  # models/mlp/model.go:15
+//   v33 = sum <f32[1,512]> v32 {axes=[0] keepdim}  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
@@ -405,174 +405,187 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v39 = mul <f32[535818]> v36 v38  # models/mlp/model.go:12
+//   v38 = clip_norm_scale <f32[535818]> v37  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 535818LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float v39 = (a36 * s_wd);
-    out0[i] = v39;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v40 = add <f32[535818]> v37 v39  # models/mlp/model.go:12
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a37 = in0[i];
-    float a39 = in1[i];
-    float v40 = (a37 + a39);
+    float v38 = (a37 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v38;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v40 = mul <f32[535818]> v36 v39  # models/mlp/model.go:16
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 535818LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a36 = in0[i];
+    float v40 = (a36 * s_wd);
     out0[i] = v40;
   }
 }
 
-// optimizer_update_3 computes:
-//   v43 = scale <f32[535818]> v41 {f=0.9}  # models/mlp/model.go:12
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v41 = add <f32[535818]> v38 v40  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a41 = in0[i];
-    float v43 = (a41 * 0.90000000000000002f);
-    out0[i] = v43;
+    float a38 = in0[i];
+    float a40 = in1[i];
+    float v41 = (a38 + a40);
+    out0[i] = v41;
   }
 }
 
 // optimizer_update_4 computes:
-//   v44 = scale <f32[535818]> v40 {f=0.09999999999999998}  # models/mlp/model.go:12
+//   v44 = scale <f32[535818]> v42 {f=0.9}  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float v44 = (a40 * 0.099999999999999978f);
+    float a42 = in0[i];
+    float v44 = (a42 * 0.90000000000000002f);
     out0[i] = v44;
   }
 }
 
 // optimizer_update_5 computes:
-//   v46 = scale <f32[535818]> v42 {f=0.999}  # models/mlp/model.go:12
+//   v45 = scale <f32[535818]> v41 {f=0.09999999999999998}  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a42 = in0[i];
-    float v46 = (a42 * 0.999f);
-    out0[i] = v46;
+    float a41 = in0[i];
+    float v45 = (a41 * 0.099999999999999978f);
+    out0[i] = v45;
   }
 }
 
 // optimizer_update_6 computes:
-//   v47 = mul <f32[535818]> v40 v40  # models/mlp/model.go:12
+//   v47 = scale <f32[535818]> v43 {f=0.999}  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float v47 = (a40 * a40);
+    float a43 = in0[i];
+    float v47 = (a43 * 0.999f);
     out0[i] = v47;
   }
 }
 
 // optimizer_update_7 computes:
-//   v48 = scale <f32[535818]> v47 {f=0.0010000000000000009}  # models/mlp/model.go:12
+//   v48 = mul <f32[535818]> v41 v41  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a47 = in0[i];
-    float v48 = (a47 * 0.0010000000000000009f);
+    float a41 = in0[i];
+    float v48 = (a41 * a41);
     out0[i] = v48;
   }
 }
 
 // optimizer_update_8 computes:
-//   v50 = sqrt <f32[535818]> v49  # models/mlp/model.go:12
+//   v49 = scale <f32[535818]> v48 {f=0.0010000000000000009}  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a49 = in0[i];
-    float v50 = sqrtf(a49);
-    out0[i] = v50;
+    float a48 = in0[i];
+    float v49 = (a48 * 0.0010000000000000009f);
+    out0[i] = v49;
   }
 }
 
 // optimizer_update_9 computes:
-//   v52 = div <f32[535818]> v50 v51  # models/mlp/model.go:12
+//   v51 = sqrt <f32[535818]> v50  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a50 = in0[i];
-    float v52 = (a50 / s_bc2_sqrt);
-    out0[i] = v52;
+    float v51 = sqrtf(a50);
+    out0[i] = v51;
   }
 }
 
 // optimizer_update_10 computes:
-//   v53 = addc <f32[535818]> v52 {f=1e-08}  # models/mlp/model.go:12
+//   v53 = div <f32[535818]> v51 v52  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a52 = in0[i];
-    float v53 = (a52 + 1e-08f);
+    float a51 = in0[i];
+    float v53 = (a51 / s_bc2_sqrt);
     out0[i] = v53;
   }
 }
 
 // optimizer_update_11 computes:
-//   v55 = div <f32[535818]> v45 v53  # models/mlp/model.go:12
+//   v54 = addc <f32[535818]> v53 {f=1e-08}  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a45 = in0[i];
-    float a53 = in1[i];
-    float v55 = (a45 / a53);
-    out0[i] = v55;
+    float a53 = in0[i];
+    float v54 = (a53 + 1e-08f);
+    out0[i] = v54;
   }
 }
 
 // optimizer_update_12 computes:
-//   v56 = mul <f32[535818]> v54 v55  # models/mlp/model.go:12
+//   v56 = div <f32[535818]> v46 v54  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a55 = in0[i];
-    float v56 = (s_step_size * a55);
+    float a46 = in0[i];
+    float a54 = in1[i];
+    float v56 = (a46 / a54);
     out0[i] = v56;
   }
 }
 
 // optimizer_update_13 computes:
-//   v57 = sub <f32[535818]> v36 v56  # models/mlp/model.go:12
+//   v57 = mul <f32[535818]> v55 v56  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 535818LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a56 = in0[i];
+    float v57 = (s_step_size * a56);
+    out0[i] = v57;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v58 = sub <f32[535818]> v36 v57  # models/mlp/model.go:16
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
     float a36 = in0[i];
-    float a56 = in1[i];
-    float v57 = (a36 - a56);
-    out0[i] = v57;
+    float a57 = in1[i];
+    float v58 = (a36 - a57);
+    out0[i] = v58;
   }
 }
 
@@ -599,18 +612,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 535818LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 535818LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -133,8 +133,8 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_relu_fwd: 2 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
-//   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
-//   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
+//   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:34
+//   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
@@ -148,8 +148,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
 }
 
 // bias_relu_fwd_2: 2 launches (fc2_bias_relu_fwd, fc2_bias_relu_fwd). The first computes:
-//   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
-//   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
+//   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:35
+//   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -163,9 +163,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * 
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:32
-//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:34
-//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:34
+//   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:36
+//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:38
+//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:38
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -211,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v19 = sum <f32[1,10]> v18 {axes=[0] keepdim}  # models/mlp/model.go:32
+//   v19 = sum <f32[1,10]> v18 {axes=[0] keepdim}  # models/mlp/model.go:36
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -228,8 +228,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_sum_bwd computes:
-//   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:31
-//   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:31
+//   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:35
+//   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
@@ -277,8 +277,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 }
 
 // relu_bwd_sum_bwd_2 computes:
-//   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:30
-//   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:30
+//   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:34
+//   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 2048LL;
   const long long nred = (long long)B;
@@ -326,53 +326,55 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
 }
 
 // optimizer_update computes:
-//   v35 = mul <f32[3153418]> v32 v34  # models/mlp/model.go:27
-//   v36 = add <f32[3153418]> v33 v35  # models/mlp/model.go:27
-//   v39 = scale <f32[3153418]> v37 {f=0.9}  # models/mlp/model.go:27
-//   v40 = scale <f32[3153418]> v36 {f=0.09999999999999998}  # models/mlp/model.go:27
-//   v41 = add <f32[3153418]> v39 v40  # models/mlp/model.go:27
-//   v42 = scale <f32[3153418]> v38 {f=0.999}  # models/mlp/model.go:27
-//   v43 = mul <f32[3153418]> v36 v36  # models/mlp/model.go:27
-//   v44 = scale <f32[3153418]> v43 {f=0.0010000000000000009}  # models/mlp/model.go:27
-//   v45 = add <f32[3153418]> v42 v44  # models/mlp/model.go:27
-//   v46 = sqrt <f32[3153418]> v45  # models/mlp/model.go:27
-//   v48 = div <f32[3153418]> v46 v47  # models/mlp/model.go:27
-//   v49 = addc <f32[3153418]> v48 {f=1e-08}  # models/mlp/model.go:27
-//   v51 = div <f32[3153418]> v41 v49  # models/mlp/model.go:27
-//   v52 = mul <f32[3153418]> v50 v51  # models/mlp/model.go:27
-//   v53 = sub <f32[3153418]> v32 v52  # models/mlp/model.go:27
+//   v34 = clip_norm_scale <f32[3153418]> v33  # models/mlp/model.go:31
+//   v36 = mul <f32[3153418]> v32 v35  # models/mlp/model.go:31
+//   v37 = add <f32[3153418]> v34 v36  # models/mlp/model.go:31
+//   v40 = scale <f32[3153418]> v38 {f=0.9}  # models/mlp/model.go:31
+//   v41 = scale <f32[3153418]> v37 {f=0.09999999999999998}  # models/mlp/model.go:31
+//   v42 = add <f32[3153418]> v40 v41  # models/mlp/model.go:31
+//   v43 = scale <f32[3153418]> v39 {f=0.999}  # models/mlp/model.go:31
+//   v44 = mul <f32[3153418]> v37 v37  # models/mlp/model.go:31
+//   v45 = scale <f32[3153418]> v44 {f=0.0010000000000000009}  # models/mlp/model.go:31
+//   v46 = add <f32[3153418]> v43 v45  # models/mlp/model.go:31
+//   v47 = sqrt <f32[3153418]> v46  # models/mlp/model.go:31
+//   v49 = div <f32[3153418]> v47 v48  # models/mlp/model.go:31
+//   v50 = addc <f32[3153418]> v49 {f=1e-08}  # models/mlp/model.go:31
+//   v52 = div <f32[3153418]> v42 v50  # models/mlp/model.go:31
+//   v53 = mul <f32[3153418]> v51 v52  # models/mlp/model.go:31
+//   v54 = sub <f32[3153418]> v32 v53  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a32 = in0[i];
-    float v35 = (a32 * s_wd);
-    float a33 = in1[i];
-    float v36 = (a33 + v35);
-    float a37 = in2[i];
-    float v39 = (a37 * 0.90000000000000002f);
-    float v40 = (v36 * 0.099999999999999978f);
-    float v41 = (v39 + v40);
-    float a38 = in3[i];
-    out0[i] = v41;
-    float v42 = (a38 * 0.999f);
-    float v43 = (v36 * v36);
-    float v44 = (v43 * 0.0010000000000000009f);
-    float v45 = (v42 + v44);
-    out1[i] = v45;
-    float v46 = sqrtf(v45);
-    float v48 = (v46 / s_bc2_sqrt);
-    float v49 = (v48 + 1e-08f);
-    float v51 = (v41 / v49);
-    float v52 = (s_step_size * v51);
-    float v53 = (a32 - v52);
-    out2[i] = v53;
+    float a33 = in0[i];
+    float v34 = (a33 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a32 = in1[i];
+    float v36 = (a32 * s_wd);
+    float v37 = (v34 + v36);
+    float a38 = in2[i];
+    float v40 = (a38 * 0.90000000000000002f);
+    float v41 = (v37 * 0.099999999999999978f);
+    float v42 = (v40 + v41);
+    float a39 = in3[i];
+    out0[i] = v42;
+    float v43 = (a39 * 0.999f);
+    float v44 = (v37 * v37);
+    float v45 = (v44 * 0.0010000000000000009f);
+    float v46 = (v43 + v45);
+    out1[i] = v46;
+    float v47 = sqrtf(v46);
+    float v49 = (v47 / s_bc2_sqrt);
+    float v50 = (v49 + 1e-08f);
+    float v52 = (v42 / v50);
+    float v53 = (s_step_size * v52);
+    float v54 = (a32 - v53);
+    out2[i] = v54;
   }
 }
 
 // bias_fwd computes:
-//   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:32
+//   v14 = add <f32[B,10]> v12 v13  # models/mlp/model.go:36
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -407,18 +409,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3153418LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3153418LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -132,7 +132,7 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench.Step: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench.Step: input %q (models/mlp/model.go:32) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -158,7 +158,7 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return 0, fmt.Errorf("mlpbench.Accumulate: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return 0, fmt.Errorf("mlpbench.Accumulate: input %q (models/mlp/model.go:32) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -192,13 +192,13 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1024 != 0 {
-		return nil, fmt.Errorf("mlpbench.Predict: input %q (models/mlp/model.go:28) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
+		return nil, fmt.Errorf("mlpbench.Predict: input %q (models/mlp/model.go:32) has shape f32[B,1024]: got %d values, not a positive whole number of rows of 1024", "x", len(x))
 	}
 	rows := len(x) / 1024
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 30
+	fn, buf := "predict", 31
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -132,7 +132,7 @@ func (m *Model) Step(x []int32, mask []int32, y []int32) (loss float32, err erro
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%16 != 0 {
-		return 0, fmt.Errorf("rnn.Step: input %q (models/rnn/model.go:39) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
+		return 0, fmt.Errorf("rnn.Step: input %q (models/rnn/model.go:41) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
 	}
 	rows := len(x) / 16
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -161,7 +161,7 @@ func (m *Model) Accumulate(x []int32, mask []int32, y []int32) (loss float32, er
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%16 != 0 {
-		return 0, fmt.Errorf("rnn.Accumulate: input %q (models/rnn/model.go:39) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
+		return 0, fmt.Errorf("rnn.Accumulate: input %q (models/rnn/model.go:41) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
 	}
 	rows := len(x) / 16
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -198,7 +198,7 @@ func (m *Model) Predict(x []int32, mask []int32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%16 != 0 {
-		return nil, fmt.Errorf("rnn.Predict: input %q (models/rnn/model.go:39) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
+		return nil, fmt.Errorf("rnn.Predict: input %q (models/rnn/model.go:41) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
 	}
 	rows := len(x) / 16
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -207,7 +207,7 @@ func (m *Model) Predict(x []int32, mask []int32) ([]float32, error) {
 	if err := m.s.WriteInput("mask", mask, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 49
+	fn, buf := "predict", 50
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v4 = embedding <f32[B,16,32]> v3 v0  # models/rnn/model.go:42
+//   v4 = embedding <f32[B,16,32]> v3 v0  # models/rnn/model.go:44
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // bias_fwd: 4 launches (rnn_bias_fwd, rnn_bias_fwd_2, rnn_bias_fwd, rnn_bias_fwd_2). The first computes:
-//   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:48
+//   v11 = add <f32[B,16,128]> v10 v7  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
-//   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v13 = rnn_scan <f32[B,16,128]> v12 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float pre[128];
@@ -196,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_bwd_2, slice_fwd). The first computes:
-//   v14 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
+//   v14 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -211,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // slice_fwd_2: 2 launches (slice_fwd_2, slice_fwd_2). The first computes:
-//   v15 = slice <f32[B,1,128]> v14 {axes=[1] ints=[15 16]}  # models/rnn/model.go:48
+//   v15 = slice <f32[B,1,128]> v14 {axes=[1] ints=[15 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // slice_fwd_3: 2 launches (slice_fwd_3, slice_fwd_3). The first computes:
-//   v18 = slice <f32[1,B,128]> v17 {axes=[0] ints=[0 1]}  # models/rnn/model.go:49
+//   v18 = slice <f32[1,B,128]> v17 {axes=[0] ints=[0 1]}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -241,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
-//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:49
+//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 5LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -253,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:52
+//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:54
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
@@ -284,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:52
+//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:54
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v27 = sum <f32[1,5]> v26 {axes=[0] keepdim}  # models/rnn/model.go:49
+//   v27 = sum <f32[1,5]> v26 {axes=[0] keepdim}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 5LL;
   const long long nred = (long long)B;
@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd computes:
-//   v32 = slice_bwd <f32[1,B,128]> v31 {axes=[0] shape=[1,B,128] ints=[0 1]}  # models/rnn/model.go:49
+//   v32 = slice_bwd <f32[1,B,128]> v31 {axes=[0] shape=[1,B,128] ints=[0 1]}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -349,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2 computes:
-//   v35 = slice_bwd <f32[B,16,128]> v34 {axes=[1] shape=[B,16,128] ints=[15 16]}  # models/rnn/model.go:48
+//   v35 = slice_bwd <f32[B,16,128]> v34 {axes=[1] shape=[B,16,128] ints=[15 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -364,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // slice_bwd_bwd_3 computes:
-//   v36 = slice_bwd <f32[B,16,128]> v35 {axes=[2] shape=[B,16,128] ints=[0 128]}  # models/rnn/model.go:48
+//   v36 = slice_bwd <f32[B,16,128]> v35 {axes=[2] shape=[B,16,128] ints=[0 128]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -379,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 }
 
 // rnn_scan_bwd_bwd computes:
-//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v6 v9 v9 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dg[128];
@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd computes:
-//   v38 = slice <f32[B,16,128]> v37 {axes=[1] ints=[0 16]}  # models/rnn/model.go:48
+//   v38 = slice <f32[B,16,128]> v37 {axes=[1] ints=[0 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -443,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2 computes:
-//   v40 = slice <f32[B,15,128]> v38 {axes=[1] ints=[1 16]}  # models/rnn/model.go:48
+//   v40 = slice <f32[B,15,128]> v38 {axes=[1] ints=[1 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -458,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3 computes:
-//   v41 = slice <f32[B,15,128]> v39 {axes=[1] ints=[0 15]}  # models/rnn/model.go:48
+//   v41 = slice <f32[B,15,128]> v39 {axes=[1] ints=[0 15]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -473,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // sum_bwd_2 computes:
-//   v43 = sum <f32[1,128,128]> v42 {axes=[0] keepdim}  # models/rnn/model.go:48
+//   v43 = sum <f32[1,128,128]> v42 {axes=[0] keepdim}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
@@ -515,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // sum_bwd_3: 2 launches (sum_bwd_3, sum_bwd_4). The first computes:
-//   v45 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:48
+//   v45 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = 16LL * (long long)B;
@@ -557,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4 computes:
-//   v51 = sum <f32[1,128,32]> v50 {axes=[0] keepdim}  # models/rnn/model.go:48
+//   v51 = sum <f32[1,128,32]> v50 {axes=[0] keepdim}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 4096LL;
   const long long nred = (long long)B;
@@ -599,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v53 = embedding_bwd <f32[54,32]> v49 v0 {shape=[54,32]}  # models/rnn/model.go:42
+//   v53 = embedding_bwd <f32[54,32]> v49 v0 {shape=[54,32]}  # models/rnn/model.go:44
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -615,174 +615,187 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v57 = mul <f32[23109]> v54 v56  # models/rnn/model.go:38
+//   v56 = clip_norm_scale <f32[23109]> v55  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 23109LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a54 = in0[i];
-    float v57 = (a54 * s_wd);
-    out0[i] = v57;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v58 = add <f32[23109]> v55 v57  # models/rnn/model.go:38
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a55 = in0[i];
-    float a57 = in1[i];
-    float v58 = (a55 + a57);
+    float v56 = (a55 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v56;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v58 = mul <f32[23109]> v54 v57  # models/rnn/model.go:40
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 23109LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a54 = in0[i];
+    float v58 = (a54 * s_wd);
     out0[i] = v58;
   }
 }
 
-// optimizer_update_3 computes:
-//   v61 = scale <f32[23109]> v59 {f=0.9}  # models/rnn/model.go:38
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v59 = add <f32[23109]> v56 v58  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a59 = in0[i];
-    float v61 = (a59 * 0.90000000000000002f);
-    out0[i] = v61;
+    float a56 = in0[i];
+    float a58 = in1[i];
+    float v59 = (a56 + a58);
+    out0[i] = v59;
   }
 }
 
 // optimizer_update_4 computes:
-//   v62 = scale <f32[23109]> v58 {f=0.09999999999999998}  # models/rnn/model.go:38
+//   v62 = scale <f32[23109]> v60 {f=0.9}  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a58 = in0[i];
-    float v62 = (a58 * 0.099999999999999978f);
+    float a60 = in0[i];
+    float v62 = (a60 * 0.90000000000000002f);
     out0[i] = v62;
   }
 }
 
 // optimizer_update_5 computes:
-//   v64 = scale <f32[23109]> v60 {f=0.999}  # models/rnn/model.go:38
+//   v63 = scale <f32[23109]> v59 {f=0.09999999999999998}  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a60 = in0[i];
-    float v64 = (a60 * 0.999f);
-    out0[i] = v64;
+    float a59 = in0[i];
+    float v63 = (a59 * 0.099999999999999978f);
+    out0[i] = v63;
   }
 }
 
 // optimizer_update_6 computes:
-//   v65 = mul <f32[23109]> v58 v58  # models/rnn/model.go:38
+//   v65 = scale <f32[23109]> v61 {f=0.999}  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a58 = in0[i];
-    float v65 = (a58 * a58);
+    float a61 = in0[i];
+    float v65 = (a61 * 0.999f);
     out0[i] = v65;
   }
 }
 
 // optimizer_update_7 computes:
-//   v66 = scale <f32[23109]> v65 {f=0.0010000000000000009}  # models/rnn/model.go:38
+//   v66 = mul <f32[23109]> v59 v59  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v66 = (a65 * 0.0010000000000000009f);
+    float a59 = in0[i];
+    float v66 = (a59 * a59);
     out0[i] = v66;
   }
 }
 
 // optimizer_update_8 computes:
-//   v68 = sqrt <f32[23109]> v67  # models/rnn/model.go:38
+//   v67 = scale <f32[23109]> v66 {f=0.0010000000000000009}  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a67 = in0[i];
-    float v68 = sqrtf(a67);
-    out0[i] = v68;
+    float a66 = in0[i];
+    float v67 = (a66 * 0.0010000000000000009f);
+    out0[i] = v67;
   }
 }
 
 // optimizer_update_9 computes:
-//   v70 = div <f32[23109]> v68 v69  # models/rnn/model.go:38
+//   v69 = sqrt <f32[23109]> v68  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a68 = in0[i];
-    float v70 = (a68 / s_bc2_sqrt);
-    out0[i] = v70;
+    float v69 = sqrtf(a68);
+    out0[i] = v69;
   }
 }
 
 // optimizer_update_10 computes:
-//   v71 = addc <f32[23109]> v70 {f=1e-08}  # models/rnn/model.go:38
+//   v71 = div <f32[23109]> v69 v70  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a70 = in0[i];
-    float v71 = (a70 + 1e-08f);
+    float a69 = in0[i];
+    float v71 = (a69 / s_bc2_sqrt);
     out0[i] = v71;
   }
 }
 
 // optimizer_update_11 computes:
-//   v73 = div <f32[23109]> v63 v71  # models/rnn/model.go:38
+//   v72 = addc <f32[23109]> v71 {f=1e-08}  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a63 = in0[i];
-    float a71 = in1[i];
-    float v73 = (a63 / a71);
-    out0[i] = v73;
+    float a71 = in0[i];
+    float v72 = (a71 + 1e-08f);
+    out0[i] = v72;
   }
 }
 
 // optimizer_update_12 computes:
-//   v74 = mul <f32[23109]> v72 v73  # models/rnn/model.go:38
+//   v74 = div <f32[23109]> v64 v72  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a73 = in0[i];
-    float v74 = (s_step_size * a73);
+    float a64 = in0[i];
+    float a72 = in1[i];
+    float v74 = (a64 / a72);
     out0[i] = v74;
   }
 }
 
 // optimizer_update_13 computes:
-//   v75 = sub <f32[23109]> v54 v74  # models/rnn/model.go:38
+//   v75 = mul <f32[23109]> v73 v74  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 23109LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a74 = in0[i];
+    float v75 = (s_step_size * a74);
+    out0[i] = v75;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v76 = sub <f32[23109]> v54 v75  # models/rnn/model.go:40
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
     float a54 = in0[i];
-    float a74 = in1[i];
-    float v75 = (a54 - a74);
-    out0[i] = v75;
+    float a75 = in1[i];
+    float v76 = (a54 - a75);
+    out0[i] = v76;
   }
 }
 
@@ -809,18 +822,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 23109LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 23109LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

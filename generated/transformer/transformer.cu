@@ -1752,48 +1752,50 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
 }
 
 // optimizer_update computes:
-//   v453 = mul <f32[3738211]> v450 v452  # models/transformer/model.go:65
-//   v454 = add <f32[3738211]> v451 v453  # models/transformer/model.go:65
-//   v457 = scale <f32[3738211]> v455 {f=0.9}  # models/transformer/model.go:65
-//   v458 = scale <f32[3738211]> v454 {f=0.09999999999999998}  # models/transformer/model.go:65
-//   v459 = add <f32[3738211]> v457 v458  # models/transformer/model.go:65
-//   v460 = scale <f32[3738211]> v456 {f=0.999}  # models/transformer/model.go:65
-//   v461 = mul <f32[3738211]> v454 v454  # models/transformer/model.go:65
-//   v462 = scale <f32[3738211]> v461 {f=0.0010000000000000009}  # models/transformer/model.go:65
-//   v463 = add <f32[3738211]> v460 v462  # models/transformer/model.go:65
-//   v464 = sqrt <f32[3738211]> v463  # models/transformer/model.go:65
-//   v466 = div <f32[3738211]> v464 v465  # models/transformer/model.go:65
-//   v467 = addc <f32[3738211]> v466 {f=1e-08}  # models/transformer/model.go:65
-//   v469 = div <f32[3738211]> v459 v467  # models/transformer/model.go:65
-//   v470 = mul <f32[3738211]> v468 v469  # models/transformer/model.go:65
-//   v471 = sub <f32[3738211]> v450 v470  # models/transformer/model.go:65
+//   v452 = clip_norm_scale <f32[3738211]> v451  # models/transformer/model.go:65
+//   v454 = mul <f32[3738211]> v450 v453  # models/transformer/model.go:65
+//   v455 = add <f32[3738211]> v452 v454  # models/transformer/model.go:65
+//   v458 = scale <f32[3738211]> v456 {f=0.9}  # models/transformer/model.go:65
+//   v459 = scale <f32[3738211]> v455 {f=0.09999999999999998}  # models/transformer/model.go:65
+//   v460 = add <f32[3738211]> v458 v459  # models/transformer/model.go:65
+//   v461 = scale <f32[3738211]> v457 {f=0.999}  # models/transformer/model.go:65
+//   v462 = mul <f32[3738211]> v455 v455  # models/transformer/model.go:65
+//   v463 = scale <f32[3738211]> v462 {f=0.0010000000000000009}  # models/transformer/model.go:65
+//   v464 = add <f32[3738211]> v461 v463  # models/transformer/model.go:65
+//   v465 = sqrt <f32[3738211]> v464  # models/transformer/model.go:65
+//   v467 = div <f32[3738211]> v465 v466  # models/transformer/model.go:65
+//   v468 = addc <f32[3738211]> v467 {f=1e-08}  # models/transformer/model.go:65
+//   v470 = div <f32[3738211]> v460 v468  # models/transformer/model.go:65
+//   v471 = mul <f32[3738211]> v469 v470  # models/transformer/model.go:65
+//   v472 = sub <f32[3738211]> v450 v471  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a450 = in0[i];
-    float v453 = (a450 * s_wd);
-    float a451 = in1[i];
-    float v454 = (a451 + v453);
-    float a455 = in2[i];
-    float v457 = (a455 * 0.90000000000000002f);
-    float v458 = (v454 * 0.099999999999999978f);
-    float v459 = (v457 + v458);
-    float a456 = in3[i];
-    out0[i] = v459;
-    float v460 = (a456 * 0.999f);
-    float v461 = (v454 * v454);
-    float v462 = (v461 * 0.0010000000000000009f);
-    float v463 = (v460 + v462);
-    out1[i] = v463;
-    float v464 = sqrtf(v463);
-    float v466 = (v464 / s_bc2_sqrt);
-    float v467 = (v466 + 1e-08f);
-    float v469 = (v459 / v467);
-    float v470 = (s_step_size * v469);
-    float v471 = (a450 - v470);
-    out2[i] = v471;
+    float a451 = in0[i];
+    float v452 = (a451 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a450 = in1[i];
+    float v454 = (a450 * s_wd);
+    float v455 = (v452 + v454);
+    float a456 = in2[i];
+    float v458 = (a456 * 0.90000000000000002f);
+    float v459 = (v455 * 0.099999999999999978f);
+    float v460 = (v458 + v459);
+    float a457 = in3[i];
+    out0[i] = v460;
+    float v461 = (a457 * 0.999f);
+    float v462 = (v455 * v455);
+    float v463 = (v462 * 0.0010000000000000009f);
+    float v464 = (v461 + v463);
+    out1[i] = v464;
+    float v465 = sqrtf(v464);
+    float v467 = (v465 / s_bc2_sqrt);
+    float v468 = (v467 + 1e-08f);
+    float v470 = (v460 / v468);
+    float v471 = (s_step_size * v470);
+    float v472 = (a450 - v471);
+    out2[i] = v472;
   }
 }
 
@@ -1890,18 +1892,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3738211LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3738211LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -1555,174 +1555,187 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const float * __rest
 }
 
 // optimizer_update computes:
-//   v1069 = mul <f32[3738211]> v1066 v1068  # models/transformer/model.go:65
+//   v1068 = clip_norm_scale <f32[3738211]> v1067  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 3738211LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a1066 = in0[i];
-    float v1069 = (a1066 * s_wd);
-    out0[i] = v1069;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v1070 = add <f32[3738211]> v1067 v1069  # models/transformer/model.go:65
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1067 = in0[i];
-    float a1069 = in1[i];
-    float v1070 = (a1067 + a1069);
+    float v1068 = (a1067 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v1068;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v1070 = mul <f32[3738211]> v1066 v1069  # models/transformer/model.go:65
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3738211LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a1066 = in0[i];
+    float v1070 = (a1066 * s_wd);
     out0[i] = v1070;
   }
 }
 
-// optimizer_update_3 computes:
-//   v1073 = scale <f32[3738211]> v1071 {f=0.9}  # models/transformer/model.go:65
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v1071 = add <f32[3738211]> v1068 v1070  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1071 = in0[i];
-    float v1073 = (a1071 * 0.90000000000000002f);
-    out0[i] = v1073;
+    float a1068 = in0[i];
+    float a1070 = in1[i];
+    float v1071 = (a1068 + a1070);
+    out0[i] = v1071;
   }
 }
 
 // optimizer_update_4 computes:
-//   v1074 = scale <f32[3738211]> v1070 {f=0.09999999999999998}  # models/transformer/model.go:65
+//   v1074 = scale <f32[3738211]> v1072 {f=0.9}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1070 = in0[i];
-    float v1074 = (a1070 * 0.099999999999999978f);
+    float a1072 = in0[i];
+    float v1074 = (a1072 * 0.90000000000000002f);
     out0[i] = v1074;
   }
 }
 
 // optimizer_update_5 computes:
-//   v1076 = scale <f32[3738211]> v1072 {f=0.999}  # models/transformer/model.go:65
+//   v1075 = scale <f32[3738211]> v1071 {f=0.09999999999999998}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1072 = in0[i];
-    float v1076 = (a1072 * 0.999f);
-    out0[i] = v1076;
+    float a1071 = in0[i];
+    float v1075 = (a1071 * 0.099999999999999978f);
+    out0[i] = v1075;
   }
 }
 
 // optimizer_update_6 computes:
-//   v1077 = mul <f32[3738211]> v1070 v1070  # models/transformer/model.go:65
+//   v1077 = scale <f32[3738211]> v1073 {f=0.999}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1070 = in0[i];
-    float v1077 = (a1070 * a1070);
+    float a1073 = in0[i];
+    float v1077 = (a1073 * 0.999f);
     out0[i] = v1077;
   }
 }
 
 // optimizer_update_7 computes:
-//   v1078 = scale <f32[3738211]> v1077 {f=0.0010000000000000009}  # models/transformer/model.go:65
+//   v1078 = mul <f32[3738211]> v1071 v1071  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1077 = in0[i];
-    float v1078 = (a1077 * 0.0010000000000000009f);
+    float a1071 = in0[i];
+    float v1078 = (a1071 * a1071);
     out0[i] = v1078;
   }
 }
 
 // optimizer_update_8 computes:
-//   v1080 = sqrt <f32[3738211]> v1079  # models/transformer/model.go:65
+//   v1079 = scale <f32[3738211]> v1078 {f=0.0010000000000000009}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1079 = in0[i];
-    float v1080 = sqrtf(a1079);
-    out0[i] = v1080;
+    float a1078 = in0[i];
+    float v1079 = (a1078 * 0.0010000000000000009f);
+    out0[i] = v1079;
   }
 }
 
 // optimizer_update_9 computes:
-//   v1082 = div <f32[3738211]> v1080 v1081  # models/transformer/model.go:65
+//   v1081 = sqrt <f32[3738211]> v1080  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1080 = in0[i];
-    float v1082 = (a1080 / s_bc2_sqrt);
-    out0[i] = v1082;
+    float v1081 = sqrtf(a1080);
+    out0[i] = v1081;
   }
 }
 
 // optimizer_update_10 computes:
-//   v1083 = addc <f32[3738211]> v1082 {f=1e-08}  # models/transformer/model.go:65
+//   v1083 = div <f32[3738211]> v1081 v1082  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1082 = in0[i];
-    float v1083 = (a1082 + 1e-08f);
+    float a1081 = in0[i];
+    float v1083 = (a1081 / s_bc2_sqrt);
     out0[i] = v1083;
   }
 }
 
 // optimizer_update_11 computes:
-//   v1085 = div <f32[3738211]> v1075 v1083  # models/transformer/model.go:65
+//   v1084 = addc <f32[3738211]> v1083 {f=1e-08}  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1075 = in0[i];
-    float a1083 = in1[i];
-    float v1085 = (a1075 / a1083);
-    out0[i] = v1085;
+    float a1083 = in0[i];
+    float v1084 = (a1083 + 1e-08f);
+    out0[i] = v1084;
   }
 }
 
 // optimizer_update_12 computes:
-//   v1086 = mul <f32[3738211]> v1084 v1085  # models/transformer/model.go:65
+//   v1086 = div <f32[3738211]> v1076 v1084  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a1085 = in0[i];
-    float v1086 = (s_step_size * a1085);
+    float a1076 = in0[i];
+    float a1084 = in1[i];
+    float v1086 = (a1076 / a1084);
     out0[i] = v1086;
   }
 }
 
 // optimizer_update_13 computes:
-//   v1087 = sub <f32[3738211]> v1066 v1086  # models/transformer/model.go:65
+//   v1087 = mul <f32[3738211]> v1085 v1086  # models/transformer/model.go:65
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3738211LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a1086 = in0[i];
+    float v1087 = (s_step_size * a1086);
+    out0[i] = v1087;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v1088 = sub <f32[3738211]> v1066 v1087  # models/transformer/model.go:65
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3738211LL;
   NGEN_GRID_STRIDE(i, n) {
     float a1066 = in0[i];
-    float a1086 = in1[i];
-    float v1087 = (a1066 - a1086);
-    out0[i] = v1087;
+    float a1087 = in1[i];
+    float v1088 = (a1066 - a1087);
+    out0[i] = v1088;
   }
 }
 
@@ -1749,18 +1762,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3738211LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3738211LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));

@@ -5,7 +5,11 @@ package convnet
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated model.go
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated -fuse=none -suffix=_unfused model.go
 
-import "github.com/ngen-ml/ngen/dsl"
+import (
+	"math"
+
+	"github.com/ngen-ml/ngen/dsl"
+)
 
 // ConvNet is the seed model: conv 32 (3×3, pad 1), ReLU, maxpool 2,
 // conv 64 (3×3, pad 1), ReLU, maxpool 2, fc 128, ReLU, fc 10,
@@ -20,7 +24,7 @@ func ConvNet() *dsl.Model {
 	logits := m.Linear("fc2", h, 10)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }
 
@@ -35,6 +39,6 @@ func ConvNetBN() *dsl.Model {
 	logits := m.Linear("fc2", h, 10)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }

@@ -6,6 +6,7 @@ package deepmlp
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ngen-ml/ngen/dsl"
 )
@@ -45,6 +46,6 @@ func deep(name string, segment int) *dsl.Model {
 	logits := m.Linear("out", h, 10)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }

@@ -8,6 +8,8 @@ package lstm
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated -fuse=none -suffix=_unfused model.go
 
 import (
+	"math"
+
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
@@ -66,7 +68,7 @@ func Generator(name string, s Sizes) *dsl.Model {
 	m.OutputNamed("hn", hn)
 	m.OutputNamed("cn", cn)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 2e-3})
+	m.Optimizer(dsl.Adam{LR: 2e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }
 
@@ -82,6 +84,6 @@ func LanguageModel(name string, s Sizes) *dsl.Model {
 	logits := m.Linear("fc", out, s.Vocab)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 2e-3})
+	m.Optimizer(dsl.Adam{LR: 2e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }

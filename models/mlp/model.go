@@ -4,7 +4,11 @@ package mlp
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated model.go
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated -fuse=none -suffix=_unfused model.go
 
-import "github.com/ngen-ml/ngen/dsl"
+import (
+	"math"
+
+	"github.com/ngen-ml/ngen/dsl"
+)
 
 // MLP is the seed model: 784 → 512 ReLU Dropout(0.2) → 256 ReLU
 // Dropout(0.2) → 10, cross-entropy, Adam(lr 1e-3).
@@ -17,7 +21,7 @@ func MLP() *dsl.Model {
 	logits := m.Linear("fc3", h, 10)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }
 
@@ -32,6 +36,6 @@ func Bench() *dsl.Model {
 	logits := m.Linear("fc3", h, 10)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }

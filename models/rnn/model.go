@@ -6,6 +6,8 @@ package rnn
 //go:generate go run github.com/ngen-ml/ngen/cmd/ngen build -o ../../generated -fuse=none -suffix=_unfused model.go
 
 import (
+	"math"
+
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
@@ -50,6 +52,6 @@ func Classifier(name string, s Sizes) *dsl.Model {
 	m.Output(logits)
 	m.OutputNamed("hn", hn)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 1e-3})
+	m.Optimizer(dsl.Adam{LR: 1e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
 	return m
 }

@@ -33,7 +33,7 @@ func (c Config) optimizer() dsl.Optimizer {
 	if c.Optimizer != nil {
 		return c.Optimizer
 	}
-	return dsl.Adam{LR: c.LR}
+	return dsl.Adam{LR: c.LR, Clip: dsl.ClipGradNorm(math.Inf(1))}
 }
 
 // LMConfig is the seed TransformerLM's size.

@@ -26,6 +26,16 @@ import (
 //     also grows the GEMM scratch), then captures the same calls on the
 //     stream into a graph for the next time.
 //
+// The key (runtime.Session's graphed) names the function, the symbol
+// bindings and the state of each conditional step (runtime.StepCond:
+// " clipping=on" or " clipping=off"). With gradient clipping off the
+// session does not launch the grad-norm kernel, so a step has one launch
+// fewer: the two states are two keys, each with its own graph, and
+// toggling Session.SetClipNorm between steps replays the other graph
+// rather than re-capturing. Were the calls of one key ever to change, the
+// replay's match below fails and the key is captured again, so a stale
+// graph never runs.
+//
 // A replay is one cuGraphLaunch instead of one driver call per step, and
 // the GPU runs the nodes back to back. Any other call while recording (a
 // host copy, Sync, Alloc, Free) issues what was recorded and gives up the

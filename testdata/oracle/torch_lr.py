@@ -39,7 +39,9 @@ def scheduler(opt, s):
     if k == "cosine":
         return S.CosineAnnealingLR(opt, T_max=s["t_max"], eta_min=s.get("min", 0.0))
     if k == "onecycle":
-        return S.OneCycleLR(opt, max_lr=opt.param_groups[0]["lr"], total_steps=s["total"],
+        # Each group peaks at its own rate (ngen's groups scale the
+        # schedule); a scalar max_lr would give every group the first's.
+        return S.OneCycleLR(opt, max_lr=[g["lr"] for g in opt.param_groups], total_steps=s["total"],
                             pct_start=s["pct_start"], div_factor=s["div_factor"],
                             final_div_factor=s["final_div_factor"],
                             anneal_strategy="linear" if s.get("linear") else "cos",

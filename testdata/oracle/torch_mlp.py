@@ -11,7 +11,9 @@ probability, "masks": [[mask of hidden layer 1, ...] per step] (0/1 lists,
 row-major over [B, width]), "steps": n, "optimizer": ir.Optimizer's JSON
 (its parameter groups as torch_optim.py reads them; its "schedule", when present, is stepped after each optimizer step, as
 torch_lr.py builds it; its "clip_value" and "clip_norm" clip the
-gradients before each step with clip_grad_value_ and clip_grad_norm_)}.
+gradients before each step with clip_grad_value_ and clip_grad_norm_),
+"clip_norms" (optional): the max norm of each step, 0 for none, in place
+of the optimizer's "clip_norm"}.
 The model is Linear, then ReLU and Dropout after every layer but the last,
 then cross-entropy; dropout multiplies by the given mask and by 1/(1-p),
 as ngen's kernels do. "amp": "bf16" (optional) runs the forward pass and
@@ -78,8 +80,9 @@ def main():
             grads = {n: t.grad.detach().double().reshape(-1).tolist() for n, t in params.items()}
         if o.get("clip_value"):
             torch.nn.utils.clip_grad_value_(ps, o["clip_value"])
-        if o.get("clip_norm"):
-            torch.nn.utils.clip_grad_norm_(ps, o["clip_norm"])
+        clip_norm = req["clip_norms"][step] if req.get("clip_norms") else o.get("clip_norm")
+        if clip_norm:
+            torch.nn.utils.clip_grad_norm_(ps, clip_norm)
         opt.step()
         if sched is not None:
             sched.step()

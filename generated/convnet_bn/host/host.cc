@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // im2col_fwd: 3 launches (im2col_fwd, im2col_fwd, im2col_fwd). The first computes:
-//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
+//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -161,11 +161,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 }
 
 // bias_sub_square_mean_fwd: 2 launches (conv1_bias_sub_square_mean_fwd, conv1_bias_sub_square_mean_fwd). The first computes:
-//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
-//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:32
-//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:32
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
-//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:32
+//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:36
+//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:36
+//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
+//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
+//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
 static __device__ float bias_sub_square_mean_fwd_part0[288];
 static __device__ float bias_sub_square_mean_fwd_part1[288];
 static __device__ unsigned bias_sub_square_mean_fwd_count[32];
@@ -240,28 +240,28 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd(const
 }
 
 // square_sub_relu_where_train_addc_etc_bwd computes:
-//   v19 = square <f32[32]> v17  # models/convnet/model.go:32
-//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:32
-//   v21 = relu <f32[32]> v20  # models/convnet/model.go:32
-//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:32
-//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:32
-//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:32
-//   v26 = addc <f32[32]> v13 {f=1e-05}  # models/convnet/model.go:32
-//   v27 = powc <f32[32]> v26 {f=-0.5}  # models/convnet/model.go:32
-//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:32
-//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:32
-//   v30 = mul <f32[32]> v23 v29  # models/convnet/model.go:32
-//   v31 = sub <f32[32]> v11 v30  # models/convnet/model.go:32
-//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:32
-//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:32
-//   v38 = where_train <f32[32]> v37 v12  # models/convnet/model.go:32
-//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:32
-//   v41 = scale <f32[32]> v39 {f=0.1}  # models/convnet/model.go:32
-//   v42 = add <f32[32]> v40 v41  # models/convnet/model.go:32
-//   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:32
-//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:32
-//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:32
+//   v19 = square <f32[32]> v17  # models/convnet/model.go:36
+//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:36
+//   v21 = relu <f32[32]> v20  # models/convnet/model.go:36
+//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:36
+//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:36
+//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:36
+//   v26 = addc <f32[32]> v13 {f=1e-05}  # models/convnet/model.go:36
+//   v27 = powc <f32[32]> v26 {f=-0.5}  # models/convnet/model.go:36
+//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:36
+//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:36
+//   v30 = mul <f32[32]> v23 v29  # models/convnet/model.go:36
+//   v31 = sub <f32[32]> v11 v30  # models/convnet/model.go:36
+//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:36
+//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:36
+//   v38 = where_train <f32[32]> v37 v12  # models/convnet/model.go:36
+//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
+//   v41 = scale <f32[32]> v39 {f=0.1}  # models/convnet/model.go:36
+//   v42 = add <f32[32]> v40 v41  # models/convnet/model.go:36
+//   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:36
+//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:36
+//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -305,9 +305,9 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
 }
 
 // mul_add_relu_fwd: 3 launches (mul_add_relu_fwd, mul_add_relu_fwd, mul_add_relu_fwd). The first computes:
-//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:32
-//   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:32
-//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:32
+//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:36
+//   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:36
+//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -323,8 +323,8 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float *
 }
 
 // maxpool_argmax_maxpool_pick_fwd computes:
-//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 }
 
 // im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
+//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -375,11 +375,11 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 }
 
 // bias_sub_square_mean_fwd_2: 2 launches (conv2_bias_sub_square_mean_fwd, conv2_bias_sub_square_mean_fwd). The first computes:
-//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
-//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:33
-//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:33
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
-//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:33
+//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
+//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
+//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
+//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
+//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:37
 static __device__ float bias_sub_square_mean_fwd_2_part0[320];
 static __device__ float bias_sub_square_mean_fwd_2_part1[320];
 static __device__ unsigned bias_sub_square_mean_fwd_2_count[64];
@@ -454,28 +454,28 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd_2(con
 }
 
 // square_sub_relu_where_train_addc_etc_bwd_2 computes:
-//   v64 = square <f32[64]> v62  # models/convnet/model.go:33
-//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:33
-//   v66 = relu <f32[64]> v65  # models/convnet/model.go:33
-//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:33
-//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:33
-//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:33
-//   v71 = addc <f32[64]> v58 {f=1e-05}  # models/convnet/model.go:33
-//   v72 = powc <f32[64]> v71 {f=-0.5}  # models/convnet/model.go:33
-//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:33
-//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:33
-//   v75 = mul <f32[64]> v68 v74  # models/convnet/model.go:33
-//   v76 = sub <f32[64]> v56 v75  # models/convnet/model.go:33
-//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:33
-//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:33
-//   v83 = where_train <f32[64]> v82 v57  # models/convnet/model.go:33
-//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:33
-//   v86 = scale <f32[64]> v84 {f=0.1}  # models/convnet/model.go:33
-//   v87 = add <f32[64]> v85 v86  # models/convnet/model.go:33
-//   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:33
-//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:33
-//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:33
+//   v64 = square <f32[64]> v62  # models/convnet/model.go:37
+//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:37
+//   v66 = relu <f32[64]> v65  # models/convnet/model.go:37
+//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:37
+//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:37
+//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:37
+//   v71 = addc <f32[64]> v58 {f=1e-05}  # models/convnet/model.go:37
+//   v72 = powc <f32[64]> v71 {f=-0.5}  # models/convnet/model.go:37
+//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:37
+//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:37
+//   v75 = mul <f32[64]> v68 v74  # models/convnet/model.go:37
+//   v76 = sub <f32[64]> v56 v75  # models/convnet/model.go:37
+//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:37
+//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:37
+//   v83 = where_train <f32[64]> v82 v57  # models/convnet/model.go:37
+//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:37
+//   v86 = scale <f32[64]> v84 {f=0.1}  # models/convnet/model.go:37
+//   v87 = add <f32[64]> v85 v86  # models/convnet/model.go:37
+//   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:37
+//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:37
+//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -519,9 +519,9 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
 }
 
 // mul_add_relu_fwd_2: 3 launches (mul_add_relu_fwd_2, mul_add_relu_fwd_2, mul_add_relu_fwd_2). The first computes:
-//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:33
-//   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:33
-//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:33
+//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:37
+//   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:37
+//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -537,8 +537,8 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2 computes:
-//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -569,8 +569,8 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 }
 
 // bias_relu_fwd: 3 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
-//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:34
-//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:34
+//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:38
+//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -584,9 +584,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
+//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
+//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
+//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -632,7 +632,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:35
+//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -649,8 +649,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_sum_bwd computes:
-//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:34
-//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:34
+//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
+//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
@@ -698,8 +698,8 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 }
 
 // maxpool_bwd_relu_bwd_bwd computes:
-//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:33
+//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -722,10 +722,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
 }
 
 // sum_mul_bwd computes:
-//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
-//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:33
-//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:33
-//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:37
+//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
+//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ float sum_mul_bwd_part0[320];
 static __device__ float sum_mul_bwd_part1[320];
 static __device__ unsigned sum_mul_bwd_count[64];
@@ -799,20 +799,20 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
 }
 
 // neg_mul_add_where_train_relu_bwd_etc_bwd computes:
-//   v123 = neg <f32[64]> v118  # models/convnet/model.go:33
-//   v124 = mul <f32[64]> v123 v74  # models/convnet/model.go:33
-//   v125 = mul <f32[64]> v123 v68  # models/convnet/model.go:33
-//   v126 = add <f32[64]> v122 v125  # models/convnet/model.go:33
-//   v127 = mul <f32[64]> v126 v73  # models/convnet/model.go:33
-//   v128 = mul <f32[64]> v126 v55  # models/convnet/model.go:33
-//   v130 = where_train <f32[64]> v128 v129  # models/convnet/model.go:33
-//   v133 = mul <f32[64]> v130 v132  # models/convnet/model.go:33
-//   v135 = where_train <f32[64]> v124 v134  # models/convnet/model.go:33
-//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:33
-//   v137 = neg <f32[64]> v136  # models/convnet/model.go:33
-//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:33
-//   v139 = mul <f32[64]> v138 v62  # models/convnet/model.go:33
-//   v140 = add <f32[64]> v135 v139  # models/convnet/model.go:33
+//   v123 = neg <f32[64]> v118  # models/convnet/model.go:37
+//   v124 = mul <f32[64]> v123 v74  # models/convnet/model.go:37
+//   v125 = mul <f32[64]> v123 v68  # models/convnet/model.go:37
+//   v126 = add <f32[64]> v122 v125  # models/convnet/model.go:37
+//   v127 = mul <f32[64]> v126 v73  # models/convnet/model.go:37
+//   v128 = mul <f32[64]> v126 v55  # models/convnet/model.go:37
+//   v130 = where_train <f32[64]> v128 v129  # models/convnet/model.go:37
+//   v133 = mul <f32[64]> v130 v132  # models/convnet/model.go:37
+//   v135 = where_train <f32[64]> v124 v134  # models/convnet/model.go:37
+//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:37
+//   v137 = neg <f32[64]> v136  # models/convnet/model.go:37
+//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:37
+//   v139 = mul <f32[64]> v138 v62  # models/convnet/model.go:37
+//   v140 = add <f32[64]> v135 v139  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -846,15 +846,15 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
 }
 
 // broadcast_divcount_add_scale_mul_etc_bwd computes:
-//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
-//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:33
-//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:33
-//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:33
-//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:33
-//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
+//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
+//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:37
+//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:37
+//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_part0[320];
 static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -919,7 +919,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 }
 
 // col2im_bwd computes:
-//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
+//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -946,8 +946,8 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 }
 
 // maxpool_bwd_relu_bwd_bwd_2 computes:
-//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:32
+//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -970,10 +970,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
 }
 
 // sum_mul_bwd_2 computes:
-//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
-//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:32
-//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:32
-//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:36
+//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
+//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ float sum_mul_bwd_2_part0[288];
 static __device__ float sum_mul_bwd_2_part1[288];
 static __device__ unsigned sum_mul_bwd_2_count[32];
@@ -1047,20 +1047,20 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
 }
 
 // neg_mul_add_where_train_relu_bwd_etc_bwd_2 computes:
-//   v169 = neg <f32[32]> v164  # models/convnet/model.go:32
-//   v170 = mul <f32[32]> v169 v29  # models/convnet/model.go:32
-//   v171 = mul <f32[32]> v169 v23  # models/convnet/model.go:32
-//   v172 = add <f32[32]> v168 v171  # models/convnet/model.go:32
-//   v173 = mul <f32[32]> v172 v28  # models/convnet/model.go:32
-//   v174 = mul <f32[32]> v172 v10  # models/convnet/model.go:32
-//   v176 = where_train <f32[32]> v174 v175  # models/convnet/model.go:32
-//   v179 = mul <f32[32]> v176 v178  # models/convnet/model.go:32
-//   v181 = where_train <f32[32]> v170 v180  # models/convnet/model.go:32
-//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:32
-//   v183 = neg <f32[32]> v182  # models/convnet/model.go:32
-//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:32
-//   v185 = mul <f32[32]> v184 v17  # models/convnet/model.go:32
-//   v186 = add <f32[32]> v181 v185  # models/convnet/model.go:32
+//   v169 = neg <f32[32]> v164  # models/convnet/model.go:36
+//   v170 = mul <f32[32]> v169 v29  # models/convnet/model.go:36
+//   v171 = mul <f32[32]> v169 v23  # models/convnet/model.go:36
+//   v172 = add <f32[32]> v168 v171  # models/convnet/model.go:36
+//   v173 = mul <f32[32]> v172 v28  # models/convnet/model.go:36
+//   v174 = mul <f32[32]> v172 v10  # models/convnet/model.go:36
+//   v176 = where_train <f32[32]> v174 v175  # models/convnet/model.go:36
+//   v179 = mul <f32[32]> v176 v178  # models/convnet/model.go:36
+//   v181 = where_train <f32[32]> v170 v180  # models/convnet/model.go:36
+//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:36
+//   v183 = neg <f32[32]> v182  # models/convnet/model.go:36
+//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:36
+//   v185 = mul <f32[32]> v184 v17  # models/convnet/model.go:36
+//   v186 = add <f32[32]> v181 v185  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1094,15 +1094,15 @@ extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_b
 }
 
 // broadcast_divcount_add_scale_mul_etc_bwd_2 computes:
-//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
-//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:32
-//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:32
-//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:32
-//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:32
-//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
+//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
+//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:36
+//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:36
+//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_2_part0[288];
 static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -1167,64 +1167,66 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 }
 
 // optimizer_update computes:
-//   v208 = mul <f32[421834]> v205 v207  # models/convnet/model.go:29
-//   v209 = add <f32[421834]> v206 v208  # models/convnet/model.go:29
-//   v212 = scale <f32[421834]> v210 {f=0.9}  # models/convnet/model.go:29
-//   v213 = scale <f32[421834]> v209 {f=0.09999999999999998}  # models/convnet/model.go:29
-//   v214 = add <f32[421834]> v212 v213  # models/convnet/model.go:29
-//   v215 = scale <f32[421834]> v211 {f=0.999}  # models/convnet/model.go:29
-//   v216 = mul <f32[421834]> v209 v209  # models/convnet/model.go:29
-//   v217 = scale <f32[421834]> v216 {f=0.0010000000000000009}  # models/convnet/model.go:29
-//   v218 = add <f32[421834]> v215 v217  # models/convnet/model.go:29
-//   v219 = sqrt <f32[421834]> v218  # models/convnet/model.go:29
-//   v221 = div <f32[421834]> v219 v220  # models/convnet/model.go:29
-//   v222 = addc <f32[421834]> v221 {f=1e-08}  # models/convnet/model.go:29
-//   v224 = div <f32[421834]> v214 v222  # models/convnet/model.go:29
-//   v225 = mul <f32[421834]> v223 v224  # models/convnet/model.go:29
-//   v226 = sub <f32[421834]> v205 v225  # models/convnet/model.go:29
+//   v207 = clip_norm_scale <f32[421834]> v206  # models/convnet/model.go:33
+//   v209 = mul <f32[421834]> v205 v208  # models/convnet/model.go:33
+//   v210 = add <f32[421834]> v207 v209  # models/convnet/model.go:33
+//   v213 = scale <f32[421834]> v211 {f=0.9}  # models/convnet/model.go:33
+//   v214 = scale <f32[421834]> v210 {f=0.09999999999999998}  # models/convnet/model.go:33
+//   v215 = add <f32[421834]> v213 v214  # models/convnet/model.go:33
+//   v216 = scale <f32[421834]> v212 {f=0.999}  # models/convnet/model.go:33
+//   v217 = mul <f32[421834]> v210 v210  # models/convnet/model.go:33
+//   v218 = scale <f32[421834]> v217 {f=0.0010000000000000009}  # models/convnet/model.go:33
+//   v219 = add <f32[421834]> v216 v218  # models/convnet/model.go:33
+//   v220 = sqrt <f32[421834]> v219  # models/convnet/model.go:33
+//   v222 = div <f32[421834]> v220 v221  # models/convnet/model.go:33
+//   v223 = addc <f32[421834]> v222 {f=1e-08}  # models/convnet/model.go:33
+//   v225 = div <f32[421834]> v215 v223  # models/convnet/model.go:33
+//   v226 = mul <f32[421834]> v224 v225  # models/convnet/model.go:33
+//   v227 = sub <f32[421834]> v205 v226  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a205 = in0[i];
-    float v208 = (a205 * s_wd);
-    float a206 = in1[i];
-    float v209 = (a206 + v208);
-    float a210 = in2[i];
-    float v212 = (a210 * 0.90000000000000002f);
-    float v213 = (v209 * 0.099999999999999978f);
-    float v214 = (v212 + v213);
-    float a211 = in3[i];
-    out0[i] = v214;
-    float v215 = (a211 * 0.999f);
-    float v216 = (v209 * v209);
-    float v217 = (v216 * 0.0010000000000000009f);
-    float v218 = (v215 + v217);
-    out1[i] = v218;
-    float v219 = sqrtf(v218);
-    float v221 = (v219 / s_bc2_sqrt);
-    float v222 = (v221 + 1e-08f);
-    float v224 = (v214 / v222);
-    float v225 = (s_step_size * v224);
-    float v226 = (a205 - v225);
-    out2[i] = v226;
+    float a206 = in0[i];
+    float v207 = (a206 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a205 = in1[i];
+    float v209 = (a205 * s_wd);
+    float v210 = (v207 + v209);
+    float a211 = in2[i];
+    float v213 = (a211 * 0.90000000000000002f);
+    float v214 = (v210 * 0.099999999999999978f);
+    float v215 = (v213 + v214);
+    float a212 = in3[i];
+    out0[i] = v215;
+    float v216 = (a212 * 0.999f);
+    float v217 = (v210 * v210);
+    float v218 = (v217 * 0.0010000000000000009f);
+    float v219 = (v216 + v218);
+    out1[i] = v219;
+    float v220 = sqrtf(v219);
+    float v222 = (v220 / s_bc2_sqrt);
+    float v223 = (v222 + 1e-08f);
+    float v225 = (v215 / v223);
+    float v226 = (s_step_size * v225);
+    float v227 = (a205 - v226);
+    out2[i] = v227;
   }
 }
 
 // square_sub_relu_where_train_addc_etc_fwd computes:
-//   v18 = square <f32[32]> v16  # models/convnet/model.go:32
-//   v19 = sub <f32[32]> v17 v18  # models/convnet/model.go:32
-//   v20 = relu <f32[32]> v19  # models/convnet/model.go:32
-//   v22 = where_train <f32[32]> v16 v21  # models/convnet/model.go:32
-//   v23 = addc <f32[32]> v20 {f=1e-05}  # models/convnet/model.go:32
-//   v24 = powc <f32[32]> v23 {f=-0.5}  # models/convnet/model.go:32
-//   v25 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
-//   v26 = powc <f32[32]> v25 {f=-0.5}  # models/convnet/model.go:32
-//   v27 = where_train <f32[32]> v24 v26  # models/convnet/model.go:32
-//   v28 = mul <f32[32]> v9 v27  # models/convnet/model.go:32
-//   v29 = mul <f32[32]> v22 v28  # models/convnet/model.go:32
-//   v30 = sub <f32[32]> v10 v29  # models/convnet/model.go:32
+//   v18 = square <f32[32]> v16  # models/convnet/model.go:36
+//   v19 = sub <f32[32]> v17 v18  # models/convnet/model.go:36
+//   v20 = relu <f32[32]> v19  # models/convnet/model.go:36
+//   v22 = where_train <f32[32]> v16 v21  # models/convnet/model.go:36
+//   v23 = addc <f32[32]> v20 {f=1e-05}  # models/convnet/model.go:36
+//   v24 = powc <f32[32]> v23 {f=-0.5}  # models/convnet/model.go:36
+//   v25 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:36
+//   v26 = powc <f32[32]> v25 {f=-0.5}  # models/convnet/model.go:36
+//   v27 = where_train <f32[32]> v24 v26  # models/convnet/model.go:36
+//   v28 = mul <f32[32]> v9 v27  # models/convnet/model.go:36
+//   v29 = mul <f32[32]> v22 v28  # models/convnet/model.go:36
+//   v30 = sub <f32[32]> v10 v29  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1251,8 +1253,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
 }
 
 // maxpool_argmax_maxpool_pick_fwd_3: 2 launches (maxpool_argmax_maxpool_pick_fwd, maxpool_argmax_maxpool_pick_fwd). The first computes:
-//   v36 = maxpool_argmax <i32[B,32,14,14]> v35 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
-//   v37 = maxpool_pick <f32[B,32,14,14]> v35 v36 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v36 = maxpool_argmax <i32[B,32,14,14]> v35 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v37 = maxpool_pick <f32[B,32,14,14]> v35 v36 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -1282,18 +1284,18 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 }
 
 // square_sub_relu_where_train_addc_etc_fwd_2 computes:
-//   v55 = square <f32[64]> v53  # models/convnet/model.go:33
-//   v56 = sub <f32[64]> v54 v55  # models/convnet/model.go:33
-//   v57 = relu <f32[64]> v56  # models/convnet/model.go:33
-//   v59 = where_train <f32[64]> v53 v58  # models/convnet/model.go:33
-//   v60 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:33
-//   v61 = powc <f32[64]> v60 {f=-0.5}  # models/convnet/model.go:33
-//   v62 = addc <f32[64]> v49 {f=1e-05}  # models/convnet/model.go:33
-//   v63 = powc <f32[64]> v62 {f=-0.5}  # models/convnet/model.go:33
-//   v64 = where_train <f32[64]> v61 v63  # models/convnet/model.go:33
-//   v65 = mul <f32[64]> v46 v64  # models/convnet/model.go:33
-//   v66 = mul <f32[64]> v59 v65  # models/convnet/model.go:33
-//   v67 = sub <f32[64]> v47 v66  # models/convnet/model.go:33
+//   v55 = square <f32[64]> v53  # models/convnet/model.go:37
+//   v56 = sub <f32[64]> v54 v55  # models/convnet/model.go:37
+//   v57 = relu <f32[64]> v56  # models/convnet/model.go:37
+//   v59 = where_train <f32[64]> v53 v58  # models/convnet/model.go:37
+//   v60 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:37
+//   v61 = powc <f32[64]> v60 {f=-0.5}  # models/convnet/model.go:37
+//   v62 = addc <f32[64]> v49 {f=1e-05}  # models/convnet/model.go:37
+//   v63 = powc <f32[64]> v62 {f=-0.5}  # models/convnet/model.go:37
+//   v64 = where_train <f32[64]> v61 v63  # models/convnet/model.go:37
+//   v65 = mul <f32[64]> v46 v64  # models/convnet/model.go:37
+//   v66 = mul <f32[64]> v59 v65  # models/convnet/model.go:37
+//   v67 = sub <f32[64]> v47 v66  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1320,8 +1322,8 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_ad
 }
 
 // maxpool_argmax_maxpool_pick_fwd_4: 2 launches (maxpool_argmax_maxpool_pick_fwd_2, maxpool_argmax_maxpool_pick_fwd_2). The first computes:
-//   v73 = maxpool_argmax <i32[B,64,7,7]> v72 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
-//   v74 = maxpool_pick <f32[B,64,7,7]> v72 v73 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v73 = maxpool_argmax <i32[B,64,7,7]> v72 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v74 = maxpool_pick <f32[B,64,7,7]> v72 v73 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -1351,7 +1353,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
 }
 
 // bias_fwd: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v84 = add <f32[B,10]> v82 v83  # models/convnet/model.go:35
+//   v84 = add <f32[B,10]> v82 v83  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -1364,8 +1366,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // bias_sub_fwd computes:
-//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:32
-//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:32
+//   v8 = add <f32[B,32,28,28]> v6 v7  # models/convnet/model.go:36
+//   v14 = sub <f32[B,32,28,28]> v8 v13  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -1380,11 +1382,11 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd(const float * __r
 }
 
 // addc_powc_mul_sub_fwd computes:
-//   v16 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:32
-//   v17 = powc <f32[32]> v16 {f=-0.5}  # models/convnet/model.go:32
-//   v18 = mul <f32[32]> v9 v17  # models/convnet/model.go:32
-//   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
-//   v20 = sub <f32[32]> v10 v19  # models/convnet/model.go:32
+//   v16 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:36
+//   v17 = powc <f32[32]> v16 {f=-0.5}  # models/convnet/model.go:36
+//   v18 = mul <f32[32]> v9 v17  # models/convnet/model.go:36
+//   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:36
+//   v20 = sub <f32[32]> v10 v19  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1402,8 +1404,8 @@ extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd(const fl
 }
 
 // bias_sub_fwd_2 computes:
-//   v35 = add <f32[B,64,14,14]> v33 v34  # models/convnet/model.go:33
-//   v41 = sub <f32[B,64,14,14]> v35 v40  # models/convnet/model.go:33
+//   v35 = add <f32[B,64,14,14]> v33 v34  # models/convnet/model.go:37
+//   v41 = sub <f32[B,64,14,14]> v35 v40  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -1418,11 +1420,11 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_fwd_2(const float * _
 }
 
 // addc_powc_mul_sub_fwd_2 computes:
-//   v43 = addc <f32[64]> v39 {f=1e-05}  # models/convnet/model.go:33
-//   v44 = powc <f32[64]> v43 {f=-0.5}  # models/convnet/model.go:33
-//   v45 = mul <f32[64]> v36 v44  # models/convnet/model.go:33
-//   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:33
-//   v47 = sub <f32[64]> v37 v46  # models/convnet/model.go:33
+//   v43 = addc <f32[64]> v39 {f=1e-05}  # models/convnet/model.go:37
+//   v44 = powc <f32[64]> v43 {f=-0.5}  # models/convnet/model.go:37
+//   v45 = mul <f32[64]> v36 v44  # models/convnet/model.go:37
+//   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:37
+//   v47 = sub <f32[64]> v37 v46  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) addc_powc_mul_sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1472,18 +1474,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
   NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 421834LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 421834LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -1507,9 +1552,9 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // bias_cross_entropy_ce_grad_bwd__host computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
+//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
+//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
+//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
 NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -1626,7 +1671,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
@@ -1662,7 +1707,10 @@ NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_commit(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -1704,6 +1752,7 @@ extern "C" int ngen_cpu_entry_convnet_bn_912c2b30909f(int k, const ngen_launch *
   case 33: return ngen_launch_33(l);
   case 34: return ngen_launch_34(l);
   case 35: return ngen_launch_35(l);
+  case 36: return ngen_launch_36(l);
   }
   return -1;
 }

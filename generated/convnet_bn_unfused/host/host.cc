@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // im2col_fwd: 3 launches (im2col_fwd, im2col_fwd, im2col_fwd). The first computes:
-//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:32
+//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 }
 
 // bias_fwd: 6 launches (conv1_bias_fwd, add_fwd, conv1_bias_fwd, add_fwd, conv1_bias_fwd, add_fwd). The first computes:
-//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:32
+//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -174,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // sub_fwd: 3 launches (sub_fwd, sub_fwd, sub_fwd). The first computes:
-//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:32
+//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
 }
 
 // square_fwd: 2 launches (square_fwd, square_fwd). The first computes:
-//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:32
+//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -198,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __res
 }
 
 // mean_fwd: 4 launches (mean_fwd, mean_fwd_2, mean_fwd, mean_fwd_2). The first computes:
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:32
+//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
 static __device__ float mean_fwd_part0[288];
 static __device__ unsigned mean_fwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -251,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
 }
 
 // square_fwd_2: 2 launches (square_fwd_2, square_fwd_2). The first computes:
-//   v19 = square <f32[32]> v17  # models/convnet/model.go:32
+//   v19 = square <f32[32]> v17  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -262,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __r
 }
 
 // sub_fwd_2: 5 launches (sub_fwd_2, bn1_sub_fwd, sub_fwd_2, bn1_sub_fwd, bn1_sub_fwd). The first computes:
-//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:32
+//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -274,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __rest
 }
 
 // relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
-//   v21 = relu <f32[32]> v20  # models/convnet/model.go:32
+//   v21 = relu <f32[32]> v20  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -285,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // where_train_fwd: 4 launches (where_train_fwd, where_train_bwd_3, where_train_bwd_4, where_train_fwd). The first computes:
-//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:32
+//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -296,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * 
 }
 
 // addc_fwd: 5 launches (addc_fwd, addc_fwd_2, addc_fwd, addc_fwd_2, addc_fwd). The first computes:
-//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:32
+//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restr
 }
 
 // powc_fwd: 5 launches (powc_fwd, powc_fwd_2, powc_fwd, powc_fwd_2, powc_fwd). The first computes:
-//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:32
+//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -318,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restr
 }
 
 // where_train_fwd_2: 4 launches (where_train_fwd_2, where_train_fwd_3, where_train_fwd_4, where_train_fwd_2). The first computes:
-//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:32
+//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -330,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float 
 }
 
 // mul_fwd: 11 launches (bn1_mul_fwd, mul_fwd, mul_bwd_11, mul_bwd_12, mul_bwd_13, bn1_mul_bwd, mul_bwd_14, mul_bwd_15, bn1_mul_fwd, mul_fwd, bn1_mul_fwd). The first computes:
-//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:32
+//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -342,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restri
 }
 
 // mul_fwd_2: 4 launches (mul_fwd_2, mul_bwd_9, mul_fwd_2, mul_fwd_2). The first computes:
-//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:32
+//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __rest
 }
 
 // scale_fwd: 2 launches (scale_fwd, scale_fwd_3). The first computes:
-//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:32
+//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __rest
 }
 
 // add_fwd: 4 launches (add_fwd_2, add_fwd_3, add_bwd_5, add_bwd_6). The first computes:
-//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:32
+//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -378,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restri
 }
 
 // unbias_fwd computes:
-//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
+//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -389,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __res
 }
 
 // scale_fwd_2 computes:
-//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:32
+//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -400,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __re
 }
 
 // relu_fwd_2: 3 launches (relu_fwd_2, relu_fwd_2, relu_fwd). The first computes:
-//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:32
+//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -411,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // maxpool_argmax_fwd: 3 launches (maxpool_argmax_fwd, maxpool_argmax_fwd, maxpool_argmax_fwd). The first computes:
-//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -440,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 }
 
 // maxpool_pick_fwd: 3 launches (maxpool_pick_fwd, maxpool_pick_fwd, maxpool_pick_fwd). The first computes:
-//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -460,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
 }
 
 // im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
+//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -480,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 }
 
 // bias_fwd_2: 6 launches (conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_2, conv2_bias_fwd, add_fwd_2). The first computes:
-//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:33
+//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -493,7 +493,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // sub_fwd_3: 3 launches (sub_fwd_3, sub_fwd_3, sub_fwd_2). The first computes:
-//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:33
+//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -506,7 +506,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __rest
 }
 
 // square_fwd_3: 2 launches (square_fwd_3, square_fwd_3). The first computes:
-//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:33
+//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __r
 }
 
 // mean_fwd_2: 4 launches (mean_fwd_3, mean_fwd_4, mean_fwd_3, mean_fwd_4). The first computes:
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:33
+//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
 static __device__ float mean_fwd_2_part0[320];
 static __device__ unsigned mean_fwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -570,7 +570,7 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
 }
 
 // square_fwd_4: 2 launches (square_fwd_4, square_fwd_4). The first computes:
-//   v64 = square <f32[64]> v62  # models/convnet/model.go:33
+//   v64 = square <f32[64]> v62  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -581,7 +581,7 @@ extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const float * __r
 }
 
 // sub_fwd_4: 5 launches (sub_fwd_4, bn2_sub_fwd, sub_fwd_4, bn2_sub_fwd, bn2_sub_fwd). The first computes:
-//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:33
+//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -593,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __rest
 }
 
 // relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
-//   v66 = relu <f32[64]> v65  # models/convnet/model.go:33
+//   v66 = relu <f32[64]> v65  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -604,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 }
 
 // where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_3). The first computes:
-//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:33
+//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -615,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float 
 }
 
 // addc_fwd_2: 5 launches (addc_fwd_3, addc_fwd_4, addc_fwd_3, addc_fwd_4, addc_fwd_2). The first computes:
-//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:33
+//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -626,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __res
 }
 
 // powc_fwd_2: 5 launches (powc_fwd_3, powc_fwd_4, powc_fwd_3, powc_fwd_4, powc_fwd_2). The first computes:
-//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:33
+//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -637,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __res
 }
 
 // where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_4). The first computes:
-//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:33
+//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float 
 }
 
 // mul_fwd_3: 11 launches (bn2_mul_fwd, mul_fwd_3, mul_bwd_3, mul_bwd_4, mul_bwd_5, bn2_mul_bwd, mul_bwd_6, mul_bwd_7, bn2_mul_fwd, mul_fwd_3, bn2_mul_fwd). The first computes:
-//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:33
+//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -661,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __rest
 }
 
 // mul_fwd_4: 4 launches (mul_fwd_4, mul_bwd, mul_fwd_4, mul_fwd_4). The first computes:
-//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:33
+//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -674,7 +674,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __rest
 }
 
 // scale_fwd_3: 2 launches (scale_fwd_4, scale_fwd_6). The first computes:
-//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:33
+//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -685,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __re
 }
 
 // add_fwd_2: 4 launches (add_fwd_5, add_fwd_6, add_bwd, add_bwd_2). The first computes:
-//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:33
+//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -697,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __rest
 }
 
 // unbias_fwd_2 computes:
-//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
+//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -708,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __r
 }
 
 // scale_fwd_4 computes:
-//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:33
+//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -719,7 +719,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __re
 }
 
 // relu_fwd_4: 3 launches (relu_fwd_4, relu_fwd_4, relu_fwd_2). The first computes:
-//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:33
+//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -730,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
 }
 
 // maxpool_argmax_fwd_2: 3 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
-//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -759,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 }
 
 // maxpool_pick_fwd_2: 3 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
-//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -779,7 +779,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
 }
 
 // bias_fwd_3: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
-//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:34
+//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -792,7 +792,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // relu_fwd_5: 3 launches (relu_fwd_5, relu_fwd_5, relu_fwd_3). The first computes:
-//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:34
+//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -803,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
 }
 
 // bias_fwd_4: 3 launches (fc2_bias_fwd, fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:35
+//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -816,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
+//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -847,7 +847,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
+//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -880,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:35
+//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -897,7 +897,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_bwd computes:
-//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:34
+//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -909,7 +909,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_2 computes:
-//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:34
+//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
@@ -951,7 +951,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // maxpool_bwd_bwd computes:
-//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:33
+//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -972,7 +972,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
 }
 
 // relu_bwd_bwd_2 computes:
-//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:33
+//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -984,7 +984,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 }
 
 // sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_4, sum_bwd_5). The first computes:
-//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:33
+//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ float sum_bwd_3_part0[320];
 static __device__ unsigned sum_bwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1037,7 +1037,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // mul_bwd: 2 launches (mul_bwd_2, mul_bwd_8). The first computes:
-//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:33
+//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1049,7 +1049,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restri
 }
 
 // neg_bwd: 2 launches (neg_bwd, neg_bwd_2). The first computes:
-//   v123 = neg <f32[64]> v118  # models/convnet/model.go:33
+//   v123 = neg <f32[64]> v118  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1060,7 +1060,7 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restri
 }
 
 // powc_bwd computes:
-//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:33
+//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1071,7 +1071,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restr
 }
 
 // scale_bwd computes:
-//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:33
+//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1082,7 +1082,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __rest
 }
 
 // relu_bwd_bwd_3 computes:
-//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:33
+//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1094,7 +1094,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
 }
 
 // scale_bwd_2 computes:
-//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:33
+//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1105,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __re
 }
 
 // broadcast_bwd: 2 launches (broadcast_bwd, broadcast_bwd_2). The first computes:
-//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:33
+//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -1117,7 +1117,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __
 }
 
 // divcount_bwd: 2 launches (divcount_bwd, divcount_bwd_2). The first computes:
-//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:33
+//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1128,7 +1128,7 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __r
 }
 
 // add_bwd: 2 launches (add_bwd_3, add_bwd_4). The first computes:
-//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:33
+//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1140,7 +1140,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 }
 
 // scale_bwd_3 computes:
-//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:33
+//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1151,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_3(const float * __re
 }
 
 // sum_bwd_4 computes:
-//   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:33
+//   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
@@ -1193,7 +1193,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // col2im_bwd computes:
-//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:33
+//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -1220,7 +1220,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 }
 
 // maxpool_bwd_bwd_2 computes:
-//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:32
+//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -1241,7 +1241,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
 }
 
 // relu_bwd_bwd_4 computes:
-//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:32
+//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1253,7 +1253,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * _
 }
 
 // sum_bwd_5: 3 launches (sum_bwd_7, sum_bwd_8, sum_bwd_9). The first computes:
-//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:32
+//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ float sum_bwd_5_part0[288];
 static __device__ unsigned sum_bwd_5_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1306,7 +1306,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // mul_bwd_2: 2 launches (mul_bwd_10, mul_bwd_16). The first computes:
-//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:32
+//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1318,7 +1318,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __rest
 }
 
 // neg_bwd_2: 2 launches (neg_bwd_3, neg_bwd_4). The first computes:
-//   v169 = neg <f32[32]> v164  # models/convnet/model.go:32
+//   v169 = neg <f32[32]> v164  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1329,7 +1329,7 @@ extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __rest
 }
 
 // powc_bwd_2 computes:
-//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:32
+//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) powc_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1340,7 +1340,7 @@ extern "C" __global__ void __launch_bounds__(256) powc_bwd_2(const float * __res
 }
 
 // scale_bwd_4 computes:
-//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:32
+//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1351,7 +1351,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_4(const float * __re
 }
 
 // relu_bwd_bwd_5 computes:
-//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:32
+//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1363,7 +1363,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * _
 }
 
 // scale_bwd_5 computes:
-//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:32
+//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1374,7 +1374,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_5(const float * __re
 }
 
 // broadcast_bwd_2: 2 launches (broadcast_bwd_3, broadcast_bwd_4). The first computes:
-//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:32
+//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -1386,7 +1386,7 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * 
 }
 
 // divcount_bwd_2: 2 launches (divcount_bwd_3, divcount_bwd_4). The first computes:
-//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:32
+//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1397,7 +1397,7 @@ extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const float * _
 }
 
 // add_bwd_2: 2 launches (add_bwd_7, add_bwd_8). The first computes:
-//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:32
+//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1409,7 +1409,7 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __rest
 }
 
 // scale_bwd_6 computes:
-//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:32
+//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -1420,7 +1420,7 @@ extern "C" __global__ void __launch_bounds__(256) scale_bwd_6(const float * __re
 }
 
 // sum_bwd_6 computes:
-//   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:32
+//   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
@@ -1462,179 +1462,192 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // optimizer_update computes:
-//   v208 = mul <f32[421834]> v205 v207  # models/convnet/model.go:29
+//   v207 = clip_norm_scale <f32[421834]> v206  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421834LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a205 = in0[i];
-    float v208 = (a205 * s_wd);
-    out0[i] = v208;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v209 = add <f32[421834]> v206 v208  # models/convnet/model.go:29
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a206 = in0[i];
-    float a208 = in1[i];
-    float v209 = (a206 + a208);
+    float v207 = (a206 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v207;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v209 = mul <f32[421834]> v205 v208  # models/convnet/model.go:33
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a205 = in0[i];
+    float v209 = (a205 * s_wd);
     out0[i] = v209;
   }
 }
 
-// optimizer_update_3 computes:
-//   v212 = scale <f32[421834]> v210 {f=0.9}  # models/convnet/model.go:29
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v210 = add <f32[421834]> v207 v209  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a210 = in0[i];
-    float v212 = (a210 * 0.90000000000000002f);
-    out0[i] = v212;
+    float a207 = in0[i];
+    float a209 = in1[i];
+    float v210 = (a207 + a209);
+    out0[i] = v210;
   }
 }
 
 // optimizer_update_4 computes:
-//   v213 = scale <f32[421834]> v209 {f=0.09999999999999998}  # models/convnet/model.go:29
+//   v213 = scale <f32[421834]> v211 {f=0.9}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a209 = in0[i];
-    float v213 = (a209 * 0.099999999999999978f);
+    float a211 = in0[i];
+    float v213 = (a211 * 0.90000000000000002f);
     out0[i] = v213;
   }
 }
 
 // optimizer_update_5 computes:
-//   v215 = scale <f32[421834]> v211 {f=0.999}  # models/convnet/model.go:29
+//   v214 = scale <f32[421834]> v210 {f=0.09999999999999998}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a211 = in0[i];
-    float v215 = (a211 * 0.999f);
-    out0[i] = v215;
+    float a210 = in0[i];
+    float v214 = (a210 * 0.099999999999999978f);
+    out0[i] = v214;
   }
 }
 
 // optimizer_update_6 computes:
-//   v216 = mul <f32[421834]> v209 v209  # models/convnet/model.go:29
+//   v216 = scale <f32[421834]> v212 {f=0.999}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a209 = in0[i];
-    float v216 = (a209 * a209);
+    float a212 = in0[i];
+    float v216 = (a212 * 0.999f);
     out0[i] = v216;
   }
 }
 
 // optimizer_update_7 computes:
-//   v217 = scale <f32[421834]> v216 {f=0.0010000000000000009}  # models/convnet/model.go:29
+//   v217 = mul <f32[421834]> v210 v210  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a216 = in0[i];
-    float v217 = (a216 * 0.0010000000000000009f);
+    float a210 = in0[i];
+    float v217 = (a210 * a210);
     out0[i] = v217;
   }
 }
 
 // optimizer_update_8 computes:
-//   v219 = sqrt <f32[421834]> v218  # models/convnet/model.go:29
+//   v218 = scale <f32[421834]> v217 {f=0.0010000000000000009}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a218 = in0[i];
-    float v219 = sqrtf(a218);
-    out0[i] = v219;
+    float a217 = in0[i];
+    float v218 = (a217 * 0.0010000000000000009f);
+    out0[i] = v218;
   }
 }
 
 // optimizer_update_9 computes:
-//   v221 = div <f32[421834]> v219 v220  # models/convnet/model.go:29
+//   v220 = sqrt <f32[421834]> v219  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
     float a219 = in0[i];
-    float v221 = (a219 / s_bc2_sqrt);
-    out0[i] = v221;
+    float v220 = sqrtf(a219);
+    out0[i] = v220;
   }
 }
 
 // optimizer_update_10 computes:
-//   v222 = addc <f32[421834]> v221 {f=1e-08}  # models/convnet/model.go:29
+//   v222 = div <f32[421834]> v220 v221  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a221 = in0[i];
-    float v222 = (a221 + 1e-08f);
+    float a220 = in0[i];
+    float v222 = (a220 / s_bc2_sqrt);
     out0[i] = v222;
   }
 }
 
 // optimizer_update_11 computes:
-//   v224 = div <f32[421834]> v214 v222  # models/convnet/model.go:29
+//   v223 = addc <f32[421834]> v222 {f=1e-08}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a214 = in0[i];
-    float a222 = in1[i];
-    float v224 = (a214 / a222);
-    out0[i] = v224;
+    float a222 = in0[i];
+    float v223 = (a222 + 1e-08f);
+    out0[i] = v223;
   }
 }
 
 // optimizer_update_12 computes:
-//   v225 = mul <f32[421834]> v223 v224  # models/convnet/model.go:29
+//   v225 = div <f32[421834]> v215 v223  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a224 = in0[i];
-    float v225 = (s_step_size * a224);
+    float a215 = in0[i];
+    float a223 = in1[i];
+    float v225 = (a215 / a223);
     out0[i] = v225;
   }
 }
 
 // optimizer_update_13 computes:
-//   v226 = sub <f32[421834]> v205 v225  # models/convnet/model.go:29
+//   v226 = mul <f32[421834]> v224 v225  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a205 = in0[i];
-    float a225 = in1[i];
-    float v226 = (a205 - a225);
+    float a225 = in0[i];
+    float v226 = (s_step_size * a225);
     out0[i] = v226;
   }
 }
 
+// optimizer_update_14 computes:
+//   v227 = sub <f32[421834]> v205 v226  # models/convnet/model.go:33
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421834LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a205 = in0[i];
+    float a226 = in1[i];
+    float v227 = (a205 - a226);
+    out0[i] = v227;
+  }
+}
+
 // mul_fwd_5 computes:
-//   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:32
+//   v19 = mul <f32[32]> v15 v18  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1645,7 +1658,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_fwd_5(const float * __rest
 }
 
 // mul_fwd_6 computes:
-//   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:33
+//   v46 = mul <f32[64]> v42 v45  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_6(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1688,18 +1701,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_commit(const int *status,
   NGEN_GRID_STRIDE(i, 64LL) { dst3[i] = src3[i]; } // bn2.running_var
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 421834LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 421834LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -1723,7 +1779,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // cross_entropy_fwd__host computes:
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:37
+//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -1757,7 +1813,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:37
+//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -2042,13 +2098,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_78(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_79(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_80(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_81(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_82(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -2066,34 +2122,40 @@ NGEN_EMU_LAUNCHER int ngen_launch_86(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_87(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_88(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_89(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_90(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_91(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_92(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, mul_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  NGEN_RUN_SPAN(l, optimizer_update_14(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_93(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, mul_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
+  NGEN_RUN_SPAN(l, mul_fwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_94(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, mul_fwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_95(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_commit(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_96(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SPAN(l, ngen_commit(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_97(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_98(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -2196,6 +2258,8 @@ extern "C" int ngen_cpu_entry_convnet_bn_unfused_64f70a6a1a13(int k, const ngen_
   case 94: return ngen_launch_94(l);
   case 95: return ngen_launch_95(l);
   case 96: return ngen_launch_96(l);
+  case 97: return ngen_launch_97(l);
+  case 98: return ngen_launch_98(l);
   }
   return -1;
 }

@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // im2col_fwd: 2 launches (im2col_fwd, im2col_fwd). The first computes:
-//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:17
+//   v4 = im2col <f32[B,9,784]> v0 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 252LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
 }
 
 // bias_fwd: 2 launches (conv1_bias_fwd, conv1_bias_fwd). The first computes:
-//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:17
+//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
@@ -174,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
-//   v10 = relu <f32[B,32,28,28]> v9  # models/convnet/model.go:17
+//   v10 = relu <f32[B,32,28,28]> v9  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -185,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // maxpool_argmax_fwd: 2 launches (maxpool_argmax_fwd, maxpool_argmax_fwd). The first computes:
-//   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v11 = maxpool_argmax <i32[B,32,14,14]> v10 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -214,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float
 }
 
 // maxpool_pick_fwd: 2 launches (maxpool_pick_fwd, maxpool_pick_fwd). The first computes:
-//   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v12 = maxpool_pick <f32[B,32,14,14]> v10 v11 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float *
 }
 
 // im2col_fwd_2: 2 launches (im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
+//   v15 = im2col <f32[B,288,196]> v12 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -254,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __r
 }
 
 // bias_fwd_2: 2 launches (conv2_bias_fwd, conv2_bias_fwd). The first computes:
-//   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:18
+//   v20 = add <f32[B,64,14,14]> v18 v19  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
@@ -267,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // relu_fwd_2: 2 launches (relu_fwd_2, relu_fwd_2). The first computes:
-//   v21 = relu <f32[B,64,14,14]> v20  # models/convnet/model.go:18
+//   v21 = relu <f32[B,64,14,14]> v20  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -278,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // maxpool_argmax_fwd_2: 2 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
-//   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v22 = maxpool_argmax <i32[B,64,7,7]> v21 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const flo
 }
 
 // maxpool_pick_fwd_2: 2 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
-//   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v23 = maxpool_pick <f32[B,64,7,7]> v21 v22 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
@@ -327,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float
 }
 
 // bias_fwd_3: 2 launches (fc1_bias_fwd, fc1_bias_fwd). The first computes:
-//   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:19
+//   v28 = add <f32[B,128]> v26 v27  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -340,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
-//   v29 = relu <f32[B,128]> v28  # models/convnet/model.go:19
+//   v29 = relu <f32[B,128]> v28  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -351,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
 }
 
 // bias_fwd_4: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:20
+//   v33 = add <f32[B,10]> v31 v32  # models/convnet/model.go:24
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -364,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:22
+//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:26
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -395,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:22
+//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:26
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v37 = sum <f32[1,10]> v36 {axes=[0] keepdim}  # models/convnet/model.go:20
+//   v37 = sum <f32[1,10]> v36 {axes=[0] keepdim}  # models/convnet/model.go:24
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -445,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_bwd computes:
-//   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:19
+//   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -457,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_2 computes:
-//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:19
+//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
@@ -499,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // maxpool_bwd_bwd computes:
-//   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:18
+//   v47 = maxpool_bwd <f32[B,64,14,14]> v46 v22 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * 
 }
 
 // relu_bwd_bwd_2 computes:
-//   v48 = relu_bwd <f32[B,64,14,14]> v47 v21  # models/convnet/model.go:18
+//   v48 = relu_bwd <f32[B,64,14,14]> v47 v21  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -532,7 +532,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 }
 
 // sum_bwd_3 computes:
-//   v49 = sum <f32[1,64,1,1]> v48 {axes=[0 2 3] keepdim}  # models/convnet/model.go:18
+//   v49 = sum <f32[1,64,1,1]> v48 {axes=[0 2 3] keepdim}  # models/convnet/model.go:22
 static __device__ float sum_bwd_3_part0[320];
 static __device__ unsigned sum_bwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -585,7 +585,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4 computes:
-//   v55 = sum <f32[1,64,288]> v53 {axes=[0] keepdim}  # models/convnet/model.go:18
+//   v55 = sum <f32[1,64,288]> v53 {axes=[0] keepdim}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
@@ -627,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // col2im_bwd computes:
-//   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:18
+//   v58 = col2im <f32[B,32,14,14]> v54 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
@@ -654,7 +654,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __res
 }
 
 // maxpool_bwd_bwd_2 computes:
-//   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:17
+//   v59 = maxpool_bwd <f32[B,32,28,28]> v58 v11 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
@@ -675,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float 
 }
 
 // relu_bwd_bwd_3 computes:
-//   v60 = relu_bwd <f32[B,32,28,28]> v59 v10  # models/convnet/model.go:17
+//   v60 = relu_bwd <f32[B,32,28,28]> v59 v10  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -687,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * _
 }
 
 // sum_bwd_5 computes:
-//   v61 = sum <f32[1,32,1,1]> v60 {axes=[0 2 3] keepdim}  # models/convnet/model.go:17
+//   v61 = sum <f32[1,32,1,1]> v60 {axes=[0 2 3] keepdim}  # models/convnet/model.go:21
 static __device__ float sum_bwd_5_part0[288];
 static __device__ unsigned sum_bwd_5_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -740,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // sum_bwd_6 computes:
-//   v66 = sum <f32[1,32,9]> v65 {axes=[0] keepdim}  # models/convnet/model.go:17
+//   v66 = sum <f32[1,32,9]> v65 {axes=[0] keepdim}  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
@@ -782,174 +782,187 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // optimizer_update computes:
-//   v72 = mul <f32[421642]> v69 v71  # models/convnet/model.go:14
+//   v71 = clip_norm_scale <f32[421642]> v70  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 421642LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float v72 = (a69 * s_wd);
-    out0[i] = v72;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v73 = add <f32[421642]> v70 v72  # models/convnet/model.go:14
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a70 = in0[i];
-    float a72 = in1[i];
-    float v73 = (a70 + a72);
+    float v71 = (a70 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v71;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v73 = mul <f32[421642]> v69 v72  # models/convnet/model.go:18
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421642LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a69 = in0[i];
+    float v73 = (a69 * s_wd);
     out0[i] = v73;
   }
 }
 
-// optimizer_update_3 computes:
-//   v76 = scale <f32[421642]> v74 {f=0.9}  # models/convnet/model.go:14
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v74 = add <f32[421642]> v71 v73  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a74 = in0[i];
-    float v76 = (a74 * 0.90000000000000002f);
-    out0[i] = v76;
+    float a71 = in0[i];
+    float a73 = in1[i];
+    float v74 = (a71 + a73);
+    out0[i] = v74;
   }
 }
 
 // optimizer_update_4 computes:
-//   v77 = scale <f32[421642]> v73 {f=0.09999999999999998}  # models/convnet/model.go:14
+//   v77 = scale <f32[421642]> v75 {f=0.9}  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a73 = in0[i];
-    float v77 = (a73 * 0.099999999999999978f);
+    float a75 = in0[i];
+    float v77 = (a75 * 0.90000000000000002f);
     out0[i] = v77;
   }
 }
 
 // optimizer_update_5 computes:
-//   v79 = scale <f32[421642]> v75 {f=0.999}  # models/convnet/model.go:14
+//   v78 = scale <f32[421642]> v74 {f=0.09999999999999998}  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a75 = in0[i];
-    float v79 = (a75 * 0.999f);
-    out0[i] = v79;
+    float a74 = in0[i];
+    float v78 = (a74 * 0.099999999999999978f);
+    out0[i] = v78;
   }
 }
 
 // optimizer_update_6 computes:
-//   v80 = mul <f32[421642]> v73 v73  # models/convnet/model.go:14
+//   v80 = scale <f32[421642]> v76 {f=0.999}  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a73 = in0[i];
-    float v80 = (a73 * a73);
+    float a76 = in0[i];
+    float v80 = (a76 * 0.999f);
     out0[i] = v80;
   }
 }
 
 // optimizer_update_7 computes:
-//   v81 = scale <f32[421642]> v80 {f=0.0010000000000000009}  # models/convnet/model.go:14
+//   v81 = mul <f32[421642]> v74 v74  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v81 = (a80 * 0.0010000000000000009f);
+    float a74 = in0[i];
+    float v81 = (a74 * a74);
     out0[i] = v81;
   }
 }
 
 // optimizer_update_8 computes:
-//   v83 = sqrt <f32[421642]> v82  # models/convnet/model.go:14
+//   v82 = scale <f32[421642]> v81 {f=0.0010000000000000009}  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a82 = in0[i];
-    float v83 = sqrtf(a82);
-    out0[i] = v83;
+    float a81 = in0[i];
+    float v82 = (a81 * 0.0010000000000000009f);
+    out0[i] = v82;
   }
 }
 
 // optimizer_update_9 computes:
-//   v85 = div <f32[421642]> v83 v84  # models/convnet/model.go:14
+//   v84 = sqrt <f32[421642]> v83  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a83 = in0[i];
-    float v85 = (a83 / s_bc2_sqrt);
-    out0[i] = v85;
+    float v84 = sqrtf(a83);
+    out0[i] = v84;
   }
 }
 
 // optimizer_update_10 computes:
-//   v86 = addc <f32[421642]> v85 {f=1e-08}  # models/convnet/model.go:14
+//   v86 = div <f32[421642]> v84 v85  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float v86 = (a85 + 1e-08f);
+    float a84 = in0[i];
+    float v86 = (a84 / s_bc2_sqrt);
     out0[i] = v86;
   }
 }
 
 // optimizer_update_11 computes:
-//   v88 = div <f32[421642]> v78 v86  # models/convnet/model.go:14
+//   v87 = addc <f32[421642]> v86 {f=1e-08}  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a78 = in0[i];
-    float a86 = in1[i];
-    float v88 = (a78 / a86);
-    out0[i] = v88;
+    float a86 = in0[i];
+    float v87 = (a86 + 1e-08f);
+    out0[i] = v87;
   }
 }
 
 // optimizer_update_12 computes:
-//   v89 = mul <f32[421642]> v87 v88  # models/convnet/model.go:14
+//   v89 = div <f32[421642]> v79 v87  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a88 = in0[i];
-    float v89 = (s_step_size * a88);
+    float a79 = in0[i];
+    float a87 = in1[i];
+    float v89 = (a79 / a87);
     out0[i] = v89;
   }
 }
 
 // optimizer_update_13 computes:
-//   v90 = sub <f32[421642]> v69 v89  # models/convnet/model.go:14
+//   v90 = mul <f32[421642]> v88 v89  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 421642LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a89 = in0[i];
+    float v90 = (s_step_size * a89);
+    out0[i] = v90;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v91 = sub <f32[421642]> v69 v90  # models/convnet/model.go:18
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
     float a69 = in0[i];
-    float a89 = in1[i];
-    float v90 = (a69 - a89);
-    out0[i] = v90;
+    float a90 = in1[i];
+    float v91 = (a69 - a90);
+    out0[i] = v91;
   }
 }
 
@@ -976,18 +989,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 421642LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 421642LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -1011,7 +1067,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // cross_entropy_fwd__host computes:
-//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:22
+//   v34 = cross_entropy <f32[]> v33 v1  # models/convnet/model.go:26
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -1045,7 +1101,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:22
+//   v36 = ce_grad <f32[B,10]> v33 v1 v35  # models/convnet/model.go:26
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -1174,13 +1230,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -1198,25 +1254,31 @@ NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_38(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_39(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_40(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_14(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_41(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_42(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_43(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -1264,6 +1326,8 @@ extern "C" int ngen_cpu_entry_convnet_unfused_e18a4453d201(int k, const ngen_lau
   case 39: return ngen_launch_39(l);
   case 40: return ngen_launch_40(l);
   case 41: return ngen_launch_41(l);
+  case 42: return ngen_launch_42(l);
+  case 43: return ngen_launch_43(l);
   }
   return -1;
 }

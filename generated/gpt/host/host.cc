@@ -1010,48 +1010,50 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
 }
 
 // optimizer_update computes:
-//   v338 = mul <f32[3184896]> v335 v337  # models/transformer/model.go:89
-//   v339 = add <f32[3184896]> v336 v338  # models/transformer/model.go:89
-//   v342 = scale <f32[3184896]> v340 {f=0.9}  # models/transformer/model.go:89
-//   v343 = scale <f32[3184896]> v339 {f=0.09999999999999998}  # models/transformer/model.go:89
-//   v344 = add <f32[3184896]> v342 v343  # models/transformer/model.go:89
-//   v345 = scale <f32[3184896]> v341 {f=0.999}  # models/transformer/model.go:89
-//   v346 = mul <f32[3184896]> v339 v339  # models/transformer/model.go:89
-//   v347 = scale <f32[3184896]> v346 {f=0.0010000000000000009}  # models/transformer/model.go:89
-//   v348 = add <f32[3184896]> v345 v347  # models/transformer/model.go:89
-//   v349 = sqrt <f32[3184896]> v348  # models/transformer/model.go:89
-//   v351 = div <f32[3184896]> v349 v350  # models/transformer/model.go:89
-//   v352 = addc <f32[3184896]> v351 {f=1e-08}  # models/transformer/model.go:89
-//   v354 = div <f32[3184896]> v344 v352  # models/transformer/model.go:89
-//   v355 = mul <f32[3184896]> v353 v354  # models/transformer/model.go:89
-//   v356 = sub <f32[3184896]> v335 v355  # models/transformer/model.go:89
+//   v337 = clip_norm_scale <f32[3184896]> v336  # models/transformer/model.go:89
+//   v339 = mul <f32[3184896]> v335 v338  # models/transformer/model.go:89
+//   v340 = add <f32[3184896]> v337 v339  # models/transformer/model.go:89
+//   v343 = scale <f32[3184896]> v341 {f=0.9}  # models/transformer/model.go:89
+//   v344 = scale <f32[3184896]> v340 {f=0.09999999999999998}  # models/transformer/model.go:89
+//   v345 = add <f32[3184896]> v343 v344  # models/transformer/model.go:89
+//   v346 = scale <f32[3184896]> v342 {f=0.999}  # models/transformer/model.go:89
+//   v347 = mul <f32[3184896]> v340 v340  # models/transformer/model.go:89
+//   v348 = scale <f32[3184896]> v347 {f=0.0010000000000000009}  # models/transformer/model.go:89
+//   v349 = add <f32[3184896]> v346 v348  # models/transformer/model.go:89
+//   v350 = sqrt <f32[3184896]> v349  # models/transformer/model.go:89
+//   v352 = div <f32[3184896]> v350 v351  # models/transformer/model.go:89
+//   v353 = addc <f32[3184896]> v352 {f=1e-08}  # models/transformer/model.go:89
+//   v355 = div <f32[3184896]> v345 v353  # models/transformer/model.go:89
+//   v356 = mul <f32[3184896]> v354 v355  # models/transformer/model.go:89
+//   v357 = sub <f32[3184896]> v335 v356  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a335 = in0[i];
-    float v338 = (a335 * s_wd);
-    float a336 = in1[i];
-    float v339 = (a336 + v338);
-    float a340 = in2[i];
-    float v342 = (a340 * 0.90000000000000002f);
-    float v343 = (v339 * 0.099999999999999978f);
-    float v344 = (v342 + v343);
-    float a341 = in3[i];
-    out0[i] = v344;
-    float v345 = (a341 * 0.999f);
-    float v346 = (v339 * v339);
-    float v347 = (v346 * 0.0010000000000000009f);
-    float v348 = (v345 + v347);
-    out1[i] = v348;
-    float v349 = sqrtf(v348);
-    float v351 = (v349 / s_bc2_sqrt);
-    float v352 = (v351 + 1e-08f);
-    float v354 = (v344 / v352);
-    float v355 = (s_step_size * v354);
-    float v356 = (a335 - v355);
-    out2[i] = v356;
+    float a336 = in0[i];
+    float v337 = (a336 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a335 = in1[i];
+    float v339 = (a335 * s_wd);
+    float v340 = (v337 + v339);
+    float a341 = in2[i];
+    float v343 = (a341 * 0.90000000000000002f);
+    float v344 = (v340 * 0.099999999999999978f);
+    float v345 = (v343 + v344);
+    float a342 = in3[i];
+    out0[i] = v345;
+    float v346 = (a342 * 0.999f);
+    float v347 = (v340 * v340);
+    float v348 = (v347 * 0.0010000000000000009f);
+    float v349 = (v346 + v348);
+    out1[i] = v349;
+    float v350 = sqrtf(v349);
+    float v352 = (v350 / s_bc2_sqrt);
+    float v353 = (v352 + 1e-08f);
+    float v355 = (v345 / v353);
+    float v356 = (s_step_size * v355);
+    float v357 = (a335 - v356);
+    out2[i] = v357;
   }
 }
 
@@ -1139,18 +1141,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3184896LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3184896LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -1471,7 +1516,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   return ngen_launch_24_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_gelu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
@@ -1489,7 +1534,10 @@ NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -1527,6 +1575,7 @@ extern "C" int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_launch *l) {
   case 29: return ngen_launch_29(l);
   case 30: return ngen_launch_30(l);
   case 31: return ngen_launch_31(l);
+  case 32: return ngen_launch_32(l);
   }
   return -1;
 }

@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_fwd: 2 launches (fc1_bias_fwd, fc1_bias_fwd). The first computes:
-//   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:30
+//   v5 = add <f32[B,2048]> v3 v4  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 2048) {
@@ -154,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
-//   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:30
+//   v6 = relu <f32[B,2048]> v5  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -165,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
 }
 
 // bias_fwd_2: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:31
+//   v10 = add <f32[B,512]> v8 v9  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -178,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // relu_fwd_2: 2 launches (relu_fwd_2, relu_fwd_2). The first computes:
-//   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:31
+//   v11 = relu <f32[B,512]> v10  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
 }
 
 // bias_fwd_3: 2 launches (fc3_bias_fwd, fc3_bias_fwd). The first computes:
-//   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:32
+//   v15 = add <f32[B,10]> v13 v14  # models/mlp/model.go:36
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
@@ -202,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:34
+//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:38
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:34
+//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:38
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v19 = sum <f32[1,10]> v18 {axes=[0] keepdim}  # models/mlp/model.go:32
+//   v19 = sum <f32[1,10]> v18 {axes=[0] keepdim}  # models/mlp/model.go:36
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -283,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // relu_bwd_bwd computes:
-//   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:31
+//   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -295,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 }
 
 // sum_bwd_2 computes:
-//   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:31
+//   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:35
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
@@ -337,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // relu_bwd_bwd_2 computes:
-//   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:30
+//   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 2048LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -349,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * _
 }
 
 // sum_bwd_3 computes:
-//   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:30
+//   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:34
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 2048LL;
   const long long nred = (long long)B;
@@ -391,174 +391,187 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v35 = mul <f32[3153418]> v32 v34  # models/mlp/model.go:27
+//   v34 = clip_norm_scale <f32[3153418]> v33  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
-  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
-  const long long n = 3153418LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a32 = in0[i];
-    float v35 = (a32 * s_wd);
-    out0[i] = v35;
-  }
-}
-
-// optimizer_update_2: 3 launches (optimizer_update_2, optimizer_update_5, optimizer_update_9). The first computes:
-//   v36 = add <f32[3153418]> v33 v35  # models/mlp/model.go:27
-//   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
     float a33 = in0[i];
-    float a35 = in1[i];
-    float v36 = (a33 + a35);
+    float v34 = (a33 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v34;
+  }
+}
+
+// optimizer_update_2 computes:
+//   v36 = mul <f32[3153418]> v32 v35  # models/mlp/model.go:31
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3153418LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a32 = in0[i];
+    float v36 = (a32 * s_wd);
     out0[i] = v36;
   }
 }
 
-// optimizer_update_3 computes:
-//   v39 = scale <f32[3153418]> v37 {f=0.9}  # models/mlp/model.go:27
+// optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
+//   v37 = add <f32[3153418]> v34 v36  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a37 = in0[i];
-    float v39 = (a37 * 0.90000000000000002f);
-    out0[i] = v39;
+    float a34 = in0[i];
+    float a36 = in1[i];
+    float v37 = (a34 + a36);
+    out0[i] = v37;
   }
 }
 
 // optimizer_update_4 computes:
-//   v40 = scale <f32[3153418]> v36 {f=0.09999999999999998}  # models/mlp/model.go:27
+//   v40 = scale <f32[3153418]> v38 {f=0.9}  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float v40 = (a36 * 0.099999999999999978f);
+    float a38 = in0[i];
+    float v40 = (a38 * 0.90000000000000002f);
     out0[i] = v40;
   }
 }
 
 // optimizer_update_5 computes:
-//   v42 = scale <f32[3153418]> v38 {f=0.999}  # models/mlp/model.go:27
+//   v41 = scale <f32[3153418]> v37 {f=0.09999999999999998}  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a38 = in0[i];
-    float v42 = (a38 * 0.999f);
-    out0[i] = v42;
+    float a37 = in0[i];
+    float v41 = (a37 * 0.099999999999999978f);
+    out0[i] = v41;
   }
 }
 
 // optimizer_update_6 computes:
-//   v43 = mul <f32[3153418]> v36 v36  # models/mlp/model.go:27
+//   v43 = scale <f32[3153418]> v39 {f=0.999}  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a36 = in0[i];
-    float v43 = (a36 * a36);
+    float a39 = in0[i];
+    float v43 = (a39 * 0.999f);
     out0[i] = v43;
   }
 }
 
 // optimizer_update_7 computes:
-//   v44 = scale <f32[3153418]> v43 {f=0.0010000000000000009}  # models/mlp/model.go:27
+//   v44 = mul <f32[3153418]> v37 v37  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a43 = in0[i];
-    float v44 = (a43 * 0.0010000000000000009f);
+    float a37 = in0[i];
+    float v44 = (a37 * a37);
     out0[i] = v44;
   }
 }
 
 // optimizer_update_8 computes:
-//   v46 = sqrt <f32[3153418]> v45  # models/mlp/model.go:27
+//   v45 = scale <f32[3153418]> v44 {f=0.0010000000000000009}  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a45 = in0[i];
-    float v46 = sqrtf(a45);
-    out0[i] = v46;
+    float a44 = in0[i];
+    float v45 = (a44 * 0.0010000000000000009f);
+    out0[i] = v45;
   }
 }
 
 // optimizer_update_9 computes:
-//   v48 = div <f32[3153418]> v46 v47  # models/mlp/model.go:27
+//   v47 = sqrt <f32[3153418]> v46  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
     float a46 = in0[i];
-    float v48 = (a46 / s_bc2_sqrt);
-    out0[i] = v48;
+    float v47 = sqrtf(a46);
+    out0[i] = v47;
   }
 }
 
 // optimizer_update_10 computes:
-//   v49 = addc <f32[3153418]> v48 {f=1e-08}  # models/mlp/model.go:27
+//   v49 = div <f32[3153418]> v47 v48  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a48 = in0[i];
-    float v49 = (a48 + 1e-08f);
+    float a47 = in0[i];
+    float v49 = (a47 / s_bc2_sqrt);
     out0[i] = v49;
   }
 }
 
 // optimizer_update_11 computes:
-//   v51 = div <f32[3153418]> v41 v49  # models/mlp/model.go:27
+//   v50 = addc <f32[3153418]> v49 {f=1e-08}  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a41 = in0[i];
-    float a49 = in1[i];
-    float v51 = (a41 / a49);
-    out0[i] = v51;
+    float a49 = in0[i];
+    float v50 = (a49 + 1e-08f);
+    out0[i] = v50;
   }
 }
 
 // optimizer_update_12 computes:
-//   v52 = mul <f32[3153418]> v50 v51  # models/mlp/model.go:27
+//   v52 = div <f32[3153418]> v42 v50  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a51 = in0[i];
-    float v52 = (s_step_size * a51);
+    float a42 = in0[i];
+    float a50 = in1[i];
+    float v52 = (a42 / a50);
     out0[i] = v52;
   }
 }
 
 // optimizer_update_13 computes:
-//   v53 = sub <f32[3153418]> v32 v52  # models/mlp/model.go:27
+//   v53 = mul <f32[3153418]> v51 v52  # models/mlp/model.go:31
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float *in0, const float *in1, float *out0, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
+  const long long n = 3153418LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a52 = in0[i];
+    float v53 = (s_step_size * a52);
+    out0[i] = v53;
+  }
+}
+
+// optimizer_update_14 computes:
+//   v54 = sub <f32[3153418]> v32 v53  # models/mlp/model.go:31
+//   (skipped when the status block reports a failed step)
+extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3153418LL;
   NGEN_GRID_STRIDE(i, n) {
     float a32 = in0[i];
-    float a52 = in1[i];
-    float v53 = (a32 - a52);
-    out0[i] = v53;
+    float a53 = in1[i];
+    float v54 = (a32 - a53);
+    out0[i] = v54;
   }
 }
 
@@ -585,18 +598,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 3153418LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 3153418LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -620,7 +676,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // cross_entropy_fwd__host computes:
-//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:34
+//   v16 = cross_entropy <f32[]> v15 v1  # models/mlp/model.go:38
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -654,7 +710,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:34
+//   v18 = ce_grad <f32[B,10]> v15 v1 v17  # models/mlp/model.go:38
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -738,13 +794,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
@@ -762,25 +818,31 @@ NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_12(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
+  NGEN_RUN_SPAN(l, optimizer_update_13(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  NGEN_RUN_SPAN(l, optimizer_update_14(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -813,6 +875,8 @@ extern "C" int ngen_cpu_entry_mlpbench_unfused_56bea789ccc0(int k, const ngen_la
   case 24: return ngen_launch_24(l);
   case 25: return ngen_launch_25(l);
   case 26: return ngen_launch_26(l);
+  case 27: return ngen_launch_27(l);
+  case 28: return ngen_launch_28(l);
   }
   return -1;
 }

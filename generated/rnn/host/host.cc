@@ -141,8 +141,8 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_fwd: 2 launches (rnn_bias_fwd, rnn_bias_fwd). The first computes:
-//   v10 = add <f32[54,128]> v9 v6  # models/rnn/model.go:48
-//   v11 = add <f32[54,128]> v10 v7  # models/rnn/model.go:48
+//   v10 = add <f32[54,128]> v9 v6  # models/rnn/model.go:50
+//   v11 = add <f32[54,128]> v10 v7  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // embedding_fwd: 2 launches (embedding_fwd, embedding_fwd). The first computes:
-//   v12 = embedding <f32[B,16,128]> v11 v0  # models/rnn/model.go:42
+//   v12 = embedding <f32[B,16,128]> v11 v0  # models/rnn/model.go:44
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -172,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // rnn_scan_fwd: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
-//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float pre[128];
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 2 launches (slice_fwd, slice_fwd). The first computes:
-//   v14 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
+//   v14 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -222,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // slice_fwd_2: 2 launches (slice_fwd_2, slice_fwd_2). The first computes:
-//   v15 = slice <f32[B,1,128]> v14 {axes=[1] ints=[15 16]}  # models/rnn/model.go:48
+//   v15 = slice <f32[B,1,128]> v14 {axes=[1] ints=[15 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // slice_fwd_3: 2 launches (slice_fwd_3, slice_fwd_3). The first computes:
-//   v18 = slice <f32[1,B,128]> v17 {axes=[0] ints=[0 1]}  # models/rnn/model.go:49
+//   v18 = slice <f32[1,B,128]> v17 {axes=[0] ints=[0 1]}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -252,9 +252,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:49
-//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:52
-//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:52
+//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:51
+//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:54
+//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:54
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v27 = sum <f32[1,5]> v26 {axes=[0] keepdim}  # models/rnn/model.go:49
+//   v27 = sum <f32[1,5]> v26 {axes=[0] keepdim}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 5LL;
   const long long nred = (long long)B;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd computes:
-//   v32 = slice_bwd <f32[1,B,128]> v31 {axes=[0] shape=[1,B,128] ints=[0 1]}  # models/rnn/model.go:49
+//   v32 = slice_bwd <f32[1,B,128]> v31 {axes=[0] shape=[1,B,128] ints=[0 1]}  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -332,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2 computes:
-//   v35 = slice_bwd <f32[B,16,128]> v34 {axes=[1] shape=[B,16,128] ints=[15 16]}  # models/rnn/model.go:48
+//   v35 = slice_bwd <f32[B,16,128]> v34 {axes=[1] shape=[B,16,128] ints=[15 16]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -347,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // slice_bwd_bwd_3 computes:
-//   v36 = slice_bwd <f32[B,16,128]> v35 {axes=[2] shape=[B,16,128] ints=[0 128]}  # models/rnn/model.go:48
+//   v36 = slice_bwd <f32[B,16,128]> v35 {axes=[2] shape=[B,16,128] ints=[0 128]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -362,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 }
 
 // rnn_scan_bwd_bwd computes:
-//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dg[128];
@@ -411,8 +411,8 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd computes:
-//   v38 = slice <f32[B,16,128]> v37 {axes=[1] ints=[0 16]}  # models/rnn/model.go:48
-//   v39 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:48
+//   v38 = slice <f32[B,16,128]> v37 {axes=[1] ints=[0 16]}  # models/rnn/model.go:50
+//   v39 = slice <f32[B,16,128]> v13 {axes=[2] ints=[0 128]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 16LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -433,8 +433,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2 computes:
-//   v40 = slice <f32[B,15,128]> v38 {axes=[1] ints=[1 16]}  # models/rnn/model.go:48
-//   v41 = slice <f32[B,15,128]> v39 {axes=[1] ints=[0 15]}  # models/rnn/model.go:48
+//   v40 = slice <f32[B,15,128]> v38 {axes=[1] ints=[1 16]}  # models/rnn/model.go:50
+//   v41 = slice <f32[B,15,128]> v39 {axes=[1] ints=[0 15]}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 15LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -455,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // embedding_bwd_bwd computes:
-//   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:42
+//   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:44
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -471,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // sum_bwd_2 computes:
-//   v46 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:48
-//   v48 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:48
+//   v46 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:50
+//   v48 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:50
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long nout = 128LL;
   const long long nred = 54LL;
@@ -525,53 +525,55 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // optimizer_update computes:
-//   v55 = mul <f32[23109]> v52 v54  # models/rnn/model.go:38
-//   v56 = add <f32[23109]> v53 v55  # models/rnn/model.go:38
-//   v59 = scale <f32[23109]> v57 {f=0.9}  # models/rnn/model.go:38
-//   v60 = scale <f32[23109]> v56 {f=0.09999999999999998}  # models/rnn/model.go:38
-//   v61 = add <f32[23109]> v59 v60  # models/rnn/model.go:38
-//   v62 = scale <f32[23109]> v58 {f=0.999}  # models/rnn/model.go:38
-//   v63 = mul <f32[23109]> v56 v56  # models/rnn/model.go:38
-//   v64 = scale <f32[23109]> v63 {f=0.0010000000000000009}  # models/rnn/model.go:38
-//   v65 = add <f32[23109]> v62 v64  # models/rnn/model.go:38
-//   v66 = sqrt <f32[23109]> v65  # models/rnn/model.go:38
-//   v68 = div <f32[23109]> v66 v67  # models/rnn/model.go:38
-//   v69 = addc <f32[23109]> v68 {f=1e-08}  # models/rnn/model.go:38
-//   v71 = div <f32[23109]> v61 v69  # models/rnn/model.go:38
-//   v72 = mul <f32[23109]> v70 v71  # models/rnn/model.go:38
-//   v73 = sub <f32[23109]> v52 v72  # models/rnn/model.go:38
+//   v54 = clip_norm_scale <f32[23109]> v53  # models/rnn/model.go:40
+//   v56 = mul <f32[23109]> v52 v55  # models/rnn/model.go:40
+//   v57 = add <f32[23109]> v54 v56  # models/rnn/model.go:40
+//   v60 = scale <f32[23109]> v58 {f=0.9}  # models/rnn/model.go:40
+//   v61 = scale <f32[23109]> v57 {f=0.09999999999999998}  # models/rnn/model.go:40
+//   v62 = add <f32[23109]> v60 v61  # models/rnn/model.go:40
+//   v63 = scale <f32[23109]> v59 {f=0.999}  # models/rnn/model.go:40
+//   v64 = mul <f32[23109]> v57 v57  # models/rnn/model.go:40
+//   v65 = scale <f32[23109]> v64 {f=0.0010000000000000009}  # models/rnn/model.go:40
+//   v66 = add <f32[23109]> v63 v65  # models/rnn/model.go:40
+//   v67 = sqrt <f32[23109]> v66  # models/rnn/model.go:40
+//   v69 = div <f32[23109]> v67 v68  # models/rnn/model.go:40
+//   v70 = addc <f32[23109]> v69 {f=1e-08}  # models/rnn/model.go:40
+//   v72 = div <f32[23109]> v62 v70  # models/rnn/model.go:40
+//   v73 = mul <f32[23109]> v71 v72  # models/rnn/model.go:40
+//   v74 = sub <f32[23109]> v52 v73  # models/rnn/model.go:40
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, float s_wd, float s_bc2_sqrt, float s_step_size, const int *status) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 23109LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a52 = in0[i];
-    float v55 = (a52 * s_wd);
-    float a53 = in1[i];
-    float v56 = (a53 + v55);
-    float a57 = in2[i];
-    float v59 = (a57 * 0.90000000000000002f);
-    float v60 = (v56 * 0.099999999999999978f);
-    float v61 = (v59 + v60);
-    float a58 = in3[i];
-    out0[i] = v61;
-    float v62 = (a58 * 0.999f);
-    float v63 = (v56 * v56);
-    float v64 = (v63 * 0.0010000000000000009f);
-    float v65 = (v62 + v64);
-    out1[i] = v65;
-    float v66 = sqrtf(v65);
-    float v68 = (v66 / s_bc2_sqrt);
-    float v69 = (v68 + 1e-08f);
-    float v71 = (v61 / v69);
-    float v72 = (s_step_size * v71);
-    float v73 = (a52 - v72);
-    out2[i] = v73;
+    float a53 = in0[i];
+    float v54 = (a53 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a52 = in1[i];
+    float v56 = (a52 * s_wd);
+    float v57 = (v54 + v56);
+    float a58 = in2[i];
+    float v60 = (a58 * 0.90000000000000002f);
+    float v61 = (v57 * 0.099999999999999978f);
+    float v62 = (v60 + v61);
+    float a59 = in3[i];
+    out0[i] = v62;
+    float v63 = (a59 * 0.999f);
+    float v64 = (v57 * v57);
+    float v65 = (v64 * 0.0010000000000000009f);
+    float v66 = (v63 + v65);
+    out1[i] = v66;
+    float v67 = sqrtf(v66);
+    float v69 = (v67 / s_bc2_sqrt);
+    float v70 = (v69 + 1e-08f);
+    float v72 = (v62 / v70);
+    float v73 = (s_step_size * v72);
+    float v74 = (a52 - v73);
+    out2[i] = v74;
   }
 }
 
 // bias_fwd_2 computes:
-//   v22 = add <f32[B,5]> v20 v21  # models/rnn/model.go:49
+//   v22 = add <f32[B,5]> v20 v21  # models/rnn/model.go:51
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 5LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
@@ -605,18 +607,61 @@ extern "C" __global__ void __launch_bounds__(256) ngen_guard_float(int *status, 
   }
 }
 
+// ngen_grad_norm_float computes:
+//   clip_grad_norm_: the gradients' global norm, and max_norm / (norm + 1e-6) clamped to 1 into the status block
+//   (a norm that is not finite fails the step)
+extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *status, const float *__restrict__ grads, double *partials, float s_max_norm) {
+  if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
+  __shared__ double red[256];
+  __shared__ int last;
+  const long long n = 23109LL;
+  double s = 0.0;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = red[0];
+    __threadfence();
+    last = atomicAdd(&status[13], 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  s = 0.0;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 128; h > 0; h >>= 1) {
+    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  status[13] = 0; // the ticket, for the next launch
+  const double total = red[0];
+  if (!(total - total == 0.0)) { atomicMax(&status[5], 3); return; }
+  const float norm = (float)sqrt(total);
+  float coef = s_max_norm / (norm + 9.9999999999999995e-07f);
+  coef = coef < 1.0f ? coef : 1.0f;
+  status[14] = __float_as_int(coef);
+}
+
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
 //   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
   if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
   const long long n = 23109LL;
+  const float clip = (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f);
   NGEN_GRID_STRIDE(i, n) {
-    const float p = params[i], g = grads[i];
+    const float p = params[i], g = (grads[i] * clip);
     const float gd = (g + (p * s_wd));
     const float m2 = ((exp_avg[i] * 0.90000000000000002f) + (gd * 0.099999999999999978f));
     const float v2 = ((exp_avg_sq[i] * 0.999f) + ((gd * gd) * 0.0010000000000000009f));
@@ -640,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // rnn_scan_fwd__host: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
-//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -681,7 +726,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const flo
 }
 
 // rnn_scan_fwd__baseline: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
-//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
     __shared__ float th[1024];
     const long long nb = (long long)B;
@@ -726,9 +771,9 @@ NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const
 }
 
 // bias_cross_entropy_ce_grad_bwd__host computes:
-//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:49
-//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:52
-//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:52
+//   v23 = add <f32[B,5]> v21 v22  # models/rnn/model.go:51
+//   v24 = cross_entropy <f32[]> v23 v2  # models/rnn/model.go:54
+//   v26 = ce_grad <f32[B,5]> v23 v2 v25  # models/rnn/model.go:54
 NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 5;
@@ -768,7 +813,7 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
 }
 
 // rnn_scan_bwd_bwd__host computes:
-//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -822,7 +867,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const
 }
 
 // rnn_scan_bwd_bwd__baseline computes:
-//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:48
+//   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
     __shared__ float tdh[1024];
     __shared__ float tdg[1024];
@@ -899,7 +944,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
 }
 
 // embedding_bwd_bwd__host computes:
-//   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:42
+//   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:44
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -993,7 +1038,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, int *, 10)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1002,7 +1047,10 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8)));
+  NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
 }
 } // namespace
 
@@ -1028,6 +1076,7 @@ extern "C" int ngen_cpu_entry_rnn_e90211dbf68e(int k, const ngen_launch *l) {
   case 17: return ngen_launch_17(l);
   case 18: return ngen_launch_18(l);
   case 19: return ngen_launch_19(l);
+  case 20: return ngen_launch_20(l);
   }
   return -1;
 }
