@@ -109,8 +109,11 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 	// logit's expression.
 	x := func(indent, j string) string {
 		fmt.Fprintf(w, "%sconst long long i = row * C + %s;\n", indent, j)
-		e := k.elementwise(p, g, in, "i", indent, w)
-		return k.operand(g, logits, in, e, "i", indent, w)
+		var b stmts
+		e := k.elementwise(p, g, in, "i", indent, &b)
+		logit := k.operand(g, logits, in, e, "i", indent, &b)
+		b.writeTo(w)
+		return logit
 	}
 	fmt.Fprintf(w, "  %s mx = -NGEN_INF;\n", t)
 	loop := fmt.Sprintf("  for (int j = lane; j < C; j += %d) {\n", lanes)
@@ -268,8 +271,11 @@ func (k *kernel) ceCPUForm(p *compiler.Program, g *compiler.Group, in, out map[*
 	k.rowLen = C
 	w.WriteString("    for (int j = 0; j < C; ++j) {\n")
 	w.WriteString("      const long long i = r * C + j;\n")
-	e := k.elementwise(p, g, in, "i", "      ", w)
-	fmt.Fprintf(w, "      xs[j] = %s;\n", k.operand(g, logits, in, e, "i", "      ", w))
+	var b stmts
+	e := k.elementwise(p, g, in, "i", "      ", &b)
+	logit := k.operand(g, logits, in, e, "i", "      ", &b)
+	b.writeTo(w)
+	fmt.Fprintf(w, "      xs[j] = %s;\n", logit)
 	for _, v := range g.Outputs {
 		if v != g.Loss && v != g.Grad {
 			fmt.Fprintf(w, "      %s[i] = v%d;\n", out[v], v.ID)

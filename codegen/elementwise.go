@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -35,71 +34,70 @@ func elementwiseKernel(p *compiler.Program, g *compiler.Group, target ops.Target
 		fmt.Fprintf(w, "  const long long n = %s;\n", k.size(g.Space))
 		w.WriteString("  NGEN_GRID_STRIDE(i, n) {\n")
 	}
-	var body strings.Builder
+	var body stmts
 	e := k.elementwise(p, g, in, "i", indent, &body)
 	gather := false
 	for _, v := range g.Values {
 		gather = gather || ops.Lookup(v.Op).Kind == ops.Gather
 	}
+	var after [][]*ir.Value
 	if gather {
-		// A gather template may assign its value over several lines and
-		// read through its pointers in calls: stores stay last.
-		w.WriteString(body.String())
-		for _, v := range g.Outputs {
+		// A gather kernel keeps its stores after the whole body, as it did
+		// when placement read the rendered text back (a template may
+		// assign its value over several lines and read through its
+		// pointers in calls). Its statement is one stmt marked as a load,
+		// so the early rule could apply, but that would change every
+		// gather kernel: a change of its own.
+		after = make([][]*ir.Value, len(body)+1)
+		after[len(body)] = g.Outputs
+	} else {
+		after = earlyStores(body, g.Outputs)
+	}
+	store := func(vs []*ir.Value) {
+		for _, v := range vs {
 			fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
 		}
-	} else {
-		w.WriteString(earlyStores(body.String(), g.Outputs, e, in, out, indent))
+	}
+	store(after[0])
+	for i, s := range body {
+		w.WriteString(s.text)
+		store(after[i+1])
 	}
 	w.WriteString("  }\n")
 	return k
 }
 
 // earlyStores places each output's store in the loop body as early as it
-// is safe: after the statement defining it and after the body's last read
-// of global memory, so that no later load of this element can see it. A
+// is safe: after the statement defining it (after the whole body when none
+// does) and after the body's last load of any input, so that no later
+// load of this element can see it (an in-place optimizer update reads and
+// writes the same storage). after[0] lists the stores before the first statement,
+// after[i+1] those following statement i, each in the order of outs. A
 // value kept in a register until the end lives across everything between;
 // an optimizer update's two IEEE divisions are calls on the GPU, and
 // keeping the new moments live across them made ptxas spill.
-func earlyStores(body string, outs []*ir.Value, e exprs, in, out map[*ir.Value]string, indent string) string {
-	lines := strings.SplitAfter(body, "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
+func earlyStores(body stmts, outs []*ir.Value) (after [][]*ir.Value) {
+	lastLoad := -1
+	for i, s := range body {
+		if s.load {
+			lastLoad = i
+		}
 	}
-	lastRead := -1
-	for i, l := range lines {
-		for _, ptr := range in {
-			if mentions(l, ptr) {
-				lastRead = i
+	after = make([][]*ir.Value, len(body)+1)
+	for _, v := range outs {
+		at := len(body) - 1
+		for i, s := range body {
+			if s.def == v {
+				at = i
+				break
 			}
 		}
-	}
-	after := make([][]string, len(lines)+1) // stores to place after line i (index i+1); after[0]: before any line
-	for _, v := range outs {
-		at := lastRead
-		if d := defLine(lines, e[v]); d > at {
-			at = d
+		if lastLoad > at {
+			at = lastLoad
 		}
-		after[at+1] = append(after[at+1], fmt.Sprintf("%s%s[i] = %s;\n", indent, out[v], e[v]))
+		after[at+1] = append(after[at+1], v)
 	}
-	var b strings.Builder
-	b.WriteString(strings.Join(after[0], ""))
-	for i, l := range lines {
-		b.WriteString(l)
-		b.WriteString(strings.Join(after[i+1], ""))
-	}
-	return b.String()
-}
-
-// defLine is the index of the line that defines the expression x (a
-// local such as v12), or the last line when x is not a plain local.
-func defLine(lines []string, x string) int {
-	for i, l := range lines {
-		if strings.Contains(l, " "+x+" = ") {
-			return i
-		}
-	}
-	return len(lines) - 1
+	return after
 }
 
 // loopRowLen picks the row length of the group's loop, or 0 for a flat
@@ -221,22 +219,4 @@ func (k *kernel) sizeDiv(s ir.Shape, rl int) string {
 		q = append(q, ir.Dim{Sym: sym})
 	}
 	return k.size(q)
-}
-
-// mentions reports whether line names the identifier id.
-func mentions(line, id string) bool {
-	word := func(c byte) bool {
-		return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-	}
-	for at := 0; ; {
-		j := strings.Index(line[at:], id)
-		if j < 0 {
-			return false
-		}
-		j += at
-		if (j == 0 || !word(line[j-1])) && (j+len(id) == len(line) || !word(line[j+len(id)])) {
-			return true
-		}
-		at = j + 1
-	}
 }

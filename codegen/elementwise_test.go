@@ -5,6 +5,8 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // TestLoopRowLen checks which row length an elementwise kernel iterates
@@ -57,5 +59,40 @@ func TestLoopRowLen(t *testing.T) {
 	k := &kernel{byName: map[string]int{}}
 	if got, ok := k.rowIndex(ir.Shape{B, ir.D(9), ir.D(12)}, ir.Static(9, 1), 4); ok {
 		t.Errorf("rows of 4 in [B,9,12]: indexed %q, want the flat fallback", got)
+	}
+}
+
+// TestEarlyStores checks where an elementwise kernel stores its outputs:
+// each right after the statement defining it, but never before the body's
+// last load, which in an in-place update may read the storage the store
+// writes. Here out0 (v2 = exp(x)) waits for the load of y that v3 needs,
+// and out1 follows v3's definition.
+func TestEarlyStores(t *testing.T) {
+	f := ir.NewFunc("f")
+	space := ir.Static(8)
+	x := f.NewValue("input", ir.F32, space, ir.Pos{})
+	y := f.NewValue("input", ir.F32, space, ir.Pos{})
+	x.Role, y.Role = ir.Input, ir.Input
+	ex := f.NewValue("exp", ir.F32, space, ir.Pos{}, x)
+	prod := f.NewValue("mul", ir.F32, space, ir.Pos{}, ex, y)
+	g := &compiler.Group{Kind: compiler.EW, Space: space, Root: prod, Name: "t", Kernel: "t",
+		Values: []*ir.Value{ex, prod}, Inputs: []*ir.Value{x, y}, Outputs: []*ir.Value{ex, prod}}
+	p := &compiler.Program{
+		Plan:  &runtime.Plan{Buffers: make([]runtime.Buffer, 4)},
+		BufOf: map[*ir.Value]int{x: 0, y: 1, ex: 2, prod: 3},
+	}
+	k := elementwiseKernel(p, g, ops.CUDA)
+	want := `  const long long n = 8LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a0 = in0[i];
+    float v2 = expf(a0);
+    float a1 = in1[i];
+    out0[i] = v2;
+    float v3 = (v2 * a1);
+    out1[i] = v3;
+  }
+`
+	if got := k.body.String(); got != want {
+		t.Errorf("body:\n%s\nwant:\n%s", got, want)
 	}
 }

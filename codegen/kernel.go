@@ -211,12 +211,33 @@ func (k *kernel) bcastIndex(space, in ir.Shape, idx string) string {
 	return "(long long)(" + strings.Join(terms, " + ") + ")"
 }
 
-// prologue emits, for linear index idx over the group's space, loads of
-// the group's inputs and the computation of its elementwise members, and
-// returns the C expression of every value.
+// exprs holds the C expression of each value a prologue computes or loads.
 type exprs map[*ir.Value]string
 
-func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.Value]string, idx, indent string, w *strings.Builder) exprs {
+// stmt is one statement of a prologue: its indented, newline-terminated
+// text (one line, or a gather template's several), the value it defines
+// and whether it reads an input buffer. Callers place their stores by
+// these facts, not by reading the text back.
+type stmt struct {
+	text string
+	def  *ir.Value
+	load bool
+}
+
+// stmts is a prologue in emission order.
+type stmts []stmt
+
+// writeTo appends the statements' text to w.
+func (b stmts) writeTo(w *strings.Builder) {
+	for _, s := range b {
+		w.WriteString(s.text)
+	}
+}
+
+// elementwise appends to b, for linear index idx over the group's space,
+// loads of the group's inputs and the computation of its elementwise
+// members, and returns the C expression of every value.
+func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.Value]string, idx, indent string, b *stmts) exprs {
 	e := exprs{}
 	member := map[*ir.Value]bool{}
 	for _, v := range g.Values {
@@ -239,15 +260,18 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 					args[i] = ptr
 					continue
 				}
-				args[i] = k.operand(g, a, in, e, idx, indent, w)
+				args[i] = k.operand(g, a, in, e, idx, indent, b)
 			}
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
 			c.Status = func(v *ir.Value) (string, string) { return k.status(p, v) }
 			out := fmt.Sprintf("v%d", v.ID)
+			var text strings.Builder
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
-				w.WriteString(indent + line + "\n")
+				text.WriteString(indent + line + "\n")
 			}
+			// The template reads its indexed inputs through their pointers.
+			*b = append(*b, stmt{text: text.String(), def: v, load: true})
 			e[v] = out
 			continue
 		}
@@ -256,7 +280,7 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 		}
 		args := make([]string, len(v.Args))
 		for i, a := range v.Args {
-			args[i] = k.operand(g, a, in, e, idx, indent, w)
+			args[i] = k.operand(g, a, in, e, idx, indent, b)
 		}
 		c := k.ctx(v.DType.CType(), idx)
 		c.StatusBlock = func() string {
@@ -272,15 +296,15 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			// not, so a fused kernel computes what -fuse=none does.
 			expr = "ngen_round_" + v.DType.String() + "(" + expr + ")"
 		}
-		fmt.Fprintf(w, "%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr)
+		*b = append(*b, stmt{text: fmt.Sprintf("%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr), def: v})
 		e[v] = fmt.Sprintf("v%d", v.ID)
 	}
 	return e
 }
 
 // operand renders an argument inside a group: a member, a constant, a
-// runtime scalar, or a (broadcast) load of an input.
-func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string, e exprs, idx, indent string, w *strings.Builder) string {
+// runtime scalar, or a (broadcast) load of an input, which it appends to b.
+func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string, e exprs, idx, indent string, b *stmts) string {
 	if s, ok := e[a]; ok {
 		return s
 	}
@@ -309,7 +333,7 @@ func (k *kernel) operand(g *compiler.Group, a *ir.Value, in map[*ir.Value]string
 	// A 16-bit element widens to float exactly; stores of one narrow
 	// through its type's constructor, __float2bfloat16_rn (or
 	// __float2half_rn) in CUDA's headers and in ngen_half.h.
-	fmt.Fprintf(w, "%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, at)
+	*b = append(*b, stmt{text: fmt.Sprintf("%s%s %s = %s[%s];\n", indent, a.DType.CType(), name, ptr, at), def: a, load: true})
 	e[a] = name
 	return name
 }

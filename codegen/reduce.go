@@ -120,11 +120,13 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	}
 	body := func(indent, at string, accs []acc) {
 		fmt.Fprintf(w, "%sconst long long i = %s;\n", indent, at)
-		e := k.elementwise(p, g, in, "i", indent, w)
+		var b stmts
+		e := k.elementwise(p, g, in, "i", indent, &b)
 		var xs []string
 		for _, a := range accs {
-			xs = append(xs, k.operand(g, a.v.Args[0], in, e, "i", indent, w))
+			xs = append(xs, k.operand(g, a.v.Args[0], in, e, "i", indent, &b))
 		}
+		b.writeTo(w)
 		for _, v := range g.Outputs {
 			if !isRoot[v] {
 				fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
