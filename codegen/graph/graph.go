@@ -122,7 +122,30 @@ func build(p *compiler.Program, o Options) (*model, error) {
 			fn = &plan.Funcs[i]
 		}
 	}
-	if fn == nil || len(fn.Steps) != len(r.Steps) {
+	if fn == nil {
+		return nil, fmt.Errorf("graph: internal error: the plan has no step function")
+	}
+	// The report models a new session's step, which leaves out steps that
+	// run only on a condition (the grad-norm kernel while clipping is
+	// off): such a step is drawn with an empty row, its label saying when
+	// it runs.
+	rows := make([]codegen.StepRow, len(fn.Steps))
+	next := 0
+	for i := range fn.Steps {
+		st := &fn.Steps[i]
+		if !plan.RunsAtStart(st.When) {
+			rows[i] = codegen.StepRow{Kind: "launch", Label: runtime.StepLabel(plan, st) + " (" + st.When.String() + ")", Ops: st.Ops}
+			if st.Kind == runtime.LaunchStep {
+				rows[i].Kernel = plan.Kernels[st.Kernel].Name
+			}
+			continue
+		}
+		if next < len(r.Steps) {
+			rows[i] = r.Steps[next]
+		}
+		next++
+	}
+	if next != len(r.Steps) {
 		return nil, fmt.Errorf("graph: internal error: the plan's step function and the report disagree")
 	}
 	m := &model{prog: p, plan: plan, report: r, owner: map[*ir.Value]int{}}
@@ -135,7 +158,7 @@ func build(p *compiler.Program, o Options) (*model, error) {
 	}
 	for i := range fn.Steps {
 		st := &fn.Steps[i]
-		s := step{index: i, st: st, group: groups[i], label: runtime.StepLabel(plan, st), row: r.Steps[i]}
+		s := step{index: i, st: st, group: groups[i], label: runtime.StepLabel(plan, st), row: rows[i]}
 		s.cat = categoryOf(st, s.group)
 		s.phase = phaseOf(s.group, i, fn.UpdateFrom, st)
 		m.steps = append(m.steps, s)
