@@ -104,7 +104,7 @@ func CompileModule(name string, files map[string]string, entryFile string, kerne
 			buildFiles = files
 		}
 		start := time.Now()
-		if err := build(dir, cxx, buildArgs, buildFiles); err != nil {
+		if err := build(dir, cxx, buildArgs, buildFiles, "mod.so"); err != nil {
 			return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
 		}
 		logCompile(name, len(kernels), time.Since(start), len(buildFiles) < len(all))
@@ -144,10 +144,11 @@ func cacheDir(key string) (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// build compiles in a private temporary directory and renames the result
-// into dir, so concurrent builds of the same module (parallel test binaries)
-// never see each other's half-written files.
-func build(dir, cxx string, args []string, files map[string]string) error {
+// build compiles in a private temporary directory and renames the
+// top-level sources, then the file result, into dir, so concurrent builds
+// of the same module or header (parallel test binaries) never see each
+// other's half-written files.
+func build(dir, cxx string, args []string, files map[string]string, result string) error {
 	tmp, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
 		return err
@@ -176,7 +177,7 @@ func build(dir, cxx string, args []string, files map[string]string) error {
 			_ = os.Rename(filepath.Join(tmp, f), filepath.Join(dir, f))
 		}
 	}
-	return os.Rename(filepath.Join(tmp, "mod.so"), filepath.Join(dir, "mod.so"))
+	return os.Rename(filepath.Join(tmp, result), filepath.Join(dir, result))
 }
 
 // loadEntry dlopens so and returns its ngen_cpu_entry. The library stays

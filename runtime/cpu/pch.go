@@ -1,9 +1,7 @@
 package cpu
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -83,7 +81,9 @@ func precompiledHeader(cxx, opt string, files map[string]string, entryFile strin
 	if _, err := os.Stat(filepath.Join(dir, "ngen_emu.h.gch")); err == nil {
 		return dir
 	}
-	if err := buildPCH(dir, cxx, args); err != nil {
+	// build renames the header into dir before its precompiled form, so a
+	// reader that finds the .gch finds the header beside it.
+	if err := build(dir, cxx, args, map[string]string{"ngen_emu.h": emu.Header}, "ngen_emu.h.gch"); err != nil {
 		return ""
 	}
 	return dir
@@ -98,28 +98,4 @@ func pchFlags() []string {
 		}
 	}
 	return out
-}
-
-// buildPCH compiles the header in a private directory and renames the
-// header, then its precompiled form, into dir: a reader that finds the .gch
-// finds the header beside it, and concurrent builders never see each
-// other's half-written files.
-func buildPCH(dir, cxx string, args []string) error {
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "ngen_emu.h"), []byte(emu.Header), 0o644); err != nil {
-		return err
-	}
-	cmd := exec.Command(cxx, args...)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", cxx, strings.Join(args, " "), err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, "ngen_emu.h"), filepath.Join(dir, "ngen_emu.h")); err != nil {
-		return err
-	}
-	return os.Rename(filepath.Join(tmp, "ngen_emu.h.gch"), filepath.Join(dir, "ngen_emu.h.gch"))
 }
