@@ -162,7 +162,18 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	if len(space) > 0 {
 		innerKept, last = !red[len(space)-1], space[len(space)-1]
 	}
-	if innerKept && last.Sym == "" && last.N%reduceCols == 0 {
+	// The strip form pays when a thread per reduceVec outputs would leave
+	// SMs idle; outputs enough for a block of those on every SM (a
+	// weight gradient summed over the batch: [1,256,1024] over B) take
+	// the per-thread form, whose threads then all work however short the
+	// reduced axis (a strip's blockDim/reduceCols row lanes idle when the
+	// batch is smaller than that; the CPU's GPU-forms emulation ran 256
+	// threads per 8 outputs for B = 2).
+	vecFills := false
+	if z := kept.Size(); len(z.Syms) == 0 && z.N >= int64(reduceFill/2)*int64(k.block[0])*reduceVec {
+		vecFills = true
+	}
+	if innerKept && last.Sym == "" && last.N%reduceCols == 0 && !vecFills {
 		// A block per strip of reduceCols adjacent outputs, its threads
 		// splitting the reduced rows and combining through shared memory:
 		// a bias gradient of 2048 outputs fills 256 blocks on a GPU

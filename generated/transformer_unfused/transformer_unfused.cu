@@ -1024,40 +1024,21 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 262144LL;
   const long long nred = (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (262144LL));
-          float a486 = in0[i];
-          { const float x = a486; acc0_l[oc] = acc0_l[oc] + x; }
-        }
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (262144LL));
+        float a486 = in0[i];
+        { const float x = a486; acc0_l[ov] = acc0_l[ov] + x; }
       }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
     }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (262144LL));
-      float a486 = in0[i];
-      { const float x = a486; acc0 = acc0 + x; }
+    for (int ov = 0; ov < 4; ++ov) {
+      out0[o0 + ov] = acc0_l[ov];
     }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
   }
 }
 
@@ -1489,40 +1470,21 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 196608LL;
   const long long nred = (long long)B;
-  __shared__ float part0[256];
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+  for (long long o0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; o0 < nout; o0 += (long long)gridDim.x * blockDim.x * 4) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    float acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (196608LL));
-          float a632 = in0[i];
-          { const float x = a632; acc0_l[oc] = acc0_l[oc] + x; }
-        }
+    float acc0_l[4];
+    for (int ov = 0; ov < 4; ++ov) acc0_l[ov] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      #pragma unroll
+      for (int ov = 0; ov < 4; ++ov) {
+        const long long i = base + ov + (long long)(((unsigned long long)(r)) * (196608LL));
+        float a632 = in0[i];
+        { const float x = a632; acc0_l[ov] = acc0_l[ov] + x; }
       }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
-      }
-      continue;
     }
-    const int oc = (int)(threadIdx.x % 8);
-    float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
-      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (196608LL));
-      float a632 = in0[i];
-      { const float x = a632; acc0 = acc0 + x; }
+    for (int ov = 0; ov < 4; ++ov) {
+      out0[o0 + ov] = acc0_l[ov];
     }
-    part0[threadIdx.x] = acc0;
-    __syncthreads();
-    if (threadIdx.x < 8) {
-      float s0 = 0.0f;
-      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
-    }
-    __syncthreads();
   }
 }
 
