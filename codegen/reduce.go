@@ -181,10 +181,35 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		// blockDim/reduceCols rows. A block of one thread (the CPU's
 		// launch, SoloBlocks) walks all the strip's columns per row, one
 		// vector operation per row.
+		//
+		// Few strips (a bias or LayerNorm gradient of 256 outputs is 32)
+		// take two phases, as the inner-axis form below: gridDim.y slices
+		// of the rows, each block publishing its strip's partial sums to a
+		// device global, and the last block of the strip to arrive summing
+		// them in slice order (deterministic).
 		cols := reduceCols
 		k.sync, k.soloBlocks = true, true
+		split := 1
+		strips := int64(0)
+		if z := kept.Size(); len(z.Syms) == 0 && z.N > 0 {
+			strips = z.N / int64(cols)
+			split = int(min(reduceSplitMax, (reduceFill+strips-1)/strips))
+		}
 		for j := range accs {
 			fmt.Fprintf(w, "  __shared__ %s part%d[%d];\n", t, j, k.block[0])
+		}
+		if split > 1 {
+			var pre strings.Builder
+			for j := range accs {
+				fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, strips*int64(cols)*int64(split))
+			}
+			fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", strips)
+			k.pre = pre.String()
+			w.WriteString("  __shared__ bool last;\n")
+			fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
+			w.WriteString("  if (yi >= ys) return;\n")
+		} else {
+			w.WriteString("  const unsigned ys = 1, yi = 0;\n")
 		}
 		fmt.Fprintf(w, "  for (long long o0 = (long long)blockIdx.x * %d; o0 < nout; o0 += (long long)gridDim.x * %d) {\n", cols, cols)
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
@@ -211,7 +236,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		for _, a := range accs {
 			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
 		}
-		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d; r < nred; r += blockDim.x / %d) {\n", cols, cols)
+		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d + (long long)yi * (blockDim.x / %d); r < nred; r += (long long)(blockDim.x / %d) * ys) {\n", cols, cols, cols)
 		lane = &strings.Builder{}
 		w = lane
 		body("      ", "base + oc + "+offset(redAxes, "r"), accs)
@@ -232,10 +257,37 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 				cols, t, j, j, strings.Replace(a.comb, a.name, fmt.Sprintf("s%d", j), 1))
 			s := a
 			s.name = fmt.Sprintf("s%d", j)
-			fmt.Fprintf(w, "      %s[o0 + threadIdx.x] = %s;\n", out[a.v], finish(s))
+			if split > 1 {
+				fmt.Fprintf(w, "      if (ys == 1) %s[o0 + threadIdx.x] = %s; else $K_part%d[(o0 + threadIdx.x) * %d + yi] = s%d;\n", out[a.v], finish(s), j, split, j)
+			} else {
+				fmt.Fprintf(w, "      %s[o0 + threadIdx.x] = %s;\n", out[a.v], finish(s))
+			}
 		}
-		w.WriteString("    }\n    __syncthreads();\n  }\n")
+		w.WriteString("    }\n")
+		if split > 1 {
+			// Each writer fences its partial before the block's arrival
+			// is counted; the last block reads every slice's.
+			w.WriteString("    if (ys > 1) {\n")
+			w.WriteString("      __threadfence();\n")
+			w.WriteString("      __syncthreads();\n")
+			fmt.Fprintf(w, "      if (threadIdx.x == 0) last = ngen_arrive(&$K_count[o0 / %d]) == ys - 1;\n", cols)
+			w.WriteString("      __syncthreads();\n")
+			fmt.Fprintf(w, "      if (last && threadIdx.x < %d) {\n", cols)
+			for j, a := range accs {
+				s := a
+				s.name = fmt.Sprintf("s%d", j)
+				fmt.Fprintf(w, "        %s s%d = %s;\n", t, j, a.init)
+				fmt.Fprintf(w, "        for (unsigned y = 0; y < ys; ++y) { const %s x = ((volatile %s *)$K_part%d)[(o0 + threadIdx.x) * %d + y]; s%d = %s; }\n",
+					t, t, j, split, j, strings.Replace(a.comb, a.name, s.name, 1))
+				fmt.Fprintf(w, "        %s[o0 + threadIdx.x] = %s;\n", out[a.v], finish(s))
+			}
+			fmt.Fprintf(w, "        if (threadIdx.x == 0) $K_count[o0 / %d] = 0;\n", cols)
+			w.WriteString("      }\n")
+			w.WriteString("    }\n")
+		}
+		w.WriteString("    __syncthreads();\n  }\n")
 		k.grid = gridFor(kept, cols)
+		k.grid[1].Size.Mul = int64(split)
 		return k
 	}
 	if innerKept && last.Sym == "" && last.N%reduceVec == 0 {

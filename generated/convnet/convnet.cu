@@ -329,10 +329,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 // relu_bwd_sum_bwd computes:
 //   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:23
 //   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
+static __device__ float relu_bwd_sum_bwd_part0[2176];
+static __device__ unsigned relu_bwd_sum_bwd_count[16];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -356,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a39 = in0[i];
       float a29 = in1[i];
@@ -369,7 +374,19 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out1[o0 + threadIdx.x] = s0;
+      if (ys == 1) out1[o0 + threadIdx.x] = s0; else relu_bwd_sum_bwd_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)relu_bwd_sum_bwd_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -624,6 +624,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
   const long long nout = 25344LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -644,7 +645,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
       float a303 = in0[i];
       { const float x = a303; acc0 = acc0 + x; }
@@ -662,10 +663,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 
 // sum_bwd_2: 26 launches (sum_bwd_2, sum_bwd_3, sum_bwd_7, sum_bwd_11, sum_bwd_12, sum_bwd_16, sum_bwd_20, sum_bwd_21, sum_bwd_25, sum_bwd_29, sum_bwd_30, sum_bwd_34, sum_bwd_38, sum_bwd_39, sum_bwd_43, sum_bwd_47, sum_bwd_48, sum_bwd_52, sum_bwd_56, sum_bwd_57, sum_bwd_61, sum_bwd_65, sum_bwd_66, sum_bwd_70, sum_bwd_74, sum_bwd_75). The first computes:
 //   v307 = sum <f32[1,1,256]> v306 {axes=[0 1] keepdim}  # models/transformer/model.go:97
+static __device__ float sum_bwd_2_part0[2304];
+static __device__ unsigned sum_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -686,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
       float a306 = in0[i];
       { const float x = a306; acc0 = acc0 + x; }
@@ -696,7 +702,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -876,10 +894,15 @@ extern "C" __global__ void __launch_bounds__(256) gelu_bwd_bwd(const float * __r
 
 // sum_bwd_5: 4 launches (sum_bwd_9, sum_bwd_27, sum_bwd_45, sum_bwd_63). The first computes:
 //   v342 = sum <f32[1,1,1024]> v341 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ float sum_bwd_5_part0[3072];
+static __device__ unsigned sum_bwd_5_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -900,7 +923,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
       float a341 = in0[i];
       { const float x = a341; acc0 = acc0 + x; }
@@ -910,7 +933,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_5_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_5_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_5_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_5_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -922,6 +957,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
   const long long nout = 65536LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -942,7 +978,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
       float a380 = in0[i];
       { const float x = a380; acc0 = acc0 + x; }
@@ -1043,10 +1079,15 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_4(const float * 
 
 // sum_bwd_7: 4 launches (sum_bwd_18, sum_bwd_36, sum_bwd_54, sum_bwd_72). The first computes:
 //   v406 = sum <f32[1,1,768]> v405 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ float sum_bwd_7_part0[2304];
+static __device__ unsigned sum_bwd_7_count[96];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1067,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
       float a405 = in0[i];
       { const float x = a405; acc0 = acc0 + x; }
@@ -1077,7 +1118,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_7_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_7_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_7_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_7_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -840,11 +840,17 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 // sum_bwd_2: 12 launches (sum_bwd_2, sum_bwd_3, sum_bwd_6, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_20, sum_bwd_23, sum_bwd_24, sum_bwd_27, sum_bwd_30, sum_bwd_33). The first computes:
 //   v171 = sum <f32[256]> v170 {axes=[0 1]}  # models/transformer/model.go:75
 //   v173 = sum <f32[256]> v172 {axes=[0 1]}  # models/transformer/model.go:75
+static __device__ float sum_bwd_2_part0[2304];
+static __device__ float sum_bwd_2_part1[2304];
+static __device__ unsigned sum_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
   const long long nred = 8LL * (long long)B;
   __shared__ float part0[256];
   __shared__ float part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -871,7 +877,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 8LL) * (256LL) + (((unsigned long long)(r)) / 8LL) * (2048LL));
       float a170 = in0[i];
       float a172 = in1[i];
@@ -884,10 +890,25 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
       float s1 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part1[u]; s1 = s1 + x; }
-      out1[o0 + threadIdx.x] = s1;
+      if (ys == 1) out1[o0 + threadIdx.x] = s1; else sum_bwd_2_part1[(o0 + threadIdx.x) * 9 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        float s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part1)[(o0 + threadIdx.x) * 9 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = s1;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -959,10 +980,15 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __re
 
 // sum_bwd_3: 12 launches (sum_bwd_4, sum_bwd_7, sum_bwd_9, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_19, sum_bwd_21, sum_bwd_25, sum_bwd_28, sum_bwd_31, sum_bwd_34). The first computes:
 //   v183 = sum <f32[1,1,256]> v182 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_3_part0[2304];
+static __device__ unsigned sum_bwd_3_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -983,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
       float a182 = in0[i];
       { const float x = a182; acc0 = acc0 + x; }
@@ -993,7 +1019,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_3_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_3_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1015,10 +1053,15 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const flo
 
 // sum_bwd_4: 4 launches (sum_bwd_5, sum_bwd_15, sum_bwd_26, sum_bwd_32). The first computes:
 //   v191 = sum <f32[1,1,1024]> v190 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_4_part0[3072];
+static __device__ unsigned sum_bwd_4_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1039,7 +1082,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
       float a190 = in0[i];
       { const float x = a190; acc0 = acc0 + x; }
@@ -1049,7 +1092,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_4_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_4_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_4_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1246,10 +1301,15 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_2(const floa
 
 // sum_bwd_5: 2 launches (sum_bwd_8, sum_bwd_18). The first computes:
 //   v215 = sum <f32[1,1,512]> v214 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_5_part0[2560];
+static __device__ unsigned sum_bwd_5_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1270,7 +1330,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
       float a214 = in0[i];
       { const float x = a214; acc0 = acc0 + x; }
@@ -1280,7 +1340,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_5_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_5_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_5_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_5_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1508,10 +1580,15 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_3(const floa
 
 // sum_bwd_6: 4 launches (sum_bwd_12, sum_bwd_22, sum_bwd_29, sum_bwd_35). The first computes:
 //   v250 = sum <f32[1,1,768]> v249 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_6_part0[2304];
+static __device__ unsigned sum_bwd_6_count[96];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1532,7 +1609,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
       float a249 = in0[i];
       { const float x = a249; acc0 = acc0 + x; }
@@ -1542,7 +1619,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_6_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_6_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_6_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -458,10 +458,15 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 
 // sum_bwd_2 computes:
 //   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
+static __device__ float sum_bwd_2_part0[2176];
+static __device__ unsigned sum_bwd_2_count[16];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -482,7 +487,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a41 = in0[i];
       { const float x = a41; acc0 = acc0 + x; }
@@ -492,7 +497,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -590,6 +607,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nout = 18432LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -610,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
       float a53 = in0[i];
       { const float x = a53; acc0 = acc0 + x; }
@@ -741,10 +759,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 
 // sum_bwd_6 computes:
 //   v66 = sum <f32[1,32,9]> v65 {axes=[0] keepdim}  # models/convnet/model.go:21
+static __device__ float sum_bwd_6_part0[2304];
+static __device__ unsigned sum_bwd_6_count[36];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 288LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 8u ? gridDim.y : 8u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -765,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
       float a65 = in0[i];
       { const float x = a65; acc0 = acc0 + x; }
@@ -775,7 +798,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_6_part0[(o0 + threadIdx.x) * 8 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_6_part0)[(o0 + threadIdx.x) * 8 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_6_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -542,11 +542,17 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 // sum_bwd: 9 launches (sum_bwd, sum_bwd_4, sum_bwd_7, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_19, sum_bwd_22, sum_bwd_25). The first computes:
 //   v141 = sum <f32[256]> v140 {axes=[0 1]}  # models/transformer/model.go:97
 //   v143 = sum <f32[256]> v142 {axes=[0 1]}  # models/transformer/model.go:97
+static __device__ float sum_bwd_part0[2304];
+static __device__ float sum_bwd_part1[2304];
+static __device__ unsigned sum_bwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 256LL;
   const long long nred = 16LL * (long long)B;
   __shared__ float part0[256];
   __shared__ float part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -573,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (256LL) + (((unsigned long long)(r)) / 16LL) * (4096LL));
       float a140 = in0[i];
       float a142 = in1[i];
@@ -586,10 +592,25 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
       float s1 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part1[u]; s1 = s1 + x; }
-      out1[o0 + threadIdx.x] = s1;
+      if (ys == 1) out1[o0 + threadIdx.x] = s1; else sum_bwd_part1[(o0 + threadIdx.x) * 9 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        float s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part1)[(o0 + threadIdx.x) * 9 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = s1;
+        if (threadIdx.x == 0) sum_bwd_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -608,10 +629,15 @@ extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __re
 
 // sum_bwd_2: 8 launches (sum_bwd_2, sum_bwd_5, sum_bwd_8, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_20, sum_bwd_23). The first computes:
 //   v145 = sum <f32[1,1,256]> v144 {axes=[0 1] keepdim}  # models/transformer/model.go:97
+static __device__ float sum_bwd_2_part0[2304];
+static __device__ unsigned sum_bwd_2_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -632,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
       float a144 = in0[i];
       { const float x = a144; acc0 = acc0 + x; }
@@ -642,7 +668,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -664,10 +702,15 @@ extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const flo
 
 // sum_bwd_3: 4 launches (sum_bwd_3, sum_bwd_9, sum_bwd_15, sum_bwd_21). The first computes:
 //   v153 = sum <f32[1,1,1024]> v152 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ float sum_bwd_3_part0[3072];
+static __device__ unsigned sum_bwd_3_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -688,7 +731,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
       float a152 = in0[i];
       { const float x = a152; acc0 = acc0 + x; }
@@ -698,7 +741,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_3_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_3_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -936,10 +991,15 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float 
 
 // sum_bwd_4: 4 launches (sum_bwd_6, sum_bwd_12, sum_bwd_18, sum_bwd_24). The first computes:
 //   v176 = sum <f32[1,1,768]> v175 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ float sum_bwd_4_part0[2304];
+static __device__ unsigned sum_bwd_4_count[96];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 128LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -960,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
       float a175 = in0[i];
       { const float x = a175; acc0 = acc0 + x; }
@@ -970,7 +1030,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_4_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_4_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_4_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

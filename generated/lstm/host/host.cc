@@ -444,11 +444,17 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 // sum_bwd_2: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
 //   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
 //   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+static __device__ float sum_bwd_2_part0[2560];
+static __device__ float sum_bwd_2_part1[2560];
+static __device__ unsigned sum_bwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
   __shared__ float part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -474,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
       float a49 = in0[i];
       { const float x = a49; acc0 = acc0 + x; }
@@ -486,10 +492,25 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
       float s1 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part1[u]; s1 = s1 + x; }
-      out1[o0 + threadIdx.x] = s1;
+      if (ys == 1) out1[o0 + threadIdx.x] = s1; else sum_bwd_2_part1[(o0 + threadIdx.x) * 5 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        float s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part1)[(o0 + threadIdx.x) * 5 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = s1;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -330,6 +330,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nout = 25344LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -350,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
       float a36 = in0[i];
       { const float x = a36; acc0 = acc0 + x; }
@@ -500,10 +501,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 
 // sum_bwd_4: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
 //   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+static __device__ float sum_bwd_4_part0[3072];
+static __device__ unsigned sum_bwd_4_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -524,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
       float a41 = in0[i];
       { const float x = a41; acc0 = acc0 + x; }
@@ -534,7 +540,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_4_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_4_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_4_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -546,6 +564,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   const long long nout = 131072LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -566,7 +585,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (131072LL));
       float a70 = in0[i];
       { const float x = a70; acc0 = acc0 + x; }

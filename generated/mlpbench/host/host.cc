@@ -238,10 +238,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 // relu_bwd_sum_bwd computes:
 //   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:35
 //   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:35
+static __device__ float relu_bwd_sum_bwd_part0[2560];
+static __device__ unsigned relu_bwd_sum_bwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -265,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
       float a21 = in0[i];
       float a11 = in1[i];
@@ -278,7 +283,19 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out1[o0 + threadIdx.x] = s0;
+      if (ys == 1) out1[o0 + threadIdx.x] = s0; else relu_bwd_sum_bwd_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)relu_bwd_sum_bwd_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -287,10 +304,15 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 // relu_bwd_sum_bwd_2 computes:
 //   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:34
 //   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:34
+static __device__ float relu_bwd_sum_bwd_2_part0[4096];
+static __device__ unsigned relu_bwd_sum_bwd_2_count[256];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 2048LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 2u ? gridDim.y : 2u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -314,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
       float a26 = in0[i];
       float a6 = in1[i];
@@ -327,7 +349,19 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd_2(const float
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out1[o0 + threadIdx.x] = s0;
+      if (ys == 1) out1[o0 + threadIdx.x] = s0; else relu_bwd_sum_bwd_2_part0[(o0 + threadIdx.x) * 2 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)relu_bwd_sum_bwd_2_part0)[(o0 + threadIdx.x) * 2 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

@@ -473,11 +473,17 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 // sum_bwd_2 computes:
 //   v46 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:50
 //   v48 = sum <f32[1,128]> v45 {axes=[0] keepdim}  # models/rnn/model.go:50
+static __device__ float sum_bwd_2_part0[2176];
+static __device__ float sum_bwd_2_part1[2176];
+static __device__ unsigned sum_bwd_2_count[16];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
   const long long nout = 128LL;
   const long long nred = 54LL;
   __shared__ float part0[256];
   __shared__ float part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -503,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
     float acc1 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a45 = in0[i];
       { const float x = a45; acc0 = acc0 + x; }
@@ -515,10 +521,25 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
       float s1 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part1[u]; s1 = s1 + x; }
-      out1[o0 + threadIdx.x] = s1;
+      if (ys == 1) out1[o0 + threadIdx.x] = s1; else sum_bwd_2_part1[(o0 + threadIdx.x) * 17 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        float s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part1)[(o0 + threadIdx.x) * 17 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = s1;
+        if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }

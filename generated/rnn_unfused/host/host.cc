@@ -486,6 +486,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nout = 16384LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -506,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
       float a42 = in0[i];
       { const float x = a42; acc0 = acc0 + x; }
@@ -524,10 +525,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // sum_bwd_3: 2 launches (sum_bwd_3, sum_bwd_4). The first computes:
 //   v45 = sum <f32[1,1,128]> v38 {axes=[0 1] keepdim}  # models/rnn/model.go:50
+static __device__ float sum_bwd_3_part0[2176];
+static __device__ unsigned sum_bwd_3_count[16];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 128LL;
   const long long nred = 16LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -548,7 +554,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (128LL) + (((unsigned long long)(r)) / 16LL) * (2048LL));
       float a38 = in0[i];
       { const float x = a38; acc0 = acc0 + x; }
@@ -558,7 +564,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_3_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_3_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -570,6 +588,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
   const long long nout = 4096LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -590,7 +609,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (4096LL));
       float a50 = in0[i];
       { const float x = a50; acc0 = acc0 + x; }

@@ -812,6 +812,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
   const long long nout = 25344LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -832,7 +833,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
       float a425 = in0[i];
       { const float x = a425; acc0 = acc0 + x; }
@@ -850,10 +851,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 
 // sum_bwd_3: 36 launches (sum_bwd_3, sum_bwd_4, sum_bwd_8, sum_bwd_9, sum_bwd_13, sum_bwd_17, sum_bwd_18, sum_bwd_22, sum_bwd_26, sum_bwd_28, sum_bwd_29, sum_bwd_33, sum_bwd_37, sum_bwd_38, sum_bwd_42, sum_bwd_46, sum_bwd_47, sum_bwd_51, sum_bwd_55, sum_bwd_57, sum_bwd_58, sum_bwd_62, sum_bwd_66, sum_bwd_67, sum_bwd_71, sum_bwd_72, sum_bwd_76, sum_bwd_80, sum_bwd_81, sum_bwd_85, sum_bwd_89, sum_bwd_90, sum_bwd_94, sum_bwd_98, sum_bwd_99, sum_bwd_103). The first computes:
 //   v429 = sum <f32[1,1,256]> v428 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_3_part0[2304];
+static __device__ unsigned sum_bwd_3_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -874,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
       float a428 = in0[i];
       { const float x = a428; acc0 = acc0 + x; }
@@ -884,7 +890,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_3_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_3_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1064,10 +1082,15 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __r
 
 // sum_bwd_6: 4 launches (sum_bwd_15, sum_bwd_44, sum_bwd_78, sum_bwd_96). The first computes:
 //   v491 = sum <f32[1,1,1024]> v490 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_6_part0[3072];
+static __device__ unsigned sum_bwd_6_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 1024LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1088,7 +1111,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
       float a490 = in0[i];
       { const float x = a490; acc0 = acc0 + x; }
@@ -1098,7 +1121,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_6_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_6_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_6_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1110,6 +1145,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
   const long long nout = 65536LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1130,7 +1166,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_7(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
       float a529 = in0[i];
       { const float x = a529; acc0 = acc0 + x; }
@@ -1216,10 +1252,15 @@ extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restri
 
 // sum_bwd_8: 2 launches (sum_bwd_24, sum_bwd_53). The first computes:
 //   v553 = sum <f32[1,1,512]> v550 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_8_part0[2560];
+static __device__ unsigned sum_bwd_8_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1240,7 +1281,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
       float a550 = in0[i];
       { const float x = a550; acc0 = acc0 + x; }
@@ -1250,7 +1291,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_8_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_8_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_8_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_8_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
@@ -1274,6 +1327,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
   const long long nout = 131072LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1294,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_9(const float * __rest
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (131072LL));
       float a557 = in0[i];
       { const float x = a557; acc0 = acc0 + x; }
@@ -1433,10 +1487,15 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_10(const float *
 
 // sum_bwd_10: 4 launches (sum_bwd_35, sum_bwd_64, sum_bwd_87, sum_bwd_105). The first computes:
 //   v629 = sum <f32[1,1,768]> v628 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ float sum_bwd_10_part0[2304];
+static __device__ unsigned sum_bwd_10_count[96];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 768LL;
   const long long nred = 64LL * (long long)B;
   __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
     if (blockDim.x == 1) {
@@ -1457,7 +1516,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
     }
     const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = threadIdx.x / 8; r < nred; r += blockDim.x / 8) {
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
       float a628 = in0[i];
       { const float x = a628; acc0 = acc0 + x; }
@@ -1467,7 +1526,19 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_10(const float * __res
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      out0[o0 + threadIdx.x] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_10_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_10_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_10_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_10_count[o0 / 8] = 0;
+      }
     }
     __syncthreads();
   }
