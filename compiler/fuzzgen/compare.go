@@ -94,12 +94,12 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			gmax[k] = math.Max(gmax[k], maxAbs(g))
 		}
 	}
-	gradTol := func(k int, w []float64) func(int) float64 {
+	gradTol := func(k int, key string, w []float64) func(int) float64 {
 		return func(i int) float64 {
 			if exact[k] {
 				return 0
 			}
-			return t.rtol*math.Abs(w[i]) + t.scale*gmax[k]
+			return t.rtol*math.Abs(w[i]) + t.scale*gmax[k] + b.noise[key]
 		}
 	}
 	// near0[k]: a gradient of spec k is rounding noise, within tolerance
@@ -112,7 +112,7 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 		if k < 0 {
 			continue
 		}
-		gt := gradTol(k, b.grads[n])
+		gt := gradTol(k, "grad:"+n, b.grads[n])
 		if msg := mismatch(a.grads[n], b.grads[n], gt); msg != "" {
 			c.fail(check, k, "%s: step 1 gradient of %s: %s", where, n, msg)
 		}
@@ -129,7 +129,7 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 		if allExact {
 			return 0
 		}
-		tol := t.loss * math.Max(math.Abs(b.loss[i]), 1)
+		tol := t.loss*math.Max(math.Abs(b.loss[i]), 1) + b.noise["loss"]
 		if i > 0 {
 			tol *= t.late
 			// The losses after the first update follow the parameters:
@@ -155,13 +155,13 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			continue
 		}
 		w, g := b.params[n], b.grads[n]
-		gt := gradTol(k, g)
+		gt := gradTol(k, "grad:"+n, g)
 		m := maxAbs(w)
 		if msg := mismatch(a.params[n], w, func(i int) float64 {
 			if exact[k] {
 				return 0
 			}
-			tol := t.late * (t.rtol*math.Abs(w[i]) + t.scale*m)
+			tol := t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + b.noise["param:"+n]
 			if g == nil {
 				return tol
 			}
@@ -211,7 +211,7 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			if exact[k] {
 				return 0
 			}
-			return t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + slack(k, m)
+			return t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + slack(k, m) + b.noise["state:"+n]
 		}); msg != "" {
 			c.fail(check, k, "%s: state %s after %d steps: %s", where, n, c.o.Steps, msg)
 		}
@@ -223,7 +223,7 @@ func (c *checker) compare(check string, a, b *result, exact []bool, t tols) {
 			if exact[k] {
 				return 0
 			}
-			return t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + slack(k, m)
+			return t.late*(t.rtol*math.Abs(w[i])+t.scale*m) + slack(k, m) + b.noise[fmt.Sprintf("out:%d", k)]
 		}); msg != "" {
 			c.fail(check, k, "%s: eval-mode prediction after %d steps: %s", where, c.o.Steps, msg)
 		}

@@ -47,7 +47,19 @@ type gen struct {
 	used map[Ref]bool
 	// mag estimates each float result's largest magnitude, to keep exp,
 	// powers and products finite.
-	mag    map[Ref]float64
+	mag map[Ref]float64
+	// zeroMean holds, for results whose mean over some axes is 0 in exact
+	// arithmetic (a LayerNorm's output over its last axis, a batch norm's
+	// over all but the channels, at their initial weight 1 and bias 0),
+	// those axes; noise marks results that are 0 in exact arithmetic, so
+	// that what is computed is rounding noise (see noiseOf).
+	zeroMean map[Ref][]int
+	noise    map[Ref]bool
+	// kink is set while a draw picks the operand of an op with a kink at
+	// 0 (abs, relu, max): it does not take noise, whose sign is the
+	// rounding's (fuzz_405: abs of the mean of a LayerNorm's output, so
+	// that every gradient's sign differed between two correct runs).
+	kink   bool
 	names  int
 	batch  bool // inputs get the batch dimension
 	fails  []string
@@ -56,7 +68,8 @@ type gen struct {
 
 // Generate draws one random model from seed.
 func Generate(seed uint64, cfg Config) *Spec {
-	g := &gen{rng: rand.New(rand.NewPCG(seed, 0x66757a7a)), cfg: cfg, used: map[Ref]bool{}, mag: map[Ref]float64{}}
+	g := &gen{rng: rand.New(rand.NewPCG(seed, 0x66757a7a)), cfg: cfg, used: map[Ref]bool{}, mag: map[Ref]float64{},
+		zeroMean: map[Ref][]int{}, noise: map[Ref]bool{}}
 	dt := cfg.DType
 	if dt == "" {
 		dt = []string{"f32", "f64"}[g.rng.IntN(2)]
@@ -249,7 +262,62 @@ func (g *gen) add(n Node) (Ref, bool) {
 			g.mag[Ref{r.N, o}] = 3
 		}
 	}
+	g.noiseOf(&n, r)
 	return r, true
+}
+
+// zeroPreserving are the ops that map rounding noise around 0 to
+// rounding noise around 0 (odd or flat at 0, or moving data).
+var zeroPreserving = map[string]bool{"neg": true, "scale": true, "tanh": true, "gelu": true, "square": true,
+	"sum": true, "mean": true, "reshape": true, "flatten": true, "permute": true, "transpose": true,
+	"slice": true, "select": true}
+
+// noiseOf records what n, just added as r, makes of rounding noise: the
+// zero-mean axes of a normalisation's output and the noise that a sum
+// over them, or an op that keeps 0 at 0 applied to noise, computes.
+func (g *gen) noiseOf(n *Node, r Ref) {
+	if len(n.Out) == 0 {
+		return
+	}
+	rank := len(n.Out[0])
+	switch n.Op {
+	case "layernorm", "transformer":
+		g.zeroMean[r] = []int{rank - 1}
+		return
+	case "encoder_layer", "decoder_layer":
+		if len(n.Ints) > 2 && n.Ints[2] == 0 { // post-norm: ends in a LayerNorm
+			g.zeroMean[r] = []int{rank - 1}
+		}
+		return
+	case "batchnorm2d":
+		g.zeroMean[r] = []int{0, 2, 3}
+		return
+	}
+	if len(n.Args) == 0 {
+		return
+	}
+	x := n.Args[0]
+	if g.noise[x] && zeroPreserving[n.Op] {
+		g.noise[r] = true
+		return
+	}
+	if z := g.zeroMean[x]; z != nil && (n.Op == "sum" || n.Op == "mean") {
+		xr := len(g.s.shapeOf(x))
+		red := map[int]bool{}
+		for _, a := range n.Ints {
+			if a < 0 {
+				a += xr
+			}
+			red[a] = true
+		}
+		all := true
+		for _, a := range z {
+			all = all && (n.Ints == nil || red[a])
+		}
+		if all {
+			g.noise[r] = true
+		}
+	}
 }
 
 // floatOp reports whether op's results are float tensors (the integer
@@ -262,6 +330,9 @@ func floatOp(op string) bool { return op != "labels" && op != "tokens" && op != 
 func (g *gen) pick(ok func(Shape) bool) (Ref, bool) {
 	var fresh, any []Ref
 	for _, r := range g.pool {
+		if g.kink && g.noise[r] {
+			continue
+		}
 		if s := g.s.shapeOf(r); ok == nil || ok(s) {
 			any = append(any, r)
 			if !g.used[r] {

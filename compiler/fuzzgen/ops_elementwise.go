@@ -60,7 +60,9 @@ func unaryRow(name, fnName string, weight int, fn func(*dsl.Tensor, float64) *ds
 		},
 		weight: weight,
 		draw: func(g *gen) bool {
+			g.kink = name == "relu" || name == "abs"
 			x, ok := g.pick(nil)
+			g.kink = false
 			if !ok {
 				return false
 			}
@@ -284,7 +286,9 @@ func reduceRow(name, fnName string, fn func(x *dsl.Tensor, keep bool, axes ...in
 		},
 		weight: 4,
 		draw: func(g *gen) bool {
+			g.kink = name == "max"
 			x, ok := g.pick(func(s Shape) bool { return len(s) >= 1 })
+			g.kink = false
 			if !ok {
 				return false
 			}

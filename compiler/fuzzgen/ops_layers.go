@@ -420,7 +420,9 @@ func poolInfer(isMax bool) func(n *Node, in []Shape) ([]Shape, error) {
 
 func drawPool(op string) func(g *gen) bool {
 	return func(g *gen) bool {
+		g.kink = op == "maxpool"
 		x := g.imageInput()
+		g.kink = false
 		if !isImage(g.s.shapeOf(x)) {
 			return false
 		}

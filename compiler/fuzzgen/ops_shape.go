@@ -412,7 +412,20 @@ func concatInfer(stack bool) func(n *Node, in []Shape) ([]Shape, error) {
 
 func drawConcat(stack bool) func(g *gen) bool {
 	return func(g *gen) bool {
-		x, ok := g.pick(func(s Shape) bool { return len(s) >= 1 && (stack || !s.Eq(Shape{Batch})) })
+		x, ok := g.pick(func(s Shape) bool {
+			if len(s) == 0 {
+				return false
+			}
+			for _, d := range s {
+				if d != Batch {
+					return true
+				}
+			}
+			// Concatenating joins along an axis that is not the batch:
+			// a shape of batch axes only ([B], or [B, B] after an outer
+			// product: seed 950 drew one) has none.
+			return stack
+		})
 		if !ok {
 			return false
 		}

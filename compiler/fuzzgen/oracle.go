@@ -153,7 +153,55 @@ func (c *checker) oracle(rf *result) error {
 	if len(res) != len(req.Specs) {
 		return fmt.Errorf("fuzzgen: torch_fuzz.py returned %d results for %d specs", len(res), len(req.Specs))
 	}
-	c.compareTorch(rf, req.Specs, res)
+	before := len(c.fails)
+	c.compareTorch(rf, req.Specs, res, nil)
+	if req.DType != "f32" || len(c.fails) == before {
+		return nil
+	}
+	// A float32 mismatch may be torch's own rounding amplified (a
+	// LayerNorm over one value, where x·rstd − mean·rstd is 0 exactly in
+	// ngen and an FMA's rounding error, 8.5e-6, in PyTorch: fuzz_364; a
+	// gradient of 2⁻²⁴ where the exact one is 0: fuzz_424). Rerun the
+	// failing specs in float64 from the same parameters, data and masks:
+	// ngen must then agree with that more precise run within the float32
+	// tolerance plus twice torch's own float32 error on each tensor (the
+	// largest |f32 − f64| over it). A kernel bug is off the f64 run by
+	// more than torch's float32 run is; noise that torch's float32 run
+	// shares is not.
+	failing := map[int]bool{}
+	for _, f := range c.fails[before:] {
+		if f.Spec < 0 {
+			for _, ts := range req.Specs {
+				failing[ts.index] = true
+			}
+		} else {
+			failing[f.Spec] = true
+		}
+	}
+	var keep []Failure
+	for _, f := range c.fails[before:] {
+		if f.Check != "torch" {
+			keep = append(keep, f)
+		}
+	}
+	c.fails = append(c.fails[:before], keep...)
+	req64 := req
+	req64.DType, req64.Specs = "f64", nil
+	var res32 []torchResult
+	for j, ts := range req.Specs {
+		if failing[ts.index] {
+			req64.Specs = append(req64.Specs, ts)
+			res32 = append(res32, res[j])
+		}
+	}
+	var res64 []torchResult
+	if err := oracle.RunScript("torch_fuzz.py", req64, &res64); err != nil {
+		return fmt.Errorf("fuzzgen: torch_fuzz.py in float64 (after float32 ran): %w", err)
+	}
+	if len(res64) != len(req64.Specs) {
+		return fmt.Errorf("fuzzgen: torch_fuzz.py returned %d results for %d specs", len(res64), len(req64.Specs))
+	}
+	c.compareTorch(rf, req64.Specs, res64, res32)
 	return nil
 }
 
@@ -171,9 +219,31 @@ func (c *checker) torchTols() tols {
 	return tols{loss: 1e-3, rtol: 1e-3, scale: 1e-4}
 }
 
-func (c *checker) compareTorch(rf *result, specs []torchSpec, res []torchResult) {
+// compareTorch compares the fused run rf with torch's results res for
+// specs. With res32, res is a float64 rerun of a float32 model and res32
+// torch's float32 results of the same specs: each tensor's tolerance
+// widens by twice the largest difference between the two.
+func (c *checker) compareTorch(rf *result, specs []torchSpec, res, res32 []torchResult) {
 	// torch's results as a result of the model: every spec torch checked.
 	tr := &result{what: "torch", grads: map[string][]float64{}, params: map[string][]float64{}, states: map[string][]float64{}}
+	if res32 != nil {
+		tr.what = "torch in float64 (tolerance plus twice torch's own float32 error)"
+		tr.noise = map[string]float64{}
+	}
+	noise := func(key string, v64, v32 []num) {
+		if res32 == nil {
+			return
+		}
+		d := 0.0
+		for i := range v64 {
+			if i < len(v32) {
+				if e := math.Abs(float64(v64[i]) - float64(v32[i])); e > d {
+					d = e
+				}
+			}
+		}
+		tr.noise[key] = math.Max(tr.noise[key], 2*d)
+	}
 	a := &result{what: rf.what, loss: rf.loss, grads: map[string][]float64{}, params: map[string][]float64{}, states: map[string][]float64{}}
 	exact := make([]bool, len(c.specs))
 	tr.outs = make([][]float64, len(c.specs))
@@ -196,12 +266,19 @@ func (c *checker) compareTorch(rf *result, specs []torchSpec, res []torchResult)
 				}
 			}
 		}
+		var r32 torchResult
+		if res32 != nil {
+			r32 = res32[j]
+			noise("loss", r.Loss, r32.Loss)
+			noise(fmt.Sprintf("out:%d", k), r.Output, r32.Output)
+		}
 		for i := range loss {
 			if i < len(r.Loss) {
 				loss[i] += float64(r.Loss[i])
 			}
 		}
 		for n, v := range r.Grads {
+			noise("grad:"+n, v, r32.Grads[n])
 			tr.grads[n], a.grads[n] = floats(v), rf.grads[n]
 			if rf.grads[n] == nil {
 				// A parameter no gradient reaches has none in ngen.
@@ -209,9 +286,11 @@ func (c *checker) compareTorch(rf *result, specs []torchSpec, res []torchResult)
 			}
 		}
 		for n, v := range r.Params {
+			noise("param:"+n, v, r32.Params[n])
 			tr.params[n], a.params[n] = floats(v), rf.params[n]
 		}
 		for n, v := range r.States {
+			noise("state:"+n, v, r32.States[n])
 			tr.states[n], a.states[n] = floats(v), rf.states[n]
 		}
 		tr.outs[k], a.outs[k] = floats(r.Output), rf.outs[k]

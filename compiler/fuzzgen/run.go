@@ -215,6 +215,11 @@ type result struct {
 	initStates                  map[string][]float64
 	loss                        []float64
 	outs                        [][]float64 // per spec, the eval-mode prediction after the steps
+	// noise, on a reference run only, widens the tolerance of a tensor
+	// ("loss", "grad:NAME", "param:NAME", "state:NAME", "out:K") by an
+	// absolute amount: how far the reference itself is from a more
+	// precise run of the same computation (see oracle).
+	noise map[string]float64
 }
 
 // inputKind says how a spec's input node is written.
