@@ -33,23 +33,27 @@ import (
 // f32 kernel's smaller arrays.
 var jitFlags = []string{"-std=c++17", "-shared", "-fPIC", "-fno-gnu-unique"}
 
-// jitOpt is the optimisation level of modules compiled at run time: -O1
+// jitOpt is the optimisation level of modules compiled at run time: -O0
 // unless $NGEN_JIT_OPT names another (-O0 to -O3, -Os, -Og). These modules
 // are checked, not timed: the generated packages, which the benchmarks and
-// users run, are compiled by cgo at -O3. At -O1 g++ takes about half the
-// time of -O3 on a module (5.6 against 2.7 s on a 27-kernel LSTM module),
-// and the suite compiles some 250 of them on a cold cache. One difference
-// in the arithmetic: from -O2 up g++ contracts a*b+c into an FMA where a
-// function targets FMA (the emulation's AVX2 copies), and at -O1 it does
-// not, so an AVX2 copy's results may differ in the last bit between a
-// JIT-compiled module and a generated package (never reassociation: no
-// -ffast-math at any level). The JIT's tests compare modules compiled
-// alike, or against oracles within stated tolerances. Time a
-// JIT-compiled module with NGEN_JIT_OPT=-O3.
+// users run, are compiled by cgo at -O3. The suite compiles some 250 of
+// them on a cold cache, most run for a few steps on small data, and g++'s
+// time is nearly all of their cost: at -O0 an op group's module of 218
+// kernels compiles in 3.9 s against 12.5 s at -O1 (5.6 s against 2.7 s
+// was -O3 against -O1 on a 27-kernel LSTM module), and codegen/jit's
+// tests took 183 s on a cold cache against 431 s at -O1 (session 15).
+// A test that runs big models for longer (the generated packages' GPU
+// forms) asks for -O1 with t.Setenv. The arithmetic: no level reassociates
+// (no -ffast-math); from -O2 up g++ contracts a*b+c into an FMA where a
+// function targets FMA (the emulation's AVX2 copies), and at -O0 and -O1
+// it does not, so an AVX2 copy's results may differ in the last bit
+// between a JIT-compiled module and a generated package. The JIT's tests
+// compare modules compiled alike, or against oracles within stated
+// tolerances. Time a JIT-compiled module with NGEN_JIT_OPT=-O3.
 func jitOpt() (string, error) {
 	switch o := os.Getenv("NGEN_JIT_OPT"); o {
 	case "":
-		return "-O1", nil
+		return "-O0", nil
 	case "-O0", "-O1", "-O2", "-O3", "-Os", "-Og":
 		return o, nil
 	default:
