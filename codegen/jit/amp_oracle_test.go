@@ -1,7 +1,6 @@
 package jit
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -82,33 +81,12 @@ func TestAMPMLPOracle(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		r := run{grads: map[string][]float64{}, params: map[string][]float64{}, init: map[string]tensorJSON{}}
-		for _, n := range s.Names("param") {
-			var shape []int
-			if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
-				t.Fatal(err)
-			}
-			r.init[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
-		}
-		for step := 1; step <= steps; step++ {
-			if err := s.WriteInput("x", x, rows); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WriteInput("y", y, rows); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Run("step", rows); err != nil {
-				t.Fatal(err)
-			}
-			r.loss = append(r.loss, readNamed(t, s, "output", "loss")[0])
-			if step == 1 {
-				for _, n := range s.Names("param") {
-					r.grads[n] = readNamed(t, s, "grad", n)
-					// A weight's gradient is a bf16 GEMM's or
-					// reduction's result, widened.
-					bf16Exact(t, fmt.Sprintf("fuse=%v grad %s", fuse, n), r.grads[n])
-				}
-			}
+		r := run{params: map[string][]float64{}, init: initParams(t, s)}
+		r.loss, r.grads = mlpSteps(t, s, x, y, rows, steps, nil)
+		for n, g := range r.grads {
+			// A weight's gradient is a bf16 GEMM's or reduction's
+			// result, widened.
+			bf16Exact(t, fmt.Sprintf("fuse=%v grad %s", fuse, n), g)
 		}
 		if err := s.Run("predict", rows); err != nil {
 			t.Fatal(err)

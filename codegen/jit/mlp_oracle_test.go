@@ -335,16 +335,12 @@ func TestMLPOracle(t *testing.T) {
 					}
 					req.Opt.WeightDecay = *oc.wd
 				}
-				for _, n := range s.Names("param") {
-					var shape []int
-					if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
-						t.Fatal(err)
-					}
-					req.Params[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
+				req.Params = initParams(t, s)
+				var xin any = x
+				if oc.f64 {
+					xin = xs
 				}
-				var losses []float64
-				grads := map[string][]float64{}
-				for step := 1; step <= steps; step++ {
+				losses, grads := mlpSteps(t, s, xin, y, rows, steps, func(step int) {
 					if seq, ok := clipSteps[oc.name]; ok {
 						if err := s.SetClipNorm(seq[step-1]); err != nil {
 							t.Fatal(err)
@@ -359,26 +355,7 @@ func TestMLPOracle(t *testing.T) {
 						masks = append(masks, dropoutMask(seed, uint64(step), uint32(i+1), rows*w, mlpDropout))
 					}
 					req.Masks = append(req.Masks, masks)
-					var xin any = x
-					if oc.f64 {
-						xin = xs
-					}
-					if err := s.WriteInput("x", xin, rows); err != nil {
-						t.Fatal(err)
-					}
-					if err := s.WriteInput("y", y, rows); err != nil {
-						t.Fatal(err)
-					}
-					if err := s.Run("step", rows); err != nil {
-						t.Fatal(err)
-					}
-					losses = append(losses, readNamed(t, s, "output", "loss")[0])
-					if step == 1 {
-						for _, n := range s.Names("grad") {
-							grads[n] = readNamed(t, s, "grad", n)
-						}
-					}
-				}
+				})
 				want, err := runTorchMLP(req)
 				if err != nil {
 					t.Fatal(err)
@@ -405,6 +382,50 @@ func TestMLPOracle(t *testing.T) {
 			})
 		}
 	}
+}
+
+// initParams reads s's parameters as an oracle request takes them.
+func initParams(t *testing.T, s *runtime.Session) map[string]tensorJSON {
+	t.Helper()
+	out := map[string]tensorJSON{}
+	for _, n := range s.Names("param") {
+		var shape []int
+		if err := json.Unmarshal([]byte(shapeJSON(s.Plan(), n)), &shape); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = tensorJSON{Shape: shape, Data: readNamed(t, s, "param", n)}
+	}
+	return out
+}
+
+// mlpSteps takes steps training steps of s on the batch x, y of rows
+// rows, calling before(step) first when it is set, and returns each
+// step's loss and every gradient of step 1.
+func mlpSteps(t *testing.T, s *runtime.Session, x any, y []int32, rows, steps int, before func(step int)) ([]float64, map[string][]float64) {
+	t.Helper()
+	var losses []float64
+	grads := map[string][]float64{}
+	for step := 1; step <= steps; step++ {
+		if before != nil {
+			before(step)
+		}
+		if err := s.WriteInput("x", x, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteInput("y", y, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run("step", rows); err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, readNamed(t, s, "output", "loss")[0])
+		if step == 1 {
+			for _, n := range s.Names("grad") {
+				grads[n] = readNamed(t, s, "grad", n)
+			}
+		}
+	}
+	return losses, grads
 }
 
 // shapeJSON turns a buffer's written type, like f32[23,37], into a JSON
