@@ -301,6 +301,23 @@ func (g *gen) noiseOf(n *Node, r Ref) {
 		g.noise[r] = true
 		return
 	}
+	// Noise plus or minus noise (fuzz_553: a mean of a LayerNorm's
+	// output added to itself, then ReLU), noise times anything, noise
+	// over anything.
+	if len(n.Args) == 2 {
+		a, b := g.noise[n.Args[0]], g.noise[n.Args[1]]
+		switch n.Op {
+		case "add", "sub":
+			g.noise[r] = a && b
+		case "mul":
+			g.noise[r] = a || b
+		case "div":
+			g.noise[r] = a
+		}
+		if g.noise[r] {
+			return
+		}
+	}
 	if z := g.zeroMean[x]; z != nil && (n.Op == "sum" || n.Op == "mean") {
 		xr := len(g.s.shapeOf(x))
 		red := map[int]bool{}

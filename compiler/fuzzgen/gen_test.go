@@ -44,13 +44,15 @@ func TestKinkSkipsNoise(t *testing.T) {
 	mean, _ := g.add(Node{Op: "mean", Args: []Ref{ln}, Ints: []int{-1}, Str: "keep"})
 	neg, _ := g.add(Node{Op: "neg", Args: []Ref{mean}})
 	part, _ := g.add(Node{Op: "mean", Args: []Ref{ln}, Ints: []int{0}, Str: "keep"})
-	for r, want := range map[Ref]bool{ln: false, mean: true, neg: true, part: false} {
+	twice, _ := g.add(Node{Op: "add", Args: []Ref{mean, mean}}) // fuzz_553
+	plus, _ := g.add(Node{Op: "add", Args: []Ref{mean, part}})
+	for r, want := range map[Ref]bool{ln: false, mean: true, neg: true, part: false, twice: true, plus: false} {
 		if g.noise[r] != want {
 			t.Errorf("node %d (%s): noise %v, want %v", r.N, g.s.Nodes[r.N].Op, g.noise[r], want)
 		}
 	}
 	for _, op := range []string{"abs", "relu", "max"} {
-		g.pool = []Ref{mean, neg}
+		g.pool = []Ref{mean, neg, twice}
 		if table[op].draw(g) {
 			t.Errorf("%s drew with only noise to take: %+v", op, g.s.Nodes[len(g.s.Nodes)-1])
 		}

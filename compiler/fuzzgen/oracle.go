@@ -214,9 +214,9 @@ func (c *checker) oracle(rf *result) error {
 // normalisations of rows with small spread).
 func (c *checker) torchTols() tols {
 	if c.specs[0].DType == "f64" {
-		return tols{loss: 1e-9, rtol: 1e-9, scale: 1e-9, floor: 1e-15}
+		return tols{loss: 1e-9, rtol: 1e-9, scale: 1e-9}
 	}
-	return tols{loss: 1e-3, rtol: 1e-3, scale: 1e-4, floor: 5e-7}
+	return tols{loss: 1e-3, rtol: 1e-3, scale: 1e-4}
 }
 
 // compareTorch compares the fused run rf with torch's results res for

@@ -7,7 +7,7 @@ package fuzzgen
 // One class, so the cross-entropy and every gradient are 0: the baseline
 // forms compute them as 0, the GPU forms as 1e-7, and a tolerance scaled by
 // the largest gradient was 0. Fixed in compare.go: a gradient's tolerance
-// has a floor of a few float roundings of an O(1) value (tols.floor).
+// scales with the largest gradient or 1, whichever is larger.
 
 import "github.com/ngen-ml/ngen/dsl"
 
