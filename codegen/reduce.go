@@ -199,12 +199,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			fmt.Fprintf(w, "  __shared__ %s part%d[%d];\n", t, j, k.block[0])
 		}
 		if split > 1 {
-			var pre strings.Builder
-			for j := range accs {
-				fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, strips*int64(cols)*int64(split))
-			}
-			fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", strips)
-			k.pre = pre.String()
+			k.pre = splitGlobals(t, len(accs), strips*int64(cols)*int64(split), strips)
 			w.WriteString("  __shared__ bool last;\n")
 			fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
 			w.WriteString("  if (yi >= ys) return;\n")
@@ -358,12 +353,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	}
 	if split > 1 {
 		nout := kept.Size().N
-		var pre strings.Builder
-		for j := range accs {
-			fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, nout*int64(split))
-		}
-		fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", nout)
-		k.pre = pre.String()
+		k.pre = splitGlobals(t, len(accs), nout*int64(split), nout)
 		fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
 		w.WriteString("  if (yi >= ys) return;\n")
 	} else {
@@ -464,6 +454,18 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	k.grid[0].Size.Mul, k.grid[0].Size.Syms, k.grid[0].Div, k.grid[0].Max = z.N, z.Syms, 1, 1<<16
 	k.grid[1].Size.Mul = int64(split)
 	return k
+}
+
+// splitGlobals declares a two-phase reduction's device globals: parts
+// partials of type t for each of its accs reductions, and counts arrival
+// counters.
+func splitGlobals(t string, accs int, parts, counts int64) string {
+	var pre strings.Builder
+	for j := range accs {
+		fmt.Fprintf(&pre, "static __device__ %s $K_part%d[%d];\n", t, j, parts)
+	}
+	fmt.Fprintf(&pre, "static __device__ unsigned $K_count[%d];\n", counts)
+	return pre.String()
 }
 
 // usesO matches a read of the output index o.
