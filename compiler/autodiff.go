@@ -11,7 +11,8 @@ import (
 // over the values in topological order that applies each op's gradient rule
 // from the op table and sums the contributions of multiple uses. Every
 // parameter gets a gradient of its own storage (a zero fill when the loss
-// does not depend on it).
+// does not depend on it; such a parameter is recorded in Func.Unreached,
+// and the optimizer does not update it).
 func autodiff(p *Program) error {
 	f := p.Step
 	loss := f.Outputs["loss"]
@@ -54,6 +55,10 @@ func autodiff(p *Program) error {
 		b.Pos = prm.Pos
 		if g == nil {
 			g = b.Op("fill", ir.Attrs{F: 0, Shape: prm.Shape.Clone(), Str: prm.DType.String()})
+			if f.Unreached == nil {
+				f.Unreached = map[string]bool{}
+			}
+			f.Unreached[prm.Name] = true
 		}
 		// A gradient must be a kernel's own result so that memory planning
 		// can place it in the gradient region: copy views, sources,
@@ -65,6 +70,11 @@ func autodiff(p *Program) error {
 	}
 	if b.Err != nil {
 		return b.Err
+	}
+	if ps := f.Params(); len(ps) > 0 && len(f.Unreached) == len(ps) {
+		// PyTorch's backward refuses this too ("element 0 of tensors does
+		// not require grad").
+		return fmt.Errorf("loss (%s): the loss depends on no parameter, so there is nothing to train", loss.Pos)
 	}
 	for _, v := range f.Values[mark+1:] {
 		v.Phase = "bwd"

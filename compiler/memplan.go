@@ -28,7 +28,7 @@ func planMemory(p *Program) error {
 	mp := &memPlanner{p: p, plan: pl, bufOf: map[*ir.Value]int{}, named: map[string]int{}}
 	order := p.Step.Params()
 	if o := p.Model.Optimizer; o != nil {
-		groups, err := paramGroups(p.Model, order)
+		groups, err := paramGroups(p.Model, order, p.Step.Unreached)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func lowerOptimizer(p *Program) error {
 			return fmt.Errorf("param %q (%s): all parameters must share one dtype, got %s and %s", prm.Name, prm.Pos, dt, prm.DType)
 		}
 	}
-	groups, err := paramGroups(p.Model, params)
+	groups, err := paramGroups(p.Model, params, f.Unreached)
 	if err != nil {
 		return err
 	}
@@ -76,16 +76,27 @@ func lowerOptimizer(p *Program) error {
 		if len(members) == 0 {
 			continue // the default group, when the declared ones took every parameter
 		}
-		var n int64
-		var gs []*ir.Value
+		// The update covers the group's reached parameters, which
+		// paramGroups put first; the rest keep their values and state,
+		// as PyTorch's step skips a parameter whose .grad is None.
+		var n, all int64
+		var reached, gs []*ir.Value
 		for _, prm := range members {
+			all += prm.Shape.Size().N
+			if f.Unreached[prm.Name] {
+				continue
+			}
 			n += prm.Shape.Size().N
+			reached = append(reached, prm)
 			gs = append(gs, f.Grads[prm.Name])
 		}
-		if err := lowerGroup(b, f, o, rule, b.Op("flat", ir.Attrs{}, members...), b.Op("flat", ir.Attrs{}, gs...), func(name string) *ir.Value { return state(name, off, n) }); err != nil {
-			return err
+		if len(reached) > 0 {
+			at := off
+			if err := lowerGroup(b, f, o, rule, b.Op("flat", ir.Attrs{}, reached...), b.Op("flat", ir.Attrs{}, gs...), func(name string) *ir.Value { return state(name, at, n) }); err != nil {
+				return err
+			}
 		}
-		off += n
+		off += all
 	}
 	if b.Err != nil {
 		return b.Err

@@ -15,9 +15,45 @@ import (
 // default group. It returns the members of each declared group, then of
 // the default group, each in declaration order; this order is also the
 // parameters' layout in the flat vectors (memplan.go), so each group is
-// one contiguous slice. A pattern that matches no parameter, or a group
-// left with none, is an error at the user's Optimizer call.
-func paramGroups(m *ir.Model, params []*ir.Value) ([][]*ir.Value, error) {
+// one contiguous slice. Within a group the parameters no gradient
+// reaches (unreached, Func.Unreached) come last, so that the ones the
+// update reads and writes are one contiguous slice too. A pattern that
+// matches no parameter, or a group left with none, is an error at the
+// user's Optimizer call.
+func paramGroups(m *ir.Model, params []*ir.Value, unreached map[string]bool) ([][]*ir.Value, error) {
+	out, err := declaredGroups(m, params)
+	if err != nil {
+		return nil, err
+	}
+	for i, g := range out {
+		out[i] = reachedFirst(g, unreached)
+	}
+	return out, nil
+}
+
+// reachedFirst returns g with the parameters unreached names moved to the
+// end, each part in its order.
+func reachedFirst(g []*ir.Value, unreached map[string]bool) []*ir.Value {
+	if len(unreached) == 0 {
+		return g
+	}
+	out := make([]*ir.Value, 0, len(g))
+	for _, v := range g {
+		if !unreached[v.Name] {
+			out = append(out, v)
+		}
+	}
+	for _, v := range g {
+		if unreached[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// declaredGroups is paramGroups before the reached parameters are put
+// first.
+func declaredGroups(m *ir.Model, params []*ir.Value) ([][]*ir.Value, error) {
 	o := m.Optimizer
 	out := make([][]*ir.Value, len(o.Groups)+1)
 	if len(o.Groups) == 0 {

@@ -203,3 +203,57 @@ func (r *torchOptimizer) step(grad []float64) {
 		}
 	}
 }
+
+// TestUnreachedParamsNotUpdated: a parameter no gradient of the loss
+// reaches (here fc3, read only by the output) gets no update at all, as
+// PyTorch's optimizers skip a parameter whose .grad is None: no weight
+// decay moves it and its state stays as it was (fuzz_553_nograd checks
+// the values against PyTorch). It is laid out after the reached ones, so
+// the update is still one contiguous slice, and a loss that reaches no
+// parameter is an error at the loss.
+func TestUnreachedParamsNotUpdated(t *testing.T) {
+	for _, o := range optimizers {
+		b := irtest.New()
+		x := b.Input("x", ir.F32, ir.S("B"), ir.D(6))
+		y := b.Input("y", ir.I32, ir.S("B"))
+		side := b.Linear("fc3", x, 4)
+		logits := b.Linear("fc2", x, 3)
+		m := b.Model("unreached", b.Binary("cross_entropy", logits, y), side, o)
+		p := through(t, m, "plan memory", true)
+		f := p.Step
+		if !f.Unreached["fc3.weight"] || !f.Unreached["fc3.bias"] || f.Unreached["fc2.weight"] || len(f.Unreached) != 2 {
+			t.Fatalf("%+v: Unreached = %v", o, f.Unreached)
+		}
+		for _, u := range f.Updates {
+			if u.State.Op == "flat" {
+				for _, a := range u.State.Args {
+					if f.Unreached[a.Name] {
+						t.Errorf("%+v: the update writes %s", o, a.Name)
+					}
+				}
+			}
+			if u.State.Role == ir.State && !u.State.Shape.Eq(ir.Static(3*6+3)) {
+				// a segment of the state vector: only fc2's 21 elements
+				t.Errorf("%+v: state update %s", o, u.State.LongString())
+			}
+		}
+		off := map[string]int64{}
+		for _, buf := range p.Plan.Buffers {
+			if buf.Role == "param" {
+				off[buf.Name] = buf.Offset
+			}
+		}
+		if off["fc3.weight"] < off["fc2.bias"] || off["fc3.bias"] < off["fc2.bias"] {
+			t.Errorf("%+v: the unreached parameters are not laid out last: %v", o, off)
+		}
+	}
+
+	b := irtest.New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(6))
+	side := b.Linear("fc3", x, 4)
+	m := b.Model("no_param_loss", b.Op("sum", ir.Attrs{}, x), side, adam)
+	_, err := Compile(m, Options{Fuse: true})
+	if err == nil || !strings.Contains(err.Error(), "the loss depends on no parameter") {
+		t.Fatalf("a loss of the input alone: err = %v", err)
+	}
+}

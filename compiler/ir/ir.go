@@ -175,8 +175,13 @@ type Func struct {
 	// function runs (optimizer updates).
 	Updates []Update
 	// Grads maps parameter name to its gradient value (training step only).
-	Grads  map[string]*Value
-	nextID int
+	Grads map[string]*Value
+	// Unreached names the parameters no gradient of the loss reaches
+	// (their Grads entry is a zero fill). The optimizer leaves them alone,
+	// as PyTorch's skips a parameter whose .grad is None: no step, no
+	// weight decay, no state change.
+	Unreached map[string]bool
+	nextID    int
 }
 
 // Update is a write-back of a new value into persistent storage.
