@@ -11,6 +11,15 @@ typedef int (*ngen_entry_fn)(int, const ngen_launch *);
 static int ngen_call_entry(void *entry, int kernel, const ngen_launch *l) {
 	return ((ngen_entry_fn)entry)(kernel, l);
 }
+
+// ngen_free_pools frees the n workers' pools (ngen_pool_head) and the
+// slots.
+static void ngen_free_pools(ngen_pool_head **slots, long long n) {
+	for (long long i = 0; i < n; i++)
+		if (slots[i])
+			slots[i]->destroy(slots[i]);
+	free(slots);
+}
 */
 import "C"
 
@@ -180,9 +189,12 @@ func statusText(status int, sync bool) string {
 // persistent workers locked to OS threads 54 µs, persistent unlocked workers
 // 1.03 µs, a goroutine per share 0.96 µs. So the simplest one stays; the
 // emulation's per-OS-thread fiber pools live on whichever threads Go's
-// scheduler uses, which it keeps few (about GOMAXPROCS).
+// scheduler uses, which it keeps few (about GOMAXPROCS). The fiber pools
+// (stacks, block state, dynamic shared memory) are the workers', one per
+// share index, lent to every module the device runs (ngen_pool_head).
 type launchState struct {
 	workers int
+	pools   **C.ngen_pool_head // one slot per worker, C memory
 
 	// buf is C memory: nargs void* slots, then nargs 8-byte values, then
 	// one ngen_launch per worker.
@@ -192,12 +204,29 @@ type launchState struct {
 
 func (s *launchState) start(workers int) error {
 	s.workers = workers
-	return s.reserve(0)
+	if err := s.reserve(0); err != nil {
+		return err
+	}
+	s.pools = (**C.ngen_pool_head)(C.calloc(C.size_t(max(workers, 1)), C.size_t(unsafe.Sizeof(uintptr(0)))))
+	if s.pools == nil {
+		s.stop()
+		return fmt.Errorf("out of C memory for %d threads' fiber pools", workers)
+	}
+	return nil
 }
 
 func (s *launchState) stop() {
 	C.free(s.buf)
 	s.buf = nil
+	if s.pools != nil {
+		C.ngen_free_pools(s.pools, C.longlong(s.workers))
+		s.pools = nil
+	}
+}
+
+// poolAt is worker w's pool slot.
+func (s *launchState) poolAt(w int) **C.ngen_pool_head {
+	return (**C.ngen_pool_head)(unsafe.Add(unsafe.Pointer(s.pools), w*int(unsafe.Sizeof(uintptr(0)))))
 }
 
 // reserve makes room for n arguments. The size is computed with checked
@@ -299,6 +328,7 @@ func (s *launchState) run(entry unsafe.Pointer, kernel int, grid, block runtime.
 		l.block_begin = C.longlong(blocks * int64(w) / int64(parts))
 		l.block_end = C.longlong(blocks * int64(w+1) / int64(parts))
 		l.forms = forms
+		l.pool = s.poolAt(w)
 	}
 	if parts == 1 {
 		// A handoff to a worker costs more than a small kernel.

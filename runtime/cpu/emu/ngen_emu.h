@@ -17,6 +17,24 @@
 #define NGEN_EMU 1
 #endif
 
+/* A fiber pool (stacks, block state, dynamic shared memory) that the
+ * caller lends one launch worker through ngen_launch.pool. Every module
+ * the worker runs uses it, so a process's fiber stacks grow with its
+ * workers rather than with workers x modules x OS threads (a pool per
+ * module and OS thread exhausted vm.max_map_count after a few hundred
+ * modules in one process). The first module that needs it creates it
+ * and stores it in *pool; the caller frees it with destroy, a function
+ * of the module that made it (modules are never unloaded). A module
+ * whose header's pool differs (abi, bytes) uses a pool of its own. */
+typedef struct ngen_pool_head {
+  unsigned abi;   /* NGEN_POOL_ABI of the header that made it */
+  unsigned bytes; /* the size of its pool */
+  void (*destroy)(struct ngen_pool_head *);
+} ngen_pool_head;
+
+/* Bump when the pool's layout (Pool, Fiber, Warp, the stack size) changes. */
+#define NGEN_POOL_ABI 1u
+
 typedef struct ngen_launch {
   unsigned grid[3], block[3];
   int shared_bytes;
@@ -24,6 +42,9 @@ typedef struct ngen_launch {
   long long block_begin; /* run linear block ids [block_begin, block_end) */
   long long block_end;
   int forms; /* which form of a kernel to run: an NGEN_FORMS_* value */
+  /* The worker's pool slot, or null for a pool per module and OS thread
+   * (freed at thread exit). No two workers running at once share a slot. */
+  ngen_pool_head **pool;
 } ngen_launch;
 
 /* ngen_launch.forms: the CPU backend's forms (runtime.KernelInfo.Host), the
@@ -44,6 +65,7 @@ enum {
 
 #include <math.h>
 #include <new>
+#include <type_traits>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,8 +240,10 @@ struct Block {
 
 thread_local Block *cur_block; /* null under NGEN_RUN_SIMPLE */
 
-/* Per-OS-thread pool, reused across blocks and launches. */
+/* A launch worker's pool (ngen_pool_head), reused across blocks, launches
+ * and modules. */
 struct Pool {
+  ngen_pool_head head = {NGEN_POOL_ABI, sizeof(Pool), nullptr};
   Fiber fibers[kMaxThreads];
   Warp warps[kMaxThreads / 32];
   int queue[kMaxThreads];
@@ -258,9 +282,27 @@ struct Pool {
 };
 thread_local Pool *pool;
 
-inline Pool *get_pool() {
-  /* Allocated on first use so NGEN_RUN_SIMPLE-only threads pay nothing;
-   * the thread_local unique owner frees it at thread exit. */
+inline void destroy_pool(ngen_pool_head *h) { delete reinterpret_cast<Pool *>(h); }
+
+/* get_pool returns the launch worker's pool (see ngen_pool_head), made on
+ * first use so NGEN_RUN_SIMPLE-only launches pay nothing; without a slot,
+ * or with another header's pool in it, a pool of this module's own for
+ * this OS thread, which a thread_local owner frees at thread exit. */
+inline Pool *get_pool(const ngen_launch *l) {
+  static_assert(std::is_standard_layout<Pool>::value, "Pool must start with its ngen_pool_head");
+  if (l->pool) {
+    ngen_pool_head *h = *l->pool;
+    if (!h) {
+      Pool *p = new (std::nothrow) Pool;
+      if (!p)
+        return nullptr;
+      p->head.destroy = destroy_pool;
+      *l->pool = &p->head;
+      return p;
+    }
+    if (h->abi == NGEN_POOL_ABI && h->bytes == sizeof(Pool))
+      return reinterpret_cast<Pool *>(h);
+  }
   static thread_local struct Owner {
     Pool *p = nullptr;
     ~Owner() { delete p; }
@@ -461,7 +503,7 @@ inline bool set_shared(const ngen_launch *l) {
     dyn_shared = nullptr;
     return true;
   }
-  Pool *p = get_pool();
+  Pool *p = get_pool(l);
   if (!p || !p->reserve_shared(size_t(l->shared_bytes)))
     return false;
   dyn_shared = p->shared;
@@ -575,7 +617,7 @@ template <class F> int run_sync(const ngen_launch *l, F &&f) {
   ngen_flush_denormals ftz;
   if (bad_shape(l))
     return NGEN_ERR_LAUNCH;
-  Pool *p = get_pool();
+  Pool *p = get_pool(l);
   const unsigned bx = l->block[0], by = l->block[1];
   const int n = int(bx * by * l->block[2]);
   if (!p || !p->reserve(n) || !set_shared(l))
