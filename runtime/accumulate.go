@@ -212,7 +212,12 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
-	scal := s.plan.Optimizer.ScheduledScalars(s.t, s.lr, s.sched, s.wd)
+	if s.scal == nil {
+		s.scal = map[string]float64{}
+	}
+	// One map for every update: the last step's bound (s.bound.sc) has
+	// been read by afterUpdate, or is replaced below.
+	scal := s.plan.Optimizer.ScheduledScalarsInto(s.scal, s.groupRules(), s.t, s.lr, s.sched, s.wd)
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
 	}

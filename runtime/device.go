@@ -220,6 +220,9 @@ type Device interface {
 	CopyToDevice(dst Ptr, src unsafe.Pointer, bytes int64) error
 	CopyToHost(dst unsafe.Pointer, src Ptr, bytes int64) error
 	CopyDevice(dst, src Ptr, bytes int64) error
+	// Launch reads args before it returns and keeps no reference to the
+	// slice: the session reuses it for the next launch (as cuLaunchKernel
+	// copies kernelParams, also while a graph is captured).
 	Launch(f Function, grid, block Dim3, sharedBytes int, args ...Arg) error
 	Gemm(g GemmArgs) error
 	Sync() error

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -61,6 +62,7 @@ func (d *deferring) note(what string) {
 
 func (d *deferring) Launch(f runtime.Function, grid, block runtime.Dim3, shared int, args ...runtime.Arg) error {
 	d.launches++
+	args = slices.Clone(args) // the session reuses the slice (Device.Launch)
 	return d.later(func() error { return d.Device.Launch(f, grid, block, shared, args...) })
 }
 

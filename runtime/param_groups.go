@@ -78,8 +78,14 @@ func (o Optimizer) Scalars(t int, lr, wd float64) map[string]float64 {
 // OneCycleLR's peak is each group's own rate (PyTorch's max_lr as a list
 // of the groups' rates).
 func (o Optimizer) ScheduledScalars(t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
-	s := map[string]float64{}
-	for _, r := range o.Rules() {
+	return o.ScheduledScalarsInto(map[string]float64{}, o.Rules(), t, base, sc, wd)
+}
+
+// ScheduledScalarsInto is ScheduledScalars writing into s, for rules
+// (o.Rules()), so that a session reuses one map and one list of rules
+// from step to step. It returns s.
+func (o Optimizer) ScheduledScalarsInto(s map[string]float64, rules []GroupRule, t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
+	for _, r := range rules {
 		lrg := sc.Rate(base*r.LRScale, t-1)
 		wdg := wd
 		if r.OwnDecay {

@@ -41,6 +41,15 @@ type Session struct {
 	nonFinite map[int]badValue
 	status    [StatusWords]int32 // the status block as the last check read it
 	bound     updateBound        // update_bound.go
+	// Per-step scratch, so that a step allocates as little as it can:
+	// the optimizer's group rules, a launch's arguments (Device.Launch
+	// keeps no reference) and each buffer's pointer as an Arg (boxed
+	// once: ptrs never change after NewSession).
+	rules      []GroupRule
+	args       []Arg
+	ptrArgs    []Arg
+	statusRead *[StatusWords]int32 // what check reads the status block into
+	scal       map[string]float64  // the update's scalars (ScheduledScalarsInto)
 }
 
 // badValue is a non-finite element of an input.
@@ -420,11 +429,14 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 	d := s.dev
 	switch st.Kind {
 	case LaunchStep:
-		args := make([]Arg, len(st.Args))
+		if cap(s.args) < len(st.Args) {
+			s.args = make([]Arg, len(st.Args))
+		}
+		args := s.args[:len(st.Args)]
 		for i, a := range st.Args {
 			switch {
 			case a.Buf >= 0:
-				args[i] = s.ptrs[a.Buf]
+				args[i] = s.ptrArg(a.Buf)
 				continue
 			case a.Scalar == "":
 				args[i] = constArg(a)
@@ -472,6 +484,25 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		return d.CopyDevice(s.ptrs[st.Buf], s.ptrs[st.Src], s.bytes(b, s.env))
 	}
 	return fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+// ptrArg is buffer i's pointer as a launch argument.
+func (s *Session) ptrArg(i int) Arg {
+	if s.ptrArgs == nil {
+		s.ptrArgs = make([]Arg, len(s.ptrs))
+		for j, p := range s.ptrs {
+			s.ptrArgs[j] = p
+		}
+	}
+	return s.ptrArgs[i]
+}
+
+// groupRules is the plan's Optimizer.Rules, made once.
+func (s *Session) groupRules() []GroupRule {
+	if s.rules == nil {
+		s.rules = s.plan.Optimizer.Rules()
+	}
+	return s.rules
 }
 
 // constArg is a constant argument as its parameter's Go type.

@@ -77,10 +77,15 @@ const clipNormFailed = 3
 // step is the 1-based optimizer step the call belongs to, which its
 // errors name: s.t+1 before the update phase has counted it, s.t after.
 func (s *Session) check(fn string, step int) error {
-	// A local block: cgo refuses a pointer into the Session, which holds
-	// Go pointers.
-	var blk [StatusWords]int32
-	defer func() { s.status = blk }()
+	// A block of its own, not s.status: cgo refuses a pointer into the
+	// Session, which holds Go pointers. Made once (a step allocates as
+	// little as it can).
+	if s.statusRead == nil {
+		s.statusRead = new([StatusWords]int32)
+	}
+	blk := s.statusRead
+	clear(blk[:])
+	defer func() { s.status = *blk }()
 	read := false
 	for _, c := range s.plan.Checks {
 		if c.Func != fn {

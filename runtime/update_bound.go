@@ -151,7 +151,7 @@ func (s *Session) boundLimit() float64 {
 func (s *Session) next(b updateBound, g float64, sc map[string]float64) (updateBound, bool) {
 	var out updateBound
 	out.on, out.status, out.sc = b.on, b.status, b.sc
-	for _, rule := range s.plan.Optimizer.Rules() {
+	for _, rule := range s.groupRules() {
 		nb, ok := s.nextGroup(b, g, sc, rule)
 		if !ok {
 			return b, false
