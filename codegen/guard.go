@@ -263,6 +263,9 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 		fmt.Fprintf(w, "  const long long n = %s;\n", n)
 	}
 	g := G + "[i]"
+	if o.Scaler != nil { // as compiler/optimizer.go unscales it, first
+		g = fmt.Sprintf("(%s * %s)", g, k.scalar(runtime.InvScaleScalar, t))
+	}
 	if o.ClipValue > 0 { // as compiler/optimizer.go clamps it
 		f := c.Lit(o.ClipValue)
 		g = fmt.Sprintf("(%s < -%s ? -%s : (%s > %s ? %s : %s))", g, f, f, g, f, f, g)
@@ -435,8 +438,15 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 	w.WriteString("  __shared__ int last;\n")
 	fmt.Fprintf(w, "  const long long n = %s;\n", n)
 	w.WriteString("  double s = 0.0;\n")
-	fmt.Fprintf(w, "  for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < n; i += (long long)gridDim.x * %d) { const double g = (double)%s[i]; s += g * g; }\n",
-		gradNormThreads, gradNormThreads, G)
+	g := G + "[i]"
+	if o.Scaler != nil {
+		// The norm of the unscaled gradients, as clip_grad_norm_ after
+		// scaler.unscale_(opt) sees them: each unscaled in the
+		// gradients' type, as the update does (compiler/optimizer.go).
+		g = fmt.Sprintf("(%s * %s)", g, k.scalar(runtime.InvScaleScalar, t))
+	}
+	fmt.Fprintf(w, "  for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < n; i += (long long)gridDim.x * %d) { const double g = (double)%s; s += g * g; }\n",
+		gradNormThreads, gradNormThreads, g)
 	tree()
 	w.WriteString("  if (threadIdx.x == 0) {\n")
 	fmt.Fprintf(w, "    %s[blockIdx.x] = red[0];\n", part)

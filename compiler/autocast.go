@@ -37,8 +37,8 @@ func autocast(p *Program) error {
 		return nil
 	}
 	h := pr.Type
-	if h != ir.BF16 {
-		return fmt.Errorf("precision (%s): mixed precision in %s is not built yet: bf16 is (docs/AMP.md)", pr.Pos, h)
+	if h != ir.BF16 && h != ir.F16 {
+		return fmt.Errorf("precision (%s): mixed precision in %s: want bf16 or f16", pr.Pos, h)
 	}
 	f := p.Model.Forward
 	for _, v := range f.Values {

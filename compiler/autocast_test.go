@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,9 +16,16 @@ func withPrecision(m *ir.Model, h ir.DType) *ir.Model {
 }
 
 // TestAutocast checks the dtypes autocast gives the MLP, in the form the
-// dump prints them, and that what the caller sees stays f32.
+// dump prints them, and that what the caller sees stays f32: the same
+// policy in bf16 and f16.
 func TestAutocast(t *testing.T) {
-	m := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1}), ir.BF16)
+	for _, h := range []ir.DType{ir.BF16, ir.F16} {
+		t.Run(h.String(), func(t *testing.T) { testAutocast(t, h) })
+	}
+}
+
+func testAutocast(t *testing.T, h ir.DType) {
+	m := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1}), h)
 	before := m.Forward.Print()
 	p := &Program{Model: m}
 	if err := autocast(p); err != nil {
@@ -38,6 +46,9 @@ func TestAutocast(t *testing.T) {
 		"relu bf16[B,6]", // a promote op on bf16 stays bf16
 		"cast bf16[3,6]", "matmul bf16[B,3]", "cast bf16[3]", "add bf16[B,3]",
 		"cast f32[B,3]", "cross_entropy f32[]", // cross-entropy on autocast's f32 list
+	}
+	for i := range want {
+		want[i] = strings.ReplaceAll(want[i], "bf16", h.String())
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("after autocast:\n got %s\nwant %s", strings.Join(got, "; "), strings.Join(want, "; "))
@@ -61,8 +72,8 @@ func TestAutocast(t *testing.T) {
 	for _, v := range prog.Step.Values {
 		if v.Op == "matmul" {
 			gemms++
-			if v.DType != ir.BF16 {
-				t.Errorf("%s: want a bf16 GEMM", v.LongString())
+			if v.DType != h {
+				t.Errorf("%s: want a %s GEMM", v.LongString(), h)
 			}
 		}
 	}
@@ -104,9 +115,9 @@ func TestAutocastPromotes(t *testing.T) {
 // TestAutocastErrors: what the pass does not cover is an error naming the
 // op and its line, or the Precision call.
 func TestAutocastErrors(t *testing.T) {
-	f16 := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, irtest.Adam), ir.F16)
-	if err := autocast(&Program{Model: f16}); err == nil || !strings.Contains(err.Error(), "precision (model.go:3): mixed precision in f16 is not built yet") {
-		t.Errorf("f16: %v", err)
+	f32 := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, irtest.Adam), ir.F32)
+	if err := autocast(&Program{Model: f32}); err == nil || !strings.Contains(err.Error(), "precision (model.go:3): mixed precision in f32: want bf16 or f16") {
+		t.Errorf("f32: %v", err)
 	}
 	f64 := withPrecision(irtest.MLP(ir.F64, 8, 6, 3, 0, irtest.Adam), ir.BF16)
 	if err := autocast(&Program{Model: f64}); err == nil || !strings.Contains(err.Error(), "needs an f32 model") {
@@ -121,5 +132,64 @@ func TestAutocastErrors(t *testing.T) {
 	m := withPrecision(b.Model("conv", loss, conv, ir.Optimizer{Kind: "sgd", LR: 0.1}), ir.BF16)
 	if err := autocast(&Program{Model: m}); err == nil || !strings.Contains(err.Error(), "does not cover convolutions yet") {
 		t.Errorf("convolution: %v", err)
+	}
+}
+
+// TestAutocastLossScale: under dynamic loss scaling the loss's gradient
+// is the run-time scalar loss_scale (a kernel's result, which
+// cross-entropy's gradient reads from memory), the update multiplies the
+// flat gradient by the run-time inv_scale before anything else, and the
+// plan carries the scaler; without one the seed is the constant 1.
+func TestAutocastLossScale(t *testing.T) {
+	sc := &ir.LossScaler{Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000}
+	for _, c := range []struct {
+		h  ir.DType
+		sc *ir.LossScaler
+	}{{ir.F16, sc}, {ir.BF16, sc}, {ir.BF16, nil}} {
+		m := withPrecision(irtest.MLP(ir.F32, 8, 6, 3, 0, ir.Optimizer{Kind: "sgd", LR: 0.1, ClipValue: 1}), c.h)
+		m.Precision.Scaler = c.sc
+		prog, err := Compile(m, Options{Fuse: false})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seeds, unscales []*ir.Value
+		for _, v := range prog.Step.Values {
+			for _, a := range v.Args {
+				if a.Role != ir.Scalar {
+					continue
+				}
+				switch a.Name {
+				case "loss_scale":
+					seeds = append(seeds, v)
+				case "inv_scale":
+					unscales = append(unscales, v)
+				}
+			}
+		}
+		name := fmt.Sprintf("%s scaler=%v", c.h, c.sc != nil)
+		if c.sc == nil {
+			if len(seeds)+len(unscales) != 0 || prog.Plan.Optimizer.Scaler != nil {
+				t.Errorf("%s: loss scaling without a scaler: %v %v", name, seeds, unscales)
+			}
+			continue
+		}
+		if len(seeds) != 1 || seeds[0].Op != "copy" {
+			t.Errorf("%s: the seed: %v, want one copy of loss_scale", name, seeds)
+		}
+		// The unscale comes first: clip-by-value reads its result.
+		if len(unscales) != 1 || unscales[0].Op != "mul" || unscales[0].Phase != "opt" || unscales[0].Args[0].Op != "flat" {
+			t.Errorf("%s: the unscale: %v, want one mul of the flat gradient in the update", name, unscales)
+		} else {
+			clamped := false
+			for _, v := range prog.Step.Values {
+				clamped = clamped || v.Op == "clampc" && v.Args[0] == unscales[0]
+			}
+			if !clamped {
+				t.Errorf("%s: clip_grad_value_ does not read the unscaled gradient", name)
+			}
+		}
+		if got := prog.Plan.Optimizer.Scaler; got == nil || got.InitScale != 65536 || got.GrowthFactor != 2 || got.BackoffFactor != 0.5 || got.GrowthInterval != 2000 {
+			t.Errorf("%s: the plan's scaler is %+v", name, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // autodiff appends the backward graph to the step function: a reverse walk
@@ -19,7 +20,7 @@ func autodiff(p *Program) error {
 	forward := append([]*ir.Value(nil), f.Values...)
 	b := &ops.Builder{F: f, Pos: loss.Pos}
 	grads := map[*ir.Value]*ir.Value{}
-	grads[loss] = b.Op("fill", ir.Attrs{F: 1, Shape: ir.Shape{}, Str: loss.DType.String()})
+	grads[loss] = lossSeed(p, b, loss)
 	mark := len(f.Values) - 1
 	for i := len(forward) - 1; i >= 0; i-- {
 		v := forward[i]
@@ -81,6 +82,22 @@ func autodiff(p *Program) error {
 	}
 	f.Renumber()
 	return nil
+}
+
+// lossSeed is the loss's gradient: 1, or under dynamic loss scaling
+// (ir.Precision.Scaler) the run-time scalar loss_scale, which is what
+// GradScaler's scaler.scale(loss).backward() seeds (the gradient of
+// loss·scale with respect to loss), so every gradient is the scaled one
+// and the update unscales (lowerGroup's inv_scale).
+func lossSeed(p *Program, b *ops.Builder, loss *ir.Value) *ir.Value {
+	if pr := p.Model.Precision; pr == nil || pr.Scaler == nil {
+		return b.Op("fill", ir.Attrs{F: 1, Shape: ir.Shape{}, Str: loss.DType.String()})
+	}
+	v := p.Step.NewValue("scalar", loss.DType, ir.Shape{}, loss.Pos)
+	v.Role, v.Name = ir.Scalar, runtime.LossScaleScalar
+	// A kernel's own result: gradient rules that read their seed at an
+	// index (cross-entropy's) need it in memory, not as an argument.
+	return b.Unary("copy", v)
 }
 
 func needsCopy(g *ir.Value, taken map[string]*ir.Value) bool {

@@ -33,6 +33,10 @@ func planMemory(p *Program) error {
 			return err
 		}
 		pl.Optimizer = planOptimizer(o, groups)
+		if pr := p.Model.Precision; pr != nil && pr.Scaler != nil {
+			sc := pr.Scaler
+			pl.Optimizer.Scaler = &runtime.LossScaler{InitScale: sc.Init, GrowthFactor: sc.Growth, BackoffFactor: sc.Backoff, GrowthInterval: sc.Interval}
+		}
 		order = slices.Concat(groups...)
 	}
 	mp.layoutParams(order)

@@ -92,7 +92,7 @@ func lowerOptimizer(p *Program) error {
 		}
 		if len(reached) > 0 {
 			at := off
-			if err := lowerGroup(b, f, o, rule, b.Op("flat", ir.Attrs{}, reached...), b.Op("flat", ir.Attrs{}, gs...), func(name string) *ir.Value { return state(name, at, n) }); err != nil {
+			if err := lowerGroup(b, f, o, p.Model.Precision, rule, b.Op("flat", ir.Attrs{}, reached...), b.Op("flat", ir.Attrs{}, gs...), func(name string) *ir.Value { return state(name, at, n) }); err != nil {
 				return err
 			}
 		}
@@ -113,8 +113,18 @@ func lowerOptimizer(p *Program) error {
 // optimizer state vector. Per-step scalars carry the group's suffix
 // (runtime.Optimizer.Scalars); betas and Nesterov's momentum are the
 // group's constants.
-func lowerGroup(b *ops.Builder, f *ir.Func, o *ir.Optimizer, rule runtime.GroupRule, P, G *ir.Value, state func(string) *ir.Value) error {
+func lowerGroup(b *ops.Builder, f *ir.Func, o *ir.Optimizer, pr *ir.Precision, rule runtime.GroupRule, P, G *ir.Value, state func(string) *ir.Value) error {
 	dt := P.DType
+	if pr != nil && pr.Scaler != nil {
+		// GradScaler's unscale_, fused into the update kernel: the
+		// gradients are the scaled loss's (autodiff's lossSeed), and
+		// clipping by value or norm sees them unscaled, as
+		// scaler.unscale_(opt) before clip_grad_*_ does. The grad-norm
+		// kernel multiplies by the same scalar (codegen/guard.go).
+		inv := f.NewValue("scalar", dt, ir.Shape{}, b.Pos)
+		inv.Role, inv.Name = ir.Scalar, runtime.InvScaleScalar
+		G = b.Binary("mul", G, inv)
+	}
 	if o.ClipValue > 0 {
 		// clip_grad_value_ before the step: fused into the update kernel,
 		// after accumulation and the all-reduce (the update phase).

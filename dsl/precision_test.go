@@ -2,10 +2,13 @@ package dsl
 
 import (
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
 // ampMLP declares a small MLP; prec runs after the inputs are declared.
@@ -31,8 +34,33 @@ func TestPrecisionErrors(t *testing.T) {
 		prec func(m *Model)
 		want string
 	}{
-		{"f16 not built", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16}) },
-			"precision (dsl/precision_test.go:%d): f16 mixed precision needs dynamic loss scaling"},
+		{"init scale 0", F32, func(m *Model) {
+			sc := GradScaler()
+			sc.InitScale = 0
+			l = line() + 1
+			m.Precision(AMP{Type: F16, Scaler: sc})
+		}, "precision (dsl/precision_test.go:%d): loss scaler: InitScale 0: want a positive scale"},
+		{"init scale -1", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{-1, 2, 0.5, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: InitScale -1: want a positive scale"},
+		{"init scale inf", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{math.Inf(1), 2, 0.5, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: InitScale +Inf"},
+		{"init scale past f32", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1e39, 2, 0.5, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: InitScale 1e+39"},
+		{"init scale NaN", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: BF16, Scaler: &LossScaler{math.NaN(), 2, 0.5, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: InitScale NaN"},
+		{"growth 1", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, 1, 0.5, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: GrowthFactor 1: want a finite factor > 1"},
+		{"growth inf", F32, func(m *Model) {
+			l = line()
+			m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, math.Inf(1), 0.5, 10}})
+		},
+			"precision (dsl/precision_test.go:%d): loss scaler: GrowthFactor +Inf"},
+		{"backoff 1", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, 2, 1, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: BackoffFactor 1: want a factor in (0, 1)"},
+		{"backoff 0", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, 2, 0, 10}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: BackoffFactor 0"},
+		{"interval 0", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, 2, 0.5, 0}}) },
+			"precision (dsl/precision_test.go:%d): loss scaler: GrowthInterval 0: want at least 1 step"},
 		{"not a 16-bit type", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F32}) },
 			"precision (dsl/precision_test.go:%d): AMP type f32: want dsl.BF16 or dsl.F16"},
 		{"twice", F32, func(m *Model) {
@@ -76,5 +104,31 @@ func TestPrecisionErrors(t *testing.T) {
 	_, err = compiler.Compile(im, compiler.Options{Fuse: true})
 	if want := fmt.Sprintf("rnn_scan (dsl/precision_test.go:%d): mixed precision (bf16, set at dsl/precision_test.go:", l); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("RNN under AMP: %v, want %q", err, want)
+	}
+}
+
+// TestPrecisionScaler: f16 scales by default with GradScaler's defaults,
+// bf16 does not unless asked, and a scaler given is taken as given.
+func TestPrecisionScaler(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a    AMP
+		want *ir.LossScaler
+	}{
+		{"f16 default", AMP{Type: F16}, &ir.LossScaler{Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000}},
+		{"bf16 default", AMP{Type: BF16}, nil},
+		{"bf16 opted in", AMP{Type: BF16, Scaler: GradScaler()}, &ir.LossScaler{Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000}},
+		{"f16 own", AMP{Type: F16, Scaler: &LossScaler{InitScale: 8, GrowthFactor: 4, BackoffFactor: 0.25, GrowthInterval: 3}}, &ir.LossScaler{Init: 8, Growth: 4, Backoff: 0.25, Interval: 3}},
+	} {
+		m, err := ampMLP(F32, func(m *Model) { m.Precision(c.a) }).Build()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := m.Precision.Scaler; !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: scaler %+v, want %+v", c.name, got, c.want)
+		}
+		if _, err := compiler.Compile(m, compiler.Options{Fuse: true}); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
 	}
 }

@@ -37,8 +37,11 @@ type accumulator struct {
 	rows    int  // rows of those micro-batches (dropout's row0)
 	inGrads bool // grads holds the latest good micro-batch, not yet in sum
 	inSum   bool // sum holds the total of earlier micro-batches
-	sum     Ptr  // grads-sized; 0 until first needed
-	one     Ptr  // the scalar 1.0 in the parameter dtype
+	// foundInf: under loss scaling, a pending micro-batch's gradients
+	// were not finite, so the update is skipped (loss_scale.go).
+	foundInf bool
+	sum      Ptr // grads-sized; 0 until first needed
+	one      Ptr // the scalar 1.0 in the parameter dtype
 }
 
 // AccumulationSteps is the number of micro-batches Run("step") sums
@@ -131,9 +134,13 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		// The device skipped the update (compiler/guard.go); the host's
 		// count follows.
 		s.t--
+		if err == errSkip {
+			return s.skipStep()
+		}
 		return err
 	}
 	s.afterUpdate()
+	s.finiteStep()
 	return nil
 }
 
@@ -142,6 +149,12 @@ func (s *Session) microBatch(fi int, f *Func) error {
 		return err
 	}
 	if err := s.check("step", s.t+1); err != nil {
+		if err == errSkip {
+			// GradScaler checks the accumulated gradients at
+			// scaler.step: the micro-batch counts, and the update skips.
+			s.acc.foundInf = true
+			return nil
+		}
 		s.acc.inGrads = false
 		s.acc.pend--
 		s.acc.rows -= s.env["B"]
@@ -221,8 +234,11 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
 	}
+	if s.scaler.on {
+		scal[InvScaleScalar] = float64(s.scaler.invScale())
+	}
 	if s.bound.on {
-		scal["gsafe"] = s.gsafe(scal)
+		scal["gsafe"] = s.scaledGSafe(s.gsafe(scal))
 		s.bound.sc = scal
 	}
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
@@ -240,10 +256,18 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 // count follows. Its micro-batches are dropped either way: their mean
 // has replaced the last one's gradient.
 func (s *Session) checkedUpdate(fi int, f *Func) error {
+	if a := &s.acc; a.foundInf {
+		if a.pend == 0 {
+			return fmt.Errorf("%s: update with no gradients: run RunGrads (a micro-batch) first", s.plan.Model)
+		}
+		a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
+		return s.skipStep()
+	}
 	if err := s.updatePhase(fi, f); err != nil {
 		return err
 	}
 	if !hasBuiltin(f, UpdateCheckKernel) {
+		s.finiteStep()
 		return nil
 	}
 	if err := s.check("step", s.t); err != nil {
@@ -251,6 +275,7 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 		return err
 	}
 	s.afterUpdate()
+	s.finiteStep()
 	return nil
 }
 

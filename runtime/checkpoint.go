@@ -193,6 +193,7 @@ func (s *Session) Save(w io.Writer) error {
 	if gs := s.plan.Optimizer.Groups; len(gs) > 0 {
 		meta["ngen.groups"] = GroupsJSON(gs)
 	}
+	s.saveScaler(meta)
 	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
@@ -254,6 +255,10 @@ func (s *Session) Load(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
 	}
+	scaler, scalerSet, err := decodeScaler(c.meta, s.scaler)
+	if err != nil {
+		return fmt.Errorf("%s: checkpoint: %w", s.plan.Model, err)
+	}
 	// Everything is checked: write. Optimizer vectors are assembled on the
 	// host (zeros when the checkpoint has none: a fresh optimizer).
 	flat := map[int][]byte{}
@@ -288,8 +293,11 @@ func (s *Session) Load(r io.Reader) error {
 	if c.clipSet {
 		s.clip = c.clip
 	}
+	if scalerSet {
+		s.scaler = scaler
+	}
 	a := &s.acc
-	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
+	a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
 	return s.refreshBound()
 }
 
@@ -309,6 +317,8 @@ type decoded struct {
 	// clip is the file's run-time max norm when clipSet.
 	clip    float64
 	clipSet bool
+	// meta is the file's metadata (the loss scaler's, loss_scale.go).
+	meta map[string]string
 }
 
 // decodeCheckpoint parses and checks a checkpoint against the model's
@@ -362,7 +372,7 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 	if haveOpt != 0 && haveOpt != nOpt {
 		return nil, fmt.Errorf("checkpoint has %d of the %d optimizer state tensors (%s...): all or none", haveOpt, nOpt, OptimizerPrefix)
 	}
-	c := &decoded{data: got}
+	c := &decoded{data: got, meta: f.Metadata}
 	c.step, c.lr, c.seed, c.calls, err = counters(f.Metadata, haveOpt > 0, lr, seed)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)

@@ -272,6 +272,10 @@ type Optimizer struct {
 	// parameters after the last group's form the default group, which
 	// has the options above.
 	Groups []ParamGroup `json:",omitzero"`
+	// Scaler, when set, is dynamic loss scaling (loss_scale.go): the
+	// gradients are the scaled loss's, and the update, the update check
+	// and the grad-norm kernel multiply them by the scalar inv_scale.
+	Scaler *LossScaler `json:",omitzero"`
 }
 
 // GradNorm reports whether the plan's step computes the gradients'

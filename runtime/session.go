@@ -41,6 +41,7 @@ type Session struct {
 	nonFinite map[int]badValue
 	status    [StatusWords]int32 // the status block as the last check read it
 	bound     updateBound        // update_bound.go
+	scaler    lossScale          // dynamic loss scaling (loss_scale.go)
 	// Per-step scratch, so that a step allocates as little as it can:
 	// the optimizer's group rules, a launch's arguments (Device.Launch
 	// keeps no reference) and each buffer's pointer as an Arg (boxed
@@ -86,8 +87,12 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	if problem := p.Optimizer.Schedule.Check(p.Optimizer.LR); problem != "" {
 		return nil, fmt.Errorf("%s: the plan's learning-rate schedule: %s", p.Model, problem)
 	}
+	var err error
 	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR, sched: p.Optimizer.Schedule, wd: p.Optimizer.WeightDecay, clip: initialClipNorm(p.Optimizer),
 		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
+	if s.scaler, err = newLossScale(p.Optimizer.Scaler); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.Model, err)
+	}
 	for y, n := range opt.Symbols {
 		if !slices.Contains(p.Symbols, y) || y == "B" {
 			return nil, fmt.Errorf("%s: SessionOptions.Symbols names %q, which is not one of the model's symbols %v (B's bound is MaxBatch)", p.Model, y, p.Symbols)
@@ -528,6 +533,10 @@ func (s *Session) scalar(name string, scal map[string]float64) (float64, error) 
 		return float64(v), nil
 	}
 	switch name {
+	case LossScaleScalar:
+		if s.scaler.on {
+			return float64(s.scaler.scale), nil
+		}
 	case "train":
 		if s.train {
 			return 1, nil

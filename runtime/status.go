@@ -132,6 +132,9 @@ func (s *Session) check(fn string, step int) error {
 				if err := s.clearStatus(c.Buf); err != nil {
 					return err
 				}
+				if s.scaler.on && blk[4] == 0 && blk[5] == 1 {
+					return errSkip // routine under loss scaling (loss_scale.go)
+				}
 				if blk[4] != 0 {
 					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
 				}

@@ -293,7 +293,7 @@ func (s *Session) afterUpdate() {
 		s.bound.p, s.bound.s1, s.bound.s2 = up(w(statusMaxNew), 4), up(w(statusMaxNew+1), 4), up(w(statusMaxNew+2), 4)
 		return
 	}
-	if b, ok := s.next(s.bound, s.clipped(w(statusMaxGrad)), sc); ok {
+	if b, ok := s.next(s.bound, s.clipped(s.unscaledMax(w(statusMaxGrad))), sc); ok {
 		s.bound = b
 		return
 	}

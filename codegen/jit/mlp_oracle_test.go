@@ -163,7 +163,9 @@ type mlpRequest struct {
 	Masks  [][][]float64         `json:"masks"`
 	Steps  int                   `json:"steps"`
 	Opt    ir.Optimizer          `json:"optimizer"`
-	AMP    string                `json:"amp,omitempty"` // "bf16": torch.autocast
+	AMP    string                `json:"amp,omitempty"` // "bf16": torch.autocast; "f16": emulated
+	// Scaler, when set, emulates GradScaler (torch_mlp.py).
+	Scaler *scalerJSON `json:"scaler,omitempty"`
 	// ClipNorms, when set, is the max norm of each step (0: no clipping
 	// at that step), after the run-time max norm of a session that
 	// changes it between steps.
@@ -171,9 +173,11 @@ type mlpRequest struct {
 }
 
 type mlpResult struct {
-	Loss   []float64            `json:"loss"`
-	Grads  map[string][]float64 `json:"grads"`
-	Params map[string][]float64 `json:"params"`
+	Loss    []float64            `json:"loss"`
+	Scales  []float64            `json:"scales"`
+	Skipped []bool               `json:"skipped"`
+	Grads   map[string][]float64 `json:"grads"`
+	Params  map[string][]float64 `json:"params"`
 }
 
 func runTorchMLP(req mlpRequest) (*mlpResult, error) {

@@ -275,8 +275,21 @@ type Model struct {
 // in f32 (compiler/autocast.go).
 type Precision struct {
 	Type DType `json:"type"`
+	// Scaler, when set, is dynamic loss scaling (PyTorch's GradScaler):
+	// the loss's gradient is seeded with a run-time scale and the update
+	// unscales (compiler/autodiff.go, compiler/optimizer.go).
+	Scaler *LossScaler `json:"scaler,omitempty"`
 	// Pos is the user's Precision call, for errors.
 	Pos Pos `json:"pos"`
+}
+
+// LossScaler is dynamic loss scaling's configuration, GradScaler's
+// constructor arguments (runtime.LossScaler runs it).
+type LossScaler struct {
+	Init     float64 `json:"init_scale"`
+	Growth   float64 `json:"growth_factor"`
+	Backoff  float64 `json:"backoff_factor"`
+	Interval int     `json:"growth_interval"`
 }
 
 // NewFunc returns an empty function.

@@ -96,7 +96,7 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	collapseBatch(&g)
 	var err error
 	switch {
-	case g.DType == runtime.BF16:
+	case g.DType == runtime.BF16 || g.DType == runtime.F16:
 		err = gemmHalf(g)
 	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
 		err = d.gemmSplit(g)
@@ -353,8 +353,8 @@ func cbool(t runtime.Transpose) C.int {
 // normalizeGemm fills in defaults and checks what cblas would otherwise
 // report by printing to stderr.
 func normalizeGemm(g *runtime.GemmArgs) error {
-	if g.DType != runtime.F32 && g.DType != runtime.F64 && g.DType != runtime.BF16 {
-		return fmt.Errorf("dtype %s not supported, want f32, f64 or bf16", g.DType)
+	if g.DType != runtime.F32 && g.DType != runtime.F64 && g.DType != runtime.BF16 && g.DType != runtime.F16 {
+		return fmt.Errorf("dtype %s not supported, want f32, f64, bf16 or f16", g.DType)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
 		return fmt.Errorf("negative size (batch %d)", g.Batch)

@@ -1,0 +1,171 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ngen-ml/ngen/runtime"
+)
+
+// h2f widens an IEEE binary16 (exact).
+func h2f(h uint16) float64 {
+	e, m := int(h>>10)&0x1f, float64(h&0x3ff)
+	var v float64
+	switch e {
+	case 0x1f:
+		v = math.Inf(1)
+		if m != 0 {
+			return math.NaN()
+		}
+	case 0:
+		v = m * 0x1p-24
+	default:
+		v = (1 + m/1024) * math.Ldexp(1, e-15)
+	}
+	if h&0x8000 != 0 {
+		v = -v
+	}
+	return v
+}
+
+// f2h rounds v to binary16 on its own terms: the nearest of the two
+// patterns around |v|, ties to the even one, and |v| ≥ 65520 to
+// infinity (IEEE round to nearest even).
+func f2h(v float64) uint16 {
+	if math.IsNaN(v) {
+		return 0x7fff
+	}
+	var sign uint16
+	if math.Signbit(v) {
+		sign = 0x8000
+	}
+	a := math.Abs(v)
+	if a >= 65520 {
+		return sign | 0x7c00
+	}
+	lo, hi := 0, 0x7bff // the largest pattern p with h2f(p) ≤ a
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if h2f(uint16(mid)) <= a {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	p := uint16(lo)
+	if d0, d1 := a-h2f(p), h2f(p+1)-a; d1 < d0 || d1 == d0 && p&1 == 1 {
+		p++
+	}
+	return sign | p
+}
+
+// TestGemmF16 checks the f16 GEMM (cublasGemmEx with CUDA_R_16F and
+// CUBLAS_COMPUTE_32F, gemm_half.go) against a float64 reference of the
+// f16 inputs, rounded to binary16: bit for bit where the f32 sums are
+// exact (integers, ties to even, overflow to infinity, subnormals), and
+// within the f32 accumulation's error otherwise.
+func TestGemmF16(t *testing.T) {
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	run := func(g runtime.GemmArgs, a, b, c []uint16) []uint16 {
+		t.Helper()
+		g.DType = runtime.F16
+		g.A, g.B, g.C = upload(t, d, a), upload(t, d, b), upload(t, d, c)
+		if err := d.Gemm(g); err != nil {
+			t.Fatal(err)
+		}
+		return download[uint16](t, d, g.C, len(c))
+	}
+
+	// Exact cases: A is M×2, B 2×1 of powers of two, so each C is a sum
+	// an f32 holds exactly.
+	exact := []struct {
+		a    []float64 // one row of K = 2; B is (1, 0.5)
+		want uint16
+	}{
+		{[]float64{2048, 2}, f2h(2048)},           // 2049: a tie, to even (2048)
+		{[]float64{2048, 6}, f2h(2052)},           // 2051: a tie, to even (2052)
+		{[]float64{65504, 30}, 0x7bff},            // 65519: below the midpoint to infinity
+		{[]float64{65504, 32}, 0x7c00},            // 65520: the midpoint, to infinity
+		{[]float64{-65504, -65504}, 0xfc00},       // -98256: -inf
+		{[]float64{0x1p-14, -0x1p-15}, 0x300},     // 3·2^-16: a subnormal
+		{[]float64{3 * 0x1p-24, 0x1p-24}, 0x0004}, // 3.5·2^-24: a tie, to even (4·2^-24)
+		{[]float64{0x1p-24, -0x1p-23}, 0},         // +0
+	}
+	var a, b, c []uint16
+	for _, e := range exact {
+		for _, x := range e.a {
+			h := f2h(x)
+			if h2f(h) != x {
+				t.Fatalf("%g is not a half", x)
+			}
+			a = append(a, h)
+		}
+		c = append(c, 0x1234) // beta = 0 ignores it
+	}
+	b = []uint16{f2h(1), f2h(0.5)}
+	got := run(runtime.GemmArgs{M: len(exact), N: 1, K: 2, Alpha: 1, A: 0, LDA: 2, LDB: 1, LDC: 1, Batch: 1}, a, b, c)
+	for i, e := range exact {
+		if got[i] != e.want {
+			t.Errorf("exact case %d (%v): got %#04x (%g), want %#04x (%g)", i, e.a, got[i], h2f(got[i]), e.want, h2f(e.want))
+		}
+	}
+
+	// Random halves, transposed operands, beta ≠ 0 and a batch.
+	rng := rand.New(rand.NewPCG(7, 8))
+	const M, N, K, batch = 7, 5, 33, 2
+	rnd := func(n int) []uint16 {
+		xs := make([]uint16, n)
+		for i := range xs {
+			xs[i] = f2h(rng.NormFloat64())
+		}
+		return xs
+	}
+	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+		a, b, c := rnd(batch*M*K), rnd(batch*K*N), rnd(batch*M*N)
+		lda, ldb := K, N
+		if tr[0] {
+			lda = M
+		}
+		if tr[1] {
+			ldb = K
+		}
+		g := runtime.GemmArgs{M: M, N: N, K: K, Alpha: 0.5, Beta: 2, TransA: runtime.Transpose(tr[0]), TransB: runtime.Transpose(tr[1]),
+			LDA: lda, LDB: ldb, LDC: N, Batch: batch, StrideA: M * K, StrideB: K * N, StrideC: M * N}
+		got := run(g, a, b, c)
+		for bi := range batch {
+			for i := range M {
+				for j := range N {
+					ref, abs := 0.0, 0.0
+					for k := range K {
+						ai, bk := bi*M*K+i*K+k, bi*K*N+k*N+j
+						if tr[0] {
+							ai = bi*M*K + k*M + i
+						}
+						if tr[1] {
+							bk = bi*K*N + j*K + k
+						}
+						p := h2f(a[ai]) * h2f(b[bk])
+						ref += p
+						abs += math.Abs(p)
+					}
+					ci := bi*M*N + i*N + j
+					ref = 0.5*ref + 2*h2f(c[ci])
+					abs = 0.5*abs + 2*math.Abs(h2f(c[ci]))
+					x := h2f(got[ci])
+					// The f32 sums' rounding (K+2 of them, 2^-24 each,
+					// relative to the sum of magnitudes), then half an
+					// f16 ulp of the result (2^-11 relative).
+					tol := float64(K+2)*0x1p-24*abs + 0x1p-11*math.Abs(ref) + 0x1p-25
+					if math.Abs(x-ref) > tol {
+						t.Errorf("trans %v batch %d C[%d,%d] = %g, want %g within %g", tr, bi, i, j, x, ref, tol)
+					}
+				}
+			}
+		}
+	}
+}
