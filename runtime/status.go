@@ -136,7 +136,7 @@ func (s *Session) check(fn string, step int) error {
 					return errSkip // routine under loss scaling (loss_scale.go)
 				}
 				if blk[4] != 0 {
-					return fmt.Errorf("%s (%s): %s: %s is %v at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
+					return &LossError{Model: s.plan.Model, Op: c.Op, Pos: c.Pos, What: c.Detail, Loss: s.loss, Step: step}
 				}
 				if blk[5] == clipNormFailed {
 					return fmt.Errorf("%s (%s): %s: the gradients' global norm (ClipGradNorm) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
@@ -200,6 +200,19 @@ func (s *Session) guarded(fn string) bool {
 		}
 	}
 	return false
+}
+
+// LossError is a step whose loss is NaN or ±Inf (the guard's check): the
+// step changed nothing. A training run that diverges ends with one.
+type LossError struct {
+	Model, Op, Pos string
+	What           string  // the loss's name
+	Loss           float64 // its value
+	Step           int     // the step (1-based)
+}
+
+func (e *LossError) Error() string {
+	return fmt.Sprintf("%s (%s): %s: %s is %v at step %d; the step changed nothing", e.Op, e.Pos, e.Model, e.What, e.Loss, e.Step)
 }
 
 // UpdateError is a step whose gradients were finite but whose optimizer

@@ -93,7 +93,10 @@ func TestFuzz(t *testing.T) {
 		t.Logf("seeds %d..%d (%s, %s, batch %d): %d failures; compile %.1fs, run %.1fs, torch %.1fs, total %.1fs",
 			first, first+uint64(n)-1, cfg.DType, cfg.Opt.Kind, cfg.BatchSize, len(fails),
 			st.Compile.Seconds(), st.Run.Seconds(), st.Torch.Seconds(), time.Since(t0).Seconds())
-		record(t, first, n, fails, time.Since(t0))
+		if st.Diverged > 0 {
+			t.Logf("seeds %d..%d: the loss left the floating-point range at step %d; compared over the %d steps before", first, first+uint64(n)-1, st.Diverged, st.Diverged-1)
+		}
+		record(t, first, n, fails, st.Diverged, time.Since(t0))
 		for k := range bad {
 			t.Errorf("%s", report(t, specs, k, fails, o))
 		}
@@ -166,7 +169,7 @@ func report(t *testing.T, specs []*Spec, k int, fails []Failure, o Options) stri
 }
 
 // record appends one JSON line for a group to -record's file.
-func record(t *testing.T, first uint64, n int, fails []Failure, d time.Duration) {
+func record(t *testing.T, first uint64, n int, fails []Failure, diverged int, d time.Duration) {
 	if *flagRecord == "" {
 		return
 	}
@@ -175,6 +178,10 @@ func record(t *testing.T, first uint64, n int, fails []Failure, d time.Duration)
 		t.Fatal(err)
 	}
 	defer f.Close()
-	line, _ := json.Marshal(map[string]any{"first": first, "models": n, "failures": fails, "seconds": d.Seconds(), "date": time.Now().UTC().Format(time.RFC3339)})
+	rec := map[string]any{"first": first, "models": n, "failures": fails, "seconds": d.Seconds(), "date": time.Now().UTC().Format(time.RFC3339)}
+	if diverged > 0 {
+		rec["diverged"] = diverged // the steps compared are the ones before
+	}
+	line, _ := json.Marshal(rec)
 	f.Write(append(line, '\n'))
 }
