@@ -28,7 +28,7 @@ func (m *Model) Checkpoint(body func() *Tensor) *Tensor {
 		id = max(id, v.Checkpoint+1)
 	}
 	out := body()
-	if out == nil {
+	if zero(out) {
 		m.fail(pos, "checkpoint", "the function returned nil")
 		return m.errTensor(nil)
 	}
