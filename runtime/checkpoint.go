@@ -197,7 +197,12 @@ func (s *Session) Save(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
 	}
-	_, err = w.Write(b)
+	n, err := w.Write(b)
+	if err == nil && n < len(b) {
+		// A writer that breaks io.Writer's contract (a short write with
+		// no error) left a truncated checkpoint and a nil error.
+		err = fmt.Errorf("%s: Save: the writer took %d of %d bytes: %w", s.plan.Model, n, len(b), io.ErrShortWrite)
+	}
 	return err
 }
 

@@ -112,3 +112,23 @@ func TestNoDeviceNoSession(t *testing.T) {
 		}
 	}
 }
+
+// shortWriter takes half of every write and reports no error, breaking
+// io.Writer's contract.
+type shortWriter struct{ n int }
+
+func (w *shortWriter) Write(p []byte) (int, error) { w.n += len(p) / 2; return len(p) / 2, nil }
+
+// TestSaveShortWrite (issue 27's second hostile pass): Save ignored the
+// count a writer returned, so a short write with no error left half a
+// checkpoint and a nil error.
+func TestSaveShortWrite(t *testing.T) {
+	m, err := mlp.New(device(t), mlp.Options{Batch: 4, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Save(&shortWriter{}); err == nil || !strings.Contains(err.Error(), "short write") {
+		t.Fatalf("Save to a short writer: err = %v", err)
+	}
+}
