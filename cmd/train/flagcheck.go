@@ -72,6 +72,12 @@ func (f runFlags) check() error {
 	case f.set["memory"] && !auto:
 		return fmt.Errorf("-memory: only -batch auto reads a budget; give -batch auto or drop -memory")
 	}
+	switch {
+	case f.set["dist-timeout"] && f.dist == "":
+		return fmt.Errorf("-dist-timeout: only -dist mpi's collectives read it; give -dist mpi or drop it")
+	case f.set["torch-script"] && !f.torch:
+		return fmt.Errorf("-torch-script: only -torch runs the PyTorch peer; give -torch too")
+	}
 	_, samples := seqSamplers[f.model]
 	switch {
 	case f.set["sample"] && !samples:

@@ -48,8 +48,10 @@ var modelRecipes = map[string]recipeDefault{
 }
 
 // autoWarmup is the default recipe's warm-up over a run of total steps:
-// a twentieth of the run, between 1 and 100 steps.
-func autoWarmup(total int) int { return min(max(total/20, 1), 100) }
+// a twentieth of the run, between 1 and 100 steps, and shorter than the
+// run (a warm-up of 1 over a run of 1 step, gpt -epochs 0 or
+// -epoch-steps 1, was refused as an invalid schedule).
+func autoWarmup(total int) int { return min(max(total/20, 1), 100, total-1) }
 
 // defaults fills in model's default recipe for the flags not given.
 func (r *recipe) defaults(model string) {
