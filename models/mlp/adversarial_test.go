@@ -132,3 +132,27 @@ func TestSaveShortWrite(t *testing.T) {
 		t.Fatalf("Save to a short writer: err = %v", err)
 	}
 }
+
+// TestPredictOverflow (issue 27's second hostile pass): finite inputs of
+// 3e38 overflow the forward pass, and Predict returned 20 NaN logits with
+// a nil error; non-finite inputs were already refused. Now the outputs
+// are checked too, and the model still predicts afterwards.
+func TestPredictOverflow(t *testing.T) {
+	m, err := mlp.New(device(t), mlp.Options{Batch: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Eval()
+	huge := make([]float32, 2*784)
+	for i := range huge {
+		huge[i] = 3e38
+	}
+	if out, err := m.Predict(huge); err == nil || !strings.Contains(err.Error(), "the forward pass overflowed") {
+		t.Fatalf("Predict of 3e38s: %v, err = %v", out[:min(len(out), 3)], err)
+	}
+	x, _ := batch(2, 1)
+	if _, err := m.Predict(x); err != nil {
+		t.Fatal(err)
+	}
+}
