@@ -106,6 +106,11 @@ func (r *recipe) check() error {
 	switch {
 	case r.set["lr"] && (math.IsNaN(r.lr) || math.IsInf(r.lr, 0) || r.lr <= 0 || r.lr > runtime.MaxLR):
 		return fmt.Errorf("-lr %v: want a finite rate in (0, %g]", r.lr, runtime.MaxLR)
+	case r.set["lr"] && float32(r.lr) == 0:
+		// Positive as a float64, 0 in the f32 kernels: no update moved.
+		return fmt.Errorf("-lr %v: rounds to 0 in float32, so nothing would train", r.lr)
+	case r.set["clip"] && r.clip > 0 && float32(r.clip) == 0:
+		return fmt.Errorf("-clip %v: rounds to 0 in float32, which scales every gradient to 0 (0: no clipping)", r.clip)
 	case r.warmup < 0:
 		return fmt.Errorf("-warmup %d: want 0 or more steps", r.warmup)
 	case r.set["warmup"] && r.schedule == "":
