@@ -32,6 +32,10 @@ func (m *Model) Checkpoint(body func() *Tensor) *Tensor {
 		m.fail(pos, "checkpoint", "the function returned nil")
 		return m.errTensor(nil)
 	}
+	if out.m != m {
+		m.fail(pos, "checkpoint", "the function returned a tensor of another model")
+		return m.errTensor(nil)
+	}
 	for _, v := range f.Values[start:] {
 		if v.Checkpoint == 0 {
 			v.Checkpoint = id

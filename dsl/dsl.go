@@ -18,6 +18,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // DType is an element type.
@@ -119,6 +120,10 @@ func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape 
 		m.fail(pos, op, "empty name")
 	} else if err := checkTensorName(name); err != nil {
 		m.fail(pos, op, "%v", err)
+	} else if savedRole(role) && (name == "__metadata__" || strings.HasPrefix(name, runtime.OptimizerPrefix)) {
+		// A checkpoint's header keeps these keys for itself: the model
+		// built and trained, and every Save failed.
+		m.fail(pos, op, "name %q is a checkpoint's own key (safetensors' __metadata__, the optimizer state's %s...)", name, runtime.OptimizerPrefix)
 	}
 	v := m.m.Forward.NewValue(op, dt, shape, pos)
 	v.Role, v.Name = role, name

@@ -167,6 +167,29 @@ func TestHostileDeclarations(t *testing.T) {
 			Sum(x, false, -3)
 			return l
 		}, "sum (dsl/hostile_test.go:%d): axis -3 out of range for rank 2"},
+		{"param named __metadata__", func(m *Model) int {
+			l := line() + 1
+			m.Param("__metadata__", F32, Const(0), 8)
+			return l
+		}, `param (dsl/hostile_test.go:%d): name "__metadata__" is a checkpoint's own key`},
+		{"state named like optimizer state", func(m *Model) int {
+			l := line() + 1
+			m.State("__optimizer__.fc.weight.exp_avg", F32, Const(0), 8)
+			return l
+		}, `state (dsl/hostile_test.go:%d): name "__optimizer__.fc.weight.exp_avg" is a checkpoint's own key`},
+		{"stack of unequal shapes", func(m *Model) int {
+			x := seq(m)
+			l := line() + 1
+			Stack(1, x, Slice(x, 1, 0, 3))
+			return l
+		}, "stack (dsl/hostile_test.go:%d): operand 1 f32[B,3,8] differs from operand 0 f32[B,6,8]"},
+		{"checkpoint returns another model's tensor", func(m *Model) int {
+			o := NewModel("other")
+			z := o.Input("z", F32, Batch, 8)
+			l := line() + 1
+			m.Checkpoint(func() *Tensor { return z })
+			return l
+		}, "checkpoint (dsl/hostile_test.go:%d): the function returned a tensor of another model"},
 		// A zero Tensor (new(dsl.Tensor), made by no model) panicked with
 		// a nil model; now it is nil to every op.
 		{"zero tensor to a package op", func(m *Model) int {

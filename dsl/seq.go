@@ -121,6 +121,11 @@ func Stack(axis int, xs ...*Tensor) *Tensor {
 			m.fail(pos, "stack", "operand %d is nil", i)
 			return m.errTensor(nil)
 		}
+		if x.m == m && (!x.v.Shape.Eq(xs[0].v.Shape) || x.v.DType != xs[0].v.DType) {
+			// Said here, not as the concat of the reshaped operands.
+			m.fail(pos, "stack", "operand %d %s differs from operand 0 %s: stack needs equal shapes", i, x.v.Type(), xs[0].v.Type())
+			return m.errTensor(nil)
+		}
 		s := append(append(x.v.Shape[:ax[0]:ax[0]], ir.D(1)), x.v.Shape[ax[0]:]...)
 		parts[i] = m.op(pos, "reshape", ir.Attrs{Shape: s}, x)
 	}
