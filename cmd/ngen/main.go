@@ -115,6 +115,13 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	// A plan.json the index cannot read failed the build after it had
+	// written the packages: read them all before writing anything.
+	if _, err := os.Stat(dir); err == nil {
+		if _, err := indexSets(dir, root); err != nil {
+			return err
+		}
+	}
 	// The emulation header, once for every package in dir (their host
 	// subpackages include it from two levels up).
 	for name, data := range codegen.SharedFiles() {
@@ -174,9 +181,24 @@ func oneFile(cmd string, fs *flag.FlagSet) error {
 // import the generated packages in dir: the ones this build wrote and the
 // ones earlier builds did.
 func writeIndex(dir, root string) error {
-	entries, err := os.ReadDir(dir)
+	sets, err := indexSets(dir, root)
 	if err != nil {
 		return err
+	}
+	for name := range codegen.IndexPackages {
+		if err := codegen.WriteDir(filepath.Join(dir, name), map[string][]byte{name + ".go": codegen.Index(name, sets[name])}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexSets are the import paths each index package lists: the generated
+// packages in dir, found by their plan.json.
+func indexSets(dir, root string) (map[string][]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	sets := map[string][]string{}
 	for _, e := range entries {
@@ -189,7 +211,7 @@ func writeIndex(dir, root string) error {
 		}
 		var plan struct{ Fused bool }
 		if err := json.Unmarshal(data, &plan); err != nil {
-			return fmt.Errorf("build: %s: %v", filepath.Join(dir, e.Name(), codegen.PlanFile), err)
+			return nil, fmt.Errorf("build: %s: %v", filepath.Join(dir, e.Name(), codegen.PlanFile), err)
 		}
 		p := path.Join(root, e.Name())
 		sets["all"] = append(sets["all"], p)
@@ -197,12 +219,7 @@ func writeIndex(dir, root string) error {
 			sets["fused"] = append(sets["fused"], p)
 		}
 	}
-	for name := range codegen.IndexPackages {
-		if err := codegen.WriteDir(filepath.Join(dir, name), map[string][]byte{name + ".go": codegen.Index(name, sets[name])}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return sets, nil
 }
 
 // packageNames are the models' package names; two models of one file that
