@@ -345,7 +345,7 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 			return nil, fmt.Errorf("checkpoint tensor %q has a non-finite value at element %d", t.Name, k)
 		}
 		if k := negative(t.Data, e.dtype); k >= 0 && mustBeNonNegative(t.Name) {
-			return nil, fmt.Errorf("checkpoint tensor %q has a negative value at element %d (a mean of squares)", t.Name, k)
+			return nil, fmt.Errorf("checkpoint tensor %q has a negative value at element %d (a mean of squares or a variance)", t.Name, k)
 		}
 		got[t.Name] = t.Data
 	}
