@@ -28,8 +28,12 @@ func (m *Model) Checkpoint(body func() *Tensor) *Tensor {
 		id = max(id, v.Checkpoint+1)
 	}
 	out := body()
-	if out == nil {
+	if zero(out) {
 		m.fail(pos, "checkpoint", "the function returned nil")
+		return m.errTensor(nil)
+	}
+	if out.m != m {
+		m.fail(pos, "checkpoint", "the function returned a tensor of another model")
 		return m.errTensor(nil)
 	}
 	for _, v := range f.Values[start:] {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/ops"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // DType is an element type.
@@ -119,6 +120,10 @@ func (m *Model) source(op string, role ir.Role, name string, dt ir.DType, shape 
 		m.fail(pos, op, "empty name")
 	} else if err := checkTensorName(name); err != nil {
 		m.fail(pos, op, "%v", err)
+	} else if savedRole(role) && (name == "__metadata__" || strings.HasPrefix(name, runtime.OptimizerPrefix)) {
+		// A checkpoint's header keeps these keys for itself: the model
+		// built and trained, and every Save failed.
+		m.fail(pos, op, "name %q is a checkpoint's own key (safetensors' __metadata__, the optimizer state's %s...)", name, runtime.OptimizerPrefix)
 	}
 	v := m.m.Forward.NewValue(op, dt, shape, pos)
 	v.Role, v.Name = role, name
@@ -184,6 +189,8 @@ func (m *Model) declare(role ir.Role, kind, name string, dt DType, init Init, sh
 	}
 	if !finite(init.a, init.b) {
 		m.fail(pos, op, "%s: initialiser %s(%g, %g) needs finite numbers", name, init.kind, init.a, init.b)
+	} else if !inRange(dt, init.a, init.b) {
+		m.fail(pos, op, "%s: initialiser %s(%g, %g) is beyond the range of %s (the weights would start at ±Inf)", name, init.kind, init.a, init.b, dt)
 	} else if err := checkInit(init); err != nil {
 		m.fail(pos, op, "%s: %v", name, err)
 	}
@@ -237,7 +244,7 @@ func (m *Model) Output(t *Tensor) {
 	if m.err != nil {
 		return
 	}
-	if t == nil {
+	if zero(t) {
 		m.fail(pos, "output", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
@@ -259,7 +266,7 @@ func (m *Model) Loss(t *Tensor) {
 	if m.err != nil {
 		return
 	}
-	if t == nil {
+	if zero(t) {
 		m.fail(pos, "loss", "the tensor is nil (an op given a nil tensor returns nil)")
 		return
 	}
@@ -318,7 +325,7 @@ func checkName(name string) error {
 }
 
 func (m *Model) errTensor(x *Tensor) *Tensor {
-	if x != nil {
+	if !zero(x) {
 		return x
 	}
 	return &Tensor{m: m, v: &ir.Value{Op: "fill", Shape: ir.Shape{}, DType: ir.F32}}
@@ -331,7 +338,7 @@ func (m *Model) op(pos ir.Pos, op string, attrs ir.Attrs, args ...*Tensor) *Tens
 	}
 	vs := make([]*ir.Value, len(args))
 	for i, a := range args {
-		if a == nil {
+		if zero(a) {
 			m.fail(pos, op, "argument %d is nil", i)
 			return m.errTensor(nil)
 		}

@@ -44,11 +44,31 @@ func checkInit(in Init) error {
 // report to, so the first layer that receives it must say so, or the error
 // surfaces lines later as a shape mismatch at the loss.
 func (m *Model) isNil(pos ir.Pos, op, name, arg string, x *Tensor) bool {
-	if x != nil {
+	if !zero(x) {
 		return false
 	}
 	m.fail(pos, op, "%s: %s is nil (an op given a nil tensor returns nil)", name, arg)
 	return true
+}
+
+// zero reports whether t is nil or a zero Tensor (new(dsl.Tensor), made by
+// no model): every op treats both as nil. A zero Tensor used to reach a
+// nil model or value and panic.
+func zero(t *Tensor) bool { return t == nil || t.m == nil || t.v == nil }
+
+// single is the one options value a layer takes, its zero value when none
+// is given: the parameter is variadic only to make the options optional,
+// and the values after the first used to be dropped without a word.
+func single[T any](m *Model, pos ir.Pos, op string, opts []T) (T, bool) {
+	var o T
+	if len(opts) > 1 {
+		m.fail(pos, op, "%d %T values given: pass one at most", len(opts), o)
+		return o, false
+	}
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	return o, true
 }
 
 // savedRole reports whether a tensor of this role is a checkpoint entry:

@@ -59,14 +59,16 @@ func (m *Model) BatchNorm2d(name string, x *Tensor, opt ...BatchNorm) *Tensor {
 	if m.err != nil || m.isNil(pos, "batchnorm2d", name, "the input", x) {
 		return m.errTensor(x)
 	}
+	given, ok := single(m, pos, "batchnorm2d", opt)
+	if !ok {
+		return x
+	}
 	o := BatchNorm{Momentum: 0.1, Eps: 1e-5}
-	if len(opt) > 0 {
-		if opt[0].Momentum != 0 {
-			o.Momentum = opt[0].Momentum
-		}
-		if opt[0].Eps != 0 {
-			o.Eps = opt[0].Eps
-		}
+	if given.Momentum != 0 {
+		o.Momentum = given.Momentum
+	}
+	if given.Eps != 0 {
+		o.Eps = given.Eps
 	}
 	s := x.v.Shape
 	if len(s) != 4 || s[1].Sym != "" {

@@ -18,8 +18,19 @@ func finite(vs ...float64) bool {
 	return true
 }
 
+// inRange reports whether v is finite in dt: 1e300 is a finite float64
+// but +Inf as an f32 kernel's constant or initial weight.
+func inRange(dt ir.DType, vs ...float64) bool {
+	for _, v := range vs {
+		if dt == ir.F32 && math.Abs(v) > math.MaxFloat32 {
+			return false
+		}
+	}
+	return finite(vs...)
+}
+
 func unary(op string, x *Tensor, attrs ir.Attrs) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()
@@ -27,11 +38,15 @@ func unary(op string, x *Tensor, attrs ir.Attrs) *Tensor {
 		x.m.fail(pos, op, "argument %g is not a finite number", attrs.F)
 		return x
 	}
+	if !inRange(x.v.DType, attrs.F) {
+		x.m.fail(pos, op, "argument %g is beyond the range of %s (it would be ±Inf)", attrs.F, x.v.DType)
+		return x
+	}
 	return x.m.op(pos, op, attrs, x)
 }
 
 func binary(op string, x, y *Tensor) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	return x.m.op(callerPos(), op, ir.Attrs{}, x, y)
@@ -93,14 +108,14 @@ func MatMul(a, b *Tensor) *Tensor { return MatMulT(a, b, false, false) }
 
 // MatMulT is MatMul with the last two dims of a and/or b transposed.
 func MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
-	if a == nil {
+	if zero(a) {
 		return nil
 	}
 	return a.m.op(callerPos(), "matmul", ir.Attrs{TransA: transA, TransB: transB}, a, b)
 }
 
 func reduce(op string, x *Tensor, keepDim bool, axes []int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	return x.m.op(callerPos(), op, ir.Attrs{Axes: axes, KeepDim: keepDim}, x)
@@ -117,7 +132,7 @@ func Max(x *Tensor, keepDim bool, axes ...int) *Tensor { return reduce("max", x,
 
 // Reshape views x with new dims (ints or dsl.Batch).
 func Reshape(x *Tensor, shape ...any) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()
@@ -127,7 +142,7 @@ func Reshape(x *Tensor, shape ...any) *Tensor {
 // Dropout zeroes elements with probability p in training mode and scales
 // the rest by 1/(1-p), as torch.nn.Dropout.
 func Dropout(x *Tensor, p float64) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()
@@ -145,7 +160,7 @@ func Dropout(x *Tensor, p float64) *Tensor {
 // CrossEntropy is F.cross_entropy(logits, labels) with mean reduction;
 // logits [..., C], labels [...] i32.
 func CrossEntropy(logits, labels *Tensor) *Tensor {
-	if logits == nil {
+	if zero(logits) {
 		return nil
 	}
 	return logits.m.op(callerPos(), "cross_entropy", ir.Attrs{}, logits, labels)
@@ -189,7 +204,7 @@ type CrossEntropyOptions struct {
 // labels, label_smoothing=..., ignore_index=...), fused with its gradient
 // as CrossEntropy is.
 func CrossEntropyWith(logits, labels *Tensor, o CrossEntropyOptions) *Tensor {
-	if logits == nil {
+	if zero(logits) {
 		return nil
 	}
 	pos := callerPos()

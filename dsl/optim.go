@@ -5,6 +5,7 @@ import (
 	"path"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // Optimizer is SGD, Adam or AdamW. Each takes an optional Schedule
@@ -144,6 +145,11 @@ func (o AdamW) lower() (ir.Optimizer, string) {
 	}
 	lo, problem := adamLike("adamw", o.LR, o.Beta1, o.Beta2, o.Eps, wd)
 	lo.Schedule = lowerSchedule(o.Schedule)
+	if o.NoWeightDecay && o.WeightDecay != 0 {
+		// As for a ParamGroup: one of the two was meant, and the decay
+		// used to be dropped without a word.
+		problem = "NoWeightDecay with a WeightDecay"
+	}
 	if problem == "" {
 		problem = lowerClip(o.Clip, &lo)
 	}
@@ -231,6 +237,16 @@ func (m *Model) Optimizer(o Optimizer) {
 	}
 	if problem == "" && lo.WeightDecay < 0 {
 		problem = "weight decay must be ≥ 0"
+	}
+	// Every session refuses a rate above runtime.MaxLR: say so here, not
+	// at New after a build that succeeded.
+	if problem == "" && lo.LR > runtime.MaxLR {
+		problem = fmt.Sprintf("learning rate %g exceeds runtime.MaxLR (%g)", lo.LR, runtime.MaxLR)
+	}
+	for i, g := range lo.Groups {
+		if problem == "" && lo.LR*g.LRScale > runtime.MaxLR {
+			problem = fmt.Sprintf("parameter group %d: learning rate %g × LRScale %g exceeds runtime.MaxLR (%g)", i, lo.LR, g.LRScale, runtime.MaxLR)
+		}
 	}
 	if problem == "" {
 		problem = lo.Schedule.Check(lo.LR)

@@ -32,9 +32,13 @@ type Recurrent struct {
 // (rnn_scan).
 func (m *Model) RNN(name string, x *Tensor, hidden int, o ...Recurrent) (out, hn *Tensor) {
 	pos := callerPos()
-	var opt Recurrent
-	if len(o) > 0 {
-		opt = o[0]
+	opt, ok := single(m, pos, "rnn", o)
+	if !ok {
+		return m.errTensor(x), m.errTensor(x)
+	}
+	if opt.C0 != nil {
+		m.fail(pos, "rnn", "%s: C0 is the LSTM's cell state; an RNN has H0 only", name)
+		return m.errTensor(x), m.errTensor(x)
 	}
 	cell := "rnn_tanh"
 	switch opt.Nonlinearity {
@@ -55,11 +59,19 @@ func (m *Model) RNN(name string, x *Tensor, hidden int, o ...Recurrent) (out, hn
 // g, o and both biases as PyTorch's (weight_ih_l0 is [4·hidden,
 // features]).
 func (m *Model) LSTM(name string, x *Tensor, hidden int, o ...Recurrent) (out, hn, cn *Tensor) {
-	var opt Recurrent
-	if len(o) > 0 {
-		opt = o[0]
+	pos := callerPos()
+	opt, ok := single(m, pos, "lstm", o)
+	if !ok {
+		t := m.errTensor(x)
+		return t, t, t
 	}
-	return m.recurrent(callerPos(), "lstm", "lstm", name, x, hidden, opt)
+	if opt.Nonlinearity != "" {
+		// torch.nn.LSTM has no nonlinearity: its gates are fixed.
+		m.fail(pos, "lstm", "%s: nonlinearity %q: an LSTM's gates are fixed (Nonlinearity is the RNN's)", name, opt.Nonlinearity)
+		t := m.errTensor(x)
+		return t, t, t
+	}
+	return m.recurrent(pos, "lstm", "lstm", name, x, hidden, opt)
 }
 
 func (m *Model) recurrent(pos ir.Pos, op, cell, name string, x *Tensor, hidden int, o Recurrent) (out, hn, cn *Tensor) {
@@ -87,6 +99,11 @@ func (m *Model) recurrent(pos ir.Pos, op, cell, name string, x *Tensor, hidden i
 	h := x.v
 	if !o.BatchFirst {
 		h = m.b.Op("permute", ir.Attrs{Perm: []int{1, 0, 2}}, h)
+	}
+	for _, t := range []*Tensor{o.H0, o.C0, o.Mask} {
+		if t != nil && (zero(t) || t.m != m) {
+			return bad("an initial state or the mask is a zero dsl.Tensor or belongs to another model")
+		}
 	}
 	B := h.Shape[0]
 	states := ir.Shape{ir.D(layers), B, ir.D(hidden)}

@@ -35,7 +35,7 @@ func (m *Model) Embedding(name string, ids *Tensor, vocab, dim int, dt DType) *T
 
 // Permute is torch.permute: result axis i is x's axis perm[i].
 func Permute(x *Tensor, perm ...int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	return x.m.op(callerPos(), "permute", ir.Attrs{Perm: append([]int(nil), perm...)}, x)
@@ -44,7 +44,7 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 // Transpose is torch.transpose: axes a and b swapped (negative axes count
 // from the end).
 func Transpose(x *Tensor, a, b int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()
@@ -73,7 +73,7 @@ func Transpose(x *Tensor, a, b int) *Tensor {
 // Slice is torch.narrow(x, axis, start, end-start): elements [start, end)
 // of one static axis.
 func Slice(x *Tensor, axis, start, end int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	return x.m.op(callerPos(), "slice", ir.Attrs{Axes: []int{axis}, Ints: []int{start, end}}, x)
@@ -82,7 +82,7 @@ func Slice(x *Tensor, axis, start, end int) *Tensor {
 // Select is torch.select(x, axis, i): index i of one static axis, which
 // the result drops.
 func Select(x *Tensor, axis, i int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()
@@ -97,7 +97,7 @@ func Select(x *Tensor, axis, i int) *Tensor {
 
 // Concat is torch.cat(xs, axis).
 func Concat(axis int, xs ...*Tensor) *Tensor {
-	if len(xs) == 0 || xs[0] == nil {
+	if len(xs) == 0 || zero(xs[0]) {
 		return nil
 	}
 	return xs[0].m.op(callerPos(), "concat", ir.Attrs{Axes: []int{axis}}, xs...)
@@ -105,7 +105,7 @@ func Concat(axis int, xs ...*Tensor) *Tensor {
 
 // Stack is torch.stack(xs, axis): a new axis of len(xs) at axis.
 func Stack(axis int, xs ...*Tensor) *Tensor {
-	if len(xs) == 0 || xs[0] == nil {
+	if len(xs) == 0 || zero(xs[0]) {
 		return nil
 	}
 	m, pos := xs[0].m, callerPos()
@@ -117,8 +117,13 @@ func Stack(axis int, xs ...*Tensor) *Tensor {
 	}
 	parts := make([]*Tensor, len(xs))
 	for i, x := range xs {
-		if x == nil {
+		if zero(x) {
 			m.fail(pos, "stack", "operand %d is nil", i)
+			return m.errTensor(nil)
+		}
+		if x.m == m && (!x.v.Shape.Eq(xs[0].v.Shape) || x.v.DType != xs[0].v.DType) {
+			// Said here, not as the concat of the reshaped operands.
+			m.fail(pos, "stack", "operand %d %s differs from operand 0 %s: stack needs equal shapes", i, x.v.Type(), xs[0].v.Type())
 			return m.errTensor(nil)
 		}
 		s := append(append(x.v.Shape[:ax[0]:ax[0]], ir.D(1)), x.v.Shape[ax[0]:]...)
@@ -130,7 +135,7 @@ func Stack(axis int, xs ...*Tensor) *Tensor {
 // BatchMatMul is torch.matmul whose leading dimensions broadcast in any
 // way ([2,1,3,4] × [5,4,6] → [2,5,3,6]), on the batched GEMM.
 func BatchMatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	if a == nil || b == nil {
+	if zero(a) || zero(b) {
 		return nil
 	}
 	m, pos := a.m, callerPos()

@@ -21,7 +21,7 @@ func (m *Model) LayerNorm(name string, x *Tensor, eps ...float64) *Tensor {
 }
 
 func (m *Model) layerNorm(pos ir.Pos, name string, x *Tensor, eps ...float64) *Tensor {
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "layernorm", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	s := x.v.Shape
@@ -29,9 +29,22 @@ func (m *Model) layerNorm(pos ir.Pos, name string, x *Tensor, eps ...float64) *T
 		m.fail(pos, "layernorm", "%s: input %s needs a static last dimension and a leading one", name, s)
 		return x
 	}
-	e := 1e-5
-	if len(eps) > 0 {
+	var e float64
+	switch {
+	case len(eps) > 1:
+		m.fail(pos, "layernorm", "%s: %d eps values given: pass one at most", name, len(eps))
+		return x
+	case len(eps) == 1:
 		e = eps[0]
+	}
+	switch {
+	case len(eps) == 0:
+		e = 1e-5
+	case !(e > 0) || math.IsInf(e, 0): // NaN too
+		// A negative or NaN eps passed the forward's square root a
+		// negative or NaN variance: NaN outputs from the first step.
+		m.fail(pos, "layernorm", "%s: eps %g must be positive and finite", name, e)
+		return x
 	}
 	d := s[len(s)-1].N
 	w := m.declare(ir.Param, "layernorm.weight", name+".weight", x.v.DType, Const(1), ir.Static(d), pos)
@@ -41,7 +54,7 @@ func (m *Model) layerNorm(pos ir.Pos, name string, x *Tensor, eps ...float64) *T
 
 // Softmax is torch.softmax(x, axis), numerically stable.
 func Softmax(x *Tensor, axis int) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	return x.m.op(callerPos(), "softmax", ir.Attrs{Axes: []int{axis}}, x)
@@ -53,7 +66,7 @@ func Softmax(x *Tensor, axis int) *Tensor {
 // non-zero. Masked elements are 0; a fully masked row is all zeros
 // (PyTorch gives NaN there), with zero gradient.
 func MaskedSoftmax(x *Tensor, causal bool, keyPadding *Tensor) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	attrs := ir.Attrs{Axes: []int{-1}}
@@ -89,15 +102,17 @@ type Attention struct {
 // attention projects Q, K and V in one GEMM; the attention core is one
 // flash-style kernel that never stores the Tq×Tk scores.
 func (m *Model) MultiheadAttention(name string, query, key, value *Tensor, heads int, o ...Attention) *Tensor {
-	var opt Attention
-	if len(o) > 0 {
-		opt = o[0]
+	pos := callerPos()
+	opt, ok := single(m, pos, "multihead_attention", o)
+	if !ok {
+		return m.errTensor(query)
 	}
-	return m.mha(callerPos(), name, query, key, value, heads, opt)
+	return m.mha(pos, name, query, key, value, heads, opt)
 }
 
 func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads int, o Attention) *Tensor {
-	if m.err != nil || query == nil || key == nil || value == nil {
+	if m.err != nil || m.isNil(pos, "multihead_attention", name, "the query", query) ||
+		m.isNil(pos, "multihead_attention", name, "the key", key) || m.isNil(pos, "multihead_attention", name, "the value", value) {
 		return m.errTensor(query)
 	}
 	s := query.v.Shape
@@ -105,7 +120,7 @@ func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads in
 		m.fail(pos, "multihead_attention", "%s: query %s must be [B, T, E]", name, s)
 		return query
 	}
-	if o.Dropout < 0 || o.Dropout >= 1 {
+	if !(o.Dropout >= 0 && o.Dropout < 1) { // NaN too
 		m.fail(pos, "multihead_attention", "%s: dropout %g outside [0, 1)", name, o.Dropout)
 		return query
 	}
@@ -118,6 +133,9 @@ func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads in
 	outB := m.declare(ir.Param, "attention.bias", name+".out_proj.bias", dt, Const(0), ir.Static(e), pos)
 	opts := ops.MHAOptions{Heads: heads, Causal: o.Causal, Dropout: o.Dropout}
 	if o.KeyPadding != nil {
+		if m.isNil(pos, "multihead_attention", name, "the key padding mask", o.KeyPadding) {
+			return query
+		}
 		if o.KeyPadding.m != m {
 			m.fail(pos, "multihead_attention", "%s: key padding mask belongs to another model", name)
 			return query
@@ -153,7 +171,7 @@ func (m *Model) mha(pos ir.Pos, name string, query, key, value *Tensor, heads in
 // maxLen is an error naming this line.
 func (m *Model) PositionalEncoding(name string, x *Tensor, maxLen int, p float64) *Tensor {
 	pos := callerPos()
-	if m.err != nil || x == nil {
+	if m.err != nil || m.isNil(pos, "positional_encoding", name, "the input", x) {
 		return m.errTensor(x)
 	}
 	s := x.v.Shape
@@ -186,7 +204,7 @@ func (m *Model) dropout(pos ir.Pos, x *Tensor, p float64) *Tensor {
 	if p == 0 || m.err != nil {
 		return x
 	}
-	if p < 0 || p >= 1 {
+	if !(p >= 0 && p < 1) { // NaN too
 		m.fail(pos, "dropout", "p must be in [0, 1), got %g", p)
 		return x
 	}
@@ -198,7 +216,7 @@ func (m *Model) dropout(pos ir.Pos, x *Tensor, p float64) *Tensor {
 // Embedding does with a weight of its own: for a weight shared with an
 // output projection (weight tying, logits = h·wᵀ).
 func Embed(w, ids *Tensor) *Tensor {
-	if w == nil || ids == nil {
+	if zero(w) || zero(ids) {
 		return nil
 	}
 	if w.v != nil && w.v.Role == ir.Param && w.v.Attrs.Str == "param" {

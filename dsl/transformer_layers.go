@@ -47,11 +47,22 @@ type Masks struct {
 	SrcKeyPadding, TgtKeyPadding, MemoryKeyPadding *Tensor
 }
 
-func oneMask(ms []Masks) Masks {
-	if len(ms) > 0 {
-		return ms[0]
+// masks is the one Masks value a layer takes. An encoder layer reads the
+// Src fields, a decoder layer the Tgt and Memory ones; a field the layer
+// does not read (a TgtCausal given to an encoder layer) used to be dropped
+// without a word.
+func (m *Model) masks(pos ir.Pos, op string, ms []Masks, src, tgt bool) (Masks, bool) {
+	mk, ok := single(m, pos, op, ms)
+	switch {
+	case !ok:
+	case !src && (mk.SrcCausal || mk.SrcKeyPadding != nil):
+		m.fail(pos, op, "SrcCausal and SrcKeyPadding mask an encoder's attention; a decoder layer reads TgtCausal, TgtKeyPadding and MemoryKeyPadding")
+		ok = false
+	case !tgt && (mk.TgtCausal || mk.TgtKeyPadding != nil || mk.MemoryKeyPadding != nil):
+		m.fail(pos, op, "TgtCausal, TgtKeyPadding and MemoryKeyPadding mask a decoder's attention; an encoder layer reads SrcCausal and SrcKeyPadding")
+		ok = false
 	}
-	return Masks{}
+	return mk, ok
 }
 
 // feedForward is linear2(dropout(act(linear1(x)))).
@@ -82,6 +93,10 @@ func (m *Model) sublayer(pos ir.Pos, norm string, x *Tensor, o TransformerOption
 func (m *Model) checkModel(pos ir.Pos, op string, ts ...*Tensor) bool {
 	for _, t := range ts {
 		if t != nil && t.m != m {
+			if zero(t) {
+				m.fail(pos, op, "a tensor is nil or a zero dsl.Tensor")
+				return false
+			}
 			m.fail(pos, op, "a tensor belongs to another model")
 			return false
 		}
@@ -95,11 +110,16 @@ func (m *Model) checkModel(pos ir.Pos, op string, ts ...*Tensor) bool {
 // name.norm1, name.norm2 as PyTorch names them. Masks' SrcCausal and
 // SrcKeyPadding apply.
 func (m *Model) TransformerEncoderLayer(name string, src *Tensor, heads int, o TransformerOptions, masks ...Masks) *Tensor {
-	return m.encoderLayer(callerPos(), name, src, heads, o.norm(), oneMask(masks))
+	pos := callerPos()
+	mk, ok := m.masks(pos, "transformer_encoder_layer", masks, true, false)
+	if !ok {
+		return m.errTensor(src)
+	}
+	return m.encoderLayer(pos, name, src, heads, o.norm(), mk)
 }
 
 func (m *Model) encoderLayer(pos ir.Pos, name string, x *Tensor, heads int, o TransformerOptions, mk Masks) *Tensor {
-	if x == nil || !m.checkModel(pos, "transformer_encoder_layer", x, mk.SrcKeyPadding) {
+	if m.err != nil || m.isNil(pos, "transformer_encoder_layer", name, "the input", x) || !m.checkModel(pos, "transformer_encoder_layer", x, mk.SrcKeyPadding) {
 		return m.errTensor(x)
 	}
 	att := Attention{Causal: mk.SrcCausal, KeyPadding: mk.SrcKeyPadding, Dropout: o.Dropout}
@@ -113,11 +133,16 @@ func (m *Model) encoderLayer(pos ir.Pos, name string, x *Tensor, heads int, o Tr
 // name.multihead_attn.*, name.linear1, name.linear2, name.norm1..3.
 // Masks' TgtCausal, TgtKeyPadding and MemoryKeyPadding apply.
 func (m *Model) TransformerDecoderLayer(name string, tgt, memory *Tensor, heads int, o TransformerOptions, masks ...Masks) *Tensor {
-	return m.decoderLayer(callerPos(), name, tgt, memory, heads, o.norm(), oneMask(masks))
+	pos := callerPos()
+	mk, ok := m.masks(pos, "transformer_decoder_layer", masks, false, true)
+	if !ok {
+		return m.errTensor(tgt)
+	}
+	return m.decoderLayer(pos, name, tgt, memory, heads, o.norm(), mk)
 }
 
 func (m *Model) decoderLayer(pos ir.Pos, name string, x, mem *Tensor, heads int, o TransformerOptions, mk Masks) *Tensor {
-	if x == nil || mem == nil || !m.checkModel(pos, "transformer_decoder_layer", x, mem, mk.TgtKeyPadding, mk.MemoryKeyPadding) {
+	if m.err != nil || m.isNil(pos, "transformer_decoder_layer", name, "tgt", x) || m.isNil(pos, "transformer_decoder_layer", name, "memory", mem) || !m.checkModel(pos, "transformer_decoder_layer", x, mem, mk.TgtKeyPadding, mk.MemoryKeyPadding) {
 		return m.errTensor(x)
 	}
 	self := Attention{Causal: mk.TgtCausal, KeyPadding: mk.TgtKeyPadding, Dropout: o.Dropout}
@@ -136,8 +161,9 @@ func (m *Model) decoderLayer(pos ir.Pos, name string, x, mem *Tensor, heads int,
 // decoder's output [B, Tt, E].
 func (m *Model) Transformer(name string, src, tgt *Tensor, heads, encLayers, decLayers int, o TransformerOptions, masks ...Masks) *Tensor {
 	pos := callerPos()
-	o, mk := o.norm(), oneMask(masks)
-	if src == nil || tgt == nil || !m.checkModel(pos, "transformer", src, tgt) {
+	o = o.norm()
+	mk, ok := m.masks(pos, "transformer", masks, true, true)
+	if !ok || m.isNil(pos, "transformer", name, "src", src) || m.isNil(pos, "transformer", name, "tgt", tgt) || !m.checkModel(pos, "transformer", src, tgt) {
 		return m.errTensor(tgt)
 	}
 	if encLayers < 1 || decLayers < 1 {

@@ -37,9 +37,9 @@ func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Te
 	if m.err != nil || m.isNil(pos, "conv2d", name, "the input", x) {
 		return m.errTensor(x)
 	}
-	var o Conv
-	if len(opt) > 0 {
-		o = opt[0]
+	o, ok := single(m, pos, "conv2d", opt)
+	if !ok {
+		return x
 	}
 	w := ops.Window{KH: kernel, KW: kernel, SH: orDefault(o.Stride, 1), SW: orDefault(o.Stride, 1),
 		PH: o.Padding, PW: o.Padding, DH: orDefault(o.Dilation, 1), DW: orDefault(o.Dilation, 1), G: orDefault(o.Groups, 1)}
@@ -78,11 +78,7 @@ func (m *Model) Conv2d(name string, x *Tensor, out, kernel int, opt ...Conv) *Te
 	return &Tensor{m, y}
 }
 
-func poolWindow(kernel int, opt []Pool, dilation bool) ops.Window {
-	var o Pool
-	if len(opt) > 0 {
-		o = opt[0]
-	}
+func poolWindow(kernel int, o Pool, dilation bool) ops.Window {
 	st := orDefault(o.Stride, kernel)
 	d := 1
 	if dilation {
@@ -95,15 +91,16 @@ func poolWindow(kernel int, opt []Pool, dilation bool) ops.Window {
 // output, the offset of the maximum in its window (i32), which the
 // backward pass routes the gradient through.
 func MaxPool2d(x *Tensor, kernel int, opt ...Pool) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
-	m := x.m
-	if m.err != nil {
+	m, pos := x.m, callerPos()
+	o, ok := single(m, pos, "maxpool2d", opt)
+	if m.err != nil || !ok {
 		return x
 	}
-	m.b.Pos = callerPos()
-	y := ops.MaxPool2d(m.b, x.v, poolWindow(kernel, opt, true))
+	m.b.Pos = pos
+	y := ops.MaxPool2d(m.b, x.v, poolWindow(kernel, o, true))
 	if m.b.Err != nil && m.err == nil {
 		m.err = m.b.Err
 	}
@@ -113,20 +110,25 @@ func MaxPool2d(x *Tensor, kernel int, opt ...Pool) *Tensor {
 // AvgPool2d is torch.nn.AvgPool2d(kernel) on N×C×H×W, counting padding
 // as zeros (count_include_pad, PyTorch's default).
 func AvgPool2d(x *Tensor, kernel int, opt ...Pool) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
-	if len(opt) > 0 && opt[0].Dilation > 1 {
-		x.m.fail(callerPos(), "avgpool", "AvgPool2d has no dilation")
+	pos := callerPos()
+	o, ok := single(x.m, pos, "avgpool", opt)
+	if !ok {
 		return x
 	}
-	return x.m.op(callerPos(), "avgpool", ir.Attrs{Ints: poolWindow(kernel, opt, false).Ints()}, x)
+	if o.Dilation != 0 && o.Dilation != 1 {
+		x.m.fail(pos, "avgpool", "AvgPool2d has no dilation")
+		return x
+	}
+	return x.m.op(pos, "avgpool", ir.Attrs{Ints: poolWindow(kernel, o, false).Ints()}, x)
 }
 
 // Flatten is torch.nn.Flatten(): every dimension after the first becomes
 // one.
 func Flatten(x *Tensor) *Tensor {
-	if x == nil {
+	if zero(x) {
 		return nil
 	}
 	pos := callerPos()

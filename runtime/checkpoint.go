@@ -198,7 +198,12 @@ func (s *Session) Save(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.plan.Model, err)
 	}
-	_, err = w.Write(b)
+	n, err := w.Write(b)
+	if err == nil && n < len(b) {
+		// A writer that breaks io.Writer's contract (a short write with
+		// no error) left a truncated checkpoint and a nil error.
+		err = fmt.Errorf("%s: Save: the writer took %d of %d bytes: %w", s.plan.Model, n, len(b), io.ErrShortWrite)
+	}
 	return err
 }
 
@@ -350,7 +355,7 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 			return nil, fmt.Errorf("checkpoint tensor %q has a non-finite value at element %d", t.Name, k)
 		}
 		if k := negative(t.Data, e.dtype); k >= 0 && mustBeNonNegative(t.Name) {
-			return nil, fmt.Errorf("checkpoint tensor %q has a negative value at element %d (a mean of squares)", t.Name, k)
+			return nil, fmt.Errorf("checkpoint tensor %q has a negative value at element %d (a mean of squares or a variance)", t.Name, k)
 		}
 		got[t.Name] = t.Data
 	}

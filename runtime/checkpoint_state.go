@@ -12,10 +12,13 @@ import (
 
 // mustBeNonNegative reports whether a checkpoint tensor is a running mean
 // of squares (Adam's exp_avg_sq, AMSGrad's max_exp_avg_sq): Adam takes its
-// square root.
+// square root; or a batch norm's running variance (PyTorch's name), whose
+// square root eval mode takes: a negative one loaded without a word, and
+// every prediction in eval mode was NaN.
 func mustBeNonNegative(name string) bool {
 	return strings.HasPrefix(name, OptimizerPrefix) &&
-		(strings.HasSuffix(name, ".exp_avg_sq") || strings.HasSuffix(name, ".max_exp_avg_sq"))
+		(strings.HasSuffix(name, ".exp_avg_sq") || strings.HasSuffix(name, ".max_exp_avg_sq")) ||
+		strings.HasSuffix(name, ".running_var")
 }
 
 // negative is the index of the first value below zero in d (-0 is not),

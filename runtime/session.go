@@ -39,9 +39,12 @@ type Session struct {
 	// nonFinite holds, per float input buffer last written with a NaN or
 	// ±Inf, the first such element and its value: inference refuses it.
 	nonFinite map[int]badValue
-	status    [StatusWords]int32 // the status block as the last check read it
-	bound     updateBound        // update_bound.go
-	scaler    lossScale          // dynamic loss scaling (loss_scale.go)
+	// ran is the inference function Run ran last, nil after anything
+	// else: Read refuses a non-finite value in one of its outputs.
+	ran    *Func
+	status [StatusWords]int32 // the status block as the last check read it
+	bound  updateBound        // update_bound.go
+	scaler lossScale          // dynamic loss scaling (loss_scale.go)
 	// Per-step scratch, so that a step allocates as little as it can:
 	// the optimizer's group rules, a launch's arguments (Device.Launch
 	// keeps no reference) and each buffer's pointer as an Arg (boxed
@@ -362,6 +365,7 @@ func (s *Session) Run(name string, batch int) error {
 	if err := s.alive(name); err != nil {
 		return err
 	}
+	s.ran = nil
 	fi, f, err := s.fn(name)
 	if err != nil {
 		return err
@@ -383,7 +387,11 @@ func (s *Session) Run(name string, batch int) error {
 	if err := s.graphed(f, func() error { return s.runSteps(fi, f, 0, len(f.Steps), nil) }); err != nil {
 		return err
 	}
-	return s.check(name, s.t) // no step: name the steps taken
+	if err := s.check(name, s.t); err != nil { // no step: name the steps taken
+		return err
+	}
+	s.ran = f
+	return nil
 }
 
 func (s *Session) setBatch(name string, batch int) error {

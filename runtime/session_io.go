@@ -199,7 +199,23 @@ func (s *Session) Read(i int, dst any) error {
 	if n == 0 {
 		return nil
 	}
-	return s.dev.CopyToHost(ptr, s.ptrs[i], int64(n*dt.Size()))
+	if err := s.dev.CopyToHost(ptr, s.ptrs[i], int64(n*dt.Size())); err != nil {
+		return err
+	}
+	// An output of inference from finite inputs (finiteInputs) that is
+	// NaN or ±Inf is a forward pass that overflowed (inputs of 3e38):
+	// Predict returned it with no error, as PyTorch does.
+	if f := s.ran; f != nil && dt != I32 {
+		for _, o := range f.Outputs {
+			if o.Buf != i {
+				continue
+			}
+			if k := nonFinite(unsafe.Slice((*byte)(ptr), n*dt.Size()), dt); k >= 0 {
+				return fmt.Errorf("%s.%s: output %q: element %d is not finite although the inputs are: the forward pass overflowed", s.plan.Model, f.Name, o.Name, k)
+			}
+		}
+	}
+	return nil
 }
 
 // WriteFloats sets buffer i (a static-size buffer) from float64s.

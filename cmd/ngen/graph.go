@@ -27,8 +27,8 @@ func graphCmd(args []string) error {
 	tf32 := fs.Bool("tf32", false, "f32 GEMMs on TF32 tensor cores, as ngen report -tf32")
 	fold := fs.Bool("fold", true, "draw a run of identical layers once, with its count")
 	fs.Parse(args)
-	if fs.NArg() != 1 {
-		return fmt.Errorf("graph: want one model file")
+	if err := oneFile("graph", fs); err != nil {
+		return err
 	}
 	if *batch <= 0 {
 		return fmt.Errorf("graph: -batch %d: want a positive batch size", *batch)

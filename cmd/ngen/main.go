@@ -85,8 +85,8 @@ func build(args []string) error {
 	batch := fs.Int("batch", 128, "batch size for the planned peak memory")
 	budget := fs.Int64("memory-budget", 0, "checkpoint forward segments until the planned peak at -batch fits in this many bytes")
 	fs.Parse(args)
-	if fs.NArg() != 1 {
-		return fmt.Errorf("build: want one model file")
+	if err := oneFile("build", fs); err != nil {
+		return err
 	}
 	if *batch <= 0 {
 		return fmt.Errorf("build: -batch %d: want a positive batch size", *batch)
@@ -114,6 +114,13 @@ func build(args []string) error {
 	root, err := moduleImportPath(dir)
 	if err != nil {
 		return err
+	}
+	// A plan.json the index cannot read failed the build after it had
+	// written the packages: read them all before writing anything.
+	if _, err := os.Stat(dir); err == nil {
+		if _, err := indexSets(dir, root); err != nil {
+			return err
+		}
 	}
 	// The emulation header, once for every package in dir (their host
 	// subpackages include it from two levels up).
@@ -154,13 +161,44 @@ func build(args []string) error {
 	return writeIndex(dir, root)
 }
 
+// oneFile checks that fs's arguments are one model file. The flag package
+// stops at the first argument that is not a flag, so a flag written after
+// the file ("build model.go -batch 3") was reported as "want one model
+// file", although there was one.
+func oneFile(cmd string, fs *flag.FlagSet) error {
+	switch {
+	case fs.NArg() == 0:
+		return fmt.Errorf("%s: want one model file", cmd)
+	case fs.NArg() > 1 && strings.HasPrefix(fs.Arg(1), "-"):
+		return fmt.Errorf("%s: %s after the model file %s: flags go before the file", cmd, fs.Arg(1), fs.Arg(0))
+	case fs.NArg() > 1:
+		return fmt.Errorf("%s: want one model file, got %d: %s", cmd, fs.NArg(), strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
 // writeIndex rewrites dir's index packages (codegen.IndexPackages), which
 // import the generated packages in dir: the ones this build wrote and the
 // ones earlier builds did.
 func writeIndex(dir, root string) error {
-	entries, err := os.ReadDir(dir)
+	sets, err := indexSets(dir, root)
 	if err != nil {
 		return err
+	}
+	for name := range codegen.IndexPackages {
+		if err := codegen.WriteDir(filepath.Join(dir, name), map[string][]byte{name + ".go": codegen.Index(name, sets[name])}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexSets are the import paths each index package lists: the generated
+// packages in dir, found by their plan.json.
+func indexSets(dir, root string) (map[string][]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	sets := map[string][]string{}
 	for _, e := range entries {
@@ -173,7 +211,7 @@ func writeIndex(dir, root string) error {
 		}
 		var plan struct{ Fused bool }
 		if err := json.Unmarshal(data, &plan); err != nil {
-			return fmt.Errorf("build: %s: %v", filepath.Join(dir, e.Name(), codegen.PlanFile), err)
+			return nil, fmt.Errorf("build: %s: %v", filepath.Join(dir, e.Name(), codegen.PlanFile), err)
 		}
 		p := path.Join(root, e.Name())
 		sets["all"] = append(sets["all"], p)
@@ -181,12 +219,7 @@ func writeIndex(dir, root string) error {
 			sets["fused"] = append(sets["fused"], p)
 		}
 	}
-	for name := range codegen.IndexPackages {
-		if err := codegen.WriteDir(filepath.Join(dir, name), map[string][]byte{name + ".go": codegen.Index(name, sets[name])}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return sets, nil
 }
 
 // packageNames are the models' package names; two models of one file that
@@ -269,8 +302,21 @@ func report(args []string) error {
 	graphs := fs.Bool("graphs", true, "with -gpu: the step is one CUDA graph (the GPU backend's default)")
 	tf32 := fs.Bool("tf32", false, "with -gpu: f32 GEMMs on TF32 tensor cores (cuda.Options.TF32)")
 	fs.Parse(args)
-	if fs.NArg() != 1 {
-		return fmt.Errorf("report: want one model file")
+	if err := oneFile("report", fs); err != nil {
+		return err
+	}
+	if *gpu == "" {
+		// -graphs and -tf32 shape -gpu's model of the step; without it
+		// they were read by nothing.
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "graphs" || f.Name == "tf32" {
+				given = append(given, "-"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return fmt.Errorf("report: %s model the step on a GPU: give -gpu h100, h200 or a100 too", strings.Join(given, " and "))
+		}
 	}
 	if *batch <= 0 {
 		return fmt.Errorf("report: -batch %d: want a positive batch size", *batch)

@@ -72,7 +72,22 @@ func (f runFlags) check() error {
 	case f.set["memory"] && !auto:
 		return fmt.Errorf("-memory: only -batch auto reads a budget; give -batch auto or drop -memory")
 	}
+	switch {
+	case f.set["dist-timeout"] && f.dist == "":
+		return fmt.Errorf("-dist-timeout: only -dist mpi's collectives read it; give -dist mpi or drop it")
+	case f.set["torch-script"] && !f.torch:
+		return fmt.Errorf("-torch-script: only -torch runs the PyTorch peer; give -torch too")
+	}
 	_, samples := seqSamplers[f.model]
+	if samples && f.set["load"] {
+		// -load with -sample generates from the checkpoint and trains
+		// nothing: these flags were read by nothing (-save wrote no file).
+		for _, n := range []string{"epochs", "epoch-steps", "accumulate", "save", "torch", "lr", "schedule", "warmup", "clip", "weight-decay", "log", "plot", "profile"} {
+			if f.set[n] {
+				return fmt.Errorf("-%s: %s -load generates from the checkpoint without training; drop -%s, or drop -load to train first", n, f.model, n)
+			}
+		}
+	}
 	switch {
 	case f.set["sample"] && !samples:
 		return fmt.Errorf("-sample: only the %s models generate text", strings.Join(samplerNames(), " and "))

@@ -83,6 +83,14 @@ func main() {
 	if err == nil {
 		err = checkDistFlags(*torch, *batchS)
 	}
+	if err == nil && *torch {
+		// The peer runs after ngen's training: a script that is not
+		// there (the default path is relative to the repository root)
+		// failed only after every epoch.
+		if _, e := os.Stat(*script); e != nil {
+			err = fmt.Errorf("-torch-script %s: %v (run from the repository root, or give the script's path)", *script, e)
+		}
+	}
 	if err == nil && seq && *esteps < 0 {
 		err = fmt.Errorf("-epoch-steps %d: want 0 (whole epochs) or more", *esteps)
 	}

@@ -48,8 +48,10 @@ var modelRecipes = map[string]recipeDefault{
 }
 
 // autoWarmup is the default recipe's warm-up over a run of total steps:
-// a twentieth of the run, between 1 and 100 steps.
-func autoWarmup(total int) int { return min(max(total/20, 1), 100) }
+// a twentieth of the run, between 1 and 100 steps, and shorter than the
+// run (a warm-up of 1 over a run of 1 step, gpt -epochs 0 or
+// -epoch-steps 1, was refused as an invalid schedule).
+func autoWarmup(total int) int { return min(max(total/20, 1), 100, total-1) }
 
 // defaults fills in model's default recipe for the flags not given.
 func (r *recipe) defaults(model string) {
@@ -104,6 +106,11 @@ func (r *recipe) check() error {
 	switch {
 	case r.set["lr"] && (math.IsNaN(r.lr) || math.IsInf(r.lr, 0) || r.lr <= 0 || r.lr > runtime.MaxLR):
 		return fmt.Errorf("-lr %v: want a finite rate in (0, %g]", r.lr, runtime.MaxLR)
+	case r.set["lr"] && float32(r.lr) == 0:
+		// Positive as a float64, 0 in the f32 kernels: no update moved.
+		return fmt.Errorf("-lr %v: rounds to 0 in float32, so nothing would train", r.lr)
+	case r.set["clip"] && r.clip > 0 && float32(r.clip) == 0:
+		return fmt.Errorf("-clip %v: rounds to 0 in float32, which scales every gradient to 0 (0: no clipping)", r.clip)
 	case r.warmup < 0:
 		return fmt.Errorf("-warmup %d: want 0 or more steps", r.warmup)
 	case r.set["warmup"] && r.schedule == "":

@@ -169,12 +169,18 @@ func NormAxes(axes []int, rank int) ([]int, error) {
 	}
 	seen := map[int]bool{}
 	var out []int
-	for _, a := range axes {
+	for _, given := range axes {
+		// Messages name the axis as given: -3 of a rank-2 tensor was
+		// reported as "axis -1".
+		a := given
 		if a < 0 {
 			a += rank
 		}
 		if a < 0 || a >= rank {
-			return nil, fmt.Errorf("axis %d out of range for rank %d", a, rank)
+			return nil, fmt.Errorf("axis %d out of range for rank %d", given, rank)
+		}
+		if seen[a] && given != a {
+			return nil, fmt.Errorf("axis %d (axis %d of rank %d) repeated", given, a, rank)
 		}
 		if seen[a] {
 			return nil, fmt.Errorf("axis %d repeated", a)

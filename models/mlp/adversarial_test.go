@@ -112,3 +112,47 @@ func TestNoDeviceNoSession(t *testing.T) {
 		}
 	}
 }
+
+// shortWriter takes half of every write and reports no error, breaking
+// io.Writer's contract.
+type shortWriter struct{ n int }
+
+func (w *shortWriter) Write(p []byte) (int, error) { w.n += len(p) / 2; return len(p) / 2, nil }
+
+// TestSaveShortWrite (issue 27's second hostile pass): Save ignored the
+// count a writer returned, so a short write with no error left half a
+// checkpoint and a nil error.
+func TestSaveShortWrite(t *testing.T) {
+	m, err := mlp.New(device(t), mlp.Options{Batch: 4, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Save(&shortWriter{}); err == nil || !strings.Contains(err.Error(), "short write") {
+		t.Fatalf("Save to a short writer: err = %v", err)
+	}
+}
+
+// TestPredictOverflow (issue 27's second hostile pass): finite inputs of
+// 3e38 overflow the forward pass, and Predict returned 20 NaN logits with
+// a nil error; non-finite inputs were already refused. Now the outputs
+// are checked too, and the model still predicts afterwards.
+func TestPredictOverflow(t *testing.T) {
+	m, err := mlp.New(device(t), mlp.Options{Batch: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Eval()
+	huge := make([]float32, 2*784)
+	for i := range huge {
+		huge[i] = 3e38
+	}
+	if out, err := m.Predict(huge); err == nil || !strings.Contains(err.Error(), "the forward pass overflowed") {
+		t.Fatalf("Predict of 3e38s: %v, err = %v", out[:min(len(out), 3)], err)
+	}
+	x, _ := batch(2, 1)
+	if _, err := m.Predict(x); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -50,3 +50,23 @@ func TestLaunchBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestOrdinal (issue 27's second hostile pass): "cpu:7" opened the host
+// and ignored the 7, so cmd/train -device cpu:7 trained without a word.
+func TestOrdinal(t *testing.T) {
+	for _, spec := range []string{"cpu:1", "cpu:7"} {
+		if d, err := runtime.OpenDevice(spec, 1); err == nil || !strings.Contains(err.Error(), "the CPU backend has one device") {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("OpenDevice(%q): err = %v", spec, err)
+		}
+	}
+	for _, spec := range []string{"cpu", "cpu:0"} {
+		d, err := runtime.OpenDevice(spec, 1)
+		if err != nil {
+			t.Fatalf("OpenDevice(%q): %v", spec, err)
+		}
+		d.Close()
+	}
+}

@@ -66,9 +66,17 @@ func (f *File) Lookup(name string) (*Tensor, bool) {
 }
 
 type entry struct {
-	DType       string   `json:"dtype"`
-	Shape       []int64  `json:"shape"`
-	DataOffsets [2]int64 `json:"data_offsets"`
+	DType       string  `json:"dtype"`
+	Shape       []int64 `json:"shape"`
+	DataOffsets []int64 `json:"data_offsets"` // two: a [2]int64 dropped a third silently
+
+}
+
+func shapeJSON(s []int64) string {
+	if s == nil {
+		return "null"
+	}
+	return fmt.Sprint(s)
 }
 
 // Parse decodes a whole file held in b.
@@ -129,6 +137,12 @@ func Parse(b []byte) (*File, error) {
 		}
 		if !bytes.Contains(raw, []byte(`"data_offsets"`)) || !bytes.Contains(raw, []byte(`"shape"`)) {
 			return nil, fmt.Errorf("safetensors: tensor %q lacks shape or data_offsets", name)
+		}
+		// The reference parser (serde) wants a list for shape and two
+		// offsets; encoding/json read null as no dimensions and ignored
+		// offsets past two.
+		if e.Shape == nil || len(e.DataOffsets) != 2 {
+			return nil, fmt.Errorf("safetensors: tensor %q: shape %s and data_offsets %v: want a list of dimensions and two offsets", name, shapeJSON(e.Shape), e.DataOffsets)
 		}
 		es, ok := DTypeSize[e.DType]
 		if !ok {

@@ -71,6 +71,11 @@ var rejects = []struct {
 	// Issue 27: encoding/json took the last of two equal fields.
 	{"duplicate shape", raw(`{"a":{"dtype":"F32","shape":[2],"shape":[1],"data_offsets":[0,4]}}`, make([]byte, 4)), `tensor "a": field "shape" appears twice`},
 	{"duplicate dtype", raw(`{"a":{"dtype":"F64","dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, make([]byte, 4)), `field "dtype" appears twice`},
+	// Issue 27's second hostile pass: a [2]int64 took [0,4,4] as [0,4],
+	// and a null shape read as a scalar.
+	{"three offsets", raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}}`, make([]byte, 4)), `tensor "a": shape [1] and data_offsets [0 4 4]: want a list of dimensions and two offsets`},
+	{"one offset", raw(`{"a":{"dtype":"F32","shape":[0],"data_offsets":[0]}}`, nil), `data_offsets [0]: want`},
+	{"null shape", raw(`{"a":{"dtype":"F32","shape":null,"data_offsets":[0,4]}}`, make([]byte, 4)), `shape null and data_offsets`},
 	{"duplicate offsets", raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8],"data_offsets":[0,4]}}`, make([]byte, 4)), `field "data_offsets" appears twice`},
 	{"duplicate metadata key", raw(`{"__metadata__":{"ngen.lr":"1","ngen.lr":"3.4e38"}}`, nil), `__metadata__: field "ngen.lr" appears twice`},
 	{"NaN offsets", raw(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[NaN,4]}}`, make([]byte, 4)), `"a"`},
