@@ -28,6 +28,11 @@ type gemmScratch struct {
 // the device thread.
 func (d *Device) gemmLowered(g runtime.GemmArgs) error {
 	lo := runtime.LowerGemm(g, 0, 0)
+	if lo.Scratch > 0 && g.DType.Size() == 2 {
+		// The per-sample products would be rounded to 16 bits before
+		// their sum, where the CPU backend sums in f32 and rounds once.
+		return fmt.Errorf("cuda: %s: a batch of %s products summed into one C that is not one larger GEMM is not built (docs/AMP.md)", gemmName(g, lo), g.DType)
+	}
 	if lo.Scratch > 0 {
 		s, o, err := d.scratchFor(g.DType, lo.Scratch, lo.Ones)
 		if err != nil {

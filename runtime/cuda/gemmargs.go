@@ -73,8 +73,8 @@ func (c cublasCall) entry(i int) (a, b, cc uintptr) {
 // normalizeGemm fills in defaults and checks what cuBLAS would otherwise
 // reject with a bare status code (or cu/blas with a panic).
 func normalizeGemm(g *runtime.GemmArgs) error {
-	if g.DType != runtime.F32 && g.DType != runtime.F64 {
-		return fmt.Errorf("dtype %s not supported, want f32 or f64", g.DType)
+	if shimDType(g.DType) < 0 {
+		return fmt.Errorf("dtype %s not supported, want f32, f64, bf16 or f16", g.DType)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
 		return fmt.Errorf("negative size (batch %d)", g.Batch)
@@ -115,4 +115,20 @@ func normalizeGemm(g *runtime.GemmArgs) error {
 		return fmt.Errorf("null matrix pointer")
 	}
 	return nil
+}
+
+// shimDType is ngen_gemm's code for dt (shim.go): 0 f32, 1 f64, 2 bf16,
+// 3 f16 (cublasGemmEx with f32 accumulation), or -1.
+func shimDType(dt runtime.DType) int {
+	switch dt {
+	case runtime.F32:
+		return 0
+	case runtime.F64:
+		return 1
+	case runtime.BF16:
+		return 2
+	case runtime.F16:
+		return 3
+	}
+	return -1
 }

@@ -183,6 +183,56 @@ func TestCublasArgsMapping(t *testing.T) {
 	}
 }
 
+// TestCublasArgsHalf: bf16 and f16 GEMMs (cublasGemmEx) take the mapping
+// of f32 ones, with 2-byte elements. Each half case is checked as the f32
+// case whose fake addresses are twice as far from the base (the same
+// element offsets in 4-byte units): the call cublasArgs builds must be
+// that case's call with the addresses halved back, entry by entry, and
+// the column-major reference driven by it must match the row-major one.
+func TestCublasArgsHalf(t *testing.T) {
+	widen := func(p runtime.Ptr) runtime.Ptr {
+		if p == 0 {
+			return 0
+		}
+		return fakeBase + 2*(p-fakeBase)
+	}
+	for _, dt := range []runtime.DType{runtime.BF16, runtime.F16} {
+		if shimDType(dt) < 2 {
+			t.Fatalf("%s: shim code %d", dt, shimDType(dt))
+		}
+		for _, g := range gemmCases(dt) {
+			call, err := cublasArgs(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if call.DType != dt {
+				t.Fatalf("call dtype %s, want %s", call.DType, dt)
+			}
+			g32 := g
+			g32.DType, g32.A, g32.B, g32.C = runtime.F32, widen(g.A), widen(g.B), widen(g.C)
+			call32, err := cublasArgs(g32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for e := range call.Batch {
+				a, b, c := call.entry(e)
+				a32, b32, c32 := call32.entry(e)
+				for _, p := range [][2]uintptr{{a, a32}, {b, b32}, {c, c32}} {
+					if widen(runtime.Ptr(p[0])) != runtime.Ptr(p[1]) {
+						t.Fatalf("%s %+v: entry %d at %#x, want the f32 case's %#x halved", dt, g, e, p[0], p[1])
+					}
+				}
+			}
+			same := call
+			same.DType, same.A, same.B, same.C = runtime.F32, widen(call.A), widen(call.B), widen(call.C)
+			if same != call32 {
+				t.Fatalf("%s: call %+v, want the f32 case's %+v", dt, call, call32)
+			}
+			runCublasArgsCase[float32](t, g32, 0)
+		}
+	}
+}
+
 // TestRowMajorReferenceIsCPUGemm pins rowMajorGemm to runtime/cpu's Gemm,
 // the backend the GPU results are compared with, on the same cases.
 func TestRowMajorReferenceIsCPUGemm(t *testing.T) {

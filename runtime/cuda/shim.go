@@ -27,13 +27,25 @@ static int ngen_blas_math(cublasHandle_t h, int tf32) {
 
 static int ngen_blas_destroy(cublasHandle_t h) { return cublasDestroy(h); }
 
-// ngen_gemm is one column-major GEMM, strided-batched when batch > 1.
-static int ngen_gemm(cublasHandle_t h, int f64, int ta, int tb, int m, int n, int k,
+// ngen_gemm is one column-major GEMM, strided-batched when batch > 1, of
+// dtype dt: 0 f32, 1 f64, 2 bf16, 3 f16. The 16-bit types go through
+// cublasGemmEx with f32 accumulation (CUBLAS_COMPUTE_32F, tensor cores),
+// as runtime/cpu's half GEMM widens to f32 and rounds C once.
+static int ngen_gemm(cublasHandle_t h, int dt, int ta, int tb, int m, int n, int k,
 		double alpha, unsigned long long a, int lda, long long sa,
 		unsigned long long b, int ldb, long long sb, double beta,
 		unsigned long long c, int ldc, long long sc, int batch) {
 	cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	if (f64) {
+	if (dt >= 2) {
+		cudaDataType t = dt == 2 ? CUDA_R_16BF : CUDA_R_16F;
+		float al = (float)alpha, be = (float)beta;
+		if (batch == 1)
+			return cublasGemmEx(h, opa, opb, m, n, k, &al, (const void *)a, t, lda, (const void *)b, t, ldb,
+				&be, (void *)c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		return cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &al, (const void *)a, t, lda, sa,
+			(const void *)b, t, ldb, sb, &be, (void *)c, t, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	}
+	if (dt == 1) {
 		if (batch == 1)
 			return cublasDgemm(h, opa, opb, m, n, k, &alpha, (const double *)a, lda, (const double *)b, ldb, &beta, (double *)c, ldc);
 		return cublasDgemmStridedBatched(h, opa, opb, m, n, k, &alpha, (const double *)a, lda, sa,
@@ -151,11 +163,7 @@ func (b *blasHandle) gemm(g runtime.GemmArgs) error {
 	if err != nil {
 		return err
 	}
-	f64 := 0
-	if c.DType == runtime.F64 {
-		f64 = 1
-	}
-	st := C.ngen_gemm(b.h, C.int(f64), cbool(c.TransA), cbool(c.TransB), C.int(c.M), C.int(c.N), C.int(c.K),
+	st := C.ngen_gemm(b.h, C.int(shimDType(c.DType)), cbool(c.TransA), cbool(c.TransB), C.int(c.M), C.int(c.N), C.int(c.K),
 		C.double(c.Alpha), C.ulonglong(c.A), C.int(c.LDA), C.longlong(c.StrideA),
 		C.ulonglong(c.B), C.int(c.LDB), C.longlong(c.StrideB), C.double(c.Beta),
 		C.ulonglong(c.C), C.int(c.LDC), C.longlong(c.StrideC), C.int(c.Batch))
