@@ -51,7 +51,7 @@ func TestPrecisionErrors(t *testing.T) {
 		{"growth 1", F32, func(m *Model) { l = line(); m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, 1, 0.5, 10}}) },
 			"precision (dsl/precision_test.go:%d): loss scaler: GrowthFactor 1: want a finite factor > 1"},
 		{"growth inf", F32, func(m *Model) {
-			l = line()
+			l = line() + 1
 			m.Precision(AMP{Type: F16, Scaler: &LossScaler{1024, math.Inf(1), 0.5, 10}})
 		},
 			"precision (dsl/precision_test.go:%d): loss scaler: GrowthFactor +Inf"},
