@@ -20,6 +20,12 @@ Prints one JSON line per epoch.
 cmd/train/seq_torch.go's writeSeqSets) and print validation accuracy (rnn,
 and test accuracy) or validation bits per character (the others) per epoch.
 
+--amp bf16 runs the forward pass and the loss under
+torch.autocast(dtype=torch.bfloat16) on the device, the peer of cmd/train
+-amp bf16 (master weights, gradients and Adam stay f32, as ngen's AMP
+does); evaluation runs under it too. --amp fp16 is refused on the CPU:
+PyTorch 1.13's CPU autocast has no float16.
+
 --log PATH writes the run log of cmd/train -log (package runlog): a run
 line, then a line per training step and per evaluation, each written and
 flushed as it happens; cmd/train -torch -plot draws it beside ngen's run.
@@ -167,6 +173,8 @@ def main():
     p.add_argument("--seqdata", help="sequence models: the file cmd/train -torch writes")
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
+    p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
+                   help="image models: bf16 runs the forward pass under torch.autocast, as cmd/train -amp bf16 (fp16 is refused)")
     p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
     p.add_argument("--weight-decay", type=float, default=0,
                    help="Adam's weight_decay (cmd/train passes -weight-decay, or the model's)")
@@ -207,6 +215,14 @@ def main():
         # as ngen's trainer copies each batch once.
         model = model.to(a.device)
         xtr, ytr, xte, yte = (v.to(a.device) for v in (xtr, ytr, xte, yte))
+    if a.amp == "fp16":
+        # PyTorch 1.13's CPU autocast has no float16, and on CUDA it would
+        # need GradScaler's loop, which this peer does not run.
+        sys.exit("torch_train.py: --amp fp16 is not run by this peer (PyTorch %s's CPU autocast has no float16); use --amp bf16" % torch.__version__)
+
+    def autocast():
+        return torch.autocast(device_type=a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.amp == "bf16")
+
     opt = adam(model, a, a.lr or 1e-3)
     sched = lr_schedule(opt, a.schedule)
     shuffle = torch.Generator().manual_seed(a.seed)
@@ -223,7 +239,8 @@ def main():
             if a.epoch_steps > 0 and batches == a.epoch_steps:
                 break
             idx = order[s:s + a.batch]
-            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
+            with autocast():
+                loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
             if a.clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
@@ -238,7 +255,7 @@ def main():
         secs = time.perf_counter() - t0
 
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             correct = sum((model(xte[s:s + 1000]).argmax(1) == yte[s:s + 1000]).sum().item()
                           for s in range(0, len(xte), 1000))
         log.eval_done(epoch, total / batches, n / secs, test_acc=correct / len(xte))

@@ -165,8 +165,12 @@ func ceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) (*kerne
 			fmt.Fprintf(w, "  const %s scale = %s;\n", t, scale)
 		}
 		w.WriteString(loop)
-		fmt.Fprintf(w, "    const %s xj = %s;\n", t, x("    ", "j"))
+		xj := x("    ", "j") // loads the prologue's values, which stores read too
 		if g.Grad != nil {
+			// Without the gradient (a loss-scaled model seeds it with a
+			// run-time scale, in a kernel of its own) xj was declared
+			// unused: nvcc's warning #177-D.
+			fmt.Fprintf(w, "    const %s xj = %s;\n", t, xj)
 			// The target: (1-ε)·onehot + ε/C.
 			on, off := c.Lit(1), c.Lit(0)
 			if eps != 0 {

@@ -38,6 +38,11 @@ func TestNVCC(t *testing.T) {
 		// Mixed precision (issue 25): bf16 GEMM operands and activations,
 		// the half preamble, f32 cross-entropy and optimizer.
 		{"mlp_amp_bf16", amp(irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam), ir.BF16)},
+		// f16 with dynamic loss scaling: the loss_scale seed of the loss's
+		// gradient and the inv_scale unscale in the update kernel, and in
+		// the grad-norm kernel when clipping by norm.
+		{"mlp_amp_f16", scaled(amp(irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam), ir.F16))},
+		{"mlp_amp_f16_clip_norm", scaled(amp(irtest.MLP(ir.F32, 7, 9, 4, 0, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1}), ir.F16))},
 	} {
 		for _, fuse := range []bool{true, false} {
 			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
@@ -118,6 +123,13 @@ func labelSmoothed(classes int) *ir.Model {
 // ceIgnoring gives m's cross-entropy loss ignore index ign.
 func ceIgnoring(m *ir.Model, ign int) *ir.Model {
 	m.Loss.Attrs.Ints = []int{ign}
+	return m
+}
+
+// scaled gives m's policy GradScaler's dynamic loss scaling (dsl.AMP's
+// default for f16).
+func scaled(m *ir.Model) *ir.Model {
+	m.Precision.Scaler = ir.GradScaler()
 	return m
 }
 

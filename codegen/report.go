@@ -42,7 +42,13 @@ type Report struct {
 	GPUIdealUs float64     `json:"gpu_ideal_us,omitempty"`
 	// InputBytes are the step's inputs, copied from the host every step.
 	InputBytes int64 `json:"input_bytes"`
-	gemmCalls  []runtime.GemmArgs
+	// Buffers are the plan's buffers with their dtypes (report_buffers.go).
+	Buffers []BufferRow `json:"buffers"`
+	// Precision is the mixed-precision policy, when the model has one,
+	// and F32PeakBytes the planned peak of the same model in f32.
+	Precision    string `json:"precision,omitempty"`
+	F32PeakBytes int64  `json:"f32_peak_bytes,omitempty"`
+	gemmCalls    []runtime.GemmArgs
 }
 
 // StepRow is one launch, GEMM, memset or copy of the step.
@@ -87,7 +93,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.Steps = nil
+		w.Steps, w.Buffers = nil, nil
 		r.Without = w
 	}
 	loops := map[int]int{}   // plan step → time steps of a recurrence
@@ -142,6 +148,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 		}
 	}
 	r.DistinctKernels = len(distinct)
+	r.precisionReport(p, plan)
 	return r, nil
 }
 
@@ -159,6 +166,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 	if err := r.writeLoops(w); err != nil {
+		return err
+	}
+	if err := r.writeBuffers(w); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\nkernels per step: %d launches of %d distinct kernels (%d in the module)\nGEMMs per step: %d\ndevice calls per step (kernels, cuBLAS calls, memsets, copies): %d\nglobal memory bytes: %d\nFLOPs: %d\nplanned peak memory: %d bytes (forward and backward temporaries: %d)\n",

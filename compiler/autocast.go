@@ -38,12 +38,12 @@ func autocast(p *Program) error {
 	}
 	h := pr.Type
 	if h != ir.BF16 && h != ir.F16 {
-		return fmt.Errorf("precision (%s): mixed precision in %s: want bf16 or f16", pr.Pos, h)
+		return fmt.Errorf("precision (%s): mixed precision in %s: want bf16 or f16", pr.Where(), h)
 	}
 	f := p.Model.Forward
 	for _, v := range f.Values {
 		if v.DType == ir.F64 {
-			return fmt.Errorf("precision (%s): mixed precision needs an f32 model, %s at %s is %s", pr.Pos, v.Op, v.Pos, v.Type())
+			return fmt.Errorf("precision (%s): mixed precision needs an f32 model, %s at %s is %s", pr.Where(), v.Op, v.Pos, v.Type())
 		}
 	}
 	g, m := f.Clone(f.Name)
@@ -81,11 +81,11 @@ func autocast(p *Program) error {
 		switch {
 		case d.Kind == ops.Source:
 		case v.Op == "attention" || v.Op == "rnn_scan":
-			return fmt.Errorf("%s (%s): mixed precision (%s, set at %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.Pos, v.Op)
+			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
 		case d.Kind == ops.MatMul:
 			for _, a := range v.Args {
 				if a.Op == "im2col" {
-					return fmt.Errorf("%s (%s): mixed precision (%s, set at %s) does not cover convolutions yet (docs/AMP.md)", v.Op, v.Pos, h, pr.Pos)
+					return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover convolutions yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy())
 				}
 			}
 			castArgs(v, h, cast)

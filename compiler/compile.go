@@ -114,6 +114,9 @@ type Options struct {
 	// (recompute them in backward) until the planned peak at RefBatch
 	// fits in this many bytes (checkpoint_budget.go).
 	MemoryBudget int64
+	// AMP overrides the model's mixed-precision policy (amp_option.go);
+	// the zero value keeps it.
+	AMP AMP
 }
 
 // Compile runs every pass over the model, choosing checkpoints first
@@ -122,6 +125,7 @@ func Compile(m *ir.Model, opts Options) (*Program, error) {
 	if opts.RefBatch <= 0 {
 		opts.RefBatch = 128
 	}
+	m = withAMP(m, opts.AMP)
 	if err := checkBounds(m, opts); err != nil {
 		return nil, err
 	}
@@ -135,7 +139,10 @@ func Compile(m *ir.Model, opts Options) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p, noteWithout(p, m, opts)
+	if err := noteWithout(p, m, opts); err != nil {
+		return nil, err
+	}
+	return p, noteF32(p, m, opts)
 }
 
 func compile(m *ir.Model, opts Options) (*Program, error) {

@@ -32,6 +32,9 @@ type Program struct {
 	// Without is the same model compiled without checkpoints, when it
 	// has any: the report's comparison.
 	Without *Program
+	// F32 is the same model compiled without mixed precision, when it
+	// has a policy: the report's comparison of planned memory.
+	F32 *Program
 }
 
 // Funcs lists the program's functions in plan order.

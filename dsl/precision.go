@@ -46,7 +46,8 @@ type LossScaler struct {
 // GradScaler returns PyTorch's GradScaler defaults: init scale 2^16,
 // growth factor 2, backoff factor 0.5, growth interval 2000.
 func GradScaler() *LossScaler {
-	return &LossScaler{InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000}
+	d := ir.GradScaler()
+	return &LossScaler{InitScale: d.Init, GrowthFactor: d.Growth, BackoffFactor: d.Backoff, GrowthInterval: d.Interval}
 }
 
 // Precision sets the model's precision policy, for example

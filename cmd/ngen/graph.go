@@ -19,6 +19,7 @@ import (
 func graphCmd(args []string) error {
 	fs := flag.NewFlagSet("graph", flag.ExitOnError)
 	fuse := fuseFlag(fs)
+	amp := ampFlag(fs)
 	out := fs.String("o", "", "output file: .svg or .png (rendered with Graphviz's dot) or .dot (default: DOT on stdout)")
 	name := fs.String("model", "", "model name when the file declares several")
 	batch := fs.Int("batch", 128, "batch size for the bytes, FLOPs and modeled times")
@@ -40,6 +41,10 @@ func graphCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	ampMode, err := compiler.ParseAMP(*amp)
+	if err != nil {
+		return err
+	}
 	format := "dot"
 	if *out != "" {
 		if format, err = graph.FormatOf(*out); err != nil {
@@ -53,7 +58,7 @@ func graphCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("graph: %v", err)
 	}
-	p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch})
+	p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, RefBatch: *batch})
 	if err != nil {
 		return err
 	}

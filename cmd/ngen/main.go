@@ -1,9 +1,9 @@
 // Command ngen compiles models declared with package dsl into fused CUDA C
 // kernels and a typed Go package.
 //
-//	ngen build [-o DIR] [-fuse=all|none] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
-//	ngen report [-fuse=all|none] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|h200|a100 [-graphs=false] [-tf32]] model.go
-//	ngen graph [-fuse=all|none] [-model NAME] [-o FILE.svg|.png|.dot] [-batch N] [-gpu h100|h200|a100] [-fold=false] model.go
+//	ngen build [-o DIR] [-fuse=all|none] [-amp bf16|fp16|off] [-model NAME] [-suffix S] [-dump=PASS|all] [-batch N] [-memory-budget BYTES] model.go
+//	ngen report [-fuse=all|none] [-amp bf16|fp16|off] [-json] [-batch N] [-model NAME] [-memory-budget BYTES] [-gpu h100|h200|a100 [-graphs=false] [-tf32]] model.go
+//	ngen graph [-fuse=all|none] [-amp bf16|fp16|off] [-model NAME] [-o FILE.svg|.png|.dot] [-batch N] [-gpu h100|h200|a100] [-fold=false] model.go
 //	ngen plot [-o FILE.png|.svg] [-smooth N] run.jsonl [other.jsonl ...]
 //	ngen devices
 //
@@ -76,10 +76,18 @@ func parseFuse(s string) (bool, error) {
 	return false, fmt.Errorf("-fuse=%s: want all or none", s)
 }
 
+// ampFlag is -amp, which overrides the model's mixed-precision policy
+// as -fuse=none overrides fusion (compiler.Options.AMP).
+func ampFlag(fs *flag.FlagSet) *string {
+	return fs.String("amp", "", "mixed precision: bf16 or fp16 (dsl.AMP with its default scaling: fp16 scales the loss, bf16 does not), or off; overrides the model's m.Precision (default: the model's)")
+}
+
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
 	out := fs.String("o", "", "output directory (default: generated/ at the model's module root)")
 	fuse := fuseFlag(fs)
+	amp := ampFlag(fs)
+	name := fs.String("model", "", "build only the model of this name when the file declares several")
 	suffix := fs.String("suffix", "", "suffix for the generated package names, e.g. _unfused")
 	dump := fs.String("dump", "", "print the IR to stderr after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
 	batch := fs.Int("batch", 128, "batch size for the planned peak memory")
@@ -95,10 +103,17 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	ampMode, err := compiler.ParseAMP(*amp)
+	if err != nil {
+		return err
+	}
 	file := fs.Arg(0)
 	models, err := eval.Models(file)
 	if err != nil {
 		return err
+	}
+	if models, err = namedModels(models, file, *name); err != nil {
+		return fmt.Errorf("build: %v", err)
 	}
 	dir := *out
 	if dir == "" {
@@ -130,7 +145,7 @@ func build(args []string) error {
 		}
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
@@ -156,9 +171,29 @@ func build(args []string) error {
 		if err := codegen.WriteDir(filepath.Join(dir, pkg), files); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "ngen: %s -> %s (%d kernels, planned peak %d bytes at batch %d)\n", m.Name, filepath.Join(dir, pkg), countKernels(files), p.PeakBytes, *batch)
+		var f32 string
+		if p.F32 != nil {
+			f32 = fmt.Sprintf("; %s, the f32 plan's %d", p.Model.Precision.Type, p.F32.PeakBytes)
+		}
+		fmt.Fprintf(os.Stderr, "ngen: %s -> %s (%d kernels, planned peak %d bytes at batch %d%s)\n", m.Name, filepath.Join(dir, pkg), countKernels(files), p.PeakBytes, *batch, f32)
 	}
 	return writeIndex(dir, root)
+}
+
+// namedModels is the model of that name among the file's, or all of them
+// when name is empty (build -model).
+func namedModels(all []*ir.Model, file, name string) ([]*ir.Model, error) {
+	if name == "" {
+		return all, nil
+	}
+	var names []string
+	for _, m := range all {
+		if m.Name == name {
+			return []*ir.Model{m}, nil
+		}
+		names = append(names, m.Name)
+	}
+	return nil, fmt.Errorf("%s declares no model named %q (have %s)", file, name, strings.Join(names, ", "))
 }
 
 // oneFile checks that fs's arguments are one model file. The flag package
@@ -294,6 +329,7 @@ func moduleRoot(file string) (string, error) {
 func report(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
 	fuse := fuseFlag(fs)
+	amp := ampFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
@@ -325,6 +361,10 @@ func report(args []string) error {
 	if err != nil {
 		return err
 	}
+	ampMode, err := compiler.ParseAMP(*amp)
+	if err != nil {
+		return err
+	}
 	all, err := eval.Models(fs.Arg(0))
 	if err != nil {
 		return err
@@ -342,7 +382,7 @@ func report(args []string) error {
 		return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}

@@ -57,6 +57,7 @@ func main() {
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
+		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's build generated with ngen build -amp (mlp; docs/AMP.md), off (the default) the f32 one")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
 	rc := recipeFlags() // -lr, -schedule, -warmup, -clip, -weight-decay (recipe.go)
@@ -73,6 +74,9 @@ func main() {
 		set: set, args: flag.Args()}.check()
 	if err == nil && !seq && !known {
 		err = fmt.Errorf("unknown model %q (have %s)", *name, modelNames())
+	}
+	if err == nil {
+		err = checkAMP(*name, *amp, seq, *device, *distMode, *torch)
 	}
 	if err == nil {
 		err = rc.check()
@@ -151,10 +155,13 @@ func main() {
 		rec = newRecorder(*name)
 	}
 	var recipeArgs []string
-	ours, err := run(grp, *name, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile, rec, rc, &recipeArgs)
+	ours, err := run(grp, *name, *amp, *epochs, &batch, *memory, *accum, *seed, *threads, *device, *dir, *save, *load, *quiet || !grp.lead(), *profile, rec, rc, &recipeArgs)
 	if err == nil && *torch {
 		var peerLog []string
 		if peerLog, err = rec.peerArgs(); err == nil {
+			if *amp == "bf16" { // checkAMP refused fp16 with -torch
+				peerLog = append(peerLog, "--amp", "bf16")
+			}
 			err = compare(ours, *script, *name, *epochs, batch, *seed, *threads, *dir, append(peerLog, recipeArgs...))
 		}
 	}
@@ -211,10 +218,11 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 	return nil
 }
 
-// run trains model name on Fashion-MNIST; peer receives the PyTorch
-// peer's arguments for the same rate and schedule (recipe.go).
-func run(grp *group, name string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder, rc *recipe, peer *[]string) ([]epochResult, error) {
-	mk, ok := models[name]
+// run trains model name on Fashion-MNIST, its mixed-precision build under
+// -amp bf16 or fp16 (amp.go); peer receives the PyTorch peer's arguments
+// for the same rate and schedule (recipe.go).
+func run(grp *group, name, amp string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder, rc *recipe, peer *[]string) ([]epochResult, error) {
+	mk, ok := models[trainedAs(name, amp)]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())
 	}
@@ -286,8 +294,12 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 			fmt.Printf(format, a...)
 		}
 	}
+	shown := name
+	if p := trainedAs(name, amp); p != name {
+		shown = fmt.Sprintf("%s (%s mixed precision, package %s)", name, amp, p)
+	}
 	say("model %s on %s: %d train / %d test images, batch %d%s, %d steps per epoch\n",
-		name, dev.Name(), trainSet.N, testSet.N, batch, grp.describe(batch), loader.Len())
+		shown, dev.Name(), trainSet.N, testSet.N, batch, grp.describe(batch), loader.Len())
 	if accum > 1 && grp.lead() {
 		fmt.Printf("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, batch, accum*batch)
 	}
@@ -358,6 +370,7 @@ func run(grp *group, name string, epochs int, batchp *int, memory int64, accum i
 	if err := flushAccumulation(m.Session(), grp.lead()); err != nil {
 		return nil, err
 	}
+	describeAMP(m.Session(), say)
 	if save != "" && grp.lead() { // rank 0's replica (its batch norm statistics)
 		if err := saveCheckpoint(m, save); err != nil {
 			return nil, err

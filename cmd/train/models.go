@@ -36,6 +36,12 @@ func imageClassifiers() map[string]func(dev runtime.Device, batch int, seed uint
 		if !ok {
 			continue
 		}
+		if dt := halfType(g.Plan); dt != runtime.F32 {
+			if ampBuilds[g.Model] == nil {
+				ampBuilds[g.Model] = map[string]string{}
+			}
+			ampBuilds[g.Model][ampFlagOf(dt)] = g.Name
+		}
 		out[g.Name] = func(dev runtime.Device, batch int, seed uint64) (model, error) {
 			m, err := g.New(dev, runtime.SessionOptions{MaxBatch: batch, Seed: seed})
 			if err != nil {
@@ -116,7 +122,9 @@ func seqNames() []string {
 func modelNames() string {
 	var names []string
 	for n := range models {
-		names = append(names, n)
+		if _, _, amp := ampOf(n); !amp { // -model M -amp T trains them
+			names = append(names, n)
+		}
 	}
 	for n := range seqTasks {
 		names = append(names, n)

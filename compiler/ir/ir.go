@@ -281,6 +281,32 @@ type Precision struct {
 	Scaler *LossScaler `json:"scaler,omitempty"`
 	// Pos is the user's Precision call, for errors.
 	Pos Pos `json:"pos"`
+	// Flag, when set, is the command-line override that set the policy
+	// instead of the model (ngen build -amp bf16); Pos is then empty.
+	Flag string `json:"flag,omitempty"`
+}
+
+// SetBy says where the policy comes from, for errors: "set at
+// file:line", or "set by -amp bf16".
+func (pr *Precision) SetBy() string {
+	if pr.Flag != "" {
+		return "set by " + pr.Flag
+	}
+	return "set at " + pr.Pos.String()
+}
+
+// Where is the policy's origin alone: "file:line" or "-amp bf16".
+func (pr *Precision) Where() string {
+	if pr.Flag != "" {
+		return pr.Flag
+	}
+	return pr.Pos.String()
+}
+
+// GradScaler is PyTorch's GradScaler defaults (dsl.GradScaler): init
+// scale 2^16, growth factor 2, backoff factor 0.5, growth interval 2000.
+func GradScaler() *LossScaler {
+	return &LossScaler{Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000}
 }
 
 // LossScaler is dynamic loss scaling's configuration, GradScaler's

@@ -20,6 +20,8 @@ import (
 	_ "github.com/ngen-ml/ngen/generated/lstmbench"
 	_ "github.com/ngen-ml/ngen/generated/lstmbench_unfused"
 	_ "github.com/ngen-ml/ngen/generated/mlp"
+	_ "github.com/ngen-ml/ngen/generated/mlp_bf16"
+	_ "github.com/ngen-ml/ngen/generated/mlp_fp16"
 	_ "github.com/ngen-ml/ngen/generated/mlp_unfused"
 	_ "github.com/ngen-ml/ngen/generated/mlpbench"
 	_ "github.com/ngen-ml/ngen/generated/mlpbench_unfused"

@@ -14,6 +14,8 @@ import (
 	_ "github.com/ngen-ml/ngen/generated/lstm"
 	_ "github.com/ngen-ml/ngen/generated/lstmbench"
 	_ "github.com/ngen-ml/ngen/generated/mlp"
+	_ "github.com/ngen-ml/ngen/generated/mlp_bf16"
+	_ "github.com/ngen-ml/ngen/generated/mlp_fp16"
 	_ "github.com/ngen-ml/ngen/generated/mlpbench"
 	_ "github.com/ngen-ml/ngen/generated/rnn"
 	_ "github.com/ngen-ml/ngen/generated/transformer"

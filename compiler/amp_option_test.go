@@ -1,0 +1,79 @@
+package compiler
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
+)
+
+// TestParseAMP: the -amp values, and a clear error for any other.
+func TestParseAMP(t *testing.T) {
+	for s, want := range map[string]AMP{"": AMPModel, "off": AMPOff, "bf16": AMPBF16, "fp16": AMPF16, "f16": AMPF16} {
+		if got, err := ParseAMP(s); err != nil || got != want {
+			t.Errorf("ParseAMP(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"fp8", "BF16", "on", "fp32"} {
+		if _, err := ParseAMP(s); err == nil || !strings.Contains(err.Error(), "want bf16, fp16 or off") {
+			t.Errorf("ParseAMP(%q): %v", s, err)
+		}
+	}
+}
+
+// TestCompileAMPOverride: Options.AMP replaces the model's policy with
+// dsl.AMP's defaults (f16 scales with GradScaler's, bf16 does not) or
+// removes it, leaves the declared model alone, and a policy brings the
+// f32 plan to compare with.
+func TestCompileAMPOverride(t *testing.T) {
+	opt := ir.Optimizer{Kind: "sgd", LR: 0.1}
+	for _, c := range []struct {
+		amp      AMP
+		declared bool // the model declares bf16 itself
+		want     *ir.Precision
+	}{
+		{AMPModel, false, nil},
+		{AMPModel, true, &ir.Precision{Type: ir.BF16, Pos: ir.Pos{File: "model.go", Line: 3}}},
+		{AMPOff, true, nil},
+		{AMPBF16, false, &ir.Precision{Type: ir.BF16, Flag: "-amp bf16"}},
+		{AMPF16, true, &ir.Precision{Type: ir.F16, Scaler: ir.GradScaler(), Flag: "-amp fp16"}},
+	} {
+		m := irtest.MLP(ir.F32, 64, 32, 10, 0, opt)
+		if c.declared {
+			withPrecision(m, ir.BF16)
+		}
+		declared := m.Precision
+		p, err := Compile(m, Options{Fuse: true, AMP: c.amp})
+		if err != nil {
+			t.Fatalf("%v: %v", c.amp, err)
+		}
+		if m.Precision != declared {
+			t.Errorf("%v: the declared model's policy changed", c.amp)
+		}
+		if !reflect.DeepEqual(p.Model.Precision, c.want) {
+			t.Errorf("-amp %v (declared %v): policy %+v, want %+v", c.amp, c.declared, p.Model.Precision, c.want)
+		}
+		if (p.F32 != nil) != (c.want != nil) {
+			t.Errorf("-amp %v: f32 plan %v, want one only under a policy", c.amp, p.F32 != nil)
+		}
+		if p.F32 != nil && (p.F32.Model.Precision != nil || p.F32.PeakBytes <= 0) {
+			t.Errorf("-amp %v: the f32 plan has policy %+v, peak %d", c.amp, p.F32.Model.Precision, p.F32.PeakBytes)
+		}
+	}
+}
+
+// TestCompileAMPOverrideRefused: a model with a convolution under -amp is
+// autocast's error at the op's line, naming the flag as the policy's
+// origin.
+func TestCompileAMPOverrideRefused(t *testing.T) {
+	m := irtest.ConvNet(ir.F32, 10, ir.Optimizer{Kind: "sgd", LR: 0.1})
+	_, err := Compile(m, Options{Fuse: true, AMP: AMPBF16})
+	if err == nil || !strings.Contains(err.Error(), "set by -amp bf16") || !strings.Contains(err.Error(), "does not cover convolutions") {
+		t.Fatalf("conv under -amp bf16: %v", err)
+	}
+	if _, err := Compile(m, Options{Fuse: true, AMP: AMPOff}); err != nil {
+		t.Errorf("conv under -amp off: %v", err)
+	}
+}
