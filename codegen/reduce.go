@@ -62,6 +62,21 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		return k.bcastIndex(keptOrig, inKept, "o"), true
 	}
 	t := r.DType.CType()
+	// at is the accumulators' type: t, but in the forms that the CPU
+	// backend runs with one-thread blocks (SoloBlocks), wide. There one
+	// thread sums a whole output's range in order, and an f32 sum's
+	// rounding error grows with its length where a GPU's threads and
+	// shuffle tree keep it small. Batch norm's variance, E[d²] - E[d]²,
+	// cancels that error into the gradients of the layers below (fuzz
+	// seed 1164: 11 ulps in E[d²] over 175 values left a conv weight
+	// gradient 9% off PyTorch's and the GPU forms'), so those host forms
+	// sum f32 in double, as PyTorch's CPU batch norm does (its
+	// acc_type<float> is double). A max is exact in either type. The
+	// per-thread forms sum in order on a GPU too and keep t.
+	at, wide := t, t
+	if target != ops.CUDA && r.DType == ir.F32 {
+		wide = "double"
+	}
 	// Every reduction of the group (siblings over the same space and axes
 	// share the pass): its accumulator, start value, combine and shuffle.
 	type acc struct {
@@ -118,8 +133,8 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			keptAxes = append(keptAxes, i)
 		}
 	}
-	body := func(indent, at string, accs []acc) {
-		fmt.Fprintf(w, "%sconst long long i = %s;\n", indent, at)
+	body := func(indent, index string, accs []acc) {
+		fmt.Fprintf(w, "%sconst long long i = %s;\n", indent, index)
 		var b stmts
 		e := k.elementwise(p, g, in, "i", indent, &b)
 		var xs []string
@@ -133,12 +148,18 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			}
 		}
 		for j, a := range accs {
-			fmt.Fprintf(w, "%s{ const %s x = %s; %s = %s; }\n", indent, t, xs[j], a.name, a.comb)
+			fmt.Fprintf(w, "%s{ const %s x = %s; %s = %s; }\n", indent, at, xs[j], a.name, a.comb)
 		}
 	}
 	finish := func(a acc) string {
 		if a.v.Op == "mean" {
+			if at != t {
+				return fmt.Sprintf("(%s)(%s / (%s)nred)", t, a.name, at)
+			}
 			return fmt.Sprintf("%s / (%s)nred", a.name, t)
+		}
+		if at != t {
+			return fmt.Sprintf("(%s)%s", t, a.name)
 		}
 		return a.name
 	}
@@ -151,7 +172,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			l.name = a.name + "_l[" + idx + "]"
 			l.comb = strings.Replace(a.comb, a.name, l.name, 1)
 			lanes[j] = l
-			fmt.Fprintf(w, "    %s %s_l[%d];\n", t, a.name, vec)
+			fmt.Fprintf(w, "    %s %s_l[%d];\n", at, a.name, vec)
 			fmt.Fprintf(w, "    for (int %s = 0; %s < %d; ++%s) %s_l[%s] = %s;\n", idx, idx, vec, idx, a.name, idx, a.init)
 		}
 		return lanes
@@ -189,6 +210,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		// them in slice order (deterministic).
 		cols := reduceCols
 		k.sync, k.soloBlocks = true, true
+		at = wide
 		split := 1
 		strips := int64(0)
 		if z := kept.Size(); len(z.Syms) == 0 && z.N > 0 {
@@ -196,10 +218,10 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			split = int(min(reduceSplitMax, (reduceFill+strips-1)/strips))
 		}
 		for j := range accs {
-			fmt.Fprintf(w, "  __shared__ %s part%d[%d];\n", t, j, k.block[0])
+			fmt.Fprintf(w, "  __shared__ %s part%d[%d];\n", at, j, k.block[0])
 		}
 		if split > 1 {
-			k.pre = splitGlobals(t, len(accs), strips*int64(cols)*int64(split), strips)
+			k.pre = splitGlobals(at, len(accs), strips*int64(cols)*int64(split), strips)
 			w.WriteString("  __shared__ bool last;\n")
 			fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
 			w.WriteString("  if (yi >= ys) return;\n")
@@ -229,7 +251,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		w.WriteString("      }\n      continue;\n    }\n")
 		fmt.Fprintf(w, "    const int oc = (int)(threadIdx.x %% %d);\n", cols)
 		for _, a := range accs {
-			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+			fmt.Fprintf(w, "    %s %s = %s;\n", at, a.name, a.init)
 		}
 		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d + (long long)yi * (blockDim.x / %d); r < nred; r += (long long)(blockDim.x / %d) * ys) {\n", cols, cols, cols)
 		lane = &strings.Builder{}
@@ -247,9 +269,9 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		w.WriteString("    __syncthreads();\n")
 		fmt.Fprintf(w, "    if (threadIdx.x < %d) {\n", cols)
 		for j, a := range accs {
-			fmt.Fprintf(w, "      %s s%d = %s;\n", t, j, a.init)
+			fmt.Fprintf(w, "      %s s%d = %s;\n", at, j, a.init)
 			fmt.Fprintf(w, "      for (unsigned u = threadIdx.x; u < blockDim.x; u += %d) { const %s x = part%d[u]; s%d = %s; }\n",
-				cols, t, j, j, strings.Replace(a.comb, a.name, fmt.Sprintf("s%d", j), 1))
+				cols, at, j, j, strings.Replace(a.comb, a.name, fmt.Sprintf("s%d", j), 1))
 			s := a
 			s.name = fmt.Sprintf("s%d", j)
 			if split > 1 {
@@ -271,9 +293,9 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			for j, a := range accs {
 				s := a
 				s.name = fmt.Sprintf("s%d", j)
-				fmt.Fprintf(w, "        %s s%d = %s;\n", t, j, a.init)
+				fmt.Fprintf(w, "        %s s%d = %s;\n", at, j, a.init)
 				fmt.Fprintf(w, "        for (unsigned y = 0; y < ys; ++y) { const %s x = ((volatile %s *)$K_part%d)[(o0 + threadIdx.x) * %d + y]; s%d = %s; }\n",
-					t, t, j, split, j, strings.Replace(a.comb, a.name, s.name, 1))
+					at, at, j, split, j, strings.Replace(a.comb, a.name, s.name, 1))
 				fmt.Fprintf(w, "        %s[o0 + threadIdx.x] = %s;\n", out[a.v], finish(s))
 			}
 			fmt.Fprintf(w, "        if (threadIdx.x == 0) $K_count[o0 / %d] = 0;\n", cols)
@@ -324,7 +346,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		w.WriteString("  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {\n")
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
 		for _, a := range accs {
-			fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+			fmt.Fprintf(w, "    %s %s = %s;\n", at, a.name, a.init)
 		}
 		w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
 		body("      ", "base + "+offset(redAxes, "r"), accs)
@@ -337,8 +359,9 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		return k
 	}
 	k.sync, k.soloBlocks = true, true
+	at = wide
 	for j := range accs {
-		fmt.Fprintf(w, "  __shared__ %s partial%d[32];\n", t, j)
+		fmt.Fprintf(w, "  __shared__ %s partial%d[32];\n", at, j)
 	}
 	// Two phases when few outputs would leave SMs idle (a per-channel
 	// statistic has 32 or 64): split blocks over gridDim.y slices of
@@ -353,7 +376,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	}
 	if split > 1 {
 		nout := kept.Size().N
-		k.pre = splitGlobals(t, len(accs), nout*int64(split), nout)
+		k.pre = splitGlobals(at, len(accs), nout*int64(split), nout)
 		fmt.Fprintf(w, "  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < %du ? gridDim.y : %du), yi = blockIdx.y;\n", split, split)
 		w.WriteString("  if (yi >= ys) return;\n")
 	} else {
@@ -362,7 +385,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	w.WriteString("  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {\n")
 	fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o"))
 	for _, a := range accs {
-		fmt.Fprintf(w, "    %s %s = %s;\n", t, a.name, a.init)
+		fmt.Fprintf(w, "    %s %s = %s;\n", at, a.name, a.init)
 	}
 	if len(redAxes) >= 2 && last.Sym == "" && last.N >= 32 {
 		// The threads stride over the innermost (contiguous) reduced axis
@@ -405,7 +428,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		w.WriteString("    }\n")
 		for _, a := range accs {
 			x := a.name + "_l[ri_v]"
-			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) { const %s x = %s; %s = %s; }\n", vec, t, x, a.name, a.comb)
+			fmt.Fprintf(w, "    for (int ri_v = 0; ri_v < %d; ++ri_v) { const %s x = %s; %s = %s; }\n", vec, at, x, a.name, a.comb)
 		}
 	} else {
 		w.WriteString("    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {\n")
@@ -440,7 +463,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		w.WriteString("      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&$K_count[o]) == ys - 1) {\n")
 		for j, a := range accs {
 			fmt.Fprintf(w, "        %s = %s;\n", a.name, a.init)
-			fmt.Fprintf(w, "        for (unsigned y = 0; y < ys; ++y) { const %s x = ((volatile %s *)$K_part%d)[o * %d + y]; %s = %s; }\n", t, t, j, split, a.name, a.comb)
+			fmt.Fprintf(w, "        for (unsigned y = 0; y < ys; ++y) { const %s x = ((volatile %s *)$K_part%d)[o * %d + y]; %s = %s; }\n", at, at, j, split, a.name, a.comb)
 			fmt.Fprintf(w, "        %s[o] = %s;\n", out[a.v], finish(a))
 		}
 		w.WriteString("        $K_count[o] = 0;\n")

@@ -1063,6 +1063,81 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
     }
 }
 
+// sum_bwd_2__host computes:
+//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v50 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+static __device__ double sum_bwd_2__host_part0[2560];
+static __device__ double sum_bwd_2__host_part1[2560];
+static __device__ unsigned sum_bwd_2__host_count[64];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 512LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ double part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+          float a41 = in0[i];
+          { const double x = a41; acc0_l[oc] = acc0_l[oc] + x; }
+          { const double x = a41; acc1_l[oc] = acc1_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+        out1[o0 + oc] = (float)acc1_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+      float a41 = in0[i];
+      { const double x = a41; acc0 = acc0 + x; }
+      { const double x = a41; acc1 = acc1 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    part1[threadIdx.x] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+      double s1 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part1[u]; s1 = s1 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s1; else sum_bwd_2__host_part1[(o0 + threadIdx.x) * 5 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        double s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part1)[(o0 + threadIdx.x) * 5 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = (float)s1;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // embedding_bwd_bwd__host computes:
 //   v65 = embedding_bwd <f32[99,512]> v58 v0 {shape=[99,512]}  # models/lstm/model.go:82
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
@@ -1083,6 +1158,81 @@ NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, cons
     }
     const float v65 = v65_row[v65_j];
     out0[i] = v65;
+  }
+}
+
+// sum_bwd_3__host computes:
+//   v66 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v68 = sum <f32[1,512]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
+static __device__ double sum_bwd_3__host_part0[2560];
+static __device__ double sum_bwd_3__host_part1[2560];
+static __device__ unsigned sum_bwd_3__host_count[64];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1) {
+  const long long nout = 512LL;
+  const long long nred = 99LL;
+  __shared__ double part0[256];
+  __shared__ double part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+          float a65 = in0[i];
+          { const double x = a65; acc0_l[oc] = acc0_l[oc] + x; }
+          { const double x = a65; acc1_l[oc] = acc1_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+        out1[o0 + oc] = (float)acc1_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+      float a65 = in0[i];
+      { const double x = a65; acc0 = acc0 + x; }
+      { const double x = a65; acc1 = acc1 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    part1[threadIdx.x] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_3__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+      double s1 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part1[u]; s1 = s1 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s1; else sum_bwd_3__host_part1[(o0 + threadIdx.x) * 5 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        double s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part1)[(o0 + threadIdx.x) * 5 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = (float)s1;
+        if (threadIdx.x == 0) sum_bwd_3__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -1143,8 +1293,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_13_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  return ngen_launch_13_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_14_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_SPAN(l, embedding_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1154,8 +1309,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_SPAN(l, embedding_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   return ngen_launch_14_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_15_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
+  return ngen_launch_15_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));

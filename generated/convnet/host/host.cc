@@ -859,6 +859,184 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
   atomicAdd(out0, loss);
 }
 
+// relu_bwd_sum_bwd__host computes:
+//   v41 = relu_bwd <f32[B,128]> v39 v29  # models/convnet/model.go:23
+//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
+static __device__ double relu_bwd_sum_bwd__host_part0[2176];
+static __device__ unsigned relu_bwd_sum_bwd__host_count[16];
+NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 128LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a39 = in0[i];
+          float a29 = in1[i];
+          float v41 = ngen_relu_grad(a29, a39);
+          out0[i] = v41;
+          { const double x = v41; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a39 = in0[i];
+      float a29 = in1[i];
+      float v41 = ngen_relu_grad(a29, a39);
+      out0[i] = v41;
+      { const double x = v41; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s0; else relu_bwd_sum_bwd__host_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)relu_bwd_sum_bwd__host_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// relu_bwd_sum_bwd_2__host computes:
+//   v47 = relu_bwd <f32[B,64,7,7]> v46 v23  # models/convnet/model.go:22
+//   v48 = sum <f32[1,64,1,1]> v47 {axes=[0 2 3] keepdim}  # models/convnet/model.go:22
+static __device__ double relu_bwd_sum_bwd_2__host_part0[320];
+static __device__ unsigned relu_bwd_sum_bwd_2__host_count[64];
+NGEN_HOST_FORM void relu_bwd_sum_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 64LL;
+  const long long nred = 49LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (49LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 13LL < (long long)blockDim.x ? 13LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 49LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (3136LL));
+      for (long long rv = rt * 4; rv < 49LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          if (ri < 49LL) {
+            const long long i = base_o + ri;
+            float a46 = in0[i];
+            float a23 = in1[i];
+            float v47 = ngen_relu_grad(a23, a46);
+            out0[i] = v47;
+            { const double x = v47; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else relu_bwd_sum_bwd_2__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&relu_bwd_sum_bwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)relu_bwd_sum_bwd_2__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = (float)acc0;
+        relu_bwd_sum_bwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_2__host computes:
+//   v60 = sum <f32[1,32,1,1]> v59 {axes=[0 2 3] keepdim}  # models/convnet/model.go:21
+static __device__ double sum_bwd_2__host_part0[288];
+static __device__ unsigned sum_bwd_2__host_count[32];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 32LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (6272LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a59 = in0[i];
+          { const double x = a59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_bwd_2__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        sum_bwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -888,11 +1066,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_7_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_7_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_8_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_8_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -900,8 +1088,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_11_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_11_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -1568,6 +1568,164 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 
 // The host forms: kernels the host target renders in a form of its own.
 
+// bias_sub_square_mean_fwd__host: 2 launches (conv1_bias_sub_square_mean_fwd, conv1_bias_sub_square_mean_fwd). The first computes:
+//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:36
+//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:36
+//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
+//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
+//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
+static __device__ double bias_sub_square_mean_fwd__host_part0[288];
+static __device__ double bias_sub_square_mean_fwd__host_part1[288];
+static __device__ unsigned bias_sub_square_mean_fwd__host_count[32];
+NGEN_HOST_FORM void bias_sub_square_mean_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a7 = in0[i];
+          float a8 = in1[o];
+          float v9 = (a7 + a8);
+          float a14 = in2[o];
+          float v15 = (v9 - a14);
+          float v16 = ngen_sq(v15);
+          out0[i] = v15;
+          { const double x = v15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v16; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = (float)(acc0 / (double)nred);
+      out2[o] = (float)(acc1 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)(acc0 / (double)nred); else bias_sub_square_mean_fwd__host_part0[o * 9 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)(acc1 / (double)nred); else bias_sub_square_mean_fwd__host_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = (float)(acc0 / (double)nred);
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd__host_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = (float)(acc1 / (double)nred);
+        bias_sub_square_mean_fwd__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// bias_sub_square_mean_fwd_2__host: 2 launches (conv2_bias_sub_square_mean_fwd, conv2_bias_sub_square_mean_fwd). The first computes:
+//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
+//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
+//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
+//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
+//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:37
+static __device__ double bias_sub_square_mean_fwd_2__host_part0[320];
+static __device__ double bias_sub_square_mean_fwd_2__host_part1[320];
+static __device__ unsigned bias_sub_square_mean_fwd_2__host_count[64];
+NGEN_HOST_FORM void bias_sub_square_mean_fwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a52 = in0[i];
+          float a53 = in1[o];
+          float v54 = (a52 + a53);
+          float a59 = in2[o];
+          float v60 = (v54 - a59);
+          float v61 = ngen_sq(v60);
+          out0[i] = v60;
+          { const double x = v60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v61; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = (float)(acc0 / (double)nred);
+      out2[o] = (float)(acc1 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)(acc0 / (double)nred); else bias_sub_square_mean_fwd_2__host_part0[o * 5 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)(acc1 / (double)nred); else bias_sub_square_mean_fwd_2__host_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd_2__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = (float)(acc0 / (double)nred);
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd_2__host_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = (float)(acc1 / (double)nred);
+        bias_sub_square_mean_fwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // bias_cross_entropy_ce_grad_bwd__host computes:
 //   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
 //   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
@@ -1610,14 +1768,385 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
   atomicAdd(out0, loss);
 }
 
+// relu_bwd_sum_bwd__host computes:
+//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
+//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
+static __device__ double relu_bwd_sum_bwd__host_part0[2176];
+static __device__ unsigned relu_bwd_sum_bwd__host_count[16];
+NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 128LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a107 = in0[i];
+          float a97 = in1[i];
+          float v109 = ngen_relu_grad(a97, a107);
+          out0[i] = v109;
+          { const double x = v109; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a107 = in0[i];
+      float a97 = in1[i];
+      float v109 = ngen_relu_grad(a97, a107);
+      out0[i] = v109;
+      { const double x = v109; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s0; else relu_bwd_sum_bwd__host_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)relu_bwd_sum_bwd__host_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_mul_bwd__host computes:
+//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:37
+//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
+//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+static __device__ double sum_mul_bwd__host_part0[320];
+static __device__ double sum_mul_bwd__host_part1[320];
+static __device__ unsigned sum_mul_bwd__host_count[64];
+NGEN_HOST_FORM void sum_mul_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a116 = in0[i];
+          float a77 = in1[o];
+          float v119 = (a116 * a77);
+          float a60 = in2[i];
+          float v120 = (a116 * a60);
+          out1[i] = v119;
+          { const double x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v120; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      out2[o] = (float)acc1;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_mul_bwd__host_part0[o * 5 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)acc1; else sum_mul_bwd__host_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_mul_bwd__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_mul_bwd__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_mul_bwd__host_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = (float)acc1;
+        sum_mul_bwd__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// broadcast_divcount_add_scale_mul_etc_bwd__host computes:
+//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
+//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
+//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:37
+//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:37
+//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+static __device__ double broadcast_divcount_add_scale_mul_etc_bwd__host_part0[320];
+static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd__host_count[64];
+NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a141 = in0[o];
+          float v142 = a141;
+          float v143 = (v142 / (float)(196 * (long long)B));
+          float a144 = in1[o];
+          float v145 = a144;
+          float v146 = (v145 / (float)(196 * (long long)B));
+          float a119 = in2[i];
+          float v147 = (a119 + v146);
+          float v148 = (v143 * 2.0f);
+          float a60 = in3[i];
+          float v149 = (v148 * a60);
+          float v150 = (v147 + v149);
+          out0[i] = v150;
+          { const double x = v150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_add_scale_mul_etc_bwd__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_add_scale_mul_etc_bwd__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = (float)acc0;
+        broadcast_divcount_add_scale_mul_etc_bwd__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_mul_bwd_2__host computes:
+//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:36
+//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
+//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+static __device__ double sum_mul_bwd_2__host_part0[288];
+static __device__ double sum_mul_bwd_2__host_part1[288];
+static __device__ unsigned sum_mul_bwd_2__host_count[32];
+NGEN_HOST_FORM void sum_mul_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a162 = in0[i];
+          float a32 = in1[o];
+          float v165 = (a162 * a32);
+          float a15 = in2[i];
+          float v166 = (a162 * a15);
+          out1[i] = v165;
+          { const double x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v166; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      out2[o] = (float)acc1;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    acc1 = ngen_warp_sum(acc1);
+    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_mul_bwd_2__host_part0[o * 9 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      acc1 = ngen_warp_sum(acc1);
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)acc1; else sum_mul_bwd_2__host_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_mul_bwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_mul_bwd_2__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        acc1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_mul_bwd_2__host_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = (float)acc1;
+        sum_mul_bwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// broadcast_divcount_add_scale_mul_etc_bwd_2__host computes:
+//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
+//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
+//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:36
+//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:36
+//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+static __device__ double broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0[288];
+static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[32];
+NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a187 = in0[o];
+          float v188 = a187;
+          float v189 = (v188 / (float)(784 * (long long)B));
+          float a190 = in1[o];
+          float v191 = a190;
+          float v192 = (v191 / (float)(784 * (long long)B));
+          float a165 = in2[i];
+          float v193 = (a165 + v192);
+          float v194 = (v189 * 2.0f);
+          float a15 = in3[i];
+          float v195 = (v194 * a15);
+          float v196 = (v193 + v195);
+          out0[i] = v196;
+          { const double x = v196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out1[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = (float)acc0;
+        broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
 NGEN_EMU_LAUNCHER int ngen_launch_0(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_1(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_1_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, bias_sub_square_mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_1(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_1_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
@@ -1631,8 +2160,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_6_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, bias_sub_square_mean_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_6_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
@@ -1657,20 +2191,35 @@ NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_13_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_13_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_15_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_mul_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, sum_mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_mul_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_15_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, neg_mul_add_where_train_relu_bwd_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_17_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_17_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1678,14 +2227,24 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_20_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_mul_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, sum_mul_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_mul_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_20_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, neg_mul_add_where_train_relu_bwd_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_22_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  return ngen_launch_22_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));

@@ -1813,6 +1813,112 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 
 // The host forms: kernels the host target renders in a form of its own.
 
+// mean_fwd__host: 4 launches (mean_fwd, mean_fwd_2, mean_fwd, mean_fwd_2). The first computes:
+//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
+static __device__ double mean_fwd__host_part0[288];
+static __device__ unsigned mean_fwd__host_count[32];
+NGEN_HOST_FORM void mean_fwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a15 = in0[i];
+          { const double x = a15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)(acc0 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)(acc0 / (double)nred); else mean_fwd__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)mean_fwd__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)(acc0 / (double)nred);
+        mean_fwd__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// mean_fwd_2__host: 4 launches (mean_fwd_3, mean_fwd_4, mean_fwd_3, mean_fwd_4). The first computes:
+//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
+static __device__ double mean_fwd_2__host_part0[320];
+static __device__ unsigned mean_fwd_2__host_count[64];
+NGEN_HOST_FORM void mean_fwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a60 = in0[i];
+          { const double x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)(acc0 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)(acc0 / (double)nred); else mean_fwd_2__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)mean_fwd_2__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)(acc0 / (double)nred);
+        mean_fwd_2__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // cross_entropy_fwd__host computes:
 //   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
@@ -1882,6 +1988,273 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
   }
 }
 
+// sum_bwd_2__host computes:
+//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
+static __device__ double sum_bwd_2__host_part0[2176];
+static __device__ unsigned sum_bwd_2__host_count[16];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 128LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a109 = in0[i];
+          { const double x = a109; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a109 = in0[i];
+      { const double x = a109; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_3__host: 3 launches (sum_bwd_3, sum_bwd_4, sum_bwd_5). The first computes:
+//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+static __device__ double sum_bwd_3__host_part0[320];
+static __device__ unsigned sum_bwd_3__host_count[64];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a116 = in0[i];
+          { const double x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_bwd_3__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_3__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        sum_bwd_3__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host computes:
+//   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:37
+NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 18432LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+          float a155 = in0[i];
+          { const double x = a155; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+      float a155 = in0[i];
+      { const double x = a155; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_5__host: 3 launches (sum_bwd_7, sum_bwd_8, sum_bwd_9). The first computes:
+//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+static __device__ double sum_bwd_5__host_part0[288];
+static __device__ unsigned sum_bwd_5__host_count[32];
+NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a162 = in0[i];
+          { const double x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_bwd_5__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_5__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_5__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        sum_bwd_5__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_6__host computes:
+//   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:36
+static __device__ double sum_bwd_6__host_part0[2304];
+static __device__ unsigned sum_bwd_6__host_count[36];
+NGEN_HOST_FORM void sum_bwd_6__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 288LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 8u ? gridDim.y : 8u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+          float a201 = in0[i];
+          { const double x = a201; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+      float a201 = in0[i];
+      { const double x = a201; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_6__host_part0[(o0 + threadIdx.x) * 8 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_6__host_part0)[(o0 + threadIdx.x) * 8 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_6__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -1897,8 +2270,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_3(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_4_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_4_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
@@ -1960,8 +2338,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_25_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, mean_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_25_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
@@ -2042,8 +2425,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_47(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_48(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_49(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_49_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_49(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_49_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_50(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -2051,8 +2439,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_50(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_51(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_52(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_52_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_52(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_52_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_53(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -2084,8 +2477,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_61(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_62(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, scale_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_63(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_63_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_63(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_63_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_64(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -2096,8 +2494,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_65(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_66(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_67(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_67_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_67(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_67_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_68(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -2129,8 +2532,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_76(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_77(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, scale_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_78(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_78_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_78(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_78_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_79(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));

@@ -1170,6 +1170,273 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
   }
 }
 
+// sum_bwd_2__host computes:
+//   v42 = sum <f32[1,128]> v41 {axes=[0] keepdim}  # models/convnet/model.go:23
+static __device__ double sum_bwd_2__host_part0[2176];
+static __device__ unsigned sum_bwd_2__host_count[16];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 128LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+          float a41 = in0[i];
+          { const double x = a41; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a41 = in0[i];
+      { const double x = a41; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_3__host computes:
+//   v49 = sum <f32[1,64,1,1]> v48 {axes=[0 2 3] keepdim}  # models/convnet/model.go:22
+static __device__ double sum_bwd_3__host_part0[320];
+static __device__ unsigned sum_bwd_3__host_count[64];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 64LL;
+  const long long nred = 196LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
+      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a48 = in0[i];
+          { const double x = a48; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_bwd_3__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_3__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        sum_bwd_3__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host computes:
+//   v55 = sum <f32[1,64,288]> v53 {axes=[0] keepdim}  # models/convnet/model.go:22
+NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 18432LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+          float a53 = in0[i];
+          { const double x = a53; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+      float a53 = in0[i];
+      { const double x = a53; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_5__host computes:
+//   v61 = sum <f32[1,32,1,1]> v60 {axes=[0 2 3] keepdim}  # models/convnet/model.go:21
+static __device__ double sum_bwd_5__host_part0[288];
+static __device__ unsigned sum_bwd_5__host_count[32];
+NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 32LL;
+  const long long nred = 784LL * (long long)B;
+  __shared__ double partial0[32];
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
+    double acc0 = 0.0f;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
+    const long long rpass = (long long)blockDim.x / rthreads;
+    const long long rt = (long long)threadIdx.x % rthreads;
+    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
+      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
+      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
+        #pragma unroll
+        for (int ri_v = 0; ri_v < 4; ++ri_v) {
+          const long long ri = rv + ri_v;
+          const long long i = base_o + ri;
+          float a60 = in0[i];
+          { const double x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+        }
+      }
+    }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = (float)acc0; else sum_bwd_5__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_5__host_count[o]) == ys - 1) {
+        acc0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_5__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = (float)acc0;
+        sum_bwd_5__host_count[o] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_6__host computes:
+//   v66 = sum <f32[1,32,9]> v65 {axes=[0] keepdim}  # models/convnet/model.go:21
+static __device__ double sum_bwd_6__host_part0[2304];
+static __device__ unsigned sum_bwd_6__host_count[36];
+NGEN_HOST_FORM void sum_bwd_6__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 288LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 8u ? gridDim.y : 8u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+          float a65 = in0[i];
+          { const double x = a65; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+      float a65 = in0[i];
+      { const double x = a65; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_6__host_part0[(o0 + threadIdx.x) * 8 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_6__host_part0)[(o0 + threadIdx.x) * 8 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_6__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -1234,8 +1501,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_17_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_17_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1243,11 +1515,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_20_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_20_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_21_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_21_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1258,11 +1540,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_25_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_25_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_26_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_26_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float, 3)));

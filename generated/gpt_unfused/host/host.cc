@@ -1480,6 +1480,37 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 
 // The host forms: kernels the host target renders in a form of its own.
 
+// mean_fwd__host: 54 launches (mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18). The first computes:
+//   v12 = mean <f32[B,128,1]> v11 {axes=[-1] keepdim}  # models/transformer/model.go:95
+NGEN_HOST_FORM void mean_fwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 128LL * (long long)B;
+  const long long nred = 256LL;
+  __shared__ double partial0[32];
+  const unsigned ys = 1, yi = 0;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)((((unsigned long long)(o)) % 128LL) * (256LL) + (((unsigned long long)(o)) / 128LL) * (32768LL));
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {
+      const long long i = base + (long long)(((unsigned long long)(r)));
+      float a11 = in0[i];
+      { const double x = a11; acc0 = acc0 + x; }
+    }
+    if (blockDim.x == 1) {
+      out0[o] = (float)(acc0 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = (float)(acc0 / (double)nred);
+    }
+    __syncthreads();
+  }
+}
+
 // cross_entropy_fwd__host computes:
 //   v299 = cross_entropy <f32[]> v298 v1  # models/transformer/model.go:105
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
@@ -1549,6 +1580,300 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
   }
 }
 
+// sum_bwd__host computes:
+//   v304 = sum <f32[1,99,256]> v303 {axes=[0] keepdim}  # models/transformer/model.go:100
+NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 25344LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
+          float a303 = in0[i];
+          { const double x = a303; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
+      float a303 = in0[i];
+      { const double x = a303; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_2__host: 26 launches (sum_bwd_2, sum_bwd_3, sum_bwd_7, sum_bwd_11, sum_bwd_12, sum_bwd_16, sum_bwd_20, sum_bwd_21, sum_bwd_25, sum_bwd_29, sum_bwd_30, sum_bwd_34, sum_bwd_38, sum_bwd_39, sum_bwd_43, sum_bwd_47, sum_bwd_48, sum_bwd_52, sum_bwd_56, sum_bwd_57, sum_bwd_61, sum_bwd_65, sum_bwd_66, sum_bwd_70, sum_bwd_74, sum_bwd_75). The first computes:
+//   v307 = sum <f32[1,1,256]> v306 {axes=[0 1] keepdim}  # models/transformer/model.go:97
+static __device__ double sum_bwd_2__host_part0[2304];
+static __device__ unsigned sum_bwd_2__host_count[32];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 256LL;
+  const long long nred = 128LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
+          float a306 = in0[i];
+          { const double x = a306; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
+      float a306 = in0[i];
+      { const double x = a306; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_3__host: 27 launches (sum_bwd_4, sum_bwd_5, sum_bwd_6, sum_bwd_13, sum_bwd_14, sum_bwd_15, sum_bwd_22, sum_bwd_23, sum_bwd_24, sum_bwd_31, sum_bwd_32, sum_bwd_33, sum_bwd_40, sum_bwd_41, sum_bwd_42, sum_bwd_49, sum_bwd_50, sum_bwd_51, sum_bwd_58, sum_bwd_59, sum_bwd_60, sum_bwd_67, sum_bwd_68, sum_bwd_69, sum_bwd_76, sum_bwd_77, sum_bwd_78). The first computes:
+//   v315 = sum <f32[B,128,1]> v314 {axes=[2] keepdim}  # models/transformer/model.go:97
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 128LL * (long long)B;
+  const long long nred = 256LL;
+  __shared__ double partial0[32];
+  const unsigned ys = 1, yi = 0;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)((((unsigned long long)(o)) % 128LL) * (256LL) + (((unsigned long long)(o)) / 128LL) * (32768LL));
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {
+      const long long i = base + (long long)(((unsigned long long)(r)));
+      float a314 = in0[i];
+      { const double x = a314; acc0 = acc0 + x; }
+    }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = (float)acc0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_5__host: 4 launches (sum_bwd_9, sum_bwd_27, sum_bwd_45, sum_bwd_63). The first computes:
+//   v342 = sum <f32[1,1,1024]> v341 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ double sum_bwd_5__host_part0[3072];
+static __device__ unsigned sum_bwd_5__host_count[128];
+NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 1024LL;
+  const long long nred = 128LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
+          float a341 = in0[i];
+          { const double x = a341; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
+      float a341 = in0[i];
+      { const double x = a341; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_5__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_5__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_5__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_5__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_6__host: 4 launches (sum_bwd_17, sum_bwd_35, sum_bwd_53, sum_bwd_71). The first computes:
+//   v381 = sum <f32[1,256,256]> v380 {axes=[0] keepdim}  # models/transformer/model.go:95
+NGEN_HOST_FORM void sum_bwd_6__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 65536LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+          float a380 = in0[i];
+          { const double x = a380; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+      float a380 = in0[i];
+      { const double x = a380; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_7__host: 4 launches (sum_bwd_18, sum_bwd_36, sum_bwd_54, sum_bwd_72). The first computes:
+//   v406 = sum <f32[1,1,768]> v405 {axes=[0 1] keepdim}  # models/transformer/model.go:95
+static __device__ double sum_bwd_7__host_part0[2304];
+static __device__ unsigned sum_bwd_7__host_count[96];
+NGEN_HOST_FORM void sum_bwd_7__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 768LL;
+  const long long nred = 128LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
+          float a405 = in0[i];
+          { const double x = a405; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
+      float a405 = in0[i];
+      { const double x = a405; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_7__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_7__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_7__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_7__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // embedding_bwd_bwd__host computes:
 //   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:93
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
@@ -1593,8 +1918,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_6_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_6_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1675,17 +2005,32 @@ NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_SPAN(l, ce_grad_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5)));
   return ngen_launch_29_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_30_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_30_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_31_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_31_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_33_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_33_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, powc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1717,11 +2062,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_42(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_43(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, gelu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_44(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_44_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_45(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_44(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_44_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_45_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_45(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_45_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_46(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, softmax_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1738,8 +2093,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_49(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_50(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_51(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_51_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_7__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_51(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_7__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_51_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_52(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));

@@ -1040,6 +1040,81 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
     }
 }
 
+// sum_bwd_2__host: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+static __device__ double sum_bwd_2__host_part0[2560];
+static __device__ double sum_bwd_2__host_part1[2560];
+static __device__ unsigned sum_bwd_2__host_count[64];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 512LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ double part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
+          float a49 = in0[i];
+          { const double x = a49; acc0_l[oc] = acc0_l[oc] + x; }
+          { const double x = a49; acc1_l[oc] = acc1_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+        out1[o0 + oc] = (float)acc1_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
+      float a49 = in0[i];
+      { const double x = a49; acc0 = acc0 + x; }
+      { const double x = a49; acc1 = acc1 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    part1[threadIdx.x] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+      double s1 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part1[u]; s1 = s1 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s1; else sum_bwd_2__host_part1[(o0 + threadIdx.x) * 5 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        double s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part1)[(o0 + threadIdx.x) * 5 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = (float)s1;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // embedding_bwd_bwd__host computes:
 //   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
@@ -1117,8 +1192,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_12_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  return ngen_launch_12_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_13_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_SPAN(l, embedding_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -1246,6 +1246,151 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
     }
 }
 
+// sum_bwd_2__host: 3 launches (sum_bwd_2, sum_bwd_5, sum_bwd_6). The first computes:
+//   v52 = sum <f32[1,512,128]> v51 {axes=[0] keepdim}  # models/lstm/model.go:65
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 65536LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+          float a51 = in0[i];
+          { const double x = a51; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+      float a51 = in0[i];
+      { const double x = a51; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_3__host: 4 launches (sum_bwd_3, sum_bwd_4, sum_bwd_7, sum_bwd_8). The first computes:
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+static __device__ double sum_bwd_3__host_part0[2560];
+static __device__ unsigned sum_bwd_3__host_count[64];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 512LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
+          float a49 = in0[i];
+          { const double x = a49; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
+      float a49 = in0[i];
+      { const double x = a49; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_3__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_3__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host computes:
+//   v75 = sum <f32[1,512,32]> v74 {axes=[0] keepdim}  # models/lstm/model.go:65
+NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 16384LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
+          float a74 = in0[i];
+          { const double x = a74; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
+      float a74 = in0[i];
+      { const double x = a74; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
 // embedding_bwd_bwd__host computes:
 //   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
@@ -1337,14 +1482,29 @@ NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_15_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_15_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_16_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_16_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_17_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_17_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_18_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_SPAN(l, embedding_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));

@@ -570,6 +570,138 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
   atomicAdd(out0, loss);
 }
 
+// relu_bwd_sum_bwd__host computes:
+//   v23 = relu_bwd <f32[B,512]> v21 v11  # models/mlp/model.go:35
+//   v24 = sum <f32[1,512]> v23 {axes=[0] keepdim}  # models/mlp/model.go:35
+static __device__ double relu_bwd_sum_bwd__host_part0[2560];
+static __device__ unsigned relu_bwd_sum_bwd__host_count[64];
+NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 512LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+          float a21 = in0[i];
+          float a11 = in1[i];
+          float v23 = ngen_relu_grad(a11, a21);
+          out0[i] = v23;
+          { const double x = v23; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+      float a21 = in0[i];
+      float a11 = in1[i];
+      float v23 = ngen_relu_grad(a11, a21);
+      out0[i] = v23;
+      { const double x = v23; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s0; else relu_bwd_sum_bwd__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)relu_bwd_sum_bwd__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// relu_bwd_sum_bwd_2__host computes:
+//   v28 = relu_bwd <f32[B,2048]> v26 v6  # models/mlp/model.go:34
+//   v29 = sum <f32[1,2048]> v28 {axes=[0] keepdim}  # models/mlp/model.go:34
+static __device__ double relu_bwd_sum_bwd_2__host_part0[4096];
+static __device__ unsigned relu_bwd_sum_bwd_2__host_count[256];
+NGEN_HOST_FORM void relu_bwd_sum_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 2048LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 2u ? gridDim.y : 2u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
+          float a26 = in0[i];
+          float a6 = in1[i];
+          float v28 = ngen_relu_grad(a6, a26);
+          out0[i] = v28;
+          { const double x = v28; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out1[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
+      float a26 = in0[i];
+      float a6 = in1[i];
+      float v28 = ngen_relu_grad(a6, a26);
+      out0[i] = v28;
+      { const double x = v28; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s0; else relu_bwd_sum_bwd_2__host_part0[(o0 + threadIdx.x) * 2 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)relu_bwd_sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 2 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) relu_bwd_sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -590,11 +722,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_3(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_4_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_4_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_5_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_5_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));

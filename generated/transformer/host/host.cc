@@ -2235,6 +2235,83 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
   atomicAdd(out0, loss);
 }
 
+// sum_bwd_2__host: 12 launches (sum_bwd_2, sum_bwd_3, sum_bwd_6, sum_bwd_10, sum_bwd_13, sum_bwd_16, sum_bwd_20, sum_bwd_23, sum_bwd_24, sum_bwd_27, sum_bwd_30, sum_bwd_33). The first computes:
+//   v171 = sum <f32[256]> v170 {axes=[0 1]}  # models/transformer/model.go:75
+//   v173 = sum <f32[256]> v172 {axes=[0 1]}  # models/transformer/model.go:75
+static __device__ double sum_bwd_2__host_part0[2304];
+static __device__ double sum_bwd_2__host_part1[2304];
+static __device__ unsigned sum_bwd_2__host_count[32];
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 256LL;
+  const long long nred = 8LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ double part1[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 8LL) * (256LL) + (((unsigned long long)(r)) / 8LL) * (2048LL));
+          float a170 = in0[i];
+          float a172 = in1[i];
+          { const double x = a170; acc0_l[oc] = acc0_l[oc] + x; }
+          { const double x = a172; acc1_l[oc] = acc1_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+        out1[o0 + oc] = (float)acc1_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    double acc1 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 8LL) * (256LL) + (((unsigned long long)(r)) / 8LL) * (2048LL));
+      float a170 = in0[i];
+      float a172 = in1[i];
+      { const double x = a170; acc0 = acc0 + x; }
+      { const double x = a172; acc1 = acc1 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    part1[threadIdx.x] = acc1;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+      double s1 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part1[u]; s1 = s1 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = (float)s1; else sum_bwd_2__host_part1[(o0 + threadIdx.x) * 9 + yi] = s1;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        double s1 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_2__host_part1)[(o0 + threadIdx.x) * 9 + y]; s1 = s1 + x; }
+        out1[o0 + threadIdx.x] = (float)s1;
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // layernorm_bwd_bwd_2__host: 10 launches (transformer_decoder_layers_1_linear2_layernorm_bwd_bwd, transformer_decoder_layers_1_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_linear2_layernorm_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_layernorm_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_1_linear2_layernorm_bwd_bwd, transformer_encoder_layers_1_self_attn_out_proj_layernorm_bwd_bwd, transformer_encoder_layers_0_linear2_layernorm_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_layernorm_bwd_bwd). The first computes:
 //   v174 = layernorm_bwd <f32[B,20480]> v169 v145 v146 v137 v147 {f=1e-05 f2=0.1 i=22}  # models/transformer/model.go:75
 NGEN_HOST_FORM void layernorm_bwd_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
@@ -2268,6 +2345,124 @@ NGEN_HOST_FORM void layernorm_bwd_bwd_2__host(const float * __restrict__ in0, co
       }
       }
     }
+}
+
+// sum_bwd_3__host: 12 launches (sum_bwd_4, sum_bwd_7, sum_bwd_9, sum_bwd_11, sum_bwd_14, sum_bwd_17, sum_bwd_19, sum_bwd_21, sum_bwd_25, sum_bwd_28, sum_bwd_31, sum_bwd_34). The first computes:
+//   v183 = sum <f32[1,1,256]> v182 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_3__host_part0[2304];
+static __device__ unsigned sum_bwd_3__host_count[32];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 256LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
+          float a182 = in0[i];
+          { const double x = a182; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
+      float a182 = in0[i];
+      { const double x = a182; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_3__host_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_3__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host: 4 launches (sum_bwd_5, sum_bwd_15, sum_bwd_26, sum_bwd_32). The first computes:
+//   v191 = sum <f32[1,1,1024]> v190 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_4__host_part0[3072];
+static __device__ unsigned sum_bwd_4__host_count[128];
+NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 1024LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
+          float a190 = in0[i];
+          { const double x = a190; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
+      float a190 = in0[i];
+      { const double x = a190; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_4__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_4__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_4__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_4__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
 }
 
 // attention_bwd_bwd__host: 2 launches (transformer_decoder_layers_1_multihead_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_multihead_attn_out_proj_attention_bwd_bwd). The first computes:
@@ -2335,6 +2530,65 @@ NGEN_HOST_FORM void attention_bwd_bwd_2__host(const float * __restrict__ in0, co
     }
 }
 
+// sum_bwd_5__host: 2 launches (sum_bwd_8, sum_bwd_18). The first computes:
+//   v215 = sum <f32[1,1,512]> v214 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_5__host_part0[2560];
+static __device__ unsigned sum_bwd_5__host_count[64];
+NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 512LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+          float a214 = in0[i];
+          { const double x = a214; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+      float a214 = in0[i];
+      { const double x = a214; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_5__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_5__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_5__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_5__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // attention_bwd_bwd_3__host: 2 launches (transformer_decoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_decoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
 //   v249 = attention_bwd <f32[B,64,768]> v245 v113 v113 v113 v114 {f=0.125 f2=0.1 i=17 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:75
 NGEN_HOST_FORM void attention_bwd_bwd_3__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
@@ -2367,6 +2621,65 @@ NGEN_HOST_FORM void attention_bwd_bwd_3__host(const float * __restrict__ in0, co
       ::ngen_emu::gemm(true, false, 64, 64, 64, 0.125f, scr1, 64, &in1[b * 49152 + 0 + h * 64], 768, 0.0f, &out0[b * 49152 + 256 + h * 64], 768);
       ::ngen_emu::gemm(true, false, 64, 64, 64, 1.0f, scr0, 64, &in0[b * 16384 + h * 64], 256, 0.0f, &out0[b * 49152 + 512 + h * 64], 768);
     }
+}
+
+// sum_bwd_6__host: 4 launches (sum_bwd_12, sum_bwd_22, sum_bwd_29, sum_bwd_35). The first computes:
+//   v250 = sum <f32[1,1,768]> v249 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_6__host_part0[2304];
+static __device__ unsigned sum_bwd_6__host_count[96];
+NGEN_HOST_FORM void sum_bwd_6__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 768LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
+          float a249 = in0[i];
+          { const double x = a249; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
+      float a249 = in0[i];
+      { const double x = a249; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_6__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_6__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_6__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
 }
 
 // attention_bwd_bwd_4__host: 2 launches (transformer_encoder_layers_1_self_attn_out_proj_attention_bwd_bwd, transformer_encoder_layers_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
@@ -2533,8 +2846,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_22_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_22_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_23_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, layernorm_bwd_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
@@ -2547,14 +2865,24 @@ NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, int, 7)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_25_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_25_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_27_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_27_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -2573,8 +2901,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_bwd_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, long long, 6), NGEN_ARG(l, int, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, int, 10)));
   return ngen_launch_30_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_31_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_5__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_31_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
@@ -2595,8 +2928,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_bwd_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
   return ngen_launch_36_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_37_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_37_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_38(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_dropout_scale_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));

@@ -1880,6 +1880,37 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 
 // The host forms: kernels the host target renders in a form of its own.
 
+// mean_fwd__host: 72 launches (mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24, mean_fwd, mean_fwd_2, mean_fwd_3, mean_fwd_4, mean_fwd_5, mean_fwd_6, mean_fwd_7, mean_fwd_8, mean_fwd_9, mean_fwd_10, mean_fwd_11, mean_fwd_12, mean_fwd_13, mean_fwd_14, mean_fwd_15, mean_fwd_16, mean_fwd_17, mean_fwd_18, mean_fwd_19, mean_fwd_20, mean_fwd_21, mean_fwd_22, mean_fwd_23, mean_fwd_24). The first computes:
+//   v48 = mean <f32[B,64,1]> v47 {axes=[-1] keepdim}  # models/transformer/model.go:75
+NGEN_HOST_FORM void mean_fwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 64LL * (long long)B;
+  const long long nred = 256LL;
+  __shared__ double partial0[32];
+  const unsigned ys = 1, yi = 0;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)((((unsigned long long)(o)) % 64LL) * (256LL) + (((unsigned long long)(o)) / 64LL) * (16384LL));
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {
+      const long long i = base + (long long)(((unsigned long long)(r)));
+      float a47 = in0[i];
+      { const double x = a47; acc0 = acc0 + x; }
+    }
+    if (blockDim.x == 1) {
+      out0[o] = (float)(acc0 / (double)nred);
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = (float)(acc0 / (double)nred);
+    }
+    __syncthreads();
+  }
+}
+
 // cross_entropy_fwd__host computes:
 //   v419 = cross_entropy <f32[]> v418 v2  # models/transformer/model.go:78
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
@@ -1946,6 +1977,402 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
     float *const dx = out0 + r * C;
     for (int j = 0; j < C; ++j) dx[j] = bad ? 0.0f : ex[j] / sum * scale;
     if (!bad) dx[label] = (ex[label] / sum - 1.0f) * scale;
+  }
+}
+
+// sum_bwd_2__host computes:
+//   v426 = sum <f32[1,99,256]> v425 {axes=[0] keepdim}  # models/transformer/model.go:76
+NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 25344LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
+          float a425 = in0[i];
+          { const double x = a425; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (25344LL));
+      float a425 = in0[i];
+      { const double x = a425; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_3__host: 36 launches (sum_bwd_3, sum_bwd_4, sum_bwd_8, sum_bwd_9, sum_bwd_13, sum_bwd_17, sum_bwd_18, sum_bwd_22, sum_bwd_26, sum_bwd_28, sum_bwd_29, sum_bwd_33, sum_bwd_37, sum_bwd_38, sum_bwd_42, sum_bwd_46, sum_bwd_47, sum_bwd_51, sum_bwd_55, sum_bwd_57, sum_bwd_58, sum_bwd_62, sum_bwd_66, sum_bwd_67, sum_bwd_71, sum_bwd_72, sum_bwd_76, sum_bwd_80, sum_bwd_81, sum_bwd_85, sum_bwd_89, sum_bwd_90, sum_bwd_94, sum_bwd_98, sum_bwd_99, sum_bwd_103). The first computes:
+//   v429 = sum <f32[1,1,256]> v428 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_3__host_part0[2304];
+static __device__ unsigned sum_bwd_3__host_count[32];
+NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 256LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
+          float a428 = in0[i];
+          { const double x = a428; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (256LL) + (((unsigned long long)(r)) / 64LL) * (16384LL));
+      float a428 = in0[i];
+      { const double x = a428; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_3__host_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_3__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_3__host_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_3__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host: 36 launches (sum_bwd_5, sum_bwd_6, sum_bwd_7, sum_bwd_10, sum_bwd_11, sum_bwd_12, sum_bwd_19, sum_bwd_20, sum_bwd_21, sum_bwd_30, sum_bwd_31, sum_bwd_32, sum_bwd_39, sum_bwd_40, sum_bwd_41, sum_bwd_48, sum_bwd_49, sum_bwd_50, sum_bwd_59, sum_bwd_60, sum_bwd_61, sum_bwd_68, sum_bwd_69, sum_bwd_70, sum_bwd_73, sum_bwd_74, sum_bwd_75, sum_bwd_82, sum_bwd_83, sum_bwd_84, sum_bwd_91, sum_bwd_92, sum_bwd_93, sum_bwd_100, sum_bwd_101, sum_bwd_102). The first computes:
+//   v437 = sum <f32[B,64,1]> v436 {axes=[2] keepdim}  # models/transformer/model.go:75
+NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 64LL * (long long)B;
+  const long long nred = 256LL;
+  __shared__ double partial0[32];
+  const unsigned ys = 1, yi = 0;
+  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+    const long long base = (long long)((((unsigned long long)(o)) % 64LL) * (256LL) + (((unsigned long long)(o)) / 64LL) * (16384LL));
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x + (long long)yi * blockDim.x; r < nred; r += (long long)blockDim.x * ys) {
+      const long long i = base + (long long)(((unsigned long long)(r)));
+      float a436 = in0[i];
+      { const double x = a436; acc0 = acc0 + x; }
+    }
+    if (blockDim.x == 1) {
+      out0[o] = (float)acc0;
+      continue;
+    }
+    acc0 = ngen_warp_sum(acc0);
+    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = ngen_warp_sum(acc0);
+      if (threadIdx.x == 0) out0[o] = (float)acc0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_6__host: 4 launches (sum_bwd_15, sum_bwd_44, sum_bwd_78, sum_bwd_96). The first computes:
+//   v491 = sum <f32[1,1,1024]> v490 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_6__host_part0[3072];
+static __device__ unsigned sum_bwd_6__host_count[128];
+NGEN_HOST_FORM void sum_bwd_6__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 1024LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
+          float a490 = in0[i];
+          { const double x = a490; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (1024LL) + (((unsigned long long)(r)) / 64LL) * (65536LL));
+      float a490 = in0[i];
+      { const double x = a490; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_6__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_6__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_6__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_6__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_7__host: 8 launches (sum_bwd_23, sum_bwd_27, sum_bwd_34, sum_bwd_52, sum_bwd_56, sum_bwd_63, sum_bwd_86, sum_bwd_104). The first computes:
+//   v530 = sum <f32[1,256,256]> v529 {axes=[0] keepdim}  # models/transformer/model.go:75
+NGEN_HOST_FORM void sum_bwd_7__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 65536LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+          float a529 = in0[i];
+          { const double x = a529; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+      float a529 = in0[i];
+      { const double x = a529; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_8__host: 2 launches (sum_bwd_24, sum_bwd_53). The first computes:
+//   v553 = sum <f32[1,1,512]> v550 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_8__host_part0[2560];
+static __device__ unsigned sum_bwd_8__host_count[64];
+NGEN_HOST_FORM void sum_bwd_8__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 512LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+          float a550 = in0[i];
+          { const double x = a550; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+      float a550 = in0[i];
+      { const double x = a550; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_8__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_8__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_8__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_8__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_9__host: 2 launches (sum_bwd_25, sum_bwd_54). The first computes:
+//   v558 = sum <f32[1,512,256]> v557 {axes=[0] keepdim}  # models/transformer/model.go:75
+NGEN_HOST_FORM void sum_bwd_9__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 131072LL;
+  const long long nred = (long long)B;
+  __shared__ double part0[256];
+  const unsigned ys = 1, yi = 0;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (131072LL));
+          float a557 = in0[i];
+          { const double x = a557; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (131072LL));
+      float a557 = in0[i];
+      { const double x = a557; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = (float)s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_10__host: 4 launches (sum_bwd_35, sum_bwd_64, sum_bwd_87, sum_bwd_105). The first computes:
+//   v629 = sum <f32[1,1,768]> v628 {axes=[0 1] keepdim}  # models/transformer/model.go:75
+static __device__ double sum_bwd_10__host_part0[2304];
+static __device__ unsigned sum_bwd_10__host_count[96];
+NGEN_HOST_FORM void sum_bwd_10__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 768LL;
+  const long long nred = 64LL * (long long)B;
+  __shared__ double part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    double acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < 8; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
+          float a628 = in0[i];
+          { const double x = a628; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < 8; ++oc) {
+        out0[o0 + oc] = (float)acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
+    double acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (768LL) + (((unsigned long long)(r)) / 64LL) * (49152LL));
+      float a628 = in0[i];
+      { const double x = a628; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      double s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const double x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = (float)s0; else sum_bwd_10__host_part0[(o0 + threadIdx.x) * 3 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_10__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        double s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)sum_bwd_10__host_part0)[(o0 + threadIdx.x) * 3 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = (float)s0;
+        if (threadIdx.x == 0) sum_bwd_10__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -2035,8 +2462,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, sub_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_20_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_20_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, square_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -2108,17 +2540,32 @@ NGEN_EMU_LAUNCHER int ngen_launch_39(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_40(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_41(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_41_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_42(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_41(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_41_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_42_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_42(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_42_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_43(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_44(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_44_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_44(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_44_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_45(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, powc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -2150,11 +2597,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_53(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_54(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, relu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_55(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_55_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_6(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_56(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_55(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_6__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_55_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_56_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_7__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_7(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_56(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_7__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_56_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_57(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, softmax_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -2168,14 +2625,24 @@ NGEN_EMU_LAUNCHER int ngen_launch_59(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_60(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_61(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_61_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_8__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_8(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_61(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_8__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_61_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_62(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_63(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_63_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_9__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_9(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_63(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_9__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_63_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_64(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd_5(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
@@ -2204,8 +2671,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_71(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_72(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_73(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_73_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_10__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_10(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_73(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_10__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_73_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_74(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, sum_bwd_11(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
