@@ -186,7 +186,7 @@ func compileNVRTC(name, source string, major, minor int) (string, error) {
 	// The flags of codegen.NVCCFlags: fmad contraction and denormals flushed
 	// to zero, so NVRTC builds compute what nvcc's do, and line information
 	// for profilers. (-O3 is nvcc's host optimisation; NVRTC has no host code.)
-	opts := []string{"--gpu-architecture=" + nvrtcArch(major, minor, nvMajor, nvMinor), "--fmad=true", "--ftz=true", "--generate-line-info"}
+	opts := nvrtcOptions(nvrtcArch(major, minor, nvMajor, nvMinor), source)
 	h := sha256.New()
 	fmt.Fprintf(h, "nvrtc %d.%d %q\n%s", nvMajor, nvMinor, opts, source)
 	key := hex.EncodeToString(h.Sum(nil))
@@ -205,6 +205,38 @@ func compileNVRTC(name, source string, major, minor int) (string, error) {
 		writeCache(path, ptx) // a cache that cannot be written only costs time
 	}
 	return ptx, nil
+}
+
+// nvrtcOptions are the backend's NVRTC flags for arch, those of
+// codegen.NVCCFlags (see compileNVRTC), and, for a module that includes
+// CUDA's 16-bit headers (mixed precision), the directory that holds
+// them: NVRTC searches no directory of its own.
+func nvrtcOptions(arch, source string) []string {
+	opts := []string{"--gpu-architecture=" + arch, "--fmad=true", "--ftz=true", "--generate-line-info"}
+	if strings.Contains(source, "<cuda_bf16.h>") || strings.Contains(source, "<cuda_fp16.h>") {
+		if dir := cudaIncludeDir(); dir != "" {
+			opts = append(opts, "--include-path="+dir)
+		}
+	}
+	return opts
+}
+
+// cudaIncludeDir is the first of $CUDA_PATH/include, $CUDA_HOME/include,
+// /usr/local/cuda/include and /usr/include (Debian's toolkit) that holds
+// cuda_bf16.h, or "".
+func cudaIncludeDir() string {
+	var dirs []string
+	for _, env := range []string{"CUDA_PATH", "CUDA_HOME"} {
+		if v := os.Getenv(env); v != "" {
+			dirs = append(dirs, filepath.Join(v, "include"))
+		}
+	}
+	for _, d := range append(dirs, "/usr/local/cuda/include", "/usr/include") {
+		if _, err := os.Stat(filepath.Join(d, "cuda_bf16.h")); err == nil {
+			return d
+		}
+	}
+	return ""
 }
 
 func runNVRTC(name, source string, opts []string) (string, error) {

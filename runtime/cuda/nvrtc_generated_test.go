@@ -101,7 +101,7 @@ func TestNVRTCEveryModule(t *testing.T) {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
 			for _, arch := range nvrtcArchs {
-				opts := []string{"--gpu-architecture=" + arch, "--fmad=true", "--ftz=true", "--generate-line-info"}
+				opts := nvrtcOptions(arch, src)
 				ptx, err := runNVRTC(strings.ReplaceAll(name, " ", "_"), src, opts)
 				if err != nil {
 					t.Errorf("%s for %s: %v", name, arch, err)
