@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -98,17 +97,7 @@ func TestAMPF16Oracle(t *testing.T) {
 	}
 	defer dev.Close()
 	const rows, seed = 16, 11
-	rng := rand.New(rand.NewPCG(41, 42))
-	x := make([]float32, rows*mlpWidths[0])
-	xs := make([]float64, len(x))
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-		xs[i] = float64(x[i])
-	}
-	y := make([]int32, rows)
-	for i := range y {
-		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
-	}
+	x, xs, y := mlpBatch(rows, 41, 42)
 	for _, c := range []struct {
 		name  string
 		opt   ir.Optimizer
@@ -275,15 +264,7 @@ func TestAMPF16Accumulate(t *testing.T) {
 	}
 	defer dev.Close()
 	const rows = 8
-	rng := rand.New(rand.NewPCG(5, 6))
-	x := make([]float32, rows*mlpWidths[0])
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	y := make([]int32, rows)
-	for i := range y {
-		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
-	}
+	x, _, y := mlpBatch(rows, 5, 6)
 	m, _ := ampMLPModel(ir.Optimizer{Kind: "sgd", LR: 0.1})
 	m.Precision = &ir.Precision{Type: ir.F16, Scaler: &ir.LossScaler{Init: 0x1p40, Growth: 2, Backoff: 0x1p-30, Interval: 100}}
 	prog, err := compiler.Compile(m, compiler.Options{Fuse: true})

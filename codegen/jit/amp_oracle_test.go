@@ -3,7 +3,6 @@ package jit
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -52,17 +51,7 @@ func TestAMPMLPOracle(t *testing.T) {
 	}
 	defer dev.Close()
 	const rows, steps, seed = 16, 4, 11
-	rng := rand.New(rand.NewPCG(31, 32))
-	x := make([]float32, rows*mlpWidths[0])
-	xs := make([]float64, len(x))
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-		xs[i] = float64(x[i])
-	}
-	y := make([]int32, rows)
-	for i := range y {
-		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
-	}
+	x, xs, y := mlpBatch(rows, 31, 32)
 	opt := ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}
 	m, layers := ampMLPModel(opt)
 	type run struct {

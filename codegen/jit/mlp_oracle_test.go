@@ -185,6 +185,24 @@ func runTorchMLP(req mlpRequest) (*mlpResult, error) {
 	return &res, oracle.RunScript("torch_mlp.py", req, &res)
 }
 
+// mlpBatch is a batch of rows for the MLP of mlpWidths from the PCG
+// seeded (s1, s2): normal images (as f32, and the same values as f64 for
+// the oracle) and labels.
+func mlpBatch(rows int, s1, s2 uint64) ([]float32, []float64, []int32) {
+	rng := rand.New(rand.NewPCG(s1, s2))
+	x := make([]float32, rows*mlpWidths[0])
+	xs := make([]float64, len(x))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+		xs[i] = float64(x[i])
+	}
+	y := make([]int32, rows)
+	for i := range y {
+		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
+	}
+	return x, xs, y
+}
+
 // TestMLPOracle trains the MLP for three steps of each optimizer from the
 // session's initial weights, with dropout masks computed by the Go Philox,
 // and compares the loss of each step, every gradient of step 1 and every
@@ -200,17 +218,7 @@ func TestMLPOracle(t *testing.T) {
 	}
 	defer dev.Close()
 	const rows, seed = 7, 11
-	rng := rand.New(rand.NewPCG(21, 22))
-	x := make([]float32, rows*mlpWidths[0])
-	xs := make([]float64, len(x))
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-		xs[i] = float64(x[i])
-	}
-	y := make([]int32, rows)
-	for i := range y {
-		y[i] = int32(rng.IntN(mlpWidths[len(mlpWidths)-1]))
-	}
+	x, xs, y := mlpBatch(rows, 21, 22)
 	type optCase struct {
 		name  string
 		opt   ir.Optimizer
