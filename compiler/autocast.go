@@ -42,7 +42,9 @@ func autocast(p *Program) error {
 	}
 	f := p.Model.Forward
 	for _, v := range f.Values {
-		if v.DType == ir.F64 {
+		// f64 values that an f32 model computes inside (BatchNorm2d's
+		// statistics, cast from f32) are no f64 model.
+		if d := ops.Lookup(v.Op); v.DType == ir.F64 && (d == nil || d.Kind == ops.Source) {
 			return fmt.Errorf("precision (%s): mixed precision needs an f32 model, %s at %s is %s", pr.Where(), v.Op, v.Pos, v.Type())
 		}
 	}
@@ -80,6 +82,10 @@ func autocast(p *Program) error {
 		}
 		switch {
 		case d.Kind == ops.Source:
+		case wideInternal(v):
+			// BatchNorm2d's statistics in f64 (and their casts to and
+			// from f32) keep their types: autocast computes them in
+			// f32 or wider.
 		case v.Op == "attention" || v.Op == "rnn_scan":
 			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
 		case d.Kind == ops.MatMul:
@@ -164,4 +170,18 @@ func biasOfGemm(args []*ir.Value, h ir.DType) bool {
 		return v.Op == "matmul" && v.DType == h
 	}
 	return gemm(args[0]) && args[1].Role == ir.Param || gemm(args[1]) && args[0].Role == ir.Param
+}
+
+// wideInternal reports whether v is part of an f32 model's f64
+// arithmetic (BatchNorm2d's statistics): an f64 value or an op on one.
+func wideInternal(v *ir.Value) bool {
+	if v.DType == ir.F64 {
+		return true
+	}
+	for _, a := range v.Args {
+		if a.DType == ir.F64 {
+			return true
+		}
+	}
+	return false
 }

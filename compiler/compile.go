@@ -34,6 +34,7 @@ var passes = []pass{
 	{name: "fold constants", fn: foldConstants, required: true},
 	{name: "prune", fn: prune, required: true},
 	{name: "recompute", fn: recompute, required: true},
+	{name: "recast", fn: recast, required: true},
 	{name: "fuse", fn: fuse, required: true},
 	{name: "plan memory", fn: planMemory, required: true},
 }
@@ -62,6 +63,8 @@ var passOrder = [][2]string{
 	{"fuse", "plan memory"},
 	{"prune", "recompute"},
 	{"recompute", "fuse"},
+	{"recompute", "recast"},
+	{"recast", "fuse"},
 }
 
 func init() {

@@ -94,6 +94,25 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 		}
 		switch d.Kind {
 		case ops.Elementwise:
+			// A backward widening of a forward value (the recast pass)
+			// joins the latest open backward kernel over its space, else
+			// starts one; its reader, next in the list, joins it there.
+			// Joining a forward kernel, or feeding a reduction, would
+			// store the wide value for the reader.
+			if on && isRecast(v) {
+				gi := len(gs) - 1
+				for ; gi >= 0; gi-- {
+					if g := gs[gi]; !g.closed && g.Kind == EW && g.Space.Eq(v.Shape) && ready(v, gi) {
+						break
+					}
+				}
+				if gi >= 0 && backwardOnly(gs[gi]) {
+					add(gs[gi], v)
+				} else {
+					newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
+				}
+				continue
+			}
 			if on {
 				best := -1
 				for _, a := range v.Args {
@@ -277,6 +296,22 @@ func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 	}
 	for i, ax := range axes {
 		if ax != i {
+			return false
+		}
+	}
+	return true
+}
+
+// isRecast reports whether v is the recast pass's clone: a backward
+// widening cast of a forward value.
+func isRecast(v *ir.Value) bool {
+	return v.Phase == "bwd" && widening(v) && v.Args[0].Phase == ""
+}
+
+// backwardOnly reports whether every value of g is the backward pass's.
+func backwardOnly(g *Group) bool {
+	for _, v := range g.Values {
+		if v.Phase != "bwd" {
 			return false
 		}
 	}

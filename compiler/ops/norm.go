@@ -36,10 +36,10 @@ func init() {
 // The lowering is shaped for two passes over x forward and two backward:
 //   - statistics of the shifted data d = x - running_mean: the sums of d
 //     and d² read only x and rm, so they are sibling reductions that fuse
-//     into one pass; shifting by the running mean keeps var = E[d²] - E[d]²
-//     free of the cancellation the unshifted E[x²] - E[x]² suffers in f32
-//     once the running mean tracks the batch mean (and no worse at the
-//     first step, when it is 0);
+//     into one pass; an f32 model sums them and takes var = E[d²] - E[d]²
+//     in f64 (below), so the cancellation that the one-pass form suffers
+//     when the mean is far from the shift costs nothing visible in f32,
+//     at the first steps too, when the running mean is still 0;
 //   - everything per channel (mean, variance, scale, shift, the running
 //     updates) is one small [C] kernel, and the normalisation is
 //     y = d·a + b with a = weight·rstd and b = bias - shift·a [C], one
@@ -56,12 +56,30 @@ func BatchNorm2d(b *Builder, x, gamma, beta, rm, rv *ir.Value, momentum, eps flo
 	chan4 := ir.Attrs{Shape: ir.Static(1, c, 1, 1)}
 	stat := ir.Attrs{Axes: []int{0, 2, 3}} // per channel, [C]
 	d := op("sub", none, x, op("reshape", chan4, rm))
-	sq := op("square", none, d)
-	s1 := op("mean", stat, d) // batch mean - running mean
-	s2 := op("mean", stat, sq)
+	// An f32 model takes the statistics in f64: d widened (exactly),
+	// its sums and squares accumulated and E[d²] - E[d]² subtracted in
+	// double, then the mean and variance rounded once to f32. In f32 the
+	// subtraction loses log2(E[d]²/var) bits, 8 for a channel whose mean
+	// is 18 times its spread, and the shift does not help at the first
+	// steps, when the running mean is still 0 (fuzz_1164: the GPU and
+	// CPU forms' sums, each rounded to f32 in its own order, gave a
+	// weight's gradient 0.2% apart). The variance's gradient reaches d in
+	// double too, where its terms through E[d²] and E[d] cancel. Nothing
+	// of [N,C,H,W] is stored in f64: the casts fuse into the passes that
+	// read d, and the backward widens d again (the "recast" pass).
+	dd := d
+	if x.DType == ir.F32 {
+		dd = op("cast", ir.Attrs{Str: ir.F64.String()}, d)
+	}
+	s1 := op("mean", stat, dd) // batch mean - running mean
+	s2 := op("mean", stat, op("square", none, dd))
 	// Biased variance for normalising; rounding may leave it a hair
 	// below zero for a constant channel, which relu clamps.
 	variance := op("relu", none, op("sub", none, s2, op("square", none, s1)))
+	if x.DType == ir.F32 {
+		s1 = op("cast", ir.Attrs{Str: ir.F32.String()}, s1)
+		variance = op("cast", ir.Attrs{Str: ir.F32.String()}, variance)
+	}
 	rstd := func(v *ir.Value) *ir.Value { return op("powc", ir.Attrs{F: -0.5}, op("addc", ir.Attrs{F: eps}, v)) }
 	zero := op("fill", ir.Attrs{F: 0, Shape: ir.Static(c), Str: x.DType.String()})
 	shift := op("where_train", none, s1, zero) // x - mean = d - shift

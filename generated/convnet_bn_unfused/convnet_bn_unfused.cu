@@ -178,32 +178,32 @@ extern "C" __global__ void __launch_bounds__(256) sub_fwd(const float * __restri
   }
 }
 
-// square_fwd: 2 launches (square_fwd, square_fwd). The first computes:
-//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) square_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// cast_fwd: 3 launches (cast_fwd, cast_bwd_7, cast_fwd). The first computes:
+//   v16 = cast <f64[B,32,28,28]> v15 {str=f64}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) cast_fwd(const float * __restrict__ in0, double * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a15 = in0[i];
-    float v16 = ngen_sq(a15);
+    double v16 = a15;
     out0[i] = v16;
   }
 }
 
 // mean_fwd: 4 launches (mean_fwd, mean_fwd_2, mean_fwd, mean_fwd_2). The first computes:
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
-static __device__ float mean_fwd_part0[288];
+//   v17 = mean <f64[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
+static __device__ double mean_fwd_part0[288];
 static __device__ unsigned mean_fwd_count[32];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mean_fwd(const double * __restrict__ in0, double * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
+  __shared__ double partial0[32];
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
   if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc0 = 0.0;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
@@ -214,27 +214,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a15 = in0[i];
-          { const float x = a15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a16 = in0[i];
+          { const double x = a16; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
+      out0[o] = acc0 / (double)nred;
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (double)nred; else mean_fwd_part0[o * 9 + yi] = acc0; }
       if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
+        acc0 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (double)nred;
         mean_fwd_count[o] = 0;
       }
     }
@@ -242,287 +242,321 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd(const float * __restr
   }
 }
 
-// square_fwd_2: 2 launches (square_fwd_2, square_fwd_2). The first computes:
-//   v19 = square <f32[32]> v17  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
+// square_fwd: 2 launches (square_fwd, square_fwd). The first computes:
+//   v18 = square <f64[B,32,28,28]> v16  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) square_fwd(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a17 = in0[i];
-    float v19 = ngen_sq(a17);
-    out0[i] = v19;
+    double a16 = in0[i];
+    double v18 = ngen_sq(a16);
+    out0[i] = v18;
   }
 }
 
-// sub_fwd_2: 5 launches (sub_fwd_2, bn1_sub_fwd, sub_fwd_2, bn1_sub_fwd, bn1_sub_fwd). The first computes:
-//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+// square_fwd_2: 2 launches (square_fwd_2, square_fwd_2). The first computes:
+//   v20 = square <f64[32]> v17  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) square_fwd_2(const double * __restrict__ in0, double * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a18 = in0[i];
-    float a19 = in1[i];
-    float v20 = (a18 - a19);
+    double a17 = in0[i];
+    double v20 = ngen_sq(a17);
     out0[i] = v20;
   }
 }
 
-// relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
-//   v21 = relu <f32[32]> v20  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
+// sub_fwd_2: 2 launches (sub_fwd_2, sub_fwd_2). The first computes:
+//   v21 = sub <f64[32]> v19 v20  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_2(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a20 = in0[i];
-    float v21 = (a20 <= 0.0f ? 0.0f : a20);
+    double a19 = in0[i];
+    double a20 = in1[i];
+    double v21 = (a19 - a20);
     out0[i] = v21;
   }
 }
 
-// where_train_fwd: 4 launches (where_train_fwd, where_train_bwd_3, where_train_bwd_4, where_train_fwd). The first computes:
-//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
+// relu_fwd: 2 launches (relu_fwd, relu_fwd). The first computes:
+//   v22 = relu <f64[32]> v21  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) relu_fwd(const double * __restrict__ in0, double * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a17 = in0[i];
-    float v23 = (s_train ? a17 : 0.0f);
+    double a21 = in0[i];
+    double v22 = (a21 <= 0.0 ? 0.0 : a21);
+    out0[i] = v22;
+  }
+}
+
+// cast_fwd_2: 4 launches (cast_fwd_2, cast_fwd_3, cast_fwd_2, cast_fwd_3). The first computes:
+//   v23 = cast <f32[32]> v17 {str=f32}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) cast_fwd_2(const double * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a17 = in0[i];
+    float v23 = a17;
     out0[i] = v23;
   }
 }
 
+// where_train_fwd: 4 launches (where_train_fwd, where_train_bwd_3, where_train_bwd_4, where_train_fwd). The first computes:
+//   v26 = where_train <f32[32]> v23 v25  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a23 = in0[i];
+    float v26 = (s_train ? a23 : 0.0f);
+    out0[i] = v26;
+  }
+}
+
 // addc_fwd: 5 launches (addc_fwd, addc_fwd_2, addc_fwd, addc_fwd_2, addc_fwd). The first computes:
-//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:36
+//   v27 = addc <f32[32]> v24 {f=1e-05}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) addc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a21 = in0[i];
-    float v24 = (a21 + 1.0000000000000001e-05f);
-    out0[i] = v24;
+    float a24 = in0[i];
+    float v27 = (a24 + 1.0000000000000001e-05f);
+    out0[i] = v27;
   }
 }
 
 // powc_fwd: 5 launches (powc_fwd, powc_fwd_2, powc_fwd, powc_fwd_2, powc_fwd). The first computes:
-//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:36
+//   v28 = powc <f32[32]> v27 {f=-0.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) powc_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a24 = in0[i];
-    float v25 = powf(a24, -0.5f);
-    out0[i] = v25;
-  }
-}
-
-// where_train_fwd_2: 4 launches (where_train_fwd_2, where_train_fwd_3, where_train_fwd_4, where_train_fwd_2). The first computes:
-//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a25 = in0[i];
-    float a27 = in1[i];
-    float v28 = (s_train ? a25 : a27);
+    float a27 = in0[i];
+    float v28 = powf(a27, -0.5f);
     out0[i] = v28;
   }
 }
 
-// mul_fwd: 11 launches (bn1_mul_fwd, mul_fwd, mul_bwd_11, mul_bwd_12, mul_bwd_13, bn1_mul_bwd, mul_bwd_14, mul_bwd_15, bn1_mul_fwd, mul_fwd, bn1_mul_fwd). The first computes:
-//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:36
+// where_train_fwd_2: 4 launches (where_train_fwd_2, where_train_fwd_3, where_train_fwd_4, where_train_fwd_2). The first computes:
+//   v31 = where_train <f32[32]> v28 v30  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a28 = in0[i];
+    float a30 = in1[i];
+    float v31 = (s_train ? a28 : a30);
+    out0[i] = v31;
+  }
+}
+
+// mul_fwd: 10 launches (bn1_mul_fwd, mul_fwd, mul_bwd_11, mul_bwd_12, mul_bwd_13, bn1_mul_bwd, mul_bwd_14, bn1_mul_fwd, mul_fwd, bn1_mul_fwd). The first computes:
+//   v32 = mul <f32[32]> v10 v31  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a10 = in0[i];
-    float a28 = in1[i];
-    float v29 = (a10 * a28);
-    out0[i] = v29;
+    float a31 = in1[i];
+    float v32 = (a10 * a31);
+    out0[i] = v32;
+  }
+}
+
+// sub_fwd_3: 3 launches (bn1_sub_fwd, bn1_sub_fwd, bn1_sub_fwd). The first computes:
+//   v34 = sub <f32[32]> v11 v33  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a11 = in0[i];
+    float a33 = in1[i];
+    float v34 = (a11 - a33);
+    out0[i] = v34;
   }
 }
 
 // mul_fwd_2: 4 launches (mul_fwd_2, mul_bwd_9, mul_fwd_2, mul_fwd_2). The first computes:
-//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:36
+//   v36 = mul <f32[B,32,28,28]> v15 v35  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
     float a15 = in0[i];
-    float a32 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v33 = (a15 * a32);
-    out0[i] = v33;
-  }
-}
-
-// scale_fwd: 2 launches (scale_fwd, scale_fwd_3). The first computes:
-//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a17 = in0[i];
-    float v36 = (a17 * 0.10000000000000001f);
+    float a35 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v36 = (a15 * a35);
     out0[i] = v36;
   }
 }
 
-// add_fwd: 4 launches (add_fwd_2, add_fwd_3, add_bwd_5, add_bwd_6). The first computes:
-//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+// scale_fwd: 2 launches (scale_fwd, scale_fwd_3). The first computes:
+//   v39 = scale <f32[32]> v23 {f=0.1}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) scale_fwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a12 = in0[i];
-    float a36 = in1[i];
-    float v37 = (a12 + a36);
-    out0[i] = v37;
-  }
-}
-
-// unbias_fwd computes:
-//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a21 = in0[i];
-    float v39 = (a21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
+    float a23 = in0[i];
+    float v39 = (a23 * 0.10000000000000001f);
     out0[i] = v39;
   }
 }
 
-// scale_fwd_2 computes:
-//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+// add_fwd: 3 launches (add_fwd_2, add_fwd_3, add_bwd_5). The first computes:
+//   v40 = add <f32[32]> v12 v39  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a13 = in0[i];
-    float v40 = (a13 * 0.90000000000000002f);
+    float a12 = in0[i];
+    float a39 = in1[i];
+    float v40 = (a12 + a39);
     out0[i] = v40;
   }
 }
 
+// unbias_fwd computes:
+//   v42 = unbias <f32[32]> v24 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) unbias_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a24 = in0[i];
+    float v42 = (a24 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
+    out0[i] = v42;
+  }
+}
+
+// scale_fwd_2 computes:
+//   v43 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) scale_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a13 = in0[i];
+    float v43 = (a13 * 0.90000000000000002f);
+    out0[i] = v43;
+  }
+}
+
 // relu_fwd_2: 3 launches (relu_fwd_2, relu_fwd_2, relu_fwd). The first computes:
-//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:36
+//   v47 = relu <f32[B,32,28,28]> v38  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a35 = in0[i];
-    float v44 = (a35 <= 0.0f ? 0.0f : a35);
-    out0[i] = v44;
+    float a38 = in0[i];
+    float v47 = (a38 <= 0.0f ? 0.0f : a38);
+    out0[i] = v47;
   }
 }
 
 // maxpool_argmax_fwd: 3 launches (maxpool_argmax_fwd, maxpool_argmax_fwd, maxpool_argmax_fwd). The first computes:
-//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v48 = maxpool_argmax <i32[B,32,14,14]> v47 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd(const float * __restrict__ in0, int * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v45_j = j;
-    const long long v45_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
-    const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
-    const int v45_c = (int)v45_n_t;
-    const int v45_ox = v45_j;
-    const long long v45_base = (v45_n * 32 + v45_c) * 784;
-    int v45 = -1;
-    float v45_m = 0;
+    const int v48_j = j;
+    const long long v48_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v48_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v48_n * 448u);
+    const int v48_oy = (int)(v48_n_t % 14u); v48_n_t /= 14u;
+    const int v48_c = (int)v48_n_t;
+    const int v48_ox = v48_j;
+    const long long v48_base = (v48_n * 32 + v48_c) * 784;
+    int v48 = -1;
+    float v48_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v45_oy * 2 - 0 + kh * 1;
+      const int iy = v48_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v45_ox * 2 - 0 + kw * 1;
+        const int ix = v48_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v45_base + iy * 28 + ix] : 0;
-        if (ok && (v45 < 0 || x > v45_m || x != x)) { v45 = kh * 2 + kw; v45_m = x; }
+        const float x = (ok) ? in0[v48_base + iy * 28 + ix] : 0;
+        if (ok && (v48 < 0 || x > v48_m || x != x)) { v48 = kh * 2 + kw; v48_m = x; }
       }
     }
-    out0[i] = v45;
+    out0[i] = v48;
   }
 }
 
 // maxpool_pick_fwd: 3 launches (maxpool_pick_fwd, maxpool_pick_fwd, maxpool_pick_fwd). The first computes:
-//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v49 = maxpool_pick <f32[B,32,14,14]> v47 v48 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    int a45 = in1[i];
-    const int v46_j = j;
-    const long long v46_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v46_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v46_n * 448u);
-    const int v46_oy = (int)(v46_n_t % 14u); v46_n_t /= 14u;
-    const int v46_c = (int)v46_n_t;
-    const int v46_ox = v46_j;
-    const long long v46_base = (v46_n * 32 + v46_c) * 784;
-    const unsigned v46_k = (unsigned)a45;
-    const float v46 = in0[v46_base + (v46_oy * 2 - 0 + (int)(v46_k / 2u) * 1) * 28 + v46_ox * 2 - 0 + (int)(v46_k % 2u) * 1];
-    out0[i] = v46;
-  }
-}
-
-// im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 4032LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
-    const long long i = r * 14LL + j;
+    int a48 = in1[i];
     const int v49_j = j;
-    const long long v49_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v49_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v49_n * 4032u);
+    const long long v49_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v49_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v49_n * 448u);
     const int v49_oy = (int)(v49_n_t % 14u); v49_n_t /= 14u;
-    const int v49_k = (int)v49_n_t;
-    const int v49_g = 0;
-    const int v49_c = v49_g * 32 + (int)((unsigned)v49_k / 9u);
-    const int v49_y = v49_oy * 1 - 1 + (int)((unsigned)v49_k / 3u % 3u) * 1;
-    const int v49_x = v49_j * 1 - 1 + (int)((unsigned)v49_k % 3u) * 1;
-    const float v49 = (v49_y >= 0 && v49_y < 14 && v49_x >= 0 && v49_x < 14) ? in0[((v49_n * 32 + v49_c) * 14 + v49_y) * 14 + v49_x] : 0.0f;
+    const int v49_c = (int)v49_n_t;
+    const int v49_ox = v49_j;
+    const long long v49_base = (v49_n * 32 + v49_c) * 784;
+    const unsigned v49_k = (unsigned)a48;
+    const float v49 = in0[v49_base + (v49_oy * 2 - 0 + (int)(v49_k / 2u) * 1) * 28 + v49_ox * 2 - 0 + (int)(v49_k % 2u) * 1];
     out0[i] = v49;
   }
 }
 
+// im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
+//   v52 = im2col <f32[B,288,196]> v49 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long rows = 4032LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
+    const long long i = r * 14LL + j;
+    const int v52_j = j;
+    const long long v52_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v52_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v52_n * 4032u);
+    const int v52_oy = (int)(v52_n_t % 14u); v52_n_t /= 14u;
+    const int v52_k = (int)v52_n_t;
+    const int v52_g = 0;
+    const int v52_c = v52_g * 32 + (int)((unsigned)v52_k / 9u);
+    const int v52_y = v52_oy * 1 - 1 + (int)((unsigned)v52_k / 3u % 3u) * 1;
+    const int v52_x = v52_j * 1 - 1 + (int)((unsigned)v52_k % 3u) * 1;
+    const float v52 = (v52_y >= 0 && v52_y < 14 && v52_x >= 0 && v52_x < 14) ? in0[((v52_n * 32 + v52_c) * 14 + v52_y) * 14 + v52_x] : 0.0f;
+    out0[i] = v52;
+  }
+}
+
 // bias_fwd_2: 6 launches (conv2_bias_fwd, add_fwd_4, conv2_bias_fwd, add_fwd_2, conv2_bias_fwd, add_fwd_2). The first computes:
-//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
+//   v57 = add <f32[B,64,14,14]> v55 v56  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
-    float a52 = in0[i];
-    float a53 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v54 = (a52 + a53);
-    out0[i] = v54;
+    float a55 = in0[i];
+    float a56 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v57 = (a55 + a56);
+    out0[i] = v57;
   }
 }
 
-// sub_fwd_3: 3 launches (sub_fwd_3, sub_fwd_3, sub_fwd_2). The first computes:
-//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+// sub_fwd_4: 3 launches (sub_fwd_3, sub_fwd_3, sub_fwd_2). The first computes:
+//   v63 = sub <f32[B,64,14,14]> v57 v62  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
-    float a54 = in0[i];
-    float a59 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v60 = (a54 - a59);
-    out0[i] = v60;
+    float a57 = in0[i];
+    float a62 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v63 = (a57 - a62);
+    out0[i] = v63;
   }
 }
 
-// square_fwd_3: 2 launches (square_fwd_3, square_fwd_3). The first computes:
-//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+// cast_fwd_3: 3 launches (cast_fwd_4, cast_bwd_3, cast_fwd_4). The first computes:
+//   v64 = cast <f64[B,64,14,14]> v63 {str=f64}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) cast_fwd_3(const float * __restrict__ in0, double * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a60 = in0[i];
-    float v61 = ngen_sq(a60);
-    out0[i] = v61;
+    float a63 = in0[i];
+    double v64 = a63;
+    out0[i] = v64;
   }
 }
 
 // mean_fwd_2: 4 launches (mean_fwd_3, mean_fwd_4, mean_fwd_3, mean_fwd_4). The first computes:
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
-static __device__ float mean_fwd_2_part0[320];
+//   v65 = mean <f64[64]> v64 {axes=[0 2 3]}  # models/convnet/model.go:37
+static __device__ double mean_fwd_2_part0[320];
 static __device__ unsigned mean_fwd_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const double * __restrict__ in0, double * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
+  __shared__ double partial0[32];
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
   if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
+    double acc0 = 0.0;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
@@ -533,27 +567,27 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a60 = in0[i];
-          { const float x = a60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a64 = in0[i];
+          { const double x = a64; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
-      out0[o] = acc0 / (float)nred;
+      out0[o] = acc0 / (double)nred;
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
     if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (float)nred; else mean_fwd_2_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0 / (double)nred; else mean_fwd_2_part0[o * 5 + yi] = acc0; }
       if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&mean_fwd_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0 / (float)nred;
+        acc0 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out0[o] = acc0 / (double)nred;
         mean_fwd_2_count[o] = 0;
       }
     }
@@ -561,254 +595,288 @@ extern "C" __global__ void __launch_bounds__(256) mean_fwd_2(const float * __res
   }
 }
 
-// square_fwd_4: 2 launches (square_fwd_4, square_fwd_4). The first computes:
-//   v64 = square <f32[64]> v62  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
+// square_fwd_3: 2 launches (square_fwd_3, square_fwd_3). The first computes:
+//   v66 = square <f64[B,64,14,14]> v64  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) square_fwd_3(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float v64 = ngen_sq(a62);
-    out0[i] = v64;
-  }
-}
-
-// sub_fwd_4: 5 launches (sub_fwd_4, bn2_sub_fwd, sub_fwd_4, bn2_sub_fwd, bn2_sub_fwd). The first computes:
-//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) sub_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a63 = in0[i];
-    float a64 = in1[i];
-    float v65 = (a63 - a64);
-    out0[i] = v65;
-  }
-}
-
-// relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
-//   v66 = relu <f32[64]> v65  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v66 = (a65 <= 0.0f ? 0.0f : a65);
+    double a64 = in0[i];
+    double v66 = ngen_sq(a64);
     out0[i] = v66;
   }
 }
 
-// where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_3). The first computes:
-//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
+// square_fwd_4: 2 launches (square_fwd_4, square_fwd_4). The first computes:
+//   v68 = square <f64[64]> v65  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) square_fwd_4(const double * __restrict__ in0, double * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float v68 = (s_train ? a62 : 0.0f);
+    double a65 = in0[i];
+    double v68 = ngen_sq(a65);
     out0[i] = v68;
   }
 }
 
-// addc_fwd_2: 5 launches (addc_fwd_3, addc_fwd_4, addc_fwd_3, addc_fwd_4, addc_fwd_2). The first computes:
-//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+// sub_fwd_5: 2 launches (sub_fwd_4, sub_fwd_4). The first computes:
+//   v69 = sub <f64[64]> v67 v68  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_5(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a66 = in0[i];
-    float v69 = (a66 + 1.0000000000000001e-05f);
+    double a67 = in0[i];
+    double a68 = in1[i];
+    double v69 = (a67 - a68);
     out0[i] = v69;
   }
 }
 
-// powc_fwd_2: 5 launches (powc_fwd_3, powc_fwd_4, powc_fwd_3, powc_fwd_4, powc_fwd_2). The first computes:
-//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+// relu_fwd_3: 2 launches (relu_fwd_3, relu_fwd_3). The first computes:
+//   v70 = relu <f64[64]> v69  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const double * __restrict__ in0, double * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float v70 = powf(a69, -0.5f);
+    double a69 = in0[i];
+    double v70 = (a69 <= 0.0 ? 0.0 : a69);
     out0[i] = v70;
   }
 }
 
-// where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_4). The first computes:
-//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
+// cast_fwd_4: 4 launches (cast_fwd_5, cast_fwd_6, cast_fwd_5, cast_fwd_6). The first computes:
+//   v71 = cast <f32[64]> v65 {str=f32}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) cast_fwd_4(const double * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a70 = in0[i];
-    float a72 = in1[i];
-    float v73 = (s_train ? a70 : a72);
-    out0[i] = v73;
+    double a65 = in0[i];
+    float v71 = a65;
+    out0[i] = v71;
   }
 }
 
-// mul_fwd_3: 11 launches (bn2_mul_fwd, mul_fwd_3, mul_bwd_3, mul_bwd_4, mul_bwd_5, bn2_mul_bwd, mul_bwd_6, mul_bwd_7, bn2_mul_fwd, mul_fwd_3, bn2_mul_fwd). The first computes:
-//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+// where_train_fwd_3: 4 launches (where_train_fwd_5, where_train_bwd, where_train_bwd_2, where_train_fwd_3). The first computes:
+//   v74 = where_train <f32[64]> v71 v73  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a55 = in0[i];
-    float a73 = in1[i];
-    float v74 = (a55 * a73);
+    float a71 = in0[i];
+    float v74 = (s_train ? a71 : 0.0f);
     out0[i] = v74;
   }
 }
 
-// mul_fwd_4: 4 launches (mul_fwd_4, mul_bwd, mul_fwd_4, mul_fwd_4). The first computes:
-//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a60 = in0[i];
-    float a77 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v78 = (a60 * a77);
-    out0[i] = v78;
+// addc_fwd_2: 5 launches (addc_fwd_3, addc_fwd_4, addc_fwd_3, addc_fwd_4, addc_fwd_2). The first computes:
+//   v75 = addc <f32[64]> v72 {f=1e-05}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) addc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a72 = in0[i];
+    float v75 = (a72 + 1.0000000000000001e-05f);
+    out0[i] = v75;
   }
 }
 
-// scale_fwd_3: 2 launches (scale_fwd_4, scale_fwd_6). The first computes:
-//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
+// powc_fwd_2: 5 launches (powc_fwd_3, powc_fwd_4, powc_fwd_3, powc_fwd_4, powc_fwd_2). The first computes:
+//   v76 = powc <f32[64]> v75 {f=-0.5}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) powc_fwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float v81 = (a62 * 0.10000000000000001f);
-    out0[i] = v81;
+    float a75 = in0[i];
+    float v76 = powf(a75, -0.5f);
+    out0[i] = v76;
   }
 }
 
-// add_fwd_2: 4 launches (add_fwd_5, add_fwd_6, add_bwd, add_bwd_2). The first computes:
-//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+// where_train_fwd_4: 4 launches (where_train_fwd_6, where_train_fwd_7, where_train_fwd_8, where_train_fwd_4). The first computes:
+//   v79 = where_train <f32[64]> v76 v78  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) where_train_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a57 = in0[i];
+    float a76 = in0[i];
+    float a78 = in1[i];
+    float v79 = (s_train ? a76 : a78);
+    out0[i] = v79;
+  }
+}
+
+// mul_fwd_3: 10 launches (bn2_mul_fwd, mul_fwd_3, mul_bwd_3, mul_bwd_4, mul_bwd_5, bn2_mul_bwd, mul_bwd_6, bn2_mul_fwd, mul_fwd_3, bn2_mul_fwd). The first computes:
+//   v80 = mul <f32[64]> v58 v79  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a58 = in0[i];
+    float a79 = in1[i];
+    float v80 = (a58 * a79);
+    out0[i] = v80;
+  }
+}
+
+// sub_fwd_6: 3 launches (bn2_sub_fwd, bn2_sub_fwd, bn2_sub_fwd). The first computes:
+//   v82 = sub <f32[64]> v59 v81  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) sub_fwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a59 = in0[i];
     float a81 = in1[i];
-    float v82 = (a57 + a81);
+    float v82 = (a59 - a81);
     out0[i] = v82;
   }
 }
 
-// unbias_fwd_2 computes:
-//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a66 = in0[i];
-    float v84 = (a66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
+// mul_fwd_4: 4 launches (mul_fwd_4, mul_bwd, mul_fwd_4, mul_fwd_4). The first computes:
+//   v84 = mul <f32[B,64,14,14]> v63 v83  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) mul_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    float a63 = in0[i];
+    float a83 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v84 = (a63 * a83);
     out0[i] = v84;
   }
 }
 
-// scale_fwd_4 computes:
-//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
+// scale_fwd_3: 2 launches (scale_fwd_4, scale_fwd_6). The first computes:
+//   v87 = scale <f32[64]> v71 {f=0.1}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) scale_fwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a58 = in0[i];
-    float v85 = (a58 * 0.90000000000000002f);
-    out0[i] = v85;
+    float a71 = in0[i];
+    float v87 = (a71 * 0.10000000000000001f);
+    out0[i] = v87;
   }
 }
 
-// relu_fwd_4: 3 launches (relu_fwd_4, relu_fwd_4, relu_fwd_2). The first computes:
-//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
+// add_fwd_2: 3 launches (add_fwd_5, add_fwd_6, add_bwd). The first computes:
+//   v88 = add <f32[64]> v60 v87  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) add_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
+  const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a80 = in0[i];
-    float v89 = (a80 <= 0.0f ? 0.0f : a80);
-    out0[i] = v89;
+    float a60 = in0[i];
+    float a87 = in1[i];
+    float v88 = (a60 + a87);
+    out0[i] = v88;
   }
 }
 
-// maxpool_argmax_fwd_2: 3 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
-//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    const int v90_j = j;
-    const long long v90_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
-    const int v90_oy = (int)(v90_n_t % 7u); v90_n_t /= 7u;
-    const int v90_c = (int)v90_n_t;
-    const int v90_ox = v90_j;
-    const long long v90_base = (v90_n * 64 + v90_c) * 196;
-    int v90 = -1;
-    float v90_m = 0;
-    for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v90_oy * 2 - 0 + kh * 1;
-      const bool oky = true;
-      for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v90_ox * 2 - 0 + kw * 1;
-        const bool ok = oky;
-        const float x = (ok) ? in0[v90_base + iy * 14 + ix] : 0;
-        if (ok && (v90 < 0 || x > v90_m || x != x)) { v90 = kh * 2 + kw; v90_m = x; }
-      }
-    }
+// unbias_fwd_2 computes:
+//   v90 = unbias <f32[64]> v72 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) unbias_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a72 = in0[i];
+    float v90 = (a72 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
     out0[i] = v90;
   }
 }
 
-// maxpool_pick_fwd_2: 3 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
-//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = 448LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
-    const long long i = r * 7LL + j;
-    int a90 = in1[i];
-    const int v91_j = j;
-    const long long v91_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v91_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v91_n * 448u);
-    const int v91_oy = (int)(v91_n_t % 7u); v91_n_t /= 7u;
-    const int v91_c = (int)v91_n_t;
-    const int v91_ox = v91_j;
-    const long long v91_base = (v91_n * 64 + v91_c) * 196;
-    const unsigned v91_k = (unsigned)a90;
-    const float v91 = in0[v91_base + (v91_oy * 2 - 0 + (int)(v91_k / 2u) * 1) * 14 + v91_ox * 2 - 0 + (int)(v91_k % 2u) * 1];
+// scale_fwd_4 computes:
+//   v91 = scale <f32[64]> v61 {f=0.9}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) scale_fwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a61 = in0[i];
+    float v91 = (a61 * 0.90000000000000002f);
     out0[i] = v91;
   }
 }
 
-// bias_fwd_3: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
-//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:38
-extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long rows = (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
-    const long long i = r * 128LL + j;
-    float a94 = in0[i];
-    float a95 = in1[(0) * 128LL + j];
-    float v96 = (a94 + a95);
+// relu_fwd_4: 3 launches (relu_fwd_4, relu_fwd_4, relu_fwd_2). The first computes:
+//   v95 = relu <f32[B,64,14,14]> v86  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a86 = in0[i];
+    float v95 = (a86 <= 0.0f ? 0.0f : a86);
+    out0[i] = v95;
+  }
+}
+
+// maxpool_argmax_fwd_2: 3 launches (maxpool_argmax_fwd_2, maxpool_argmax_fwd_2, maxpool_argmax_fwd_2). The first computes:
+//   v96 = maxpool_argmax <i32[B,64,7,7]> v95 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    const int v96_j = j;
+    const long long v96_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v96_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v96_n * 448u);
+    const int v96_oy = (int)(v96_n_t % 7u); v96_n_t /= 7u;
+    const int v96_c = (int)v96_n_t;
+    const int v96_ox = v96_j;
+    const long long v96_base = (v96_n * 64 + v96_c) * 196;
+    int v96 = -1;
+    float v96_m = 0;
+    for (int kh = 0; kh < 2; ++kh) {
+      const int iy = v96_oy * 2 - 0 + kh * 1;
+      const bool oky = true;
+      for (int kw = 0; kw < 2; ++kw) {
+        const int ix = v96_ox * 2 - 0 + kw * 1;
+        const bool ok = oky;
+        const float x = (ok) ? in0[v96_base + iy * 14 + ix] : 0;
+        if (ok && (v96 < 0 || x > v96_m || x != x)) { v96 = kh * 2 + kw; v96_m = x; }
+      }
+    }
     out0[i] = v96;
   }
 }
 
-// relu_fwd_5: 3 launches (relu_fwd_5, relu_fwd_5, relu_fwd_3). The first computes:
-//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:38
-extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 128LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a96 = in0[i];
-    float v97 = (a96 <= 0.0f ? 0.0f : a96);
+// maxpool_pick_fwd_2: 3 launches (maxpool_pick_fwd_2, maxpool_pick_fwd_2, maxpool_pick_fwd_2). The first computes:
+//   v97 = maxpool_pick <f32[B,64,7,7]> v95 v96 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) maxpool_pick_fwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = 448LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
+    const long long i = r * 7LL + j;
+    int a96 = in1[i];
+    const int v97_j = j;
+    const long long v97_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v97_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v97_n * 448u);
+    const int v97_oy = (int)(v97_n_t % 7u); v97_n_t /= 7u;
+    const int v97_c = (int)v97_n_t;
+    const int v97_ox = v97_j;
+    const long long v97_base = (v97_n * 64 + v97_c) * 196;
+    const unsigned v97_k = (unsigned)a96;
+    const float v97 = in0[v97_base + (v97_oy * 2 - 0 + (int)(v97_k / 2u) * 1) * 14 + v97_ox * 2 - 0 + (int)(v97_k % 2u) * 1];
     out0[i] = v97;
   }
 }
 
+// bias_fwd_3: 3 launches (fc1_bias_fwd, fc1_bias_fwd, fc1_bias_fwd). The first computes:
+//   v102 = add <f32[B,128]> v100 v101  # models/convnet/model.go:38
+extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long rows = (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
+    const long long i = r * 128LL + j;
+    float a100 = in0[i];
+    float a101 = in1[(0) * 128LL + j];
+    float v102 = (a100 + a101);
+    out0[i] = v102;
+  }
+}
+
+// relu_fwd_5: 3 launches (relu_fwd_5, relu_fwd_5, relu_fwd_3). The first computes:
+//   v103 = relu <f32[B,128]> v102  # models/convnet/model.go:38
+extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 128LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a102 = in0[i];
+    float v103 = (a102 <= 0.0f ? 0.0f : a102);
+    out0[i] = v103;
+  }
+}
+
 // bias_fwd_4: 3 launches (fc2_bias_fwd, fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
+//   v107 = add <f32[B,10]> v105 v106  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
-    float a99 = in0[i];
-    float a100 = in1[(0) * 10LL + j];
-    float v101 = (a99 + a100);
-    out0[i] = v101;
+    float a105 = in0[i];
+    float a106 = in1[(0) * 10LL + j];
+    float v107 = (a105 + a106);
+    out0[i] = v107;
   }
 }
 
 // cross_entropy_fwd computes:
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
+//   v108 = cross_entropy <f32[]> v107 v1  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -821,25 +889,25 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a101 = in0[i];
-    mx = fmaxf(mx, a101);
+    float a107 = in0[i];
+    mx = fmaxf(mx, a107);
   }
   float sum = 0.0f;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a101 = in0[i];
-    sum += expf(a101 - mx);
+    float a107 = in0[i];
+    sum += expf(a107 - mx);
   }
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
-    float a101 = in0[i];
-    atomicAdd(out0, (lse - a101) / (float)rows);
+    float a107 = in0[i];
+    atomicAdd(out0, (lse - a107) / (float)rows);
   }
 }
 
 // ce_grad_bwd computes:
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
+//   v110 = ce_grad <f32[B,10]> v107 v1 v109  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -852,27 +920,27 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a101 = in0[i];
-    mx = fmaxf(mx, a101);
+    float a107 = in0[i];
+    mx = fmaxf(mx, a107);
   }
   float sum = 0.0f;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a101 = in0[i];
-    sum += expf(a101 - mx);
+    float a107 = in0[i];
+    sum += expf(a107 - mx);
   }
   const float lse = mx + logf(sum);
   const float scale = 1.0f / (float)rows;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a101 = in0[i];
-    const float xj = a101;
+    float a107 = in0[i];
+    const float xj = a107;
     out0[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
 }
 
 // sum_bwd computes:
-//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:39
+//   v111 = sum <f32[1,10]> v110 {axes=[0] keepdim}  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -881,27 +949,27 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
-      float a104 = in0[i];
-      { const float x = a104; acc0 = acc0 + x; }
+      float a110 = in0[i];
+      { const float x = a110; acc0 = acc0 + x; }
     }
     out0[o] = acc0;
   }
 }
 
 // relu_bwd_bwd computes:
-//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
+//   v115 = relu_bwd <f32[B,128]> v113 v103  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a107 = in0[i];
-    float a97 = in1[i];
-    float v109 = ngen_relu_grad(a97, a107);
-    out0[i] = v109;
+    float a113 = in0[i];
+    float a103 = in1[i];
+    float v115 = ngen_relu_grad(a103, a113);
+    out0[i] = v115;
   }
 }
 
 // sum_bwd_2 computes:
-//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
+//   v116 = sum <f32[1,128]> v115 {axes=[0] keepdim}  # models/convnet/model.go:38
 static __device__ float sum_bwd_2_part0[2176];
 static __device__ unsigned sum_bwd_2_count[16];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -920,8 +988,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-          float a109 = in0[i];
-          { const float x = a109; acc0_l[oc] = acc0_l[oc] + x; }
+          float a115 = in0[i];
+          { const float x = a115; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -933,8 +1001,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-      float a109 = in0[i];
-      { const float x = a109; acc0 = acc0 + x; }
+      float a115 = in0[i];
+      { const float x = a115; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -960,40 +1028,40 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // maxpool_bwd_bwd computes:
-//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v121 = maxpool_bwd <f32[B,64,14,14]> v120 v96 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v115_j = j;
-    const long long v115_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v115_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v115_n * 896u);
-    const int v115_y = (int)(v115_n_t % 14u); v115_n_t /= 14u;
-    const int v115_c = (int)v115_n_t;
-    const int v115_x = v115_j;
-    const long long v115_obase = (v115_n * 64 + v115_c) * 49;
-    const int v115_oy = (int)((unsigned)v115_y / 2u), v115_ox = (int)((unsigned)v115_x / 2u);
-    const long long v115_o = v115_obase + v115_oy * 7 + v115_ox;
-    const float v115_g = in0[v115_o];
-    const float v115 = in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u) ? v115_g : 0.0f;
-    out0[i] = v115;
+    const int v121_j = j;
+    const long long v121_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v121_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v121_n * 896u);
+    const int v121_y = (int)(v121_n_t % 14u); v121_n_t /= 14u;
+    const int v121_c = (int)v121_n_t;
+    const int v121_x = v121_j;
+    const long long v121_obase = (v121_n * 64 + v121_c) * 49;
+    const int v121_oy = (int)((unsigned)v121_y / 2u), v121_ox = (int)((unsigned)v121_x / 2u);
+    const long long v121_o = v121_obase + v121_oy * 7 + v121_ox;
+    const float v121_g = in0[v121_o];
+    const float v121 = in1[v121_o] == (int)((unsigned)v121_y % 2u) * 2 + (int)((unsigned)v121_x % 2u) ? v121_g : 0.0f;
+    out0[i] = v121;
   }
 }
 
 // relu_bwd_bwd_2 computes:
-//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:37
+//   v122 = relu_bwd <f32[B,64,14,14]> v121 v95  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a115 = in0[i];
-    float a89 = in1[i];
-    float v116 = ngen_relu_grad(a89, a115);
-    out0[i] = v116;
+    float a121 = in0[i];
+    float a95 = in1[i];
+    float v122 = ngen_relu_grad(a95, a121);
+    out0[i] = v122;
   }
 }
 
 // sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_4, sum_bwd_5). The first computes:
-//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v123 = sum <f32[1,64,1,1]> v122 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ float sum_bwd_3_part0[320];
 static __device__ unsigned sum_bwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1017,8 +1085,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a116 = in0[i];
-          { const float x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a122 = in0[i];
+          { const float x = a122; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -1045,122 +1113,203 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
   }
 }
 
-// mul_bwd: 2 launches (mul_bwd_2, mul_bwd_8). The first computes:
-//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
+// mul_bwd computes:
+//   v126 = mul <f32[B,64,14,14]> v122 v63  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a116 = in0[i];
-    float a60 = in1[i];
-    float v120 = (a116 * a60);
-    out0[i] = v120;
+    float a122 = in0[i];
+    float a63 = in1[i];
+    float v126 = (a122 * a63);
+    out0[i] = v126;
   }
 }
 
-// neg_bwd: 2 launches (neg_bwd, neg_bwd_2). The first computes:
-//   v123 = neg <f32[64]> v118  # models/convnet/model.go:37
+// neg_bwd computes:
+//   v129 = neg <f32[64]> v124  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) neg_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a118 = in0[i];
-    float v123 = (-a118);
-    out0[i] = v123;
+    float a124 = in0[i];
+    float v129 = (-a124);
+    out0[i] = v129;
   }
 }
 
 // powc_bwd computes:
-//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:37
+//   v137 = powc <f32[64]> v75 {f=-1.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) powc_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float v131 = powf(a69, -1.5f);
-    out0[i] = v131;
+    float a75 = in0[i];
+    float v137 = powf(a75, -1.5f);
+    out0[i] = v137;
   }
 }
 
 // scale_bwd computes:
-//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:37
+//   v138 = scale <f32[64]> v137 {f=-0.5}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) scale_bwd(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a131 = in0[i];
-    float v132 = (a131 * -0.5f);
-    out0[i] = v132;
-  }
-}
-
-// relu_bwd_bwd_3 computes:
-//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a133 = in0[i];
-    float a66 = in1[i];
-    float v136 = ngen_relu_grad(a66, a133);
-    out0[i] = v136;
-  }
-}
-
-// scale_bwd_2 computes:
-//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
     float a137 = in0[i];
-    float v138 = (a137 * 2.0f);
+    float v138 = (a137 * -0.5f);
     out0[i] = v138;
   }
 }
 
-// broadcast_bwd: 2 launches (broadcast_bwd, broadcast_bwd_2). The first computes:
-//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 64LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
-    const long long i = r * 196LL + j;
-    float a141 = in0[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v142 = a141;
+// cast_bwd: 2 launches (cast_bwd, cast_bwd_2). The first computes:
+//   v142 = cast <f64[64]> v139 {str=f64}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) cast_bwd(const float * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    float a139 = in0[i];
+    double v142 = a139;
     out0[i] = v142;
   }
 }
 
-// divcount_bwd: 2 launches (divcount_bwd, divcount_bwd_2). The first computes:
-//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
+// relu_bwd_bwd_3 computes:
+//   v144 = relu_bwd <f64[64]> v142 v70  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_3(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a142 = in0[i];
-    float v143 = (a142 / (float)(196 * (long long)B));
-    out0[i] = v143;
+    double a142 = in0[i];
+    double a70 = in1[i];
+    double v144 = ngen_relu_grad(a70, a142);
+    out0[i] = v144;
   }
 }
 
-// add_bwd: 2 launches (add_bwd_3, add_bwd_4). The first computes:
-//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) add_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
+// neg_bwd_2 computes:
+//   v145 = neg <f64[64]> v144  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const double * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a119 = in0[i];
-    float a146 = in1[i];
-    float v147 = (a119 + a146);
+    double a144 = in0[i];
+    double v145 = (-a144);
+    out0[i] = v145;
+  }
+}
+
+// scale_bwd_2 computes:
+//   v146 = scale <f64[64]> v145 {f=2}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) scale_bwd_2(const double * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a145 = in0[i];
+    double v146 = (a145 * 2.0);
+    out0[i] = v146;
+  }
+}
+
+// mul_bwd_2 computes:
+//   v147 = mul <f64[64]> v146 v65  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 64LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a146 = in0[i];
+    double a65 = in1[i];
+    double v147 = (a146 * a65);
     out0[i] = v147;
   }
 }
 
-// scale_bwd_3 computes:
-//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) scale_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 12544LL * (long long)B;
+// add_bwd computes:
+//   v148 = add <f64[64]> v143 v147  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) add_bwd(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a143 = in0[i];
-    float v148 = (a143 * 2.0f);
+    double a143 = in0[i];
+    double a147 = in1[i];
+    double v148 = (a143 + a147);
     out0[i] = v148;
   }
 }
 
+// broadcast_bwd: 2 launches (broadcast_bwd, broadcast_bwd_2). The first computes:
+//   v150 = broadcast <f64[B,64,14,14]> v149 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) broadcast_bwd(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long rows = 64LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
+    const long long i = r * 196LL + j;
+    double a149 = in0[(long long)((((unsigned long long)(r)) % 64LL))];
+    double v150 = a149;
+    out0[i] = v150;
+  }
+}
+
+// divcount_bwd: 2 launches (divcount_bwd, divcount_bwd_2). The first computes:
+//   v151 = divcount <f64[B,64,14,14]> v150 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) divcount_bwd(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a150 = in0[i];
+    double v151 = (a150 / (double)(196 * (long long)B));
+    out0[i] = v151;
+  }
+}
+
+// scale_bwd_3 computes:
+//   v152 = scale <f64[B,64,14,14]> v151 {f=2}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) scale_bwd_3(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a151 = in0[i];
+    double v152 = (a151 * 2.0);
+    out0[i] = v152;
+  }
+}
+
+// mul_bwd_3 computes:
+//   v154 = mul <f64[B,64,14,14]> v152 v153  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_3(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a152 = in0[i];
+    double a153 = in1[i];
+    double v154 = (a152 * a153);
+    out0[i] = v154;
+  }
+}
+
+// add_bwd_2 computes:
+//   v158 = add <f64[B,64,14,14]> v154 v157  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a154 = in0[i];
+    double a157 = in1[i];
+    double v158 = (a154 + a157);
+    out0[i] = v158;
+  }
+}
+
+// cast_bwd_2 computes:
+//   v159 = cast <f32[B,64,14,14]> v158 {str=f32}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const double * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a158 = in0[i];
+    float v159 = a158;
+    out0[i] = v159;
+  }
+}
+
+// add_bwd_3 computes:
+//   v160 = add <f32[B,64,14,14]> v125 v159  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) add_bwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long n = 12544LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a125 = in0[i];
+    float a159 = in1[i];
+    float v160 = (a125 + a159);
+    out0[i] = v160;
+  }
+}
+
 // sum_bwd_4 computes:
-//   v157 = sum <f32[1,64,288]> v155 {axes=[0] keepdim}  # models/convnet/model.go:37
+//   v167 = sum <f32[1,64,288]> v165 {axes=[0] keepdim}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
@@ -1175,8 +1324,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-          float a155 = in0[i];
-          { const float x = a155; acc0_l[oc] = acc0_l[oc] + x; }
+          float a165 = in0[i];
+          { const float x = a165; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1188,8 +1337,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-      float a155 = in0[i];
-      { const float x = a155; acc0 = acc0 + x; }
+      float a165 = in0[i];
+      { const float x = a165; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1203,67 +1352,67 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // col2im_bwd computes:
-//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
+//   v170 = col2im <f32[B,32,14,14]> v166 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v160_j = j;
-    const long long v160_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v160_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v160_n * 448u);
-    const int v160_y = (int)(v160_n_t % 14u); v160_n_t /= 14u;
-    const int v160_c = (int)v160_n_t;
-    const int v160_g = 0, v160_ci = v160_c;
-    float v160 = 0.0f;
+    const int v170_j = j;
+    const long long v170_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v170_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v170_n * 448u);
+    const int v170_y = (int)(v170_n_t % 14u); v170_n_t /= 14u;
+    const int v170_c = (int)v170_n_t;
+    const int v170_g = 0, v170_ci = v170_c;
+    float v170 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
-      const int ty = v160_y + 1 - kh * 1;
+      const int ty = v170_y + 1 - kh * 1;
       const bool oky = ty >= 0 && (unsigned)ty < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v160_j + 1 - kw * 1;
+        const int tx = v170_j + 1 - kw * 1;
         const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
-        const int kk = (v160_ci * 3 + kh) * 3 + kw;
-        v160 += ok ? in0[((v160_n * 1 + v160_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
+        const int kk = (v170_ci * 3 + kh) * 3 + kw;
+        v170 += ok ? in0[((v170_n * 1 + v170_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
-    out0[i] = v160;
+    out0[i] = v170;
   }
 }
 
 // maxpool_bwd_bwd_2 computes:
-//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v171 = maxpool_bwd <f32[B,32,28,28]> v170 v48 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
-    const int v161_j = j;
-    const long long v161_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v161_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v161_n * 896u);
-    const int v161_y = (int)(v161_n_t % 28u); v161_n_t /= 28u;
-    const int v161_c = (int)v161_n_t;
-    const int v161_x = v161_j;
-    const long long v161_obase = (v161_n * 32 + v161_c) * 196;
-    const int v161_oy = (int)((unsigned)v161_y / 2u), v161_ox = (int)((unsigned)v161_x / 2u);
-    const long long v161_o = v161_obase + v161_oy * 14 + v161_ox;
-    const float v161_g = in0[v161_o];
-    const float v161 = in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u) ? v161_g : 0.0f;
-    out0[i] = v161;
+    const int v171_j = j;
+    const long long v171_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v171_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v171_n * 896u);
+    const int v171_y = (int)(v171_n_t % 28u); v171_n_t /= 28u;
+    const int v171_c = (int)v171_n_t;
+    const int v171_x = v171_j;
+    const long long v171_obase = (v171_n * 32 + v171_c) * 196;
+    const int v171_oy = (int)((unsigned)v171_y / 2u), v171_ox = (int)((unsigned)v171_x / 2u);
+    const long long v171_o = v171_obase + v171_oy * 14 + v171_ox;
+    const float v171_g = in0[v171_o];
+    const float v171 = in1[v171_o] == (int)((unsigned)v171_y % 2u) * 2 + (int)((unsigned)v171_x % 2u) ? v171_g : 0.0f;
+    out0[i] = v171;
   }
 }
 
 // relu_bwd_bwd_4 computes:
-//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:36
+//   v172 = relu_bwd <f32[B,32,28,28]> v171 v47  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a161 = in0[i];
-    float a44 = in1[i];
-    float v162 = ngen_relu_grad(a44, a161);
-    out0[i] = v162;
+    float a171 = in0[i];
+    float a47 = in1[i];
+    float v172 = ngen_relu_grad(a47, a171);
+    out0[i] = v172;
   }
 }
 
 // sum_bwd_5: 3 launches (sum_bwd_7, sum_bwd_8, sum_bwd_9). The first computes:
-//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v173 = sum <f32[1,32,1,1]> v172 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ float sum_bwd_5_part0[288];
 static __device__ unsigned sum_bwd_5_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1287,8 +1436,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a162 = in0[i];
-          { const float x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a172 = in0[i];
+          { const float x = a172; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -1315,122 +1464,203 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
   }
 }
 
-// mul_bwd_2: 2 launches (mul_bwd_10, mul_bwd_16). The first computes:
-//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) mul_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+// mul_bwd_4 computes:
+//   v176 = mul <f32[B,32,28,28]> v172 v15  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a162 = in0[i];
+    float a172 = in0[i];
     float a15 = in1[i];
-    float v166 = (a162 * a15);
-    out0[i] = v166;
+    float v176 = (a172 * a15);
+    out0[i] = v176;
   }
 }
 
-// neg_bwd_2: 2 launches (neg_bwd_3, neg_bwd_4). The first computes:
-//   v169 = neg <f32[32]> v164  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) neg_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
+// neg_bwd_3 computes:
+//   v179 = neg <f32[32]> v174  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) neg_bwd_3(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a164 = in0[i];
-    float v169 = (-a164);
-    out0[i] = v169;
+    float a174 = in0[i];
+    float v179 = (-a174);
+    out0[i] = v179;
   }
 }
 
 // powc_bwd_2 computes:
-//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:36
+//   v187 = powc <f32[32]> v27 {f=-1.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) powc_bwd_2(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a24 = in0[i];
-    float v177 = powf(a24, -1.5f);
-    out0[i] = v177;
+    float a27 = in0[i];
+    float v187 = powf(a27, -1.5f);
+    out0[i] = v187;
   }
 }
 
 // scale_bwd_4 computes:
-//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:36
+//   v188 = scale <f32[32]> v187 {f=-0.5}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) scale_bwd_4(const float * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a177 = in0[i];
-    float v178 = (a177 * -0.5f);
-    out0[i] = v178;
-  }
-}
-
-// relu_bwd_bwd_5 computes:
-//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a179 = in0[i];
-    float a21 = in1[i];
-    float v182 = ngen_relu_grad(a21, a179);
-    out0[i] = v182;
-  }
-}
-
-// scale_bwd_5 computes:
-//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) scale_bwd_5(const float * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a183 = in0[i];
-    float v184 = (a183 * 2.0f);
-    out0[i] = v184;
-  }
-}
-
-// broadcast_bwd_2: 2 launches (broadcast_bwd_3, broadcast_bwd_4). The first computes:
-//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long rows = 32LL * (long long)B;
-  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
-    const long long i = r * 784LL + j;
-    float a187 = in0[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v188 = a187;
+    float a187 = in0[i];
+    float v188 = (a187 * -0.5f);
     out0[i] = v188;
   }
 }
 
-// divcount_bwd_2: 2 launches (divcount_bwd_3, divcount_bwd_4). The first computes:
-//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a188 = in0[i];
-    float v189 = (a188 / (float)(784 * (long long)B));
-    out0[i] = v189;
-  }
-}
-
-// add_bwd_2: 2 launches (add_bwd_7, add_bwd_8). The first computes:
-//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) add_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
-  NGEN_GRID_STRIDE(i, n) {
-    float a165 = in0[i];
-    float a192 = in1[i];
-    float v193 = (a165 + a192);
-    out0[i] = v193;
-  }
-}
-
-// scale_bwd_6 computes:
-//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) scale_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
-  const long long n = 25088LL * (long long)B;
+// cast_bwd_3: 2 launches (cast_bwd_5, cast_bwd_6). The first computes:
+//   v192 = cast <f64[32]> v189 {str=f64}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const float * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     float a189 = in0[i];
-    float v194 = (a189 * 2.0f);
+    double v192 = a189;
+    out0[i] = v192;
+  }
+}
+
+// relu_bwd_bwd_5 computes:
+//   v194 = relu_bwd <f64[32]> v192 v22  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) relu_bwd_bwd_5(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a192 = in0[i];
+    double a22 = in1[i];
+    double v194 = ngen_relu_grad(a22, a192);
     out0[i] = v194;
   }
 }
 
+// neg_bwd_4 computes:
+//   v195 = neg <f64[32]> v194  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) neg_bwd_4(const double * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a194 = in0[i];
+    double v195 = (-a194);
+    out0[i] = v195;
+  }
+}
+
+// scale_bwd_5 computes:
+//   v196 = scale <f64[32]> v195 {f=2}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) scale_bwd_5(const double * __restrict__ in0, double * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a195 = in0[i];
+    double v196 = (a195 * 2.0);
+    out0[i] = v196;
+  }
+}
+
+// mul_bwd_5 computes:
+//   v197 = mul <f64[32]> v196 v17  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_5(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a196 = in0[i];
+    double a17 = in1[i];
+    double v197 = (a196 * a17);
+    out0[i] = v197;
+  }
+}
+
+// add_bwd_4 computes:
+//   v198 = add <f64[32]> v193 v197  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) add_bwd_4(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0) {
+  const long long n = 32LL;
+  NGEN_GRID_STRIDE(i, n) {
+    double a193 = in0[i];
+    double a197 = in1[i];
+    double v198 = (a193 + a197);
+    out0[i] = v198;
+  }
+}
+
+// broadcast_bwd_2: 2 launches (broadcast_bwd_3, broadcast_bwd_4). The first computes:
+//   v200 = broadcast <f64[B,32,28,28]> v199 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) broadcast_bwd_2(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long rows = 32LL * (long long)B;
+  NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
+    const long long i = r * 784LL + j;
+    double a199 = in0[(long long)((((unsigned long long)(r)) % 32LL))];
+    double v200 = a199;
+    out0[i] = v200;
+  }
+}
+
+// divcount_bwd_2: 2 launches (divcount_bwd_3, divcount_bwd_4). The first computes:
+//   v201 = divcount <f64[B,32,28,28]> v200 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) divcount_bwd_2(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a200 = in0[i];
+    double v201 = (a200 / (double)(784 * (long long)B));
+    out0[i] = v201;
+  }
+}
+
+// scale_bwd_6 computes:
+//   v202 = scale <f64[B,32,28,28]> v201 {f=2}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) scale_bwd_6(const double * __restrict__ in0, double * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a201 = in0[i];
+    double v202 = (a201 * 2.0);
+    out0[i] = v202;
+  }
+}
+
+// mul_bwd_6 computes:
+//   v204 = mul <f64[B,32,28,28]> v202 v203  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) mul_bwd_6(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a202 = in0[i];
+    double a203 = in1[i];
+    double v204 = (a202 * a203);
+    out0[i] = v204;
+  }
+}
+
+// add_bwd_5 computes:
+//   v208 = add <f64[B,32,28,28]> v204 v207  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) add_bwd_5(const double * __restrict__ in0, const double * __restrict__ in1, double * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a204 = in0[i];
+    double a207 = in1[i];
+    double v208 = (a204 + a207);
+    out0[i] = v208;
+  }
+}
+
+// cast_bwd_4 computes:
+//   v209 = cast <f32[B,32,28,28]> v208 {str=f32}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const double * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    double a208 = in0[i];
+    float v209 = a208;
+    out0[i] = v209;
+  }
+}
+
+// add_bwd_6 computes:
+//   v210 = add <f32[B,32,28,28]> v175 v209  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) add_bwd_6(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
+  const long long n = 25088LL * (long long)B;
+  NGEN_GRID_STRIDE(i, n) {
+    float a175 = in0[i];
+    float a209 = in1[i];
+    float v210 = (a175 + a209);
+    out0[i] = v210;
+  }
+}
+
 // sum_bwd_6 computes:
-//   v202 = sum <f32[1,32,9]> v201 {axes=[0] keepdim}  # models/convnet/model.go:36
+//   v216 = sum <f32[1,32,9]> v215 {axes=[0] keepdim}  # models/convnet/model.go:36
 static __device__ float sum_bwd_6_part0[2304];
 static __device__ unsigned sum_bwd_6_count[36];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1449,8 +1679,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-          float a201 = in0[i];
-          { const float x = a201; acc0_l[oc] = acc0_l[oc] + x; }
+          float a215 = in0[i];
+          { const float x = a215; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1462,8 +1692,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-      float a201 = in0[i];
-      { const float x = a201; acc0 = acc0 + x; }
+      float a215 = in0[i];
+      { const float x = a215; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1489,187 +1719,187 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_6(const float * __rest
 }
 
 // optimizer_update computes:
-//   v207 = clip_norm_scale <f32[421834]> v206  # models/convnet/model.go:33
+//   v221 = clip_norm_scale <f32[421834]> v220  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a206 = in0[i];
-    float v207 = (a206 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    out0[i] = v207;
+    float a220 = in0[i];
+    float v221 = (a220 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    out0[i] = v221;
   }
 }
 
 // optimizer_update_2 computes:
-//   v209 = mul <f32[421834]> v205 v208  # models/convnet/model.go:33
+//   v223 = mul <f32[421834]> v219 v222  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a205 = in0[i];
-    float v209 = (a205 * s_wd);
-    out0[i] = v209;
+    float a219 = in0[i];
+    float v223 = (a219 * s_wd);
+    out0[i] = v223;
   }
 }
 
 // optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
-//   v210 = add <f32[421834]> v207 v209  # models/convnet/model.go:33
+//   v224 = add <f32[421834]> v221 v223  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a207 = in0[i];
-    float a209 = in1[i];
-    float v210 = (a207 + a209);
-    out0[i] = v210;
+    float a221 = in0[i];
+    float a223 = in1[i];
+    float v224 = (a221 + a223);
+    out0[i] = v224;
   }
 }
 
 // optimizer_update_4 computes:
-//   v213 = scale <f32[421834]> v211 {f=0.9}  # models/convnet/model.go:33
+//   v227 = scale <f32[421834]> v225 {f=0.9}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a211 = in0[i];
-    float v213 = (a211 * 0.90000000000000002f);
-    out0[i] = v213;
+    float a225 = in0[i];
+    float v227 = (a225 * 0.90000000000000002f);
+    out0[i] = v227;
   }
 }
 
 // optimizer_update_5 computes:
-//   v214 = scale <f32[421834]> v210 {f=0.09999999999999998}  # models/convnet/model.go:33
+//   v228 = scale <f32[421834]> v224 {f=0.09999999999999998}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a210 = in0[i];
-    float v214 = (a210 * 0.099999999999999978f);
-    out0[i] = v214;
+    float a224 = in0[i];
+    float v228 = (a224 * 0.099999999999999978f);
+    out0[i] = v228;
   }
 }
 
 // optimizer_update_6 computes:
-//   v216 = scale <f32[421834]> v212 {f=0.999}  # models/convnet/model.go:33
+//   v230 = scale <f32[421834]> v226 {f=0.999}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a212 = in0[i];
-    float v216 = (a212 * 0.999f);
-    out0[i] = v216;
+    float a226 = in0[i];
+    float v230 = (a226 * 0.999f);
+    out0[i] = v230;
   }
 }
 
 // optimizer_update_7 computes:
-//   v217 = mul <f32[421834]> v210 v210  # models/convnet/model.go:33
+//   v231 = mul <f32[421834]> v224 v224  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a210 = in0[i];
-    float v217 = (a210 * a210);
-    out0[i] = v217;
+    float a224 = in0[i];
+    float v231 = (a224 * a224);
+    out0[i] = v231;
   }
 }
 
 // optimizer_update_8 computes:
-//   v218 = scale <f32[421834]> v217 {f=0.0010000000000000009}  # models/convnet/model.go:33
+//   v232 = scale <f32[421834]> v231 {f=0.0010000000000000009}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a217 = in0[i];
-    float v218 = (a217 * 0.0010000000000000009f);
-    out0[i] = v218;
+    float a231 = in0[i];
+    float v232 = (a231 * 0.0010000000000000009f);
+    out0[i] = v232;
   }
 }
 
 // optimizer_update_9 computes:
-//   v220 = sqrt <f32[421834]> v219  # models/convnet/model.go:33
+//   v234 = sqrt <f32[421834]> v233  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a219 = in0[i];
-    float v220 = sqrtf(a219);
-    out0[i] = v220;
+    float a233 = in0[i];
+    float v234 = sqrtf(a233);
+    out0[i] = v234;
   }
 }
 
 // optimizer_update_10 computes:
-//   v222 = div <f32[421834]> v220 v221  # models/convnet/model.go:33
+//   v236 = div <f32[421834]> v234 v235  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a220 = in0[i];
-    float v222 = (a220 / s_bc2_sqrt);
-    out0[i] = v222;
+    float a234 = in0[i];
+    float v236 = (a234 / s_bc2_sqrt);
+    out0[i] = v236;
   }
 }
 
 // optimizer_update_11 computes:
-//   v223 = addc <f32[421834]> v222 {f=1e-08}  # models/convnet/model.go:33
+//   v237 = addc <f32[421834]> v236 {f=1e-08}  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a222 = in0[i];
-    float v223 = (a222 + 1e-08f);
-    out0[i] = v223;
+    float a236 = in0[i];
+    float v237 = (a236 + 1e-08f);
+    out0[i] = v237;
   }
 }
 
 // optimizer_update_12 computes:
-//   v225 = div <f32[421834]> v215 v223  # models/convnet/model.go:33
+//   v239 = div <f32[421834]> v229 v237  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a215 = in0[i];
-    float a223 = in1[i];
-    float v225 = (a215 / a223);
-    out0[i] = v225;
+    float a229 = in0[i];
+    float a237 = in1[i];
+    float v239 = (a229 / a237);
+    out0[i] = v239;
   }
 }
 
 // optimizer_update_13 computes:
-//   v226 = mul <f32[421834]> v224 v225  # models/convnet/model.go:33
+//   v240 = mul <f32[421834]> v238 v239  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a225 = in0[i];
-    float v226 = (s_step_size * a225);
-    out0[i] = v226;
+    float a239 = in0[i];
+    float v240 = (s_step_size * a239);
+    out0[i] = v240;
   }
 }
 
 // optimizer_update_14 computes:
-//   v227 = sub <f32[421834]> v205 v226  # models/convnet/model.go:33
+//   v241 = sub <f32[421834]> v219 v240  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a205 = in0[i];
-    float a226 = in1[i];
-    float v227 = (a205 - a226);
-    out0[i] = v227;
+    float a219 = in0[i];
+    float a240 = in1[i];
+    float v241 = (a219 - a240);
+    out0[i] = v241;
   }
 }
 

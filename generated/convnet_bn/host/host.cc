@@ -160,30 +160,31 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const float * __res
   }
 }
 
-// bias_sub_square_mean_fwd: 2 launches (conv1_bias_sub_square_mean_fwd, conv1_bias_sub_square_mean_fwd). The first computes:
+// bias_sub_cast_mean_square_fwd: 2 launches (conv1_bias_sub_cast_mean_square_fwd, conv1_bias_sub_cast_mean_square_fwd). The first computes:
 //   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:36
 //   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:36
-//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
-//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
-static __device__ float bias_sub_square_mean_fwd_part0[288];
-static __device__ float bias_sub_square_mean_fwd_part1[288];
-static __device__ unsigned bias_sub_square_mean_fwd_count[32];
-extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+//   v16 = cast <f64[B,32,28,28]> v15 {str=f64}  # models/convnet/model.go:36
+//   v17 = mean <f64[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
+//   v18 = square <f64[B,32,28,28]> v16  # models/convnet/model.go:36
+//   v19 = mean <f64[32]> v18 {axes=[0 2 3]}  # models/convnet/model.go:36
+static __device__ double bias_sub_cast_mean_square_fwd_part0[288];
+static __device__ double bias_sub_cast_mean_square_fwd_part1[288];
+static __device__ unsigned bias_sub_cast_mean_square_fwd_count[32];
+extern "C" __global__ void __launch_bounds__(256) bias_sub_cast_mean_square_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, double * __restrict__ out1, double * __restrict__ out2, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
-  __shared__ float partial0[32];
-  __shared__ float partial1[32];
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
   if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    float acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    double acc0 = 0.0;
+    double acc1 = 0.0;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0;
     const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
@@ -199,18 +200,19 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd(const
           float v9 = (a7 + a8);
           float a14 = in2[o];
           float v15 = (v9 - a14);
-          float v16 = ngen_sq(v15);
+          double v16 = v15;
+          double v18 = ngen_sq(v16);
           out0[i] = v15;
-          { const float x = v15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v16; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          { const double x = v16; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v18; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
     if (blockDim.x == 1) {
-      out1[o] = acc0 / (float)nred;
-      out2[o] = acc1 / (float)nred;
+      out1[o] = acc0 / (double)nred;
+      out2[o] = acc1 / (double)nred;
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
@@ -219,185 +221,190 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd(const
     if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else bias_sub_square_mean_fwd_part0[o * 9 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (double)nred; else bias_sub_cast_mean_square_fwd_part0[o * 9 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else bias_sub_square_mean_fwd_part1[o * 9 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out1[o] = acc0 / (float)nred;
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_part1)[o * 9 + y]; acc1 = acc1 + x; }
-        out2[o] = acc1 / (float)nred;
-        bias_sub_square_mean_fwd_count[o] = 0;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (double)nred; else bias_sub_cast_mean_square_fwd_part1[o * 9 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_cast_mean_square_fwd_count[o]) == ys - 1) {
+        acc0 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_cast_mean_square_fwd_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (double)nred;
+        acc1 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_cast_mean_square_fwd_part1)[o * 9 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (double)nred;
+        bias_sub_cast_mean_square_fwd_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// square_sub_relu_where_train_addc_etc_bwd computes:
-//   v19 = square <f32[32]> v17  # models/convnet/model.go:36
-//   v20 = sub <f32[32]> v18 v19  # models/convnet/model.go:36
-//   v21 = relu <f32[32]> v20  # models/convnet/model.go:36
-//   v23 = where_train <f32[32]> v17 v22  # models/convnet/model.go:36
-//   v24 = addc <f32[32]> v21 {f=1e-05}  # models/convnet/model.go:36
-//   v25 = powc <f32[32]> v24 {f=-0.5}  # models/convnet/model.go:36
-//   v26 = addc <f32[32]> v13 {f=1e-05}  # models/convnet/model.go:36
-//   v27 = powc <f32[32]> v26 {f=-0.5}  # models/convnet/model.go:36
-//   v28 = where_train <f32[32]> v25 v27  # models/convnet/model.go:36
-//   v29 = mul <f32[32]> v10 v28  # models/convnet/model.go:36
-//   v30 = mul <f32[32]> v23 v29  # models/convnet/model.go:36
-//   v31 = sub <f32[32]> v11 v30  # models/convnet/model.go:36
-//   v36 = scale <f32[32]> v17 {f=0.1}  # models/convnet/model.go:36
-//   v37 = add <f32[32]> v12 v36  # models/convnet/model.go:36
-//   v38 = where_train <f32[32]> v37 v12  # models/convnet/model.go:36
-//   v39 = unbias <f32[32]> v21 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v40 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
-//   v41 = scale <f32[32]> v39 {f=0.1}  # models/convnet/model.go:36
-//   v42 = add <f32[32]> v40 v41  # models/convnet/model.go:36
-//   v43 = where_train <f32[32]> v42 v13  # models/convnet/model.go:36
-//   v177 = powc <f32[32]> v24 {f=-1.5}  # models/convnet/model.go:36
-//   v178 = scale <f32[32]> v177 {f=-0.5}  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
+// square_sub_relu_cast_where_train_etc_bwd computes:
+//   v20 = square <f64[32]> v17  # models/convnet/model.go:36
+//   v21 = sub <f64[32]> v19 v20  # models/convnet/model.go:36
+//   v22 = relu <f64[32]> v21  # models/convnet/model.go:36
+//   v23 = cast <f32[32]> v17 {str=f32}  # models/convnet/model.go:36
+//   v24 = cast <f32[32]> v22 {str=f32}  # models/convnet/model.go:36
+//   v26 = where_train <f32[32]> v23 v25  # models/convnet/model.go:36
+//   v27 = addc <f32[32]> v24 {f=1e-05}  # models/convnet/model.go:36
+//   v28 = powc <f32[32]> v27 {f=-0.5}  # models/convnet/model.go:36
+//   v29 = addc <f32[32]> v13 {f=1e-05}  # models/convnet/model.go:36
+//   v30 = powc <f32[32]> v29 {f=-0.5}  # models/convnet/model.go:36
+//   v31 = where_train <f32[32]> v28 v30  # models/convnet/model.go:36
+//   v32 = mul <f32[32]> v10 v31  # models/convnet/model.go:36
+//   v33 = mul <f32[32]> v26 v32  # models/convnet/model.go:36
+//   v34 = sub <f32[32]> v11 v33  # models/convnet/model.go:36
+//   v39 = scale <f32[32]> v23 {f=0.1}  # models/convnet/model.go:36
+//   v40 = add <f32[32]> v12 v39  # models/convnet/model.go:36
+//   v41 = where_train <f32[32]> v40 v12  # models/convnet/model.go:36
+//   v42 = unbias <f32[32]> v24 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v43 = scale <f32[32]> v13 {f=0.9}  # models/convnet/model.go:36
+//   v44 = scale <f32[32]> v42 {f=0.1}  # models/convnet/model.go:36
+//   v45 = add <f32[32]> v43 v44  # models/convnet/model.go:36
+//   v46 = where_train <f32[32]> v45 v13  # models/convnet/model.go:36
+//   v187 = powc <f32[32]> v27 {f=-1.5}  # models/convnet/model.go:36
+//   v188 = scale <f32[32]> v187 {f=-0.5}  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_train_etc_bwd(const double * __restrict__ in0, const double * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, double * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a17 = in0[i];
-    float v19 = ngen_sq(a17);
-    float a18 = in1[i];
-    float v20 = (a18 - v19);
-    float v21 = (v20 <= 0.0f ? 0.0f : v20);
-    float v23 = (s_train ? a17 : 0.0f);
-    float v24 = (v21 + 1.0000000000000001e-05f);
-    float v25 = powf(v24, -0.5f);
+    double a17 = in0[i];
+    double v20 = ngen_sq(a17);
+    double a19 = in1[i];
+    double v21 = (a19 - v20);
+    double v22 = (v21 <= 0.0 ? 0.0 : v21);
+    float v23 = a17;
+    float v24 = v22;
+    float v26 = (s_train ? v23 : 0.0f);
+    float v27 = (v24 + 1.0000000000000001e-05f);
+    float v28 = powf(v27, -0.5f);
     float a13 = in2[i];
-    float v26 = (a13 + 1.0000000000000001e-05f);
-    float v27 = powf(v26, -0.5f);
-    float v28 = (s_train ? v25 : v27);
+    float v29 = (a13 + 1.0000000000000001e-05f);
+    float v30 = powf(v29, -0.5f);
+    float v31 = (s_train ? v28 : v30);
     float a10 = in3[i];
-    float v29 = (a10 * v28);
-    float v30 = (v23 * v29);
+    float v32 = (a10 * v31);
+    float v33 = (v26 * v32);
     float a11 = in4[i];
-    float v31 = (a11 - v30);
-    float v36 = (a17 * 0.10000000000000001f);
+    float v34 = (a11 - v33);
+    float v39 = (v23 * 0.10000000000000001f);
     float a12 = in5[i];
-    out0[i] = v21;
-    out1[i] = v23;
-    out2[i] = v28;
-    out3[i] = v29;
-    out4[i] = v31;
-    float v37 = (a12 + v36);
-    float v38 = (s_train ? v37 : a12);
-    out5[i] = v38;
-    float v39 = (v21 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
-    float v40 = (a13 * 0.90000000000000002f);
-    float v41 = (v39 * 0.10000000000000001f);
-    float v42 = (v40 + v41);
-    float v43 = (s_train ? v42 : a13);
-    out6[i] = v43;
-    float v177 = powf(v24, -1.5f);
-    float v178 = (v177 * -0.5f);
-    out7[i] = v178;
+    out0[i] = v22;
+    out1[i] = v26;
+    out2[i] = v31;
+    out3[i] = v32;
+    out4[i] = v34;
+    float v40 = (a12 + v39);
+    float v41 = (s_train ? v40 : a12);
+    out5[i] = v41;
+    float v42 = (v24 * ((float)(784 * (long long)B) / (float)((784 * (long long)B) - 1)));
+    float v43 = (a13 * 0.90000000000000002f);
+    float v44 = (v42 * 0.10000000000000001f);
+    float v45 = (v43 + v44);
+    float v46 = (s_train ? v45 : a13);
+    out6[i] = v46;
+    float v187 = powf(v27, -1.5f);
+    float v188 = (v187 * -0.5f);
+    out7[i] = v188;
   }
 }
 
 // mul_add_relu_fwd: 3 launches (mul_add_relu_fwd, mul_add_relu_fwd, mul_add_relu_fwd). The first computes:
-//   v33 = mul <f32[B,32,28,28]> v15 v32  # models/convnet/model.go:36
-//   v35 = add <f32[B,32,28,28]> v33 v34  # models/convnet/model.go:36
-//   v44 = relu <f32[B,32,28,28]> v35  # models/convnet/model.go:36
+//   v36 = mul <f32[B,32,28,28]> v15 v35  # models/convnet/model.go:36
+//   v38 = add <f32[B,32,28,28]> v36 v37  # models/convnet/model.go:36
+//   v47 = relu <f32[B,32,28,28]> v38  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 32LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 784) {
     const long long i = r * 784LL + j;
     float a15 = in0[i];
-    float a32 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v33 = (a15 * a32);
-    float a34 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
-    float v35 = (v33 + a34);
-    float v44 = (v35 <= 0.0f ? 0.0f : v35);
-    out0[i] = v44;
+    float a35 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v36 = (a15 * a35);
+    float a37 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
+    float v38 = (v36 + a37);
+    float v47 = (v38 <= 0.0f ? 0.0f : v38);
+    out0[i] = v47;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd computes:
-//   v45 = maxpool_argmax <i32[B,32,14,14]> v44 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
-//   v46 = maxpool_pick <f32[B,32,14,14]> v44 v45 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v48 = maxpool_argmax <i32[B,32,14,14]> v47 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v49 = maxpool_pick <f32[B,32,14,14]> v47 v48 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v45_j = j;
-    const long long v45_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v45_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v45_n * 448u);
-    const int v45_oy = (int)(v45_n_t % 14u); v45_n_t /= 14u;
-    const int v45_c = (int)v45_n_t;
-    const int v45_ox = v45_j;
-    const long long v45_base = (v45_n * 32 + v45_c) * 784;
-    int v45 = -1;
-    float v45_m = 0;
+    const int v48_j = j;
+    const long long v48_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v48_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v48_n * 448u);
+    const int v48_oy = (int)(v48_n_t % 14u); v48_n_t /= 14u;
+    const int v48_c = (int)v48_n_t;
+    const int v48_ox = v48_j;
+    const long long v48_base = (v48_n * 32 + v48_c) * 784;
+    int v48 = -1;
+    float v48_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v45_oy * 2 - 0 + kh * 1;
+      const int iy = v48_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v45_ox * 2 - 0 + kw * 1;
+        const int ix = v48_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v45_base + iy * 28 + ix] : 0;
-        if (ok && (v45 < 0 || x > v45_m || x != x)) { v45 = kh * 2 + kw; v45_m = x; }
+        const float x = (ok) ? in0[v48_base + iy * 28 + ix] : 0;
+        if (ok && (v48 < 0 || x > v48_m || x != x)) { v48 = kh * 2 + kw; v48_m = x; }
       }
     }
-    const float v46 = v45_m;
-    out0[i] = v45;
-    out1[i] = v46;
+    const float v49 = v48_m;
+    out0[i] = v48;
+    out1[i] = v49;
   }
 }
 
 // im2col_fwd_2: 3 launches (im2col_fwd_2, im2col_fwd_2, im2col_fwd_2). The first computes:
-//   v49 = im2col <f32[B,288,196]> v46 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
+//   v52 = im2col <f32[B,288,196]> v49 {ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 4032LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v49_j = j;
-    const long long v49_n = (long long)((unsigned long long)(r) / 4032u);
-    unsigned v49_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v49_n * 4032u);
-    const int v49_oy = (int)(v49_n_t % 14u); v49_n_t /= 14u;
-    const int v49_k = (int)v49_n_t;
-    const int v49_g = 0;
-    const int v49_c = v49_g * 32 + (int)((unsigned)v49_k / 9u);
-    const int v49_y = v49_oy * 1 - 1 + (int)((unsigned)v49_k / 3u % 3u) * 1;
-    const int v49_x = v49_j * 1 - 1 + (int)((unsigned)v49_k % 3u) * 1;
-    const float v49 = (v49_y >= 0 && v49_y < 14 && v49_x >= 0 && v49_x < 14) ? in0[((v49_n * 32 + v49_c) * 14 + v49_y) * 14 + v49_x] : 0.0f;
-    out0[i] = v49;
+    const int v52_j = j;
+    const long long v52_n = (long long)((unsigned long long)(r) / 4032u);
+    unsigned v52_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v52_n * 4032u);
+    const int v52_oy = (int)(v52_n_t % 14u); v52_n_t /= 14u;
+    const int v52_k = (int)v52_n_t;
+    const int v52_g = 0;
+    const int v52_c = v52_g * 32 + (int)((unsigned)v52_k / 9u);
+    const int v52_y = v52_oy * 1 - 1 + (int)((unsigned)v52_k / 3u % 3u) * 1;
+    const int v52_x = v52_j * 1 - 1 + (int)((unsigned)v52_k % 3u) * 1;
+    const float v52 = (v52_y >= 0 && v52_y < 14 && v52_x >= 0 && v52_x < 14) ? in0[((v52_n * 32 + v52_c) * 14 + v52_y) * 14 + v52_x] : 0.0f;
+    out0[i] = v52;
   }
 }
 
-// bias_sub_square_mean_fwd_2: 2 launches (conv2_bias_sub_square_mean_fwd, conv2_bias_sub_square_mean_fwd). The first computes:
-//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
-//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
-//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
-//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:37
-static __device__ float bias_sub_square_mean_fwd_2_part0[320];
-static __device__ float bias_sub_square_mean_fwd_2_part1[320];
-static __device__ unsigned bias_sub_square_mean_fwd_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
+// bias_sub_cast_mean_square_fwd_2: 2 launches (conv2_bias_sub_cast_mean_square_fwd, conv2_bias_sub_cast_mean_square_fwd). The first computes:
+//   v57 = add <f32[B,64,14,14]> v55 v56  # models/convnet/model.go:37
+//   v63 = sub <f32[B,64,14,14]> v57 v62  # models/convnet/model.go:37
+//   v64 = cast <f64[B,64,14,14]> v63 {str=f64}  # models/convnet/model.go:37
+//   v65 = mean <f64[64]> v64 {axes=[0 2 3]}  # models/convnet/model.go:37
+//   v66 = square <f64[B,64,14,14]> v64  # models/convnet/model.go:37
+//   v67 = mean <f64[64]> v66 {axes=[0 2 3]}  # models/convnet/model.go:37
+static __device__ double bias_sub_cast_mean_square_fwd_2_part0[320];
+static __device__ double bias_sub_cast_mean_square_fwd_2_part1[320];
+static __device__ unsigned bias_sub_cast_mean_square_fwd_2_count[64];
+extern "C" __global__ void __launch_bounds__(256) bias_sub_cast_mean_square_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, double * __restrict__ out1, double * __restrict__ out2, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
-  __shared__ float partial0[32];
-  __shared__ float partial1[32];
+  __shared__ double partial0[32];
+  __shared__ double partial1[32];
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
   if (yi >= ys) return;
   for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
     const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    float acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    float acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
+    double acc0 = 0.0;
+    double acc1 = 0.0;
+    double acc0_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0;
+    double acc1_l[4];
+    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0;
     const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
     const long long rpass = (long long)blockDim.x / rthreads;
     const long long rt = (long long)threadIdx.x % rthreads;
@@ -408,23 +415,24 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd_2(con
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a52 = in0[i];
-          float a53 = in1[o];
-          float v54 = (a52 + a53);
-          float a59 = in2[o];
-          float v60 = (v54 - a59);
-          float v61 = ngen_sq(v60);
-          out0[i] = v60;
-          { const float x = v60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v61; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          float a55 = in0[i];
+          float a56 = in1[o];
+          float v57 = (a55 + a56);
+          float a62 = in2[o];
+          float v63 = (v57 - a62);
+          double v64 = v63;
+          double v66 = ngen_sq(v64);
+          out0[i] = v63;
+          { const double x = v64; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v66; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc1_l[ri_v]; acc1 = acc1 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
+    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
     if (blockDim.x == 1) {
-      out1[o] = acc0 / (float)nred;
-      out2[o] = acc1 / (float)nred;
+      out1[o] = acc0 / (double)nred;
+      out2[o] = acc1 / (double)nred;
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
@@ -433,160 +441,164 @@ extern "C" __global__ void __launch_bounds__(256) bias_sub_square_mean_fwd_2(con
     if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
     __syncthreads();
     if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
+      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (float)nred; else bias_sub_square_mean_fwd_2_part0[o * 5 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0 / (double)nred; else bias_sub_cast_mean_square_fwd_2_part0[o * 5 + yi] = acc0; }
+      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0;
       acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (float)nred; else bias_sub_square_mean_fwd_2_part1[o * 5 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_2_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out1[o] = acc0 / (float)nred;
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)bias_sub_square_mean_fwd_2_part1)[o * 5 + y]; acc1 = acc1 + x; }
-        out2[o] = acc1 / (float)nred;
-        bias_sub_square_mean_fwd_2_count[o] = 0;
+      if (threadIdx.x == 0) { if (ys == 1) out2[o] = acc1 / (double)nred; else bias_sub_cast_mean_square_fwd_2_part1[o * 5 + yi] = acc1; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_cast_mean_square_fwd_2_count[o]) == ys - 1) {
+        acc0 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_cast_mean_square_fwd_2_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        out1[o] = acc0 / (double)nred;
+        acc1 = 0.0;
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_cast_mean_square_fwd_2_part1)[o * 5 + y]; acc1 = acc1 + x; }
+        out2[o] = acc1 / (double)nred;
+        bias_sub_cast_mean_square_fwd_2_count[o] = 0;
       }
     }
     __syncthreads();
   }
 }
 
-// square_sub_relu_where_train_addc_etc_bwd_2 computes:
-//   v64 = square <f32[64]> v62  # models/convnet/model.go:37
-//   v65 = sub <f32[64]> v63 v64  # models/convnet/model.go:37
-//   v66 = relu <f32[64]> v65  # models/convnet/model.go:37
-//   v68 = where_train <f32[64]> v62 v67  # models/convnet/model.go:37
-//   v69 = addc <f32[64]> v66 {f=1e-05}  # models/convnet/model.go:37
-//   v70 = powc <f32[64]> v69 {f=-0.5}  # models/convnet/model.go:37
-//   v71 = addc <f32[64]> v58 {f=1e-05}  # models/convnet/model.go:37
-//   v72 = powc <f32[64]> v71 {f=-0.5}  # models/convnet/model.go:37
-//   v73 = where_train <f32[64]> v70 v72  # models/convnet/model.go:37
-//   v74 = mul <f32[64]> v55 v73  # models/convnet/model.go:37
-//   v75 = mul <f32[64]> v68 v74  # models/convnet/model.go:37
-//   v76 = sub <f32[64]> v56 v75  # models/convnet/model.go:37
-//   v81 = scale <f32[64]> v62 {f=0.1}  # models/convnet/model.go:37
-//   v82 = add <f32[64]> v57 v81  # models/convnet/model.go:37
-//   v83 = where_train <f32[64]> v82 v57  # models/convnet/model.go:37
-//   v84 = unbias <f32[64]> v66 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v85 = scale <f32[64]> v58 {f=0.9}  # models/convnet/model.go:37
-//   v86 = scale <f32[64]> v84 {f=0.1}  # models/convnet/model.go:37
-//   v87 = add <f32[64]> v85 v86  # models/convnet/model.go:37
-//   v88 = where_train <f32[64]> v87 v58  # models/convnet/model.go:37
-//   v131 = powc <f32[64]> v69 {f=-1.5}  # models/convnet/model.go:37
-//   v132 = scale <f32[64]> v131 {f=-0.5}  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
+// square_sub_relu_cast_where_train_etc_bwd_2 computes:
+//   v68 = square <f64[64]> v65  # models/convnet/model.go:37
+//   v69 = sub <f64[64]> v67 v68  # models/convnet/model.go:37
+//   v70 = relu <f64[64]> v69  # models/convnet/model.go:37
+//   v71 = cast <f32[64]> v65 {str=f32}  # models/convnet/model.go:37
+//   v72 = cast <f32[64]> v70 {str=f32}  # models/convnet/model.go:37
+//   v74 = where_train <f32[64]> v71 v73  # models/convnet/model.go:37
+//   v75 = addc <f32[64]> v72 {f=1e-05}  # models/convnet/model.go:37
+//   v76 = powc <f32[64]> v75 {f=-0.5}  # models/convnet/model.go:37
+//   v77 = addc <f32[64]> v61 {f=1e-05}  # models/convnet/model.go:37
+//   v78 = powc <f32[64]> v77 {f=-0.5}  # models/convnet/model.go:37
+//   v79 = where_train <f32[64]> v76 v78  # models/convnet/model.go:37
+//   v80 = mul <f32[64]> v58 v79  # models/convnet/model.go:37
+//   v81 = mul <f32[64]> v74 v80  # models/convnet/model.go:37
+//   v82 = sub <f32[64]> v59 v81  # models/convnet/model.go:37
+//   v87 = scale <f32[64]> v71 {f=0.1}  # models/convnet/model.go:37
+//   v88 = add <f32[64]> v60 v87  # models/convnet/model.go:37
+//   v89 = where_train <f32[64]> v88 v60  # models/convnet/model.go:37
+//   v90 = unbias <f32[64]> v72 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v91 = scale <f32[64]> v61 {f=0.9}  # models/convnet/model.go:37
+//   v92 = scale <f32[64]> v90 {f=0.1}  # models/convnet/model.go:37
+//   v93 = add <f32[64]> v91 v92  # models/convnet/model.go:37
+//   v94 = where_train <f32[64]> v93 v61  # models/convnet/model.go:37
+//   v137 = powc <f32[64]> v75 {f=-1.5}  # models/convnet/model.go:37
+//   v138 = scale <f32[64]> v137 {f=-0.5}  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_train_etc_bwd_2(const double * __restrict__ in0, const double * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, const float * __restrict__ in5, double * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, float * __restrict__ out4, float * __restrict__ out5, float * __restrict__ out6, float * __restrict__ out7, int s_train, int B) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a62 = in0[i];
-    float v64 = ngen_sq(a62);
-    float a63 = in1[i];
-    float v65 = (a63 - v64);
-    float v66 = (v65 <= 0.0f ? 0.0f : v65);
-    float v68 = (s_train ? a62 : 0.0f);
-    float v69 = (v66 + 1.0000000000000001e-05f);
-    float v70 = powf(v69, -0.5f);
-    float a58 = in2[i];
-    float v71 = (a58 + 1.0000000000000001e-05f);
-    float v72 = powf(v71, -0.5f);
-    float v73 = (s_train ? v70 : v72);
-    float a55 = in3[i];
-    float v74 = (a55 * v73);
-    float v75 = (v68 * v74);
-    float a56 = in4[i];
-    float v76 = (a56 - v75);
-    float v81 = (a62 * 0.10000000000000001f);
-    float a57 = in5[i];
-    out0[i] = v66;
-    out1[i] = v68;
-    out2[i] = v73;
-    out3[i] = v74;
-    out4[i] = v76;
-    float v82 = (a57 + v81);
-    float v83 = (s_train ? v82 : a57);
-    out5[i] = v83;
-    float v84 = (v66 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
-    float v85 = (a58 * 0.90000000000000002f);
-    float v86 = (v84 * 0.10000000000000001f);
-    float v87 = (v85 + v86);
-    float v88 = (s_train ? v87 : a58);
-    out6[i] = v88;
-    float v131 = powf(v69, -1.5f);
-    float v132 = (v131 * -0.5f);
-    out7[i] = v132;
+    double a65 = in0[i];
+    double v68 = ngen_sq(a65);
+    double a67 = in1[i];
+    double v69 = (a67 - v68);
+    double v70 = (v69 <= 0.0 ? 0.0 : v69);
+    float v71 = a65;
+    float v72 = v70;
+    float v74 = (s_train ? v71 : 0.0f);
+    float v75 = (v72 + 1.0000000000000001e-05f);
+    float v76 = powf(v75, -0.5f);
+    float a61 = in2[i];
+    float v77 = (a61 + 1.0000000000000001e-05f);
+    float v78 = powf(v77, -0.5f);
+    float v79 = (s_train ? v76 : v78);
+    float a58 = in3[i];
+    float v80 = (a58 * v79);
+    float v81 = (v74 * v80);
+    float a59 = in4[i];
+    float v82 = (a59 - v81);
+    float v87 = (v71 * 0.10000000000000001f);
+    float a60 = in5[i];
+    out0[i] = v70;
+    out1[i] = v74;
+    out2[i] = v79;
+    out3[i] = v80;
+    out4[i] = v82;
+    float v88 = (a60 + v87);
+    float v89 = (s_train ? v88 : a60);
+    out5[i] = v89;
+    float v90 = (v72 * ((float)(196 * (long long)B) / (float)((196 * (long long)B) - 1)));
+    float v91 = (a61 * 0.90000000000000002f);
+    float v92 = (v90 * 0.10000000000000001f);
+    float v93 = (v91 + v92);
+    float v94 = (s_train ? v93 : a61);
+    out6[i] = v94;
+    float v137 = powf(v75, -1.5f);
+    float v138 = (v137 * -0.5f);
+    out7[i] = v138;
   }
 }
 
 // mul_add_relu_fwd_2: 3 launches (mul_add_relu_fwd_2, mul_add_relu_fwd_2, mul_add_relu_fwd_2). The first computes:
-//   v78 = mul <f32[B,64,14,14]> v60 v77  # models/convnet/model.go:37
-//   v80 = add <f32[B,64,14,14]> v78 v79  # models/convnet/model.go:37
-//   v89 = relu <f32[B,64,14,14]> v80  # models/convnet/model.go:37
+//   v84 = mul <f32[B,64,14,14]> v63 v83  # models/convnet/model.go:37
+//   v86 = add <f32[B,64,14,14]> v84 v85  # models/convnet/model.go:37
+//   v95 = relu <f32[B,64,14,14]> v86  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 196) {
     const long long i = r * 196LL + j;
-    float a60 = in0[i];
-    float a77 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v78 = (a60 * a77);
-    float a79 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
-    float v80 = (v78 + a79);
-    float v89 = (v80 <= 0.0f ? 0.0f : v80);
-    out0[i] = v89;
+    float a63 = in0[i];
+    float a83 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v84 = (a63 * a83);
+    float a85 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
+    float v86 = (v84 + a85);
+    float v95 = (v86 <= 0.0f ? 0.0f : v86);
+    out0[i] = v95;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd_2 computes:
-//   v90 = maxpool_argmax <i32[B,64,7,7]> v89 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
-//   v91 = maxpool_pick <f32[B,64,7,7]> v89 v90 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v96 = maxpool_argmax <i32[B,64,7,7]> v95 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v97 = maxpool_pick <f32[B,64,7,7]> v95 v96 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_2(const float * __restrict__ in0, int * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    const int v90_j = j;
-    const long long v90_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v90_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v90_n * 448u);
-    const int v90_oy = (int)(v90_n_t % 7u); v90_n_t /= 7u;
-    const int v90_c = (int)v90_n_t;
-    const int v90_ox = v90_j;
-    const long long v90_base = (v90_n * 64 + v90_c) * 196;
-    int v90 = -1;
-    float v90_m = 0;
+    const int v96_j = j;
+    const long long v96_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v96_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v96_n * 448u);
+    const int v96_oy = (int)(v96_n_t % 7u); v96_n_t /= 7u;
+    const int v96_c = (int)v96_n_t;
+    const int v96_ox = v96_j;
+    const long long v96_base = (v96_n * 64 + v96_c) * 196;
+    int v96 = -1;
+    float v96_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v90_oy * 2 - 0 + kh * 1;
+      const int iy = v96_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v90_ox * 2 - 0 + kw * 1;
+        const int ix = v96_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v90_base + iy * 14 + ix] : 0;
-        if (ok && (v90 < 0 || x > v90_m || x != x)) { v90 = kh * 2 + kw; v90_m = x; }
+        const float x = (ok) ? in0[v96_base + iy * 14 + ix] : 0;
+        if (ok && (v96 < 0 || x > v96_m || x != x)) { v96 = kh * 2 + kw; v96_m = x; }
       }
     }
-    const float v91 = v90_m;
-    out0[i] = v90;
-    out1[i] = v91;
+    const float v97 = v96_m;
+    out0[i] = v96;
+    out1[i] = v97;
   }
 }
 
 // bias_relu_fwd: 3 launches (fc1_bias_relu_fwd, fc1_bias_relu_fwd, fc1_bias_relu_fwd). The first computes:
-//   v96 = add <f32[B,128]> v94 v95  # models/convnet/model.go:38
-//   v97 = relu <f32[B,128]> v96  # models/convnet/model.go:38
+//   v102 = add <f32[B,128]> v100 v101  # models/convnet/model.go:38
+//   v103 = relu <f32[B,128]> v102  # models/convnet/model.go:38
 extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
-    float a94 = in0[i];
-    float a95 = in1[(0) * 128LL + j];
-    float v96 = (a94 + a95);
-    float v97 = (v96 <= 0.0f ? 0.0f : v96);
-    out0[i] = v97;
+    float a100 = in0[i];
+    float a101 = in1[(0) * 128LL + j];
+    float v102 = (a100 + a101);
+    float v103 = (v102 <= 0.0f ? 0.0f : v102);
+    out0[i] = v103;
   }
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
+//   v107 = add <f32[B,10]> v105 v106  # models/convnet/model.go:39
+//   v108 = cross_entropy <f32[]> v107 v1  # models/convnet/model.go:41
+//   v110 = ce_grad <f32[B,10]> v107 v1 v109  # models/convnet/model.go:41
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -599,40 +611,40 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
   float mx = -NGEN_INF;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a99 = in0[i];
-    float a100 = in1[(i % (10LL))];
-    float v101 = (a99 + a100);
-    mx = fmaxf(mx, v101);
+    float a105 = in0[i];
+    float a106 = in1[(i % (10LL))];
+    float v107 = (a105 + a106);
+    mx = fmaxf(mx, v107);
   }
   float sum = 0.0f;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a99 = in0[i];
-    float a100 = in1[(i % (10LL))];
-    float v101 = (a99 + a100);
-    sum += expf(v101 - mx);
+    float a105 = in0[i];
+    float a106 = in1[(i % (10LL))];
+    float v107 = (a105 + a106);
+    sum += expf(v107 - mx);
   }
   const float lse = mx + logf(sum);
   if (lane == 0 && !bad) {
     const long long i = row * C + label;
-    float a99 = in0[i];
-    float a100 = in1[(i % (10LL))];
-    float v101 = (a99 + a100);
-    atomicAdd(out0, (lse - v101) / (float)rows);
+    float a105 = in0[i];
+    float a106 = in1[(i % (10LL))];
+    float v107 = (a105 + a106);
+    atomicAdd(out0, (lse - v107) / (float)rows);
   }
   const float scale = 1.0f / (float)rows;
   for (int j = lane; j < C; j += 1) {
     const long long i = row * C + j;
-    float a99 = in0[i];
-    float a100 = in1[(i % (10LL))];
-    float v101 = (a99 + a100);
-    const float xj = v101;
+    float a105 = in0[i];
+    float a106 = in1[(i % (10LL))];
+    float v107 = (a105 + a106);
+    const float xj = v107;
     out1[i] = bad ? 0.0f : (expf(xj - lse) - (j == label ? 1.0f : 0.0f)) * scale;
   }
 }
 
 // sum_bwd computes:
-//   v105 = sum <f32[1,10]> v104 {axes=[0] keepdim}  # models/convnet/model.go:39
+//   v111 = sum <f32[1,10]> v110 {axes=[0] keepdim}  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
@@ -641,16 +653,16 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
     float acc0 = 0.0f;
     for (long long r = 0; r < nred; ++r) {
       const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
-      float a104 = in0[i];
-      { const float x = a104; acc0 = acc0 + x; }
+      float a110 = in0[i];
+      { const float x = a110; acc0 = acc0 + x; }
     }
     out0[o] = acc0;
   }
 }
 
 // relu_bwd_sum_bwd computes:
-//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
-//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
+//   v115 = relu_bwd <f32[B,128]> v113 v103  # models/convnet/model.go:38
+//   v116 = sum <f32[1,128]> v115 {axes=[0] keepdim}  # models/convnet/model.go:38
 static __device__ float relu_bwd_sum_bwd_part0[2176];
 static __device__ unsigned relu_bwd_sum_bwd_count[16];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -669,11 +681,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-          float a107 = in0[i];
-          float a97 = in1[i];
-          float v109 = ngen_relu_grad(a97, a107);
-          out0[i] = v109;
-          { const float x = v109; acc0_l[oc] = acc0_l[oc] + x; }
+          float a113 = in0[i];
+          float a103 = in1[i];
+          float v115 = ngen_relu_grad(a103, a113);
+          out0[i] = v115;
+          { const float x = v115; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -685,11 +697,11 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-      float a107 = in0[i];
-      float a97 = in1[i];
-      float v109 = ngen_relu_grad(a97, a107);
-      out0[i] = v109;
-      { const float x = v109; acc0 = acc0 + x; }
+      float a113 = in0[i];
+      float a103 = in1[i];
+      float v115 = ngen_relu_grad(a103, a113);
+      out0[i] = v115;
+      { const float x = v115; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -715,34 +727,34 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const float *
 }
 
 // maxpool_bwd_relu_bwd_bwd computes:
-//   v115 = maxpool_bwd <f32[B,64,14,14]> v114 v90 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
-//   v116 = relu_bwd <f32[B,64,14,14]> v115 v89  # models/convnet/model.go:37
+//   v121 = maxpool_bwd <f32[B,64,14,14]> v120 v96 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v122 = relu_bwd <f32[B,64,14,14]> v121 v95  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v115_j = j;
-    const long long v115_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v115_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v115_n * 896u);
-    const int v115_y = (int)(v115_n_t % 14u); v115_n_t /= 14u;
-    const int v115_c = (int)v115_n_t;
-    const int v115_x = v115_j;
-    const long long v115_obase = (v115_n * 64 + v115_c) * 49;
-    const int v115_oy = (int)((unsigned)v115_y / 2u), v115_ox = (int)((unsigned)v115_x / 2u);
-    const long long v115_o = v115_obase + v115_oy * 7 + v115_ox;
-    const float v115_g = in0[v115_o];
-    const float v115 = in1[v115_o] == (int)((unsigned)v115_y % 2u) * 2 + (int)((unsigned)v115_x % 2u) ? v115_g : 0.0f;
-    float a89 = in2[i];
-    float v116 = ngen_relu_grad(a89, v115);
-    out0[i] = v116;
+    const int v121_j = j;
+    const long long v121_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v121_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v121_n * 896u);
+    const int v121_y = (int)(v121_n_t % 14u); v121_n_t /= 14u;
+    const int v121_c = (int)v121_n_t;
+    const int v121_x = v121_j;
+    const long long v121_obase = (v121_n * 64 + v121_c) * 49;
+    const int v121_oy = (int)((unsigned)v121_y / 2u), v121_ox = (int)((unsigned)v121_x / 2u);
+    const long long v121_o = v121_obase + v121_oy * 7 + v121_ox;
+    const float v121_g = in0[v121_o];
+    const float v121 = in1[v121_o] == (int)((unsigned)v121_y % 2u) * 2 + (int)((unsigned)v121_x % 2u) ? v121_g : 0.0f;
+    float a95 = in2[i];
+    float v122 = ngen_relu_grad(a95, v121);
+    out0[i] = v122;
   }
 }
 
 // sum_mul_bwd computes:
-//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
-//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:37
-//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
-//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v123 = sum <f32[1,64,1,1]> v122 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v125 = mul <f32[B,64,14,14]> v122 v83  # models/convnet/model.go:37
+//   v126 = mul <f32[B,64,14,14]> v122 v63  # models/convnet/model.go:37
+//   v127 = sum <f32[1,64,1,1]> v126 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ float sum_mul_bwd_part0[320];
 static __device__ float sum_mul_bwd_part1[320];
 static __device__ unsigned sum_mul_bwd_count[64];
@@ -771,14 +783,14 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a116 = in0[i];
-          float a77 = in1[o];
-          float v119 = (a116 * a77);
-          float a60 = in2[i];
-          float v120 = (a116 * a60);
-          out1[i] = v119;
-          { const float x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v120; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          float a122 = in0[i];
+          float a83 = in1[o];
+          float v125 = (a122 * a83);
+          float a63 = in2[i];
+          float v126 = (a122 * a63);
+          out1[i] = v125;
+          { const float x = a122; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v126; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
@@ -815,66 +827,72 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd(const float * __re
   }
 }
 
-// neg_mul_add_where_train_relu_bwd_etc_bwd computes:
-//   v123 = neg <f32[64]> v118  # models/convnet/model.go:37
-//   v124 = mul <f32[64]> v123 v74  # models/convnet/model.go:37
-//   v125 = mul <f32[64]> v123 v68  # models/convnet/model.go:37
-//   v126 = add <f32[64]> v122 v125  # models/convnet/model.go:37
-//   v127 = mul <f32[64]> v126 v73  # models/convnet/model.go:37
-//   v128 = mul <f32[64]> v126 v55  # models/convnet/model.go:37
-//   v130 = where_train <f32[64]> v128 v129  # models/convnet/model.go:37
-//   v133 = mul <f32[64]> v130 v132  # models/convnet/model.go:37
-//   v135 = where_train <f32[64]> v124 v134  # models/convnet/model.go:37
-//   v136 = relu_bwd <f32[64]> v133 v66  # models/convnet/model.go:37
-//   v137 = neg <f32[64]> v136  # models/convnet/model.go:37
-//   v138 = scale <f32[64]> v137 {f=2}  # models/convnet/model.go:37
-//   v139 = mul <f32[64]> v138 v62  # models/convnet/model.go:37
-//   v140 = add <f32[64]> v135 v139  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
+// neg_mul_add_where_train_cast_etc_bwd computes:
+//   v129 = neg <f32[64]> v124  # models/convnet/model.go:37
+//   v130 = mul <f32[64]> v129 v80  # models/convnet/model.go:37
+//   v131 = mul <f32[64]> v129 v74  # models/convnet/model.go:37
+//   v132 = add <f32[64]> v128 v131  # models/convnet/model.go:37
+//   v133 = mul <f32[64]> v132 v79  # models/convnet/model.go:37
+//   v134 = mul <f32[64]> v132 v58  # models/convnet/model.go:37
+//   v136 = where_train <f32[64]> v134 v135  # models/convnet/model.go:37
+//   v139 = mul <f32[64]> v136 v138  # models/convnet/model.go:37
+//   v141 = where_train <f32[64]> v130 v140  # models/convnet/model.go:37
+//   v142 = cast <f64[64]> v139 {str=f64}  # models/convnet/model.go:37
+//   v143 = cast <f64[64]> v141 {str=f64}  # models/convnet/model.go:37
+//   v144 = relu_bwd <f64[64]> v142 v70  # models/convnet/model.go:37
+//   v145 = neg <f64[64]> v144  # models/convnet/model.go:37
+//   v146 = scale <f64[64]> v145 {f=2}  # models/convnet/model.go:37
+//   v147 = mul <f64[64]> v146 v65  # models/convnet/model.go:37
+//   v148 = add <f64[64]> v143 v147  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_cast_etc_bwd(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const double *in7, const double *in8, float *out0, double *out1, double *out2, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a118 = in0[i];
-    float v123 = (-a118);
-    float a74 = in1[i];
-    float v124 = (v123 * a74);
-    float a68 = in2[i];
-    float v125 = (v123 * a68);
-    float a122 = in3[i];
-    float v126 = (a122 + v125);
-    float a73 = in4[i];
-    float v127 = (v126 * a73);
-    float a55 = in5[i];
-    float v128 = (v126 * a55);
-    float v130 = (s_train ? v128 : 0.0f);
-    float a132 = in6[i];
-    float v133 = (v130 * a132);
-    float v135 = (s_train ? v124 : 0.0f);
-    float a66 = in7[i];
-    float v136 = ngen_relu_grad(a66, v133);
-    float v137 = (-v136);
-    float v138 = (v137 * 2.0f);
-    float a62 = in8[i];
-    out0[i] = v127;
-    out1[i] = v136;
-    float v139 = (v138 * a62);
-    float v140 = (v135 + v139);
-    out2[i] = v140;
+    float a124 = in0[i];
+    float v129 = (-a124);
+    float a80 = in1[i];
+    float v130 = (v129 * a80);
+    float a74 = in2[i];
+    float v131 = (v129 * a74);
+    float a128 = in3[i];
+    float v132 = (a128 + v131);
+    float a79 = in4[i];
+    float v133 = (v132 * a79);
+    float a58 = in5[i];
+    float v134 = (v132 * a58);
+    float v136 = (s_train ? v134 : 0.0f);
+    float a138 = in6[i];
+    float v139 = (v136 * a138);
+    float v141 = (s_train ? v130 : 0.0f);
+    double v142 = v139;
+    double v143 = v141;
+    double a70 = in7[i];
+    double v144 = ngen_relu_grad(a70, v142);
+    double v145 = (-v144);
+    double v146 = (v145 * 2.0);
+    double a65 = in8[i];
+    out0[i] = v133;
+    out1[i] = v144;
+    double v147 = (v146 * a65);
+    double v148 = (v143 + v147);
+    out2[i] = v148;
   }
 }
 
-// broadcast_divcount_add_scale_mul_etc_bwd computes:
-//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
-//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
-//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:37
-//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:37
-//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
-static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_part0[320];
-static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_count[64];
-extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+// broadcast_divcount_scale_cast_mul_etc_bwd computes:
+//   v150 = broadcast <f64[B,64,14,14]> v149 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v151 = divcount <f64[B,64,14,14]> v150 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v152 = scale <f64[B,64,14,14]> v151 {f=2}  # models/convnet/model.go:37
+//   v153 = cast <f64[B,64,14,14]> v63 {str=f64}  # models/convnet/model.go:37
+//   v154 = mul <f64[B,64,14,14]> v152 v153  # models/convnet/model.go:37
+//   v156 = broadcast <f64[B,64,14,14]> v155 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v157 = divcount <f64[B,64,14,14]> v156 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v158 = add <f64[B,64,14,14]> v154 v157  # models/convnet/model.go:37
+//   v159 = cast <f32[B,64,14,14]> v158 {str=f32}  # models/convnet/model.go:37
+//   v160 = add <f32[B,64,14,14]> v125 v159  # models/convnet/model.go:37
+//   v161 = sum <f32[1,64,1,1]> v160 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+static __device__ float broadcast_divcount_scale_cast_mul_etc_bwd_part0[320];
+static __device__ unsigned broadcast_divcount_scale_cast_mul_etc_bwd_count[64];
+extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_cast_mul_etc_bwd(const double * __restrict__ in0, const float * __restrict__ in1, const double * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
@@ -895,20 +913,22 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a141 = in0[o];
-          float v142 = a141;
-          float v143 = (v142 / (float)(196 * (long long)B));
-          float a144 = in1[o];
-          float v145 = a144;
-          float v146 = (v145 / (float)(196 * (long long)B));
-          float a119 = in2[i];
-          float v147 = (a119 + v146);
-          float v148 = (v143 * 2.0f);
-          float a60 = in3[i];
-          float v149 = (v148 * a60);
-          float v150 = (v147 + v149);
-          out0[i] = v150;
-          { const float x = v150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a149 = in0[o];
+          double v150 = a149;
+          double v151 = (v150 / (double)(196 * (long long)B));
+          double v152 = (v151 * 2.0);
+          float a63 = in1[i];
+          double v153 = a63;
+          double v154 = (v152 * v153);
+          double a155 = in2[o];
+          double v156 = a155;
+          double v157 = (v156 / (double)(196 * (long long)B));
+          double v158 = (v154 + v157);
+          float v159 = v158;
+          float a125 = in3[i];
+          float v160 = (a125 + v159);
+          out0[i] = v160;
+          { const float x = v160; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -923,12 +943,12 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_add_scale_mul_etc_bwd_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_scale_cast_mul_etc_bwd_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_scale_cast_mul_etc_bwd_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_add_scale_mul_etc_bwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_scale_cast_mul_etc_bwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
         out1[o] = acc0;
-        broadcast_divcount_add_scale_mul_etc_bwd_count[o] = 0;
+        broadcast_divcount_scale_cast_mul_etc_bwd_count[o] = 0;
       }
     }
     __syncthreads();
@@ -936,61 +956,61 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 }
 
 // col2im_bwd computes:
-//   v160 = col2im <f32[B,32,14,14]> v156 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
+//   v170 = col2im <f32[B,32,14,14]> v166 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v160_j = j;
-    const long long v160_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v160_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v160_n * 448u);
-    const int v160_y = (int)(v160_n_t % 14u); v160_n_t /= 14u;
-    const int v160_c = (int)v160_n_t;
-    const int v160_g = 0, v160_ci = v160_c;
-    float v160 = 0.0f;
+    const int v170_j = j;
+    const long long v170_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v170_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v170_n * 448u);
+    const int v170_y = (int)(v170_n_t % 14u); v170_n_t /= 14u;
+    const int v170_c = (int)v170_n_t;
+    const int v170_g = 0, v170_ci = v170_c;
+    float v170 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
-      const int ty = v160_y + 1 - kh * 1;
+      const int ty = v170_y + 1 - kh * 1;
       const bool oky = ty >= 0 && (unsigned)ty < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v160_j + 1 - kw * 1;
+        const int tx = v170_j + 1 - kw * 1;
         const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
-        const int kk = (v160_ci * 3 + kh) * 3 + kw;
-        v160 += ok ? in0[((v160_n * 1 + v160_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
+        const int kk = (v170_ci * 3 + kh) * 3 + kw;
+        v170 += ok ? in0[((v170_n * 1 + v170_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
-    out0[i] = v160;
+    out0[i] = v170;
   }
 }
 
 // maxpool_bwd_relu_bwd_bwd_2 computes:
-//   v161 = maxpool_bwd <f32[B,32,28,28]> v160 v45 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
-//   v162 = relu_bwd <f32[B,32,28,28]> v161 v44  # models/convnet/model.go:36
+//   v171 = maxpool_bwd <f32[B,32,28,28]> v170 v48 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v172 = relu_bwd <f32[B,32,28,28]> v171 v47  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
-    const int v161_j = j;
-    const long long v161_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v161_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v161_n * 896u);
-    const int v161_y = (int)(v161_n_t % 28u); v161_n_t /= 28u;
-    const int v161_c = (int)v161_n_t;
-    const int v161_x = v161_j;
-    const long long v161_obase = (v161_n * 32 + v161_c) * 196;
-    const int v161_oy = (int)((unsigned)v161_y / 2u), v161_ox = (int)((unsigned)v161_x / 2u);
-    const long long v161_o = v161_obase + v161_oy * 14 + v161_ox;
-    const float v161_g = in0[v161_o];
-    const float v161 = in1[v161_o] == (int)((unsigned)v161_y % 2u) * 2 + (int)((unsigned)v161_x % 2u) ? v161_g : 0.0f;
-    float a44 = in2[i];
-    float v162 = ngen_relu_grad(a44, v161);
-    out0[i] = v162;
+    const int v171_j = j;
+    const long long v171_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v171_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v171_n * 896u);
+    const int v171_y = (int)(v171_n_t % 28u); v171_n_t /= 28u;
+    const int v171_c = (int)v171_n_t;
+    const int v171_x = v171_j;
+    const long long v171_obase = (v171_n * 32 + v171_c) * 196;
+    const int v171_oy = (int)((unsigned)v171_y / 2u), v171_ox = (int)((unsigned)v171_x / 2u);
+    const long long v171_o = v171_obase + v171_oy * 14 + v171_ox;
+    const float v171_g = in0[v171_o];
+    const float v171 = in1[v171_o] == (int)((unsigned)v171_y % 2u) * 2 + (int)((unsigned)v171_x % 2u) ? v171_g : 0.0f;
+    float a47 = in2[i];
+    float v172 = ngen_relu_grad(a47, v171);
+    out0[i] = v172;
   }
 }
 
 // sum_mul_bwd_2 computes:
-//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
-//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:36
-//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
-//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v173 = sum <f32[1,32,1,1]> v172 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v175 = mul <f32[B,32,28,28]> v172 v35  # models/convnet/model.go:36
+//   v176 = mul <f32[B,32,28,28]> v172 v15  # models/convnet/model.go:36
+//   v177 = sum <f32[1,32,1,1]> v176 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ float sum_mul_bwd_2_part0[288];
 static __device__ float sum_mul_bwd_2_part1[288];
 static __device__ unsigned sum_mul_bwd_2_count[32];
@@ -1019,14 +1039,14 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a162 = in0[i];
-          float a32 = in1[o];
-          float v165 = (a162 * a32);
+          float a172 = in0[i];
+          float a35 = in1[o];
+          float v175 = (a172 * a35);
           float a15 = in2[i];
-          float v166 = (a162 * a15);
-          out1[i] = v165;
-          { const float x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const float x = v166; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          float v176 = (a172 * a15);
+          out1[i] = v175;
+          { const float x = a172; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const float x = v176; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
@@ -1063,66 +1083,72 @@ extern "C" __global__ void __launch_bounds__(256) sum_mul_bwd_2(const float * __
   }
 }
 
-// neg_mul_add_where_train_relu_bwd_etc_bwd_2 computes:
-//   v169 = neg <f32[32]> v164  # models/convnet/model.go:36
-//   v170 = mul <f32[32]> v169 v29  # models/convnet/model.go:36
-//   v171 = mul <f32[32]> v169 v23  # models/convnet/model.go:36
-//   v172 = add <f32[32]> v168 v171  # models/convnet/model.go:36
-//   v173 = mul <f32[32]> v172 v28  # models/convnet/model.go:36
-//   v174 = mul <f32[32]> v172 v10  # models/convnet/model.go:36
-//   v176 = where_train <f32[32]> v174 v175  # models/convnet/model.go:36
-//   v179 = mul <f32[32]> v176 v178  # models/convnet/model.go:36
-//   v181 = where_train <f32[32]> v170 v180  # models/convnet/model.go:36
-//   v182 = relu_bwd <f32[32]> v179 v21  # models/convnet/model.go:36
-//   v183 = neg <f32[32]> v182  # models/convnet/model.go:36
-//   v184 = scale <f32[32]> v183 {f=2}  # models/convnet/model.go:36
-//   v185 = mul <f32[32]> v184 v17  # models/convnet/model.go:36
-//   v186 = add <f32[32]> v181 v185  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_relu_bwd_etc_bwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const float *in7, const float *in8, float *out0, float *out1, float *out2, int s_train) {
+// neg_mul_add_where_train_cast_etc_bwd_2 computes:
+//   v179 = neg <f32[32]> v174  # models/convnet/model.go:36
+//   v180 = mul <f32[32]> v179 v32  # models/convnet/model.go:36
+//   v181 = mul <f32[32]> v179 v26  # models/convnet/model.go:36
+//   v182 = add <f32[32]> v178 v181  # models/convnet/model.go:36
+//   v183 = mul <f32[32]> v182 v31  # models/convnet/model.go:36
+//   v184 = mul <f32[32]> v182 v10  # models/convnet/model.go:36
+//   v186 = where_train <f32[32]> v184 v185  # models/convnet/model.go:36
+//   v189 = mul <f32[32]> v186 v188  # models/convnet/model.go:36
+//   v191 = where_train <f32[32]> v180 v190  # models/convnet/model.go:36
+//   v192 = cast <f64[32]> v189 {str=f64}  # models/convnet/model.go:36
+//   v193 = cast <f64[32]> v191 {str=f64}  # models/convnet/model.go:36
+//   v194 = relu_bwd <f64[32]> v192 v22  # models/convnet/model.go:36
+//   v195 = neg <f64[32]> v194  # models/convnet/model.go:36
+//   v196 = scale <f64[32]> v195 {f=2}  # models/convnet/model.go:36
+//   v197 = mul <f64[32]> v196 v17  # models/convnet/model.go:36
+//   v198 = add <f64[32]> v193 v197  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) neg_mul_add_where_train_cast_etc_bwd_2(const float *in0, const float *in1, const float *in2, const float *in3, const float *in4, const float *in5, const float *in6, const double *in7, const double *in8, float *out0, double *out1, double *out2, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a164 = in0[i];
-    float v169 = (-a164);
-    float a29 = in1[i];
-    float v170 = (v169 * a29);
-    float a23 = in2[i];
-    float v171 = (v169 * a23);
-    float a168 = in3[i];
-    float v172 = (a168 + v171);
-    float a28 = in4[i];
-    float v173 = (v172 * a28);
+    float a174 = in0[i];
+    float v179 = (-a174);
+    float a32 = in1[i];
+    float v180 = (v179 * a32);
+    float a26 = in2[i];
+    float v181 = (v179 * a26);
+    float a178 = in3[i];
+    float v182 = (a178 + v181);
+    float a31 = in4[i];
+    float v183 = (v182 * a31);
     float a10 = in5[i];
-    float v174 = (v172 * a10);
-    float v176 = (s_train ? v174 : 0.0f);
-    float a178 = in6[i];
-    float v179 = (v176 * a178);
-    float v181 = (s_train ? v170 : 0.0f);
-    float a21 = in7[i];
-    float v182 = ngen_relu_grad(a21, v179);
-    float v183 = (-v182);
-    float v184 = (v183 * 2.0f);
-    float a17 = in8[i];
-    out0[i] = v173;
-    out1[i] = v182;
-    float v185 = (v184 * a17);
-    float v186 = (v181 + v185);
-    out2[i] = v186;
+    float v184 = (v182 * a10);
+    float v186 = (s_train ? v184 : 0.0f);
+    float a188 = in6[i];
+    float v189 = (v186 * a188);
+    float v191 = (s_train ? v180 : 0.0f);
+    double v192 = v189;
+    double v193 = v191;
+    double a22 = in7[i];
+    double v194 = ngen_relu_grad(a22, v192);
+    double v195 = (-v194);
+    double v196 = (v195 * 2.0);
+    double a17 = in8[i];
+    out0[i] = v183;
+    out1[i] = v194;
+    double v197 = (v196 * a17);
+    double v198 = (v193 + v197);
+    out2[i] = v198;
   }
 }
 
-// broadcast_divcount_add_scale_mul_etc_bwd_2 computes:
-//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
-//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
-//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:36
-//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:36
-//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
-static __device__ float broadcast_divcount_add_scale_mul_etc_bwd_2_part0[288];
-static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_2_count[32];
-extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_mul_etc_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+// broadcast_divcount_scale_cast_mul_etc_bwd_2 computes:
+//   v200 = broadcast <f64[B,32,28,28]> v199 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v201 = divcount <f64[B,32,28,28]> v200 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v202 = scale <f64[B,32,28,28]> v201 {f=2}  # models/convnet/model.go:36
+//   v203 = cast <f64[B,32,28,28]> v15 {str=f64}  # models/convnet/model.go:36
+//   v204 = mul <f64[B,32,28,28]> v202 v203  # models/convnet/model.go:36
+//   v206 = broadcast <f64[B,32,28,28]> v205 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v207 = divcount <f64[B,32,28,28]> v206 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v208 = add <f64[B,32,28,28]> v204 v207  # models/convnet/model.go:36
+//   v209 = cast <f32[B,32,28,28]> v208 {str=f32}  # models/convnet/model.go:36
+//   v210 = add <f32[B,32,28,28]> v175 v209  # models/convnet/model.go:36
+//   v211 = sum <f32[1,32,1,1]> v210 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+static __device__ float broadcast_divcount_scale_cast_mul_etc_bwd_2_part0[288];
+static __device__ unsigned broadcast_divcount_scale_cast_mul_etc_bwd_2_count[32];
+extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_scale_cast_mul_etc_bwd_2(const double * __restrict__ in0, const float * __restrict__ in1, const double * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
@@ -1143,20 +1169,22 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a187 = in0[o];
-          float v188 = a187;
-          float v189 = (v188 / (float)(784 * (long long)B));
-          float a190 = in1[o];
-          float v191 = a190;
-          float v192 = (v191 / (float)(784 * (long long)B));
-          float a165 = in2[i];
-          float v193 = (a165 + v192);
-          float v194 = (v189 * 2.0f);
-          float a15 = in3[i];
-          float v195 = (v194 * a15);
-          float v196 = (v193 + v195);
-          out0[i] = v196;
-          { const float x = v196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a199 = in0[o];
+          double v200 = a199;
+          double v201 = (v200 / (double)(784 * (long long)B));
+          double v202 = (v201 * 2.0);
+          float a15 = in1[i];
+          double v203 = a15;
+          double v204 = (v202 * v203);
+          double a205 = in2[o];
+          double v206 = a205;
+          double v207 = (v206 / (double)(784 * (long long)B));
+          double v208 = (v204 + v207);
+          float v209 = v208;
+          float a175 = in3[i];
+          float v210 = (a175 + v209);
+          out0[i] = v210;
+          { const float x = v210; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -1171,12 +1199,12 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_add_scale_mul_etc_bwd_2_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_2_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = acc0; else broadcast_divcount_scale_cast_mul_etc_bwd_2_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_scale_cast_mul_etc_bwd_2_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_add_scale_mul_etc_bwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)broadcast_divcount_scale_cast_mul_etc_bwd_2_part0)[o * 9 + y]; acc0 = acc0 + x; }
         out1[o] = acc0;
-        broadcast_divcount_add_scale_mul_etc_bwd_2_count[o] = 0;
+        broadcast_divcount_scale_cast_mul_etc_bwd_2_count[o] = 0;
       }
     }
     __syncthreads();
@@ -1184,201 +1212,209 @@ extern "C" __global__ void __launch_bounds__(256) broadcast_divcount_add_scale_m
 }
 
 // optimizer_update computes:
-//   v207 = clip_norm_scale <f32[421834]> v206  # models/convnet/model.go:33
-//   v209 = mul <f32[421834]> v205 v208  # models/convnet/model.go:33
-//   v210 = add <f32[421834]> v207 v209  # models/convnet/model.go:33
-//   v213 = scale <f32[421834]> v211 {f=0.9}  # models/convnet/model.go:33
-//   v214 = scale <f32[421834]> v210 {f=0.09999999999999998}  # models/convnet/model.go:33
-//   v215 = add <f32[421834]> v213 v214  # models/convnet/model.go:33
-//   v216 = scale <f32[421834]> v212 {f=0.999}  # models/convnet/model.go:33
-//   v217 = mul <f32[421834]> v210 v210  # models/convnet/model.go:33
-//   v218 = scale <f32[421834]> v217 {f=0.0010000000000000009}  # models/convnet/model.go:33
-//   v219 = add <f32[421834]> v216 v218  # models/convnet/model.go:33
-//   v220 = sqrt <f32[421834]> v219  # models/convnet/model.go:33
-//   v222 = div <f32[421834]> v220 v221  # models/convnet/model.go:33
-//   v223 = addc <f32[421834]> v222 {f=1e-08}  # models/convnet/model.go:33
-//   v225 = div <f32[421834]> v215 v223  # models/convnet/model.go:33
-//   v226 = mul <f32[421834]> v224 v225  # models/convnet/model.go:33
-//   v227 = sub <f32[421834]> v205 v226  # models/convnet/model.go:33
+//   v221 = clip_norm_scale <f32[421834]> v220  # models/convnet/model.go:33
+//   v223 = mul <f32[421834]> v219 v222  # models/convnet/model.go:33
+//   v224 = add <f32[421834]> v221 v223  # models/convnet/model.go:33
+//   v227 = scale <f32[421834]> v225 {f=0.9}  # models/convnet/model.go:33
+//   v228 = scale <f32[421834]> v224 {f=0.09999999999999998}  # models/convnet/model.go:33
+//   v229 = add <f32[421834]> v227 v228  # models/convnet/model.go:33
+//   v230 = scale <f32[421834]> v226 {f=0.999}  # models/convnet/model.go:33
+//   v231 = mul <f32[421834]> v224 v224  # models/convnet/model.go:33
+//   v232 = scale <f32[421834]> v231 {f=0.0010000000000000009}  # models/convnet/model.go:33
+//   v233 = add <f32[421834]> v230 v232  # models/convnet/model.go:33
+//   v234 = sqrt <f32[421834]> v233  # models/convnet/model.go:33
+//   v236 = div <f32[421834]> v234 v235  # models/convnet/model.go:33
+//   v237 = addc <f32[421834]> v236 {f=1e-08}  # models/convnet/model.go:33
+//   v239 = div <f32[421834]> v229 v237  # models/convnet/model.go:33
+//   v240 = mul <f32[421834]> v238 v239  # models/convnet/model.go:33
+//   v241 = sub <f32[421834]> v219 v240  # models/convnet/model.go:33
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421834LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a206 = in0[i];
-    float v207 = (a206 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a205 = in1[i];
-    float v209 = (a205 * s_wd);
-    float v210 = (v207 + v209);
-    float a211 = in2[i];
-    float v213 = (a211 * 0.90000000000000002f);
-    float v214 = (v210 * 0.099999999999999978f);
-    float v215 = (v213 + v214);
-    float a212 = in3[i];
-    out0[i] = v215;
-    float v216 = (a212 * 0.999f);
-    float v217 = (v210 * v210);
-    float v218 = (v217 * 0.0010000000000000009f);
-    float v219 = (v216 + v218);
-    out1[i] = v219;
-    float v220 = sqrtf(v219);
-    float v222 = (v220 / s_bc2_sqrt);
-    float v223 = (v222 + 1e-08f);
-    float v225 = (v215 / v223);
-    float v226 = (s_step_size * v225);
-    float v227 = (a205 - v226);
-    out2[i] = v227;
+    float a220 = in0[i];
+    float v221 = (a220 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a219 = in1[i];
+    float v223 = (a219 * s_wd);
+    float v224 = (v221 + v223);
+    float a225 = in2[i];
+    float v227 = (a225 * 0.90000000000000002f);
+    float v228 = (v224 * 0.099999999999999978f);
+    float v229 = (v227 + v228);
+    float a226 = in3[i];
+    out0[i] = v229;
+    float v230 = (a226 * 0.999f);
+    float v231 = (v224 * v224);
+    float v232 = (v231 * 0.0010000000000000009f);
+    float v233 = (v230 + v232);
+    out1[i] = v233;
+    float v234 = sqrtf(v233);
+    float v236 = (v234 / s_bc2_sqrt);
+    float v237 = (v236 + 1e-08f);
+    float v239 = (v229 / v237);
+    float v240 = (s_step_size * v239);
+    float v241 = (a219 - v240);
+    out2[i] = v241;
   }
 }
 
-// square_sub_relu_where_train_addc_etc_fwd computes:
-//   v18 = square <f32[32]> v16  # models/convnet/model.go:36
-//   v19 = sub <f32[32]> v17 v18  # models/convnet/model.go:36
-//   v20 = relu <f32[32]> v19  # models/convnet/model.go:36
-//   v22 = where_train <f32[32]> v16 v21  # models/convnet/model.go:36
-//   v23 = addc <f32[32]> v20 {f=1e-05}  # models/convnet/model.go:36
-//   v24 = powc <f32[32]> v23 {f=-0.5}  # models/convnet/model.go:36
-//   v25 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:36
-//   v26 = powc <f32[32]> v25 {f=-0.5}  # models/convnet/model.go:36
-//   v27 = where_train <f32[32]> v24 v26  # models/convnet/model.go:36
-//   v28 = mul <f32[32]> v9 v27  # models/convnet/model.go:36
-//   v29 = mul <f32[32]> v22 v28  # models/convnet/model.go:36
-//   v30 = sub <f32[32]> v10 v29  # models/convnet/model.go:36
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
+// square_sub_relu_cast_where_train_etc_fwd computes:
+//   v19 = square <f64[32]> v16  # models/convnet/model.go:36
+//   v20 = sub <f64[32]> v18 v19  # models/convnet/model.go:36
+//   v21 = relu <f64[32]> v20  # models/convnet/model.go:36
+//   v22 = cast <f32[32]> v16 {str=f32}  # models/convnet/model.go:36
+//   v23 = cast <f32[32]> v21 {str=f32}  # models/convnet/model.go:36
+//   v25 = where_train <f32[32]> v22 v24  # models/convnet/model.go:36
+//   v26 = addc <f32[32]> v23 {f=1e-05}  # models/convnet/model.go:36
+//   v27 = powc <f32[32]> v26 {f=-0.5}  # models/convnet/model.go:36
+//   v28 = addc <f32[32]> v12 {f=1e-05}  # models/convnet/model.go:36
+//   v29 = powc <f32[32]> v28 {f=-0.5}  # models/convnet/model.go:36
+//   v30 = where_train <f32[32]> v27 v29  # models/convnet/model.go:36
+//   v31 = mul <f32[32]> v9 v30  # models/convnet/model.go:36
+//   v32 = mul <f32[32]> v25 v31  # models/convnet/model.go:36
+//   v33 = sub <f32[32]> v10 v32  # models/convnet/model.go:36
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_train_etc_fwd(const double * __restrict__ in0, const double * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a16 = in0[i];
-    float v18 = ngen_sq(a16);
-    float a17 = in1[i];
-    float v19 = (a17 - v18);
-    float v20 = (v19 <= 0.0f ? 0.0f : v19);
-    float v22 = (s_train ? a16 : 0.0f);
-    float v23 = (v20 + 1.0000000000000001e-05f);
-    float v24 = powf(v23, -0.5f);
+    double a16 = in0[i];
+    double v19 = ngen_sq(a16);
+    double a18 = in1[i];
+    double v20 = (a18 - v19);
+    double v21 = (v20 <= 0.0 ? 0.0 : v20);
+    float v22 = a16;
+    float v23 = v21;
+    float v25 = (s_train ? v22 : 0.0f);
+    float v26 = (v23 + 1.0000000000000001e-05f);
+    float v27 = powf(v26, -0.5f);
     float a12 = in2[i];
-    float v25 = (a12 + 1.0000000000000001e-05f);
-    float v26 = powf(v25, -0.5f);
-    float v27 = (s_train ? v24 : v26);
+    float v28 = (a12 + 1.0000000000000001e-05f);
+    float v29 = powf(v28, -0.5f);
+    float v30 = (s_train ? v27 : v29);
     float a9 = in3[i];
-    float v28 = (a9 * v27);
-    float v29 = (v22 * v28);
+    float v31 = (a9 * v30);
+    float v32 = (v25 * v31);
     float a10 = in4[i];
-    out0[i] = v28;
-    float v30 = (a10 - v29);
-    out1[i] = v30;
+    out0[i] = v31;
+    float v33 = (a10 - v32);
+    out1[i] = v33;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd_3: 2 launches (maxpool_argmax_maxpool_pick_fwd, maxpool_argmax_maxpool_pick_fwd). The first computes:
-//   v36 = maxpool_argmax <i32[B,32,14,14]> v35 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
-//   v37 = maxpool_pick <f32[B,32,14,14]> v35 v36 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v39 = maxpool_argmax <i32[B,32,14,14]> v38 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
+//   v40 = maxpool_pick <f32[B,32,14,14]> v38 v39 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:36
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v36_j = j;
-    const long long v36_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v36_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v36_n * 448u);
-    const int v36_oy = (int)(v36_n_t % 14u); v36_n_t /= 14u;
-    const int v36_c = (int)v36_n_t;
-    const int v36_ox = v36_j;
-    const long long v36_base = (v36_n * 32 + v36_c) * 784;
-    int v36 = -1;
-    float v36_m = 0;
+    const int v39_j = j;
+    const long long v39_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v39_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v39_n * 448u);
+    const int v39_oy = (int)(v39_n_t % 14u); v39_n_t /= 14u;
+    const int v39_c = (int)v39_n_t;
+    const int v39_ox = v39_j;
+    const long long v39_base = (v39_n * 32 + v39_c) * 784;
+    int v39 = -1;
+    float v39_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v36_oy * 2 - 0 + kh * 1;
+      const int iy = v39_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v36_ox * 2 - 0 + kw * 1;
+        const int ix = v39_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v36_base + iy * 28 + ix] : 0;
-        if (ok && (v36 < 0 || x > v36_m || x != x)) { v36 = kh * 2 + kw; v36_m = x; }
+        const float x = (ok) ? in0[v39_base + iy * 28 + ix] : 0;
+        if (ok && (v39 < 0 || x > v39_m || x != x)) { v39 = kh * 2 + kw; v39_m = x; }
       }
     }
-    const float v37 = v36_m;
-    out0[i] = v37;
+    const float v40 = v39_m;
+    out0[i] = v40;
   }
 }
 
-// square_sub_relu_where_train_addc_etc_fwd_2 computes:
-//   v55 = square <f32[64]> v53  # models/convnet/model.go:37
-//   v56 = sub <f32[64]> v54 v55  # models/convnet/model.go:37
-//   v57 = relu <f32[64]> v56  # models/convnet/model.go:37
-//   v59 = where_train <f32[64]> v53 v58  # models/convnet/model.go:37
-//   v60 = addc <f32[64]> v57 {f=1e-05}  # models/convnet/model.go:37
-//   v61 = powc <f32[64]> v60 {f=-0.5}  # models/convnet/model.go:37
-//   v62 = addc <f32[64]> v49 {f=1e-05}  # models/convnet/model.go:37
-//   v63 = powc <f32[64]> v62 {f=-0.5}  # models/convnet/model.go:37
-//   v64 = where_train <f32[64]> v61 v63  # models/convnet/model.go:37
-//   v65 = mul <f32[64]> v46 v64  # models/convnet/model.go:37
-//   v66 = mul <f32[64]> v59 v65  # models/convnet/model.go:37
-//   v67 = sub <f32[64]> v47 v66  # models/convnet/model.go:37
-extern "C" __global__ void __launch_bounds__(256) square_sub_relu_where_train_addc_etc_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
+// square_sub_relu_cast_where_train_etc_fwd_2 computes:
+//   v59 = square <f64[64]> v56  # models/convnet/model.go:37
+//   v60 = sub <f64[64]> v58 v59  # models/convnet/model.go:37
+//   v61 = relu <f64[64]> v60  # models/convnet/model.go:37
+//   v62 = cast <f32[64]> v56 {str=f32}  # models/convnet/model.go:37
+//   v63 = cast <f32[64]> v61 {str=f32}  # models/convnet/model.go:37
+//   v65 = where_train <f32[64]> v62 v64  # models/convnet/model.go:37
+//   v66 = addc <f32[64]> v63 {f=1e-05}  # models/convnet/model.go:37
+//   v67 = powc <f32[64]> v66 {f=-0.5}  # models/convnet/model.go:37
+//   v68 = addc <f32[64]> v52 {f=1e-05}  # models/convnet/model.go:37
+//   v69 = powc <f32[64]> v68 {f=-0.5}  # models/convnet/model.go:37
+//   v70 = where_train <f32[64]> v67 v69  # models/convnet/model.go:37
+//   v71 = mul <f32[64]> v49 v70  # models/convnet/model.go:37
+//   v72 = mul <f32[64]> v65 v71  # models/convnet/model.go:37
+//   v73 = sub <f32[64]> v50 v72  # models/convnet/model.go:37
+extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_train_etc_fwd_2(const double * __restrict__ in0, const double * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, float * __restrict__ out1, int s_train) {
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a53 = in0[i];
-    float v55 = ngen_sq(a53);
-    float a54 = in1[i];
-    float v56 = (a54 - v55);
-    float v57 = (v56 <= 0.0f ? 0.0f : v56);
-    float v59 = (s_train ? a53 : 0.0f);
-    float v60 = (v57 + 1.0000000000000001e-05f);
-    float v61 = powf(v60, -0.5f);
-    float a49 = in2[i];
-    float v62 = (a49 + 1.0000000000000001e-05f);
-    float v63 = powf(v62, -0.5f);
-    float v64 = (s_train ? v61 : v63);
-    float a46 = in3[i];
-    float v65 = (a46 * v64);
-    float v66 = (v59 * v65);
-    float a47 = in4[i];
-    out0[i] = v65;
-    float v67 = (a47 - v66);
-    out1[i] = v67;
+    double a56 = in0[i];
+    double v59 = ngen_sq(a56);
+    double a58 = in1[i];
+    double v60 = (a58 - v59);
+    double v61 = (v60 <= 0.0 ? 0.0 : v60);
+    float v62 = a56;
+    float v63 = v61;
+    float v65 = (s_train ? v62 : 0.0f);
+    float v66 = (v63 + 1.0000000000000001e-05f);
+    float v67 = powf(v66, -0.5f);
+    float a52 = in2[i];
+    float v68 = (a52 + 1.0000000000000001e-05f);
+    float v69 = powf(v68, -0.5f);
+    float v70 = (s_train ? v67 : v69);
+    float a49 = in3[i];
+    float v71 = (a49 * v70);
+    float v72 = (v65 * v71);
+    float a50 = in4[i];
+    out0[i] = v71;
+    float v73 = (a50 - v72);
+    out1[i] = v73;
   }
 }
 
 // maxpool_argmax_maxpool_pick_fwd_4: 2 launches (maxpool_argmax_maxpool_pick_fwd_2, maxpool_argmax_maxpool_pick_fwd_2). The first computes:
-//   v73 = maxpool_argmax <i32[B,64,7,7]> v72 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
-//   v74 = maxpool_pick <f32[B,64,7,7]> v72 v73 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v79 = maxpool_argmax <i32[B,64,7,7]> v78 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
+//   v80 = maxpool_pick <f32[B,64,7,7]> v78 v79 {ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:37
 extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 7) {
     const long long i = r * 7LL + j;
-    const int v73_j = j;
-    const long long v73_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v73_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v73_n * 448u);
-    const int v73_oy = (int)(v73_n_t % 7u); v73_n_t /= 7u;
-    const int v73_c = (int)v73_n_t;
-    const int v73_ox = v73_j;
-    const long long v73_base = (v73_n * 64 + v73_c) * 196;
-    int v73 = -1;
-    float v73_m = 0;
+    const int v79_j = j;
+    const long long v79_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v79_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v79_n * 448u);
+    const int v79_oy = (int)(v79_n_t % 7u); v79_n_t /= 7u;
+    const int v79_c = (int)v79_n_t;
+    const int v79_ox = v79_j;
+    const long long v79_base = (v79_n * 64 + v79_c) * 196;
+    int v79 = -1;
+    float v79_m = 0;
     for (int kh = 0; kh < 2; ++kh) {
-      const int iy = v73_oy * 2 - 0 + kh * 1;
+      const int iy = v79_oy * 2 - 0 + kh * 1;
       const bool oky = true;
       for (int kw = 0; kw < 2; ++kw) {
-        const int ix = v73_ox * 2 - 0 + kw * 1;
+        const int ix = v79_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? in0[v73_base + iy * 14 + ix] : 0;
-        if (ok && (v73 < 0 || x > v73_m || x != x)) { v73 = kh * 2 + kw; v73_m = x; }
+        const float x = (ok) ? in0[v79_base + iy * 14 + ix] : 0;
+        if (ok && (v79 < 0 || x > v79_m || x != x)) { v79 = kh * 2 + kw; v79_m = x; }
       }
     }
-    const float v74 = v73_m;
-    out0[i] = v74;
+    const float v80 = v79_m;
+    out0[i] = v80;
   }
 }
 
 // bias_fwd: 2 launches (fc2_bias_fwd, fc2_bias_fwd). The first computes:
-//   v84 = add <f32[B,10]> v82 v83  # models/convnet/model.go:39
+//   v90 = add <f32[B,10]> v88 v89  # models/convnet/model.go:39
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 10) {
     const long long i = r * 10LL + j;
-    float a82 = in0[i];
-    float a83 = in1[(0) * 10LL + j];
-    float v84 = (a82 + a83);
-    out0[i] = v84;
+    float a88 = in0[i];
+    float a89 = in1[(0) * 10LL + j];
+    float v90 = (a88 + a89);
+    out0[i] = v90;
   }
 }
 
@@ -1568,168 +1604,10 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 
 // The host forms: kernels the host target renders in a form of its own.
 
-// bias_sub_square_mean_fwd__host: 2 launches (conv1_bias_sub_square_mean_fwd, conv1_bias_sub_square_mean_fwd). The first computes:
-//   v9 = add <f32[B,32,28,28]> v7 v8  # models/convnet/model.go:36
-//   v15 = sub <f32[B,32,28,28]> v9 v14  # models/convnet/model.go:36
-//   v16 = square <f32[B,32,28,28]> v15  # models/convnet/model.go:36
-//   v17 = mean <f32[32]> v15 {axes=[0 2 3]}  # models/convnet/model.go:36
-//   v18 = mean <f32[32]> v16 {axes=[0 2 3]}  # models/convnet/model.go:36
-static __device__ double bias_sub_square_mean_fwd__host_part0[288];
-static __device__ double bias_sub_square_mean_fwd__host_part1[288];
-static __device__ unsigned bias_sub_square_mean_fwd__host_count[32];
-NGEN_HOST_FORM void bias_sub_square_mean_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
-  const long long nout = 32LL;
-  const long long nred = 784LL * (long long)B;
-  __shared__ double partial0[32];
-  __shared__ double partial1[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (784LL));
-    double acc0 = 0.0f;
-    double acc1 = 0.0f;
-    double acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    double acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
-    const long long rthreads = 196LL < (long long)blockDim.x ? 196LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 784LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (25088LL));
-      for (long long rv = rt * 4; rv < 784LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a7 = in0[i];
-          float a8 = in1[o];
-          float v9 = (a7 + a8);
-          float a14 = in2[o];
-          float v15 = (v9 - a14);
-          float v16 = ngen_sq(v15);
-          out0[i] = v15;
-          { const double x = v15; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const double x = v16; acc1_l[ri_v] = acc1_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
-    if (blockDim.x == 1) {
-      out1[o] = (float)(acc0 / (double)nred);
-      out2[o] = (float)(acc1 / (double)nred);
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    acc1 = ngen_warp_sum(acc1);
-    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)(acc0 / (double)nred); else bias_sub_square_mean_fwd__host_part0[o * 9 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
-      acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)(acc1 / (double)nred); else bias_sub_square_mean_fwd__host_part1[o * 9 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd__host_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out1[o] = (float)(acc0 / (double)nred);
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd__host_part1)[o * 9 + y]; acc1 = acc1 + x; }
-        out2[o] = (float)(acc1 / (double)nred);
-        bias_sub_square_mean_fwd__host_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// bias_sub_square_mean_fwd_2__host: 2 launches (conv2_bias_sub_square_mean_fwd, conv2_bias_sub_square_mean_fwd). The first computes:
-//   v54 = add <f32[B,64,14,14]> v52 v53  # models/convnet/model.go:37
-//   v60 = sub <f32[B,64,14,14]> v54 v59  # models/convnet/model.go:37
-//   v61 = square <f32[B,64,14,14]> v60  # models/convnet/model.go:37
-//   v62 = mean <f32[64]> v60 {axes=[0 2 3]}  # models/convnet/model.go:37
-//   v63 = mean <f32[64]> v61 {axes=[0 2 3]}  # models/convnet/model.go:37
-static __device__ double bias_sub_square_mean_fwd_2__host_part0[320];
-static __device__ double bias_sub_square_mean_fwd_2__host_part1[320];
-static __device__ unsigned bias_sub_square_mean_fwd_2__host_count[64];
-NGEN_HOST_FORM void bias_sub_square_mean_fwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
-  const long long nout = 64LL;
-  const long long nred = 196LL * (long long)B;
-  __shared__ double partial0[32];
-  __shared__ double partial1[32];
-  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
-  if (yi >= ys) return;
-  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)) * (196LL));
-    double acc0 = 0.0f;
-    double acc1 = 0.0f;
-    double acc0_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc0_l[ri_v] = 0.0f;
-    double acc1_l[4];
-    for (int ri_v = 0; ri_v < 4; ++ri_v) acc1_l[ri_v] = 0.0f;
-    const long long rthreads = 49LL < (long long)blockDim.x ? 49LL : (long long)blockDim.x;
-    const long long rpass = (long long)blockDim.x / rthreads;
-    const long long rt = (long long)threadIdx.x % rthreads;
-    for (long long ro = (long long)threadIdx.x / rthreads + yi * rpass; ro < nred / 196LL && (long long)threadIdx.x < rpass * rthreads; ro += rpass * ys) {
-      const long long base_o = base + (long long)(((unsigned long long)(ro)) * (12544LL));
-      for (long long rv = rt * 4; rv < 196LL; rv += rthreads * 4) {
-        #pragma unroll
-        for (int ri_v = 0; ri_v < 4; ++ri_v) {
-          const long long ri = rv + ri_v;
-          const long long i = base_o + ri;
-          float a52 = in0[i];
-          float a53 = in1[o];
-          float v54 = (a52 + a53);
-          float a59 = in2[o];
-          float v60 = (v54 - a59);
-          float v61 = ngen_sq(v60);
-          out0[i] = v60;
-          { const double x = v60; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const double x = v61; acc1_l[ri_v] = acc1_l[ri_v] + x; }
-        }
-      }
-    }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc0_l[ri_v]; acc0 = acc0 + x; }
-    for (int ri_v = 0; ri_v < 4; ++ri_v) { const double x = acc1_l[ri_v]; acc1 = acc1 + x; }
-    if (blockDim.x == 1) {
-      out1[o] = (float)(acc0 / (double)nred);
-      out2[o] = (float)(acc1 / (double)nred);
-      continue;
-    }
-    acc0 = ngen_warp_sum(acc0);
-    if ((threadIdx.x & 31) == 0) partial0[threadIdx.x >> 5] = acc0;
-    acc1 = ngen_warp_sum(acc1);
-    if ((threadIdx.x & 31) == 0) partial1[threadIdx.x >> 5] = acc1;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
-      acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)(acc0 / (double)nred); else bias_sub_square_mean_fwd_2__host_part0[o * 5 + yi] = acc0; }
-      acc1 = threadIdx.x < (blockDim.x + 31) / 32 ? partial1[threadIdx.x] : 0.0f;
-      acc1 = ngen_warp_sum(acc1);
-      if (threadIdx.x == 0) { if (ys == 1) out2[o] = (float)(acc1 / (double)nred); else bias_sub_square_mean_fwd_2__host_part1[o * 5 + yi] = acc1; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&bias_sub_square_mean_fwd_2__host_count[o]) == ys - 1) {
-        acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd_2__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out1[o] = (float)(acc0 / (double)nred);
-        acc1 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)bias_sub_square_mean_fwd_2__host_part1)[o * 5 + y]; acc1 = acc1 + x; }
-        out2[o] = (float)(acc1 / (double)nred);
-        bias_sub_square_mean_fwd_2__host_count[o] = 0;
-      }
-    }
-    __syncthreads();
-  }
-}
-
 // bias_cross_entropy_ce_grad_bwd__host computes:
-//   v101 = add <f32[B,10]> v99 v100  # models/convnet/model.go:39
-//   v102 = cross_entropy <f32[]> v101 v1  # models/convnet/model.go:41
-//   v104 = ce_grad <f32[B,10]> v101 v1 v103  # models/convnet/model.go:41
+//   v107 = add <f32[B,10]> v105 v106  # models/convnet/model.go:39
+//   v108 = cross_entropy <f32[]> v107 v1  # models/convnet/model.go:41
+//   v110 = ce_grad <f32[B,10]> v107 v1 v109  # models/convnet/model.go:41
 NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 10;
@@ -1742,10 +1620,10 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
     float xs[C], ex[C];
     for (int j = 0; j < C; ++j) {
       const long long i = r * C + j;
-      float a99 = in0[i];
-      float a100 = in1[(0) * 10LL + j];
-      float v101 = (a99 + a100);
-      xs[j] = v101;
+      float a105 = in0[i];
+      float a106 = in1[(0) * 10LL + j];
+      float v107 = (a105 + a106);
+      xs[j] = v107;
     }
     float part[8];
     for (int l = 0; l < 8; ++l) part[l] = -NGEN_INF;
@@ -1769,8 +1647,8 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
 }
 
 // relu_bwd_sum_bwd__host computes:
-//   v109 = relu_bwd <f32[B,128]> v107 v97  # models/convnet/model.go:38
-//   v110 = sum <f32[1,128]> v109 {axes=[0] keepdim}  # models/convnet/model.go:38
+//   v115 = relu_bwd <f32[B,128]> v113 v103  # models/convnet/model.go:38
+//   v116 = sum <f32[1,128]> v115 {axes=[0] keepdim}  # models/convnet/model.go:38
 static __device__ double relu_bwd_sum_bwd__host_part0[2176];
 static __device__ unsigned relu_bwd_sum_bwd__host_count[16];
 NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -1789,11 +1667,11 @@ NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-          float a107 = in0[i];
-          float a97 = in1[i];
-          float v109 = ngen_relu_grad(a97, a107);
-          out0[i] = v109;
-          { const double x = v109; acc0_l[oc] = acc0_l[oc] + x; }
+          float a113 = in0[i];
+          float a103 = in1[i];
+          float v115 = ngen_relu_grad(a103, a113);
+          out0[i] = v115;
+          { const double x = v115; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -1805,11 +1683,11 @@ NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-      float a107 = in0[i];
-      float a97 = in1[i];
-      float v109 = ngen_relu_grad(a97, a107);
-      out0[i] = v109;
-      { const double x = v109; acc0 = acc0 + x; }
+      float a113 = in0[i];
+      float a103 = in1[i];
+      float v115 = ngen_relu_grad(a103, a113);
+      out0[i] = v115;
+      { const double x = v115; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -1835,10 +1713,10 @@ NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const
 }
 
 // sum_mul_bwd__host computes:
-//   v117 = sum <f32[1,64,1,1]> v116 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
-//   v119 = mul <f32[B,64,14,14]> v116 v77  # models/convnet/model.go:37
-//   v120 = mul <f32[B,64,14,14]> v116 v60  # models/convnet/model.go:37
-//   v121 = sum <f32[1,64,1,1]> v120 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v123 = sum <f32[1,64,1,1]> v122 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+//   v125 = mul <f32[B,64,14,14]> v122 v83  # models/convnet/model.go:37
+//   v126 = mul <f32[B,64,14,14]> v122 v63  # models/convnet/model.go:37
+//   v127 = sum <f32[1,64,1,1]> v126 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
 static __device__ double sum_mul_bwd__host_part0[320];
 static __device__ double sum_mul_bwd__host_part1[320];
 static __device__ unsigned sum_mul_bwd__host_count[64];
@@ -1867,14 +1745,14 @@ NGEN_HOST_FORM void sum_mul_bwd__host(const float * __restrict__ in0, const floa
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a116 = in0[i];
-          float a77 = in1[o];
-          float v119 = (a116 * a77);
-          float a60 = in2[i];
-          float v120 = (a116 * a60);
-          out1[i] = v119;
-          { const double x = a116; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const double x = v120; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          float a122 = in0[i];
+          float a83 = in1[o];
+          float v125 = (a122 * a83);
+          float a63 = in2[i];
+          float v126 = (a122 * a63);
+          out1[i] = v125;
+          { const double x = a122; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v126; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
@@ -1911,19 +1789,21 @@ NGEN_HOST_FORM void sum_mul_bwd__host(const float * __restrict__ in0, const floa
   }
 }
 
-// broadcast_divcount_add_scale_mul_etc_bwd__host computes:
-//   v142 = broadcast <f32[B,64,14,14]> v141 {shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v143 = divcount <f32[B,64,14,14]> v142 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v145 = broadcast <f32[B,64,14,14]> v144 {shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v146 = divcount <f32[B,64,14,14]> v145 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
-//   v147 = add <f32[B,64,14,14]> v119 v146  # models/convnet/model.go:37
-//   v148 = scale <f32[B,64,14,14]> v143 {f=2}  # models/convnet/model.go:37
-//   v149 = mul <f32[B,64,14,14]> v148 v60  # models/convnet/model.go:37
-//   v150 = add <f32[B,64,14,14]> v147 v149  # models/convnet/model.go:37
-//   v151 = sum <f32[1,64,1,1]> v150 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
-static __device__ double broadcast_divcount_add_scale_mul_etc_bwd__host_part0[320];
-static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd__host_count[64];
-NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+// broadcast_divcount_scale_cast_mul_etc_bwd__host computes:
+//   v150 = broadcast <f64[B,64,14,14]> v149 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v151 = divcount <f64[B,64,14,14]> v150 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v152 = scale <f64[B,64,14,14]> v151 {f=2}  # models/convnet/model.go:37
+//   v153 = cast <f64[B,64,14,14]> v63 {str=f64}  # models/convnet/model.go:37
+//   v154 = mul <f64[B,64,14,14]> v152 v153  # models/convnet/model.go:37
+//   v156 = broadcast <f64[B,64,14,14]> v155 {shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v157 = divcount <f64[B,64,14,14]> v156 {axes=[0 2 3] shape=[B,64,14,14]}  # models/convnet/model.go:37
+//   v158 = add <f64[B,64,14,14]> v154 v157  # models/convnet/model.go:37
+//   v159 = cast <f32[B,64,14,14]> v158 {str=f32}  # models/convnet/model.go:37
+//   v160 = add <f32[B,64,14,14]> v125 v159  # models/convnet/model.go:37
+//   v161 = sum <f32[1,64,1,1]> v160 {axes=[0 2 3] keepdim}  # models/convnet/model.go:37
+static __device__ double broadcast_divcount_scale_cast_mul_etc_bwd__host_part0[320];
+static __device__ unsigned broadcast_divcount_scale_cast_mul_etc_bwd__host_count[64];
+NGEN_HOST_FORM void broadcast_divcount_scale_cast_mul_etc_bwd__host(const double * __restrict__ in0, const float * __restrict__ in1, const double * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ double partial0[32];
@@ -1944,20 +1824,22 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd__host(const float *
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a141 = in0[o];
-          float v142 = a141;
-          float v143 = (v142 / (float)(196 * (long long)B));
-          float a144 = in1[o];
-          float v145 = a144;
-          float v146 = (v145 / (float)(196 * (long long)B));
-          float a119 = in2[i];
-          float v147 = (a119 + v146);
-          float v148 = (v143 * 2.0f);
-          float a60 = in3[i];
-          float v149 = (v148 * a60);
-          float v150 = (v147 + v149);
-          out0[i] = v150;
-          { const double x = v150; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a149 = in0[o];
+          double v150 = a149;
+          double v151 = (v150 / (double)(196 * (long long)B));
+          double v152 = (v151 * 2.0);
+          float a63 = in1[i];
+          double v153 = a63;
+          double v154 = (v152 * v153);
+          double a155 = in2[o];
+          double v156 = a155;
+          double v157 = (v156 / (double)(196 * (long long)B));
+          double v158 = (v154 + v157);
+          float v159 = v158;
+          float a125 = in3[i];
+          float v160 = (a125 + v159);
+          out0[i] = v160;
+          { const double x = v160; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -1972,12 +1854,12 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd__host(const float *
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_add_scale_mul_etc_bwd__host_part0[o * 5 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd__host_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_scale_cast_mul_etc_bwd__host_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_scale_cast_mul_etc_bwd__host_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_add_scale_mul_etc_bwd__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_scale_cast_mul_etc_bwd__host_part0)[o * 5 + y]; acc0 = acc0 + x; }
         out1[o] = (float)acc0;
-        broadcast_divcount_add_scale_mul_etc_bwd__host_count[o] = 0;
+        broadcast_divcount_scale_cast_mul_etc_bwd__host_count[o] = 0;
       }
     }
     __syncthreads();
@@ -1985,10 +1867,10 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd__host(const float *
 }
 
 // sum_mul_bwd_2__host computes:
-//   v163 = sum <f32[1,32,1,1]> v162 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
-//   v165 = mul <f32[B,32,28,28]> v162 v32  # models/convnet/model.go:36
-//   v166 = mul <f32[B,32,28,28]> v162 v15  # models/convnet/model.go:36
-//   v167 = sum <f32[1,32,1,1]> v166 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v173 = sum <f32[1,32,1,1]> v172 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+//   v175 = mul <f32[B,32,28,28]> v172 v35  # models/convnet/model.go:36
+//   v176 = mul <f32[B,32,28,28]> v172 v15  # models/convnet/model.go:36
+//   v177 = sum <f32[1,32,1,1]> v176 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
 static __device__ double sum_mul_bwd_2__host_part0[288];
 static __device__ double sum_mul_bwd_2__host_part1[288];
 static __device__ unsigned sum_mul_bwd_2__host_count[32];
@@ -2017,14 +1899,14 @@ NGEN_HOST_FORM void sum_mul_bwd_2__host(const float * __restrict__ in0, const fl
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a162 = in0[i];
-          float a32 = in1[o];
-          float v165 = (a162 * a32);
+          float a172 = in0[i];
+          float a35 = in1[o];
+          float v175 = (a172 * a35);
           float a15 = in2[i];
-          float v166 = (a162 * a15);
-          out1[i] = v165;
-          { const double x = a162; acc0_l[ri_v] = acc0_l[ri_v] + x; }
-          { const double x = v166; acc1_l[ri_v] = acc1_l[ri_v] + x; }
+          float v176 = (a172 * a15);
+          out1[i] = v175;
+          { const double x = a172; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          { const double x = v176; acc1_l[ri_v] = acc1_l[ri_v] + x; }
         }
       }
     }
@@ -2061,19 +1943,21 @@ NGEN_HOST_FORM void sum_mul_bwd_2__host(const float * __restrict__ in0, const fl
   }
 }
 
-// broadcast_divcount_add_scale_mul_etc_bwd_2__host computes:
-//   v188 = broadcast <f32[B,32,28,28]> v187 {shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v189 = divcount <f32[B,32,28,28]> v188 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v191 = broadcast <f32[B,32,28,28]> v190 {shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v192 = divcount <f32[B,32,28,28]> v191 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
-//   v193 = add <f32[B,32,28,28]> v165 v192  # models/convnet/model.go:36
-//   v194 = scale <f32[B,32,28,28]> v189 {f=2}  # models/convnet/model.go:36
-//   v195 = mul <f32[B,32,28,28]> v194 v15  # models/convnet/model.go:36
-//   v196 = add <f32[B,32,28,28]> v193 v195  # models/convnet/model.go:36
-//   v197 = sum <f32[1,32,1,1]> v196 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
-static __device__ double broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0[288];
-static __device__ unsigned broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[32];
-NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
+// broadcast_divcount_scale_cast_mul_etc_bwd_2__host computes:
+//   v200 = broadcast <f64[B,32,28,28]> v199 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v201 = divcount <f64[B,32,28,28]> v200 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v202 = scale <f64[B,32,28,28]> v201 {f=2}  # models/convnet/model.go:36
+//   v203 = cast <f64[B,32,28,28]> v15 {str=f64}  # models/convnet/model.go:36
+//   v204 = mul <f64[B,32,28,28]> v202 v203  # models/convnet/model.go:36
+//   v206 = broadcast <f64[B,32,28,28]> v205 {shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v207 = divcount <f64[B,32,28,28]> v206 {axes=[0 2 3] shape=[B,32,28,28]}  # models/convnet/model.go:36
+//   v208 = add <f64[B,32,28,28]> v204 v207  # models/convnet/model.go:36
+//   v209 = cast <f32[B,32,28,28]> v208 {str=f32}  # models/convnet/model.go:36
+//   v210 = add <f32[B,32,28,28]> v175 v209  # models/convnet/model.go:36
+//   v211 = sum <f32[1,32,1,1]> v210 {axes=[0 2 3] keepdim}  # models/convnet/model.go:36
+static __device__ double broadcast_divcount_scale_cast_mul_etc_bwd_2__host_part0[288];
+static __device__ unsigned broadcast_divcount_scale_cast_mul_etc_bwd_2__host_count[32];
+NGEN_HOST_FORM void broadcast_divcount_scale_cast_mul_etc_bwd_2__host(const double * __restrict__ in0, const float * __restrict__ in1, const double * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ double partial0[32];
@@ -2094,20 +1978,22 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd_2__host(const float
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a187 = in0[o];
-          float v188 = a187;
-          float v189 = (v188 / (float)(784 * (long long)B));
-          float a190 = in1[o];
-          float v191 = a190;
-          float v192 = (v191 / (float)(784 * (long long)B));
-          float a165 = in2[i];
-          float v193 = (a165 + v192);
-          float v194 = (v189 * 2.0f);
-          float a15 = in3[i];
-          float v195 = (v194 * a15);
-          float v196 = (v193 + v195);
-          out0[i] = v196;
-          { const double x = v196; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          double a199 = in0[o];
+          double v200 = a199;
+          double v201 = (v200 / (double)(784 * (long long)B));
+          double v202 = (v201 * 2.0);
+          float a15 = in1[i];
+          double v203 = a15;
+          double v204 = (v202 * v203);
+          double a205 = in2[o];
+          double v206 = a205;
+          double v207 = (v206 / (double)(784 * (long long)B));
+          double v208 = (v204 + v207);
+          float v209 = v208;
+          float a175 = in3[i];
+          float v210 = (a175 + v209);
+          out0[i] = v210;
+          { const double x = v210; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -2122,12 +2008,12 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd_2__host(const float
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0[o * 9 + yi] = acc0; }
-      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[o]) == ys - 1) {
+      if (threadIdx.x == 0) { if (ys == 1) out1[o] = (float)acc0; else broadcast_divcount_scale_cast_mul_etc_bwd_2__host_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&broadcast_divcount_scale_cast_mul_etc_bwd_2__host_count[o]) == ys - 1) {
         acc0 = 0.0f;
-        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_add_scale_mul_etc_bwd_2__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
+        for (unsigned y = 0; y < ys; ++y) { const double x = ((volatile double *)broadcast_divcount_scale_cast_mul_etc_bwd_2__host_part0)[o * 9 + y]; acc0 = acc0 + x; }
         out1[o] = (float)acc0;
-        broadcast_divcount_add_scale_mul_etc_bwd_2__host_count[o] = 0;
+        broadcast_divcount_scale_cast_mul_etc_bwd_2__host_count[o] = 0;
       }
     }
     __syncthreads();
@@ -2140,16 +2026,11 @@ NGEN_HOST_FORM void broadcast_divcount_add_scale_mul_etc_bwd_2__host(const float
 NGEN_EMU_LAUNCHER int ngen_launch_0(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, im2col_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_TEST_FORMS int ngen_launch_1_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  NGEN_RUN_SYNC(l, bias_sub_square_mean_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-}
 NGEN_EMU_LAUNCHER int ngen_launch_1(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  return ngen_launch_1_test(l);
+  NGEN_RUN_SYNC(l, bias_sub_cast_mean_square_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, double *, 4), NGEN_ARG(l, double *, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
+  NGEN_RUN_SPAN(l, square_sub_relu_cast_where_train_etc_bwd(NGEN_ARG(l, double *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, double *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_3(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_add_relu_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -2160,16 +2041,11 @@ NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, im2col_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_TEST_FORMS int ngen_launch_6_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  NGEN_RUN_SYNC(l, bias_sub_square_mean_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-}
 NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, bias_sub_square_mean_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  return ngen_launch_6_test(l);
+  NGEN_RUN_SYNC(l, bias_sub_cast_mean_square_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, double *, 4), NGEN_ARG(l, double *, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
+  NGEN_RUN_SPAN(l, square_sub_relu_cast_where_train_etc_bwd_2(NGEN_ARG(l, double *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, double *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, float *, 12), NGEN_ARG(l, float *, 13), NGEN_ARG(l, int, 14), NGEN_ARG(l, int, 15)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, mul_add_relu_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -2211,14 +2087,14 @@ NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   return ngen_launch_15_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, neg_mul_add_where_train_relu_bwd_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
+  NGEN_RUN_SPAN(l, neg_mul_add_where_train_cast_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, double *, 11), NGEN_ARG(l, int, 12)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_17_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_scale_cast_mul_etc_bwd__host(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  NGEN_RUN_SYNC(l, broadcast_divcount_scale_cast_mul_etc_bwd(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_scale_cast_mul_etc_bwd__host(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   return ngen_launch_17_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
@@ -2236,27 +2112,27 @@ NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   return ngen_launch_20_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, neg_mul_add_where_train_relu_bwd_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, float *, 7), NGEN_ARG(l, float *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, float *, 10), NGEN_ARG(l, float *, 11), NGEN_ARG(l, int, 12)));
+  NGEN_RUN_SPAN(l, neg_mul_add_where_train_cast_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, float *, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, double *, 11), NGEN_ARG(l, int, 12)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_22_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
-  NGEN_RUN_SYNC(l, broadcast_divcount_add_scale_mul_etc_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, broadcast_divcount_scale_cast_mul_etc_bwd_2__host(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  NGEN_RUN_SYNC(l, broadcast_divcount_scale_cast_mul_etc_bwd_2(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_add_scale_mul_etc_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, broadcast_divcount_scale_cast_mul_etc_bwd_2__host(NGEN_ARG(l, double *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6)));
   return ngen_launch_22_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
+  NGEN_RUN_SPAN(l, square_sub_relu_cast_where_train_etc_fwd(NGEN_ARG(l, double *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, square_sub_relu_where_train_addc_etc_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
+  NGEN_RUN_SPAN(l, square_sub_relu_cast_where_train_etc_fwd_2(NGEN_ARG(l, double *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_4(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
