@@ -132,8 +132,9 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	}
 	if err := s.check("step", s.t); err != nil {
 		// The device skipped the update (compiler/guard.go); the host's
-		// count follows.
+		// counts follow.
 		s.t--
+		s.schedT--
 		if err == errSkip {
 			return s.skipStep()
 		}
@@ -225,12 +226,13 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
+	s.schedT++
 	if s.scal == nil {
 		s.scal = map[string]float64{}
 	}
 	// One map for every update: the last step's bound (s.bound.sc) has
 	// been read by afterUpdate, or is replaced below.
-	scal := s.plan.Optimizer.ScheduledScalarsInto(s.scal, s.groupRules(), s.t, s.lr, s.sched, s.wd)
+	scal := s.plan.Optimizer.ScalarsAt(s.scal, s.groupRules(), s.t, s.schedT, s.lr, s.sched, s.wd)
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
 	}
@@ -243,6 +245,7 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	}
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
+		s.schedT--
 		return err
 	}
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
@@ -272,6 +275,10 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 	}
 	if err := s.check("step", s.t); err != nil {
 		s.t--
+		s.schedT--
+		if err == errSkip {
+			return s.skipStep() // the group agreed to skip (dataparallel.go)
+		}
 		return err
 	}
 	s.afterUpdate()

@@ -13,10 +13,12 @@ import (
 // and the update multiplies the gradients by inv_scale = 1/scale before
 // anything else reads them (compiler/optimizer.go; the update check and
 // the grad-norm kernel too, codegen/guard.go). The scaler's verdict is
-// the transactional guard's (compiler/guard.go): a step whose gradients
-// hold an inf or NaN commits nothing on the device. Under a scaler that
-// is routine, not an error: the step is skipped (the step counter stays,
-// as optimizer.step is skipped), and the scale follows
+// the transactional guard's (compiler/guard.go): a step whose loss or
+// gradients hold an inf or NaN commits nothing on the device. Under a
+// scaler that is routine, not an error: the step is skipped (the step
+// counter, Adam's t, stays, as optimizer.step is skipped; the schedule's
+// counter advances, as a PyTorch loop calls scheduler.step() after a
+// skipped scaler.step too), and the scale follows
 // torch._amp_update_scale_: times the backoff factor after a skipped
 // step, times the growth factor after growth-interval finite steps in a
 // row (unless that overflows f32), the growth tracker counting them.
@@ -118,18 +120,20 @@ func (s *Session) Scaler() (ScalerState, bool) {
 	return ScalerState{LossScaler: l.cfg, Scale: float64(l.scale), GrowthTracker: l.tracker, Skipped: l.skipped, LastSkipped: l.lastSkipped}, true
 }
 
-// skipStep records a skipped update and backs the scale off. A scale
-// that reaches 0, or whose inverse overflows f32, is an error: the
-// gradients are not finite at any scale (a NaN from the data or the
-// forward pass), and training cannot go on.
+// skipStep records a skipped update: the schedule's counter advances
+// (not the step counter) and the scale backs off. A scale that reaches
+// 0, or whose inverse overflows f32, is an error: the loss or the
+// gradients are not finite at any scale (a NaN from the data, or a
+// forward pass that overflows), and training cannot go on.
 func (s *Session) skipStep() error {
 	l := &s.scaler
+	s.schedT++
 	l.skipped++
 	l.lastSkipped = true
 	l.scale = float32(float64(l.scale) * l.cfg.BackoffFactor)
 	l.tracker = 0
 	if l.scale == 0 || math.IsInf(float64(l.invScale()), 0) {
-		return fmt.Errorf("%s: the loss scale underflowed to %g after %d skipped step(s) (step %d's gradients were not finite, as every step's since the scale was reasonable): the gradients are not finite at any scale", s.plan.Model, l.scale, l.skipped, s.t+1)
+		return fmt.Errorf("%s: the loss scale underflowed to %g after %d skipped step(s) (step %d's loss or gradients were not finite, as every step's since the scale was reasonable): they are not finite at any scale", s.plan.Model, l.scale, l.skipped, s.t+1)
 	}
 	return nil
 }
