@@ -263,13 +263,24 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 		if a.pend == 0 {
 			return fmt.Errorf("%s: update with no gradients: run RunGrads (a micro-batch) first", s.plan.Model)
 		}
-		a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
-		return s.skipStep()
+		if s.dp.comm == nil {
+			a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
+			return s.skipStep()
+		}
+		// The other ranks update unless told: the verdict goes through
+		// the status block to the group's (dataparallel.go), and the
+		// update phase commits nothing.
+		a.foundInf = false
+		if err := s.markStatus(1); err != nil {
+			return err
+		}
 	}
 	if err := s.updatePhase(fi, f); err != nil {
 		return err
 	}
-	if !hasBuiltin(f, UpdateCheckKernel) {
+	// A group's verdict (dataparallel.go) is read back even where the
+	// plan has no update check.
+	if !hasBuiltin(f, UpdateCheckKernel) && s.dp.comm == nil {
 		s.finiteStep()
 		return nil
 	}

@@ -25,12 +25,19 @@ import (
 // chose, and a bucket's readiness is not tracked. Its cost is
 // Session.ReduceTime; docs/PERF.md says when overlapping would pay.
 //
-// Every rank must take part in every update. A plain step checks its
-// loss and labels after the update, so all ranks update and the failing
-// one returns the error; with accumulation a micro-batch that fails its
-// checks is not counted on its rank alone, so the ranks' updates no
-// longer line up: treat any error as fatal to the job (cmd/train aborts
-// every rank; otherwise the others time out).
+// Every rank must take part in every update, and the ranks agree on its
+// verdict before it (agreeVerdict): each rank's guard judged its own
+// loss and gradients, and one small all-reduce tells every rank whether
+// any rank's step failed or was not finite; then every rank commits or
+// none does. Under a loss scaler a non-finite loss or gradient on any
+// rank, or a sum over the ranks that overflows, is a step every rank
+// skips, backing its scale off alike (PyTorch's DDP all-reduces the
+// scaled gradients, so every rank's GradScaler sees the same inf);
+// otherwise every rank returns an error. With accumulation a micro-batch
+// that fails its checks (a label out of range, a non-finite loss
+// without a scaler) is not counted on its rank alone, so the ranks'
+// updates no longer line up: treat any error as fatal to the job
+// (cmd/train aborts every rank; otherwise the others time out).
 
 // Communicator joins the sessions of one model in several processes.
 // Every collective must be called by all ranks in the same order.
@@ -197,7 +204,9 @@ func (s *Session) broadcastState(c Communicator) error {
 	return nil
 }
 
-// reduceGrads replaces the gradient vector by its mean over the ranks.
+// reduceGrads agrees on the step's verdict over the ranks and, when no
+// rank's step failed, replaces the gradient vector by its mean over the
+// ranks.
 func (s *Session) reduceGrads() error {
 	c := s.dp.comm
 	g, n, err := s.gradsVec()
@@ -206,6 +215,9 @@ func (s *Session) reduceGrads() error {
 	}
 	start := time.Now()
 	defer func() { s.dp.spent += time.Since(start) }()
+	if ok, err := s.agreeVerdict(c); err != nil || !ok {
+		return err // no rank commits: no need of the sum
+	}
 	dt, es, inv := s.plan.DType, int64(s.plan.DType.Size()), 1/float64(c.Size())
 	if s.deviceReduce(c) {
 		if err := c.(DeviceAllreducer).AllreduceSumDevice(s.ptrs[g], int(n), dt); err != nil {
@@ -228,20 +240,88 @@ func (s *Session) reduceGrads() error {
 		return fmt.Errorf("%s: gradient all-reduce: %w", s.plan.Model, err)
 	}
 	// The mean, as one process's loss over the N·b rows gives it (exact
-	// when N is a power of two).
+	// when N is a power of two). A sum that is not finite though every
+	// rank's gradients were (an overflow: every rank holds the same sum)
+	// fails the step on every rank, as the guard would have.
+	bad := false
 	switch dt {
 	case F64:
 		h := unsafe.Slice((*float64)(s.dp.host), n)
 		for i := range h {
 			h[i] *= inv
+			bad = bad || h[i]-h[i] != 0
 		}
 	default:
 		h, f := unsafe.Slice((*float32)(s.dp.host), n), float32(inv)
 		for i := range h {
 			h[i] *= f
+			bad = bad || h[i]-h[i] != 0
 		}
 	}
-	return s.dev.CopyToDevice(s.ptrs[g], s.dp.host, n*es)
+	if err := s.dev.CopyToDevice(s.ptrs[g], s.dp.host, n*es); err != nil {
+		return err
+	}
+	if bad {
+		return s.markStatus(peerNonFinite)
+	}
+	return nil
+}
+
+// agreeVerdict tells every rank whether any rank's gradient phase failed
+// (ok false), from one all-reduce of two counts: the ranks whose loss or
+// gradients were not finite, and those whose step failed otherwise (a
+// label out of range). A rank whose own step was good but another's was
+// not marks its status block so that its update commits nothing and its
+// check reports the peer's verdict: under a loss scaler a skip
+// (peerNonFinite), as the rank that overflowed skips. A plan without a
+// guard has no verdict to agree on.
+func (s *Session) agreeVerdict(c Communicator) (ok bool, _ error) {
+	buf := -1
+	for _, ch := range s.plan.Checks {
+		if ch.Func == "step" && ch.Kind == "guard" {
+			buf = ch.Buf
+		}
+	}
+	if buf < 0 {
+		return true, nil
+	}
+	var blk [6]int32
+	if err := s.dev.CopyToHost(unsafe.Pointer(&blk[0]), s.ptrs[buf], int64(len(blk)*4)); err != nil {
+		return false, err
+	}
+	// A local block, not a field: cgo refuses a pointer into the Session.
+	counts := new([2]float64)
+	switch {
+	case blk[0] != 0 || (blk[5] != 0 && blk[5] != 1):
+		counts[1] = 1
+	case blk[4] != 0 || blk[5] == 1:
+		counts[0] = 1
+	}
+	mine := counts[0]+counts[1] != 0
+	if err := c.AllreduceSum(unsafe.Pointer(&counts[0]), 2, F64); err != nil {
+		return false, fmt.Errorf("%s: agreeing on the step's verdict: %w", s.plan.Model, err)
+	}
+	switch {
+	case counts[0]+counts[1] == 0:
+		return true, nil
+	case mine: // the rank's own status says why
+	case counts[1] > 0:
+		return false, s.markStatus(peerFailed)
+	default:
+		return false, s.markStatus(peerNonFinite)
+	}
+	return false, nil
+}
+
+// markStatus fails the step on this rank with status word 5 = code, so
+// that the update commits nothing and check reports why.
+func (s *Session) markStatus(code int32) error {
+	for _, ch := range s.plan.Checks {
+		if ch.Func == "step" && ch.Kind == "guard" {
+			return s.dev.CopyToDevice(s.ptrs[ch.Buf]+5*4, unsafe.Pointer(&code), 4)
+		}
+	}
+	return nil
 }
 
 // sampleOffsetDP is the global index of the first row of this rank's
