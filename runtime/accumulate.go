@@ -135,7 +135,7 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		// counts follow.
 		s.t--
 		s.schedT--
-		if err == errSkip {
+		if err == errSkip || s.sumOverflowed(err) {
 			return s.skipStep()
 		}
 		return err
@@ -287,7 +287,7 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 	if err := s.check("step", s.t); err != nil {
 		s.t--
 		s.schedT--
-		if err == errSkip {
+		if err == errSkip || s.sumOverflowed(err) {
 			return s.skipStep() // the group agreed to skip (dataparallel.go)
 		}
 		return err

@@ -156,6 +156,35 @@ func (s *Session) finiteStep() {
 	l.tracker = 0
 }
 
+// sumOverflowed reports whether err, an update check's failure under
+// loss scaling, came from gradients that are not finite though every
+// micro-batch's were: their sum over the micro-batches, or over the
+// ranks in device memory, overflowed f32 (a bf16 model's scaled
+// gradients can reach f32's range). GradScaler checks the gradients
+// the step applies, so that is a skip, not an error. The update check
+// cannot tell it from an update that overflows with finite gradients;
+// the host reads the gradient vector, on this failure path only.
+func (s *Session) sumOverflowed(err error) bool {
+	var ue *UpdateError
+	if !s.scaler.on || !errors.As(err, &ue) {
+		return false
+	}
+	g, _, e := s.gradsVec()
+	if e != nil {
+		return false
+	}
+	v, e := s.ReadFloats(g)
+	if e != nil {
+		return false
+	}
+	for _, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // scaledGSafe is the update check's gsafe for the scaled gradients the
 // guard measured: gsafe·scale rounded down in f32.
 func (s *Session) scaledGSafe(g float64) float64 {

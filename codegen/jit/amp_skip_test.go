@@ -22,6 +22,15 @@ func readTrained(t *testing.T, s *runtime.Session) map[string][]float64 {
 	return out
 }
 
+// same fails unless s's parameters and optimizer state are before's.
+func same(t *testing.T, s *runtime.Session, before map[string][]float64) {
+	t.Helper()
+	got := readTrained(t, s)
+	for n, w := range before {
+		closeTo(t, "unchanged "+n, got[n], w, 0, 0)
+	}
+}
+
 // TestAMPF16NonFiniteLoss: under a loss scaler, a step whose loss is
 // not finite (an input of +Inf: the f16 forward pass gives NaN logits)
 // is a skipped step, as PyTorch's scaler.step skips on the NaN
@@ -66,12 +75,6 @@ func TestAMPF16NonFiniteLoss(t *testing.T) {
 		}
 		return s.Run("step", rows)
 	}
-	same := func(t *testing.T, what string, got, want map[string][]float64) {
-		t.Helper()
-		for n, w := range want {
-			closeTo(t, what+": "+n, got[n], w, 0, 0)
-		}
-	}
 	sc := ir.LossScaler{Init: 0x1p10, Growth: 2, Backoff: 0.5, Interval: 100}
 
 	t.Run("step", func(t *testing.T) {
@@ -93,7 +96,7 @@ func TestAMPF16NonFiniteLoss(t *testing.T) {
 			t.Errorf("after the skip: skipped %v, steps %d (want 3), schedule %d (want 4), scale %g (want 2^9), scaler %+v",
 				s.StepSkipped(), s.Steps(), s.ScheduleSteps(), s.LossScale(), st)
 		}
-		same(t, "after the skipped step", readTrained(t, s), before)
+		same(t, s, before)
 		// StepLR(step_size 2, gamma 0.5): the fifth update's rate.
 		if s.LR() != lr/2 {
 			t.Errorf("the next rate is %g, want %g (the schedule advances on a skip)", s.LR(), lr/2)
@@ -115,7 +118,7 @@ func TestAMPF16NonFiniteLoss(t *testing.T) {
 		if !s.StepSkipped() || s.Steps() != 0 || s.ScheduleSteps() != 1 || s.Pending() != 0 || s.LossScale() != 0x1p9 {
 			t.Errorf("after the update: skipped %v, steps %d, schedule %d, pending %d, scale %g", s.StepSkipped(), s.Steps(), s.ScheduleSteps(), s.Pending(), s.LossScale())
 		}
-		same(t, "after the skipped update", readTrained(t, s), before)
+		same(t, s, before)
 	})
 
 	t.Run("no scaler", func(t *testing.T) {
@@ -131,6 +134,88 @@ func TestAMPF16NonFiniteLoss(t *testing.T) {
 		if s.StepSkipped() || s.Steps() != 1 || s.ScheduleSteps() != 1 {
 			t.Errorf("after the error: skipped %v, steps %d, schedule %d", s.StepSkipped(), s.Steps(), s.ScheduleSteps())
 		}
-		same(t, "after the failed step", readTrained(t, s), before)
+		same(t, s, before)
 	})
+}
+
+// TestAMPBF16AccumulatedOverflow: a bf16 model with a loss scaler (its
+// scaled gradients can reach f32's range) accumulating 5 micro-batches,
+// each of whose gradients is finite, at a scale that puts the largest
+// in (FLT_MAX/4, FLT_MAX/2], so that the sum of four overflows: the
+// update is skipped (GradScaler checks the gradients the step applies),
+// not the update check's error, and nothing changes.
+func TestAMPBF16AccumulatedOverflow(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const rows, k = 8, 5
+	x, _, y := mlpBatch(rows, 9, 10)
+	// Inputs a thousand times larger make gradients a thousand times
+	// larger, so that a scale f32 holds (at most 2^127) reaches its range.
+	for i := range x {
+		x[i] *= 1000
+	}
+	session := func(scale float64) *runtime.Session {
+		m, _ := ampMLPModel(ir.Optimizer{Kind: "sgd", LR: 0.1})
+		m.Precision = &ir.Precision{Type: ir.BF16, Scaler: &ir.LossScaler{Init: scale, Growth: 2, Backoff: 0.5, Interval: 100}}
+		prog, err := compiler.Compile(m, compiler.Options{Fuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: 4, AccumulationSteps: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	micro := func(s *runtime.Session) []float64 {
+		t.Helper()
+		if err := s.WriteInput("x", x, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteInput("y", y, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run("step", rows); err != nil {
+			t.Fatalf("micro-batch %d: %v", s.Pending(), err)
+		}
+		return readNamed(t, s, "grads", "grads")
+	}
+	// The largest gradient at scale 1 sets the scale, a power of two.
+	var g float64
+	for _, v := range micro(session(1)) {
+		g = max(g, math.Abs(v))
+	}
+	_, e := math.Frexp(math.MaxFloat32 / g)
+	scale := math.Ldexp(1, e-2) // g·scale in (FLT_MAX/4, FLT_MAX/2]
+	if scale > 0x1p127 {
+		t.Fatalf("largest gradient %g at scale 1: too small for a scale f32 holds to reach its range", g)
+	}
+	s := session(scale)
+	before := readTrained(t, s)
+	for i := 1; i < k; i++ {
+		big := 0.0
+		for _, v := range micro(s) {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("micro-batch %d at scale %g: a gradient is %g; the test wants finite ones", i, scale, v)
+			}
+			big = max(big, math.Abs(v))
+		}
+		if big <= math.MaxFloat32/4 {
+			t.Fatalf("micro-batch %d: largest gradient %g; the test wants one above FLT_MAX/4", i, big)
+		}
+	}
+	if err := s.WriteInput("x", x, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run("step", rows); err != nil {
+		t.Fatalf("the update of an overflowing sum: %v; want a skipped step", err)
+	}
+	if !s.StepSkipped() || s.Steps() != 0 || s.ScheduleSteps() != 1 || s.LossScale() != float64(float32(scale/2)) {
+		t.Errorf("after the update: skipped %v, steps %d, schedule %d, scale %g (want %g)", s.StepSkipped(), s.Steps(), s.ScheduleSteps(), s.LossScale(), scale/2)
+	}
+	same(t, s, before)
 }
