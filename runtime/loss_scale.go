@@ -107,7 +107,8 @@ func (s *Session) LossScale() float64 {
 }
 
 // StepSkipped reports whether the last update was skipped because its
-// gradients held an inf or NaN under loss scaling.
+// loss or gradients (on any rank of a data-parallel group, or summed)
+// held an inf or NaN under loss scaling.
 func (s *Session) StepSkipped() bool { return s != nil && s.scaler.lastSkipped }
 
 // Scaler returns the session's loss scaler, and false for a model

@@ -226,6 +226,7 @@ func (s *Session) guarded(fn string) bool {
 
 // LossError is a step whose loss is NaN or ±Inf (the guard's check): the
 // step changed nothing. A training run that diverges ends with one.
+// Under a loss scaler such a step is skipped instead (loss_scale.go).
 type LossError struct {
 	Model, Op, Pos string
 	What           string  // the loss's name
