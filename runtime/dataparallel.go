@@ -289,10 +289,10 @@ func (s *Session) agreeVerdict(c Communicator) (ok bool, _ error) {
 	if err := s.dev.CopyToHost(unsafe.Pointer(&blk[0]), s.ptrs[buf], int64(len(blk)*4)); err != nil {
 		return false, err
 	}
-	// A local block, not a field: cgo refuses a pointer into the Session.
-	counts := new([2]float64)
+	var counts [2]float64 // a local, not a field: cgo refuses a pointer into the Session
+	failed := blk[0] != 0 || (blk[5] != 0 && blk[5] != 1)
 	switch {
-	case blk[0] != 0 || (blk[5] != 0 && blk[5] != 1):
+	case failed:
 		counts[1] = 1
 	case blk[4] != 0 || blk[5] == 1:
 		counts[0] = 1
@@ -304,13 +304,14 @@ func (s *Session) agreeVerdict(c Communicator) (ok bool, _ error) {
 	switch {
 	case counts[0]+counts[1] == 0:
 		return true, nil
-	case mine: // the rank's own status says why
-	case counts[1] > 0:
+	case counts[1] > 0 && !failed:
+		// A failure elsewhere outweighs a skip here: no rank skips
+		// while another fails.
 		return false, s.markStatus(peerFailed)
-	default:
+	case !mine:
 		return false, s.markStatus(peerNonFinite)
 	}
-	return false, nil
+	return false, nil // the rank's own status says why
 }
 
 // markStatus fails the step on this rank with status word 5 = code, so

@@ -148,7 +148,7 @@ func (s *Session) check(fn string, step int) error {
 				// routine (loss_scale.go): a non-finite loss gives
 				// non-finite gradients, and PyTorch's scaler.step skips
 				// on those.
-				if s.scaler.on && blk[0] == 0 && (blk[4] != 0 || blk[5] == 1 || blk[5] == peerNonFinite) {
+				if s.scaler.on && blk[0] == 0 && blk[5] != peerFailed && (blk[4] != 0 || blk[5] == 1 || blk[5] == peerNonFinite) {
 					return errSkip
 				}
 				if blk[4] != 0 {
