@@ -135,6 +135,6 @@ func whyNoAMP(name string, seq bool) string {
 // at and the steps it skipped (a model without a scaler prints nothing).
 func describeAMP(s *runtime.Session, say func(string, ...any)) {
 	if st, ok := s.Scaler(); ok {
-		say("loss scaling: scale %g, %d step(s) skipped for inf/NaN gradients\n", st.Scale, st.Skipped)
+		say("loss scaling: scale %g, %d step(s) skipped for an inf/NaN loss or gradients\n", st.Scale, st.Skipped)
 	}
 }
