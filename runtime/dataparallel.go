@@ -30,8 +30,9 @@ import (
 // loss and gradients, and one small all-reduce tells every rank whether
 // any rank's step failed or was not finite; then every rank commits or
 // none does. Under a loss scaler a non-finite loss or gradient on any
-// rank, or a sum over the ranks that overflows, is a step every rank
-// skips, backing its scale off alike (PyTorch's DDP all-reduces the
+// rank, or a sum over the ranks that overflows (the update check fails
+// it on every rank alike), is a step every rank skips, backing its scale
+// off alike (PyTorch's DDP all-reduces the
 // scaled gradients, so every rank's GradScaler sees the same inf);
 // otherwise every rank returns an error. With accumulation a micro-batch
 // that fails its checks (a label out of range, a non-finite loss
@@ -240,31 +241,23 @@ func (s *Session) reduceGrads() error {
 		return fmt.Errorf("%s: gradient all-reduce: %w", s.plan.Model, err)
 	}
 	// The mean, as one process's loss over the N·b rows gives it (exact
-	// when N is a power of two). A sum that is not finite though every
-	// rank's gradients were (an overflow: every rank holds the same sum)
-	// fails the step on every rank, as the guard would have.
-	bad := false
+	// when N is a power of two). A sum that overflows though every
+	// rank's gradients were finite fails the update check alike on every
+	// rank (each holds the same sum); under a loss scaler that is a skip
+	// (sumOverflowed, loss_scale.go).
 	switch dt {
 	case F64:
 		h := unsafe.Slice((*float64)(s.dp.host), n)
 		for i := range h {
 			h[i] *= inv
-			bad = bad || h[i]-h[i] != 0
 		}
 	default:
 		h, f := unsafe.Slice((*float32)(s.dp.host), n), float32(inv)
 		for i := range h {
 			h[i] *= f
-			bad = bad || h[i]-h[i] != 0
 		}
 	}
-	if err := s.dev.CopyToDevice(s.ptrs[g], s.dp.host, n*es); err != nil {
-		return err
-	}
-	if bad {
-		return s.markStatus(peerNonFinite)
-	}
-	return nil
+	return s.dev.CopyToDevice(s.ptrs[g], s.dp.host, n*es)
 }
 
 // agreeVerdict tells every rank whether any rank's gradient phase failed

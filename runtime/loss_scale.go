@@ -107,8 +107,8 @@ func (s *Session) LossScale() float64 {
 }
 
 // StepSkipped reports whether the last update was skipped because its
-// loss or gradients (on any rank of a data-parallel group, or summed)
-// held an inf or NaN under loss scaling.
+// loss or gradients (on any rank of a data-parallel group, or summed
+// over micro-batches or ranks) held an inf or NaN under loss scaling.
 func (s *Session) StepSkipped() bool { return s != nil && s.scaler.lastSkipped }
 
 // Scaler returns the session's loss scaler, and false for a model
@@ -160,7 +160,7 @@ func (s *Session) finiteStep() {
 // sumOverflowed reports whether err, an update check's failure under
 // loss scaling, came from gradients that are not finite though every
 // micro-batch's were: their sum over the micro-batches, or over the
-// ranks in device memory, overflowed f32 (a bf16 model's scaled
+// ranks of a data-parallel group, overflowed f32 (a bf16 model's scaled
 // gradients can reach f32's range). GradScaler checks the gradients
 // the step applies, so that is a skip, not an error. The update check
 // cannot tell it from an update that overflows with finite gradients;

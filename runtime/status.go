@@ -78,7 +78,7 @@ const clipNormFailed = 3
 // Status word 5's values that the host writes after a data-parallel
 // group agreed on a step's verdict (dataparallel.go): another rank's
 // step failed (a label out of range), or another rank's loss or
-// gradients, or their sum over the ranks, were not finite.
+// gradients were not finite.
 const (
 	peerFailed    = 4
 	peerNonFinite = 5
@@ -161,7 +161,7 @@ func (s *Session) check(fn string, step int) error {
 					return fmt.Errorf("%s: another rank of the data-parallel group failed step %d (see its error); the step changed nothing on this rank", s.plan.Model, step)
 				}
 				if blk[5] == peerNonFinite {
-					return fmt.Errorf("%s (%s): %s: another rank's loss or gradients, or their sum over the ranks, were not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
+					return fmt.Errorf("%s (%s): %s: another rank's loss or gradients were not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
 				}
 				if blk[5] == updateFailed {
 					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(s.schedT)}

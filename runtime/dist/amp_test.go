@@ -43,6 +43,22 @@ func (l *scalerLog) write(out string, rank int) error {
 	return os.WriteFile(fmt.Sprintf("%s.scaler.%d", out, rank), b, 0o644)
 }
 
+// readLogs reads the 2 ranks' scaler logs of a job writing to out.
+func readLogs(t *testing.T, out string) [2]scalerLog {
+	t.Helper()
+	var logs [2]scalerLog
+	for r := range logs {
+		b, err := os.ReadFile(fmt.Sprintf("%s.scaler.%d", out, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &logs[r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return logs
+}
+
 // TestDataParallelScalerAgrees: the MLP in f16 with loss scaling
 // (generated/mlp_fp16) on 2 ranks, rank 1 alone feeding a batch holding
 // +Inf at step 3 (its loss and gradients are NaN; rank 0's are finite).
@@ -64,16 +80,7 @@ func TestDataParallelScalerAgrees(t *testing.T) {
 			if out, err := mpirun(t, 2, j, 2*time.Minute); err != nil {
 				t.Fatalf("mpirun: %v\n%s", err, out)
 			}
-			var logs [2]scalerLog
-			for r := range logs {
-				b, err := os.ReadFile(fmt.Sprintf("%s.scaler.%d", j.Out, r))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := json.Unmarshal(b, &logs[r]); err != nil {
-					t.Fatal(err)
-				}
-			}
+			logs := readLogs(t, j.Out)
 			if !reflect.DeepEqual(logs[0], logs[1]) {
 				t.Fatalf("the ranks' scalers differ:\nrank 0 %+v\nrank 1 %+v", logs[0], logs[1])
 			}
@@ -113,16 +120,7 @@ func TestDataParallelVerdictAgreed(t *testing.T) {
 	if out, err := mpirun(t, 2, j, 2*time.Minute); err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
 	}
-	var logs [2]scalerLog
-	for r := range logs {
-		b, err := os.ReadFile(fmt.Sprintf("%s.scaler.%d", j.Out, r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &logs[r]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	logs := readLogs(t, j.Out)
 	for r, l := range logs {
 		for i, e := range l.Errors {
 			if (e != "") != (i == 2) {

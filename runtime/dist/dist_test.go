@@ -43,6 +43,9 @@ type job struct {
 	// set, and every rank records the step's error and goes on.
 	BadLabelStep int
 	Accum        int // accumulation steps (micro-batches per update), if set
+	// Scale: the initial loss scale of Model "bf16_scaled", whose ranks
+	// all train on one fixed batch (overflow_test.go).
+	Scale float64
 }
 
 func TestMain(m *testing.M) {
@@ -140,7 +143,12 @@ func worker(j job) {
 	if j.BadModel != "" && c.Rank() == 1 {
 		name = j.BadModel
 	}
-	m, err := newModelAccum(dev, name, batch, uint64(100+c.Rank()), j.Accum)
+	var m model
+	if name == "bf16_scaled" {
+		m, err = scaledBF16(dev, batch, uint64(100+c.Rank()), j.Scale)
+	} else {
+		m, err = newModelAccum(dev, name, batch, uint64(100+c.Rank()), j.Accum)
+	}
 	if err != nil {
 		fail(err)
 	}
@@ -165,6 +173,9 @@ func worker(j job) {
 		if !ok {
 			l.Reset()
 			x, y, _ = l.Next()
+		}
+		if name == "bf16_scaled" {
+			x, y = fixedBatch(j.Batch, j.DataSeed)
 		}
 		if c.Rank() == 1 && s == j.InfStep {
 			x = append([]float32(nil), x...)
