@@ -132,9 +132,10 @@ func (s *Session) trainStep(fi int, f *Func) error {
 	}
 	if err := s.check("step", s.t); err != nil {
 		// The device skipped the update (compiler/guard.go); the host's
-		// count follows.
+		// counts follow.
 		s.t--
-		if err == errSkip {
+		s.schedT--
+		if err == errSkip || s.sumOverflowed(err) {
 			return s.skipStep()
 		}
 		return err
@@ -225,12 +226,13 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 		}
 	}
 	s.t++
+	s.schedT++
 	if s.scal == nil {
 		s.scal = map[string]float64{}
 	}
 	// One map for every update: the last step's bound (s.bound.sc) has
 	// been read by afterUpdate, or is replaced below.
-	scal := s.plan.Optimizer.ScheduledScalarsInto(s.scal, s.groupRules(), s.t, s.lr, s.sched, s.wd)
+	scal := s.plan.Optimizer.ScalarsAt(s.scal, s.groupRules(), s.t, s.schedT, s.lr, s.sched, s.wd)
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
 	}
@@ -243,6 +245,7 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	}
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
+		s.schedT--
 		return err
 	}
 	a.pend, a.rows, a.inGrads, a.inSum = 0, 0, false, false
@@ -260,18 +263,33 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 		if a.pend == 0 {
 			return fmt.Errorf("%s: update with no gradients: run RunGrads (a micro-batch) first", s.plan.Model)
 		}
-		a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
-		return s.skipStep()
+		if s.dp.comm == nil {
+			a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
+			return s.skipStep()
+		}
+		// The other ranks update unless told: the verdict goes through
+		// the status block to the group's (dataparallel.go), and the
+		// update phase commits nothing.
+		a.foundInf = false
+		if err := s.markStatus(1); err != nil {
+			return err
+		}
 	}
 	if err := s.updatePhase(fi, f); err != nil {
 		return err
 	}
-	if !hasBuiltin(f, UpdateCheckKernel) {
+	// A group's verdict (dataparallel.go) is read back even where the
+	// plan has no update check.
+	if !hasBuiltin(f, UpdateCheckKernel) && s.dp.comm == nil {
 		s.finiteStep()
 		return nil
 	}
 	if err := s.check("step", s.t); err != nil {
 		s.t--
+		s.schedT--
+		if err == errSkip || s.sumOverflowed(err) {
+			return s.skipStep() // the group agreed to skip (dataparallel.go)
+		}
 		return err
 	}
 	s.afterUpdate()

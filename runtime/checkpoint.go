@@ -25,7 +25,9 @@ import (
 //   - in __metadata__: the step count, learning rate, seed and dropout
 //     counter, the learning-rate schedule (ngen.schedule: its JSON, or
 //     "none" for a constant rate, SetLR's override included; with the
-//     step count it resumes a schedule where it was), the run-time weight
+//     schedule's step count, ngen.schedule_step, it resumes a schedule
+//     where it was: written for a model with a loss scaler, whose skipped
+//     steps advance the schedule and not ngen.step), the run-time weight
 //     decay (ngen.weight_decay, SetWeightDecay's), the run-time max norm
 //     of gradient clipping (ngen.clip_norm, SetClipNorm's, "+Inf" when
 //     off; written when the model compiles clipping in), the optimizer's
@@ -193,6 +195,11 @@ func (s *Session) Save(w io.Writer) error {
 	if gs := s.plan.Optimizer.Groups; len(gs) > 0 {
 		meta["ngen.groups"] = GroupsJSON(gs)
 	}
+	if s.scaler.on || s.schedT != s.t {
+		// The schedule's counter: ngen.step plus the updates the loss
+		// scaler skipped (loss_scale.go).
+		meta["ngen.schedule_step"] = strconv.Itoa(s.schedT)
+	}
 	s.saveScaler(meta)
 	b, err := encodeCheckpoint(meta, ts)
 	if err != nil {
@@ -288,7 +295,7 @@ func (s *Session) Load(r io.Reader) error {
 			return err
 		}
 	}
-	s.t, s.lr, s.seed, s.calls = c.step, c.lr, c.seed, c.calls
+	s.t, s.schedT, s.lr, s.seed, s.calls = c.step, c.schedStep, c.lr, c.seed, c.calls
 	if c.schedSet {
 		s.sched = c.sched
 	}
@@ -310,6 +317,7 @@ func (s *Session) Load(r io.Reader) error {
 type decoded struct {
 	data        map[string][]byte // by tensor name
 	step        int
+	schedStep   int // the schedule's counter: step when the file has none
 	lr          float64
 	seed, calls uint64
 	// sched is the file's schedule when schedSet (it has ngen.schedule);
@@ -380,6 +388,9 @@ func decodeCheckpoint(b []byte, names []string, ents map[string]ckptEntry, o Opt
 	c := &decoded{data: got, meta: f.Metadata}
 	c.step, c.lr, c.seed, c.calls, err = counters(f.Metadata, haveOpt > 0, lr, seed)
 	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if c.schedStep, err = scheduleStep(f.Metadata, c.step, haveOpt > 0); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := checkAdamState(o, c.step, names, ents, got); err != nil {
@@ -499,6 +510,23 @@ func counters(meta map[string]string, withOpt bool, lr float64, seed uint64) (st
 		}
 	}
 	return step, lr, seed, calls, nil
+}
+
+// scheduleStep reads ngen.schedule_step, the schedule's counter, which
+// runs ahead of ngen.step by the updates a loss scaler skipped. A file
+// without it (from before skipped steps advanced the schedule, or from a
+// run without a scaler) has none skipped: step. Like step, it is 0 for a
+// file without optimizer state.
+func scheduleStep(meta map[string]string, step int, withOpt bool) (int, error) {
+	v, ok := meta["ngen.schedule_step"]
+	if !ok || !withOpt {
+		return step, nil
+	}
+	n, e := strconv.ParseInt(v, 10, 64)
+	if e != nil || n < int64(step) || n > 1<<53 {
+		return 0, fmt.Errorf("ngen.schedule_step %q is not a step count of at least ngen.step (%d)", v, step)
+	}
+	return int(n), nil
 }
 
 // nonFinite is the index of the first NaN or ±Inf in d, or -1.

@@ -25,12 +25,20 @@ import (
 // chose, and a bucket's readiness is not tracked. Its cost is
 // Session.ReduceTime; docs/PERF.md says when overlapping would pay.
 //
-// Every rank must take part in every update. A plain step checks its
-// loss and labels after the update, so all ranks update and the failing
-// one returns the error; with accumulation a micro-batch that fails its
-// checks is not counted on its rank alone, so the ranks' updates no
-// longer line up: treat any error as fatal to the job (cmd/train aborts
-// every rank; otherwise the others time out).
+// Every rank must take part in every update, and the ranks agree on its
+// verdict before it (agreeVerdict): each rank's guard judged its own
+// loss and gradients, and one small all-reduce tells every rank whether
+// any rank's step failed or was not finite; then every rank commits or
+// none does. Under a loss scaler a non-finite loss or gradient on any
+// rank, or a sum over the ranks that overflows (the update check fails
+// it on every rank alike), is a step every rank skips, backing its scale
+// off alike (PyTorch's DDP all-reduces the
+// scaled gradients, so every rank's GradScaler sees the same inf);
+// otherwise every rank returns an error. With accumulation a micro-batch
+// that fails its checks (a label out of range, a non-finite loss
+// without a scaler) is not counted on its rank alone, so the ranks'
+// updates no longer line up: treat any error as fatal to the job
+// (cmd/train aborts every rank; otherwise the others time out).
 
 // Communicator joins the sessions of one model in several processes.
 // Every collective must be called by all ranks in the same order.
@@ -197,7 +205,9 @@ func (s *Session) broadcastState(c Communicator) error {
 	return nil
 }
 
-// reduceGrads replaces the gradient vector by its mean over the ranks.
+// reduceGrads agrees on the step's verdict over the ranks and, when no
+// rank's step failed, replaces the gradient vector by its mean over the
+// ranks.
 func (s *Session) reduceGrads() error {
 	c := s.dp.comm
 	g, n, err := s.gradsVec()
@@ -206,6 +216,9 @@ func (s *Session) reduceGrads() error {
 	}
 	start := time.Now()
 	defer func() { s.dp.spent += time.Since(start) }()
+	if ok, err := s.agreeVerdict(c); err != nil || !ok {
+		return err // no rank commits: no need of the sum
+	}
 	dt, es, inv := s.plan.DType, int64(s.plan.DType.Size()), 1/float64(c.Size())
 	if s.deviceReduce(c) {
 		if err := c.(DeviceAllreducer).AllreduceSumDevice(s.ptrs[g], int(n), dt); err != nil {
@@ -228,7 +241,10 @@ func (s *Session) reduceGrads() error {
 		return fmt.Errorf("%s: gradient all-reduce: %w", s.plan.Model, err)
 	}
 	// The mean, as one process's loss over the N·b rows gives it (exact
-	// when N is a power of two).
+	// when N is a power of two). A sum that overflows though every
+	// rank's gradients were finite fails the update check alike on every
+	// rank (each holds the same sum); under a loss scaler that is a skip
+	// (sumOverflowed, loss_scale.go).
 	switch dt {
 	case F64:
 		h := unsafe.Slice((*float64)(s.dp.host), n)
@@ -242,6 +258,64 @@ func (s *Session) reduceGrads() error {
 		}
 	}
 	return s.dev.CopyToDevice(s.ptrs[g], s.dp.host, n*es)
+}
+
+// agreeVerdict tells every rank whether any rank's gradient phase failed
+// (ok false), from one all-reduce of two counts: the ranks whose loss or
+// gradients were not finite, and those whose step failed otherwise (a
+// label out of range). A rank whose own step was good but another's was
+// not marks its status block so that its update commits nothing and its
+// check reports the peer's verdict: under a loss scaler a skip
+// (peerNonFinite), as the rank that overflowed skips. A plan without a
+// guard has no verdict to agree on.
+func (s *Session) agreeVerdict(c Communicator) (ok bool, _ error) {
+	buf := -1
+	for _, ch := range s.plan.Checks {
+		if ch.Func == "step" && ch.Kind == "guard" {
+			buf = ch.Buf
+		}
+	}
+	if buf < 0 {
+		return true, nil
+	}
+	var blk [6]int32
+	if err := s.dev.CopyToHost(unsafe.Pointer(&blk[0]), s.ptrs[buf], int64(len(blk)*4)); err != nil {
+		return false, err
+	}
+	var counts [2]float64 // a local, not a field: cgo refuses a pointer into the Session
+	failed := blk[0] != 0 || (blk[5] != 0 && blk[5] != 1)
+	switch {
+	case failed:
+		counts[1] = 1
+	case blk[4] != 0 || blk[5] == 1:
+		counts[0] = 1
+	}
+	mine := counts[0]+counts[1] != 0
+	if err := c.AllreduceSum(unsafe.Pointer(&counts[0]), 2, F64); err != nil {
+		return false, fmt.Errorf("%s: agreeing on the step's verdict: %w", s.plan.Model, err)
+	}
+	switch {
+	case counts[0]+counts[1] == 0:
+		return true, nil
+	case counts[1] > 0 && !failed:
+		// A failure elsewhere outweighs a skip here: no rank skips
+		// while another fails.
+		return false, s.markStatus(peerFailed)
+	case !mine:
+		return false, s.markStatus(peerNonFinite)
+	}
+	return false, nil // the rank's own status says why
+}
+
+// markStatus fails the step on this rank with status word 5 = code, so
+// that the update commits nothing and check reports why.
+func (s *Session) markStatus(code int32) error {
+	for _, ch := range s.plan.Checks {
+		if ch.Func == "step" && ch.Kind == "guard" {
+			return s.dev.CopyToDevice(s.ptrs[ch.Buf]+5*4, unsafe.Pointer(&code), 4)
+		}
+	}
+	return nil
 }
 
 // sampleOffsetDP is the global index of the first row of this rank's

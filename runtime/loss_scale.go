@@ -13,10 +13,12 @@ import (
 // and the update multiplies the gradients by inv_scale = 1/scale before
 // anything else reads them (compiler/optimizer.go; the update check and
 // the grad-norm kernel too, codegen/guard.go). The scaler's verdict is
-// the transactional guard's (compiler/guard.go): a step whose gradients
-// hold an inf or NaN commits nothing on the device. Under a scaler that
-// is routine, not an error: the step is skipped (the step counter stays,
-// as optimizer.step is skipped), and the scale follows
+// the transactional guard's (compiler/guard.go): a step whose loss or
+// gradients hold an inf or NaN commits nothing on the device. Under a
+// scaler that is routine, not an error: the step is skipped (the step
+// counter, Adam's t, stays, as optimizer.step is skipped; the schedule's
+// counter advances, as a PyTorch loop calls scheduler.step() after a
+// skipped scaler.step too), and the scale follows
 // torch._amp_update_scale_: times the backoff factor after a skipped
 // step, times the growth factor after growth-interval finite steps in a
 // row (unless that overflows f32), the growth tracker counting them.
@@ -105,7 +107,8 @@ func (s *Session) LossScale() float64 {
 }
 
 // StepSkipped reports whether the last update was skipped because its
-// gradients held an inf or NaN under loss scaling.
+// loss or gradients (on any rank of a data-parallel group, or summed
+// over micro-batches or ranks) held an inf or NaN under loss scaling.
 func (s *Session) StepSkipped() bool { return s != nil && s.scaler.lastSkipped }
 
 // Scaler returns the session's loss scaler, and false for a model
@@ -118,18 +121,20 @@ func (s *Session) Scaler() (ScalerState, bool) {
 	return ScalerState{LossScaler: l.cfg, Scale: float64(l.scale), GrowthTracker: l.tracker, Skipped: l.skipped, LastSkipped: l.lastSkipped}, true
 }
 
-// skipStep records a skipped update and backs the scale off. A scale
-// that reaches 0, or whose inverse overflows f32, is an error: the
-// gradients are not finite at any scale (a NaN from the data or the
-// forward pass), and training cannot go on.
+// skipStep records a skipped update: the schedule's counter advances
+// (not the step counter) and the scale backs off. A scale that reaches
+// 0, or whose inverse overflows f32, is an error: the loss or the
+// gradients are not finite at any scale (a NaN from the data, or a
+// forward pass that overflows), and training cannot go on.
 func (s *Session) skipStep() error {
 	l := &s.scaler
+	s.schedT++
 	l.skipped++
 	l.lastSkipped = true
 	l.scale = float32(float64(l.scale) * l.cfg.BackoffFactor)
 	l.tracker = 0
 	if l.scale == 0 || math.IsInf(float64(l.invScale()), 0) {
-		return fmt.Errorf("%s: the loss scale underflowed to %g after %d skipped step(s) (step %d's gradients were not finite, as every step's since the scale was reasonable): the gradients are not finite at any scale", s.plan.Model, l.scale, l.skipped, s.t+1)
+		return fmt.Errorf("%s: the loss scale underflowed to %g after %d skipped step(s) (step %d's loss or gradients were not finite, as every step's since the scale was reasonable): they are not finite at any scale", s.plan.Model, l.scale, l.skipped, s.t+1)
 	}
 	return nil
 }
@@ -150,6 +155,35 @@ func (s *Session) finiteStep() {
 		l.scale = g
 	}
 	l.tracker = 0
+}
+
+// sumOverflowed reports whether err, an update check's failure under
+// loss scaling, came from gradients that are not finite though every
+// micro-batch's were: their sum over the micro-batches, or over the
+// ranks of a data-parallel group, overflowed f32 (a bf16 model's scaled
+// gradients can reach f32's range). GradScaler checks the gradients
+// the step applies, so that is a skip, not an error. The update check
+// cannot tell it from an update that overflows with finite gradients;
+// the host reads the gradient vector, on this failure path only.
+func (s *Session) sumOverflowed(err error) bool {
+	var ue *UpdateError
+	if !s.scaler.on || !errors.As(err, &ue) {
+		return false
+	}
+	g, _, e := s.gradsVec()
+	if e != nil {
+		return false
+	}
+	v, e := s.ReadFloats(g)
+	if e != nil {
+		return false
+	}
+	for _, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // scaledGSafe is the update check's gsafe for the scaled gradients the

@@ -90,3 +90,30 @@ func TestDecodeScaler(t *testing.T) {
 		t.Errorf("four keys of five: %v", err)
 	}
 }
+
+// TestScheduleStepMeta: ngen.schedule_step, the schedule's counter, which
+// a loss scaler's skipped steps put ahead of ngen.step. A file without it
+// (from before it existed) counts ngen.step; one without optimizer state
+// starts at 0 as its step does; a count behind ngen.step is refused.
+func TestScheduleStepMeta(t *testing.T) {
+	for _, c := range []struct {
+		meta    map[string]string
+		step    int
+		withOpt bool
+		want    int
+		bad     bool
+	}{
+		{map[string]string{}, 7, true, 7, false},
+		{map[string]string{"ngen.schedule_step": "12"}, 7, true, 12, false},
+		{map[string]string{"ngen.schedule_step": "7"}, 7, true, 7, false},
+		{map[string]string{"ngen.schedule_step": "12"}, 0, false, 0, false},
+		{map[string]string{"ngen.schedule_step": "6"}, 7, true, 0, true},
+		{map[string]string{"ngen.schedule_step": "x"}, 7, true, 0, true},
+		{map[string]string{"ngen.schedule_step": "-1"}, 0, true, 0, true},
+	} {
+		got, err := scheduleStep(c.meta, c.step, c.withOpt)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("%v at step %d (optimizer state %v): %d, %v; want %d, error %v", c.meta, c.step, c.withOpt, got, err, c.want, c.bad)
+		}
+	}
+}

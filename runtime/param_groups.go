@@ -85,8 +85,16 @@ func (o Optimizer) ScheduledScalars(t int, base float64, sc *schedule.Schedule, 
 // (o.Rules()), so that a session reuses one map and one list of rules
 // from step to step. It returns s.
 func (o Optimizer) ScheduledScalarsInto(s map[string]float64, rules []GroupRule, t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
+	return o.ScalarsAt(s, rules, t, t, base, sc, wd)
+}
+
+// ScalarsAt is ScheduledScalarsInto with the optimizer's step t and the
+// schedule's step u counted apart: a step skipped under loss scaling
+// advances the schedule but not Adam's t (runtime/loss_scale.go), so
+// update u of a run with skips is the optimizer's step t < u.
+func (o Optimizer) ScalarsAt(s map[string]float64, rules []GroupRule, t, u int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
 	for _, r := range rules {
-		lrg := sc.Rate(base*r.LRScale, t-1)
+		lrg := sc.Rate(base*r.LRScale, u-1)
 		wdg := wd
 		if r.OwnDecay {
 			wdg = r.WeightDecay

@@ -14,15 +14,19 @@ import (
 // (parameters, gradients, optimizer state, inputs) and one arena that every
 // function's temporaries share.
 type Session struct {
-	dev      Device
-	plan     *Plan
-	fns      []Function
-	ptrs     []Ptr
-	base     []Ptr // allocations to free
-	env      map[string]int
-	maxEnv   map[string]int
-	seed     uint64
-	t        int    // optimizer steps taken
+	dev    Device
+	plan   *Plan
+	fns    []Function
+	ptrs   []Ptr
+	base   []Ptr // allocations to free
+	env    map[string]int
+	maxEnv map[string]int
+	seed   uint64
+	t      int // optimizer steps taken
+	// schedT is the schedule's step count: the updates taken and, under
+	// loss scaling, those skipped (loss_scale.go), as a PyTorch loop
+	// calls scheduler.step() whether or not scaler.step skipped.
+	schedT   int
 	calls    uint64 // training calls (micro-batches) that succeeded: ngen.dropout_counter
 	row0     int64  // global index of this batch's first row (dropout keys)
 	train    bool
@@ -293,11 +297,13 @@ func (s *Session) SetLR(lr float64) error {
 	return nil
 }
 
-// SetSchedule makes the rate of later steps sc's rate at the step
-// counter, with base rate base (PyTorch's initial_lr; OneCycleLR's
-// max_lr): step t (from 1) runs at sc.Rate(base, t-1), so a session that
-// has taken steps resumes sc where its counter is, as a PyTorch scheduler
-// built with last_epoch = steps-1 does. A nil sc is a constant rate,
+// SetSchedule makes the rate of later steps sc's rate at the schedule's
+// step counter, with base rate base (PyTorch's initial_lr; OneCycleLR's
+// max_lr): update u (from 1) runs at sc.Rate(base, u-1), so a session
+// that has taken steps resumes sc where its counter is, as a PyTorch
+// scheduler built with last_epoch = steps-1 does. The counter is
+// ScheduleSteps: the step counter plus the updates a loss scaler
+// skipped. A nil sc is a constant rate,
 // SetLR(base). The plan's schedule (Plan().Optimizer.Schedule) is the
 // one a new session starts with. Nothing changes on error.
 func (s *Session) SetSchedule(base float64, sc *schedule.Schedule) error {
@@ -323,15 +329,23 @@ func (s *Session) SetSchedule(base float64, sc *schedule.Schedule) error {
 // its base rate.
 func (s *Session) Schedule() (base float64, sc *schedule.Schedule) { return s.lr, s.sched }
 
-// LR is the learning rate of the next step: the schedule's rate at the
-// step counter, or the constant rate.
-func (s *Session) LR() float64 { return s.rate(s.t + 1) }
+// LR is the learning rate of the next step: the schedule's rate at its
+// step counter (ScheduleSteps), or the constant rate.
+func (s *Session) LR() float64 { return s.rate(s.schedT + 1) }
 
-// rate is the learning rate of step t (from 1).
-func (s *Session) rate(t int) float64 { return s.sched.Rate(s.lr, t-1) }
+// rate is the learning rate of update u (from 1, ScheduleSteps' count).
+func (s *Session) rate(u int) float64 { return s.sched.Rate(s.lr, u-1) }
 
-// Steps is the number of optimizer steps taken.
+// Steps is the number of optimizer steps taken: Adam's t, which a step
+// skipped under loss scaling does not advance.
 func (s *Session) Steps() int { return s.t }
+
+// ScheduleSteps is the number of steps the learning-rate schedule has
+// taken: Steps plus the updates a loss scaler skipped (since the
+// session's start, or as the checkpoint it loaded counted them), as a
+// PyTorch loop steps its scheduler after every scaler.step, skipped or
+// not.
+func (s *Session) ScheduleSteps() int { return s.schedT }
 
 // ArenaBytes is the size of the temporaries arena at the session's batch.
 func (s *Session) ArenaBytes() int64 { return s.arenaLen }

@@ -13,7 +13,10 @@ import (
 //	[1..3] that op's details (the bad value, its row, the bound)
 //	[4]    1 when the loss is not finite
 //	[5]    1 when a gradient is not finite, 2 when the update would make
-//	       a parameter or optimizer state non-finite (the update check)
+//	       a parameter or optimizer state non-finite (the update check),
+//	       3 when the clipping norm is not finite, 4 and 5 when another
+//	       rank of a data-parallel group failed or had a non-finite loss
+//	       or gradient (dataparallel.go: the host writes these)
 //	[6..7] the loss, as a float64
 //	[8]    the largest |gradient|, as float32 bits rounded up (the guard)
 //	[9]    the largest |new parameter|, [10] and [11] the largest |new
@@ -71,6 +74,15 @@ const updateFailed = 2
 // clipNormFailed is status word 5's value when the gradients' global
 // norm was not finite (GradNormKernel).
 const clipNormFailed = 3
+
+// Status word 5's values that the host writes after a data-parallel
+// group agreed on a step's verdict (dataparallel.go): another rank's
+// step failed (a label out of range), or another rank's loss or
+// gradients were not finite.
+const (
+	peerFailed    = 4
+	peerNonFinite = 5
+)
 
 // check runs the plan's checks for function fn after it ran, from one read
 // of the status block (plans from before the guard also read the loss).
@@ -132,8 +144,12 @@ func (s *Session) check(fn string, step int) error {
 				if err := s.clearStatus(c.Buf); err != nil {
 					return err
 				}
-				if s.scaler.on && blk[4] == 0 && blk[5] == 1 {
-					return errSkip // routine under loss scaling (loss_scale.go)
+				// Under loss scaling a non-finite loss or gradient is
+				// routine (loss_scale.go): a non-finite loss gives
+				// non-finite gradients, and PyTorch's scaler.step skips
+				// on those.
+				if s.scaler.on && blk[0] == 0 && blk[5] != peerFailed && (blk[4] != 0 || blk[5] == 1 || blk[5] == peerNonFinite) {
+					return errSkip
 				}
 				if blk[4] != 0 {
 					return &LossError{Model: s.plan.Model, Op: c.Op, Pos: c.Pos, What: c.Detail, Loss: s.loss, Step: step}
@@ -141,8 +157,14 @@ func (s *Session) check(fn string, step int) error {
 				if blk[5] == clipNormFailed {
 					return fmt.Errorf("%s (%s): %s: the gradients' global norm (ClipGradNorm) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
 				}
+				if blk[5] == peerFailed {
+					return fmt.Errorf("%s: another rank of the data-parallel group failed step %d (see its error); the step changed nothing on this rank", s.plan.Model, step)
+				}
+				if blk[5] == peerNonFinite {
+					return fmt.Errorf("%s (%s): %s: another rank's loss or gradients were not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
+				}
 				if blk[5] == updateFailed {
-					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(step)}
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(s.schedT)}
 				}
 				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
 			}
@@ -204,6 +226,7 @@ func (s *Session) guarded(fn string) bool {
 
 // LossError is a step whose loss is NaN or ±Inf (the guard's check): the
 // step changed nothing. A training run that diverges ends with one.
+// Under a loss scaler such a step is skipped instead (loss_scale.go).
 type LossError struct {
 	Model, Op, Pos string
 	What           string  // the loss's name

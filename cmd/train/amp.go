@@ -82,10 +82,6 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 	switch {
 	case device != "cpu":
 		return fmt.Errorf("-amp %s: -device %s: the GPU backend does not run 16-bit GEMMs yet (cublasGemmEx, docs/AMP.md); mixed precision trains on the CPU backend", amp, device)
-	case amp == "fp16" && dist != "":
-		// Each rank decides a skip from its own gradients before the
-		// all-reduce, so ranks could disagree (docs/AMP.md).
-		return fmt.Errorf("-amp fp16: -dist %s: dynamic loss scaling across ranks is not built (each rank would skip steps on its own gradients, docs/AMP.md)", dist)
 	case amp == "fp16" && torch:
 		return fmt.Errorf("-amp fp16 -torch: PyTorch 1.13's CPU autocast has no float16 (codegen/jit's TestAMPF16Oracle checks ngen's fp16 against an emulation instead); compare -amp bf16 with -torch")
 	}
@@ -139,6 +135,6 @@ func whyNoAMP(name string, seq bool) string {
 // at and the steps it skipped (a model without a scaler prints nothing).
 func describeAMP(s *runtime.Session, say func(string, ...any)) {
 	if st, ok := s.Scaler(); ok {
-		say("loss scaling: scale %g, %d step(s) skipped for inf/NaN gradients\n", st.Scale, st.Skipped)
+		say("loss scaling: scale %g, %d step(s) skipped for an inf/NaN loss or gradients\n", st.Scale, st.Skipped)
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,8 +15,9 @@ import (
 // why it cannot: a model with convolutions, attention or recurrences has
 // none (autocast refuses them), a value other than bf16, fp16 or off is
 // an error, the GPU backend runs no 16-bit GEMM, fp16 does not combine
-// with -dist or with the PyTorch peer, and an AMP package is not a
-// -model of its own.
+// with the PyTorch peer, and an AMP package is not a -model of its own.
+// Both types combine with -dist (the ranks agree on a loss scaler's
+// skips: runtime/dataparallel.go).
 func TestAMPRefused(t *testing.T) {
 	for _, c := range []struct {
 		model, amp, device, dist string
@@ -29,7 +32,6 @@ func TestAMPRefused(t *testing.T) {
 		{"transformer", "bf16", "cpu", "", false, "transformer: attention in half precision is not built"},
 		{"mlp", "fp8", "cpu", "", false, "-amp fp8: want bf16, fp16 or off"},
 		{"mlp", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
-		{"mlp", "fp16", "cpu", "mpi", false, "-amp fp16: -dist mpi"},
 		{"mlp", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},
 		{"mlp_bf16", "", "cpu", "", false, "-model mlp_bf16 is mlp's mixed-precision build: give -model mlp -amp bf16"},
 	} {
@@ -40,7 +42,7 @@ func TestAMPRefused(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ model, amp, dist string }{
-		{"mlp", "bf16", ""}, {"mlp", "fp16", ""}, {"mlp", "off", ""}, {"convnet", "off", ""}, {"lstm", "", ""}, {"mlp", "bf16", "mpi"},
+		{"mlp", "bf16", ""}, {"mlp", "fp16", ""}, {"mlp", "off", ""}, {"convnet", "off", ""}, {"lstm", "", ""}, {"mlp", "bf16", "mpi"}, {"mlp", "fp16", "mpi"},
 	} {
 		_, seq := seqTasks[c.model]
 		if err := checkAMP(c.model, c.amp, seq, "cpu", c.dist, c.amp == "bf16"); err != nil {
@@ -93,5 +95,40 @@ print(json.dumps({"epoch": 1, "test_acc": 0.5, "train_loss": 1.0, "samples_per_s
 	b, err := os.ReadFile(record)
 	if err != nil || !strings.Contains(" "+string(b)+" ", " --amp bf16 ") {
 		t.Errorf("the peer's arguments %q (%v) lack --amp bf16", b, err)
+	}
+}
+
+// TestDistAMPTrain: `mpirun -np 2 train -model mlp -amp fp16 -dist mpi`
+// trains an epoch with dynamic loss scaling on both ranks (the ranks
+// agree on every skip, runtime/dist's TestDataParallelScalerAgrees), and
+// prints the epoch line and the scaler's line once; the loss is that of
+// one process with twice the batch, within f16's rounding.
+func TestDistAMPTrain(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Fatalf("mpirun not on PATH (scripts/setup.sh installs openmpi-bin): %v", err)
+	}
+	dir := smallFashionMNIST(t, 256, 100)
+	args := []string{"-model", "mlp", "-amp", "fp16", "-epochs", "1", "-threads", "1", "-quiet", "-data", dir}
+	run := func(name string, a ...string) (string, float64) {
+		cmd := exec.Command(name, a...)
+		cmd.Env = append(os.Environ(), "NGEN_TRAIN_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(a, " "), err, out)
+		}
+		m := epochLine.FindAllStringSubmatch(string(out), -1)
+		if len(m) != 1 || strings.Count(string(out), "loss scaling: scale") != 1 {
+			t.Fatalf("%s: want one epoch line and one loss scaling line:\n%s", name, out)
+		}
+		l, _ := strconv.ParseFloat(m[0][1], 64)
+		return string(out), l
+	}
+	_, one := run(os.Args[0], append(args, "-batch", "64")...)
+	out, two := run("mpirun", append([]string{"--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", "NGEN_TRAIN_MAIN",
+		os.Args[0], "-dist", "mpi", "-batch", "32"}, args...)...)
+	t.Logf("one process: loss %g; two:\n%s", one, out)
+	// f16 GEMMs over 32 rows round other sums than over 64: 1%.
+	if math.Abs(one-two) > 1e-2*one {
+		t.Errorf("train loss %g with 2 processes of batch 32, %g with one of batch 64", two, one)
 	}
 }

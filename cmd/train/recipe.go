@@ -201,7 +201,8 @@ func (r *recipe) apply(s *runtime.Session, total int) error {
 		return nil
 	}
 	base, cur := s.Schedule()
-	base, sc, err := r.resolve(base, cur, s.Steps(), total)
+	// The schedule's own counter: a loss scaler's skipped steps count.
+	base, sc, err := r.resolve(base, cur, s.ScheduleSteps(), total)
 	if err != nil {
 		return err
 	}

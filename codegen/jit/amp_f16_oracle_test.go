@@ -12,6 +12,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
+	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
 // f16Run is one f16 training run: each step's loss, scale and verdict,
@@ -37,7 +38,7 @@ func f16Steps(t *testing.T, s *runtime.Session, x []float32, y []int32, rows, st
 			t.Fatal(err)
 		}
 		r.scales = append(r.scales, s.LossScale())
-		before := s.Steps()
+		before, sched := s.Steps(), s.ScheduleSteps()
 		if err := s.Run("step", rows); err != nil {
 			t.Fatalf("step %d: %v", len(r.scales), err) // a skipped step is not an error
 		}
@@ -54,6 +55,10 @@ func f16Steps(t *testing.T, s *runtime.Session, x []float32, y []int32, rows, st
 			}
 		} else if s.Steps() != want {
 			t.Fatalf("step %d: counter %d, want %d", len(r.scales), s.Steps(), want)
+		}
+		// The schedule steps after every update, skipped or not.
+		if s.ScheduleSteps() != sched+1 {
+			t.Fatalf("step %d: the schedule's counter moved from %d to %d, want %d", len(r.scales), sched, s.ScheduleSteps(), sched+1)
 		}
 		if !s.StepSkipped() && r.grads == nil {
 			r.grads = map[string][]float64{}
@@ -87,6 +92,12 @@ func readParams(t *testing.T, s *runtime.Session) map[string][]float64 {
 //   - "clip": SGD with clip_grad_norm_ under GradScaler's defaults: the
 //     norm is the unscaled gradients' (scaler.unscale_ before clipping;
 //     SGD, not Adam, whose step hardly depends on the gradients' scale).
+//   - "schedule": "overflow"'s skips under Adam and StepLR, with the
+//     checkpoint: a skipped step advances the schedule (the loop calls
+//     scheduler.step() after a skipped scaler.step) and not Adam's step
+//     count (its bias correction), so counting either the other way
+//     changes the rate or the first update of every parameter many times
+//     over.
 func TestAMPF16Oracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
@@ -107,6 +118,7 @@ func TestAMPF16Oracle(t *testing.T) {
 	}{
 		{"overflow", ir.Optimizer{Kind: "sgd", LR: 0.05, Momentum: 0.9}, ir.LossScaler{Init: 0x1p40, Growth: 2, Backoff: 0.5, Interval: 3}, 40, 27},
 		{"clip", ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9, ClipNorm: 0.5}, ir.LossScaler{Init: 65536, Growth: 2, Backoff: 0.5, Interval: 2000}, 4, 0},
+		{"schedule", ir.Optimizer{Kind: "adam", LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: &schedule.Schedule{Kind: "step", StepSize: 6, Gamma: 0.5}}, ir.LossScaler{Init: 0x1p40, Growth: 2, Backoff: 0.5, Interval: 3}, 40, 27},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, layers := ampMLPModel(c.opt)
@@ -162,7 +174,7 @@ func TestAMPF16Oracle(t *testing.T) {
 					nskip++
 				}
 			}
-			if c.name == "overflow" && (nskip < 5 || nskip > c.steps-10) {
+			if c.ckpt > 0 && (nskip < 5 || nskip > c.steps-10) {
 				t.Errorf("%d of %d steps skipped (%v): want several, and training after them", nskip, c.steps, fused.skipped)
 			}
 
@@ -183,6 +195,11 @@ func TestAMPF16Oracle(t *testing.T) {
 				}
 				if got, want := s.LossScale(), fused.scales[c.ckpt]; got != want {
 					t.Errorf("loaded scale %g, want %g", got, want)
+				}
+				// ngen.schedule_step: the skipped steps count for the
+				// schedule, ngen.step does not hold them.
+				if s.ScheduleSteps() != c.ckpt {
+					t.Errorf("loaded schedule counter %d, want %d (step counter %d)", s.ScheduleSteps(), c.ckpt, s.Steps())
 				}
 				var r f16Run
 				f16Steps(t, s, x, y, rows, c.steps-c.ckpt, &r)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ngen-ml/ngen/generated/convnet"
 	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/generated/mlp_fp16"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 	"github.com/ngen-ml/ngen/runtime/data"
@@ -37,6 +38,14 @@ type job struct {
 	Timeout   time.Duration // the communicator's
 	DataSeed  uint64
 	TotalRows int // samples in the synthetic data set
+	InfStep   int // rank 1 feeds a batch holding +Inf at this step, if set
+	// BadLabelStep: rank 1 feeds a label out of range at this step, if
+	// set, and every rank records the step's error and goes on.
+	BadLabelStep int
+	Accum        int // accumulation steps (micro-batches per update), if set
+	// Scale: the initial loss scale of Model "bf16_scaled", whose ranks
+	// all train on one fixed batch (overflow_test.go).
+	Scale float64
 }
 
 func TestMain(m *testing.M) {
@@ -61,10 +70,17 @@ type model interface {
 }
 
 func newModel(dev runtime.Device, name string, batch int, seed uint64) (model, error) {
-	if name == "convnet" {
-		return convnet.New(dev, convnet.Options{Batch: batch, Seed: seed})
+	return newModelAccum(dev, name, batch, seed, 0)
+}
+
+func newModelAccum(dev runtime.Device, name string, batch int, seed uint64, k int) (model, error) {
+	switch name {
+	case "convnet":
+		return convnet.New(dev, convnet.Options{Batch: batch, Seed: seed, AccumulationSteps: k})
+	case "mlp_fp16":
+		return mlp_fp16.New(dev, mlp_fp16.Options{Batch: batch, Seed: seed, AccumulationSteps: k})
 	}
-	return mlp.New(dev, mlp.Options{Batch: batch, Seed: seed})
+	return mlp.New(dev, mlp.Options{Batch: batch, Seed: seed, AccumulationSteps: k})
 }
 
 // synthetic is a data set of n random images (784 features in [0,1)) and
@@ -114,6 +130,7 @@ func worker(j job) {
 		os.Exit(1)
 	}
 	fail := func(err error) { c.Abort(err) }
+	var scaler scalerLog
 	dev, err := cpu.New(cpu.Options{Threads: 1})
 	if err != nil {
 		fail(err)
@@ -126,7 +143,12 @@ func worker(j job) {
 	if j.BadModel != "" && c.Rank() == 1 {
 		name = j.BadModel
 	}
-	m, err := newModel(dev, name, batch, uint64(100+c.Rank()))
+	var m model
+	if name == "bf16_scaled" {
+		m, err = scaledBF16(dev, batch, uint64(100+c.Rank()), j.Scale)
+	} else {
+		m, err = newModelAccum(dev, name, batch, uint64(100+c.Rank()), j.Accum)
+	}
 	if err != nil {
 		fail(err)
 	}
@@ -152,9 +174,25 @@ func worker(j job) {
 			l.Reset()
 			x, y, _ = l.Next()
 		}
-		if _, err := m.Step(x, y); err != nil {
+		if name == "bf16_scaled" {
+			x, y = fixedBatch(j.Batch, j.DataSeed)
+		}
+		if c.Rank() == 1 && s == j.InfStep {
+			x = append([]float32(nil), x...)
+			x[5] = float32(math.Inf(1))
+		}
+		if c.Rank() == 1 && s == j.BadLabelStep {
+			y = append([]int32(nil), y...)
+			y[2] = 99
+		}
+		_, err := m.Step(x, y)
+		if err != nil && j.BadLabelStep == 0 {
 			fail(fmt.Errorf("step %d: %w", s, err))
 		}
+		scaler.record(m.Session(), err)
+	}
+	if err := scaler.write(j.Out, c.Rank()); err != nil {
+		fail(err)
 	}
 	params, err := train(m, l, 0)
 	if err != nil {

@@ -29,7 +29,9 @@ emulates torch.cuda.amp.GradScaler, which 1.13 lacks on the CPU too
 no CPU kernels): the loss times the f32 scale is backpropagated, the
 gradients are multiplied by float32(1/scale) and checked, a step with an
 inf or NaN is skipped, and the scale follows _amp_update_scale_'s
-formula. With a scaler the result adds "scales" (each step's scale),
+formula; a skipped step steps the schedule (not the optimizer), as a
+loop calling scheduler.step() after scaler.step does. With a scaler the
+result adds "scales" (each step's scale),
 "skipped" (each step's verdict), and "grads" are the scaled gradients
 of the first step not skipped.
 
@@ -119,6 +121,10 @@ def main():
             # _amp_update_scale_: float * double, stored as float.
             lscale = torch.tensor(lscale.item() * sc["backoff_factor"], dtype=torch.float32)
             tracker = 0
+            # scaler.step skipped opt.step (Adam's step count stays); the
+            # loop steps the scheduler all the same.
+            if sched is not None:
+                sched.step()
             continue
         if sc:
             tracker += 1
