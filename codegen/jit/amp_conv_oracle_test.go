@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -381,4 +382,41 @@ func TestAMPConvForms(t *testing.T) {
 	sameRuns(t, fused, unfused)
 	f32 := ampTrain(t, dev, irtest.ConvNet(ir.F32, 5, opt), true, dataOf(fused.init), x, y, rows, steps, seed)
 	closeTo(t, "loss vs ngen f32", fused.loss, f32.loss, 1e-2, 0)
+}
+
+// TestAMPConvGPUForms runs one bf16 training step of the seed ConvNet
+// with the kernels' GPU forms (cpu.Options.GPUForms: grid-stride loops,
+// warp-shuffle reductions of bf16 values, launch shapes as a GPU runs
+// them) and with the CPU forms, fused and unfused. The forward pass has
+// no reduction but cross-entropy's per-row ones, so the losses agree to
+// f32 rounding; the backward reductions (bias gradients, the sums of the
+// per-sample weight-gradient products) sum the same bf16 values in
+// another order and round to bf16 once, so each gradient agrees to one
+// bf16 rounding of its value (2^-8 relative) plus f32 noise.
+func TestAMPConvGPUForms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the model's kernels twice more (-short)")
+	}
+	gpu, err := cpu.New(cpu.Options{Threads: 2, GPUForms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	host, err := cpu.New(cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	const rows, seed = 5, 13
+	x, _, y := ampConvBatch(rows, 81, 82)
+	m := ampConvModel(false, ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9})
+	m.Precision = &ir.Precision{Type: ir.BF16, Pos: m.Pos}
+	for _, fuse := range []bool{true, false} {
+		a := ampTrain(t, gpu, m, fuse, nil, x, y, rows, 1, seed)
+		b := ampTrain(t, host, m, fuse, nil, x, y, rows, 1, seed)
+		closeTo(t, fmt.Sprintf("fuse=%v loss, GPU forms vs CPU", fuse), a.loss, b.loss, 1e-6, 0)
+		for n, g := range b.grads {
+			closeTo(t, fmt.Sprintf("fuse=%v grad %s, GPU forms vs CPU", fuse, n), a.grads[n], g, 0x1p-8, 1e-7*maxAbs(g))
+		}
+	}
 }
