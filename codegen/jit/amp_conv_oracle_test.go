@@ -146,7 +146,7 @@ func TestAMPConvOracle(t *testing.T) {
 				{"ngen f32", f32.loss, f32.grads, f32.params, f32.state},
 			} {
 				logDiffs(t, ref.what, fused, ref.loss, ref.grads, ref.params, ref.states)
-				ampConvClose(t, ref.what, fused, ref.loss, ref.grads, ref.params, ref.states)
+				ampConvClose(t, ref.what, bn, fused, ref.loss, ref.grads, ref.params, ref.states)
 			}
 		})
 	}
@@ -155,7 +155,7 @@ func TestAMPConvOracle(t *testing.T) {
 // ampConvClose compares a bf16 run of the ConvNet with a reference, at
 // tolerances measured on this model and size (TestAMPConvOracle logs
 // each distance) and explained here.
-func ampConvClose(t *testing.T, what string, r ampRun, loss []float64, grads, params, state map[string][]float64) {
+func ampConvClose(t *testing.T, what string, bn bool, r ampRun, loss []float64, grads, params, state map[string][]float64) {
 	t.Helper()
 	// bf16 keeps 8 significant bits (relative rounding 2^-9 ≈ 2e-3),
 	// a few roundings deep, and PyTorch rounds a convolution with its
@@ -173,30 +173,35 @@ func ampConvClose(t *testing.T, what string, r ampRun, loss []float64, grads, pa
 			continue
 		}
 		// A convolution's gradient sums a few hundred products of
-		// bf16 activations and gradients. There a bf16 rounding is not
-		// only a relative 2^-9: it can flip a ReLU whose input is near
-		// zero and break or make a tie in a max-pooling window (2×2
-		// windows of 8-bit values tie about once in 300 here), which
-		// moves a whole gradient element to another pixel. PyTorch's
-		// rounding points differ from ngen's (the conv with its bias,
-		// col2im's sum), so the two make different such choices:
-		// measured at this size, torch.autocast's conv gradients are up
-		// to 12% (L2) from f32 and ngen's up to 30%, the same in an
-		// emulation of ngen's roundings in PyTorch, while f16 (3 more
-		// bits) brings both under 0.2% (TestAMPConvF16Oracle). So: L2
-		// within 40% (a wrong index, transpose or scale is 100% or
-		// more), the biases before batch norm excepted (their
-		// gradient is zero in exact arithmetic; both sides give
-		// rounding noise of the size of a bf16 ulp of the activations'
-		// sum).
-		if strings.HasSuffix(n, ".bias") && len(state) > 0 {
-			continue
+		// bf16 activations and gradients. Without batch norm a bf16
+		// rounding is not only a relative 2^-9 there: it can flip a
+		// ReLU whose input is near zero and break or make a tie in a
+		// max-pooling window (2×2 windows of 8-bit values tie about once
+		// in 300 here), which moves a whole gradient element to another
+		// pixel. PyTorch's rounding points differ from ngen's (the conv
+		// with its bias, col2im's sum), so the two make different such
+		// choices: measured at this size, torch.autocast's conv
+		// gradients are up to 12% (L2) from f32 and ngen's up to 30%,
+		// the same in an emulation of ngen's roundings in PyTorch, while
+		// f16 (3 more bits) brings both under 0.2%
+		// (TestAMPConvF16Oracle). So: L2 within 40% (a wrong index,
+		// transpose or scale is 100% or more). With batch norm the ReLU
+		// and the pooling run in f32 (batch norm's output): L2 within 5%
+		// (measured: 1.5%), the biases before batch norm excepted
+		// (their gradient is zero in exact arithmetic; both sides give
+		// rounding noise).
+		tol := 0.4
+		if bn {
+			if strings.HasSuffix(n, ".bias") {
+				continue
+			}
+			tol = 0.05
 		}
-		if d := l2rel(r.grads[n], grads[n]); d > 0.4 {
-			t.Errorf("grad %s vs %s: %.3g of its L2 norm apart, want ≤ 0.4", n, what, d)
+		if d := l2rel(r.grads[n], grads[n]); d > tol {
+			t.Errorf("grad %s vs %s: %.3g of its L2 norm apart, want ≤ %g", n, what, d, tol)
 		}
-		if d := l2rel(sub(r.params[n], r.init[n].Data), sub(params[n], r.init[n].Data)); d > 0.4 {
-			t.Errorf("update of %s vs %s: %.3g of its L2 norm apart, want ≤ 0.4", n, what, d)
+		if d := l2rel(sub(r.params[n], r.init[n].Data), sub(params[n], r.init[n].Data)); d > tol {
+			t.Errorf("update of %s vs %s: %.3g of its L2 norm apart, want ≤ %g", n, what, d, tol)
 		}
 	}
 	for n, s := range state {
@@ -232,9 +237,10 @@ func logDiffs(t *testing.T, what string, r ampRun, loss []float64, grads, params
 		t.Logf("%s: loss %d: %.6g vs %.6g (%.2g)", what, i+1, r.loss[i], loss[i], math.Abs(r.loss[i]-loss[i])/math.Abs(loss[i]))
 	}
 	for n := range r.params {
-		t.Logf("%s: %s: grad %.3g of largest %.3g (l2 %.3g), param %.3g of largest move %.3g", what, n,
+		t.Logf("%s: %s: grad %.3g of largest %.3g (l2 %.3g), param %.3g of largest move %.3g (update l2 %.3g)", what, n,
 			rel(r.grads[n], grads[n], maxAbs(grads[n])), maxAbs(grads[n]), l2rel(r.grads[n], grads[n]),
-			rel(r.params[n], params[n], moved(r.init[n].Data, params[n])), moved(r.init[n].Data, params[n]))
+			rel(r.params[n], params[n], moved(r.init[n].Data, params[n])), moved(r.init[n].Data, params[n]),
+			l2rel(sub(r.params[n], r.init[n].Data), sub(params[n], r.init[n].Data)))
 	}
 	for n := range state {
 		t.Logf("%s: state %s: %.3g of largest %.3g", what, n, rel(r.state[n], state[n], maxAbs(state[n])), maxAbs(state[n]))
