@@ -78,10 +78,19 @@ func autocast(p *Program) error {
 		casts[key{v, dt}] = c
 		return c
 	}
+	// narrowed maps a value autocast stores in H after computing it in
+	// f32 (batch norm's output, autocast_conv.go) to its H copy, which
+	// every later op reads.
+	narrowed := map[*ir.Value]*ir.Value{}
 	for _, v := range old {
 		d := ops.Lookup(v.Op)
 		if d == nil {
 			return fmt.Errorf("%s (%s): unknown op", v.Op, v.Pos)
+		}
+		for i, a := range v.Args {
+			if n, ok := narrowed[a]; ok {
+				v.Args[i] = n
+			}
 		}
 		switch {
 		case d.Kind == ops.Source:
@@ -126,6 +135,9 @@ func autocast(p *Program) error {
 			v.Shape, v.DType = shape, dt
 		}
 		g.Values = append(g.Values, v)
+		if batchNormOutput(v, h) {
+			narrowed[v] = cast(v, h)
+		}
 	}
 	if b.Err != nil {
 		return b.Err

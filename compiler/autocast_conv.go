@@ -26,10 +26,10 @@ import (
 //
 // BatchNorm is a composition of reductions and elementwise ops with the
 // f32 running statistics (ops.BatchNorm2d): its statistics read f32 (the
-// reductions' default), and its output, which mixes H and f32 operands,
-// is f32 by promotion until the next convolution or GEMM casts it.
-// PyTorch's CPU batch_norm returns the input's type; ngen keeps that
-// activation in f32 (one rounding fewer, twice the bytes).
+// reductions' default) and its affine output computes in f32 from the
+// widened H input; that output is then stored in H (batchNormOutput), as
+// PyTorch's batch_norm returns its input's type, so the ReLU and pooling
+// after it run in H as after a plain convolution.
 //
 // Autodiff follows: col2im, maxpool_bwd and avgpool_bwd read H
 // gradients and write H, and a convolution's weight gradient is the H
@@ -84,4 +84,24 @@ func biasOfConv(args []*ir.Value, h ir.DType) bool {
 	}
 	param := func(v *ir.Value) bool { return view(v).Role == ir.Param }
 	return conv(args[0]) && param(args[1]) || conv(args[1]) && param(args[0])
+}
+
+// batchNormOutput reports whether v is the output of ops.BatchNorm2d's
+// composition over an H input, after autocast typed it: the f32 add of
+// (x − running mean)·scale and a per-channel shift, where x is the
+// widened H activation. autocast stores it in H.
+func batchNormOutput(v *ir.Value, h ir.DType) bool {
+	if v.Op != "add" || v.DType != ir.F32 || len(v.Args) != 2 || len(v.Shape) != 4 {
+		return false
+	}
+	mul := v.Args[0]
+	if mul.Op != "mul" || len(mul.Args) != 2 || !mul.Shape.Eq(v.Shape) || !perChannel(v.Args[1].Shape, v.Shape) {
+		return false
+	}
+	sub := mul.Args[0]
+	if sub.Op != "sub" || len(sub.Args) != 2 || !sub.Shape.Eq(v.Shape) || !perChannel(mul.Args[1].Shape, v.Shape) || !perChannel(sub.Args[1].Shape, v.Shape) {
+		return false
+	}
+	x := sub.Args[0]
+	return x.Op == "cast" && x.DType == ir.F32 && x.Args[0].DType == h && x.Shape.Eq(v.Shape)
 }

@@ -10,8 +10,9 @@ import (
 
 // TestAutocastConv checks the dtypes autocast gives the seed ConvNet, with
 // and without batch norm, in bf16 and f16: the convolutions' columns,
-// GEMMs, bias adds, ReLUs and max pooling in the half type, batch norm in
-// f32, and, after the whole pipeline, f32 gradients of the f32 weights,
+// GEMMs, bias adds, ReLUs and max pooling in the half type, batch norm's
+// statistics and affine in f32 with its output stored in the half type,
+// and, after the whole pipeline, f32 gradients of the f32 weights,
 // every GEMM in the half type, each convolution's weight gradient a
 // per-sample half product summed by a reduction (no summed GEMM), and
 // max pooling left after the ReLU (no "pool first" rewrite).
@@ -34,6 +35,10 @@ func TestAutocastConv(t *testing.T) {
 					}
 				case "mean":
 					got = append(got, v.Op+" "+v.Type())
+				case "cast":
+					if v.DType.IsHalf() && v.Args[0].Op == "add" { // batch norm's output
+						got = append(got, v.Op+" "+v.Type())
+					}
 				}
 			}
 			want := []string{
@@ -44,16 +49,18 @@ func TestAutocastConv(t *testing.T) {
 				"matmul bf16[B,7]", "relu bf16[B,7]", "matmul bf16[B,4]", "cross_entropy f32[]",
 			}
 			if bn {
-				// Batch norm reads the conv's bf16 output widened, computes
-				// its statistics and output in f32; the ReLU and pooling
-				// after it stay f32 until the next conv casts.
+				// Batch norm reads the conv's bf16 output widened and
+				// computes its statistics and output in f32; the output is
+				// stored in bf16 (as PyTorch's batch_norm returns its
+				// input's type), so the ReLU and pooling after it run in
+				// bf16 again.
 				want = []string{
 					"im2col bf16[B,9,99]", "matmul bf16[B,3,99]", "add bf16[B,3,11,9]",
-					"mean f32[3]", "mean f32[3]", "relu f32[3]", "add f32[B,3,11,9]", // the variance clamped at 0
-					"relu f32[B,3,11,9]", "maxpool_argmax i32[B,3,5,4]", "maxpool_pick f32[B,3,5,4]",
+					"mean f32[3]", "mean f32[3]", "relu f32[3]", "add f32[B,3,11,9]", "cast bf16[B,3,11,9]", // the variance clamped at 0
+					"relu bf16[B,3,11,9]", "maxpool_argmax i32[B,3,5,4]", "maxpool_pick bf16[B,3,5,4]",
 					"im2col bf16[B,27,20]", "matmul bf16[B,5,20]", "add bf16[B,5,5,4]",
-					"mean f32[5]", "mean f32[5]", "relu f32[5]", "add f32[B,5,5,4]",
-					"relu f32[B,5,5,4]", "maxpool_argmax i32[B,5,2,2]", "maxpool_pick f32[B,5,2,2]",
+					"mean f32[5]", "mean f32[5]", "relu f32[5]", "add f32[B,5,5,4]", "cast bf16[B,5,5,4]",
+					"relu bf16[B,5,5,4]", "maxpool_argmax i32[B,5,2,2]", "maxpool_pick bf16[B,5,2,2]",
 					"matmul bf16[B,7]", "relu bf16[B,7]", "matmul bf16[B,4]", "cross_entropy f32[]",
 				}
 			}
