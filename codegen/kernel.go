@@ -270,6 +270,13 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
 				text.WriteString(indent + line + "\n")
 			}
+			if v.DType.IsHalf() {
+				// A 16-bit result (a pooling's, col2im's sum) is rounded
+				// where it is computed, as an elementwise one is.
+				r := out + "_" + v.DType.String()
+				fmt.Fprintf(&text, "%sconst float %s = ngen_round_%s(%s);\n", indent, r, v.DType, out)
+				out = r
+			}
 			// The template reads its indexed inputs through their pointers.
 			*b = append(*b, stmt{text: text.String(), def: v, load: true})
 			e[v] = out

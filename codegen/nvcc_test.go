@@ -42,6 +42,12 @@ func TestNVCC(t *testing.T) {
 		// gradient and the inv_scale unscale in the update kernel, and in
 		// the grad-norm kernel when clipping by norm.
 		{"mlp_amp_f16", scaled(amp(irtest.MLP(ir.F32, 7, 9, 4, 0.2, irtest.Adam), ir.F16))},
+		// Convolutions under mixed precision: bf16 columns, pooling and
+		// col2im reading bf16 through the vision templates' widened loads
+		// (grouped, dilated and strided convolutions, average pooling),
+		// and the seed ConvNet with batch norm in f16 with loss scaling.
+		{"convnet_amp_bf16", amp(irtest.ConvNet(ir.F32, 5, irtest.Adam), ir.BF16)},
+		{"convnet_bn_amp_f16", scaled(amp(irtest.SeedConvNet(1, 11, 9, 3, 5, 7, 4, true, irtest.Adam), ir.F16))},
 		{"mlp_amp_f16_clip_norm", scaled(amp(irtest.MLP(ir.F32, 7, 9, 4, 0, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1}), ir.F16))},
 	} {
 		for _, fuse := range []bool{true, false} {

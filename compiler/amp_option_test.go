@@ -64,16 +64,23 @@ func TestCompileAMPOverride(t *testing.T) {
 	}
 }
 
-// TestCompileAMPOverrideRefused: a model with a convolution under -amp is
+// TestCompileAMPOverrideRefused: a model with a recurrence under -amp is
 // autocast's error at the op's line, naming the flag as the policy's
-// origin.
+// origin; a model with convolutions (grouped, dilated, strided, and
+// average pooling: irtest.ConvNet) compiles under it.
 func TestCompileAMPOverrideRefused(t *testing.T) {
-	m := irtest.ConvNet(ir.F32, 10, ir.Optimizer{Kind: "sgd", LR: 0.1})
+	m := irtest.DeepLSTM(ir.F32, 3, 4, 5, 1, 3, 0)
 	_, err := Compile(m, Options{Fuse: true, AMP: AMPBF16})
-	if err == nil || !strings.Contains(err.Error(), "set by -amp bf16") || !strings.Contains(err.Error(), "does not cover convolutions") {
-		t.Fatalf("conv under -amp bf16: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "set by -amp bf16") || !strings.Contains(err.Error(), "does not cover rnn_scan") {
+		t.Fatalf("LSTM under -amp bf16: %v", err)
 	}
 	if _, err := Compile(m, Options{Fuse: true, AMP: AMPOff}); err != nil {
-		t.Errorf("conv under -amp off: %v", err)
+		t.Errorf("LSTM under -amp off: %v", err)
+	}
+	conv := irtest.ConvNet(ir.F32, 10, ir.Optimizer{Kind: "sgd", LR: 0.1})
+	for _, fuse := range []bool{true, false} {
+		if _, err := Compile(conv, Options{Fuse: fuse, AMP: AMPBF16}); err != nil {
+			t.Errorf("convolutions under -amp bf16 (fuse=%v): %v", fuse, err)
+		}
 	}
 }

@@ -24,9 +24,11 @@ import (
 //   - Every other op (reductions, cross-entropy, softmax, LayerNorm,
 //     gathers, views' consumers) takes f32: H operands are widened
 //     (autocast's f32 list, and the conservative choice for the rest).
+//   - Convolutions (im2col and its GEMM) run in H and pooling keeps its
+//     input's type (autocast_conv.go).
 //   - Ops on autocast's lower-precision list that are not built in H yet
-//     (convolutions, attention, recurrences) are errors at the user's
-//     line, rather than a silent f32 fallback.
+//     (attention, recurrences) are errors at the user's line, rather
+//     than a silent f32 fallback.
 //
 // Parameters, state, inputs, the optimizer and every value the caller
 // reads (loss, outputs, state updates) stay f32: the pass casts an H
@@ -41,6 +43,9 @@ func autocast(p *Program) error {
 		return fmt.Errorf("precision (%s): mixed precision in %s: want bf16 or f16", pr.Where(), h)
 	}
 	f := p.Model.Forward
+	if err := convDTypes(f, pr); err != nil {
+		return err
+	}
 	for _, v := range f.Values {
 		// f64 values that an f32 model computes inside (BatchNorm2d's
 		// statistics, cast from f32) are no f64 model.
@@ -75,10 +80,19 @@ func autocast(p *Program) error {
 		casts[key{v, dt}] = c
 		return c
 	}
+	// narrowed maps a value autocast stores in H after computing it in
+	// f32 (batch norm's output, autocast_conv.go) to its H copy, which
+	// every later op reads.
+	narrowed := map[*ir.Value]*ir.Value{}
 	for _, v := range old {
 		d := ops.Lookup(v.Op)
 		if d == nil {
 			return fmt.Errorf("%s (%s): unknown op", v.Op, v.Pos)
+		}
+		for i, a := range v.Args {
+			if n, ok := narrowed[a]; ok {
+				v.Args[i] = n
+			}
 		}
 		switch {
 		case d.Kind == ops.Source:
@@ -88,12 +102,10 @@ func autocast(p *Program) error {
 			// f32 or wider.
 		case v.Op == "attention" || v.Op == "rnn_scan":
 			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
+		case v.Op == "im2col": // a convolution's columns (autocast_conv.go)
+			castArgs(v, h, cast)
+		case convKeepsType(v.Op):
 		case d.Kind == ops.MatMul:
-			for _, a := range v.Args {
-				if a.Op == "im2col" {
-					return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover convolutions yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy())
-				}
-			}
 			castArgs(v, h, cast)
 		case d.Kind == ops.View:
 		case d.Kind == ops.Elementwise:
@@ -112,7 +124,7 @@ func autocast(p *Program) error {
 			if to < 0 && half {
 				to = h
 			}
-			if to == ir.F32 && v.Op == "add" && len(v.Args) == 2 && biasOfGemm(v.Args, h) {
+			if to == ir.F32 && v.Op == "add" && len(v.Args) == 2 && (biasOfGemm(v.Args, h) || biasOfConv(v.Args, h)) {
 				to = h
 			}
 			if to >= 0 {
@@ -129,6 +141,9 @@ func autocast(p *Program) error {
 			v.Shape, v.DType = shape, dt
 		}
 		g.Values = append(g.Values, v)
+		if batchNormOutput(v, h) {
+			narrowed[v] = cast(v, h)
+		}
 	}
 	if b.Err != nil {
 		return b.Err

@@ -285,8 +285,19 @@ func hasDropout(g *Group) bool {
 
 // batchSum reports whether reduction v sums exactly the batch dims of
 // gemm group g's product, and nothing else reads the product.
+//
+// A 16-bit product (a convolution's weight gradient under mixed
+// precision) stays apart from its sum: -fuse=none rounds each sample's
+// product to 16 bits before the f32 sum, so the fused plan must too to
+// agree bit for bit, and on the GPU a summed batch of 16-bit products is
+// not one larger GEMM (runtime.LowerGemm's scratch+reduce would round the
+// per-sample products in the scratch all the same). The strided-batched
+// product and the reduction kernel run on both backends.
 func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 	x := v.Args[0]
+	if x.DType.IsHalf() {
+		return false
+	}
 	if g.Kind != Gemm || g.Root != x || g.SumBatch != nil || v.Op != "sum" || len(uses[x]) != 1 || len(x.Shape) < 3 {
 		return false
 	}

@@ -20,9 +20,16 @@ import "github.com/ngen-ml/ngen/compiler/ir"
 // functions exist, and only when the ReLU and the add have no other use.
 // The model is copied first: a compile must not change the model it was
 // given, which the caller may compile again (unfused, say).
+//
+// Not under mixed precision: there the ReLU's input is rounded to 16 bits
+// after the bias add, so two window elements that differ before the add
+// may tie after it, and the original's argmax (the first of the tied)
+// and the rewrite's (the larger before the add) route the gradient to
+// different pixels. -fuse=none does not rewrite, and the fused plan must
+// compute what it does bit for bit (docs/AMP.md).
 func poolFirst(p *Program) error {
 	f := p.Model.Forward
-	if !anyPoolFirst(p.Model) {
+	if p.Model.Precision != nil || !anyPoolFirst(p.Model) {
 		return nil
 	}
 	g, m := f.Clone(f.Name)

@@ -306,6 +306,13 @@ func (m *Model) Build() (*ir.Model, error) {
 		return nil, fmt.Errorf("model %s (%s): no optimizer: call m.Optimizer", m.m.Name, m.m.Pos)
 	}
 	if pr := m.m.Precision; pr != nil {
+		// A convolution is named as the layer the user wrote (its
+		// im2col), before the f64 input that feeds it.
+		for _, v := range m.m.Forward.Values {
+			if v.Op == "im2col" && v.Args[0].DType == F64 {
+				return nil, fmt.Errorf("conv2d (%s): its input is %s, but mixed precision (precision at %s) needs an f32 convolution", v.Pos, v.Args[0].Type(), pr.Pos)
+			}
+		}
 		for _, v := range m.m.Forward.Values {
 			if v.DType == F64 {
 				return nil, fmt.Errorf("%s (%s): %s is f64, but mixed precision (precision at %s) needs an f32 model", v.Op, v.Pos, v.Type(), pr.Pos)

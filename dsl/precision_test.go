@@ -85,6 +85,22 @@ func TestPrecisionErrors(t *testing.T) {
 		t.Errorf("bf16 param: %v", err)
 	}
 
+	// An f64 convolution under mixed precision: the error names the
+	// convolution at its line.
+	m = NewModel("m")
+	pl := line() + 1
+	m.Precision(AMP{Type: BF16})
+	img := m.Input("x", F64, Batch, 1, 5, 5)
+	l = line() + 1
+	c := m.Conv2d("conv", img, 2, 3, Conv{})
+	m.Output(c)
+	m.Loss(Mean(c, false))
+	m.Optimizer(SGD{LR: 0.1})
+	want := fmt.Sprintf("conv2d (dsl/precision_test.go:%d): its input is f64[B,1,5,5], but mixed precision (precision at dsl/precision_test.go:%d) needs an f32 convolution", l, pl)
+	if _, err := m.Build(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("f64 conv under AMP: %v, want %q", err, want)
+	}
+
 	// An op autocast would run in bf16 that is not built yet: the error
 	// names it at its line.
 	m = NewModel("m")

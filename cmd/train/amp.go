@@ -89,8 +89,9 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 }
 
 // whyNoAMP says why model name has no mixed-precision build, from the ops
-// its f32 package's plan runs: autocast refuses convolutions, attention
-// and recurrences in half precision (compiler/autocast.go).
+// its f32 package's plan runs: autocast refuses attention and recurrences
+// in half precision (compiler/autocast.go); a model without them has no
+// build in generated/ yet.
 func whyNoAMP(name string, seq bool) string {
 	pkg := name
 	if seq {
@@ -105,8 +106,6 @@ func whyNoAMP(name string, seq bool) string {
 		for _, st := range f.Steps {
 			for _, op := range strings.Fields(strings.NewReplacer(",", " ", "+", " ", "(", " ", ")", " ").Replace(st.Ops)) {
 				switch {
-				case op == "im2col":
-					found["convolutions"] = true
 				case op == "attention":
 					found["attention"] = true
 				case op == "rnn_scan":
@@ -116,7 +115,7 @@ func whyNoAMP(name string, seq bool) string {
 		}
 	}
 	var what []string
-	for _, w := range []string{"convolutions", "attention", "recurrences"} {
+	for _, w := range []string{"attention", "recurrences"} {
 		if found[w] {
 			what = append(what, w)
 		}

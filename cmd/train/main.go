@@ -57,7 +57,7 @@ func main() {
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
-		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's build generated with ngen build -amp (mlp; docs/AMP.md), off (the default) the f32 one")
+		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's build generated with ngen build -amp (mlp; convnet in bf16; docs/AMP.md), off (the default) the f32 one")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
 	rc := recipeFlags() // -lr, -schedule, -warmup, -clip, -weight-decay (recipe.go)

@@ -54,46 +54,20 @@ func TestAMPMLPOracle(t *testing.T) {
 	x, xs, y := mlpBatch(rows, 31, 32)
 	opt := ir.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}
 	m, layers := ampMLPModel(opt)
-	type run struct {
-		loss   []float64
-		grads  map[string][]float64
-		params map[string][]float64
-		init   map[string]tensorJSON
-	}
-	train := func(fuse bool) run {
-		prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		r := run{params: map[string][]float64{}, init: initParams(t, s)}
-		r.loss, r.grads = mlpSteps(t, s, x, y, rows, steps, nil)
+	train := func(fuse bool) ampRun {
+		r := ampTrain(t, dev, m, fuse, nil, x, y, rows, steps, seed)
 		for n, g := range r.grads {
 			// A weight's gradient is a bf16 GEMM's or reduction's
 			// result, widened.
 			bf16Exact(t, fmt.Sprintf("fuse=%v grad %s", fuse, n), g)
 		}
-		if err := s.Run("predict", rows); err != nil {
-			t.Fatal(err)
-		}
 		// The logits are the last bf16 add, widened for the caller.
-		bf16Exact(t, fmt.Sprintf("fuse=%v predict output", fuse), readNamed(t, s, "output", "output"))
-		for _, n := range s.Names("param") {
-			r.params[n] = readNamed(t, s, "param", n)
-		}
+		bf16Exact(t, fmt.Sprintf("fuse=%v predict output", fuse), r.predict)
 		return r
 	}
 	fused, unfused := train(true), train(false)
 	// The same arithmetic op for op: bit for bit.
-	closeTo(t, "loss fused vs -fuse=none", fused.loss, unfused.loss, 0, 0)
-	for n := range fused.params {
-		closeTo(t, "grad "+n+" fused vs -fuse=none", fused.grads[n], unfused.grads[n], 0, 0)
-		closeTo(t, "param "+n+" fused vs -fuse=none", fused.params[n], unfused.params[n], 0, 0)
-	}
+	sameRuns(t, fused, unfused)
 
 	req := mlpRequest{DType: "f32", Layers: layers, Params: fused.init,
 		X: tensorJSON{Shape: []int{rows, mlpWidths[0]}, Data: xs}, Y: y, Steps: steps, Opt: opt, AMP: "bf16"}
@@ -113,12 +87,76 @@ func TestAMPMLPOracle(t *testing.T) {
 		// The updates are lr times momentum sums of such gradients,
 		// against f32 master weights that move by up to about 0.1
 		// here: within 5% of the largest update.
-		var moved float64
-		for i, v := range want.Params[n] {
-			moved = max(moved, math.Abs(v-fused.init[n].Data[i]))
-		}
-		closeTo(t, "param "+n+" vs torch.autocast", fused.params[n], want.Params[n], 0, 0.05*moved)
+		closeTo(t, "param "+n+" vs torch.autocast", fused.params[n], want.Params[n], 0, 0.05*moved(fused.init[n].Data, want.Params[n]))
 	}
+}
+
+// ampRun is one training run: each step's loss, every gradient of step
+// 1, the parameters and state after the last step, the initial
+// parameters, and the predict function's output after the last step.
+type ampRun struct {
+	loss          []float64
+	grads         map[string][]float64
+	params, state map[string][]float64
+	init          map[string]tensorJSON
+	predict       []float64
+}
+
+// ampTrain compiles m, fused or with -fuse=none, starts a session
+// (seed), writes init's parameters when init is not nil, takes steps
+// training steps on the batch (x, y) of rows rows and runs predict on
+// it: the shared body of the mixed-precision oracle tests.
+func ampTrain(t *testing.T, dev runtime.Device, m *ir.Model, fuse bool, init map[string][]float64, x []float32, y []int32, rows, steps int, seed uint64) ampRun {
+	t.Helper()
+	prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if init != nil {
+		writeParams(t, s, init)
+	}
+	r := ampRun{params: map[string][]float64{}, state: map[string][]float64{}, init: initParams(t, s)}
+	r.loss, r.grads = mlpSteps(t, s, x, y, rows, steps, nil)
+	if err := s.Run("predict", rows); err != nil {
+		t.Fatal(err)
+	}
+	r.predict = readNamed(t, s, "output", "output")
+	for _, n := range s.Names("param") {
+		r.params[n] = readNamed(t, s, "param", n)
+	}
+	for _, n := range s.Names("state") {
+		r.state[n] = readNamed(t, s, "state", n)
+	}
+	return r
+}
+
+// sameRuns fails unless a and b agree bit for bit: losses, gradients,
+// parameters, state and predictions.
+func sameRuns(t *testing.T, a, b ampRun) {
+	t.Helper()
+	closeTo(t, "loss fused vs -fuse=none", a.loss, b.loss, 0, 0)
+	for n := range a.params {
+		closeTo(t, "grad "+n+" fused vs -fuse=none", a.grads[n], b.grads[n], 0, 0)
+		closeTo(t, "param "+n+" fused vs -fuse=none", a.params[n], b.params[n], 0, 0)
+	}
+	for n := range a.state {
+		closeTo(t, "state "+n+" fused vs -fuse=none", a.state[n], b.state[n], 0, 0)
+	}
+	closeTo(t, "predict fused vs -fuse=none", a.predict, b.predict, 0, 0)
+}
+
+// moved is how far the reference moved a parameter from init at most.
+func moved(init, want []float64) float64 {
+	var d float64
+	for i, v := range want {
+		d = max(d, math.Abs(v-init[i]))
+	}
+	return d
 }
 
 func maxAbs(xs []float64) float64 {

@@ -1,6 +1,7 @@
 package irtest
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
@@ -47,4 +48,45 @@ func ConvNet(dt ir.DType, classes int, opt ir.Optimizer) *ir.Model {
 	h = b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(80)}}, h)
 	logits := b.Linear("fc", h, classes)
 	return b.Model("convnet", b.Binary("cross_entropy", logits, y), logits, opt)
+}
+
+// SeedConvNet is models/convnet's ConvNet (ConvNetBN with bn) at the
+// sizes given, for oracle tests at odd small sizes: conv c1 (3×3, pad 1),
+// [BatchNorm2d], ReLU, maxpool 2, conv c2 (3×3, pad 1), [BatchNorm2d],
+// ReLU, maxpool 2, flatten, fc1 hidden, ReLU, fc2 classes, cross-entropy,
+// over [B, cin, h, w] f32 images. Parameter and state names are the
+// DSL's (conv1.weight, bn1.running_mean, ...), which are PyTorch's.
+func SeedConvNet(cin, h, w, c1, c2, hidden, classes int, bn bool, opt ir.Optimizer) *ir.Model {
+	b := New()
+	x := b.Input("x", ir.F32, ir.S("B"), ir.D(cin), ir.D(h), ir.D(w))
+	y := b.Input("y", ir.I32, ir.S("B"))
+	hv := x
+	for i, c := range []int{c1, c2} {
+		name := fmt.Sprintf("%d", i+1)
+		hv = b.Conv2d("conv"+name, hv, c, Window(3, 3, 1, 1, 1, 1), true)
+		if bn {
+			hv = b.BatchNorm2d("bn"+name, hv)
+		}
+		hv = ops.MaxPool2d(b.Builder, b.Unary("relu", hv), Window(2, 2, 2, 0, 1, 1))
+	}
+	s := hv.Shape
+	hv = b.Op("reshape", ir.Attrs{Shape: ir.Shape{ir.S("B"), ir.D(s[1].N * s[2].N * s[3].N)}}, hv)
+	hv = b.Unary("relu", b.Linear("fc1", hv, hidden))
+	logits := b.Linear("fc2", hv, classes)
+	return b.Model("seed_convnet", b.Binary("cross_entropy", logits, y), logits, opt)
+}
+
+// BatchNorm2d is torch.nn.BatchNorm2d(C) in training mode with its
+// running statistics (momentum 0.1, eps 1e-5), declared as the DSL
+// declares it.
+func (b *Builder) BatchNorm2d(name string, x *ir.Value) *ir.Value {
+	c := x.Shape[1].N
+	dt := x.DType
+	gamma := b.Source("param", ir.Param, name+".weight", dt, ir.Static(c), "const:1")
+	beta := b.Source("param", ir.Param, name+".bias", dt, ir.Static(c), "const:0")
+	rm := b.Source("state", ir.State, name+".running_mean", dt, ir.Static(c), "const:0")
+	rv := b.Source("state", ir.State, name+".running_var", dt, ir.Static(c), "const:1")
+	y, nm, nv := ops.BatchNorm2d(b.Builder, x, gamma, beta, rm, rv, 0.1, 1e-5)
+	b.F.Updates = append(b.F.Updates, ir.Update{State: rm, New: nm}, ir.Update{State: rv, New: nv})
+	return y
 }

@@ -130,6 +130,18 @@ func masked(ok, load, zero string) string {
 	return fmt.Sprintf("(%s) ? %s : %s", ok, load, zero)
 }
 
+// elem renders ptr[idx], an element of argument i of v, in the type the
+// templates compute in: a 16-bit element (mixed precision) widens to
+// float explicitly, since in a conditional with a float zero both its
+// conversion to float and float's to it would apply. Other types read
+// as they are, so their kernels' text is unchanged.
+func elem(v *ir.Value, i int, ptr, idx string) string {
+	if v.Args[i].DType.IsHalf() {
+		return fmt.Sprintf("(float)%s[%s]", ptr, idx)
+	}
+	return fmt.Sprintf("%s[%s]", ptr, idx)
+}
+
 // im2colRow is the row length im2col iterates: one output row of one
 // window tap, so the input it reads is a row of the image.
 func im2colRow(v *ir.Value) int {
@@ -154,7 +166,7 @@ func im2colGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("const int %sx = %s * %d - %d + (int)((unsigned)%sk %% %du) * %d;", p, ox, w.SW, w.PW, p, w.KW, w.DW)
 	ok := all(inWindow(p+"y", oh, w.SH, w.PH, w.KH, w.DH, h), inWindow(p+"x", ow, w.SW, w.PW, w.KW, w.DW, wd))
 	cg.f("const %s %s = %s;", c.T, out,
-		masked(ok, fmt.Sprintf("%s[((%sn * %d + %sc) * %d + %sy) * %d + %sx]", a[0], p, ch, p, h, p, wd, p), c.Lit(0)))
+		masked(ok, elem(v, 0, a[0], fmt.Sprintf("((%sn * %d + %sc) * %d + %sy) * %d + %sx", p, ch, p, h, p, wd, p)), c.Lit(0)))
 	return cg.b.String()
 }
 
@@ -178,8 +190,8 @@ func col2imGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("    const int tx = %s + %d - kw * %d;", x, w.PW, w.DW)
 	cg.f("    const bool ok = %s;", all("oky", hitsWindow("tx", wd, w.SW, w.PW, w.KW, w.DW, ow)))
 	cg.f("    const int kk = (%sci * %d + kh) * %d + kw;", p, w.KH, w.KW)
-	cg.f("    %s += ok ? %s[((%sn * %d + %sg) * %d + kk) * %d + %s * %d + %s] : %s;",
-		out, a[0], p, w.G, p, k, oh*ow, udiv("ty", w.SH), ow, udiv("tx", w.SW), c.Lit(0))
+	cg.f("    %s += ok ? %s : %s;", out,
+		elem(v, 0, a[0], fmt.Sprintf("((%sn * %d + %sg) * %d + kk) * %d + %s * %d + %s", p, w.G, p, k, oh*ow, udiv("ty", w.SH), ow, udiv("tx", w.SW))), c.Lit(0))
 	cg.f("  }")
 	cg.f("}")
 	return cg.b.String()
@@ -218,7 +230,7 @@ func maxpoolArgmaxGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("int %s = -1;", out)
 	cg.f("%s %sm = 0;", t, p)
 	windowIn(cg, p, w, h, wd, oh, ow)
-	cg.f("    const %s x = %s;", t, masked("ok", fmt.Sprintf("%s[%sbase + iy * %d + ix]", a[0], p, wd), "0"))
+	cg.f("    const %s x = %s;", t, masked("ok", elem(v, 0, a[0], fmt.Sprintf("%sbase + iy * %d + ix", p, wd)), "0"))
 	cg.f("    if (ok && (%s < 0 || x > %sm || x != x)) { %s = kh * %d + kw; %sm = x; }", out, p, out, w.KW, p)
 	cg.f("  }")
 	cg.f("}")
@@ -298,12 +310,12 @@ func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 			cg.f("const %s %s = %s ? %sg : %s;", c.T, out, hit, p, c.Lit(0))
 			return cg.b.String()
 		}
-		cg.f("const %s %s = %s;", c.T, out, masked(all(append(in, hit)...), fmt.Sprintf("%s[%so]", a[0], p), c.Lit(0)))
+		cg.f("const %s %s = %s;", c.T, out, masked(all(append(in, hit)...), elem(v, 0, a[0], p+"o"), c.Lit(0)))
 		return cg.b.String()
 	}
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
 	windowsOf(cg, p, w, h, wd, oh, ow)
-	cg.f("    %s += (ok && %s[o] == kh * %d + kw) ? %s[o] : %s;", out, a[1], w.KW, a[0], c.Lit(0))
+	cg.f("    %s += (ok && %s[o] == kh * %d + kw) ? %s : %s;", out, a[1], w.KW, elem(v, 0, a[0], "o"), c.Lit(0))
 	cg.f("  }")
 	cg.f("}")
 	return cg.b.String()
@@ -317,7 +329,7 @@ func avgpoolGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// count_include_pad, torch's default: padding counts as zeros.
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
 	windowIn(cg, p, w, h, wd, oh, ow) // no dilation: poolInfer rejects it for avgpool
-	cg.f("    %s += %s;", out, masked("ok", fmt.Sprintf("%s[%sbase + iy * %d + ix]", a[0], p, wd), c.Lit(0)))
+	cg.f("    %s += %s;", out, masked("ok", elem(v, 0, a[0], fmt.Sprintf("%sbase + iy * %d + ix", p, wd)), c.Lit(0)))
 	cg.f("  }")
 	cg.f("}")
 	cg.f("%s /= %s;", out, c.Lit(float64(w.KH*w.KW)))
@@ -331,7 +343,7 @@ func avgpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	inputRow(c, cg, p, ch, h, wd, oh, ow)
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))
 	windowsOf(cg, p, w, h, wd, oh, ow)
-	cg.f("    %s += ok ? %s[o] : %s;", out, a[0], c.Lit(0))
+	cg.f("    %s += ok ? %s : %s;", out, elem(v, 0, a[0], "o"), c.Lit(0))
 	cg.f("  }")
 	cg.f("}")
 	cg.f("%s /= %s;", out, c.Lit(float64(w.KH*w.KW)))

@@ -10,6 +10,7 @@ import (
 	_ "github.com/ngen-ml/ngen/generated/charlm"
 	_ "github.com/ngen-ml/ngen/generated/charlm_unfused"
 	_ "github.com/ngen-ml/ngen/generated/convnet"
+	_ "github.com/ngen-ml/ngen/generated/convnet_bf16"
 	_ "github.com/ngen-ml/ngen/generated/convnet_bn"
 	_ "github.com/ngen-ml/ngen/generated/convnet_bn_unfused"
 	_ "github.com/ngen-ml/ngen/generated/convnet_unfused"

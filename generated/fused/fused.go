@@ -9,6 +9,7 @@ package fused
 import (
 	_ "github.com/ngen-ml/ngen/generated/charlm"
 	_ "github.com/ngen-ml/ngen/generated/convnet"
+	_ "github.com/ngen-ml/ngen/generated/convnet_bf16"
 	_ "github.com/ngen-ml/ngen/generated/convnet_bn"
 	_ "github.com/ngen-ml/ngen/generated/gpt"
 	_ "github.com/ngen-ml/ngen/generated/lstm"

@@ -128,7 +128,13 @@ import (
 // round, in the library's order), alpha and beta applied in f32, and C
 // rounded to the 16-bit type once (__float2bfloat16_rn's or
 // __float2half_rn's rule). It runs on the calling thread, one batch
-// entry after another.
+// entry after another. A batch into one C (StrideC 0: a sum when beta is
+// 1) keeps C in f32 from the first entry to the last and rounds it once
+// at the end, as one GEMM with f32 accumulation would: rounding after
+// each entry would lose every sample's product below half a 16-bit ulp
+// of the running sum. (ngen's plans issue none: compiler/fuse.go keeps a
+// 16-bit product apart from its batch sum, and the GPU backend refuses
+// one; this is the CPU's meaning of the call.)
 func gemmHalf(g runtime.GemmArgs) error {
 	var f16 C.int
 	switch g.DType {
@@ -157,20 +163,23 @@ func gemmHalf(g runtime.GemmArgs) error {
 	fc := (*C.float)(unsafe.Add(buf, 4*(na+nb)))
 	f := g
 	f.DType, f.LDA, f.LDB, f.LDC = runtime.F32, colsA, colsB, g.N
+	one := g.StrideC == 0 && g.Batch > 1 // every entry into the same C
 	for i := range g.Batch {
 		a := C.uintptr_t(uintptr(g.A) + uintptr(i*g.StrideA)*2)
 		b := C.uintptr_t(uintptr(g.B) + uintptr(i*g.StrideB)*2)
 		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*2)
 		C.ngen_half_widen(f16, fa, a, C.int(rowsA), C.int(colsA), C.int(g.LDA))
 		C.ngen_half_widen(f16, fb, b, C.int(rowsB), C.int(colsB), C.int(g.LDB))
-		if g.Beta != 0 {
+		if g.Beta != 0 && (i == 0 || !one) {
 			C.ngen_half_widen(f16, fc, c, C.int(g.M), C.int(g.N), C.int(g.LDC))
 		}
 		pa, pb, pc := C.uintptr_t(uintptr(unsafe.Pointer(fa))), C.uintptr_t(uintptr(unsafe.Pointer(fb))), C.uintptr_t(uintptr(unsafe.Pointer(fc)))
 		if err := sgemm(oneDNN, f, pa, pb, pc); err != nil {
 			return err
 		}
-		C.ngen_half_narrow(f16, c, fc, C.int(g.M), C.int(g.N), C.int(g.LDC))
+		if !one || i == g.Batch-1 {
+			C.ngen_half_narrow(f16, c, fc, C.int(g.M), C.int(g.N), C.int(g.LDC))
+		}
 	}
 	return nil
 }

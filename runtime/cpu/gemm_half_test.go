@@ -169,3 +169,45 @@ func TestGemmF16(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmHalfSummedBatch: a batch of 16-bit products into one C
+// (StrideC 0, beta 1) accumulates in f32 and rounds once, as one GEMM
+// would. C starts at 1 and each of 64 entries adds a quarter of the
+// type's ulp at 1 (2^-9 for bf16, 2^-12 for f16): rounded after each
+// entry the sum would stay 1, rounded once it is 1 + 16 ulps. A's
+// entries are not side by side, so collapseBatch does not make it one
+// larger GEMM first.
+func TestGemmHalfSummedBatch(t *testing.T) {
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const batch = 64
+	for _, c := range []struct {
+		dt  runtime.DType
+		inc float64
+	}{{runtime.BF16, 0x1p-9}, {runtime.F16, 0x1p-12}} {
+		enc := func(x float64) uint16 {
+			if c.dt == runtime.F16 {
+				return f2h(x)
+			}
+			return uint16(math.Float32bits(float32(x)) >> 16) // exact for these values
+		}
+		// A_i is the 1×2 row (inc, 0) at stride 3, B the shared column (1, 1).
+		a := make([]uint16, 3*batch)
+		for i := range batch {
+			a[3*i] = enc(c.inc)
+		}
+		g := runtime.GemmArgs{DType: c.dt, M: 1, N: 1, K: 2, Alpha: 1, Beta: 1, LDA: 2, LDB: 1, LDC: 1,
+			Batch: batch, StrideA: 3, StrideB: 0, StrideC: 0}
+		g.A, g.B, g.C = upload(t, d, a), upload(t, d, []uint16{enc(1), enc(1)}), upload(t, d, []uint16{enc(1)})
+		if err := d.Gemm(g); err != nil {
+			t.Fatal(err)
+		}
+		want := 1 + batch*c.inc
+		if got := download[uint16](t, d, g.C, 1)[0]; got != enc(want) {
+			t.Errorf("%s: summed batch gives %#04x, want %#04x (%g): rounded once", c.dt, got, enc(want), want)
+		}
+	}
+}
