@@ -50,16 +50,17 @@ func TestAutocastConv(t *testing.T) {
 			}
 			if bn {
 				// Batch norm reads the conv's bf16 output widened and
-				// computes its statistics and output in f32; the output is
+				// computes its output in f32 and its statistics in f64
+				// (as in an f32 model: ops.BatchNorm2d); the output is
 				// stored in bf16 (as PyTorch's batch_norm returns its
 				// input's type), so the ReLU and pooling after it run in
 				// bf16 again.
 				want = []string{
 					"im2col bf16[B,9,99]", "matmul bf16[B,3,99]", "add bf16[B,3,11,9]",
-					"mean f32[3]", "mean f32[3]", "relu f32[3]", "add f32[B,3,11,9]", "cast bf16[B,3,11,9]", // the variance clamped at 0
+					"mean f64[3]", "mean f64[3]", "relu f64[3]", "add f32[B,3,11,9]", "cast bf16[B,3,11,9]", // the variance clamped at 0
 					"relu bf16[B,3,11,9]", "maxpool_argmax i32[B,3,5,4]", "maxpool_pick bf16[B,3,5,4]",
 					"im2col bf16[B,27,20]", "matmul bf16[B,5,20]", "add bf16[B,5,5,4]",
-					"mean f32[5]", "mean f32[5]", "relu f32[5]", "add f32[B,5,5,4]", "cast bf16[B,5,5,4]",
+					"mean f64[5]", "mean f64[5]", "relu f64[5]", "add f32[B,5,5,4]", "cast bf16[B,5,5,4]",
 					"relu bf16[B,5,5,4]", "maxpool_argmax i32[B,5,2,2]", "maxpool_pick bf16[B,5,2,2]",
 					"matmul bf16[B,7]", "relu bf16[B,7]", "matmul bf16[B,4]", "cross_entropy f32[]",
 				}
