@@ -24,9 +24,14 @@ import (
 //   - Every other op (reductions, cross-entropy, softmax, LayerNorm,
 //     gathers, views' consumers) takes f32: H operands are widened
 //     (autocast's f32 list, and the conservative choice for the rest).
+//   - Attention (the fused op) takes q, k and v in H and produces H
+//     (autocast_attention.go); -fuse=none's expansion of it gets the
+//     policy op by op: H batched GEMMs, an f32 softmax.
+//   - Ops that only move elements (slice, permute, concat, slice_bwd)
+//     keep their operand's type, as PyTorch's views and copies do.
 //   - Ops on autocast's lower-precision list that are not built in H yet
-//     (convolutions, attention, recurrences) are errors at the user's
-//     line, rather than a silent f32 fallback.
+//     (convolutions, recurrences) are errors at the user's line, rather
+//     than a silent f32 fallback.
 //
 // Parameters, state, inputs, the optimizer and every value the caller
 // reads (loss, outputs, state updates) stay f32: the pass casts an H
@@ -80,7 +85,11 @@ func autocast(p *Program) error {
 		}
 		switch {
 		case d.Kind == ops.Source:
-		case v.Op == "attention" || v.Op == "rnn_scan":
+		case v.Op == "attention":
+			castAttention(v, h, cast)
+		case movesData(v):
+			castMoved(v, h, cast)
+		case v.Op == "rnn_scan":
 			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
 		case d.Kind == ops.MatMul:
 			for _, a := range v.Args {

@@ -93,8 +93,9 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 }
 
 // whyNoAMP says why model name has no mixed-precision build, from the ops
-// its f32 package's plan runs: autocast refuses convolutions, attention
-// and recurrences in half precision (compiler/autocast.go).
+// its f32 package's plan runs: autocast refuses convolutions and
+// recurrences in half precision (compiler/autocast.go); the Transformers
+// compile under -amp but have no package in generated/.
 func whyNoAMP(name string, seq bool) string {
 	pkg := name
 	if seq {
@@ -111,8 +112,6 @@ func whyNoAMP(name string, seq bool) string {
 				switch {
 				case op == "im2col":
 					found["convolutions"] = true
-				case op == "attention":
-					found["attention"] = true
 				case op == "rnn_scan":
 					found["recurrences"] = true
 				}
@@ -120,7 +119,7 @@ func whyNoAMP(name string, seq bool) string {
 		}
 	}
 	var what []string
-	for _, w := range []string{"convolutions", "attention", "recurrences"} {
+	for _, w := range []string{"convolutions", "recurrences"} {
 		if found[w] {
 			what = append(what, w)
 		}
@@ -128,11 +127,7 @@ func whyNoAMP(name string, seq bool) string {
 	if len(what) == 0 {
 		return fmt.Sprintf("%s has no mixed-precision build in generated/ (ngen build -amp makes one; see models/mlp/amp.go)", name)
 	}
-	verb := "are"
-	if len(what) == 1 && what[0] == "attention" {
-		verb = "is"
-	}
-	return fmt.Sprintf("%s: %s in half precision %s not built (docs/AMP.md)", name, strings.Join(what, " and "), verb)
+	return fmt.Sprintf("%s: %s in half precision are not built (docs/AMP.md)", name, strings.Join(what, " and "))
 }
 
 // describeAMP prints what the run's loss scaling did: the scale it ends
