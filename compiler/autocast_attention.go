@@ -11,9 +11,11 @@ import "github.com/ngen-ml/ngen/compiler/ir"
 // cast to H, the kernel widens them on load, computes the scores, the
 // softmax (max, exp, sum) and the p·v sums in f32, and rounds the output
 // to H once, where it is stored. That is the f32 softmax of CUDA
-// autocast's list (softmax is an f32 op there) and of the flash and
-// memory-efficient SDPA kernels, which never round the scores or the
-// weights to H. PyTorch 1.13's CPU math path (nn.MultiheadAttention
+// autocast's list (softmax is an f32 op there); the flash and
+// memory-efficient SDPA kernels also keep the scores and the softmax's
+// statistics in f32, but round the weights to H for the p·v tensor-core
+// product, which this kernel sums from f32 weights. PyTorch 1.13's CPU
+// math path (nn.MultiheadAttention
 // under torch.autocast("cpu", torch.bfloat16)) rounds more: bmm's scores
 // to bf16, and softmax (on neither CPU list) runs on them in bf16, so its
 // weights are bf16 too; the oracle test's tolerance covers the
