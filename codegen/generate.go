@@ -33,6 +33,13 @@ var preamble string
 //go:embed preamble_half.cuh
 var halfPreamble string
 
+// f32BitsPreamble stores and loads an f32 as two 16-bit elements, for the
+// programs whose attention runs in a 16-bit type (ops/attention.go's
+// log-sum-exp); other mixed-precision programs' .cu files do without it.
+//
+//go:embed preamble_f32bits.cuh
+var f32BitsPreamble string
+
 // NVCCFlags are the fixed flags every .cu is compiled with (by ngen build
 // into the committed fatbin and PTX, by the tests with warnings as errors,
 // and by NVRTC at run time); the generated header records them. fmad: a*b+c
@@ -314,6 +321,9 @@ func CUDA(p *compiler.Program, body string) string {
 	b.WriteString(preamble)
 	if usesHalf(p) {
 		b.WriteString(halfPreamble)
+		if usesHalfOp(p, "attention") {
+			b.WriteString(f32BitsPreamble)
+		}
 	}
 	b.WriteString("\n")
 	b.WriteString(body)
@@ -547,6 +557,18 @@ func FileNames(files map[string][]byte) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// usesHalfOp reports whether p has an op named op with a 16-bit result.
+func usesHalfOp(p *compiler.Program, op string) bool {
+	for _, f := range p.Funcs() {
+		for _, v := range f.Values {
+			if v.Op == op && v.DType.IsHalf() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // usesHalf reports whether any value of p is stored in a 16-bit float type.

@@ -9,6 +9,8 @@ import (
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/dsl"
+	"github.com/ngen-ml/ngen/models/transformer"
 )
 
 // TestNVCC compiles generated kernels with nvcc for sm_80 and sm_90 with
@@ -49,26 +51,54 @@ func TestNVCC(t *testing.T) {
 		{"convnet_amp_bf16", amp(irtest.ConvNet(ir.F32, 5, irtest.Adam), ir.BF16)},
 		{"convnet_bn_amp_f16", scaled(amp(irtest.SeedConvNet(1, 11, 9, 3, 5, 7, 4, true, irtest.Adam), ir.F16))},
 		{"mlp_amp_f16_clip_norm", scaled(amp(irtest.MLP(ir.F32, 7, 9, 4, 0, ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1}), ir.F16))},
+		// Attention under mixed precision: half q, k, v and output, the
+		// f32 log-sum-exp's bits in half elements, attention dropout.
+		{"gpt_amp_bf16", ampTransformer(t, "gpt", dsl.BF16)},
+		{"transformer_amp_f16", ampTransformer(t, "transformer", dsl.F16)},
 	} {
-		for _, fuse := range []bool{true, false} {
-			p, err := compiler.Compile(tc.m, compiler.Options{Fuse: fuse})
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _, err := Kernels(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			cu := filepath.Join(dir, "k.cu")
-			if err := os.WriteFile(cu, []byte(CUDA(p, body)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := nvccDevice(nvcc, cu, dir); err != nil || len(out) > 0 {
-				t.Errorf("%s fuse=%v: nvcc: %v\n%s", tc.name, fuse, err, out)
-			}
+		t.Run(tc.name, func(t *testing.T) { nvccCase(t, nvcc, tc.name, tc.m) })
+	}
+}
+
+// nvccCase compiles m's kernels, fused and with -fuse=none.
+func nvccCase(t *testing.T, nvcc, name string, m *ir.Model) {
+	for _, fuse := range []bool{true, false} {
+		p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _, err := Kernels(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		cu := filepath.Join(dir, "k.cu")
+		if err := os.WriteFile(cu, []byte(CUDA(p, body)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := nvccDevice(nvcc, cu, dir); err != nil || len(out) > 0 {
+			t.Errorf("%s fuse=%v: nvcc: %v\n%s", name, fuse, err, out)
 		}
 	}
+}
+
+// ampTransformer is the gpt or the TransformerLM at a small odd size
+// (dropout 0.1) under mixed precision in h.
+func ampTransformer(t *testing.T, name string, h dsl.DType) *ir.Model {
+	small := func(c transformer.Config) transformer.Config {
+		c.Vocab, c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen, c.EncLayers, c.DecLayers = 11, 12, 3, 20, 5, 8, 1, 1
+		return c
+	}
+	m := transformer.NewGPT(small(transformer.GPTConfig()))
+	if name == "transformer" {
+		m = transformer.NewTransformerLM(small(transformer.LMConfig()))
+	}
+	m.Precision(dsl.AMP{Type: h})
+	im, err := m.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im
 }
 
 // shortNVCC are the packages the nvcc tests compile with -short (the fast

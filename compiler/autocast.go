@@ -26,8 +26,13 @@ import (
 //     (autocast's f32 list, and the conservative choice for the rest).
 //   - Convolutions (im2col and its GEMM) run in H and pooling keeps its
 //     input's type (autocast_conv.go).
+//   - Attention (the fused op) takes q, k and v in H and produces H
+//     (autocast_attention.go); -fuse=none's expansion of it gets the
+//     policy op by op: H batched GEMMs, an f32 softmax.
+//   - Ops that only move elements (slice, permute, concat, slice_bwd)
+//     keep their operand's type, as PyTorch's views and copies do.
 //   - Ops on autocast's lower-precision list that are not built in H yet
-//     (attention, recurrences) are errors at the user's line, rather
+//     (recurrences) are errors at the user's line, rather
 //     than a silent f32 fallback.
 //
 // Parameters, state, inputs, the optimizer and every value the caller
@@ -100,7 +105,11 @@ func autocast(p *Program) error {
 			// BatchNorm2d's statistics in f64 (and their casts to and
 			// from f32) keep their types: autocast computes them in
 			// f32 or wider.
-		case v.Op == "attention" || v.Op == "rnn_scan":
+		case v.Op == "attention":
+			castAttention(v, h, cast)
+		case movesData(v):
+			castMoved(v, h, cast)
+		case v.Op == "rnn_scan":
 			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
 		case v.Op == "im2col": // a convolution's columns (autocast_conv.go)
 			castArgs(v, h, cast)

@@ -26,7 +26,10 @@ import (
 // Each row of the result holds the output of every head ([Tq, H·dh] as
 // PyTorch concatenates heads before out_proj), then the log-sum-exp of
 // each head's scores: all the forward keeps for backward, O(T) memory,
-// never the T×T scores. A query with every key masked gets output 0 (and
+// never the T×T scores. The log-sum-exp stays f32 in a 16-bit result
+// (mixed precision): its bits fill two elements per head (high half
+// first), since a log-sum-exp rounded to bf16 (off by up to |lse|·2^-9)
+// would scale every recomputed weight of the row in backward. A query with every key masked gets output 0 (and
 // log-sum-exp +inf, so its weights are 0 in backward): PyTorch gives NaN.
 //
 // attention_bwd(gO, q, k, v, out [, kpm]) recomputes the scores tile by
@@ -43,6 +46,7 @@ type attnDims struct {
 	Tq, Tk                  int
 	B                       ir.Dim
 	D                       int // H·dh
+	LseW                    int // the log-sum-exp columns: H, 2H for a 16-bit result
 }
 
 func attentionDims(v *ir.Value) (attnDims, error) {
@@ -55,6 +59,7 @@ func attentionDims(v *ir.Value) (attnDims, error) {
 		return a, fmt.Errorf("heads %d and head size %d must be positive", a.H, a.Dh)
 	}
 	a.D = a.H * a.Dh
+	a.LseW = a.H * lseSlots(v.Args[0].DType)
 	q, k, val := v.Args[0], v.Args[1], v.Args[2]
 	for i, s := range []struct {
 		x   *ir.Value
@@ -97,6 +102,14 @@ func attentionDims(v *ir.Value) (attnDims, error) {
 	return a, nil
 }
 
+// lseSlots is the elements of a dt result that hold one f32 log-sum-exp.
+func lseSlots(dt ir.DType) int {
+	if dt.IsHalf() {
+		return 2
+	}
+	return 1
+}
+
 // roles lists which of q (0), k (1), v (2) operand x is.
 func roles(v, x *ir.Value) []int {
 	var r []int
@@ -129,7 +142,7 @@ func attentionInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if err := checkKPM(v, 3, a); err != nil {
 		return nil, 0, err
 	}
-	return ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D + a.H)}, v.Args[0].DType, nil
+	return ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D + a.LseW)}, v.Args[0].DType, nil
 }
 
 // bwdView is the forward attention value seen from its backward op
@@ -155,10 +168,10 @@ func attentionBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 		return nil, 0, err
 	}
 	g, out := v.Args[0], v.Args[4]
-	if !out.Shape.Eq(ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D + a.H)}) {
+	if !out.Shape.Eq(ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D + a.LseW)}) || out.DType != f.Args[0].DType {
 		return nil, 0, fmt.Errorf("forward result %s does not match", out.Shape)
 	}
-	if !g.Shape.Eq(out.Shape) && !g.Shape.Eq(ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D)}) {
+	if !g.Shape.Eq(out.Shape) && !g.Shape.Eq(ir.Shape{a.B, ir.D(a.Tq), ir.D(a.D)}) || !g.DType.IsFloat() {
 		return nil, 0, fmt.Errorf("gradient %s, want %s or its output part", g.Shape, out.Shape)
 	}
 	src := attnSource(v)
@@ -182,7 +195,8 @@ func attnSource(v *ir.Value) *ir.Value {
 func attentionGrad(b *Builder, v, g *ir.Value) []*ir.Value {
 	// The gradient of the output part alone, padded with zeros for the
 	// log-sum-exp columns, is read unpadded.
-	if g.Op == "slice_bwd" && g.Attrs.Axes[0] == 2 && g.Attrs.Ints[0] == 0 && g.Attrs.Ints[1] == v.Shape[2].N-v.Attrs.Ints[0] {
+	a, _ := attentionDims(v)
+	if g.Op == "slice_bwd" && g.Attrs.Axes[0] == 2 && g.Attrs.Ints[0] == 0 && g.Attrs.Ints[1] == a.D {
 		g = g.Args[0]
 	}
 	out := make([]*ir.Value, len(v.Args))

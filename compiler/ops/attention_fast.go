@@ -27,13 +27,15 @@ import (
 // of sums and in exp's last bits.
 
 // attnFastOK says whether the GEMM form applies: f32, and q, k and v in
-// memory (a constant operand has no address to hand the library).
+// memory (a constant operand has no address to hand the library). A
+// 16-bit q, k and v (mixed precision; c.T is float, the type they widen
+// to) take the flash form: the library's sgemm reads f32 only.
 func attnFastOK(c *Ctx, args []*ir.Value) bool {
 	if c.T != "float" {
 		return false
 	}
 	for _, a := range args {
-		if a.Op == "fill" {
+		if a.Op == "fill" || a.DType.IsHalf() {
 			return false
 		}
 	}

@@ -30,6 +30,9 @@ import (
 // most 32 (a lane per row or key). 0 when not even one row fits.
 func tileFor(dh int, dt ir.DType) int {
 	size, ld := dt.Size(), rowStride(dh)
+	if dt.IsHalf() {
+		size = 4 // the tiles hold the float a 16-bit element widens to
+	}
 	for t := 32; t >= 1; t /= 2 {
 		if 6*t*ld*size+10*t*size <= 40960 {
 			return t
@@ -143,6 +146,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
+	at = widen(v, at)
 	g.f("__shared__ %s sQ[%d], sK[%d], sV[%d], sO[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sM[%d], sL[%d];", T, attnWarps*tile, tile, tile)
 	g.attnLanes()
@@ -218,14 +222,31 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("    __syncthreads();")
 	g.f("  }")
 	g.f("  for (int i = w; w < nw && i < nq; i += nw) {")
-	g.f("    const long long row = (b * %d + i0 + i) * %d;", a.Tq, a.D+a.H)
+	g.f("    const long long row = (b * %d + i0 + i) * %d;", a.Tq, a.D+a.LseW)
 	g.f("    const %s l = sL[i], inv = l > %s ? %s / l : %s;", T, c.Lit(0), c.Lit(1), c.Lit(0))
 	g.f("    for (int d = lane; d < %d; d += nl) %s[row + h * %d + d] = sO[i * %d + d] * inv;", dh, out, dh, ld)
-	g.f("    if (lane == 0) %s[row + %d + h] = l > %s ? sM[i] + %s(l) : NGEN_INF;", out, a.D, c.Lit(0), c.Math("log"))
+	lse := fmt.Sprintf("l > %s ? sM[i] + %s(l) : NGEN_INF", c.Lit(0), c.Math("log"))
+	if v.DType.IsHalf() {
+		g.f("    if (lane == 0) ngen_store_f32_bits(&%s[row + %d + 2 * h], %s);", out, a.D, lse)
+	} else {
+		g.f("    if (lane == 0) %s[row + %d + h] = %s;", out, a.D, lse)
+	}
 	g.f("  }")
 	g.f("  __syncthreads();")
 	g.f("}")
 	return g.b.String()
+}
+
+// widen makes at's loads of 16-bit operands floats: a 16-bit element
+// converts to float and back, so mixing one with a float in ?: or an
+// arithmetic operator is ambiguous C++. f32 and f64 loads are unchanged.
+func widen(v *ir.Value, at func(int, string) string) func(int, string) string {
+	return func(i int, idx string) string {
+		if v.Args[i].DType.IsHalf() {
+			return "(float)" + at(i, idx)
+		}
+		return at(i, idx)
+	}
 }
 
 // attnItems are the backward kernel's items per (batch, head): query
@@ -266,6 +287,12 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionBwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
+	raw := at
+	at = widen(v, at)
+	lseAt := at(4, "row + "+itoa(a.D)+" + h")
+	if res.DType.IsHalf() {
+		lseAt = fmt.Sprintf("ngen_load_f32_bits(&%s)", raw(4, "row + "+itoa(a.D)+" + 2 * h"))
+	}
 	g.f("__shared__ %s sQ[%d], sdO[%d], sK[%d], sV[%d], sA[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld, tile*ld)
 	g.f("__shared__ %s sS[%d], sLse[%d], sDd[%d];", T, attnWarps*tile, tile, tile)
 	if nki > 0 { // dv's accumulator and the weights
@@ -287,7 +314,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("%s    %s dd = %s;", ind, T, c.Lit(0))
 		g.f("%s    if (i < nq) for (int d = lane; d < %d; d += nl) dd += sdO[i * %d + d] * %s;", ind, dh, ld, at(4, "row + h * "+itoa(dh)+" + d"))
 		g.f("%s    if (nl > 1) dd = ngen_warp_sum(dd);", ind)
-		g.f("%s    if (lane == 0) { sDd[i] = dd; sLse[i] = i < nq ? %s : NGEN_INF; }", ind, at(4, "row + "+itoa(a.D)+" + h"))
+		g.f("%s    if (lane == 0) { sDd[i] = dd; sLse[i] = i < nq ? %s : NGEN_INF; }", ind, lseAt)
 		g.f("%s  }", ind)
 		g.f("%s  __syncthreads();", ind)
 	}

@@ -154,7 +154,13 @@ func sliceBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// The index is clamped into the slice so the load stays in bounds
 	// whether or not the select keeps it.
 	cs[axis] = fmt.Sprintf("(%s ? %s - %d : 0)", ok, ca, start)
-	g.f("const %s %s = (%s) ? %s[%s] : %s;", c.T, out, ok, a[0], linear(c, cs, gv.Shape), zero(c))
+	load := fmt.Sprintf("%s[%s]", a[0], linear(c, cs, gv.Shape))
+	if gv.DType.IsHalf() {
+		// A 16-bit element beside a float literal in ?: is ambiguous
+		// C++ (it converts both ways): widen it first.
+		load = "(float)" + load
+	}
+	g.f("const %s %s = (%s) ? %s : %s;", c.T, out, ok, load, zero(c))
 	return g.b.String()
 }
 

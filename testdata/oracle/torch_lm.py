@@ -15,7 +15,9 @@ JSON with its parameter groups, as torch_optim.py reads it. Dropout is 0.
 Result: {"logits": first forward logits (flat), "loss": [per step],
 "grads": {name: gradient at step 1}, "params": {name: after all steps}}.
 Every state_dict entry but the positional table (the buffer "pe") must be
-given. Used by models/transformer/oracle_test.go.
+given. "amp": "bf16" (with dtype f32) trains under
+torch.autocast(device_type="cpu", dtype=torch.bfloat16). Used by
+models/transformer/oracle_test.go and amp_oracle_test.go.
 """
 
 import json
@@ -56,8 +58,12 @@ def main():
     logits0, losses, grads = None, [], {}
     for step in range(req["steps"]):
         opt.zero_grad()
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        # "amp": "bf16" runs the forward and the loss under CPU autocast,
+        # as bench/torch_train.py --amp bf16 does; parameters, gradients
+        # and Adam stay f32.
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=req.get("amp") == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         losses.append(loss.item())
         if step == 0:
