@@ -55,7 +55,7 @@ func elementwiseKernel(p *compiler.Program, g *compiler.Group, target ops.Target
 	}
 	store := func(vs []*ir.Value) {
 		for _, v := range vs {
-			fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
+			fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], k.stored(v, e))
 		}
 	}
 	store(after[0])

@@ -37,6 +37,9 @@ type kernel struct {
 	nimm      int // constants declared (imm)
 	// target is what the kernel is rendered for (ops.Target).
 	target ops.Target
+	// raw names the 16-bit variables a Moves gather declared in their
+	// storage type (ops.Def.Moves): stores copy them as they are.
+	raw map[*ir.Value]string
 	grid   [3]runtime.Expr
 	block  [3]int
 	t      string // element type of the group
@@ -234,6 +237,23 @@ func (b stmts) writeTo(w *strings.Builder) {
 	}
 }
 
+// stored is the C expression a store of v writes: v's 16-bit variable
+// where a Moves gather declared one, else its value e[v].
+func (k *kernel) stored(v *ir.Value, e exprs) string {
+	if r, ok := k.raw[v]; ok {
+		return r
+	}
+	return e[v]
+}
+
+// halfToFloat names the function that widens a 16-bit type's element.
+func halfToFloat(d ir.DType) string {
+	if d == ir.F16 {
+		return "__half2float"
+	}
+	return "__bfloat162float"
+}
+
 // elementwise appends to b, for linear index idx over the group's space,
 // loads of the group's inputs and the computation of its elementwise
 // members, and returns the C expression of every value.
@@ -265,12 +285,26 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
 			c.Status = func(v *ir.Value) (string, string) { return k.status(p, v) }
+			raw := d.Moves && v.DType.IsHalf() && v.Args[0].DType == v.DType
+			if raw {
+				c.Raw = v.DType.StorageCType()
+			}
 			out := fmt.Sprintf("v%d", v.ID)
 			var text strings.Builder
 			for _, line := range strings.Split(strings.TrimRight(d.Gather(c, v, args, out), "\n"), "\n") {
 				text.WriteString(indent + line + "\n")
 			}
-			if v.DType.IsHalf() {
+			switch {
+			case raw:
+				// The template copied 16-bit elements (ops.Def.Moves): a
+				// store copies the bits again, and readers in the kernel
+				// take the exact float (no rounding: it is a 16-bit value).
+				if k.raw == nil {
+					k.raw = map[*ir.Value]string{}
+				}
+				k.raw[v] = out
+				out = halfToFloat(v.DType) + "(" + out + ")"
+			case v.DType.IsHalf():
 				// A 16-bit result (a pooling's, col2im's sum) is rounded
 				// where it is computed, as an elementwise one is.
 				r := out + "_" + v.DType.String()

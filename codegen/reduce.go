@@ -144,7 +144,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		b.writeTo(w)
 		for _, v := range g.Outputs {
 			if !isRoot[v] {
-				fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], e[v])
+				fmt.Fprintf(w, "%s%s[i] = %s;\n", indent, out[v], k.stored(v, e))
 			}
 		}
 		for j, a := range accs {

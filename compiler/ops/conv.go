@@ -190,7 +190,7 @@ func init() {
 		return ir.Attrs{Ints: append([]int(nil), v.Attrs.Ints...), Shape: v.Args[0].Shape.Clone()}
 	}
 	register(
-		&Def{Name: "im2col", Kind: Gather, NArgs: 1, Infer: im2colInfer, Gather: im2colGather, Indexed: []bool{true}, RowLen: im2colRow,
+		&Def{Name: "im2col", Kind: Gather, NArgs: 1, Infer: im2colInfer, Gather: im2colGather, Indexed: []bool{true}, Moves: true, RowLen: im2colRow,
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("col2im", withShape(v), g)}
 			}},

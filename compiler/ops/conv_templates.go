@@ -165,8 +165,12 @@ func im2colGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	cg.f("const int %sy = %soy * %d - %d + (int)((unsigned)%sk / %du %% %du) * %d;", p, p, w.SH, w.PH, p, w.KW, w.KH, w.DH)
 	cg.f("const int %sx = %s * %d - %d + (int)((unsigned)%sk %% %du) * %d;", p, ox, w.SW, w.PW, p, w.KW, w.DW)
 	ok := all(inWindow(p+"y", oh, w.SH, w.PH, w.KH, w.DH, h), inWindow(p+"x", ow, w.SW, w.PW, w.KW, w.DW, wd))
-	cg.f("const %s %s = %s;", c.T, out,
-		masked(ok, elem(v, 0, a[0], fmt.Sprintf("((%sn * %d + %sc) * %d + %sy) * %d + %sx", p, ch, p, h, p, wd, p)), c.Lit(0)))
+	at := fmt.Sprintf("((%sn * %d + %sc) * %d + %sy) * %d + %sx", p, ch, p, h, p, wd, p)
+	if c.Raw != "" { // a 16-bit column copies its input's bits (Def.Moves)
+		cg.f("const %s %s = %s;", c.Raw, out, masked(ok, fmt.Sprintf("%s[%s]", a[0], at), c.RawZero()))
+		return cg.b.String()
+	}
+	cg.f("const %s %s = %s;", c.T, out, masked(ok, elem(v, 0, a[0], at), c.Lit(0)))
 	return cg.b.String()
 }
 

@@ -55,6 +55,12 @@ type Def struct {
 	// name when Indexed[i], else the argument's value at the same index.
 	Gather  func(c *Ctx, v *ir.Value, args []string, out string) string
 	Indexed []bool
+	// Moves, for a Gather op, says each output element is an element of
+	// its first argument or zero: no arithmetic. When that argument has
+	// the result's 16-bit type the kernel asks the template (Ctx.Raw) to
+	// declare out in that storage type and copy the bits, which needs no
+	// rounding and no conversion to float and back.
+	Moves bool
 	// InEval, for an op that reads the train flag, returns the argument
 	// the op equals in eval mode, or nil where that does not hold (an
 	// argument broadcast to a larger shape). Nil for other ops.
@@ -167,6 +173,10 @@ type Ctx struct {
 	// Target is what the kernel is rendered for.
 	Target Target
 	T      string // C element type of the value being computed
+	// Raw, when set, is the 16-bit storage type (__nv_bfloat16, __half)
+	// a Moves template declares its output in (see Def.Moves), with
+	// RawZero as its zero.
+	Raw string
 	// Index is the C expression of the linear output index (long long).
 	Index string
 	// Row and Col, when set, are the C names of the kernel's loop over
@@ -194,6 +204,14 @@ type Ctx struct {
 	// holding v. Templates take numbers that differ between layers (a
 	// dropout's stream) through it, so that the layers share one kernel.
 	Imm func(v int64) string
+}
+
+// RawZero is the zero of c.Raw's type, as its bits.
+func (c *Ctx) RawZero() string {
+	if c.Raw == "__half" {
+		return "__ushort_as_half((unsigned short)0)"
+	}
+	return "__ushort_as_bfloat16((unsigned short)0)"
 }
 
 // Size renders the element count of s as a C long long expression.

@@ -4,32 +4,141 @@ package cpu
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <dnnl.h>
+#include <omp.h>
+
+// ngen_bf16_engine is oneDNN's CPU engine for the bfloat16 products,
+// created once; ngen_bf16_stream is a stream per calling thread (the
+// device's launch thread and its GEMM workers), kept for the thread's life.
+static dnnl_engine_t ngen_bf16_engine;
+static pthread_once_t ngen_bf16_once = PTHREAD_ONCE_INIT;
+static __thread dnnl_stream_t ngen_bf16_stream;
+static void ngen_bf16_engine_init(void) {
+	if (dnnl_engine_create(&ngen_bf16_engine, dnnl_cpu, 0) != dnnl_success)
+		ngen_bf16_engine = NULL;
+}
+
+// ngen_bf16_native says whether a matmul primitive descriptor runs on
+// the CPU's own bfloat16 dot products (AVX512-BF16 or AMX: oneDNN names
+// its implementation brg:avx512_core_bf16, brg:avx512_core_amx, ...).
+// Elsewhere oneDNN would emulate them (gemm:jit on plain AVX-512 took 2x
+// the widen-sgemm-narrow path on the MLP's fc1) or refuse.
+static int ngen_bf16_native(const_dnnl_primitive_desc_t pd) {
+	const char *impl = NULL;
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+		return 0;
+	return strstr(impl, "ref") == NULL && (strstr(impl, "bf16") != NULL || strstr(impl, "amx") != NULL);
+}
+
+// ngen_bf16_matmul runs batch products C_i = alpha*op(A_i)*op(B_i) +
+// beta*C_i of bfloat16 matrices (row-major, leading dimensions lda, ldb,
+// ldc, entry strides sa, sb, sc in elements; a stride of 0 shares the
+// matrix between entries) with oneDNN's matmul primitive on the calling
+// thread: products accumulated in f32, alpha and beta applied in f32, C
+// rounded to bfloat16 once. It returns 0 when done, 1 when oneDNN has no
+// native bfloat16 implementation for it (nothing was written: the caller
+// widens to f32 instead) and -1 when a call failed after the descriptor
+// was made.
+static int ngen_bf16_matmul(int ta, int tb, long long batch, long long m, long long n, long long k,
+                            float alpha, uintptr_t a, long long lda, long long sa,
+                            uintptr_t b, long long ldb, long long sb,
+                            float beta, uintptr_t c, long long ldc, long long sc) {
+	pthread_once(&ngen_bf16_once, ngen_bf16_engine_init);
+	if (!ngen_bf16_engine)
+		return 1;
+	if (!ngen_bf16_stream &&
+	    dnnl_stream_create(&ngen_bf16_stream, ngen_bf16_engine, dnnl_stream_default_flags) != dnnl_success) {
+		ngen_bf16_stream = NULL;
+		return 1;
+	}
+	if (omp_get_max_threads() != 1)
+		omp_set_num_threads(1);
+	dnnl_dims_t da = {sa ? batch : 1, m, k}, db = {sb ? batch : 1, k, n}, dc = {batch, m, n};
+	// A batch dimension of 1 (a shared matrix, or one entry) takes the
+	// matrix's extent as its stride.
+	dnnl_dims_t xa = {sa ? sa : (ta ? k : m) * lda, ta ? 1 : lda, ta ? lda : 1};
+	dnnl_dims_t xb = {sb ? sb : (tb ? n : k) * ldb, tb ? 1 : ldb, tb ? ldb : 1};
+	dnnl_dims_t xc = {batch > 1 ? sc : m * ldc, ldc, 1};
+	dnnl_memory_desc_t ma, mb, mc;
+	if (dnnl_memory_desc_init_by_strides(&ma, 3, da, dnnl_bf16, xa) != dnnl_success ||
+	    dnnl_memory_desc_init_by_strides(&mb, 3, db, dnnl_bf16, xb) != dnnl_success ||
+	    dnnl_memory_desc_init_by_strides(&mc, 3, dc, dnnl_bf16, xc) != dnnl_success)
+		return 1;
+	dnnl_matmul_desc_t md;
+	if (dnnl_matmul_desc_init(&md, &ma, &mb, NULL, &mc) != dnnl_success)
+		return 1;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	int ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+	if (ok && alpha != 1.0f)
+		ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
+	if (ok && beta != 0.0f) {
+		ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
+		     dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+	}
+	dnnl_primitive_desc_t pd = NULL;
+	if (ok && dnnl_primitive_desc_create(&pd, &md, attr, ngen_bf16_engine, NULL) != dnnl_success)
+		pd = NULL;
+	if (po)
+		dnnl_post_ops_destroy(po);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (!pd)
+		return 1;
+	if (!ngen_bf16_native(pd)) {
+		dnnl_primitive_desc_destroy(pd);
+		return 1;
+	}
+	// The library's primitive cache makes a second descriptor of the
+	// same shape about 1.5 µs.
+	dnnl_primitive_t p = NULL;
+	dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+	int rc = -1;
+	if (dnnl_primitive_create(&p, pd) == dnnl_success &&
+	    dnnl_memory_create(&mem[0], &ma, ngen_bf16_engine, (void *)a) == dnnl_success &&
+	    dnnl_memory_create(&mem[1], &mb, ngen_bf16_engine, (void *)b) == dnnl_success &&
+	    dnnl_memory_create(&mem[2], &mc, ngen_bf16_engine, (void *)c) == dnnl_success) {
+		dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
+		if (dnnl_primitive_execute(p, ngen_bf16_stream, 3, args) == dnnl_success &&
+		    dnnl_stream_wait(ngen_bf16_stream) == dnnl_success)
+			rc = 0;
+	}
+	for (int i = 0; i < 3; i++)
+		if (mem[i])
+			dnnl_memory_destroy(mem[i]);
+	if (p)
+		dnnl_primitive_destroy(p);
+	dnnl_primitive_desc_destroy(pd);
+	return rc;
+}
 
 // ngen_bf16_widen copies the rows×cols matrix of bfloat16 at src (leading
 // dimension ld) into the packed f32 matrix dst: exact.
-static void ngen_bf16_widen(float *dst, uintptr_t src, int rows, int cols, int ld) {
+//
+// Both loops are branch-free and built at -O3 with an AVX2 clone
+// (NGEN_HALF_LOOP), so the compiler vectorises them: they are the whole
+// cost of a bfloat16 product beyond f32's where oneDNN has no native
+// bfloat16 matmul (a CPU without AVX512-BF16 or AMX).
+#define NGEN_HALF_LOOP __attribute__((optimize("O3"), target_clones("avx2", "default")))
+NGEN_HALF_LOOP static void ngen_bf16_widen(float *dst, uintptr_t src, int rows, int cols, int ld) {
 	const uint16_t *s = (const uint16_t *)src;
+	uint32_t *d = (uint32_t *)dst;
 	for (long long r = 0; r < rows; r++)
-		for (long long j = 0; j < cols; j++) {
-			uint32_t u = (uint32_t)s[r * ld + j] << 16;
-			memcpy(&dst[r * cols + j], &u, 4);
-		}
+		for (long long j = 0; j < cols; j++)
+			d[r * cols + j] = (uint32_t)s[r * ld + j] << 16;
 }
 // ngen_bf16_narrow rounds the packed f32 matrix src into the bfloat16
 // matrix dst (leading dimension ld) as __float2bfloat16_rn does: to
 // nearest, ties to even, every NaN to 0x7fff (runtime/cpu/emu/ngen_half.h).
-static void ngen_bf16_narrow(uintptr_t dst, const float *src, int rows, int cols, int ld) {
+NGEN_HALF_LOOP static void ngen_bf16_narrow(uintptr_t dst, const float *src, int rows, int cols, int ld) {
 	uint16_t *d = (uint16_t *)dst;
+	const uint32_t *s = (const uint32_t *)src;
 	for (long long r = 0; r < rows; r++)
 		for (long long j = 0; j < cols; j++) {
-			uint32_t u;
-			memcpy(&u, &src[r * cols + j], 4);
-			if ((u & 0x7fffffffu) > 0x7f800000u) {
-				d[r * ld + j] = 0x7fff;
-				continue;
-			}
-			u += 0x7fffu + ((u >> 16) & 1);
-			d[r * ld + j] = (uint16_t)(u >> 16);
+			const uint32_t u = s[r * cols + j];
+			const uint32_t b = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+			d[r * ld + j] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : b);
 		}
 }
 // ngen_f16_widen copies the rows×cols matrix of IEEE binary16 at src
@@ -116,10 +225,28 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ngen-ml/ngen/runtime"
 )
+
+// bf16Widen sends every bfloat16 product through the widen-sgemm-narrow
+// path even where oneDNN has a native matmul: NGEN_BF16_GEMM=widen sets
+// it (to measure what a CPU without AVX512-BF16 runs), and tests do.
+// bf16Native counts the products oneDNN's matmul ran.
+var (
+	bf16Widen  = os.Getenv("NGEN_BF16_GEMM") == "widen"
+	bf16Native atomic.Int64
+)
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // gemmHalf runs a product whose A, B and C are bfloat16 or binary16 as
 // cublasGemmEx with CUBLAS_COMPUTE_32F does: the operands widened to f32
@@ -143,6 +270,22 @@ func gemmHalf(g runtime.GemmArgs) error {
 		f16 = 1
 	default:
 		return fmt.Errorf("dtype %s: not a 16-bit type", g.DType)
+	}
+	if f16 == 0 && !bf16Widen && (g.Batch == 1 || g.StrideC != 0) {
+		sa, sb := g.StrideA, g.StrideB
+		if g.Batch == 1 {
+			sa, sb = 0, 0
+		}
+		switch C.ngen_bf16_matmul(C.int(boolInt(bool(g.TransA))), C.int(boolInt(bool(g.TransB))), C.longlong(g.Batch),
+			C.longlong(g.M), C.longlong(g.N), C.longlong(g.K), C.float(g.Alpha),
+			C.uintptr_t(g.A), C.longlong(g.LDA), C.longlong(sa), C.uintptr_t(g.B), C.longlong(g.LDB), C.longlong(sb),
+			C.float(g.Beta), C.uintptr_t(g.C), C.longlong(g.LDC), C.longlong(g.StrideC)) {
+		case 0:
+			bf16Native.Add(1)
+			return nil
+		case -1:
+			return fmt.Errorf("oneDNN's bfloat16 matmul failed")
+		}
 	}
 	rowsA, colsA := g.M, g.K
 	if g.TransA {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -208,6 +210,122 @@ func TestGemmHalfSummedBatch(t *testing.T) {
 		want := 1 + batch*c.inc
 		if got := download[uint16](t, d, g.C, 1)[0]; got != enc(want) {
 			t.Errorf("%s: summed batch gives %#04x, want %#04x (%g): rounded once", c.dt, got, enc(want), want)
+		}
+	}
+}
+
+// TestGemmBF16 checks bfloat16 products on both of the CPU's paths
+// (oneDNN's native matmul where the CPU has AVX512-BF16 or AMX, and the
+// operands widened to f32 for sgemm) against float64 sums of the same
+// bfloat16 values: transposed operands, leading dimensions wider than
+// the rows, alpha and beta, a batch with a shared B (broadcast) and
+// sizes of 1 and odd primes. The tolerance is the f32 sums' rounding
+// ((K+2)·2^-24 of the sum of magnitudes) plus half a bfloat16 ulp of
+// the result (2^-8 relative). On a CPU with AVX512-BF16 the native path
+// must be the one taken for every product of packed matrices (oneDNN
+// 2.6 runs a padded C or operand with its emulating gemm:jit, which the
+// widening path beats, so those fall back).
+func TestGemmBF16(t *testing.T) {
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	defer func(w bool) { bf16Widen = w }(bf16Widen)
+	rng := rand.New(rand.NewPCG(9, 10))
+	bf := func(x float64) uint16 { // round to nearest even (finite x)
+		u := math.Float32bits(float32(x))
+		return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+	}
+	b2f := func(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
+	rnd := func(n int) []uint16 {
+		xs := make([]uint16, n)
+		for i := range xs {
+			xs[i] = bf(rng.NormFloat64())
+		}
+		return xs
+	}
+	type shape struct{ M, N, K, batch, pad int }
+	shapes := []shape{{1, 1, 1, 1, 0}, {7, 5, 33, 2, 0}, {7, 5, 33, 2, 3}, {13, 1, 64, 3, 0}, {64, 31, 97, 1, 0}, {64, 31, 97, 1, 5}, {3, 17, 1, 2, 0}, {3, 17, 1, 2, 1}}
+	for _, widen := range []bool{false, true} {
+		bf16Widen = widen
+		before := bf16Native.Load()
+		for _, s := range shapes {
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				for _, shareB := range []bool{false, true} {
+					if shareB && s.batch == 1 {
+						continue
+					}
+					rowsA, colsA := s.M, s.K
+					if tr[0] {
+						rowsA, colsA = s.K, s.M
+					}
+					rowsB, colsB := s.K, s.N
+					if tr[1] {
+						rowsB, colsB = s.N, s.K
+					}
+					lda, ldb, ldc := colsA+s.pad, colsB+s.pad, s.N+s.pad
+					sa, sb, sc := rowsA*lda, rowsB*ldb, s.M*ldc
+					nb := s.batch * sb
+					if shareB {
+						sb, nb = 0, sb
+					}
+					a, b, c := rnd(s.batch*sa), rnd(nb), rnd(s.batch*sc)
+					g := runtime.GemmArgs{DType: runtime.BF16, M: s.M, N: s.N, K: s.K, Alpha: 0.5, Beta: 2,
+						TransA: runtime.Transpose(tr[0]), TransB: runtime.Transpose(tr[1]), LDA: lda, LDB: ldb, LDC: ldc,
+						Batch: s.batch, StrideA: sa, StrideB: sb, StrideC: sc}
+					g.A, g.B, g.C = upload(t, d, a), upload(t, d, b), upload(t, d, c)
+					n0 := bf16Native.Load()
+					if err := d.Gemm(g); err != nil {
+						t.Fatal(err)
+					}
+					if !widen && s.pad == 0 && cpu.X86.HasAVX512BF16 && bf16Native.Load() == n0 {
+						t.Errorf("%+v trans %v shared B %v: packed operands on a CPU with AVX512-BF16, yet not run by oneDNN's bfloat16 matmul", s, tr, shareB)
+					}
+					got := download[uint16](t, d, g.C, len(c))
+					for bi := range s.batch {
+						for i := range s.M {
+							for j := range s.N {
+								ref, abs := 0.0, 0.0
+								for k := range s.K {
+									ai, bk := bi*sa+i*lda+k, bi*sb+k*ldb+j
+									if tr[0] {
+										ai = bi*sa + k*lda + i
+									}
+									if tr[1] {
+										bk = bi*sb + j*ldb + k
+									}
+									p := b2f(a[ai]) * b2f(b[bk])
+									ref += p
+									abs += math.Abs(p)
+								}
+								ci := bi*sc + i*ldc + j
+								ref = 0.5*ref + 2*b2f(c[ci])
+								abs = 0.5*abs + 2*math.Abs(b2f(c[ci]))
+								tol := float64(s.K+2)*0x1p-24*abs + 0x1p-8*math.Abs(ref) + 0x1p-30
+								if x := b2f(got[ci]); math.Abs(x-ref) > tol {
+									t.Errorf("widen=%v %+v trans %v shared B %v: C[%d][%d,%d] = %g, want %g within %g",
+										widen, s, tr, shareB, bi, i, j, x, ref, tol)
+								}
+							}
+							for j := s.N; j < ldc; j++ { // the padding is left alone
+								if ci := bi*sc + i*ldc + j; got[ci] != c[ci] {
+									t.Errorf("widen=%v %+v: C[%d][%d,%d] in the padding was written", widen, s, bi, i, j)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		native := bf16Native.Load() - before
+		switch {
+		case widen && native != 0:
+			t.Errorf("bf16Widen set, yet oneDNN's matmul ran %d products", native)
+		case !widen && cpu.X86.HasAVX512BF16 && native == 0:
+			t.Errorf("the CPU has AVX512-BF16, yet no product ran on oneDNN's bfloat16 matmul")
+		case !widen:
+			t.Logf("oneDNN's native bfloat16 matmul ran %d of the products (AVX512-BF16: %v)", native, cpu.X86.HasAVX512BF16)
 		}
 	}
 }
