@@ -39,10 +39,10 @@ type kernel struct {
 	target ops.Target
 	// raw names the 16-bit variables a Moves gather declared in their
 	// storage type (ops.Def.Moves): stores copy them as they are.
-	raw map[*ir.Value]string
-	grid   [3]runtime.Expr
-	block  [3]int
-	t      string // element type of the group
+	raw   map[*ir.Value]string
+	grid  [3]runtime.Expr
+	block [3]int
+	t     string // element type of the group
 	// pre is file-scope code the kernel needs (device globals), printed
 	// before it; "$K" in pre and body stands for the kernel's final name.
 	pre string
