@@ -122,51 +122,49 @@ inline float from_bits(uint32_t u) {
   return f;
 }
 
-// f2h rounds x to binary16: nearest, ties to even.
+// f2h rounds x to binary16: nearest, ties to even. Branch-free (every
+// case is computed and one selected): a normal half adds the rounding
+// bias to the bits, with the exponent rebased (a carry out of the
+// mantissa moves into the exponent, and from 65520 up into infinity, as
+// it should); a subnormal one (below 2^-14) lets the float adder round:
+// |x| + 0.5 rounds |x| to a multiple of 2^-24 (to nearest even), whose
+// count is the half's bits (the sum is a normal float, so flush-to-zero
+// modes cannot touch it); from 65536 up the result is infinity, and every
+// NaN is 0x7fff. (An integer-only form, a shift with the remainder
+// rounded, vectorises in a loop of its own but made the emulated cast
+// kernels twice as slow: measured on the f16 MLP, 2.4 against 1.2 ms for
+// fc1's weight cast.)
 inline uint16_t f2h(float x) {
   const uint32_t u = bits(x);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0x7fffu;                    // NaN: canonical
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // >= 65520 (65504 + half an ulp): infinity
-  if (a <= 0x33000000u) return (uint16_t)sign;             // <= 2^-25, half the smallest subnormal: zero
-  const uint32_t e = a >> 23;
-  uint32_t m = a & 0x7fffffu;
-  if (e < 113) { // below 2^-14: a subnormal half, in units of 2^-24
-    m |= 0x800000u;
-    const uint32_t shift = 126 - e; // 14..24
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    r += rem > halfway || (rem == halfway && (r & 1));
-    return (uint16_t)(sign | r);
-  }
-  uint32_t h = ((e - 112) << 10) | (m >> 13);
-  const uint32_t rem = m & 0x1fffu;
-  h += rem > 0x1000u || (rem == 0x1000u && (h & 1)); // a carry moves into the exponent, as it should
-  return (uint16_t)(sign | h);
+  const uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t sub = bits(from_bits(a) + 0.5f) - 0x3f000000u;
+  uint32_t h = a < 0x38800000u ? sub : normal;
+  h = a >= 0x47800000u ? 0x7c00u : h;
+  return (uint16_t)(a > 0x7f800000u ? 0x7fffu : (h | sign)); // NaN: canonical
 }
 
-// h2f widens a binary16 to float (exact).
+// h2f widens a binary16 to float (exact), branch-free: the exponent
+// rebased by 112; infinity and NaN rebased again to float's all-ones
+// exponent; zero and subnormals (exponent field 0) normalised by the
+// float adder: m·2^-24 is (2^-14 + m·2^-24) - 2^-14, exact (both
+// operands normal floats, the result 0 or at least 2^-24).
 inline float h2f(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1f) return from_bits(sign | 0x7f800000u | (m << 13));
-  if (e) return from_bits(sign | ((e + 112) << 23) | (m << 13));
-  if (!m) return from_bits(sign);
-  e = 113; // a subnormal: normalise
-  while (!(m & 0x400u)) {
-    m <<= 1;
-    e--;
-  }
-  return from_bits(sign | (e << 23) | ((m & 0x3ffu) << 13));
+  const uint32_t e = h & 0x7c00u;
+  const uint32_t o = ((uint32_t)(h & 0x7fffu) << 13) + (112u << 23);
+  const uint32_t special = o + (112u << 23);
+  const uint32_t sub = bits(from_bits(o + (1u << 23)) - from_bits(113u << 23));
+  const uint32_t r = e == 0x7c00u ? special : (e == 0 ? sub : o);
+  return from_bits(r | sign);
 }
 
 // f2bf rounds x to bfloat16: nearest, ties to even.
 inline uint16_t f2bf(float x) {
-  uint32_t u = bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu; // NaN: canonical
-  u += 0x7fffu + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
+  const uint32_t u = bits(x);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : r); // NaN: canonical
 }
 
 inline float bf2f(uint16_t b) { return from_bits((uint32_t)b << 16); }

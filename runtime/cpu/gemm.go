@@ -79,7 +79,8 @@ func setBLASThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C in row-major order, once
 // per batch entry: f32 with oneDNN's sgemm, f64 with OpenBLAS's dgemm,
-// bf16 widened to f32 and rounded back (gemm_half.go). A
+// bf16 and f16 as gemm_half.go says, shared between the device's threads
+// as f32 products are (by batch entries or rows of C). A
 // leading dimension of 0 means the matrix is packed (its row length).
 func (d *Device) Gemm(g runtime.GemmArgs) error {
 	d.mu.Lock()
@@ -95,12 +96,17 @@ func (d *Device) Gemm(g runtime.GemmArgs) error {
 	}
 	collapseBatch(&g)
 	var err error
+	half := g.DType == runtime.BF16 || g.DType == runtime.F16
 	switch {
-	case g.DType == runtime.BF16 || g.DType == runtime.F16:
+	case half && g.Batch > 1 && g.StrideC == 0:
+		// A 16-bit batch summed into one C rounds once, on one thread.
 		err = gemmHalf(g)
 	case d.threads > 1 && g.Batch >= 2 && (g.StrideC != 0 || g.Beta == 1):
 		err = d.gemmSplit(g)
-	case d.threads > 1 && g.M >= 2*d.threads:
+	case d.threads > 1 && g.M >= 2*d.threads && !(half && bool(g.TransA)):
+		// (A 16-bit product with A transposed stays whole: a share of
+		// its columns is not a packed matrix, which oneDNN's native
+		// bfloat16 matmul needs.)
 		err = d.gemmRows(g)
 	default:
 		err = gemmSeq(g)
@@ -207,6 +213,9 @@ func skinnySum(g runtime.GemmArgs) bool {
 
 // gemmSeq runs g's products one after another on the calling thread.
 func gemmSeq(g runtime.GemmArgs) error {
+	if g.DType == runtime.BF16 || g.DType == runtime.F16 {
+		return gemmHalf(g)
+	}
 	if skinnySum(g) {
 		ct := C.calloc(C.size_t(g.M*g.N), 4)
 		if ct == nil {

@@ -142,68 +142,50 @@ NGEN_HALF_LOOP static void ngen_bf16_narrow(uintptr_t dst, const float *src, int
 		}
 }
 // ngen_f16_widen copies the rows×cols matrix of IEEE binary16 at src
-// (leading dimension ld) into the packed f32 matrix dst: exact
-// (ngen_half.h's h2f).
-static void ngen_f16_widen(float *dst, uintptr_t src, int rows, int cols, int ld) {
+// (leading dimension ld) into the packed f32 matrix dst: exact, the bits
+// of ngen_half.h's h2f, computed integer-only and branch-free (the
+// exponent rebased, infinity and NaN rebased again, a subnormal
+// normalised by shifts of 8, 4, 2 and 1), which vectorises here where
+// h2f's float-adder form does not (TestGemmF16Conversions checks every
+// pattern).
+NGEN_HALF_LOOP static void ngen_f16_widen(float *dst, uintptr_t src, int rows, int cols, int ld) {
 	const uint16_t *s = (const uint16_t *)src;
+	uint32_t *d = (uint32_t *)dst;
 	for (long long r = 0; r < rows; r++)
 		for (long long j = 0; j < cols; j++) {
-			const uint16_t h = s[r * ld + j];
-			const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-			uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-			if (e == 0x1f)
-				u = sign | 0x7f800000u | (m << 13);
-			else if (e)
-				u = sign | ((e + 112) << 23) | (m << 13);
-			else if (!m)
-				u = sign;
-			else { // a subnormal: normalise
-				e = 113;
-				while (!(m & 0x400u)) {
-					m <<= 1;
-					e--;
-				}
-				u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-			}
-			memcpy(&dst[r * cols + j], &u, 4);
+			const uint32_t h = s[r * ld + j];
+			const uint32_t e = h & 0x7c00u, m = h & 0x3ffu;
+			const uint32_t o = ((h & 0x7fffu) << 13) + (112u << 23);
+			uint32_t mm = m, sh = 0, k;
+			k = (mm & 0x7f8u) == 0 ? 8u : 0u; mm <<= k; sh += k;
+			k = (mm & 0x780u) == 0 ? 4u : 0u; mm <<= k; sh += k;
+			k = (mm & 0x600u) == 0 ? 2u : 0u; mm <<= k; sh += k;
+			k = (mm & 0x400u) == 0 ? 1u : 0u; mm <<= k; sh += k;
+			const uint32_t sub = m == 0 ? 0u : ((113u - sh) << 23) | ((mm & 0x3ffu) << 13);
+			d[r * cols + j] = (e == 0x7c00u ? o + (112u << 23) : (e == 0 ? sub : o)) | ((h & 0x8000u) << 16);
 		}
 }
 // ngen_f16_narrow rounds the packed f32 matrix src into the binary16
 // matrix dst (leading dimension ld) as __float2half_rn does: to nearest,
-// ties to even, overflow to ±inf, every NaN to 0x7fff (ngen_half.h's
-// f2h).
-static void ngen_f16_narrow(uintptr_t dst, const float *src, int rows, int cols, int ld) {
+// ties to even, overflow to ±inf, every NaN to 0x7fff: ngen_half.h's f2h,
+// computed integer-only and branch-free (normal halves by a rounding bias
+// on the bits, subnormal ones by a shift with the remainder rounded).
+NGEN_HALF_LOOP static void ngen_f16_narrow(uintptr_t dst, const float *src, int rows, int cols, int ld) {
 	uint16_t *d = (uint16_t *)dst;
+	const uint32_t *s = (const uint32_t *)src;
 	for (long long r = 0; r < rows; r++)
 		for (long long j = 0; j < cols; j++) {
-			uint32_t u;
-			memcpy(&u, &src[r * cols + j], 4);
+			const uint32_t u = s[r * cols + j];
 			const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-			uint16_t h;
-			if (a > 0x7f800000u)
-				h = 0x7fffu;
-			else if (a >= 0x477ff000u)
-				h = (uint16_t)(sign | 0x7c00u);
-			else if (a <= 0x33000000u)
-				h = (uint16_t)sign;
-			else {
-				const uint32_t e = a >> 23;
-				uint32_t m = a & 0x7fffffu;
-				if (e < 113) {
-					m |= 0x800000u;
-					const uint32_t shift = 126 - e;
-					uint32_t r2 = m >> shift;
-					const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-					r2 += rem > halfway || (rem == halfway && (r2 & 1));
-					h = (uint16_t)(sign | r2);
-				} else {
-					uint32_t x = ((e - 112) << 10) | (m >> 13);
-					const uint32_t rem = m & 0x1fffu;
-					x += rem > 0x1000u || (rem == 0x1000u && (x & 1));
-					h = (uint16_t)(sign | x);
-				}
-			}
-			d[r * ld + j] = h;
+			const uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+			const int e = (int)(a >> 23);
+			const int sh = 126 - e < 1 ? 1 : (126 - e > 31 ? 31 : 126 - e);
+			const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+			const uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
+			const uint32_t sub = q + ((rem > half) | ((rem == half) & (q & 1u)));
+			uint32_t h = a < 0x38800000u ? sub : normal;
+			h = a >= 0x47800000u ? 0x7c00u : h;
+			d[r * ld + j] = (uint16_t)(a > 0x7f800000u ? 0x7fffu : (h | sign));
 		}
 }
 // ngen_half_widen and ngen_half_narrow pick the type: f16 nonzero for
@@ -249,19 +231,30 @@ func boolInt(b bool) int {
 }
 
 // gemmHalf runs a product whose A, B and C are bfloat16 or binary16 as
-// cublasGemmEx with CUBLAS_COMPUTE_32F does: the operands widened to f32
-// (exact), the product accumulated in f32 by oneDNN's sgemm (products of
-// 8- or 11-bit significands are exact in f32's 24, so only the sums
-// round, in the library's order), alpha and beta applied in f32, and C
-// rounded to the 16-bit type once (__float2bfloat16_rn's or
-// __float2half_rn's rule). It runs on the calling thread, one batch
-// entry after another. A batch into one C (StrideC 0: a sum when beta is
-// 1) keeps C in f32 from the first entry to the last and rounds it once
-// at the end, as one GEMM with f32 accumulation would: rounding after
-// each entry would lose every sample's product below half a 16-bit ulp
-// of the running sum. (ngen's plans issue none: compiler/fuse.go keeps a
-// 16-bit product apart from its batch sum, and the GPU backend refuses
-// one; this is the CPU's meaning of the call.)
+// cublasGemmEx with CUBLAS_COMPUTE_32F does: products accumulated in
+// f32, alpha and beta applied in f32, and C rounded to the 16-bit type
+// once (__float2bfloat16_rn's or __float2half_rn's rule), on the calling
+// thread (Gemm shares products between threads as it does f32 ones).
+//
+// A bfloat16 product of packed matrices goes to oneDNN's matmul where it
+// has a native implementation (AVX512-BF16's dot products or AMX: about
+// 2x the f32 sgemm's rate on the MLP's shapes; its dot-product
+// instructions flush subnormal inputs and products to zero, which
+// __float2bfloat16_rn's inputs hardly reach). Otherwise, and for f16 (no
+// native f16 matmul in oneDNN 2.6 before AVX512-FP16), the operands are
+// widened to f32 (exact), multiplied by oneDNN's sgemm (products of 8- or
+// 11-bit significands are exact in f32's 24, so only the sums round, in
+// the library's order) and C is narrowed. The sums' order differs
+// between the two paths, so a CPU with AVX512-BF16 and one without agree
+// to rounding, not bit for bit.
+//
+// A batch into one C (StrideC 0: a sum when beta is 1) takes the
+// widening path, keeps C in f32 from the first entry to the last and
+// rounds it once at the end, as one GEMM with f32 accumulation would:
+// rounding after each entry would lose every sample's product below half
+// a 16-bit ulp of the running sum. (ngen's plans issue none:
+// compiler/fuse.go keeps a 16-bit product apart from its batch sum, and
+// the GPU backend refuses one; this is the CPU's meaning of the call.)
 func gemmHalf(g runtime.GemmArgs) error {
 	var f16 C.int
 	switch g.DType {

@@ -329,3 +329,124 @@ func TestGemmBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmHalfThreads: a device with more threads shares 16-bit products
+// as it does f32 ones (rows of C, or batch entries) and computes the same
+// bits as one thread: each share is a product of the same K on packed
+// rows (oneDNN's native bfloat16 matmul) or widened rows (the other
+// path), and every element's sum is the same sum. A transposed A stays
+// whole (a share of its columns would not be packed).
+func TestGemmHalfThreads(t *testing.T) {
+	type shape struct {
+		M, N, K, batch int
+		ta             bool
+	}
+	for _, dt := range []runtime.DType{runtime.BF16, runtime.F16} {
+		for _, widen := range []bool{false, true} {
+			if dt == runtime.F16 && widen {
+				continue // f16 always widens
+			}
+			for _, s := range []shape{{64, 512, 784, 1, false}, {67, 31, 97, 1, false}, {64, 33, 50, 1, true}, {16, 33, 17, 4, false}} {
+				var results [][]uint16
+				var natives []int64
+				for _, threads := range []int{1, 3} {
+					func() {
+						d, err := New(Options{Threads: threads})
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer d.Close()
+						defer func(w bool) { bf16Widen = w }(bf16Widen)
+						bf16Widen = widen
+						r := rand.New(rand.NewPCG(uint64(s.M), uint64(s.K)))
+						rnd := func(n int) []uint16 {
+							xs := make([]uint16, n)
+							for i := range xs {
+								v := r.NormFloat64()
+								if dt == runtime.F16 {
+									xs[i] = f2h(v)
+								} else {
+									xs[i] = uint16(math.Float32bits(float32(v)) >> 16)
+								}
+							}
+							return xs
+						}
+						lda := s.K
+						if s.ta {
+							lda = s.M
+						}
+						g := runtime.GemmArgs{DType: dt, M: s.M, N: s.N, K: s.K, Alpha: 1, Beta: 1, TransA: runtime.Transpose(s.ta),
+							LDA: lda, LDB: s.N, LDC: s.N, Batch: s.batch, StrideA: s.M * s.K, StrideB: s.K * s.N, StrideC: s.M * s.N}
+						g.A, g.B, g.C = upload(t, d, rnd(s.batch*s.M*s.K)), upload(t, d, rnd(s.batch*s.K*s.N)), upload(t, d, rnd(s.batch*s.M*s.N))
+						n0 := bf16Native.Load()
+						if err := d.Gemm(g); err != nil {
+							t.Fatal(err)
+						}
+						natives = append(natives, bf16Native.Load()-n0)
+						results = append(results, download[uint16](t, d, g.C, s.batch*s.M*s.N))
+					}()
+				}
+				for i := range results[0] {
+					if results[0][i] != results[1][i] {
+						t.Errorf("%s widen=%v %+v: C[%d] is %#04x on 1 thread, %#04x on 3", dt, widen, s, i, results[0][i], results[1][i])
+						break
+					}
+				}
+				// On a CPU with AVX512-BF16, 3 threads make 3 native shares
+				// of a bfloat16 product, except with A transposed.
+				if dt == runtime.BF16 && !widen && cpu.X86.HasAVX512BF16 {
+					want := []int64{1, 3}
+					if s.ta {
+						want[1] = 1
+					}
+					if natives[0] != want[0] || natives[1] != want[1] {
+						t.Errorf("%+v: oneDNN's native matmul ran %v products on 1 and 3 threads, want %v", s, natives, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGemmF16Conversions runs every binary16 pattern through the f16
+// GEMM's widening and narrowing (gemm_half.go's branch-free loops): one
+// product of the 65536-row column A (every pattern) with the row B of
+// multipliers. Each C element is the exact f32 product a·b rounded
+// once, so it must be f2h(h2f(a)·h2f(b) + 0): b = 1 returns every pattern
+// (NaNs as 0x7fff), the others make ties, subnormals, underflow to zero
+// and overflow to infinity.
+func TestGemmF16Conversions(t *testing.T) {
+	d, err := New(Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const M = 65536
+	mult := []float64{1, 1 + 0x1p-10, 1.0 / 3, 3, 0x1p-10, 0x1p-24, 1000, -0.5 - 0x1p-11}
+	a := make([]uint16, M)
+	for i := range a {
+		a[i] = uint16(i)
+	}
+	b := make([]uint16, len(mult))
+	for j, m := range mult {
+		b[j] = f2h(m)
+	}
+	g := runtime.GemmArgs{DType: runtime.F16, M: M, N: len(mult), K: 1, Alpha: 1, LDA: 1, LDB: len(mult), LDC: len(mult), Batch: 1}
+	g.A, g.B, g.C = upload(t, d, a), upload(t, d, b), upload(t, d, make([]uint16, M*len(mult)))
+	if err := d.Gemm(g); err != nil {
+		t.Fatal(err)
+	}
+	got := download[uint16](t, d, g.C, M*len(mult))
+	bad := 0
+	for i := range M {
+		for j := range mult {
+			// (+ 0: a sum of one product starts from +0, so a -0
+			// product gives +0, as in any GEMM.)
+			want := f2h(float64(float32(h2f(uint16(i))*h2f(b[j]))) + 0)
+			if x := got[i*len(mult)+j]; x != want && bad < 10 {
+				bad++
+				t.Errorf("%#04x × %#04x: got %#04x, want %#04x", i, b[j], x, want)
+			}
+		}
+	}
+}
