@@ -285,7 +285,10 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
 			c.Status = func(v *ir.Value) (string, string) { return k.status(p, v) }
-			raw := d.Moves && v.DType.IsHalf() && v.Args[0].DType == v.DType
+			raw := d.Moves && v.DType.IsHalf()
+			for _, a := range v.Args {
+				raw = raw && a.DType == v.DType
+			}
 			if raw {
 				c.Raw = v.DType.StorageCType()
 			}

@@ -56,10 +56,10 @@ type Def struct {
 	Gather  func(c *Ctx, v *ir.Value, args []string, out string) string
 	Indexed []bool
 	// Moves, for a Gather op, says each output element is an element of
-	// its first argument or zero: no arithmetic. When that argument has
-	// the result's 16-bit type the kernel asks the template (Ctx.Raw) to
-	// declare out in that storage type and copy the bits, which needs no
-	// rounding and no conversion to float and back.
+	// one of its arguments or zero: no arithmetic. When every argument
+	// has the result's 16-bit type the kernel asks the template (Ctx.Raw)
+	// to declare out in that storage type and copy the bits, which needs
+	// no rounding and no conversion to float and back.
 	Moves bool
 	// InEval, for an op that reads the train flag, returns the argument
 	// the op equals in eval mode, or nil where that does not hold (an
@@ -204,6 +204,15 @@ type Ctx struct {
 	// holding v. Templates take numbers that differ between layers (a
 	// dropout's stream) through it, so that the layers share one kernel.
 	Imm func(v int64) string
+}
+
+// moveType is the type a Moves template declares its value in: c.Raw
+// when set, else c.T.
+func (c *Ctx) moveType() string {
+	if c.Raw != "" {
+		return c.Raw
+	}
+	return c.T
 }
 
 // RawZero is the zero of c.Raw's type, as its bits.

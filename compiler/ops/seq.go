@@ -209,22 +209,22 @@ func init() {
 			}},
 		&Def{Name: "embedding_bwd", Kind: Gather, NArgs: 2, Infer: embeddingBwdInfer, Gather: embeddingBwdGather,
 			Indexed: []bool{true, true}},
-		&Def{Name: "permute", Kind: Gather, NArgs: 1, Infer: permuteInfer, Gather: permuteGather, Indexed: []bool{true},
+		&Def{Name: "permute", Kind: Gather, NArgs: 1, Moves: true, Infer: permuteInfer, Gather: permuteGather, Indexed: []bool{true},
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("permute", ir.Attrs{Perm: inversePerm(v.Attrs.Perm)}, g)}
 			}},
-		&Def{Name: "slice", Kind: Gather, NArgs: 1, Infer: sliceInfer, Gather: sliceGather, Indexed: []bool{true},
+		&Def{Name: "slice", Kind: Gather, NArgs: 1, Moves: true, Infer: sliceInfer, Gather: sliceGather, Indexed: []bool{true},
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				a := ir.Attrs{Axes: append([]int(nil), v.Attrs.Axes...), Ints: append([]int(nil), v.Attrs.Ints...), Shape: v.Args[0].Shape.Clone()}
 				return []*ir.Value{b.Op("slice_bwd", a, g)}
 			}},
 		// slice_bwd pads with zeros; its own gradient (the primitive
 		// attention's, which pads its output) slices.
-		&Def{Name: "slice_bwd", Kind: Gather, NArgs: 1, Infer: sliceBwdInfer, Gather: sliceBwdGather, Indexed: []bool{true},
+		&Def{Name: "slice_bwd", Kind: Gather, NArgs: 1, Moves: true, Infer: sliceBwdInfer, Gather: sliceBwdGather, Indexed: []bool{true},
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("slice", ir.Attrs{Axes: append([]int(nil), v.Attrs.Axes...), Ints: append([]int(nil), v.Attrs.Ints...)}, g)}
 			}},
-		&Def{Name: "concat", Kind: Gather, NArgs: -1, Infer: concatInfer, Gather: concatGather,
+		&Def{Name: "concat", Kind: Gather, NArgs: -1, Moves: true, Infer: concatInfer, Gather: concatGather,
 			Indexed: concatIndexed,
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				axis, _ := concatAxis(v)

@@ -128,7 +128,7 @@ func permuteGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	for j, i := range inv {
 		ic[j] = oc[i]
 	}
-	g.f("const %s %s = %s[%s];", c.T, out, a[0], linear(c, ic, v.Args[0].Shape))
+	g.f("const %s %s = %s[%s];", c.moveType(), out, a[0], linear(c, ic, v.Args[0].Shape))
 	return g.b.String()
 }
 
@@ -139,7 +139,7 @@ func sliceGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	p := out + "_"
 	cs := g.coords(c, p, v.Shape)
 	cs[axis] = fmt.Sprintf("%s + %d", cs[axis], start)
-	g.f("const %s %s = %s[%s];", c.T, out, a[0], linear(c, cs, x.Shape))
+	g.f("const %s %s = %s[%s];", c.moveType(), out, a[0], linear(c, cs, x.Shape))
 	return g.b.String()
 }
 
@@ -155,6 +155,10 @@ func sliceBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	// whether or not the select keeps it.
 	cs[axis] = fmt.Sprintf("(%s ? %s - %d : 0)", ok, ca, start)
 	load := fmt.Sprintf("%s[%s]", a[0], linear(c, cs, gv.Shape))
+	if c.Raw != "" { // copies the 16-bit elements (Def.Moves)
+		g.f("const %s %s = (%s) ? %s : %s;", c.Raw, out, ok, load, c.RawZero())
+		return g.b.String()
+	}
 	if gv.DType.IsHalf() {
 		// A 16-bit element beside a float literal in ?: is ambiguous
 		// C++ (it converts both ways): widen it first.
@@ -178,7 +182,7 @@ func concatGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	p := out + "_"
 	cs := g.coords(c, p, v.Shape)
 	ca := cs[axis]
-	g.f("%s %s;", c.T, out)
+	g.f("%s %s;", c.moveType(), out)
 	off := 0
 	var branches []string
 	for i, x := range v.Args {
