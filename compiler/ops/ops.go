@@ -215,12 +215,16 @@ func (c *Ctx) moveType() string {
 	return c.T
 }
 
-// RawZero is the zero of c.Raw's type, as its bits.
+// RawZero is the zero of c.Raw's type. It is written as a conversion of
+// 0.0f, which is exact and folds to a constant: __ushort_as_bfloat16 is
+// not declared for targets below sm_80 in CUDA 11.8's cuda_bf16.hpp
+// (NVRTC for compute_75 rejected it), while the conversions are declared
+// for every target.
 func (c *Ctx) RawZero() string {
 	if c.Raw == "__half" {
-		return "__ushort_as_half((unsigned short)0)"
+		return "__float2half_rn(0.0f)"
 	}
-	return "__ushort_as_bfloat16((unsigned short)0)"
+	return "__float2bfloat16_rn(0.0f)"
 }
 
 // Size renders the element count of s as a C long long expression.

@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const __nv_bfloat16
     const int v5_c = v5_g * 1 + (int)((unsigned)v5_k / 9u);
     const int v5_y = v5_oy * 1 - 1 + (int)((unsigned)v5_k / 3u % 3u) * 1;
     const int v5_x = v5_j * 1 - 1 + (int)((unsigned)v5_k % 3u) * 1;
-    const __nv_bfloat16 v5 = (v5_y >= 0 && v5_y < 28 && v5_x >= 0 && v5_x < 28) ? in0[((v5_n * 1 + v5_c) * 28 + v5_y) * 28 + v5_x] : __ushort_as_bfloat16((unsigned short)0);
+    const __nv_bfloat16 v5 = (v5_y >= 0 && v5_y < 28 && v5_x >= 0 && v5_x < 28) ? in0[((v5_n * 1 + v5_c) * 28 + v5_y) * 28 + v5_x] : __float2bfloat16_rn(0.0f);
     out0[i] = v5;
   }
 }
@@ -260,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const __nv_bfloat
     const int v18_c = v18_g * 32 + (int)((unsigned)v18_k / 9u);
     const int v18_y = v18_oy * 1 - 1 + (int)((unsigned)v18_k / 3u % 3u) * 1;
     const int v18_x = v18_j * 1 - 1 + (int)((unsigned)v18_k % 3u) * 1;
-    const __nv_bfloat16 v18 = (v18_y >= 0 && v18_y < 14 && v18_x >= 0 && v18_x < 14) ? in0[((v18_n * 32 + v18_c) * 14 + v18_y) * 14 + v18_x] : __ushort_as_bfloat16((unsigned short)0);
+    const __nv_bfloat16 v18 = (v18_y >= 0 && v18_y < 14 && v18_x >= 0 && v18_x < 14) ? in0[((v18_n * 32 + v18_c) * 14 + v18_y) * 14 + v18_x] : __float2bfloat16_rn(0.0f);
     out0[i] = v18;
   }
 }
