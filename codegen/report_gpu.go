@@ -16,27 +16,33 @@ type GPUSpec struct {
 	// BytesPerSec is the DRAM bandwidth; FP32, TF32 and FP64 the dense
 	// peaks in FLOP/s (TF32: tensor cores, what cuBLAS reaches with
 	// cuda.Options.TF32; FP64: the tensor-core peak cuBLAS's DGEMM uses).
-	BytesPerSec, FP32, TF32, FP64 float64
-	SMs                           int
+	// Half is the dense FP16 and BF16 tensor-core peak with FP32
+	// accumulation, what cublasGemmEx reaches with 16-bit operands and
+	// CUBLAS_COMPUTE_32F (mixed precision's GEMMs).
+	BytesPerSec, FP32, TF32, FP64, Half float64
+	SMs                                 int
 }
 
 // GPUs are the published spec-sheet figures of the SXM parts:
 //   - H100 SXM5 80 GB: NVIDIA H100 Tensor Core GPU datasheet (2023):
 //     3.35 TB/s HBM3, FP32 67 TFLOPS, TF32 tensor 494.7 TFLOPS dense
 //     (989 with sparsity), FP64 tensor 67 TFLOPS; 132 SMs (NVIDIA H100
-//     Tensor Core GPU Architecture whitepaper, "H100 SXM5").
+//     Tensor Core GPU Architecture whitepaper, "H100 SXM5"); FP16 and
+//     BF16 tensor 989.4 TFLOPS dense (1,979 with sparsity).
 //   - A100 SXM4 80 GB: NVIDIA A100 Tensor Core GPU datasheet (2021):
 //     2,039 GB/s HBM2e, FP32 19.5 TFLOPS, TF32 tensor 156 TFLOPS dense
-//     (312 with sparsity), FP64 tensor 19.5 TFLOPS; 108 SMs (NVIDIA A100
-//     Tensor Core GPU Architecture whitepaper).
+//     (312 with sparsity), FP64 tensor 19.5 TFLOPS, FP16 and BF16 tensor
+//     312 TFLOPS dense (624 with sparsity); 108 SMs (NVIDIA A100 Tensor
+//     Core GPU Architecture whitepaper).
 //   - H200 SXM 141 GB: NVIDIA H200 Tensor Core GPU datasheet (2024):
 //     4.8 TB/s HBM3e; its compute is the H100 SXM5's (FP32 67 TFLOPS,
-//     TF32 tensor 494.7 dense, FP64 tensor 67; 132 SMs, as PyTorch
+//     TF32 tensor 494.7 dense, FP64 tensor 67, FP16 and BF16 tensor
+//     989.4 dense; 132 SMs, as PyTorch
 //     reported on the lent machine).
 var GPUs = map[string]GPUSpec{
-	"h100": {Name: "H100 SXM5 80GB", BytesPerSec: 3.35e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, SMs: 132},
-	"h200": {Name: "H200 SXM 141GB", BytesPerSec: 4.8e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, SMs: 132},
-	"a100": {Name: "A100 SXM4 80GB", BytesPerSec: 2.039e12, FP32: 19.5e12, TF32: 156e12, FP64: 19.5e12, SMs: 108},
+	"h100": {Name: "H100 SXM5 80GB", BytesPerSec: 3.35e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, Half: 989.4e12, SMs: 132},
+	"h200": {Name: "H200 SXM 141GB", BytesPerSec: 4.8e12, FP32: 67e12, TF32: 494.7e12, FP64: 67e12, Half: 989.4e12, SMs: 132},
+	"a100": {Name: "A100 SXM4 80GB", BytesPerSec: 2.039e12, FP32: 19.5e12, TF32: 156e12, FP64: 19.5e12, Half: 312e12, SMs: 108},
 }
 
 // The model's constants. Each is either a spec figure or calibrated on
@@ -87,7 +93,9 @@ const (
 
 	// cuBLAS's FP32 SGEMM (no tensor cores) sustains about this share of
 	// the FP32 peak on large products; an assumption, from the usual
-	// 70–80% of SGEMM on recent NVIDIA parts.
+	// 70–80% of SGEMM on recent NVIDIA parts. The model applies the same
+	// share to the tensor-core peaks (TF32, 16-bit): an assumption no GPU
+	// run has checked (docs/AMP.md).
 	gemmEfficiency = 0.75
 	gemmHalfK      = 128
 
@@ -118,10 +126,13 @@ type GPUOptions struct {
 
 // GPUSummary is the modeled step.
 type GPUSummary struct {
-	Device string  `json:"device"`
-	Graphs bool    `json:"graphs"`
-	TF32   bool    `json:"tf32"`
-	Ratio  float64 `json:"ratio"` // model ÷ ideal
+	Device string `json:"device"`
+	Graphs bool   `json:"graphs"`
+	TF32   bool   `json:"tf32"`
+	// HalfGemms counts the GEMM rows with 16-bit operands (mixed
+	// precision), priced at the FP16/BF16 tensor-core peak.
+	HalfGemms int     `json:"half_gemms"`
+	Ratio     float64 `json:"ratio"` // model ÷ ideal
 	// OverheadUs is the host's and the launch overheads' share of the
 	// modeled time; HostUs the host's part of it (hostStepUs and the
 	// input copies).
@@ -139,7 +150,9 @@ type GPUSummary struct {
 //   - a recurrence: T × (scanStepUs + the recurrent matrix ÷
 //     scanBlockBytesPerSec);
 //   - a GEMM: max(bytes ÷ bandwidth, FLOPs ÷ (gemmEfficiency × peak)),
-//     divided by the share of the SMs its tiles occupy;
+//     divided by the share of the SMs its tiles occupy, where the peak is
+//     FP64's for f64 operands, the 16-bit tensor cores' (GPUSpec.Half)
+//     for bf16 and f16 ones, and TF32's or FP32's for f32 ones;
 //
 // plus each call's floor (callFloorUs) and, eager, its host cost. The roofline
 // ideal is the sum of max(bytes ÷ bandwidth, FLOPs ÷ peak) over the
@@ -157,6 +170,7 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 	host := hostStepUs + float64(r.InputBytes)/hostCopyBytesPerSec*1e6
 	model, overhead := host, host
 	var ideal, kernels float64
+	halfGemms := 0
 	for i := range r.Steps {
 		s := &r.Steps[i]
 		peak := spec.FP32
@@ -166,6 +180,9 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 			switch {
 			case ga.DType == runtime.F64:
 				peak = spec.FP64
+			case ga.DType == runtime.BF16 || ga.DType == runtime.F16:
+				peak = spec.Half
+				halfGemms++
 			case o.TF32:
 				peak = spec.TF32
 			}
@@ -202,7 +219,7 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 		overhead += graphLaunch
 	}
 	r.GPUModelUs, r.GPUIdealUs = model, ideal
-	r.GPU = &GPUSummary{Device: spec.Name, Graphs: o.Graphs, TF32: o.TF32, Ratio: model / ideal, OverheadUs: overhead, HostUs: host, KernelUs: kernels}
+	r.GPU = &GPUSummary{Device: spec.Name, Graphs: o.Graphs, TF32: o.TF32, HalfGemms: halfGemms, Ratio: model / ideal, OverheadUs: overhead, HostUs: host, KernelUs: kernels}
 	return nil
 }
 
@@ -284,7 +301,12 @@ func (r *Report) writeGPU(w io.Writer) error {
 	if g.TF32 {
 		prec = "TF32"
 	}
-	fmt.Fprintf(w, "\nmodeled on %s (%s, %s GEMMs)\n\n", g.Device, mode, prec)
+	if g.HalfGemms > 0 {
+		prec = fmt.Sprintf("%d 16-bit GEMMs on FP16/BF16 tensor cores, the rest %s", g.HalfGemms, prec)
+	} else {
+		prec += " GEMMs"
+	}
+	fmt.Fprintf(w, "\nmodeled on %s (%s, %s)\n\n", g.Device, mode, prec)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tkind\tkernel\tcalls\tblocks\tmodel µs")
 	for i, s := range r.Steps {

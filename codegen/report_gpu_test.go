@@ -154,3 +154,101 @@ func TestModelGPUArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// TestModelGPUHalfGemms checks that a GEMM with 16-bit operands is priced
+// at the FP16/BF16 tensor-core peak (GPUSpec.Half), an f32 one at FP32's
+// (or TF32's with the option) and an f64 one at FP64's, whatever -tf32
+// says of the 16-bit one; that the summary counts the 16-bit rows and
+// prints them; and that every mixed-precision seed model's report prices
+// all its 16-bit GEMMs so, each faster than the same product in f32.
+func TestModelGPUHalfGemms(t *testing.T) {
+	const m, n, k = 4096, 4096, 4096
+	flops := int64(2 * m * n * k)
+	row := func(dt runtime.DType) (StepRow, runtime.GemmArgs) {
+		return StepRow{Kind: "gemm", Bytes: int64((m*k + k*n + m*n) * dt.Size()), Flops: flops, Calls: 1},
+			runtime.GemmArgs{DType: dt, M: m, N: n, K: k, LDA: k, LDB: n, LDC: n, Alpha: 1}
+	}
+	spec := GPUs["h100"]
+	for _, tf32 := range []bool{false, true} {
+		for _, c := range []struct {
+			dt   runtime.DType
+			peak float64
+		}{
+			{runtime.BF16, spec.Half}, {runtime.F16, spec.Half}, {runtime.F64, spec.FP64},
+			{runtime.F32, map[bool]float64{false: spec.FP32, true: spec.TF32}[tf32]},
+		} {
+			s, ga := row(c.dt)
+			r := &Report{Steps: []StepRow{s}, gemmCalls: []runtime.GemmArgs{ga}}
+			if err := r.ModelGPU("h100", GPUOptions{Graphs: true, TF32: tf32}); err != nil {
+				t.Fatal(err)
+			}
+			want := float64(flops) / (gemmEff(ga) * c.peak) * 1e6
+			if got := r.GPU.KernelUs; math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%v GEMM (tf32 %v): %.3f µs, want %.3f µs at %.4g FLOP/s", c.dt, tf32, got, want, c.peak)
+			}
+			half := 0
+			if c.dt == runtime.BF16 || c.dt == runtime.F16 {
+				half = 1
+			}
+			if r.GPU.HalfGemms != half {
+				t.Errorf("%v GEMM: HalfGemms %d, want %d", c.dt, r.GPU.HalfGemms, half)
+			}
+			var buf bytes.Buffer
+			if err := r.writeGPU(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(buf.String(), "16-bit GEMMs on FP16/BF16 tensor cores"); got != (half == 1) {
+				t.Errorf("%v GEMM: the summary's line does not say so:\n%s", c.dt, buf.String())
+			}
+		}
+	}
+	if spec.Half <= spec.TF32 {
+		t.Errorf("h100: the 16-bit tensor-core peak %.4g is not above TF32's %.4g", spec.Half, spec.TF32)
+	}
+
+	// The seed models under -amp bf16: every 16-bit GEMM row is priced at
+	// the 16-bit peak. Each row's time is compared with the same row's
+	// arguments in f32 (twice the bytes, the FP32 peak).
+	for _, c := range []struct{ file, model string }{{"mlp", "mlp"}, {"convnet", "convnet"}, {"transformer", "gpt"}} {
+		models, err := eval.Models(filepath.Join("..", "models", c.file, "model.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, md := range models {
+			if md.Name != c.model {
+				continue
+			}
+			p, err := compiler.Compile(md, compiler.Options{Fuse: true, RefBatch: 16, AMP: compiler.AMPBF16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := MakeReport(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
+				t.Fatal(err)
+			}
+			half := 0
+			for i, s := range r.Steps {
+				ga := r.gemmCalls[i]
+				if s.Kind != "gemm" || (ga.DType != runtime.BF16 && ga.DType != runtime.F16) {
+					continue
+				}
+				half++
+				f := &Report{Steps: []StepRow{s}, gemmCalls: []runtime.GemmArgs{ga}}
+				f.Steps[0].Bytes *= 2
+				f.gemmCalls[0].DType = runtime.F32
+				if err := f.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
+					t.Fatal(err)
+				}
+				if s.GPUUs >= f.Steps[0].GPUUs {
+					t.Errorf("%s row %d: the bf16 GEMM modeled at %.2f µs, not below f32's %.2f", c.model, i, s.GPUUs, f.Steps[0].GPUUs)
+				}
+			}
+			if half == 0 || r.GPU.HalfGemms != half {
+				t.Errorf("%s -amp bf16: %d 16-bit GEMM rows, summary counts %d", c.model, half, r.GPU.HalfGemms)
+			}
+		}
+	}
+}
