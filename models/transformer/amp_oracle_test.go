@@ -45,11 +45,16 @@ type ampRun struct {
 // results a dozen roundings deep: 5% of each tensor's largest (measured:
 // 3.3% at worst, the logits 0.9%). The parameters after 3 steps are
 // compared against the update's size, as the MLP's oracle does, but as
-// vectors: the difference's norm within 10% of the update's norm. The
-// runs' states drift apart over the steps (lr 0.05 with momentum 0.9):
-// measured, the gpt's updates within 1.6%, the post-LN, ReLU
-// TransformerLM's within 6.9% (fused against PyTorch; 6.7% fused against
-// -fuse=none, 4.8% -fuse=none against PyTorch).
+// vectors: the difference's norm within a share of the update's norm. The
+// runs' states drift apart over the steps (lr 0.05 with momentum 0.9),
+// and in the post-LN, ReLU TransformerLM a pre-activation within a bf16
+// rounding of 0 moves whole gradient terms: there ngen's bf16 run against
+// its own f32 run measures 7.5% (AMD EPYC with AVX512-BF16), so two bf16
+// runs with independent roundings may differ by about √2 times that.
+// Measured there: fused against PyTorch 7.7%, -fuse=none against PyTorch
+// 12.2%, fused against -fuse=none 7.3% (the session that wrote the test
+// measured 6.9%, 4.8% and 6.7%, and set 10%); the gpt's within 1.4%. Tolerances: 15%
+// for the TransformerLM, 5% for the gpt.
 func TestAMPOracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
@@ -129,13 +134,19 @@ func TestAMPOracle(t *testing.T) {
 				}
 			}
 			torchRun := ampRun{logits: want.Logits, loss: want.Loss, grads: want.Grads, params: want.Params}
-			ampCompare(t, "fused vs torch.autocast", fused, torchRun, init, 0.01, 0.05, 0.10)
-			ampCompare(t, "-fuse=none vs torch.autocast", unfused, torchRun, init, 0.01, 0.05, 0.10)
-			ampCompare(t, "fused vs -fuse=none", fused, unfused, init, 0.01, 0.05, 0.10)
+			pfrac := 0.05
+			if model == "transformer" {
+				pfrac = 0.15
+			}
+			ampCompare(t, "fused vs torch.autocast", fused, torchRun, init, 0.01, 0.05, pfrac)
+			ampCompare(t, "-fuse=none vs torch.autocast", unfused, torchRun, init, 0.01, 0.05, pfrac)
+			ampCompare(t, "fused vs -fuse=none", fused, unfused, init, 0.01, 0.05, pfrac)
 			// Against f32: every bf16 rounding of the policy at once
 			// (activations off by up to a few 2^-9): the loss within 2%,
 			// gradients within 10% of the largest, updates within 15% of
-			// their norm (measured: 1.9% and 7.0%).
+			// their norm (measured: 1.9% and 7.0%; the updates 0.9% for
+			// the gpt and 7.5% for the TransformerLM on the AVX512-BF16
+			// machine).
 			// The GPU forms sum a row's weights, the scores' dot
 			// products and the reductions in another order (lanes, then
 			// butterflies): f32 rounding apart (measured: about 1e-7
@@ -265,6 +276,8 @@ func ampCompare(t *testing.T, what string, got, want ampRun, init map[string][]f
 	t.Helper()
 	compare(t, what+": logits", got.logits, want.logits, 0, frac*maxAbsOf(want.logits))
 	compare(t, what+": loss", got.loss, want.loss, lossTol, 0)
+	worst, worstName := 0.0, ""
+	defer func() { t.Logf("%s: updates within %.3g of their norm at worst (%s)", what, worst, worstName) }()
 	for n, v := range init {
 		g, w := got.grads[n], want.grads[n]
 		p, wp := got.params[n], want.params[n]
@@ -287,6 +300,9 @@ func ampCompare(t *testing.T, what string, got, want ampRun, init map[string][]f
 		for i, x := range wp {
 			diff += (p[i] - x) * (p[i] - x)
 			moved += (x - v[i]) * (x - v[i])
+		}
+		if r := math.Sqrt(diff / moved); r > worst {
+			worst, worstName = r, n
 		}
 		if diff > pfrac*pfrac*moved {
 			t.Errorf("%s: param %s: |got - want| = %.3g, %.3g of the update |want - init| = %.3g (tolerance %g)",
