@@ -64,18 +64,22 @@ func TestCompileAMPOverride(t *testing.T) {
 	}
 }
 
-// TestCompileAMPOverrideRefused: a model with a recurrence under -amp is
-// autocast's error at the op's line, naming the flag as the policy's
-// origin; a model with convolutions (grouped, dilated, strided, and
-// average pooling: irtest.ConvNet) compiles under it.
+// TestCompileAMPOverrideRefused: an f64 model under -amp is autocast's
+// error naming the flag as the policy's origin; a model with a recurrence
+// compiles under it (the recurrence in f32, as autocast runs it on the
+// CPU), and so does a model with convolutions (grouped, dilated,
+// strided, and average pooling: irtest.ConvNet).
 func TestCompileAMPOverrideRefused(t *testing.T) {
-	m := irtest.DeepLSTM(ir.F32, 3, 4, 5, 1, 3, 0)
-	_, err := Compile(m, Options{Fuse: true, AMP: AMPBF16})
-	if err == nil || !strings.Contains(err.Error(), "set by -amp bf16") || !strings.Contains(err.Error(), "does not cover rnn_scan") {
-		t.Fatalf("LSTM under -amp bf16: %v", err)
+	f64 := irtest.MLP(ir.F64, 8, 6, 3, 0, irtest.Adam)
+	_, err := Compile(f64, Options{Fuse: true, AMP: AMPBF16})
+	if err == nil || !strings.Contains(err.Error(), "-amp bf16") || !strings.Contains(err.Error(), "needs an f32 model") {
+		t.Fatalf("an f64 MLP under -amp bf16: %v", err)
 	}
-	if _, err := Compile(m, Options{Fuse: true, AMP: AMPOff}); err != nil {
-		t.Errorf("LSTM under -amp off: %v", err)
+	m := irtest.DeepLSTM(ir.F32, 3, 4, 5, 1, 3, 0)
+	for _, a := range []AMP{AMPBF16, AMPF16, AMPOff} {
+		if _, err := Compile(m, Options{Fuse: true, AMP: a}); err != nil {
+			t.Errorf("LSTM under -amp %v: %v", a, err)
+		}
 	}
 	conv := irtest.ConvNet(ir.F32, 10, ir.Optimizer{Kind: "sgd", LR: 0.1})
 	for _, fuse := range []bool{true, false} {

@@ -31,9 +31,12 @@ import (
 //     policy op by op: H batched GEMMs, an f32 softmax.
 //   - Ops that only move elements (slice, permute, concat, slice_bwd)
 //     keep their operand's type, as PyTorch's views and copies do.
-//   - Ops on autocast's lower-precision list that are not built in H yet
-//     (recurrences) are errors at the user's line, rather
-//     than a silent f32 fallback.
+//   - Recurrences (rnn_scan) run in f32 with their input projection
+//     (the matmul and bias adds that feed the scan), as torch.autocast on
+//     the CPU runs nn.RNN and nn.LSTM: neither is on its CPU
+//     lower-precision list, so the whole layer, input GEMM included, stays
+//     f32 and a half input is widened first. (CUDA's autocast runs
+//     cuDNN's RNN in f16; ngen keeps one policy for both backends.)
 //
 // Parameters, state, inputs, the optimizer and every value the caller
 // reads (loss, outputs, state updates) stay f32: the pass casts an H
@@ -89,6 +92,7 @@ func autocast(p *Program) error {
 	// f32 (batch norm's output, autocast_conv.go) to its H copy, which
 	// every later op reads.
 	narrowed := map[*ir.Value]*ir.Value{}
+	recur := recurrentInternals(old)
 	for _, v := range old {
 		d := ops.Lookup(v.Op)
 		if d == nil {
@@ -109,8 +113,8 @@ func autocast(p *Program) error {
 			castAttention(v, h, cast)
 		case movesData(v):
 			castMoved(v, h, cast)
-		case v.Op == "rnn_scan":
-			return fmt.Errorf("%s (%s): mixed precision (%s, %s) does not cover %s yet (docs/AMP.md)", v.Op, v.Pos, h, pr.SetBy(), v.Op)
+		case recur[v]:
+			castArgs(v, ir.F32, cast)
 		case v.Op == "im2col": // a convolution's columns (autocast_conv.go)
 			castArgs(v, h, cast)
 		case convKeepsType(v.Op):
@@ -173,6 +177,29 @@ func autocast(p *Program) error {
 	}
 	g.Renumber()
 	return nil
+}
+
+// recurrentInternals marks every recurrence (rnn_scan) and its input
+// projection: the bias adds that feed the scan's first argument and the
+// matmul under them (ops.MaskedRecurrent's x·W_ihᵀ + b_ih + b_hh), which
+// autocast keeps in f32.
+func recurrentInternals(vs []*ir.Value) map[*ir.Value]bool {
+	in := map[*ir.Value]bool{}
+	for _, v := range vs {
+		if v.Op != "rnn_scan" {
+			continue
+		}
+		in[v] = true
+		a := v.Args[0]
+		for a.Op == "add" && len(a.Args) == 2 && a.Args[1].Role == ir.Param {
+			in[a] = true
+			a = a.Args[0]
+		}
+		if a.Op == "matmul" {
+			in[a] = true
+		}
+	}
+	return in
 }
 
 // castArgs replaces v's float arguments by their casts to dt.

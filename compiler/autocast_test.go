@@ -195,3 +195,72 @@ func TestAutocastLossScale(t *testing.T) {
 		}
 	}
 }
+
+// TestAutocastRecurrent: under mixed precision a recurrence runs in f32
+// with its input projection, as torch.autocast runs nn.LSTM on the CPU: a
+// Linear before the LSTM is a half GEMM whose result the LSTM widens, the
+// LSTM's input GEMM, bias adds and scan are f32, and the Linear after it
+// is a half GEMM again. The program compiles, fused and unfused, with
+// every backward GEMM of the recurrence f32 too.
+func TestAutocastRecurrent(t *testing.T) {
+	for _, h := range []ir.DType{ir.BF16, ir.F16} {
+		build := func() *ir.Model {
+			b := irtest.New()
+			x := b.Input("x", ir.F32, ir.S("B"), ir.D(5), ir.D(4))
+			y := b.Input("y", ir.I32, ir.S("B"))
+			pre := b.Linear("pre", x, 6)
+			k := 0.3
+			p := func(n string, s ...int) *ir.Value { return b.Param("lstm."+n, ir.F32, k, s...) }
+			_, hn, _ := ops.Recurrent(b.Builder, "lstm", pre, p("weight_ih", 4*7, 6), p("weight_hh", 4*7, 7), p("bias_ih", 4*7), p("bias_hh", 4*7), nil, nil)
+			logits := b.Linear("out", hn, 3)
+			return withPrecision(b.Model("lstm_amp", b.Binary("cross_entropy", logits, y), logits, irtest.Adam), h)
+		}
+		p := &Program{Model: build()}
+		if err := autocast(p); err != nil {
+			t.Fatalf("%s: %v", h, err)
+		}
+		scans, gemms := 0, map[ir.DType]int{}
+		for _, v := range p.Model.Forward.Values {
+			switch v.Op {
+			case "rnn_scan":
+				scans++
+				if v.DType != ir.F32 {
+					t.Errorf("%s: rnn_scan is %s", h, v.DType)
+				}
+				for i, a := range v.Args {
+					if a.DType.IsFloat() && a.DType != ir.F32 {
+						t.Errorf("%s: rnn_scan's argument %d is %s", h, i, a.DType)
+					}
+				}
+				xp := v.Args[0]
+				for xp.Op == "add" {
+					xp = xp.Args[0]
+				}
+				if xp.Op != "matmul" || xp.DType != ir.F32 || xp.Args[0].Op != "cast" || xp.Args[0].Args[0].DType != h {
+					t.Errorf("%s: the input projection is %s %s of %s, want an f32 matmul of the widened %s Linear", h, xp.Op, xp.DType, xp.Args[0].Op, h)
+				}
+			case "matmul":
+				gemms[v.DType]++
+			}
+		}
+		// pre and out in h; the LSTM's input projection in f32.
+		if scans != 1 || gemms[h] != 2 || gemms[ir.F32] != 1 {
+			t.Errorf("%s: %d scans, GEMMs by type %v; want 1 scan, 2 %s and 1 f32", h, scans, gemms, h)
+		}
+		for _, fuse := range []bool{true, false} {
+			prog, err := Compile(build(), Options{Fuse: fuse})
+			if err != nil {
+				t.Fatalf("%s fuse=%v: %v", h, fuse, err)
+			}
+			half := 0
+			for _, v := range prog.Funcs()[0].Values {
+				if v.Op == "matmul" && v.DType == h {
+					half++
+				}
+			}
+			if half == 0 {
+				t.Errorf("%s fuse=%v: no half GEMM left in the compiled step", h, fuse)
+			}
+		}
+	}
+}

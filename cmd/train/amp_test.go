@@ -12,8 +12,8 @@ import (
 )
 
 // TestAMPRefused: -amp trains a model's mixed-precision build or says
-// why it cannot: a model with recurrences has none (autocast refuses
-// them), a ConvNet has a bf16 build (generated/convnet_bf16) and no other
+// why it cannot: the sequence models have none (cmd/train's sequence
+// path takes none yet), a ConvNet has a bf16 build (generated/convnet_bf16) and no other
 // yet, the Transformers have no package built with -amp, a value other
 // than bf16, fp16 or off is
 // an error, the GPU backend runs no 16-bit GEMM, fp16 does not combine
@@ -29,10 +29,10 @@ func TestAMPRefused(t *testing.T) {
 		{"convnet", "fp16", "cpu", "", false, "-amp fp16: convnet has no mixed-precision build in generated/ (ngen build -amp makes one; see models/mlp/amp.go)"},
 		{"convnet_bn", "bf16", "cpu", "", false, "convnet_bn has no mixed-precision build in generated/"},
 		{"convnet_bf16", "", "cpu", "", false, "-model convnet_bf16 is convnet's mixed-precision build: give -model convnet -amp bf16"},
-		{"lstm", "bf16", "cpu", "", false, "lstm: recurrences in half precision are not built"},
-		{"rnn", "bf16", "cpu", "", false, "rnn: recurrences in half precision are not built"},
-		{"gpt", "fp16", "cpu", "", false, "gpt has no mixed-precision build in generated/"},
-		{"transformer", "bf16", "cpu", "", false, "transformer has no mixed-precision build in generated/"},
+		{"lstm", "bf16", "cpu", "", false, "lstm has no mixed-precision build in generated/, and the sequence models' training path takes none yet"},
+		{"rnn", "bf16", "cpu", "", false, "rnn has no mixed-precision build in generated/, and the sequence models' training path"},
+		{"gpt", "fp16", "cpu", "", false, "gpt has no mixed-precision build in generated/, and the sequence models' training path"},
+		{"transformer", "bf16", "cpu", "", false, "transformer has no mixed-precision build in generated/, and the sequence models' training path"},
 		{"mlp", "fp8", "cpu", "", false, "-amp fp8: want bf16, fp16 or off"},
 		{"mlp", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
 		{"mlp", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},

@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:64
+//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:75
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // slice_fwd: 4 launches (slice_fwd, slice_fwd_2, slice_fwd, slice_fwd_2). The first computes:
-//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:65
+//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd: 8 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4, lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4). The first computes:
-//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:65
+//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -176,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:65
+//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -219,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd_2: 4 launches (slice_fwd_3, slice_fwd_6, slice_fwd_3, slice_fwd_9). The first computes:
-//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:65
+//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // slice_fwd_3: 4 launches (slice_fwd_4, slice_fwd_5, slice_fwd_7, slice_fwd_8). The first computes:
-//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:65
+//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -249,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // slice_fwd_4: 6 launches (slice_fwd_7, slice_fwd_4, slice_fwd_6, slice_fwd_10, slice_fwd_12, slice_fwd_13). The first computes:
-//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:66
+//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -264,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
-//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:66
+//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -277,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:70
+//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
@@ -310,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:70
+//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:66
+//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = (long long)B;
@@ -362,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd computes:
-//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:66
+//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -377,7 +377,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_3). The first computes:
-//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:65
+//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -392,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:65
+//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -441,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_2). The first computes:
-//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
+//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // sum_bwd_2: 3 launches (sum_bwd_2, sum_bwd_5, sum_bwd_6). The first computes:
-//   v52 = sum <f32[1,512,128]> v51 {axes=[0] keepdim}  # models/lstm/model.go:65
+//   v52 = sum <f32[1,512,128]> v51 {axes=[0] keepdim}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -499,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // sum_bwd_3: 4 launches (sum_bwd_3, sum_bwd_4, sum_bwd_7, sum_bwd_8). The first computes:
-//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:76
 static __device__ float sum_bwd_3_part0[2560];
 static __device__ unsigned sum_bwd_3_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -558,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4 computes:
-//   v75 = sum <f32[1,512,32]> v74 {axes=[0] keepdim}  # models/lstm/model.go:65
+//   v75 = sum <f32[1,512,32]> v74 {axes=[0] keepdim}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
@@ -601,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
+//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:75
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -617,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:59
+//   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -630,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 }
 
 // optimizer_update_2 computes:
-//   v82 = mul <f32[230979]> v78 v81  # models/lstm/model.go:59
+//   v82 = mul <f32[230979]> v78 v81  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -643,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 }
 
 // optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
-//   v83 = add <f32[230979]> v80 v82  # models/lstm/model.go:59
+//   v83 = add <f32[230979]> v80 v82  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -657,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 }
 
 // optimizer_update_4 computes:
-//   v86 = scale <f32[230979]> v84 {f=0.9}  # models/lstm/model.go:59
+//   v86 = scale <f32[230979]> v84 {f=0.9}  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -670,7 +670,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 }
 
 // optimizer_update_5 computes:
-//   v87 = scale <f32[230979]> v83 {f=0.09999999999999998}  # models/lstm/model.go:59
+//   v87 = scale <f32[230979]> v83 {f=0.09999999999999998}  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -683,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 }
 
 // optimizer_update_6 computes:
-//   v89 = scale <f32[230979]> v85 {f=0.999}  # models/lstm/model.go:59
+//   v89 = scale <f32[230979]> v85 {f=0.999}  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -696,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v90 = mul <f32[230979]> v83 v83  # models/lstm/model.go:59
+//   v90 = mul <f32[230979]> v83 v83  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -709,7 +709,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 }
 
 // optimizer_update_8 computes:
-//   v91 = scale <f32[230979]> v90 {f=0.0010000000000000009}  # models/lstm/model.go:59
+//   v91 = scale <f32[230979]> v90 {f=0.0010000000000000009}  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -722,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 }
 
 // optimizer_update_9 computes:
-//   v93 = sqrt <f32[230979]> v92  # models/lstm/model.go:59
+//   v93 = sqrt <f32[230979]> v92  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -735,7 +735,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 }
 
 // optimizer_update_10 computes:
-//   v95 = div <f32[230979]> v93 v94  # models/lstm/model.go:59
+//   v95 = div <f32[230979]> v93 v94  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -748,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 }
 
 // optimizer_update_11 computes:
-//   v96 = addc <f32[230979]> v95 {f=1e-08}  # models/lstm/model.go:59
+//   v96 = addc <f32[230979]> v95 {f=1e-08}  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -761,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 }
 
 // optimizer_update_12 computes:
-//   v98 = div <f32[230979]> v88 v96  # models/lstm/model.go:59
+//   v98 = div <f32[230979]> v88 v96  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -775,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 }
 
 // optimizer_update_13 computes:
-//   v99 = mul <f32[230979]> v97 v98  # models/lstm/model.go:59
+//   v99 = mul <f32[230979]> v97 v98  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -788,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 }
 
 // optimizer_update_14 computes:
-//   v100 = sub <f32[230979]> v78 v99  # models/lstm/model.go:59
+//   v100 = sub <f32[230979]> v78 v99  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -802,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const floa
 }
 
 // slice_fwd_5: 2 launches (slice_fwd_5, slice_fwd_11). The first computes:
-//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:65
+//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -817,7 +817,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // concat_fwd: 2 launches (concat_fwd, concat_fwd_2). The first computes:
-//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:65
+//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 2LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {

@@ -132,7 +132,7 @@ func (m *Model) Step(x []int32, h0 []float32, c0 []float32, y []int32) (loss flo
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
-		return 0, fmt.Errorf("lstm_unfused.Step: input %q (models/lstm/model.go:60) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
+		return 0, fmt.Errorf("lstm_unfused.Step: input %q (models/lstm/model.go:71) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
 	}
 	rows := len(x) / 1
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -164,7 +164,7 @@ func (m *Model) Accumulate(x []int32, h0 []float32, c0 []float32, y []int32) (lo
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
-		return 0, fmt.Errorf("lstm_unfused.Accumulate: input %q (models/lstm/model.go:60) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
+		return 0, fmt.Errorf("lstm_unfused.Accumulate: input %q (models/lstm/model.go:71) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
 	}
 	rows := len(x) / 1
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -204,7 +204,7 @@ func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%1 != 0 {
-		return nil, fmt.Errorf("lstm_unfused.Predict: input %q (models/lstm/model.go:60) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
+		return nil, fmt.Errorf("lstm_unfused.Predict: input %q (models/lstm/model.go:71) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
 	}
 	rows := len(x) / 1
 	if err := m.s.WriteInput("x", x, rows); err != nil {

@@ -133,7 +133,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v3 = embedding <f32[B,64,128]> v2 v0  # models/lstm/model.go:82
+//   v3 = embedding <f32[B,64,128]> v2 v0  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // bias_fwd: 8 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4, lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4). The first computes:
-//   v11 = add <f32[B,64,1024]> v10 v6  # models/lstm/model.go:83
+//   v11 = add <f32[B,64,1024]> v10 v6  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -161,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,1536]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,1536]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[256];
   __shared__ float cs[256];
@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 6 launches (slice_fwd, slice_fwd_2, slice_bwd_2, slice_bwd_6, slice_fwd, slice_fwd_2). The first computes:
-//   v14 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:83
+//   v14 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -219,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -232,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:97
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -265,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:97
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:84
+//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // sum_bwd_2 computes:
-//   v37 = sum <f32[1,99,256]> v36 {axes=[0] keepdim}  # models/lstm/model.go:84
+//   v37 = sum <f32[1,99,256]> v36 {axes=[0] keepdim}  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 25344LL;
   const long long nred = (long long)B;
@@ -360,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
-//   v39 = slice_bwd <f32[B,64,1536]> v35 {axes=[2] shape=[B,64,1536] ints=[0 256]}  # models/lstm/model.go:83
+//   v39 = slice_bwd <f32[B,64,1536]> v35 {axes=[2] shape=[B,64,1536] ints=[0 256]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1536) {
@@ -375,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[256];
   __shared__ float dc[256];
@@ -424,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_5). The first computes:
-//   v41 = slice <f32[B,64,1024]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:83
+//   v41 = slice <f32[B,64,1024]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -439,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2: 2 launches (slice_bwd_3, slice_bwd_7). The first computes:
-//   v43 = slice <f32[B,63,1024]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:83
+//   v43 = slice <f32[B,63,1024]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -454,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3: 2 launches (slice_bwd_4, slice_bwd_8). The first computes:
-//   v44 = slice <f32[B,63,256]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
+//   v44 = slice <f32[B,63,256]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -469,7 +469,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_6, sum_bwd_7). The first computes:
-//   v46 = sum <f32[1,1024,256]> v45 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v46 = sum <f32[1,1024,256]> v45 {axes=[0] keepdim}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 262144LL;
   const long long nred = (long long)B;
@@ -492,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
-//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
 static __device__ float sum_bwd_4_part0[3072];
 static __device__ unsigned sum_bwd_4_count[128];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -551,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // sum_bwd_5 computes:
-//   v71 = sum <f32[1,1024,128]> v70 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v71 = sum <f32[1,1024,128]> v70 {axes=[0] keepdim}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 131072LL;
   const long long nred = (long long)B;
@@ -594,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v73 = embedding_bwd <f32[99,128]> v69 v0 {shape=[99,128]}  # models/lstm/model.go:82
+//   v73 = embedding_bwd <f32[99,128]> v69 v0 {shape=[99,128]}  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -610,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v76 = clip_norm_scale <f32[959715]> v75  # models/lstm/model.go:79
+//   v76 = clip_norm_scale <f32[959715]> v75  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -623,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 }
 
 // optimizer_update_2 computes:
-//   v78 = mul <f32[959715]> v74 v77  # models/lstm/model.go:79
+//   v78 = mul <f32[959715]> v74 v77  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -636,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 }
 
 // optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
-//   v79 = add <f32[959715]> v76 v78  # models/lstm/model.go:79
+//   v79 = add <f32[959715]> v76 v78  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -650,7 +650,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 }
 
 // optimizer_update_4 computes:
-//   v82 = scale <f32[959715]> v80 {f=0.9}  # models/lstm/model.go:79
+//   v82 = scale <f32[959715]> v80 {f=0.9}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -663,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 }
 
 // optimizer_update_5 computes:
-//   v83 = scale <f32[959715]> v79 {f=0.09999999999999998}  # models/lstm/model.go:79
+//   v83 = scale <f32[959715]> v79 {f=0.09999999999999998}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -676,7 +676,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 }
 
 // optimizer_update_6 computes:
-//   v85 = scale <f32[959715]> v81 {f=0.999}  # models/lstm/model.go:79
+//   v85 = scale <f32[959715]> v81 {f=0.999}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -689,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v86 = mul <f32[959715]> v79 v79  # models/lstm/model.go:79
+//   v86 = mul <f32[959715]> v79 v79  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -702,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 }
 
 // optimizer_update_8 computes:
-//   v87 = scale <f32[959715]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:79
+//   v87 = scale <f32[959715]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -715,7 +715,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 }
 
 // optimizer_update_9 computes:
-//   v89 = sqrt <f32[959715]> v88  # models/lstm/model.go:79
+//   v89 = sqrt <f32[959715]> v88  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -728,7 +728,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 }
 
 // optimizer_update_10 computes:
-//   v91 = div <f32[959715]> v89 v90  # models/lstm/model.go:79
+//   v91 = div <f32[959715]> v89 v90  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -741,7 +741,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 }
 
 // optimizer_update_11 computes:
-//   v92 = addc <f32[959715]> v91 {f=1e-08}  # models/lstm/model.go:79
+//   v92 = addc <f32[959715]> v91 {f=1e-08}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -754,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 }
 
 // optimizer_update_12 computes:
-//   v94 = div <f32[959715]> v84 v92  # models/lstm/model.go:79
+//   v94 = div <f32[959715]> v84 v92  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -768,7 +768,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 }
 
 // optimizer_update_13 computes:
-//   v95 = mul <f32[959715]> v93 v94  # models/lstm/model.go:79
+//   v95 = mul <f32[959715]> v93 v94  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -781,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 }
 
 // optimizer_update_14 computes:
-//   v96 = sub <f32[959715]> v74 v95  # models/lstm/model.go:79
+//   v96 = sub <f32[959715]> v74 v95  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing

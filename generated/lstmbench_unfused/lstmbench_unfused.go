@@ -132,7 +132,7 @@ func (m *Model) Step(x []int32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%64 != 0 {
-		return 0, fmt.Errorf("lstmbench_unfused.Step: input %q (models/lstm/model.go:80) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
+		return 0, fmt.Errorf("lstmbench_unfused.Step: input %q (models/lstm/model.go:91) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
 	}
 	rows := len(x) / 64
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -158,7 +158,7 @@ func (m *Model) Accumulate(x []int32, y []int32) (loss float32, err error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%64 != 0 {
-		return 0, fmt.Errorf("lstmbench_unfused.Accumulate: input %q (models/lstm/model.go:80) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
+		return 0, fmt.Errorf("lstmbench_unfused.Accumulate: input %q (models/lstm/model.go:91) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
 	}
 	rows := len(x) / 64
 	if err := m.s.WriteInput("x", x, rows); err != nil {
@@ -192,7 +192,7 @@ func (m *Model) Predict(x []int32) ([]float32, error) {
 	}
 	defer m.mu.Unlock()
 	if len(x) == 0 || len(x)%64 != 0 {
-		return nil, fmt.Errorf("lstmbench_unfused.Predict: input %q (models/lstm/model.go:80) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
+		return nil, fmt.Errorf("lstmbench_unfused.Predict: input %q (models/lstm/model.go:91) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
 	}
 	rows := len(x) / 64
 	if err := m.s.WriteInput("x", x, rows); err != nil {

@@ -19,6 +19,17 @@ import (
 type Sizes struct {
 	Vocab, Emb, Hidden, Layers, T int
 	DType                         dsl.DType
+	// Optimizer replaces the seed's Adam(lr 2e-3) (the mixed-precision
+	// oracle trains with SGD); nil keeps it.
+	Optimizer dsl.Optimizer
+}
+
+// optimizer is s.Optimizer, or the seed's.
+func (s Sizes) optimizer() dsl.Optimizer {
+	if s.Optimizer != nil {
+		return s.Optimizer
+	}
+	return dsl.Adam{LR: 2e-3, Clip: dsl.ClipGradNorm(math.Inf(1))}
 }
 
 // Seed are the seed models' sizes: the corpus's characters, two layers
@@ -68,7 +79,7 @@ func Generator(name string, s Sizes) *dsl.Model {
 	m.OutputNamed("hn", hn)
 	m.OutputNamed("cn", cn)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 2e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
+	m.Optimizer(s.optimizer())
 	return m
 }
 
@@ -84,6 +95,6 @@ func LanguageModel(name string, s Sizes) *dsl.Model {
 	logits := m.Linear("fc", out, s.Vocab)
 	m.Output(logits)
 	m.Loss(dsl.CrossEntropy(logits, y))
-	m.Optimizer(dsl.Adam{LR: 2e-3, Clip: dsl.ClipGradNorm(math.Inf(1))})
+	m.Optimizer(s.optimizer())
 	return m
 }

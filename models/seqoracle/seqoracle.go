@@ -177,6 +177,9 @@ func run(t *testing.T, s *runtime.Session, c Case) *result {
 func torch(c Case, m *ir.Model, params map[string][]float64) (*result, error) {
 	req := map[string]any{"model": c.Kind, "dtype": m.Loss.DType.String(), "sizes": c.Sizes, "steps": c.Steps,
 		"optimizer": m.Optimizer}
+	if m.Precision != nil && m.Precision.Type == ir.BF16 {
+		req["amp"] = "bf16"
+	}
 	ps := map[string]tensor{}
 	for n, p := range params {
 		ps[n] = tensor{Data: p}
@@ -224,4 +227,167 @@ func compare(t *testing.T, c Case, got, want *result) {
 	for n, w := range want.Params {
 		check(fmt.Sprintf("%s after %d steps", n, c.Steps), got.Params[n], w)
 	}
+}
+
+// AMPCase is a mixed-precision check of one model: Build makes it with the
+// given policy (nil: f32), the rest as Case.
+type AMPCase struct {
+	Case
+	Build func(p *dsl.AMP) *dsl.Model
+	// Tol bounds the bf16 runs against PyTorch's autocast and against
+	// each other, F32Tol the bf16 and f16 runs against ngen's f32 run:
+	// logits and gradients within a share of each tensor's largest
+	// magnitude, losses relatively, parameters after the steps as
+	// vectors (the difference's norm against the update's).
+	Tol, F32Tol AMPTol
+}
+
+// AMPTol is one comparison's tolerances.
+type AMPTol struct{ Loss, Values, Update float64 }
+
+// CheckAMP trains c under dsl.AMP{Type: dsl.BF16}, fused, unfused and in
+// the baseline forms, and compares each with PyTorch training the same
+// model under torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+// (torch_seq.py's "amp"), with each other, and with ngen's f32 run; and
+// the fused f16 run (GradScaler's defaults) with the f32 run.
+func CheckAMP(t *testing.T, c AMPCase) {
+	t.Helper()
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	dev, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	base, err := cpu.New(cpu.Options{Baseline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	var init map[string][]float64
+	train := func(dev runtime.Device, p *dsl.AMP, fuse bool) *result {
+		t.Helper()
+		m, err := c.Build(p).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := jit.Session(dev, prog, runtime.SessionOptions{MaxBatch: c.Rows, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if init == nil {
+			init = map[string][]float64{}
+			for _, n := range s.Names("param") {
+				init[n] = read(t, s, "param", n)
+			}
+		}
+		for n, v := range init {
+			i, err := s.Lookup("param", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WriteFloats(i, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := run(t, s, c.Case)
+		if sc := s.LossScale(); sc != 1 {
+			// The gradients read back are the scaled loss's.
+			for _, g := range r.Grads {
+				for i := range g {
+					g[i] /= sc
+				}
+			}
+		}
+		return r
+	}
+	bf16, f16 := &dsl.AMP{Type: dsl.BF16}, &dsl.AMP{Type: dsl.F16}
+	f32 := train(dev, nil, true)
+	fused, unfused, baseline := train(dev, bf16, true), train(dev, bf16, false), train(base, bf16, true)
+	half := train(dev, f16, true)
+	m, err := c.Build(bf16).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := torch(c.Case, m, init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		what      string
+		got, want *result
+		tol       AMPTol
+	}{
+		{"fused vs torch.autocast", fused, want, c.Tol},
+		{"-fuse=none vs torch.autocast", unfused, want, c.Tol},
+		{"baseline forms vs torch.autocast", baseline, want, c.Tol},
+		{"fused vs -fuse=none", fused, unfused, c.Tol},
+		{"fused bf16 vs ngen f32", fused, f32, c.F32Tol},
+		{"fused f16 vs ngen f32", half, f32, c.F32Tol},
+	} {
+		compareAMP(t, r.what, c.Case, r.got, r.want, init, r.tol)
+	}
+}
+
+// compareAMP compares two runs at tol (AMPCase) and logs the worst of
+// each kind, so that -v shows what the tolerances are measured against.
+func compareAMP(t *testing.T, what string, c Case, got, want *result, init map[string][]float64, tol AMPTol) {
+	t.Helper()
+	var worstV, worstU float64
+	values := func(name string, g, w []float64) {
+		t.Helper()
+		if len(g) != len(w) {
+			t.Errorf("%s: %s: %d values, want %d", what, name, len(g), len(w))
+			return
+		}
+		top := 0.0
+		for _, x := range w {
+			top = max(top, math.Abs(x))
+		}
+		for i := range w {
+			d := math.Abs(g[i] - w[i])
+			if top > 0 {
+				worstV = max(worstV, d/top)
+			}
+			if !(d <= tol.Values*top) {
+				t.Errorf("%s: %s[%d] = %v, want %v (within %g of the largest, %g)", what, name, i, g[i], w[i], tol.Values, top)
+				return
+			}
+		}
+	}
+	values("forward output", got.Output, want.Output)
+	if c.Kind != "charlm" {
+		values("forward hn", got.HN, want.HN)
+	}
+	if c.Kind == "lstm" {
+		values("forward cn", got.CN, want.CN)
+	}
+	for i := range want.Loss {
+		if d := math.Abs(got.Loss[i] - want.Loss[i]); !(d <= tol.Loss*math.Abs(want.Loss[i])) {
+			t.Errorf("%s: loss %d = %v, want %v (within %g)", what, i+1, got.Loss[i], want.Loss[i], tol.Loss)
+		}
+	}
+	for n, w := range want.Grads {
+		values("step 1 gradient "+n, got.Grads[n], w)
+	}
+	for n, w := range want.Params {
+		var diff, moved float64
+		for i, x := range w {
+			diff += (got.Params[n][i] - x) * (got.Params[n][i] - x)
+			moved += (x - init[n][i]) * (x - init[n][i])
+		}
+		if moved > 0 {
+			worstU = max(worstU, math.Sqrt(diff/moved))
+		}
+		if !(diff <= tol.Update*tol.Update*moved) {
+			t.Errorf("%s: %s after %d steps: |got - want| = %.3g, %.3g of the update %.3g (tolerance %g)", what, n, c.Steps, math.Sqrt(diff), math.Sqrt(diff/moved), math.Sqrt(moved), tol.Update)
+		}
+	}
+	t.Logf("%s: values within %.3g of their largest, updates within %.3g of their norm", what, worstV, worstU)
 }

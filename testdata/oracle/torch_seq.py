@@ -9,8 +9,11 @@ Request: {"model": "rnn" | "lstm" | "charlm", "dtype": "f32" | "f64",
 "sizes": {"vocab", "emb", "hidden", "layers", "T", "classes"},
 "params": {name: {"shape", "data"}} (ngen's names, PyTorch's state_dict
 names), "x" [B*T] ids, "y" targets, "mask" [B*T] (rnn), "h0", "c0"
-[layers*B*hidden] (absent: zeros), "steps", "optimizer": {"lr", "beta1",
-"beta2", "eps"}}.
+[layers*B*hidden] (absent: zeros), "steps", "optimizer": ir.Optimizer's
+JSON (Adam or SGD, torch_optim.py), "amp": "bf16" (optional: the forward
+pass and the loss run under torch.autocast(device_type="cpu",
+dtype=torch.bfloat16), which keeps nn.RNN and nn.LSTM in f32 and runs
+the Linear in bf16; parameters and the optimizer stay f32)}.
 
 Response: {"output": logits, "hn", "cn", "loss": [...], "grads": {name:
 [...]}, "params": {name: [...]}}, all flat, row-major.
@@ -29,6 +32,8 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_optim  # the optimizer, beside this script
 
 torch.set_num_threads(1)
 
@@ -80,20 +85,25 @@ def main():
             return fc(out[:, -1]), hn, cn
         return fc(out), hn, cn
 
+    amp = req.get("amp") == "bf16"
+
+    def autocast():
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=amp)
+
     res = {}
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         logits, hn, cn = forward()
-    res["output"] = logits.reshape(-1).tolist()
-    res["hn"] = hn.reshape(-1).tolist()
+    res["output"] = logits.double().reshape(-1).tolist()
+    res["hn"] = hn.double().reshape(-1).tolist()
     if cn is not None:
-        res["cn"] = cn.reshape(-1).tolist()
-    o = req["optimizer"]
-    opt = torch.optim.Adam(list(named.values()), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+        res["cn"] = cn.double().reshape(-1).tolist()
+    opt = torch_optim.build(named, req["optimizer"])
     res["loss"] = []
     for step in range(req["steps"]):
         opt.zero_grad()
-        logits, _, _ = forward()
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with autocast():
+            logits, _, _ = forward()
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         if step == 0:
             res["grads"] = {n: p.grad.reshape(-1).tolist() for n, p in named.items()}

@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:82
+//   v3 = embedding <f32[B,64,32]> v2 v0  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // bias_fwd: 8 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4, lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd_3, lstm_bias_fwd_4). The first computes:
-//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:83
+//   v11 = add <f32[B,64,512]> v10 v6  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -169,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 6 launches (slice_fwd, slice_fwd_2, slice_bwd_2, slice_bwd_6, slice_fwd, slice_fwd_2). The first computes:
-//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:83
+//   v14 = slice <f32[B,64,128]> v13 {axes=[2] ints=[0 128]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -227,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd_2: 2 launches (fc_bias_fwd, fc_bias_fwd). The first computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -240,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // cross_entropy_fwd computes:
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:97
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -273,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_fwd(const float 
 }
 
 // ce_grad_bwd computes:
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:97
 extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -308,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 }
 
 // sum_bwd computes:
-//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:84
+//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // sum_bwd_2 computes:
-//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:84
+//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 12672LL;
   const long long nred = (long long)B;
@@ -368,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
-//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:83
+//   v39 = slice_bwd <f32[B,64,768]> v35 {axes=[2] shape=[B,64,768] ints=[0 128]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -383,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -432,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_5). The first computes:
-//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:83
+//   v41 = slice <f32[B,64,512]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -447,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // slice_bwd_2: 2 launches (slice_bwd_3, slice_bwd_7). The first computes:
-//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:83
+//   v43 = slice <f32[B,63,512]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -462,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3: 2 launches (slice_bwd_4, slice_bwd_8). The first computes:
-//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
+//   v44 = slice <f32[B,63,128]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -477,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // sum_bwd_3: 3 launches (sum_bwd_3, sum_bwd_6, sum_bwd_7). The first computes:
-//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // sum_bwd_4: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
-//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
 static __device__ float sum_bwd_4_part0[2560];
 static __device__ unsigned sum_bwd_4_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -579,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 }
 
 // sum_bwd_5 computes:
-//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
@@ -622,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:82
+//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -638,7 +638,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v76 = clip_norm_scale <f32[230979]> v75  # models/lstm/model.go:79
+//   v76 = clip_norm_scale <f32[230979]> v75  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float * __restrict__ in0, float * __restrict__ out0, const int *status, float s_max_norm) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -651,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 }
 
 // optimizer_update_2 computes:
-//   v78 = mul <f32[230979]> v74 v77  # models/lstm/model.go:79
+//   v78 = mul <f32[230979]> v74 v77  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float * __restrict__ in0, float * __restrict__ out0, float s_wd, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -664,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_2(const float
 }
 
 // optimizer_update_3: 3 launches (optimizer_update_3, optimizer_update_6, optimizer_update_10). The first computes:
-//   v79 = add <f32[230979]> v76 v78  # models/lstm/model.go:79
+//   v79 = add <f32[230979]> v76 v78  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -678,7 +678,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_3(const float
 }
 
 // optimizer_update_4 computes:
-//   v82 = scale <f32[230979]> v80 {f=0.9}  # models/lstm/model.go:79
+//   v82 = scale <f32[230979]> v80 {f=0.9}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -691,7 +691,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_4(const float
 }
 
 // optimizer_update_5 computes:
-//   v83 = scale <f32[230979]> v79 {f=0.09999999999999998}  # models/lstm/model.go:79
+//   v83 = scale <f32[230979]> v79 {f=0.09999999999999998}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -704,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_5(const float
 }
 
 // optimizer_update_6 computes:
-//   v85 = scale <f32[230979]> v81 {f=0.999}  # models/lstm/model.go:79
+//   v85 = scale <f32[230979]> v81 {f=0.999}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -717,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_6(const float
 }
 
 // optimizer_update_7 computes:
-//   v86 = mul <f32[230979]> v79 v79  # models/lstm/model.go:79
+//   v86 = mul <f32[230979]> v79 v79  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -730,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_7(const float
 }
 
 // optimizer_update_8 computes:
-//   v87 = scale <f32[230979]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:79
+//   v87 = scale <f32[230979]> v86 {f=0.0010000000000000009}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -743,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_8(const float
 }
 
 // optimizer_update_9 computes:
-//   v89 = sqrt <f32[230979]> v88  # models/lstm/model.go:79
+//   v89 = sqrt <f32[230979]> v88  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -756,7 +756,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_9(const float
 }
 
 // optimizer_update_10 computes:
-//   v91 = div <f32[230979]> v89 v90  # models/lstm/model.go:79
+//   v91 = div <f32[230979]> v89 v90  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const float * __restrict__ in0, float * __restrict__ out0, float s_bc2_sqrt, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -769,7 +769,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_10(const floa
 }
 
 // optimizer_update_11 computes:
-//   v92 = addc <f32[230979]> v91 {f=1e-08}  # models/lstm/model.go:79
+//   v92 = addc <f32[230979]> v91 {f=1e-08}  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const float * __restrict__ in0, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -782,7 +782,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_11(const floa
 }
 
 // optimizer_update_12 computes:
-//   v94 = div <f32[230979]> v84 v92  # models/lstm/model.go:79
+//   v94 = div <f32[230979]> v84 v92  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -796,7 +796,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_12(const floa
 }
 
 // optimizer_update_13 computes:
-//   v95 = mul <f32[230979]> v93 v94  # models/lstm/model.go:79
+//   v95 = mul <f32[230979]> v93 v94  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const float * __restrict__ in0, float * __restrict__ out0, float s_step_size, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -809,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update_13(const floa
 }
 
 // optimizer_update_14 computes:
-//   v96 = sub <f32[230979]> v74 v95  # models/lstm/model.go:79
+//   v96 = sub <f32[230979]> v74 v95  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update_14(const float *in0, const float *in1, float *out0, const int *status) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -923,7 +923,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // rnn_scan_fwd__host: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -969,7 +969,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const flo
 }
 
 // rnn_scan_fwd__baseline: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,768]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
     __shared__ float th[1024];
     __shared__ float tcs[1024];
@@ -1031,7 +1031,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const
 }
 
 // cross_entropy_fwd__host computes:
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:97
 NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -1065,7 +1065,7 @@ NGEN_HOST_FORM void cross_entropy_fwd__host(const float * __restrict__ in0, cons
 }
 
 // ce_grad_bwd__host computes:
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:97
 NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -1100,7 +1100,7 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
 }
 
 // sum_bwd_2__host computes:
-//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:84
+//   v37 = sum <f32[1,99,128]> v36 {axes=[0] keepdim}  # models/lstm/model.go:95
 NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 12672LL;
   const long long nred = (long long)B;
@@ -1143,7 +1143,7 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
 }
 
 // rnn_scan_bwd_bwd__host: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -1201,7 +1201,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const
 }
 
 // rnn_scan_bwd_bwd__baseline: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,512]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
     __shared__ float tdh[1024];
     __shared__ float tdc[1024];
@@ -1272,7 +1272,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
 }
 
 // sum_bwd_3__host: 3 launches (sum_bwd_3, sum_bwd_6, sum_bwd_7). The first computes:
-//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v46 = sum <f32[1,512,128]> v45 {axes=[0] keepdim}  # models/lstm/model.go:94
 NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 65536LL;
   const long long nred = (long long)B;
@@ -1315,7 +1315,7 @@ NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __re
 }
 
 // sum_bwd_4__host: 4 launches (sum_bwd_4, sum_bwd_5, sum_bwd_8, sum_bwd_9). The first computes:
-//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v48 = sum <f32[1,1,512]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
 static __device__ double sum_bwd_4__host_part0[2560];
 static __device__ unsigned sum_bwd_4__host_count[64];
 NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -1374,7 +1374,7 @@ NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __re
 }
 
 // sum_bwd_5__host computes:
-//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v71 = sum <f32[1,512,32]> v70 {axes=[0] keepdim}  # models/lstm/model.go:94
 NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 16384LL;
   const long long nred = (long long)B;
@@ -1417,7 +1417,7 @@ NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __re
 }
 
 // embedding_bwd_bwd__host computes:
-//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:82
+//   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:93
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {

@@ -141,7 +141,7 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // embedding_fwd: 2 launches (emb_embedding_fwd, emb_embedding_fwd). The first computes:
-//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:64
+//   v5 = embedding <f32[B,1,32]> v4 v0  # models/lstm/model.go:75
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -156,10 +156,10 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // slice_fwd: 2 launches (slice_fwd, slice_fwd). The first computes:
-//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:65
-//   v12 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:65
-//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:65
-//   v25 = slice <f32[1,B,128]> v2 {axes=[0] ints=[1 2]}  # models/lstm/model.go:65
+//   v10 = slice <f32[1,B,128]> v1 {axes=[0] ints=[0 1]}  # models/lstm/model.go:76
+//   v12 = slice <f32[1,B,128]> v2 {axes=[0] ints=[0 1]}  # models/lstm/model.go:76
+//   v23 = slice <f32[1,B,128]> v1 {axes=[0] ints=[1 2]}  # models/lstm/model.go:76
+//   v25 = slice <f32[1,B,128]> v2 {axes=[0] ints=[1 2]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, float * __restrict__ out3, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -192,8 +192,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd: 4 launches (lstm_bias_fwd, lstm_bias_fwd_2, lstm_bias_fwd, lstm_bias_fwd_2). The first computes:
-//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:65
-//   v16 = add <f32[B,1,512]> v15 v9  # models/lstm/model.go:65
+//   v15 = add <f32[B,1,512]> v14 v8  # models/lstm/model.go:76
+//   v16 = add <f32[B,1,512]> v15 v9  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -208,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:65
+//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
   __shared__ float hs[128];
   __shared__ float cs[128];
@@ -251,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd_2: 4 launches (slice_fwd_2, slice_fwd_3, slice_fwd_2, slice_fwd_5). The first computes:
-//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:65
+//   v18 = slice <f32[B,1,128]> v17 {axes=[2] ints=[0 128]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 }
 
 // slice_fwd_3: 2 launches (slice_fwd_4, slice_fwd_4). The first computes:
-//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:66
+//   v32 = slice <f32[B,1,128]> v31 {axes=[1] ints=[0 1]}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -281,9 +281,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_3(const float * __re
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:66
-//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:70
-//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:70
+//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:77
+//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:81
+//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:81
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
@@ -331,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:66
+//   v41 = sum <f32[1,99]> v40 {axes=[0] keepdim}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = (long long)B;
@@ -348,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd computes:
-//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:66
+//   v46 = slice_bwd <f32[B,1,128]> v45 {axes=[1] shape=[B,1,128] ints=[0 1]}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -363,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // slice_bwd_bwd_2: 2 launches (slice_bwd_bwd_2, slice_bwd_bwd_3). The first computes:
-//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:65
+//   v47 = slice_bwd <f32[B,1,768]> v46 {axes=[2] shape=[B,1,768] ints=[0 128]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 768) {
@@ -378,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:65
+//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
   __shared__ float dh[128];
   __shared__ float dc[128];
@@ -427,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd: 2 launches (slice_bwd, slice_bwd_2). The first computes:
-//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
+//   v49 = slice <f32[B,1,512]> v48 {axes=[1] ints=[0 1]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 512) {
@@ -442,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // sum_bwd_2: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
-//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
-//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:76
+//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:76
 static __device__ float sum_bwd_2_part0[2560];
 static __device__ float sum_bwd_2_part1[2560];
 static __device__ unsigned sum_bwd_2_count[64];
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
+//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:75
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
@@ -533,22 +533,22 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // optimizer_update computes:
-//   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:59
-//   v82 = mul <f32[230979]> v78 v81  # models/lstm/model.go:59
-//   v83 = add <f32[230979]> v80 v82  # models/lstm/model.go:59
-//   v86 = scale <f32[230979]> v84 {f=0.9}  # models/lstm/model.go:59
-//   v87 = scale <f32[230979]> v83 {f=0.09999999999999998}  # models/lstm/model.go:59
-//   v88 = add <f32[230979]> v86 v87  # models/lstm/model.go:59
-//   v89 = scale <f32[230979]> v85 {f=0.999}  # models/lstm/model.go:59
-//   v90 = mul <f32[230979]> v83 v83  # models/lstm/model.go:59
-//   v91 = scale <f32[230979]> v90 {f=0.0010000000000000009}  # models/lstm/model.go:59
-//   v92 = add <f32[230979]> v89 v91  # models/lstm/model.go:59
-//   v93 = sqrt <f32[230979]> v92  # models/lstm/model.go:59
-//   v95 = div <f32[230979]> v93 v94  # models/lstm/model.go:59
-//   v96 = addc <f32[230979]> v95 {f=1e-08}  # models/lstm/model.go:59
-//   v98 = div <f32[230979]> v88 v96  # models/lstm/model.go:59
-//   v99 = mul <f32[230979]> v97 v98  # models/lstm/model.go:59
-//   v100 = sub <f32[230979]> v78 v99  # models/lstm/model.go:59
+//   v80 = clip_norm_scale <f32[230979]> v79  # models/lstm/model.go:70
+//   v82 = mul <f32[230979]> v78 v81  # models/lstm/model.go:70
+//   v83 = add <f32[230979]> v80 v82  # models/lstm/model.go:70
+//   v86 = scale <f32[230979]> v84 {f=0.9}  # models/lstm/model.go:70
+//   v87 = scale <f32[230979]> v83 {f=0.09999999999999998}  # models/lstm/model.go:70
+//   v88 = add <f32[230979]> v86 v87  # models/lstm/model.go:70
+//   v89 = scale <f32[230979]> v85 {f=0.999}  # models/lstm/model.go:70
+//   v90 = mul <f32[230979]> v83 v83  # models/lstm/model.go:70
+//   v91 = scale <f32[230979]> v90 {f=0.0010000000000000009}  # models/lstm/model.go:70
+//   v92 = add <f32[230979]> v89 v91  # models/lstm/model.go:70
+//   v93 = sqrt <f32[230979]> v92  # models/lstm/model.go:70
+//   v95 = div <f32[230979]> v93 v94  # models/lstm/model.go:70
+//   v96 = addc <f32[230979]> v95 {f=1e-08}  # models/lstm/model.go:70
+//   v98 = div <f32[230979]> v88 v96  # models/lstm/model.go:70
+//   v99 = mul <f32[230979]> v97 v98  # models/lstm/model.go:70
+//   v100 = sub <f32[230979]> v78 v99  # models/lstm/model.go:70
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -581,8 +581,8 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 }
 
 // slice_fwd_4: 2 launches (slice_fwd_3, slice_fwd_6). The first computes:
-//   v18 = slice <f32[B,1,128]> v17 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
-//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:65
+//   v18 = slice <f32[B,1,128]> v17 {axes=[1] ints=[0 1]}  # models/lstm/model.go:76
+//   v20 = slice <f32[B,1,128]> v16 {axes=[2] ints=[128 256]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -603,8 +603,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_4(const float * __re
 }
 
 // slice_fwd_5 computes:
-//   v39 = slice <f32[B,1,128]> v38 {axes=[1] ints=[0 1]}  # models/lstm/model.go:65
-//   v47 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:66
+//   v39 = slice <f32[B,1,128]> v38 {axes=[1] ints=[0 1]}  # models/lstm/model.go:76
+//   v47 = slice <f32[B,1,128]> v35 {axes=[1] ints=[0 1]}  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -625,8 +625,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_5(const float * __re
 }
 
 // concat_fwd computes:
-//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:65
-//   v46 = concat <f32[2,B,128]> v44 v45 {axes=[0]}  # models/lstm/model.go:65
+//   v43 = concat <f32[2,B,128]> v41 v42 {axes=[0]}  # models/lstm/model.go:76
+//   v46 = concat <f32[2,B,128]> v44 v45 {axes=[0]}  # models/lstm/model.go:76
 extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 2LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(256) concat_fwd(const float * __res
 }
 
 // bias_fwd_2 computes:
-//   v52 = add <f32[B,99]> v50 v51  # models/lstm/model.go:66
+//   v52 = add <f32[B,99]> v50 v51  # models/lstm/model.go:77
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -762,7 +762,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // rnn_scan_fwd__host: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:65
+//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:76
 NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -808,7 +808,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const flo
 }
 
 // rnn_scan_fwd__baseline: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:65
+//   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:76
 NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
     __shared__ float th[1024];
     __shared__ float tcs[1024];
@@ -870,9 +870,9 @@ NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const
 }
 
 // bias_cross_entropy_ce_grad_bwd__host computes:
-//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:66
-//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:70
-//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:70
+//   v37 = add <f32[B,99]> v35 v36  # models/lstm/model.go:77
+//   v38 = cross_entropy <f32[]> v37 v3  # models/lstm/model.go:81
+//   v40 = ce_grad <f32[B,99]> v37 v3 v39  # models/lstm/model.go:81
 NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = (long long)B;
   const int C = 99;
@@ -912,7 +912,7 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
 }
 
 // rnn_scan_bwd_bwd__host: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:65
+//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:76
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -970,7 +970,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const
 }
 
 // rnn_scan_bwd_bwd__baseline: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:65
+//   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:76
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
     __shared__ float tdh[1024];
     __shared__ float tdc[1024];
@@ -1041,8 +1041,8 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
 }
 
 // sum_bwd_2__host: 2 launches (sum_bwd_2, sum_bwd_3). The first computes:
-//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
-//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:65
+//   v54 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:76
+//   v56 = sum <f32[1,1,512]> v49 {axes=[0 1] keepdim}  # models/lstm/model.go:76
 static __device__ double sum_bwd_2__host_part0[2560];
 static __device__ double sum_bwd_2__host_part1[2560];
 static __device__ unsigned sum_bwd_2__host_count[64];
@@ -1116,7 +1116,7 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
 }
 
 // embedding_bwd_bwd__host computes:
-//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:64
+//   v77 = embedding_bwd <f32[99,32]> v73 v0 {shape=[99,32]}  # models/lstm/model.go:75
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {

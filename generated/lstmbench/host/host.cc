@@ -141,8 +141,8 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #endif
 
 // bias_fwd: 2 launches (lstm_bias_fwd, lstm_bias_fwd). The first computes:
-//   v10 = add <f32[99,1024]> v9 v5  # models/lstm/model.go:83
-//   v11 = add <f32[99,1024]> v10 v6  # models/lstm/model.go:83
+//   v10 = add <f32[99,1024]> v9 v5  # models/lstm/model.go:94
+//   v11 = add <f32[99,1024]> v10 v6  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 }
 
 // embedding_fwd: 2 launches (embedding_fwd, embedding_fwd). The first computes:
-//   v12 = embedding <f32[B,64,1024]> v11 v0  # models/lstm/model.go:82
+//   v12 = embedding <f32[B,64,1024]> v11 v0  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B, int *status, int c0) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -172,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 }
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   __shared__ float hs[256];
   __shared__ float cs[256];
@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __r
 }
 
 // slice_fwd: 3 launches (slice_fwd, slice_fwd, slice_fwd_2). The first computes:
-//   v14 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:83
+//   v14 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -230,8 +230,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 }
 
 // bias_fwd_2: 2 launches (lstm_bias_fwd_2, lstm_bias_fwd_2). The first computes:
-//   v22 = add <f32[B,64,1024]> v21 v17  # models/lstm/model.go:83
-//   v23 = add <f32[B,64,1024]> v22 v18  # models/lstm/model.go:83
+//   v22 = add <f32[B,64,1024]> v21 v17  # models/lstm/model.go:94
+//   v23 = add <f32[B,64,1024]> v22 v18  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -246,9 +246,9 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd_2(const float * __res
 }
 
 // slice_bwd computes:
-//   v25 = slice <f32[B,64,256]> v24 {axes=[2] ints=[0 256]}  # models/lstm/model.go:83
-//   v42 = slice <f32[B,64,256]> v24 {axes=[2] ints=[0 256]}  # models/lstm/model.go:83
-//   v59 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:83
+//   v25 = slice <f32[B,64,256]> v24 {axes=[2] ints=[0 256]}  # models/lstm/model.go:94
+//   v42 = slice <f32[B,64,256]> v24 {axes=[2] ints=[0 256]}  # models/lstm/model.go:94
+//   v59 = slice <f32[B,64,256]> v13 {axes=[2] ints=[0 256]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, float * __restrict__ out2, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -275,9 +275,9 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd(const float * __rest
 }
 
 // bias_cross_entropy_ce_grad_bwd computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:95
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:97
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:97
 extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 }
 
 // sum_bwd computes:
-//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:84
+//   v33 = sum <f32[1,1,99]> v32 {axes=[0 1] keepdim}  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
@@ -342,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 }
 
 // slice_bwd_bwd: 2 launches (slice_bwd_bwd, slice_bwd_bwd_2). The first computes:
-//   v39 = slice_bwd <f32[B,64,1536]> v35 {axes=[2] shape=[B,64,1536] ints=[0 256]}  # models/lstm/model.go:83
+//   v39 = slice_bwd <f32[B,64,1536]> v35 {axes=[2] shape=[B,64,1536] ints=[0 256]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1536) {
@@ -357,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 }
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   __shared__ float dh[256];
   __shared__ float dc[256];
@@ -406,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float *
 }
 
 // slice_bwd_2: 2 launches (slice_bwd_2, slice_bwd_5). The first computes:
-//   v41 = slice <f32[B,64,1024]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:83
+//   v41 = slice <f32[B,64,1024]> v40 {axes=[1] ints=[0 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -421,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 }
 
 // slice_bwd_3: 2 launches (slice_bwd_3, slice_bwd_6). The first computes:
-//   v43 = slice <f32[B,63,1024]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:83
+//   v43 = slice <f32[B,63,1024]> v41 {axes=[1] ints=[1 64]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -436,8 +436,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_3(const float * __re
 }
 
 // slice_bwd_4 computes:
-//   v44 = slice <f32[B,63,256]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
-//   v61 = slice <f32[B,63,256]> v59 {axes=[1] ints=[0 63]}  # models/lstm/model.go:83
+//   v44 = slice <f32[B,63,256]> v42 {axes=[1] ints=[0 63]}  # models/lstm/model.go:94
+//   v61 = slice <f32[B,63,256]> v59 {axes=[1] ints=[0 63]}  # models/lstm/model.go:94
 extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long rows = 63LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
@@ -458,8 +458,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_4(const float * __re
 }
 
 // sum_bwd_2 computes:
-//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
-//   v50 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
+//   v50 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
 static __device__ float sum_bwd_2_part0[3072];
 static __device__ float sum_bwd_2_part1[3072];
 static __device__ unsigned sum_bwd_2_count[128];
@@ -533,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 }
 
 // embedding_bwd_bwd computes:
-//   v65 = embedding_bwd <f32[99,1024]> v58 v0 {shape=[99,1024]}  # models/lstm/model.go:82
+//   v65 = embedding_bwd <f32[99,1024]> v58 v0 {shape=[99,1024]}  # models/lstm/model.go:93
 extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -549,8 +549,8 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float 
 }
 
 // sum_bwd_3 computes:
-//   v66 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
-//   v68 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v66 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:94
+//   v68 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:94
 static __device__ float sum_bwd_3_part0[3072];
 static __device__ float sum_bwd_3_part1[3072];
 static __device__ unsigned sum_bwd_3_count[128];
@@ -624,22 +624,22 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 }
 
 // optimizer_update computes:
-//   v74 = clip_norm_scale <f32[959715]> v73  # models/lstm/model.go:79
-//   v76 = mul <f32[959715]> v72 v75  # models/lstm/model.go:79
-//   v77 = add <f32[959715]> v74 v76  # models/lstm/model.go:79
-//   v80 = scale <f32[959715]> v78 {f=0.9}  # models/lstm/model.go:79
-//   v81 = scale <f32[959715]> v77 {f=0.09999999999999998}  # models/lstm/model.go:79
-//   v82 = add <f32[959715]> v80 v81  # models/lstm/model.go:79
-//   v83 = scale <f32[959715]> v79 {f=0.999}  # models/lstm/model.go:79
-//   v84 = mul <f32[959715]> v77 v77  # models/lstm/model.go:79
-//   v85 = scale <f32[959715]> v84 {f=0.0010000000000000009}  # models/lstm/model.go:79
-//   v86 = add <f32[959715]> v83 v85  # models/lstm/model.go:79
-//   v87 = sqrt <f32[959715]> v86  # models/lstm/model.go:79
-//   v89 = div <f32[959715]> v87 v88  # models/lstm/model.go:79
-//   v90 = addc <f32[959715]> v89 {f=1e-08}  # models/lstm/model.go:79
-//   v92 = div <f32[959715]> v82 v90  # models/lstm/model.go:79
-//   v93 = mul <f32[959715]> v91 v92  # models/lstm/model.go:79
-//   v94 = sub <f32[959715]> v72 v93  # models/lstm/model.go:79
+//   v74 = clip_norm_scale <f32[959715]> v73  # models/lstm/model.go:90
+//   v76 = mul <f32[959715]> v72 v75  # models/lstm/model.go:90
+//   v77 = add <f32[959715]> v74 v76  # models/lstm/model.go:90
+//   v80 = scale <f32[959715]> v78 {f=0.9}  # models/lstm/model.go:90
+//   v81 = scale <f32[959715]> v77 {f=0.09999999999999998}  # models/lstm/model.go:90
+//   v82 = add <f32[959715]> v80 v81  # models/lstm/model.go:90
+//   v83 = scale <f32[959715]> v79 {f=0.999}  # models/lstm/model.go:90
+//   v84 = mul <f32[959715]> v77 v77  # models/lstm/model.go:90
+//   v85 = scale <f32[959715]> v84 {f=0.0010000000000000009}  # models/lstm/model.go:90
+//   v86 = add <f32[959715]> v83 v85  # models/lstm/model.go:90
+//   v87 = sqrt <f32[959715]> v86  # models/lstm/model.go:90
+//   v89 = div <f32[959715]> v87 v88  # models/lstm/model.go:90
+//   v90 = addc <f32[959715]> v89 {f=1e-08}  # models/lstm/model.go:90
+//   v92 = div <f32[959715]> v82 v90  # models/lstm/model.go:90
+//   v93 = mul <f32[959715]> v91 v92  # models/lstm/model.go:90
+//   v94 = sub <f32[959715]> v72 v93  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
@@ -672,7 +672,7 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 }
 
 // bias_fwd_3 computes:
-//   v28 = add <f32[B,64,99]> v26 v27  # models/lstm/model.go:84
+//   v28 = add <f32[B,64,99]> v26 v27  # models/lstm/model.go:95
 extern "C" __global__ void __launch_bounds__(256) bias_fwd_3(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 64LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 99) {
@@ -785,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
 // The host forms: kernels the host target renders in a form of its own.
 
 // rnn_scan_fwd__host: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -831,7 +831,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const flo
 }
 
 // rnn_scan_fwd__baseline: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
-//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:83
+//   v13 = rnn_scan <f32[B,64,1536]> v12 v4 v7 v8 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
     __shared__ float th[2048];
     __shared__ float tcs[2048];
@@ -893,9 +893,9 @@ NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const
 }
 
 // bias_cross_entropy_ce_grad_bwd__host computes:
-//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:84
-//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:86
-//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:86
+//   v29 = add <f32[B,64,99]> v27 v28  # models/lstm/model.go:95
+//   v30 = cross_entropy <f32[]> v29 v1  # models/lstm/model.go:97
+//   v32 = ce_grad <f32[B,64,99]> v29 v1 v31  # models/lstm/model.go:97
 NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, float * __restrict__ out1, int *status, int c0, int B) {
   const long long rows = 64LL * (long long)B;
   const int C = 99;
@@ -935,7 +935,7 @@ NGEN_HOST_FORM void bias_cross_entropy_ce_grad_bwd__host(const float * __restric
 }
 
 // rnn_scan_bwd_bwd__host: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
@@ -993,7 +993,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const
 }
 
 // rnn_scan_bwd_bwd__baseline: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
-//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:83
+//   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
 NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
     __shared__ float tdh[2048];
     __shared__ float tdc[2048];
@@ -1064,8 +1064,8 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, c
 }
 
 // sum_bwd_2__host computes:
-//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
-//   v50 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:83
+//   v48 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
+//   v50 = sum <f32[1,1,1024]> v41 {axes=[0 1] keepdim}  # models/lstm/model.go:94
 static __device__ double sum_bwd_2__host_part0[3072];
 static __device__ double sum_bwd_2__host_part1[3072];
 static __device__ unsigned sum_bwd_2__host_count[128];
@@ -1139,7 +1139,7 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
 }
 
 // embedding_bwd_bwd__host computes:
-//   v65 = embedding_bwd <f32[99,1024]> v58 v0 {shape=[99,1024]}  # models/lstm/model.go:82
+//   v65 = embedding_bwd <f32[99,1024]> v58 v0 {shape=[99,1024]}  # models/lstm/model.go:93
 NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
@@ -1162,8 +1162,8 @@ NGEN_HOST_FORM void embedding_bwd_bwd__host(const float * __restrict__ in0, cons
 }
 
 // sum_bwd_3__host computes:
-//   v66 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
-//   v68 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:83
+//   v66 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:94
+//   v68 = sum <f32[1,1024]> v65 {axes=[0] keepdim}  # models/lstm/model.go:94
 static __device__ double sum_bwd_3__host_part0[3072];
 static __device__ double sum_bwd_3__host_part1[3072];
 static __device__ unsigned sum_bwd_3__host_count[128];
