@@ -174,7 +174,7 @@ def main():
     p.add_argument("--vocab", type=int, help="sequence models: token ids")
     p.add_argument("--log", help="write the run log (cmd/train -log's JSON lines) here")
     p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
-                   help="image models: bf16 runs the forward pass under torch.autocast, as cmd/train -amp bf16 (fp16 is refused)")
+                   help="bf16 runs the forward pass and the loss under torch.autocast, as cmd/train -amp bf16 (fp16 is refused)")
     p.add_argument("--lr", type=float, help="Adam's learning rate (default: the model's), the schedule's base rate")
     p.add_argument("--weight-decay", type=float, default=0,
                    help="Adam's weight_decay (cmd/train passes -weight-decay, or the model's)")
@@ -308,6 +308,15 @@ def train_seq(a):
         splits.append(tuple(torch.from_numpy(v.astype(np.int64)) for v in (x, y, ln)))
     (xtr, ytr, ltr), val, test = splits
     per_seq = ytr.shape[1] == 1
+    if a.amp == "fp16":
+        sys.exit("torch_train.py: --amp fp16 is not run by this peer (PyTorch %s's CPU autocast has no float16); use --amp bf16" % torch.__version__)
+
+    def autocast():
+        # As for the image models: the forward pass and the loss, and
+        # evaluation, under CPU autocast in bf16 (nn.RNN and nn.LSTM stay
+        # f32 there, the Linear layers and attention's GEMMs run in bf16).
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16")
+
     torch.manual_seed(a.seed)
     model, lr = torch_models.seq_model(a.model, a.vocab)
     opt = adam(model, a, a.lr or lr)
@@ -321,7 +330,7 @@ def train_seq(a):
     def evaluate(split):
         x, y, ln = split
         nll, correct = 0.0, 0
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             for s in range(0, len(x), 1000):
                 out = model(x[s:s + 1000], ln[s:s + 1000])
                 logits = out.reshape(-1, out.shape[-1])
@@ -341,7 +350,8 @@ def train_seq(a):
             if a.epoch_steps > 0 and batches == a.epoch_steps:
                 break
             idx = order[s:s + a.batch]
-            loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
+            with autocast():
+                loss = loss_of(model(xtr[idx], ltr[idx]), ytr[idx])
             loss.backward()
             if a.clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)

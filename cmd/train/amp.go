@@ -63,8 +63,9 @@ func ampOf(pkg string) (model, amp string, ok bool) {
 }
 
 // checkAMP refuses -amp where no mixed-precision build can train: a value
-// other than bf16, fp16 or off; a model generated without one, with why;
-// and the flags that do not combine with it.
+// other than bf16, fp16 or off; a model with neither a package nor a
+// declaration to compile one from (jit.go); and the flags that do not
+// combine with it.
 func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error {
 	if m, a, ok := ampOf(name); ok {
 		return fmt.Errorf("-model %s is %s's mixed-precision build: give -model %s -amp %s", name, m, m, a)
@@ -75,8 +76,11 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 	if _, ok := ampTypes[amp]; !ok {
 		return fmt.Errorf("-amp %s: want bf16, fp16 or off", amp)
 	}
-	if trainedAs(name, amp) == "" || seq {
-		return fmt.Errorf("-amp %s: %s", amp, whyNoAMP(name, seq))
+	if pkg := ampSource(name, seq); trainedAs(name, amp) == "" || seq {
+		// Built at run time from the model's declaration (jit.go).
+		if _, ok := declarations[pkg]; !ok {
+			return fmt.Errorf("-amp %s: %s has no mixed-precision build in generated/ and no declaration cmd/train can compile one from", amp, name)
+		}
 	}
 	switch {
 	case device != "cpu":
@@ -87,16 +91,14 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 	return nil
 }
 
-// whyNoAMP says why model name has no mixed-precision build: every model
-// compiles under -amp (autocast keeps recurrences in f32, as on the CPU
-// in PyTorch), but only the packages models/mlp/amp.go and
-// models/convnet/amp.go generate are built, and the sequence models'
-// training path takes none yet.
-func whyNoAMP(name string, seq bool) string {
+// ampSource is the f32 package whose declaration -amp compiles for model
+// name: the name itself, or a sequence task's package (lstm trains
+// charlm).
+func ampSource(name string, seq bool) string {
 	if seq {
-		return fmt.Sprintf("%s has no mixed-precision build in generated/, and the sequence models' training path takes none yet (ngen build -amp and ngen report -amp compile it; docs/AMP.md)", name)
+		return seqTasks[name].pkg
 	}
-	return fmt.Sprintf("%s has no mixed-precision build in generated/ (ngen build -amp makes one; see models/mlp/amp.go)", name)
+	return name
 }
 
 // describeAMP prints what the run's loss scaling did: the scale it ends

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/runtime"
 	"math"
 	"os"
 	"os/exec"
@@ -11,12 +13,10 @@ import (
 	"testing"
 )
 
-// TestAMPRefused: -amp trains a model's mixed-precision build or says
-// why it cannot: the sequence models have none (cmd/train's sequence
-// path takes none yet), a ConvNet has a bf16 build (generated/convnet_bf16) and no other
-// yet, the Transformers have no package built with -amp, a value other
-// than bf16, fp16 or off is
-// an error, the GPU backend runs no 16-bit GEMM, fp16 does not combine
+// TestAMPRefused: -amp trains a model's mixed-precision build (a package
+// in generated/, or one compiled at run time from the model's
+// declaration) or says why it cannot: a value other than bf16, fp16 or
+// off is an error, the GPU backend runs no 16-bit GEMM, fp16 does not combine
 // with the PyTorch peer, and an AMP package is not a -model of its own.
 // Both types combine with -dist (the ranks agree on a loss scaler's
 // skips: runtime/dataparallel.go).
@@ -26,13 +26,9 @@ func TestAMPRefused(t *testing.T) {
 		torch                    bool
 		want                     string
 	}{
-		{"convnet", "fp16", "cpu", "", false, "-amp fp16: convnet has no mixed-precision build in generated/ (ngen build -amp makes one; see models/mlp/amp.go)"},
-		{"convnet_bn", "bf16", "cpu", "", false, "convnet_bn has no mixed-precision build in generated/"},
 		{"convnet_bf16", "", "cpu", "", false, "-model convnet_bf16 is convnet's mixed-precision build: give -model convnet -amp bf16"},
-		{"lstm", "bf16", "cpu", "", false, "lstm has no mixed-precision build in generated/, and the sequence models' training path takes none yet"},
-		{"rnn", "bf16", "cpu", "", false, "rnn has no mixed-precision build in generated/, and the sequence models' training path"},
-		{"gpt", "fp16", "cpu", "", false, "gpt has no mixed-precision build in generated/, and the sequence models' training path"},
-		{"transformer", "bf16", "cpu", "", false, "transformer has no mixed-precision build in generated/, and the sequence models' training path"},
+		{"lstm", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
+		{"gpt", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},
 		{"mlp", "fp8", "cpu", "", false, "-amp fp8: want bf16, fp16 or off"},
 		{"mlp", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
 		{"mlp", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},
@@ -46,6 +42,8 @@ func TestAMPRefused(t *testing.T) {
 	}
 	for _, c := range []struct{ model, amp, dist string }{
 		{"mlp", "bf16", ""}, {"mlp", "fp16", ""}, {"mlp", "off", ""}, {"convnet", "off", ""}, {"convnet", "bf16", ""}, {"lstm", "", ""}, {"mlp", "bf16", "mpi"}, {"mlp", "fp16", "mpi"},
+		// Compiled at run time from the declaration (jit.go).
+		{"convnet", "fp16", ""}, {"convnet_bn", "bf16", ""}, {"lstm", "bf16", ""}, {"rnn", "fp16", ""}, {"gpt", "bf16", ""}, {"transformer", "fp16", ""}, {"gpt", "bf16", "mpi"},
 	} {
 		_, seq := seqTasks[c.model]
 		if err := checkAMP(c.model, c.amp, seq, "cpu", c.dist, c.amp == "bf16"); err != nil {
@@ -135,5 +133,75 @@ func TestDistAMPTrain(t *testing.T) {
 	// f16 GEMMs over 32 rows round other sums than over 64: 1%.
 	if math.Abs(one-two) > 1e-2*one {
 		t.Errorf("train loss %g with 2 processes of batch 32, %g with one of batch 64", two, one)
+	}
+}
+
+// TestAMPCompiledAtRunTime: -amp for a model whose mixed-precision build
+// generated/ lacks compiles it at run time from the model's declaration
+// (jit.go) and trains it: ConvNet-BN in bf16 on Fashion-MNIST images,
+// the LSTM in fp16 (its loss scaler reported), the sampler afterwards
+// reading the checkpoint the fp16 run trained.
+func TestAMPCompiledAtRunTime(t *testing.T) {
+	images := smallFashionMNIST(t, 128, 64)
+	fortunes := tinyFortunes(t, 24)
+	// A stand-in peer that records its arguments: -torch -amp bf16 passes
+	// --amp bf16 to the sequence models' peer too.
+	peer := filepath.Join(t.TempDir(), "peer.py")
+	record := filepath.Join(t.TempDir(), "args")
+	if err := os.WriteFile(peer, []byte(`import json, sys
+open(`+strconv.Quote(record)+`, "w").write(" ".join(sys.argv[1:]))
+print(json.dumps({"epoch": 1, "val_bpc": 5.0, "train_loss": 4.0, "samples_per_s": 1.0}))
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-model", "convnet_bn", "-amp", "bf16", "-batch", "32", "-data", images},
+			[]string{"convnet_bn: bf16 build made at run time", "(bf16 mixed precision, package convnet_bn_bf16)", "epoch 1: train loss"}},
+		{[]string{"-model", "lstm", "-amp", "fp16", "-batch", "8", "-data", fortunes, "-sample", "the cat", "-length", "20"},
+			[]string{"charlm: fp16 build made at run time", "(fp16 mixed precision, build charlm_fp16)", "epoch 1: train loss", "loss scaling: scale 65536, 0 step(s) skipped", "the cat"}},
+		{[]string{"-model", "lstm", "-amp", "bf16", "-batch", "8", "-data", fortunes, "-torch", "-torch-script", peer},
+			[]string{"(bf16 mixed precision, build charlm_bf16)", "torch val bpc"}},
+	} {
+		args := append([]string{"-epochs", "1", "-threads", "1", "-quiet"}, c.args...)
+		code, out := trainMain(t, args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", strings.Join(c.args[:4], " "), code, out)
+		}
+		t.Logf("%s:\n%s", strings.Join(c.args[:4], " "), out)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", strings.Join(c.args[:4], " "), w, out)
+			}
+		}
+	}
+	b, err := os.ReadFile(record)
+	if err != nil || !strings.Contains(" "+string(b)+" ", " --amp bf16 ") {
+		t.Errorf("the sequence peer's arguments %q (%v) lack --amp bf16", b, err)
+	}
+}
+
+// TestDeclarationsMatchPackages: each declaration -amp compiles from
+// (jit.go) is the model its f32 package was generated from: compiled with
+// -amp off, its CUDA C is the package's, byte for byte.
+func TestDeclarationsMatchPackages(t *testing.T) {
+	for pkg := range declarations {
+		g, err := runtime.Registered(pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := compileProgram(pkg, "off")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := codegen.Render(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := codegen.CUDA(p, r.CUDA), g.Module().Source; got != want {
+			t.Errorf("%s: the declaration's kernels (%d bytes) are not the package's (%d bytes)", pkg, len(got), len(want))
+		}
 	}
 }

@@ -57,7 +57,7 @@ func main() {
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
-		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's build generated with ngen build -amp (mlp; convnet in bf16; docs/AMP.md), off (the default) the f32 one")
+		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's mixed-precision build (generated/'s for mlp and convnet in bf16, else compiled at run time from the model's declaration and cached; docs/AMP.md), off (the default) the f32 one")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
 	rc := recipeFlags() // -lr, -schedule, -warmup, -clip, -weight-decay (recipe.go)
@@ -124,7 +124,7 @@ func main() {
 		if grp.lead() { // rank 0 alone logs and plots
 			rec = newRecorder(*name)
 		}
-		err = trainSeq(*name, task, seqOptions{epochs: *epochs, epochSteps: *esteps, batch: 64, accum: *accum, seed: *seed, threads: *threads,
+		err = trainSeq(*name, task, seqOptions{amp: *amp, epochs: *epochs, epochSteps: *esteps, batch: 64, accum: *accum, seed: *seed, threads: *threads,
 			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec, recipe: rc}, *batchS, *torch, *conc, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		grp.finish(err)
@@ -222,6 +222,19 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 // -amp bf16 or fp16 (amp.go); peer receives the PyTorch peer's arguments
 // for the same rate and schedule (recipe.go).
 func run(grp *group, name, amp string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder, rc *recipe, peer *[]string) ([]epochResult, error) {
+	if amp != "" && amp != "off" && trainedAs(name, amp) == "" {
+		g, err := compileAMP(name, amp, func(f string, a ...any) {
+			if grp.lead() {
+				fmt.Printf(f, a...)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !addImageClassifier(models, g) {
+			return nil, fmt.Errorf("-amp %s: %s's build takes no Fashion-MNIST images", amp, name)
+		}
+	}
 	mk, ok := models[trainedAs(name, amp)]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (have %s)", name, modelNames())

@@ -32,25 +32,32 @@ var models = imageClassifiers()
 func imageClassifiers() map[string]func(dev runtime.Device, batch int, seed uint64) (model, error) {
 	out := map[string]func(runtime.Device, int, uint64) (model, error){}
 	for _, g := range runtime.RegisteredAll() {
-		x, y, ok := imageInputs(g)
-		if !ok {
-			continue
-		}
-		if dt := halfType(g.Plan); dt != runtime.F32 {
-			if ampBuilds[g.Model] == nil {
-				ampBuilds[g.Model] = map[string]string{}
-			}
-			ampBuilds[g.Model][ampFlagOf(dt)] = g.Name
-		}
-		out[g.Name] = func(dev runtime.Device, batch int, seed uint64) (model, error) {
-			m, err := g.New(dev, runtime.SessionOptions{MaxBatch: batch, Seed: seed})
-			if err != nil {
-				return nil, err
-			}
-			return imageModel{m, x, y}, nil
-		}
+		addImageClassifier(out, g)
 	}
 	return out
+}
+
+// addImageClassifier adds g to out if it is a Fashion-MNIST classifier,
+// and a mixed-precision package to ampBuilds under its model's name.
+func addImageClassifier(out map[string]func(runtime.Device, int, uint64) (model, error), g *runtime.Generated) bool {
+	x, y, ok := imageInputs(g)
+	if !ok {
+		return false
+	}
+	if dt := halfType(g.Plan); dt != runtime.F32 {
+		if ampBuilds[g.Model] == nil {
+			ampBuilds[g.Model] = map[string]string{}
+		}
+		ampBuilds[g.Model][ampFlagOf(dt)] = g.Name
+	}
+	out[g.Name] = func(dev runtime.Device, batch int, seed uint64) (model, error) {
+		m, err := g.New(dev, runtime.SessionOptions{MaxBatch: batch, Seed: seed})
+		if err != nil {
+			return nil, err
+		}
+		return imageModel{m, x, y}, nil
+	}
+	return true
 }
 
 // imageInputs names a Fashion-MNIST classifier's image and label inputs.

@@ -131,6 +131,9 @@ const charWindow = 64
 
 // seqOptions are the flags the sequence loop reads.
 type seqOptions struct {
+	// amp is -amp: bf16 or fp16 trains the model's mixed-precision build,
+	// compiled at run time (jit.go); "" or off the f32 package.
+	amp           string
 	epochs, batch int
 	// accum is -accumulate: micro-batches of batch rows per update (0 or
 	// 1: every batch updates).
@@ -224,8 +227,12 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	if o.epochSteps > 0 && o.epochSteps < perEpoch {
 		perEpoch = o.epochSteps
 	}
+	shown := name
+	if o.amp != "" && o.amp != "off" {
+		shown = fmt.Sprintf("%s (%s mixed precision, build %s)", name, o.amp, task.pkg)
+	}
 	say("model %s on %s: %d train / %d validation sequences of %d tokens, batch %d%s, %d steps per epoch\n",
-		name, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, grp.describe(o.batch), perEpoch)
+		shown, dev.Name(), tr.N, sets.Val.N, tr.T, o.batch, grp.describe(o.batch), perEpoch)
 	total := o.epochs * ((perEpoch + max(accum, 1) - 1) / max(accum, 1))
 	if err := o.recipe.apply(m.Session(), total); err != nil {
 		return nil, err
@@ -313,6 +320,7 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	if err := flushAccumulation(m.Session(), grp.lead()); err != nil {
 		return nil, err
 	}
+	describeAMP(m.Session(), say)
 	if sets.Test != nil && o.epochs > 0 {
 		ev, err := grp.evaluate(m, sets.Test, o.batch)
 		if err != nil {
@@ -469,6 +477,17 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 	if so.load != "" && !so.on {
 		return fmt.Errorf("-load: give -sample too (-load only feeds the generator)")
 	}
+	if o.amp != "" && o.amp != "off" && !(so.on && so.load != "") {
+		g, err := compileAMP(task.pkg, o.amp, func(f string, a ...any) {
+			if o.grp == nil || o.grp.lead() {
+				fmt.Printf(f, a...)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		task.pkg = g.Name
+	}
 	var ckpt io.Reader
 	if so.load != "" {
 		f, err := os.Open(so.load)
@@ -486,6 +505,9 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 		if torch {
 			if o.peerArgs, err = o.rec.peerArgs(); err != nil {
 				return err
+			}
+			if o.amp == "bf16" { // checkAMP refused fp16 with -torch
+				o.peerArgs = append(o.peerArgs, "--amp", "bf16")
 			}
 		}
 		var recipeArgs []string

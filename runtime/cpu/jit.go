@@ -71,6 +71,23 @@ func jitOpt() (string, error) {
 // with the same inputs, in this process or another, only loads it. The
 // compiler is $CXX, or g++.
 func CompileModule(name string, files map[string]string, entryFile string, kernels []runtime.KernelInfo) (*runtime.Module, error) {
+	opt, err := jitOpt()
+	if err != nil {
+		return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
+	}
+	return CompileModuleAt(opt, name, files, entryFile, kernels)
+}
+
+// CompileModuleAt is CompileModule at optimisation level opt (-O0 to -O3,
+// -Os, -Og) whatever $NGEN_JIT_OPT says: a tool that trains with the
+// module (cmd/train's run-time mixed-precision builds) asks for -O3, as
+// cgo compiles the generated packages.
+func CompileModuleAt(opt, name string, files map[string]string, entryFile string, kernels []runtime.KernelInfo) (*runtime.Module, error) {
+	switch opt {
+	case "-O0", "-O1", "-O2", "-O3", "-Os", "-Og":
+	default:
+		return nil, fmt.Errorf("cpu: compile %s: optimisation level %q: want -O0, -O1, -O2, -O3, -Os or -Og", name, opt)
+	}
 	if _, ok := files[entryFile]; !ok {
 		return nil, fmt.Errorf("cpu: compile %s: entry file %q is not among the files", name, entryFile)
 	}
@@ -85,10 +102,6 @@ func CompileModule(name string, files map[string]string, entryFile string, kerne
 	cxx := os.Getenv("CXX")
 	if cxx == "" {
 		cxx = "g++"
-	}
-	opt, err := jitOpt()
-	if err != nil {
-		return nil, fmt.Errorf("cpu: compile %s: %v", name, err)
 	}
 	args := append(append([]string{opt}, jitFlags...), "-o", "mod.so", entryFile)
 
