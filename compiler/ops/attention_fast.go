@@ -26,20 +26,31 @@ import (
 // GEMMs. The arithmetic differs from the flash form's only in the order
 // of sums and in exp's last bits.
 
-// attnFastOK says whether the GEMM form applies: f32, and q, k and v in
-// memory (a constant operand has no address to hand the library). A
-// 16-bit q, k and v (mixed precision; c.T is float, the type they widen
-// to) take the flash form: the library's sgemm reads f32 only.
+// attnFastOK says whether the GEMM form applies: float arithmetic (f32,
+// or 16-bit q, k and v under mixed precision, where c.T is float, the
+// type they widen to), and q, k and v in memory (a constant operand has
+// no address to hand the library). A 16-bit head is widened into a
+// per-worker f32 scratch first (attnWide), exact, so that the library's
+// sgemm forms the products the flash form forms in float: the same
+// policy (f32 scores, softmax and accumulation, the result rounded to
+// 16 bits once), with sums in another order.
 func attnFastOK(c *Ctx, args []*ir.Value) bool {
 	if c.T != "float" {
 		return false
 	}
 	for _, a := range args {
-		if a.Op == "fill" || a.DType.IsHalf() {
+		if a.Op == "fill" || a.DType != args[0].DType {
 			return false
 		}
 	}
 	return true
+}
+
+// attnWide widens a head's rows × dh block of a 16-bit operand, whose
+// element (r, d) is at(r, d), into the contiguous f32 block dst (ld dh).
+func (g *cg) attnWide(dst string, rows, dh int, at func(r, d string) string) {
+	g.f("    for (int r = 0; r < %d; ++r)", rows)
+	g.f("      for (int d = 0; d < %d; ++d) %s[r * %d + d] = (float)%s;", dh, dst, dh, at("r", "d"))
 }
 
 // attnFastOpen starts the form: per-worker scratch, and the loop over the
@@ -107,11 +118,28 @@ func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 	a, _ := attentionDims(v)
 	tile := tileFor(a.Dh, v.DType)
 	wq, wk, wv := v.Args[0].Shape[2].N, v.Args[1].Shape[2].N, v.Args[2].Shape[2].N
-	Tq, Tk, dh, ow := a.Tq, a.Tk, a.Dh, a.D+a.H
+	Tq, Tk, dh, ow := a.Tq, a.Tk, a.Dh, a.D+a.LseW
+	half := v.Args[0].DType.IsHalf()
 	attnFastOpen(g, c, a, ceilDiv(Tq, tile), 2)
+	// The operands' heads: in place (f32), or widened into scratch 2.
+	qAt, qld := "&"+at(0, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh)), wq
+	kAt, kld := "&"+at(1, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh)), wk
+	vAt, vld := "&"+at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh)), wv
+	if half {
+		g.f("    float *wq = ::ngen_emu::scan_scratch<float>(2, %d), *wk = wq + %d, *wv = wk + %d;", (Tq+2*Tk)*dh, Tq*dh, Tk*dh)
+		g.attnWide("wq", Tq, dh, func(r, d string) string {
+			return at(0, fmt.Sprintf("(b * %d + %s) * %d + %d + h * %d + %s", Tq, r, wq, a.QOff, dh, d))
+		})
+		g.attnWide("wk", Tk, dh, func(r, d string) string {
+			return at(1, fmt.Sprintf("(b * %d + %s) * %d + %d + h * %d + %s", Tk, r, wk, a.KOff, dh, d))
+		})
+		g.attnWide("wv", Tk, dh, func(r, d string) string {
+			return at(2, fmt.Sprintf("(b * %d + %s) * %d + %d + h * %d + %s", Tk, r, wv, a.VOff, dh, d))
+		})
+		qAt, qld, kAt, kld, vAt, vld = "wq", dh, "wk", dh, "wv", dh
+	}
 	// scr0: scores, then unnormalised weights after dropout; scr1: output.
-	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, &%s, %d, &%s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(v.Attrs.F),
-		at(0, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh)), wq, at(1, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh)), wk, Tk)
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, %s, %d, %s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(v.Attrs.F), qAt, qld, kAt, kld, Tk)
 	g.f("    for (int qi = 0; qi < %d; ++qi) {", Tq)
 	g.f("      float *sr = scr0 + qi * %d;", Tk)
 	g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] = (%s) ? sr[kj] : -NGEN_INF;", Tk, attnVisible(v, at, 3, a))
@@ -122,18 +150,23 @@ func attentionFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 		g.f("      for (int kj = 0; kj < %d; ++kj) sr[kj] *= %s;", Tk, attnKeep(c, v, a))
 	}
 	g.f("      rows[qi] = l > 0.0f ? 1.0f / l : 0.0f;")
-	g.f("      %s[(b * %d + qi) * %d + %d + h] = l > 0.0f ? mx + %s(l) : NGEN_INF;", out, Tq, ow, a.D, c.Math("log"))
+	lse := fmt.Sprintf("l > 0.0f ? mx + %s(l) : NGEN_INF", c.Math("log"))
+	if half { // the f32 log-sum-exp's bits in two 16-bit elements
+		g.f("      ngen_store_f32_bits(&%s[(b * %d + qi) * %d + %d + 2 * h], %s);", out, Tq, ow, a.D, lse)
+	} else {
+		g.f("      %s[(b * %d + qi) * %d + %d + h] = %s;", out, Tq, ow, a.D, lse)
+	}
 	g.f("    }")
-	g.f("    ::ngen_emu::gemm(false, false, %d, %d, %d, 1.0f, scr0, %d, &%s, %d, 0.0f, scr1, %d);", Tq, dh, Tk, Tk,
-		at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh)), wv, dh)
+	g.f("    ::ngen_emu::gemm(false, false, %d, %d, %d, 1.0f, scr0, %d, %s, %d, 0.0f, scr1, %d);", Tq, dh, Tk, Tk, vAt, vld, dh)
 	g.f("    for (int qi = 0; qi < %d; ++qi)", Tq)
+	// A 16-bit result rounds here, once (the element type's conversion).
 	g.f("      for (int d = 0; d < %d; ++d) %s[(b * %d + qi) * %d + h * %d + d] = scr1[qi * %d + d] * rows[qi];", dh, out, Tq, ow, dh, dh)
 	attnFastClose(g)
 	return true
 }
 
 func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) bool {
-	if !attnFastOK(c, v.Args[1:4]) {
+	if !attnFastOK(c, v.Args[1:4]) || v.Args[0].DType != v.Args[1].DType || v.Args[4].DType != v.Args[1].DType {
 		return false
 	}
 	f := bwdView(v)
@@ -144,20 +177,41 @@ func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 	gw, wq, wk, wv, ws, rw := gO.Shape[2].N, q.Shape[2].N, k.Shape[2].N, val.Shape[2].N, v.Shape[2].N, res.Shape[2].N
 	Tq, Tk, dh := a.Tq, a.Tk, a.Dh
 	m := v.Attrs.Ints[5]
+	half := q.DType.IsHalf()
 	vis := attnVisible(f, func(i int, idx string) string { return at(i+2, idx) }, 3, a)
-	qAt := at(1, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh))
-	kAt := at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh))
-	vAt := at(3, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh))
-	gAt := at(0, fmt.Sprintf("b * %d + h * %d", Tq*gw, dh))
+	qAt, qld := "&"+at(1, fmt.Sprintf("b * %d + %d + h * %d", Tq*wq, a.QOff, dh)), wq
+	kAt, kld := "&"+at(2, fmt.Sprintf("b * %d + %d + h * %d", Tk*wk, a.KOff, dh)), wk
+	vAt, vld := "&"+at(3, fmt.Sprintf("b * %d + %d + h * %d", Tk*wv, a.VOff, dh)), wv
+	gAt, gld := "&"+at(0, fmt.Sprintf("b * %d + h * %d", Tq*gw, dh)), gw
+	lse := at(4, fmt.Sprintf("row + %d + h", a.D))
+	wat := widen(v, at)
 	attnFastOpen(g, c, a, nqi+nki, 2)
+	if half {
+		// The head's q, k, v and dO widened (scratch 2), and the f32
+		// gradient each GEMM forms before its one rounding to 16 bits.
+		g.f("    float *wq = ::ngen_emu::scan_scratch<float>(2, %d), *wk = wq + %d, *wv = wk + %d, *wg = wv + %d, *wo = wg + %d;",
+			(2*Tq+2*Tk+max(Tq, Tk))*dh, Tq*dh, Tk*dh, Tk*dh, Tq*dh)
+		for _, w := range []struct {
+			dst       string
+			arg, rows int
+			width     int
+			off       int
+		}{{"wq", 1, Tq, wq, a.QOff}, {"wk", 2, Tk, wk, a.KOff}, {"wv", 3, Tk, wv, a.VOff}, {"wg", 0, Tq, gw, 0}} {
+			g.attnWide(w.dst, w.rows, dh, func(r, d string) string {
+				return at(w.arg, fmt.Sprintf("(b * %d + %s) * %d + %d + h * %d + %s", w.rows, r, w.width, w.off, dh, d))
+			})
+		}
+		qAt, qld, kAt, kld, vAt, vld, gAt, gld = "wq", dh, "wk", dh, "wv", dh, "wg", dh
+		lse = fmt.Sprintf("ngen_load_f32_bits(&%s)", at(4, fmt.Sprintf("row + %d + 2 * h", a.D)))
+	}
 	// scr0: scores, then the weights after dropout (pd); scr1: dO·Vᵀ,
 	// then the scores' gradient without the scale (ds).
-	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, &%s, %d, &%s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(f.Attrs.F), qAt, wq, kAt, wk, Tk)
-	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, 1.0f, &%s, %d, &%s, %d, 0.0f, scr1, %d);", Tq, Tk, dh, gAt, gw, vAt, wv, Tk)
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, %s, %s, %d, %s, %d, 0.0f, scr0, %d);", Tq, Tk, dh, c.Lit(f.Attrs.F), qAt, qld, kAt, kld, Tk)
+	g.f("    ::ngen_emu::gemm(false, true, %d, %d, %d, 1.0f, %s, %d, %s, %d, 0.0f, scr1, %d);", Tq, Tk, dh, gAt, gld, vAt, vld, Tk)
 	g.f("    for (int qi = 0; qi < %d; ++qi) {", Tq)
 	g.f("      const long long row = (b * %d + qi) * %d;", Tq, rw)
-	g.rowSum("      ", "dd", fmt.Sprintf("%s * %s", at(0, fmt.Sprintf("(b * %d + qi) * %d + h * %d + %%[1]s", Tq, gw, dh)), at(4, fmt.Sprintf("row + h * %d + %%[1]s", dh))), dh)
-	g.f("      const float lse = %s;", at(4, fmt.Sprintf("row + %d + h", a.D)))
+	g.rowSum("      ", "dd", fmt.Sprintf("%s * %s", wat(0, fmt.Sprintf("(b * %d + qi) * %d + h * %d + %%[1]s", Tq, gw, dh)), wat(4, fmt.Sprintf("row + h * %d + %%[1]s", dh))), dh)
+	g.f("      const float lse = %s;", lse)
 	g.f("      float *sr = scr0 + qi * %d, *dr = scr1 + qi * %d;", Tk, Tk)
 	g.f("      for (int kj = 0; kj < %d; ++kj) {", Tk)
 	g.f("        const float p = %s;", maskF("::ngen_emu::fast_expf(sr[kj] - lse)", "("+vis+") && lse != NGEN_INF"))
@@ -171,14 +225,26 @@ func attentionBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, o
 	}
 	g.f("      }")
 	g.f("    }")
+	// grad renders one gradient's GEMM: into out in place (f32), or into
+	// the f32 scratch wo, then rounded into out.
+	grad := func(ta bool, rows, off int, alpha, a1 string, lda int, b1 string, ldb int) {
+		dst := fmt.Sprintf("&%s[b * %d + %d + h * %d]", out, rows*ws, off, dh)
+		if !half {
+			g.f("    ::ngen_emu::gemm(%v, false, %d, %d, %d, %s, %s, %d, %s, %d, 0.0f, %s, %d);", ta, rows, dh, Tq+Tk-rows, alpha, a1, lda, b1, ldb, dst, ws)
+			return
+		}
+		g.f("    ::ngen_emu::gemm(%v, false, %d, %d, %d, %s, %s, %d, %s, %d, 0.0f, wo, %d);", ta, rows, dh, Tq+Tk-rows, alpha, a1, lda, b1, ldb, dh)
+		g.f("    for (int r = 0; r < %d; ++r)", rows)
+		g.f("      for (int d = 0; d < %d; ++d) %s[(b * %d + r) * %d + %d + h * %d + d] = wo[r * %d + d];", dh, out, rows, ws, off, dh, dh)
+	}
 	if m&1 != 0 { // dq = scale · ds · k
-		g.f("    ::ngen_emu::gemm(false, false, %d, %d, %d, %s, scr1, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tq, dh, Tk, c.Lit(f.Attrs.F), Tk, kAt, wk, out, Tq*ws, a.QOff, dh, ws)
+		grad(false, Tq, a.QOff, c.Lit(f.Attrs.F), "scr1", Tk, kAt, kld)
 	}
 	if m&2 != 0 { // dk = scale · dsᵀ · q
-		g.f("    ::ngen_emu::gemm(true, false, %d, %d, %d, %s, scr1, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tk, dh, Tq, c.Lit(f.Attrs.F), Tk, qAt, wq, out, Tk*ws, a.KOff, dh, ws)
+		grad(true, Tk, a.KOff, c.Lit(f.Attrs.F), "scr1", Tk, qAt, qld)
 	}
 	if m&4 != 0 { // dv = pdᵀ · dO
-		g.f("    ::ngen_emu::gemm(true, false, %d, %d, %d, 1.0f, scr0, %d, &%s, %d, 0.0f, &%s[b * %d + %d + h * %d], %d);", Tk, dh, Tq, Tk, gAt, gw, out, Tk*ws, a.VOff, dh, ws)
+		grad(true, Tk, a.VOff, "1.0f", "scr0", Tk, gAt, gld)
 	}
 	attnFastClose(g)
 	return true

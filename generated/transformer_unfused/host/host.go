@@ -11,7 +11,7 @@ import "C"
 import "unsafe"
 
 // headerSHA256 is the hash of ../../ngen_emu.h, which host.cc includes.
-const headerSHA256 = "82a768fb681b6003179856915110c1dbb0a58e9bd2772eb65c990ea483c34007"
+const headerSHA256 = "f440692b1559a7dbcd20a336cab430cb74177d404d6818377529c69975da6217"
 
 // Entry runs the model's kernels on the host; runtime/cpu calls it.
 var Entry = unsafe.Pointer(C.ngen_cpu_entry_transformer_unfused_04d8d5c35777)
