@@ -1,7 +1,6 @@
 package lstm_test
 
 import (
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ngen-ml/ngen/dsl"
@@ -30,35 +29,20 @@ import (
 // the same roundings, no more (the recurrence is f32 in both), so the
 // same bounds; f16's roundings are 8 times finer.
 func TestAMPLSTMOracle(t *testing.T) {
-	const B, T, H, L, V = 3, 7, 13, 2, 37
-	rng := rand.New(rand.NewPCG(9, 10))
-	x := make([]int32, B*T)
-	next := make([]int32, B*T)
-	for i := range x {
-		x[i], next[i] = int32(rng.IntN(V)), int32(rng.IntN(V))
-	}
-	state := func() []float64 {
-		s := make([]float64, L*B*H)
-		for i := range s {
-			s[i] = rng.Float64() - 0.5
-		}
-		return s
-	}
-	h0, c0 := state(), state()
-	sizes := map[string]int{"vocab": V, "emb": 11, "hidden": H, "layers": L, "T": T}
-	s := lstm.Sizes{Vocab: V, Emb: 11, Hidden: H, Layers: L, T: T, DType: dsl.F32, Optimizer: dsl.SGD{LR: 0.5, Momentum: 0.9}}
+	x, next, h0, c0, sizes := oracleData(9)
+	s := lstm.Sizes{Vocab: orV, Emb: 11, Hidden: orH, Layers: orL, T: orT, DType: dsl.F32, Optimizer: dsl.SGD{LR: 0.5, Momentum: 0.9}}
 	tol := seqoracle.AMPTol{Loss: 0.01, Values: 0.02, Update: 0.02}
 	for _, c := range []struct {
 		kind   string
 		build  func(name string, s lstm.Sizes) *dsl.Model
 		inputs map[string]any
 	}{
-		{"lstm", lstm.Generator, map[string]any{"x": x, "y": next[:B], "h0": h0, "c0": c0}},
+		{"lstm", lstm.Generator, map[string]any{"x": x, "y": next[:orB], "h0": h0, "c0": c0}},
 		{"charlm", lstm.LanguageModel, map[string]any{"x": x, "y": next}},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
 			seqoracle.CheckAMP(t, seqoracle.AMPCase{
-				Case: seqoracle.Case{Kind: c.kind, Rows: B, Steps: 3, Sizes: sizes, Inputs: c.inputs},
+				Case: seqoracle.Case{Kind: c.kind, Rows: orB, Steps: 3, Sizes: sizes, Inputs: c.inputs},
 				Build: func(p *dsl.AMP) *dsl.Model {
 					m := c.build(c.kind+"_amp", s)
 					if p != nil {

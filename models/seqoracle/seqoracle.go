@@ -58,16 +58,7 @@ func Check(t *testing.T, c Case) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	base, err := cpu.New(cpu.Options{Baseline: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer base.Close()
+	dev, base := devices(t)
 	var want *result
 	var init map[string][]float64
 	// The last run takes the CPU backend's baseline forms of the
@@ -105,6 +96,26 @@ func Check(t *testing.T, c Case) {
 			compare(t, c, run(t, s, c), want)
 		})
 	}
+}
+
+// devices opens the CPU device with its host forms and one with the
+// baseline forms (cpu.Options.Baseline: the recurrences follow the GPU
+// form's arithmetic step for step), closed when the test ends.
+func devices(t *testing.T) (dev, base runtime.Device) {
+	t.Helper()
+	for i, o := range []cpu.Options{{}, {Baseline: true}} {
+		d, err := cpu.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if i == 0 {
+			dev = d
+		} else {
+			base = d
+		}
+	}
+	return dev, base
 }
 
 func read(t *testing.T, s *runtime.Session, role, name string) []float64 {
@@ -195,6 +206,25 @@ func torch(c Case, m *ir.Model, params map[string][]float64) (*result, error) {
 	return &r, nil
 }
 
+// pair is one result of two runs, by name.
+type pair struct {
+	name      string
+	got, want []float64
+}
+
+// forward pairs the forward results a model of kind returns: the
+// logits, and the final states but for the language model's.
+func forward(kind string, got, want *result) []pair {
+	out := []pair{{"forward output", got.Output, want.Output}}
+	if kind != "charlm" {
+		out = append(out, pair{"forward hn", got.HN, want.HN})
+	}
+	if kind == "lstm" {
+		out = append(out, pair{"forward cn", got.CN, want.CN})
+	}
+	return out
+}
+
 func compare(t *testing.T, c Case, got, want *result) {
 	t.Helper()
 	check := func(what string, g, w []float64) {
@@ -210,12 +240,8 @@ func compare(t *testing.T, c Case, got, want *result) {
 			}
 		}
 	}
-	check("forward output", got.Output, want.Output)
-	if c.Kind != "charlm" {
-		check("forward hn", got.HN, want.HN)
-	}
-	if c.Kind == "lstm" {
-		check("forward cn", got.CN, want.CN)
+	for _, f := range forward(c.Kind, got, want) {
+		check(f.name, f.got, f.want)
 	}
 	check("losses", got.Loss, want.Loss)
 	if len(got.Grads) != len(want.Grads) {
@@ -255,16 +281,7 @@ func CheckAMP(t *testing.T, c AMPCase) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
 	}
-	dev, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	base, err := cpu.New(cpu.Options{Baseline: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer base.Close()
+	dev, base := devices(t)
 	var init map[string][]float64
 	train := func(dev runtime.Device, p *dsl.AMP, fuse bool) *result {
 		t.Helper()
@@ -361,12 +378,8 @@ func compareAMP(t *testing.T, what string, c Case, got, want *result, init map[s
 			}
 		}
 	}
-	values("forward output", got.Output, want.Output)
-	if c.Kind != "charlm" {
-		values("forward hn", got.HN, want.HN)
-	}
-	if c.Kind == "lstm" {
-		values("forward cn", got.CN, want.CN)
+	for _, f := range forward(c.Kind, got, want) {
+		values(f.name, f.got, f.want)
 	}
 	for i := range want.Loss {
 		if d := math.Abs(got.Loss[i] - want.Loss[i]); !(d <= tol.Loss*math.Abs(want.Loss[i])) {
