@@ -24,14 +24,17 @@ import (
 // the bias add; addmm rounds once): 2^-8 of a logit, so the logits
 // within 1% of their largest, the losses (f32 cross-entropy of those
 // logits) within 1%, the gradients (every one downstream of the bf16
-// logits' gradient, the Linear's a bf16 GEMM) within 2% of each
-// tensor's largest, the updates within 2% of their norm. Against f32:
-// the same roundings, no more (the recurrence is f32 in both), so the
-// same bounds; f16's roundings are 8 times finer.
+// logits' gradient, the Linear's a bf16 GEMM) within 3% of each
+// tensor's largest (a few 2^-8 roundings; measured 1.5% against PyTorch
+// on an AVX512-BF16 machine, native and widened bf16 GEMMs alike, 0.6%
+// against f32: the margin is for PyTorch's CPU bf16 paths, which differ
+// between machines), the updates within 2% of their norm (measured
+// 0.6%). Against f32: the same roundings, no more (the recurrence is f32
+// in both), so the same bounds; f16's roundings are 8 times finer.
 func TestAMPLSTMOracle(t *testing.T) {
 	x, next, h0, c0, sizes := oracleData(9)
 	s := lstm.Sizes{Vocab: orV, Emb: 11, Hidden: orH, Layers: orL, T: orT, DType: dsl.F32, Optimizer: dsl.SGD{LR: 0.5, Momentum: 0.9}}
-	tol := seqoracle.AMPTol{Loss: 0.01, Values: 0.02, Update: 0.02}
+	tol := seqoracle.AMPTol{Loss: 0.01, Values: 0.03, Update: 0.02}
 	for _, c := range []struct {
 		kind   string
 		build  func(name string, s lstm.Sizes) *dsl.Model
