@@ -6,10 +6,7 @@ import (
 	"testing"
 
 	"github.com/ngen-ml/ngen/compiler"
-	"github.com/ngen-ml/ngen/compiler/ir"
-	"github.com/ngen-ml/ngen/compiler/irtest"
 	"github.com/ngen-ml/ngen/runtime"
-	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
 // TestAMPAttentionDropoutForms: a bf16 attention with dropout on its
@@ -23,31 +20,14 @@ import (
 func TestAMPAttentionDropoutForms(t *testing.T) {
 	const b, T, heads, dh = 2, 9, 2, 4
 	const e = heads * dh
-	host, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	gpu, err := cpu.New(cpu.Options{Threads: 2, GPUForms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	host, gpu := hostAndGPUForms(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	x := make([]float32, b*T*3*e)
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
 	grad := func(dev runtime.Device, p float64) []float64 {
-		bld := irtest.New()
-		in := bld.Input("x", ir.F32, ir.S("B"), ir.D(T), ir.D(3*e))
-		w := bld.Param("w", ir.F32, 0.1, 3*e)
-		xw := bld.Binary("mul", in, w)
-		att := bld.Op("attention", ir.Attrs{Ints: []int{heads, dh, 0, e, 2 * e}, F: 1 / math.Sqrt(dh), F2: p, I: 1}, xw, xw, xw)
-		loss := bld.Op("sum", ir.Attrs{}, bld.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{0, e}}, att))
-		m := bld.Model("amp_attention_dropout", loss, att, ir.Optimizer{Kind: "sgd", LR: 0.1})
-		m.Precision = &ir.Precision{Type: ir.BF16, Pos: bld.Pos}
-		prog, err := compiler.Compile(m, compiler.Options{Fuse: true})
+		prog, err := compiler.Compile(ampAttentionModel(T, heads, dh, false, p), compiler.Options{Fuse: true})
 		if err != nil {
 			t.Fatal(err)
 		}

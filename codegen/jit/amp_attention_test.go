@@ -35,16 +35,7 @@ import (
 func TestAMPAttentionKernel(t *testing.T) {
 	const b, T, heads, dh = 2, 7, 3, 4
 	const e = heads * dh
-	host, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	gpu, err := cpu.New(cpu.Options{Threads: 2, GPUForms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	host, gpu := hostAndGPUForms(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	x := make([]float32, b*T*3*e)
 	for i := range x {
@@ -57,19 +48,7 @@ func TestAMPAttentionKernel(t *testing.T) {
 			d    runtime.Device
 		}{{"host", host}, {"gpu forms", gpu}} {
 			t.Run(fmt.Sprintf("causal=%v/%s", causal, dev.name), func(t *testing.T) {
-				bld := irtest.New()
-				in := bld.Input("x", ir.F32, ir.S("B"), ir.D(T), ir.D(3*e))
-				w := bld.Param("w", ir.F32, 0.1, 3*e)
-				xw := bld.Binary("mul", in, w) // w = 1: the optimizer needs a parameter
-				attrs := ir.Attrs{Ints: []int{heads, dh, 0, e, 2 * e}, F: 1 / math.Sqrt(dh)}
-				if causal {
-					attrs.Str = "causal"
-				}
-				att := bld.Op("attention", attrs, xw, xw, xw)
-				loss := bld.Op("sum", ir.Attrs{}, bld.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{0, e}}, att))
-				m := bld.Model("amp_attention", loss, att, ir.Optimizer{Kind: "sgd", LR: 0.1})
-				m.Precision = &ir.Precision{Type: ir.BF16, Pos: bld.Pos}
-				p, err := compiler.Compile(m, compiler.Options{Fuse: true})
+				p, err := compiler.Compile(ampAttentionModel(T, heads, dh, causal, 0), compiler.Options{Fuse: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -147,6 +126,46 @@ func TestAMPAttentionKernel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// hostAndGPUForms opens the CPU device with its host forms and one that
+// runs the GPU forms (two threads), closed when the test ends.
+func hostAndGPUForms(t *testing.T) (host, gpu runtime.Device) {
+	t.Helper()
+	for i, o := range []cpu.Options{{}, {Threads: 2, GPUForms: true}} {
+		d, err := cpu.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if i == 0 {
+			host = d
+		} else {
+			gpu = d
+		}
+	}
+	return host, gpu
+}
+
+// ampAttentionModel is packed self-attention in bf16 over an input x
+// [B, T, 3·heads·dh] times a parameter w (w = 1: the optimizer needs a
+// parameter), dropout p on the weights; the loss is the sum of the
+// outputs (the log-sum-exp's columns left out).
+func ampAttentionModel(T, heads, dh int, causal bool, p float64) *ir.Model {
+	e := heads * dh
+	bld := irtest.New()
+	in := bld.Input("x", ir.F32, ir.S("B"), ir.D(T), ir.D(3*e))
+	w := bld.Param("w", ir.F32, 0.1, 3*e)
+	xw := bld.Binary("mul", in, w)
+	attrs := ir.Attrs{Ints: []int{heads, dh, 0, e, 2 * e}, F: 1 / math.Sqrt(float64(dh)), F2: p, I: 1}
+	if causal {
+		attrs.Str = "causal"
+	}
+	att := bld.Op("attention", attrs, xw, xw, xw)
+	loss := bld.Op("sum", ir.Attrs{}, bld.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{0, e}}, att))
+	m := bld.Model("amp_attention", loss, att, ir.Optimizer{Kind: "sgd", LR: 0.1})
+	m.Precision = &ir.Precision{Type: ir.BF16, Pos: bld.Pos}
+	return m
 }
 
 // attention64 is head h's output and log-sum-exp for query i of sample n
