@@ -122,11 +122,14 @@ inline float from_bits(uint32_t u) {
   return f;
 }
 
-// sel is c ? a : b as bit masks. A ?: here let g++ thread the NaN case
-// through what a kernel computes next (the NaN constant 0x7fff widened
-// and fed to a GELU's erf, say), which put branches into the loop and left
-// it scalar: a bf16 GELU kernel of the gpt took 33 ms where f32's took
-// 3.8. Masks leave nothing to thread.
+// sel is c ? a : b as bit masks: a ?: lets g++ thread the constant it
+// selects into what a kernel computes next. f2h and h2f use it (the f16
+// MLP's epoch 9.0 -> 6.1 s). f2bf keeps its ?:, with a cost: a bf16
+// value rounded and then fed to a GELU (the gpt's add_gelu_fwd) gets the
+// NaN case threaded into the GELU's erf, which leaves that loop scalar
+// (31 ms against f32's 3.8); with masks in f2bf that kernel took 5.5 ms,
+// but the ConvNet's bf16 pooling backward went from 4.3 to 8.2 ms and
+// its epoch from 27.5 to 33 s (docs/AMP.md).
 inline uint32_t sel(bool c, uint32_t a, uint32_t b) {
   const uint32_t m = 0u - (uint32_t)c;
   return (a & m) | (b & ~m);
@@ -174,7 +177,7 @@ inline float h2f(uint16_t h) {
 inline uint16_t f2bf(float x) {
   const uint32_t u = bits(x);
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
-  return (uint16_t)sel((u & 0x7fffffffu) > 0x7f800000u, 0x7fffu, r); // NaN: canonical
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : r); // NaN: canonical
 }
 
 inline float bf2f(uint16_t b) { return from_bits((uint32_t)b << 16); }

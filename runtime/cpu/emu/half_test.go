@@ -14,6 +14,8 @@ import (
 const halfEmuTU = `#include "ngen_half.h"
 extern "C" unsigned short emu_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
 extern "C" unsigned short emu_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+// A store converts through the type's constructor.
+extern "C" unsigned short emu_f2bf_store(float f) { return __bfloat16_as_ushort(__nv_bfloat16(f)); }
 extern "C" float emu_h2f(unsigned short u) { return __half2float(__ushort_as_half(u)); }
 extern "C" float emu_bf2f(unsigned short u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
 extern "C" unsigned short emu_hop(int op, unsigned short a, unsigned short b) {
@@ -42,7 +44,7 @@ const halfMainTU = `#include <stdio.h>
 #include <string.h>
 #include <stdint.h>
 extern "C" {
-unsigned short emu_f2h(float), emu_f2bf(float), cuda_f2h(float), cuda_f2bf(float);
+unsigned short emu_f2h(float), emu_f2bf(float), emu_f2bf_store(float), cuda_f2h(float), cuda_f2bf(float);
 float emu_h2f(unsigned short), emu_bf2f(unsigned short), cuda_h2f(unsigned short), cuda_bf2f(unsigned short);
 unsigned short emu_hop(int, unsigned short, unsigned short);
 }
@@ -72,9 +74,9 @@ int main(int argc, char **argv) {
   uint64_t stride = strtoull(argv[1], 0, 10), bad = 0, n = 0;
   for (uint64_t i = 0; i < (1ull << 32); i += stride, n++) {
     float f = ffrom((uint32_t)i);
-    unsigned short a = emu_f2h(f), b = cuda_f2h(f), c = emu_f2bf(f), d = cuda_f2bf(f);
-    if (a != b || c != d) {
-      if (bad++ < 10) printf("float %08llx: half emu %04x cuda %04x, bfloat16 emu %04x cuda %04x\n", (unsigned long long)i, a, b, c, d);
+    unsigned short a = emu_f2h(f), b = cuda_f2h(f), c = emu_f2bf(f), d = cuda_f2bf(f), e = emu_f2bf_store(f);
+    if (a != b || c != d || e != d) {
+      if (bad++ < 10) printf("float %08llx: half emu %04x cuda %04x, bfloat16 emu %04x (store %04x) cuda %04x\n", (unsigned long long)i, a, b, c, e, d);
     }
   }
   for (uint32_t h = 0; h < 65536; h++) {
