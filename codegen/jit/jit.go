@@ -33,22 +33,17 @@ func build(p *compiler.Program, release bool) (*runtime.Module, *runtime.Plan, e
 	}
 	cu := codegen.CUDA(p, r.CUDA)
 	glue := codegen.HostGlue(p, r, "model.cu", cu, "ngen_cpu_entry")
+	var m *runtime.Module
 	if release {
-		m, err := cpu.CompileModuleAt("-O3", p.Model.Name, map[string]string{"host.cc": glue}, "host.cc", r.Plan.Kernels)
-		if err != nil {
-			return nil, nil, err
-		}
-		m.Source = cu
-		return m, r.Plan, nil
+		m, err = cpu.CompileModuleAt("-O3", p.Model.Name, map[string]string{"host.cc": glue}, "host.cc", r.Plan.Kernels)
+	} else {
+		// One copy of each launcher, for baseline x86-64: these modules
+		// serve tests and tools, and the AVX2 copy that generated packages
+		// add is bit-identical to it (runtime/cpu's
+		// TestEntryCloneBitIdentical) and doubled their compile time.
+		files := map[string]string{"host.cc": "#define NGEN_EMU_NO_CLONES 1\n" + glue}
+		m, err = cpu.CompileModule(p.Model.Name, files, "host.cc", r.Plan.Kernels)
 	}
-	// One copy of each launcher, for baseline x86-64: these modules serve
-	// tests and tools, and the AVX2 copy that generated packages add is
-	// bit-identical to it (runtime/cpu's TestEntryCloneBitIdentical) and
-	// doubled their compile time.
-	files := map[string]string{
-		"host.cc": "#define NGEN_EMU_NO_CLONES 1\n" + glue,
-	}
-	m, err := cpu.CompileModule(p.Model.Name, files, "host.cc", r.Plan.Kernels)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -71,14 +71,7 @@ func Check(t *testing.T, c Case) {
 			if baseline {
 				dev = base
 			}
-			prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := jit.Session(dev, prog, runtime.SessionOptions{MaxBatch: c.Rows, Seed: 3})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := session(t, dev, m, fuse, c.Rows)
 			defer s.Close()
 			params := map[string][]float64{}
 			for _, n := range s.Names("param") {
@@ -96,6 +89,21 @@ func Check(t *testing.T, c Case) {
 			compare(t, c, run(t, s, c), want)
 		})
 	}
+}
+
+// session compiles m (fused or not) and opens it on dev at batch rows,
+// the weights drawn from one seed whatever the form.
+func session(t *testing.T, dev runtime.Device, m *ir.Model, fuse bool, rows int) *runtime.Session {
+	t.Helper()
+	prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jit.Session(dev, prog, runtime.SessionOptions{MaxBatch: rows, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // devices opens the CPU device with its host forms and one with the
@@ -289,14 +297,7 @@ func CheckAMP(t *testing.T, c AMPCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prog, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := jit.Session(dev, prog, runtime.SessionOptions{MaxBatch: c.Rows, Seed: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := session(t, dev, m, fuse, c.Rows)
 		defer s.Close()
 		if init == nil {
 			init = map[string][]float64{}
