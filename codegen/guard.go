@@ -399,7 +399,10 @@ const gradNormThreads = 256
 // to finish (a ticket in the status block, which the session zeroes
 // before each gradient phase) adds the partials in block order. The
 // grid depends only on the gradient's size, so the sum runs in one
-// order: the same bits on every run and backend.
+// order: the same bits on every run and backend. The CPU backend runs it
+// with one-thread blocks (SoloBlocks): each block walks its share 256
+// elements at a time into red's 256 lanes, the sums its threads would
+// hold, and does the tree's additions itself, in the same order.
 func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 	o := plan.Optimizer
 	gb := -1
@@ -427,17 +430,20 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 	k.block = [3]int{gradNormThreads, 1, 1}
 	// About 16 elements a thread, at most GradNormMaxBlocks blocks.
 	k.grid = [3]runtime.Expr{{Size: plan.Buffers[gb].Elems, Div: 16 * gradNormThreads, Max: runtime.GradNormMaxBlocks}, {Size: runtime.Size{Mul: 1}}, {Size: runtime.Size{Mul: 1}}}
+	k.soloBlocks = true
 	w := &k.body
+	// The tree over red's gradNormThreads lanes: thread t adds lane t+h
+	// into lane t; a one-thread block does every lane's addition itself,
+	// in the same order.
 	tree := func() {
-		w.WriteString("  red[threadIdx.x] = s;\n  __syncthreads();\n")
-		fmt.Fprintf(w, "  for (int h = %d; h > 0; h >>= 1) {\n    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];\n    __syncthreads();\n  }\n", gradNormThreads/2)
+		w.WriteString("  __syncthreads();\n")
+		fmt.Fprintf(w, "  for (int h = %d; h > 0; h >>= 1) {\n    for (int t = threadIdx.x; t < h; t += blockDim.x) red[t] += red[t + h];\n    __syncthreads();\n  }\n", gradNormThreads/2)
 	}
 	maxNorm := k.scalar("max_norm", t)
 	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
 	fmt.Fprintf(w, "  __shared__ double red[%d];\n", gradNormThreads)
 	w.WriteString("  __shared__ int last;\n")
 	fmt.Fprintf(w, "  const long long n = %s;\n", n)
-	w.WriteString("  double s = 0.0;\n")
 	g := G + "[i]"
 	if o.Scaler != nil {
 		// The norm of the unscaled gradients, as clip_grad_norm_ after
@@ -445,16 +451,32 @@ func gradNorm(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 		// gradients' type, as the update does (compiler/optimizer.go).
 		g = fmt.Sprintf("(%s * %s)", g, k.scalar(runtime.InvScaleScalar, t))
 	}
-	fmt.Fprintf(w, "  for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < n; i += (long long)gridDim.x * %d) { const double g = (double)%s; s += g * g; }\n",
+	// Thread t sums elements blockIdx.x·256 + t + k·gridDim.x·256 in k's
+	// order. A one-thread block (the CPU's launch, SoloBlocks) keeps the
+	// 256 threads' sums in red and walks the same elements 256 at a time,
+	// lane by lane: the same additions in the same order, so the same
+	// bits as the GPU form, in a loop the host vectorises instead of 256
+	// fibers a block.
+	w.WriteString("  if (blockDim.x == 1) {\n")
+	fmt.Fprintf(w, "    for (int t = 0; t < %d; ++t) red[t] = 0.0;\n", gradNormThreads)
+	fmt.Fprintf(w, "    for (long long i0 = (long long)blockIdx.x * %d; i0 < n; i0 += (long long)gridDim.x * %d) {\n", gradNormThreads, gradNormThreads)
+	fmt.Fprintf(w, "      const int m = n - i0 < %d ? (int)(n - i0) : %d;\n", gradNormThreads, gradNormThreads)
+	fmt.Fprintf(w, "      for (int t = 0; t < m; ++t) { const long long i = i0 + t; const double g = (double)%s; red[t] += g * g; }\n    }\n", g)
+	w.WriteString("  } else {\n    double s = 0.0;\n")
+	fmt.Fprintf(w, "    for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < n; i += (long long)gridDim.x * %d) { const double g = (double)%s; s += g * g; }\n",
 		gradNormThreads, gradNormThreads, g)
+	w.WriteString("    red[threadIdx.x] = s;\n  }\n")
 	tree()
 	w.WriteString("  if (threadIdx.x == 0) {\n")
 	fmt.Fprintf(w, "    %s[blockIdx.x] = red[0];\n", part)
 	w.WriteString("    __threadfence();\n")
 	fmt.Fprintf(w, "    last = atomicAdd(&%s[%d], 1) == (int)gridDim.x - 1;\n", sb, runtime.StatusNormTicket)
 	w.WriteString("  }\n  __syncthreads();\n  if (!last) return;\n")
-	w.WriteString("  __threadfence();\n  s = 0.0;\n")
-	fmt.Fprintf(w, "  for (int b = threadIdx.x; b < (int)gridDim.x; b += %d) s += ((volatile double *)%s)[b];\n", gradNormThreads, part)
+	w.WriteString("  __threadfence();\n")
+	fmt.Fprintf(w, "  for (int t = threadIdx.x; t < %d; t += blockDim.x) {\n", gradNormThreads)
+	w.WriteString("    double s = 0.0;\n")
+	fmt.Fprintf(w, "    for (int b = t; b < (int)gridDim.x; b += %d) s += ((volatile double *)%s)[b];\n", gradNormThreads, part)
+	w.WriteString("    red[t] = s;\n  }\n")
 	tree()
 	w.WriteString("  if (threadIdx.x != 0) return;\n")
 	fmt.Fprintf(w, "  %s[%d] = 0; // the ticket, for the next launch\n", sb, runtime.StatusNormTicket)

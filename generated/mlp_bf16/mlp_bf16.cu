@@ -700,12 +700,20 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
   __shared__ double red[256];
   __shared__ int last;
   const long long n = 535818LL;
-  double s = 0.0;
-  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
-  red[threadIdx.x] = s;
+  if (blockDim.x == 1) {
+    for (int t = 0; t < 256; ++t) red[t] = 0.0;
+    for (long long i0 = (long long)blockIdx.x * 256; i0 < n; i0 += (long long)gridDim.x * 256) {
+      const int m = n - i0 < 256 ? (int)(n - i0) : 256;
+      for (int t = 0; t < m; ++t) { const long long i = i0 + t; const double g = (double)grads[i]; red[t] += g * g; }
+    }
+  } else {
+    double s = 0.0;
+    for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) { const double g = (double)grads[i]; s += g * g; }
+    red[threadIdx.x] = s;
+  }
   __syncthreads();
   for (int h = 128; h > 0; h >>= 1) {
-    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    for (int t = threadIdx.x; t < h; t += blockDim.x) red[t] += red[t + h];
     __syncthreads();
   }
   if (threadIdx.x == 0) {
@@ -716,12 +724,14 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
   __syncthreads();
   if (!last) return;
   __threadfence();
-  s = 0.0;
-  for (int b = threadIdx.x; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
-  red[threadIdx.x] = s;
+  for (int t = threadIdx.x; t < 256; t += blockDim.x) {
+    double s = 0.0;
+    for (int b = t; b < (int)gridDim.x; b += 256) s += ((volatile double *)partials)[b];
+    red[t] = s;
+  }
   __syncthreads();
   for (int h = 128; h > 0; h >>= 1) {
-    if ((int)threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    for (int t = threadIdx.x; t < h; t += blockDim.x) red[t] += red[t + h];
     __syncthreads();
   }
   if (threadIdx.x != 0) return;
