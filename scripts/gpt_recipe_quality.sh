@@ -14,6 +14,14 @@
 #
 #   bash scripts/gpt_recipe_quality.sh            # 3 seeds, 4 × 500 steps
 #   SEEDS="1" EPOCHS=1 STEPS=20 bash scripts/gpt_recipe_quality.sh   # a smoke run
+#   PARTS=constant bash scripts/gpt_recipe_quality.sh   # one part only:
+#       recipe (ngen and PyTorch side by side), ngen (ngen's recipe
+#       alone), torch (PyTorch's recipe alone, cmd/train -torch-only) or
+#       constant; run parts in two shells to use two cores
+#
+# Session 20 ran the parts as two chains on the 2-core VM, one thread
+# each: PARTS=torch and PARTS=constant (ngen's recipe runs were session
+# 19's, docs/AMP.md); about 20 min a seed for each part on an idle core.
 #
 # Cost, measured on one smoke run (SEEDS=1 EPOCHS=1 STEPS=5) on the 2-core
 # development VM under other jobs (load about 6): ngen's step took 2.1 s
@@ -29,24 +37,39 @@ EPOCHS=${EPOCHS:-4}
 STEPS=${STEPS:-500}
 BATCH=${BATCH:-16}
 THREADS=${THREADS:-1}
+PARTS=${PARTS:-"recipe constant"}
 OUT=${OUT:-gpt_recipe_quality}
 mkdir -p "$OUT"
-go build -o "$OUT/train" ./cmd/train
+bin="$OUT/train.$$"
+go build -o "$bin" ./cmd/train
 common=(-model gpt -epochs "$EPOCHS" -epoch-steps "$STEPS" -batch "$BATCH" -threads "$THREADS" -quiet)
 for s in $SEEDS; do
-	start=$(date +%s)
-	"$OUT/train" "${common[@]}" -seed "$s" -torch -torch-concurrent -log "$OUT/recipe_seed$s.jsonl" \
-		| tee "$OUT/recipe_seed$s.txt"
-	mid=$(date +%s)
-	"$OUT/train" "${common[@]}" -seed "$s" -schedule constant -clip 0 -log "$OUT/constant_seed$s.jsonl" \
-		| tee "$OUT/constant_seed$s.txt"
-	end=$(date +%s)
-	echo "seed $s: recipe and PyTorch $((mid - start)) s, constant $((end - mid)) s" | tee -a "$OUT/times.txt"
+	for part in $PARTS; do
+		start=$(date +%s)
+		case $part in
+		recipe) args=(-torch -torch-concurrent -log "$OUT/recipe_seed$s.jsonl") ;;
+		ngen) args=(-log "$OUT/ngen_seed$s.jsonl") ;;
+		torch) args=(-torch-only -log "$OUT/torch_seed$s.jsonl") ;;
+		constant) args=(-schedule constant -clip 0 -log "$OUT/constant_seed$s.jsonl") ;;
+		*) echo "PARTS: unknown part $part (recipe, ngen, torch, constant)" >&2; exit 2 ;;
+		esac
+		"$bin" "${common[@]}" -seed "$s" "${args[@]}" | tee "$OUT/${part}_seed$s.txt"
+		echo "seed $s: $part $(($(date +%s) - start)) s" | tee -a "$OUT/times.txt"
+	done
 done
+rm -f "$bin"
 echo
-echo "last validation bits per character (ngen recipe, PyTorch recipe, ngen constant):"
+echo "last validation bits per character, by part:"
 for s in $SEEDS; do
-	r=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ ' "$OUT/recipe_seed$s.txt" | tail -1 | awk '{print $2, $3}')
-	c=$(grep -oE 'validation [0-9.]+ bits' "$OUT/constant_seed$s.txt" | tail -1 | awk '{print $2}')
-	echo "seed $s: $r $c"
+	line="seed $s:"
+	for part in $PARTS; do
+		f="$OUT/${part}_seed$s.txt"
+		case $part in
+		recipe) v=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ ' "$f" | tail -1 | awk '{print "ngen " $2 ", PyTorch " $3}') ;;
+		torch) v=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$f" | tail -1 | awk '{print "PyTorch " $2}') ;;
+		*) v=$(grep -oE 'validation [0-9.]+ bits' "$f" | tail -1 | awk -v p="$part" '{print p " " $2}') ;;
+		esac
+		line="$line $v;"
+	done
+	echo "$line"
 done

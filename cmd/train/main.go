@@ -53,6 +53,7 @@ func main() {
 		profile = flag.Bool("profile", false, "time every kernel and GEMM of the last epoch and print the table (synchronises after each)")
 		torch   = flag.Bool("torch", false, "then train the same model with PyTorch (-torch-script) and print both runs side by side")
 		conc    = flag.Bool("torch-concurrent", false, "sequence models, with -torch: run the PyTorch peer at the same time as ngen, each on -threads threads (quality runs on a machine with cores to spare; the throughput columns then share the machine)")
+		only    = flag.Bool("torch-only", false, "sequence models: run only the PyTorch peer, on the recipe and data ngen's run would use, and print its epochs (a peer's quality runs without repeating ngen's; implies -torch and -torch-concurrent)")
 		script  = flag.String("torch-script", "bench/torch_train.py", "PyTorch peer for -torch, run with /usr/bin/python3")
 		prompt  = flag.String("sample", "", "lstm, gpt: then print -length characters generated after this prompt")
 		length  = flag.Int("length", 200, "characters to generate with -sample")
@@ -67,6 +68,9 @@ func main() {
 	rc.set = set
 	rc.defaults(*name) // gpt, transformer: warm-up, cosine, clipping at 1 (recipe.go)
 	sampling := set["sample"]
+	if *only {
+		*torch, *conc = true, true
+	}
 	task, seq := seqTasks[*name]
 	_, known := models[*name]
 	err := runFlags{model: *name, epochs: *epochs, accum: *accum, batch: *batchS, memory: *memory, threads: *threads,
@@ -74,6 +78,9 @@ func main() {
 		set: set, args: flag.Args()}.check()
 	if err == nil && !seq && !known {
 		err = fmt.Errorf("unknown model %q (have %s)", *name, modelNames())
+	}
+	if err == nil && *only {
+		err = checkTorchOnly(seq, set)
 	}
 	if err == nil {
 		err = checkAMP(*name, *amp, seq, *device, *distMode, *torch)
@@ -125,7 +132,7 @@ func main() {
 			rec = newRecorder(*name)
 		}
 		err = trainSeq(*name, task, seqOptions{amp: *amp, epochs: *epochs, epochSteps: *esteps, batch: 64, accum: *accum, seed: *seed, threads: *threads,
-			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec, recipe: rc}, *batchS, *torch, *conc, *script,
+			device: *device, dir: *dir, save: *save, quiet: *quiet || !grp.lead(), profile: *profile, grp: grp, rec: rec, recipe: rc, peerOnly: *only}, *batchS, *torch, *conc, *script,
 			sampleOptions{sampling, *prompt, *length, *temp, *load})
 		grp.finish(err)
 		return

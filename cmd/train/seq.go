@@ -163,6 +163,9 @@ type seqOptions struct {
 	recipeReady func() error
 	// grp is the data-parallel group (-dist mpi); nil: this process alone.
 	grp *group
+	// peerOnly (-torch-only): runSeq returns once the recipe is resolved
+	// and the peer started (recipeReady), before ngen's first step.
+	peerOnly bool
 }
 
 // runSeq trains a sequence model: a progress bar, then after every epoch
@@ -247,6 +250,9 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		if err := o.recipeReady(); err != nil {
 			return nil, err
 		}
+	}
+	if o.peerOnly {
+		return nil, nil
 	}
 	if accum > 1 {
 		say("accumulating %d micro-batches of %d per update (%d rows per update)\n", accum, o.batch, accum*o.batch*grp.size())

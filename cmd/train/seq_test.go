@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/ngen-ml/ngen/compiler/oracle"
+	"github.com/ngen-ml/ngen/runlog"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
@@ -175,5 +177,49 @@ func TestSeqTorchConcurrent(t *testing.T) {
 	}
 	if len(left) != 0 {
 		t.Fatalf("the peer's data file was left behind: %v", left)
+	}
+}
+
+// TestSeqTorchOnly runs -torch-only: the PyTorch peer alone, on the
+// recipe ngen's run resolves (the gpt's warm-up, cosine and clipping),
+// its epochs printed and its -log written, while ngen trains no step and
+// writes no log of its own; the flags that need ngen's run are refused.
+func TestSeqTorchOnly(t *testing.T) {
+	if err := oracle.Available(); err != nil {
+		t.Skip(err)
+	}
+	dir, out := tinyFortunes(t, 16), t.TempDir()
+	logf := filepath.Join(out, "run.jsonl")
+	b, err := trainCmd("-model", "gpt", "-epochs", "2", "-epoch-steps", "2", "-batch", "4", "-threads", "1", "-quiet", "-data", dir,
+		"-torch-only", "-log", logf, "-torch-script", filepath.Join("..", "..", "bench", "torch_train.py")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, b)
+	}
+	s := string(b)
+	if !strings.Contains(s, "schedule WarmupCosine") || !strings.Contains(s, "clipped to global norm 1") {
+		t.Fatalf("the recipe is not the gpt's default:\n%s", s)
+	}
+	if strings.Contains(s, "epoch 1: train loss") {
+		t.Fatalf("ngen trained:\n%s", s)
+	}
+	rows := regexp.MustCompile(`(?m)^ +(\d) +([0-9.]+) +([0-9.]+) +\d+ +2$`).FindAllStringSubmatch(s, -1)
+	if len(rows) != 2 {
+		t.Fatalf("want the peer's two epochs of 2 steps:\n%s", s)
+	}
+	if _, err := os.Stat(logf); !os.IsNotExist(err) {
+		t.Fatalf("ngen's log was written (%v)", err)
+	}
+	l, err := runlog.ReadFile(torchLogPath(logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Run.Framework != "pytorch" || len(l.Steps) != 4 || len(l.Evals) != 2 {
+		t.Fatalf("the peer's log: run %+v, %d steps, %d evals", l.Run, len(l.Steps), len(l.Evals))
+	}
+	for _, c := range [][]string{{"-model", "gpt", "-torch-only", "-save", filepath.Join(out, "x.safetensors")}, {"-model", "mlp", "-torch-only"}} {
+		b, err := trainCmd(c...).CombinedOutput()
+		if err == nil || !strings.Contains(string(b), "-torch-only") {
+			t.Fatalf("%v: err %v, output %s", c, err, b)
+		}
 	}
 }

@@ -102,6 +102,9 @@ func (p *seqPeer) compare(ours []epochResult) error {
 		}
 		theirs = append(theirs, r)
 	}
+	if ours == nil { // -torch-only
+		return printPeerOnly(theirs, sets.Train.YPer > 1)
+	}
 	if len(theirs) != len(ours) {
 		return fmt.Errorf("PyTorch peer %s ran %d epochs, ngen %d", script, len(theirs), len(ours))
 	}
@@ -147,4 +150,33 @@ func writeSeqSets(f *os.File, sets *seqSets) error {
 		}
 	}
 	return w.Flush()
+}
+
+// printPeerOnly prints the peer's epochs for -torch-only, where ngen did
+// not train.
+func printPeerOnly(theirs []epochResult, bpc bool) error {
+	metric, pick := "val acc", func(r epochResult) string { return fmt.Sprintf("%.2f%%", 100*r.ValAcc) }
+	if bpc {
+		metric, pick = "val bpc", func(r epochResult) string { return fmt.Sprintf("%.4f", r.BPC) }
+	}
+	fmt.Printf("%5s  %12s  %10s  %12s  %6s\n", "epoch", "torch "+metric, "torch loss", "torch seq/s", "steps")
+	for _, r := range theirs {
+		fmt.Printf("%5d  %12s  %10.4f  %12.0f  %6d\n", r.Epoch, pick(r), r.Loss, r.PerSecond, r.Steps)
+	}
+	return nil
+}
+
+// checkTorchOnly refuses what -torch-only cannot do: it trains no ngen
+// model, so there is nothing to save, sample, profile, plot or share
+// between processes.
+func checkTorchOnly(seq bool, set map[string]bool) error {
+	if !seq {
+		return fmt.Errorf("-torch-only: only the sequence models (%s) take it", strings.Join(seqNames(), ", "))
+	}
+	for _, f := range []string{"save", "load", "sample", "profile", "plot", "trace", "dist", "accumulate"} {
+		if set[f] {
+			return fmt.Errorf("-torch-only: -%s needs ngen's run, which -torch-only leaves out", f)
+		}
+	}
+	return nil
 }
