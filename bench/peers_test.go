@@ -64,6 +64,8 @@ func TestPeersRun(t *testing.T) {
 	for _, p := range []seqPeer{lstmPeer, gptPeer, transformerPeer} {
 		peers = append(peers, peer{p.model, p.args(1, 0), false})
 	}
+	// TestGPUAMP's peers run under autocast (on the GPU; bf16 here).
+	peers = append(peers, peer{"gpt_amp_bf16", append(gptPeer.args(1, 0), "--amp", "bf16"), false})
 	for _, p := range peers {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()

@@ -13,9 +13,11 @@ JSON line.
     /usr/bin/python3 bench/torch_step.py --threads 1 --batch 128 --steps 50 --warmup 5 --layers 1024,2048,512,10
     /usr/bin/python3 bench/torch_step.py --model convnet --batch 64
     /usr/bin/python3 bench/torch_step.py --model convnet --batch 64 --device cuda
+    /usr/bin/python3 bench/torch_step.py --model gpt --batch 16 --vocab 99 --seq 128 --amp bf16 --device cuda
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -46,6 +48,9 @@ def main():
                    help="torch.compile the model with this mode (reduce-overhead: CUDA graphs); the warm-up steps, "
                         "which include the compile, are timed apart (warmup_s)")
     p.add_argument("--seq", type=int, default=64, help="lstmbench, gpt, transformer: sequence length (transformer: of src and of tgt)")
+    p.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"],
+                   help="mixed precision: the forward and the loss under torch.autocast in this type (fp16 with a "
+                        "GradScaler: scale, backward, step, update), as ngen's -amp builds")
     a = p.parse_args()
     torch_env.pin_threads(a.threads)  # before torch loads OpenBLAS
     import torch
@@ -95,12 +100,25 @@ def main():
         x = torch.randn(a.batch, *shape).to(a.device)
         y = torch.randint(0, classes, (a.batch,)).to(a.device)
     sync = torch.cuda.synchronize if a.device != "cpu" else (lambda: None)
+    dev_type = "cuda" if a.device.startswith("cuda") else "cpu"
+    if a.amp == "fp16" and dev_type == "cpu":
+        p.error("--amp fp16: PyTorch %s's CPU autocast has no float16" % torch.__version__)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
+    scaler = None
+    if a.amp == "fp16":  # torch.amp.GradScaler("cuda") from PyTorch 2.3, torch.cuda.amp's before
+        scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
 
     def step():
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
+        with torch.autocast(device_type=dev_type, dtype=half) if half else contextlib.nullcontext():
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         opt.zero_grad(set_to_none=True)
         return loss
 
@@ -132,6 +150,7 @@ def main():
         "warmup": a.warmup,
         "warmup_s": round(warmup_s, 3),
         "compile": a.compile,
+        "amp": a.amp,
         "torch": torch.__version__,
         "blas": torch_env.blas_summary(),
         "cpu": torch_env.cpu_model(),

@@ -1,20 +1,20 @@
 // An f32 kept in a 16-bit buffer (attention's log-sum-exp under mixed
 // precision, which backward needs to f32 precision): its bits in two
 // elements, the high half first. Only programs with a 16-bit attention
-// include this (after preamble_half.cuh).
-__device__ __forceinline__ void ngen_store_f32_bits(__nv_bfloat16 *p, float x) {
+// include this (after preamble_half.cuh). The elements are written and
+// read as the unsigned short each type holds (both are standard-layout
+// wrappers of one): CUDA 11.8 declares __ushort_as_bfloat16 and
+// __bfloat16_as_ushort only for sm_80 and up, and the backend also loads
+// modules on older GPUs through NVRTC.
+__device__ __forceinline__ void ngen_store_f32_bits(unsigned short *q, float x) {
   const unsigned u = __float_as_uint(x);
-  p[0] = __ushort_as_bfloat16((unsigned short)(u >> 16));
-  p[1] = __ushort_as_bfloat16((unsigned short)(u & 0xffffu));
+  q[0] = (unsigned short)(u >> 16);
+  q[1] = (unsigned short)(u & 0xffffu);
 }
-__device__ __forceinline__ void ngen_store_f32_bits(__half *p, float x) {
-  const unsigned u = __float_as_uint(x);
-  p[0] = __ushort_as_half((unsigned short)(u >> 16));
-  p[1] = __ushort_as_half((unsigned short)(u & 0xffffu));
+__device__ __forceinline__ float ngen_load_f32_bits(const unsigned short *q) {
+  return __uint_as_float((unsigned)q[0] << 16 | (unsigned)q[1]);
 }
-__device__ __forceinline__ float ngen_load_f32_bits(const __nv_bfloat16 *p) {
-  return __uint_as_float((unsigned)__bfloat16_as_ushort(p[0]) << 16 | (unsigned)__bfloat16_as_ushort(p[1]));
-}
-__device__ __forceinline__ float ngen_load_f32_bits(const __half *p) {
-  return __uint_as_float((unsigned)__half_as_ushort(p[0]) << 16 | (unsigned)__half_as_ushort(p[1]));
-}
+__device__ __forceinline__ void ngen_store_f32_bits(__nv_bfloat16 *p, float x) { ngen_store_f32_bits(reinterpret_cast<unsigned short *>(p), x); }
+__device__ __forceinline__ void ngen_store_f32_bits(__half *p, float x) { ngen_store_f32_bits(reinterpret_cast<unsigned short *>(p), x); }
+__device__ __forceinline__ float ngen_load_f32_bits(const __nv_bfloat16 *p) { return ngen_load_f32_bits(reinterpret_cast<const unsigned short *>(p)); }
+__device__ __forceinline__ float ngen_load_f32_bits(const __half *p) { return ngen_load_f32_bits(reinterpret_cast<const unsigned short *>(p)); }

@@ -9,6 +9,9 @@
 #   bash .gpu/run.sh suite [go test flags]   the GPU suite (runtime/cuda)
 #   bash .gpu/run.sh bench [flags]           bench's TestGPU and TestGPUSeq:
 #                                            ngen against PyTorch eager
+#   bash .gpu/run.sh amp [flags]             bench's TestGPUAMP: bf16 and fp16
+#                                            builds against ngen's f32 step and
+#                                            PyTorch's autocast step
 #   bash .gpu/run.sh compile                 PyTorch's step under torch.compile,
 #                                            default and reduce-overhead modes,
 #                                            compile and warm-up timed apart
@@ -82,6 +85,7 @@ case $what in
   # tree that travels with the call (its tests read ../../generated).
   suite) cd "$g/../runtime/cuda" 2>/dev/null || cd "$g"; exec "$g/cuda.test" -test.v "$@" ;;
   bench) cd "$g" && exec "$g/bench.test" -test.run 'TestGPU$|TestGPUSeq' -test.v "$@" -bench -steps 30 ;;
+  amp) cd "$g" && exec "$g/bench.test" -test.run 'TestGPUAMP' -test.v "$@" -bench -steps 30 ;;
   compile) compile_peers ;;
   train) train_peers "$@" ;;
   sanitize) tool=$1; shift; cd "$g/../runtime/cuda" 2>/dev/null || cd "$g"; exec compute-sanitizer --tool "$tool" --error-exitcode 9 "$g/cuda.test" -test.v "$@" ;;
@@ -107,11 +111,12 @@ case $what in
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
       "$NGEN_PYTHON" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1
       part "ngen against PyTorch eager" 200 bench
+      part "mixed precision: ngen's bf16 and fp16 builds against f32 and PyTorch's autocast" 150 amp
       if [ -d "$g/../.gpudata" ]; then part "5 epochs of the seed MLP" 90 train 5
       else echo; echo "## 5 epochs of the seed MLP: not run (only 1024 training samples here: a call carrying .gpudata runs it)"; fi
       part "GPU suite" 150 suite
       part "PyTorch under torch.compile" 300 compile
     } 2>&1 | tee -a "$out"
     ;;
-  *) echo "usage: run.sh all|suite|bench|compile|train|sanitize TOOL ..."; exit 2 ;;
+  *) echo "usage: run.sh all|suite|bench|amp|compile|train|sanitize TOOL ..."; exit 2 ;;
 esac

@@ -83,8 +83,6 @@ func checkAMP(name, amp string, seq bool, device, dist string, torch bool) error
 		}
 	}
 	switch {
-	case device != "cpu":
-		return fmt.Errorf("-amp %s: -device %s: the GPU backend does not run 16-bit GEMMs yet (cublasGemmEx, docs/AMP.md); mixed precision trains on the CPU backend", amp, device)
 	case amp == "fp16" && torch:
 		return fmt.Errorf("-amp fp16 -torch: PyTorch 1.13's CPU autocast has no float16 (codegen/jit's TestAMPF16Oracle checks ngen's fp16 against an emulation instead); compare -amp bf16 with -torch")
 	}

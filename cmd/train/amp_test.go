@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 	"math"
 	"os"
@@ -16,7 +17,7 @@ import (
 // TestAMPRefused: -amp trains a model's mixed-precision build (a package
 // in generated/, or one compiled at run time from the model's
 // declaration) or says why it cannot: a value other than bf16, fp16 or
-// off is an error, the GPU backend runs no 16-bit GEMM, fp16 does not combine
+// off is an error, fp16 does not combine
 // with the PyTorch peer, and an AMP package is not a -model of its own.
 // Both types combine with -dist (the ranks agree on a loss scaler's
 // skips: runtime/dataparallel.go).
@@ -27,10 +28,8 @@ func TestAMPRefused(t *testing.T) {
 		want                     string
 	}{
 		{"convnet_bf16", "", "cpu", "", false, "-model convnet_bf16 is convnet's mixed-precision build: give -model convnet -amp bf16"},
-		{"lstm", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
 		{"gpt", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},
 		{"mlp", "fp8", "cpu", "", false, "-amp fp8: want bf16, fp16 or off"},
-		{"mlp", "bf16", "cuda", "", false, "the GPU backend does not run 16-bit GEMMs yet"},
 		{"mlp", "fp16", "cpu", "", true, "PyTorch 1.13's CPU autocast has no float16"},
 		{"mlp_bf16", "", "cpu", "", false, "-model mlp_bf16 is mlp's mixed-precision build: give -model mlp -amp bf16"},
 	} {
@@ -41,12 +40,19 @@ func TestAMPRefused(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ model, amp, dist string }{
+		// On a GPU: generated/'s packages, or the .cu compiled at run
+		// time (jit.go) for the backend's NVRTC.
+		{"mlp", "bf16", "cuda"}, {"lstm", "bf16", "cuda"}, {"gpt", "fp16", "cuda"},
 		{"mlp", "bf16", ""}, {"mlp", "fp16", ""}, {"mlp", "off", ""}, {"convnet", "off", ""}, {"convnet", "bf16", ""}, {"lstm", "", ""}, {"mlp", "bf16", "mpi"}, {"mlp", "fp16", "mpi"},
 		// Compiled at run time from the declaration (jit.go).
 		{"convnet", "fp16", ""}, {"convnet_bn", "bf16", ""}, {"lstm", "bf16", ""}, {"rnn", "fp16", ""}, {"gpt", "bf16", ""}, {"transformer", "fp16", ""}, {"gpt", "bf16", "mpi"},
 	} {
 		_, seq := seqTasks[c.model]
-		if err := checkAMP(c.model, c.amp, seq, "cpu", c.dist, c.amp == "bf16"); err != nil {
+		dev, dist := "cpu", c.dist
+		if dist == "cuda" {
+			dev, dist = "cuda", ""
+		}
+		if err := checkAMP(c.model, c.amp, seq, dev, dist, c.amp == "bf16"); err != nil {
 			t.Errorf("-model %s -amp %s: %v", c.model, c.amp, err)
 		}
 	}
@@ -192,7 +198,7 @@ func TestDeclarationsMatchPackages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := compileProgram(pkg, "off")
+		p, err := builds.Program(pkg, "off")
 		if err != nil {
 			t.Fatal(err)
 		}

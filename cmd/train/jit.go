@@ -1,77 +1,38 @@
 package main
 
 import (
-	"fmt"
+	"strings"
 	"time"
 
-	"github.com/ngen-ml/ngen/codegen/jit"
-	"github.com/ngen-ml/ngen/compiler"
-	"github.com/ngen-ml/ngen/dsl"
-	"github.com/ngen-ml/ngen/models/convnet"
-	"github.com/ngen-ml/ngen/models/lstm"
-	mlpmodel "github.com/ngen-ml/ngen/models/mlp"
-	"github.com/ngen-ml/ngen/models/rnn"
-	tfmodels "github.com/ngen-ml/ngen/models/transformer"
+	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
 // -amp for a model whose mixed-precision build generated/ lacks: cmd/train
-// compiles that build at run time from the model's DSL declaration, as
-// ngen build -amp would (compiler, codegen, then g++ at -O3 with the AVX2
-// copies of the kernels: the code and flags cgo builds a generated
-// package's host glue with), caches the module by content hash under the
-// user's cache directory, and registers it as a generated package
-// registers itself. Only generated/mlp_bf16, mlp_fp16 and convnet_bf16
-// are committed: each package adds to every build and to the suites that
-// run every registered package.
+// compiles that build at run time from the model's DSL declaration
+// (models/builds), as ngen build -amp would. For the CPU backend that is
+// the host code at -O3 with the AVX2 copies of the kernels (the code and
+// flags cgo builds a generated package's host glue with), cached by
+// content under the user's cache directory; for -device cuda the .cu
+// alone, which the CUDA backend compiles with NVRTC for its GPU. The build
+// is registered as a generated package registers itself.
 
-// declarations are the seed models' DSL declarations by their f32
-// package's name (the functions models/*/model.go's go:generate lines
-// build); TestDeclarationsMatchPackages checks each against its package.
-var declarations = map[string]func() *dsl.Model{
-	"mlp":         mlpmodel.MLP,
-	"convnet":     convnet.ConvNet,
-	"convnet_bn":  convnet.ConvNetBN,
-	"charlm":      lstm.CharLM,
-	"rnn":         rnn.RNN,
-	"gpt":         tfmodels.GPT,
-	"transformer": tfmodels.TransformerLM,
-}
+// declarations are the seed models' declarations by their f32 package's
+// name; TestDeclarationsMatchPackages checks each against its package.
+var declarations = builds.Declarations
 
-// compileProgram compiles pkg's declared model as ngen build does (fused,
-// reference batch 128) under amp ("off" for the f32 plan).
-func compileProgram(pkg, amp string) (*compiler.Program, error) {
-	decl, ok := declarations[pkg]
-	if !ok {
-		return nil, fmt.Errorf("%s has no mixed-precision build in generated/ and no declaration cmd/train can compile one from", pkg)
-	}
-	mode, err := compiler.ParseAMP(amp)
-	if err != nil {
-		return nil, err
-	}
-	m, err := decl().Build()
-	if err != nil {
-		return nil, err
-	}
-	return compiler.Compile(m, compiler.Options{Fuse: true, AMP: mode, RefBatch: 128})
-}
-
-// compileAMP builds package pkg's model under -amp amp at run time and
-// registers it as pkg_amp; say reports the compile.
-func compileAMP(pkg, amp string, say func(string, ...any)) (*runtime.Generated, error) {
-	p, err := compileProgram(pkg, amp)
-	if err != nil {
-		return nil, fmt.Errorf("-amp %s: %w", amp, err)
+// compileAMP builds package pkg's model under -amp amp at run time for
+// device and registers it; say reports the compile.
+func compileAMP(pkg, amp, device string, say func(string, ...any)) (*runtime.Generated, error) {
+	target, how := builds.CPU, "g++ -O3, cached by content under the user's cache directory"
+	if strings.HasPrefix(device, "cuda") {
+		target, how = builds.GPU, "CUDA C for the GPU's NVRTC"
 	}
 	start := time.Now()
-	mod, plan, err := jit.BuildRelease(p)
+	g, err := builds.Register(pkg, amp, target)
 	if err != nil {
-		return nil, fmt.Errorf("-amp %s: compiling %s's build: %w", amp, pkg, err)
+		return nil, err
 	}
-	name := pkg + "_" + amp
-	say("%s: %s build made at run time in %.1f s (generated/ has none; g++ -O3, cached by content under the user's cache directory)\n", pkg, amp, time.Since(start).Seconds())
-	g := runtime.Generated{Path: "runtime-compiled/" + name, Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
-		Module: func() *runtime.Module { return mod }}
-	runtime.Register(g)
-	return runtime.Registered(g.Path)
+	say("%s: %s build made at run time in %.1f s (generated/ has none; %s)\n", pkg, amp, time.Since(start).Seconds(), how)
+	return g, nil
 }

@@ -230,7 +230,7 @@ func compare(ours []epochResult, script, name string, epochs, batch int, seed ui
 // for the same rate and schedule (recipe.go).
 func run(grp *group, name, amp string, epochs int, batchp *int, memory int64, accum int, seed uint64, threads int, devName, dir, save, load string, quiet, profile bool, rec *recorder, rc *recipe, peer *[]string) ([]epochResult, error) {
 	if amp != "" && amp != "off" && trainedAs(name, amp) == "" {
-		g, err := compileAMP(name, amp, func(f string, a ...any) {
+		g, err := compileAMP(name, amp, devName, func(f string, a ...any) {
 			if grp.lead() {
 				fmt.Printf(f, a...)
 			}

@@ -484,7 +484,7 @@ func trainSeq(name string, task seqTask, o seqOptions, batchS string, torch, con
 		return fmt.Errorf("-load: give -sample too (-load only feeds the generator)")
 	}
 	if o.amp != "" && o.amp != "off" && !(so.on && so.load != "") {
-		g, err := compileAMP(task.pkg, o.amp, func(f string, a ...any) {
+		g, err := compileAMP(task.pkg, o.amp, o.device, func(f string, a ...any) {
 			if o.grp == nil || o.grp.lead() {
 				fmt.Printf(f, a...)
 			}

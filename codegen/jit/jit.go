@@ -26,6 +26,20 @@ func BuildRelease(p *compiler.Program) (*runtime.Module, *runtime.Plan, error) {
 	return build(p, true)
 }
 
+// BuildGPU is the module a GPU device loads for p: the generated .cu,
+// which the CUDA backend compiles with NVRTC for the device it runs on,
+// and no host code (so no g++ and no CPU entry: a CPU device refuses it).
+// It is what a package generated without nvcc hands the backend, for a
+// build that has no package (cmd/train -amp -device cuda, the GPU
+// benchmark's mixed-precision builds).
+func BuildGPU(p *compiler.Program) (*runtime.Module, *runtime.Plan, error) {
+	body, plan, err := codegen.Kernels(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &runtime.Module{Name: p.Model.Name, Source: codegen.CUDA(p, body), Kernels: plan.Kernels}, plan, nil
+}
+
 func build(p *compiler.Program, release bool) (*runtime.Module, *runtime.Plan, error) {
 	r, err := codegen.Render(p)
 	if err != nil {

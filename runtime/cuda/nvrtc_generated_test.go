@@ -11,9 +11,11 @@ import (
 	"testing"
 
 	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/codegen/jit"
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -61,6 +63,25 @@ func nvrtcSources(t *testing.T) map[string]string {
 			src, _ := renderModule(t, m, fuse)
 			srcs[fmt.Sprintf("%s fuse=%v", name, fuse)] = src
 		}
+	}
+	// The mixed-precision builds generated/ does not commit, which
+	// cmd/train -amp -device cuda hands this backend as CUDA C alone
+	// (models/builds, jit.BuildGPU): every seed model in bf16, and in
+	// fp16 the models whose fp16 build differs in more than the type
+	// (loss scaling in the LSTM's and the gpt's updates, the ConvNet's).
+	for _, b := range []struct{ pkg, amp string }{
+		{"convnet", "fp16"}, {"convnet_bn", "bf16"}, {"charlm", "bf16"}, {"charlm", "fp16"}, {"rnn", "bf16"},
+		{"gpt", "bf16"}, {"gpt", "fp16"}, {"transformer", "bf16"},
+	} {
+		p, err := builds.Program(b.pkg, b.amp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _, err := jit.BuildGPU(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[fmt.Sprintf("amp %s %s", b.pkg, b.amp)] = m.Source
 	}
 	return srcs
 }
