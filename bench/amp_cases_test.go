@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ngen-ml/ngen/models/builds"
@@ -24,14 +23,7 @@ type ampCase struct {
 // first images) and the gpt and the TransformerLM (batch 16, random ids),
 // at the shapes of the other benchmarks.
 func ampCases(t *testing.T) []ampCase {
-	rng := rand.New(rand.NewPCG(1, 1))
-	ids := func(n int) []int32 {
-		v := make([]int32, n)
-		for i := range v {
-			v[i] = int32(2 + rng.IntN(data.CharVocab-2))
-		}
-		return v
-	}
+	ids := tokenIDs()
 	images := func(c benchCase) runtime.Inputs {
 		x, y := input(t, c)
 		return runtime.Inputs{"x": x, "y": y}

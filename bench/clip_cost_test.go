@@ -14,7 +14,6 @@ import (
 	"github.com/ngen-ml/ngen/generated/mlp"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
-	"github.com/ngen-ml/ngen/runtime/data"
 )
 
 var (
@@ -39,14 +38,8 @@ func TestClipCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	ids := tokenIDs()
 	rng := rand.New(rand.NewPCG(1, 1))
-	ids := func(n int) []int32 {
-		v := make([]int32, n)
-		for i := range v {
-			v[i] = int32(2 + rng.IntN(data.CharVocab-2))
-		}
-		return v
-	}
 	const gb, mb = 16, 64
 	gx, gy := ids(gb*gptPeer.T), ids(gb*gptPeer.T)
 	mx, my := make([]float32, mb*784), make([]int32, mb)

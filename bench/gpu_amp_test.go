@@ -32,22 +32,7 @@ import (
 // the time to open a build (NVRTC compile included) apart, and the bf16
 // step's kernels by GPU time.
 func TestGPUAMP(t *testing.T) {
-	if !*run {
-		t.Skip("benchmark: go test -tags cuda ./bench -run TestGPUAMP -v -args -bench")
-	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	dev, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	peak, err := dev.PeakBandwidth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("device: %s\nhost: %s\n", dev.Name(), machine())
+	dev, peak := openGPU(t, "TestGPUAMP")
 	all := ampCases(t)
 	for _, c := range all {
 		if *only != "" && c.pkg != *only {

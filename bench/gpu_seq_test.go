@@ -4,7 +4,6 @@ package bench
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/ngen-ml/ngen/generated/transformer"
 	"github.com/ngen-ml/ngen/generated/transformer_unfused"
 	"github.com/ngen-ml/ngen/runtime"
-	"github.com/ngen-ml/ngen/runtime/cuda"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
 
@@ -30,32 +28,10 @@ import (
 // --device cuda: cuDNN's LSTM, nn.Transformer's kernels; f32 without TF32
 // on both sides).
 func TestGPUSeq(t *testing.T) {
-	if !*run {
-		t.Skip("benchmark: go test -tags cuda ./bench -run TestGPUSeq -v -args -bench")
-	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	dev, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	peak, err := dev.PeakBandwidth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("device: %s\n", dev.Name())
-	fmt.Printf("host: %s\n", machine())
+	dev, peak := openGPU(t, "TestGPUSeq")
 	const B = 16
-	rng := rand.New(rand.NewPCG(1, 1))
-	ids := func(b, n int) []int32 {
-		v := make([]int32, b*n)
-		for i := range v {
-			v[i] = int32(2 + rng.IntN(data.CharVocab-2))
-		}
-		return v
-	}
+	draw := tokenIDs()
+	ids := func(b, n int) []int32 { return draw(b * n) }
 	lx, ly := ids(32, 64), ids(32, 64)
 	gx, gy := ids(B, 128), ids(B, 128)
 	src, tgt, ty := ids(B, 64), ids(B, 64), ids(B, 64)

@@ -26,23 +26,7 @@ import (
 // against the device's peak, and the same step in PyTorch on the same GPU
 // when PyTorch has CUDA.
 func TestGPU(t *testing.T) {
-	if !*run {
-		t.Skip("benchmark: go test -tags cuda ./bench -run TestGPU -v -args -bench")
-	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	dev, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	peak, err := dev.PeakBandwidth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("device: %s, peak memory bandwidth %.0f GB/s (memory clock × bus width × 2)\n", dev.Name(), peak/1e9)
-	fmt.Printf("host: %s\n", machine())
+	dev, peak := openGPU(t, "TestGPU")
 	for _, c := range cases {
 		if *only != "" && c.name != *only {
 			continue
@@ -85,6 +69,31 @@ func TestGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openGPU opens the GPU for benchmark test name, or skips it without
+// -bench or a device; it prints the device, its peak memory bandwidth and
+// the host, and closes the device when the test ends.
+func openGPU(t *testing.T, name string) (*cuda.Device, float64) {
+	t.Helper()
+	if !*run {
+		t.Skipf("benchmark: go test -tags cuda ./bench -run %s -v -args -bench", name)
+	}
+	if err := cuda.Available(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dev, err := cuda.New(cuda.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	peak, err := dev.PeakBandwidth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("device: %s, peak memory bandwidth %.0f GB/s (memory clock × bus width × 2)\n", dev.Name(), peak/1e9)
+	fmt.Printf("host: %s\n", machine())
+	return dev, peak
 }
 
 // profileGPU runs *steps training steps with the session's profile (for

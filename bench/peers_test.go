@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,6 +32,20 @@ var (
 func stepArgs(batch, steps, warmup int, model []string) []string {
 	return append([]string{"torch_step.py", "--threads", fmt.Sprint(*threads), "--batch", fmt.Sprint(batch),
 		"--steps", fmt.Sprint(steps), "--warmup", fmt.Sprint(warmup)}, model...)
+}
+
+// tokenIDs draws random character ids (2 up to the vocabulary, past the
+// padding and unknown ids) from its own seeded source: the benchmarks'
+// sequence inputs, whose kernels and GEMMs do not depend on the values.
+func tokenIDs() func(n int) []int32 {
+	rng := rand.New(rand.NewPCG(1, 1))
+	return func(n int) []int32 {
+		v := make([]int32, n)
+		for i := range v {
+			v[i] = int32(2 + rng.IntN(data.CharVocab-2))
+		}
+		return v
+	}
 }
 
 func (p seqPeer) args(steps, warmup int) []string {

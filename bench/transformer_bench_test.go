@@ -3,7 +3,6 @@ package bench
 import (
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/ngen-ml/ngen/generated/transformer_unfused"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
-	"github.com/ngen-ml/ngen/runtime/data"
 )
 
 var profile = flag.Bool("profile", false, "TestTransformerVsTorch: also print the per-kernel profile of the fused steps (runtime.WriteProfile)")
@@ -64,14 +62,8 @@ func TestTransformerVsTorch(t *testing.T) {
 	defer dev.Close()
 	// ids are B×n random token ids; attention and GEMM kernels do not
 	// depend on their values.
-	rng := rand.New(rand.NewPCG(1, 1))
-	ids := func(n int) []int32 {
-		v := make([]int32, B*n)
-		for i := range v {
-			v[i] = int32(2 + rng.IntN(data.CharVocab-2))
-		}
-		return v
-	}
+	draw := tokenIDs()
+	ids := func(n int) []int32 { return draw(B * n) }
 	gx, gy := ids(gptPeer.T), ids(gptPeer.T)
 	src, tgt, ty := ids(transformerPeer.T), ids(transformerPeer.T), ids(transformerPeer.T)
 	cases := []tfCase{

@@ -5,8 +5,8 @@
 # on one thread, and prints a table per run and per configuration.
 #
 #   bash scripts/amp_quality.sh              MLP (f32, bf16, fp16; 5 epochs)
-#                                            then ConvNet (f32, bf16; 3
-#                                            epochs), seeds 1 2 3
+#                                            then ConvNet (f32, bf16, fp16;
+#                                            3 epochs), seeds 1 2 3
 #   MODELS=mlp bash scripts/amp_quality.sh   the MLP only
 #   SEEDS="1 2" LOGS=dir TRAIN=bin ...       other seeds; keep the logs in
 #                                            dir; use a built cmd/train
@@ -34,7 +34,10 @@ echo "logs in $LOGS; $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut
 
 # the recipe of docs/PERF.md: MLP 5 epochs, ConvNet 3, batch 64, 1 thread
 epochs() { case $1 in mlp) echo 5 ;; convnet) echo 3 ;; esac; }
-amps() { case $1 in mlp) echo "off bf16 fp16" ;; convnet) echo "off bf16" ;; esac; }
+# AMPS="fp16" runs only those precisions (session 20 added the ConvNet's
+# fp16 runs, whose build cmd/train compiles at run time, to f32's of
+# 2026-11-28).
+amps() { if [ -n "${AMPS:-}" ]; then echo "$AMPS"; else echo "off bf16 fp16"; fi; }
 
 runs=$LOGS/runs.tsv
 : >"$runs"
