@@ -76,3 +76,35 @@ func TestHalfMovesCopyBits(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfPoolGradSelects: the seed ConvNet's 2×2 max pooling tiles its input,
+// so its gradient moves each pixel's window gradient or zero
+// (ops.Def.MovesIf) and, in 16 bits, copies the bits; the relu_bwd that
+// reads it selects that 16-bit value or zero (ops.Def.Selects), so it is
+// not rounded again, fused or not. An f32 model's kernels keep their
+// float form.
+func TestHalfPoolGradSelects(t *testing.T) {
+	for _, h := range []ir.DType{ir.BF16, ir.F16} {
+		for _, fuse := range []bool{true, false} {
+			p, err := compiler.Compile(amp(irtest.SeedConvNet(1, 12, 9, 3, 5, 7, 4, false, irtest.Adam), h), compiler.Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _, err := Kernels(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := CUDA(p, body)
+			st := h.StorageCType()
+			if !regexp.MustCompile(`const ` + st + ` v\d+ = [^;]*\? v\d+_g : `).MatchString(src) {
+				t.Errorf("%s fuse=%v: the pooling gradient does not copy %s bits", h, fuse, st)
+			}
+			if n := regexp.MustCompile(`ngen_relu_grad\(`).FindAllStringIndex(src, -1); len(n) == 0 {
+				t.Fatalf("%s fuse=%v: no relu_bwd", h, fuse)
+			}
+			if regexp.MustCompile(`ngen_round_\w+\(ngen_relu_grad\(`).MatchString(src) {
+				t.Errorf("%s fuse=%v: a relu_bwd of 16-bit values is rounded again", h, fuse)
+			}
+		}
+	}
+}

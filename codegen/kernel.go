@@ -285,9 +285,11 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			c := k.ctx(v.DType.CType(), idx)
 			c.Member = memberName
 			c.Status = func(v *ir.Value) (string, string) { return k.status(p, v) }
-			raw := d.Moves && v.DType.IsHalf()
+			raw := d.MovesValue(v) && v.DType.IsHalf()
 			for _, a := range v.Args {
-				raw = raw && a.DType == v.DType
+				// The moved arguments have the result's type; others
+				// (maxpool_bwd's window indices) are not floats.
+				raw = raw && (a.DType == v.DType || !a.DType.IsFloat())
 			}
 			if raw {
 				c.Raw = v.DType.StorageCType()
@@ -335,9 +337,10 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			return k.param("const int *", "status", runtime.ArgRef{Buf: st, Kind: runtime.ArgPtr})
 		}
 		expr := ops.Lookup(v.Op).Expr(c, v, args)
-		if v.DType.IsHalf() {
+		if v.DType.IsHalf() && !ops.Lookup(v.Op).SelectsExact(v) {
 			// A 16-bit value is rounded where it is computed, stored or
-			// not, so a fused kernel computes what -fuse=none does.
+			// not, so a fused kernel computes what -fuse=none does (a
+			// value that selects a 16-bit argument is one already).
 			expr = "ngen_round_" + v.DType.String() + "(" + expr + ")"
 		}
 		*b = append(*b, stmt{text: fmt.Sprintf("%s%s v%d = %s;\n", indent, v.DType.CType(), v.ID, expr), def: v})

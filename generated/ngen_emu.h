@@ -124,12 +124,14 @@ inline float from_bits(uint32_t u) {
 
 // sel is c ? a : b as bit masks: a ?: lets g++ thread the constant it
 // selects into what a kernel computes next. f2h and h2f use it (the f16
-// MLP's epoch 9.0 -> 6.1 s). f2bf keeps its ?:, with a cost: a bf16
-// value rounded and then fed to a GELU (the gpt's add_gelu_fwd) gets the
-// NaN case threaded into the GELU's erf, which leaves that loop scalar
-// (31 ms against f32's 3.8); with masks in f2bf that kernel took 5.5 ms,
-// but the ConvNet's bf16 pooling backward went from 4.3 to 8.2 ms and
-// its epoch from 27.5 to 33 s (docs/AMP.md).
+// MLP's epoch 9.0 -> 6.1 s). bf16 has both forms, for two uses: a value
+// rounded inside a kernel and computed on (ngen_round_bf16, through
+// __float2bfloat16_rn) takes the masks, since with a ?: a bf16 value fed
+// to a GELU (the gpt's add_gelu_fwd) left that loop scalar ("control
+// flow in loop": 31 ms against f32's 3.8; 5.5 ms with the masks); a
+// store (the type's constructor) keeps the ?:, which costs a scalar loop
+// least: with masks there too, the ConvNet's pooling backward, a 16-bit
+// gather that stays scalar, went from 4.3 to 8.2 ms a call (docs/AMP.md).
 inline uint32_t sel(bool c, uint32_t a, uint32_t b) {
   const uint32_t m = 0u - (uint32_t)c;
   return (a & m) | (b & ~m);
@@ -173,11 +175,18 @@ inline float h2f(uint16_t h) {
   return from_bits(r | sign);
 }
 
-// f2bf rounds x to bfloat16: nearest, ties to even.
+// f2bf rounds x to bfloat16: nearest, ties to even; the store's form
+// (a ?: for NaN). f2bf_sel is the same rounding with the select as masks,
+// for values computed on (sel, above).
 inline uint16_t f2bf(float x) {
   const uint32_t u = bits(x);
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : r); // NaN: canonical
+}
+inline uint16_t f2bf_sel(float x) {
+  const uint32_t u = bits(x);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+  return (uint16_t)sel((u & 0x7fffffffu) > 0x7f800000u, 0x7fffu, r);
 }
 
 inline float bf2f(uint16_t b) { return from_bits((uint32_t)b << 16); }
@@ -237,7 +246,11 @@ inline float __high2float(__half2 h) { return float(h.y); }
 inline bool __hisnan(__half h) { return (h.x & 0x7fffu) > 0x7c00u; }
 inline bool __hisinf(__half h) { return (h.x & 0x7fffu) == 0x7c00u; }
 
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { // f2bf_sel: ngen_round_bf16 rounds through it
+  __nv_bfloat16 b;
+  b.x = ngen_half::f2bf_sel(f);
+  return b;
+}
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 b) { return float(b); }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {

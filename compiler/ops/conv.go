@@ -204,7 +204,11 @@ func init() {
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("maxpool_bwd", withShape(v), g, v.Args[1]), nil}
 			}},
-		&Def{Name: "maxpool_bwd", Kind: Gather, NArgs: 2, Infer: poolGradInfer("maxpool_bwd"), Gather: maxpoolBwdGather, Indexed: []bool{true, true}},
+		&Def{Name: "maxpool_bwd", Kind: Gather, NArgs: 2, Infer: poolGradInfer("maxpool_bwd"), Gather: maxpoolBwdGather, Indexed: []bool{true, true},
+			MovesIf: func(v *ir.Value) bool {
+				w, _, _, _, _, _, _ := geometry("maxpool_bwd", v, v.Attrs.Shape)
+				return w.tiled()
+			}},
 		&Def{Name: "avgpool", Kind: Gather, NArgs: 1, Infer: poolInfer("avgpool", sameDType), Gather: avgpoolGather, Indexed: []bool{true},
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("avgpool_bwd", withShape(v), g)}

@@ -307,14 +307,21 @@ func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 			in = append(in, fmt.Sprintf("%sox < %d", p, ow))
 		}
 		hit := fmt.Sprintf("%s[%so] == %s * %d + %s", a[1], p, umod(p+"y", w.SH), w.KW, umod(p+"x", w.SW))
+		// Each pixel takes its window's gradient or zero (MovesIf): a
+		// 16-bit gradient's bits are copied (c.Raw), not widened,
+		// rounded and narrowed again.
+		zero, load := c.Lit(0), elem(v, 0, a[0], p+"o")
+		if c.Raw != "" {
+			zero, load = c.RawZero(), fmt.Sprintf("%s[%so]", a[0], p)
+		}
 		if len(in) == 0 {
 			// Every pixel has its window: load the gradient
 			// unconditionally and select, which compiles without a branch.
-			cg.f("const %s %sg = %s[%so];", c.T, p, a[0], p)
-			cg.f("const %s %s = %s ? %sg : %s;", c.T, out, hit, p, c.Lit(0))
+			cg.f("const %s %sg = %s[%so];", c.moveType(), p, a[0], p)
+			cg.f("const %s %s = %s ? %sg : %s;", c.moveType(), out, hit, p, zero)
 			return cg.b.String()
 		}
-		cg.f("const %s %s = %s;", c.T, out, masked(all(append(in, hit)...), elem(v, 0, a[0], p+"o"), c.Lit(0)))
+		cg.f("const %s %s = %s;", c.moveType(), out, masked(all(append(in, hit)...), load, zero))
 		return cg.b.String()
 	}
 	cg.f("%s %s = %s;", c.T, out, c.Lit(0))

@@ -75,6 +75,12 @@ func gradOfInput(op string) func(b *Builder, v, g *ir.Value) *ir.Value {
 	}
 }
 
+// selecting marks d's result as one of the arguments at idx (Def.Selects).
+func selecting(d *Def, idx ...int) *Def {
+	d.Selects = idx
+	return d
+}
+
 func backward(name string, flops int, expr func(c *Ctx, v *ir.Value, g, y string) string) *Def {
 	return &Def{Name: name, Kind: Elementwise, NArgs: 2, Infer: broadcastArgs, Flops: flops,
 		Expr: func(c *Ctx, v *ir.Value, a []string) string { return expr(c, v, a[0], a[1]) }}
@@ -82,8 +88,8 @@ func backward(name string, flops int, expr func(c *Ctx, v *ir.Value, g, y string
 
 func init() {
 	register(
-		unary("neg", 1, func(c *Ctx, v *ir.Value, x string) string { return "(-" + x + ")" },
-			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Unary("neg", g) }),
+		selecting(unary("neg", 1, func(c *Ctx, v *ir.Value, x string) string { return "(-" + x + ")" },
+			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Unary("neg", g) }), 0),
 		unary("exp", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("exp") + "(" + x + ")" },
 			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("mul", g, v) }),
 		unary("log", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("log") + "(" + x + ")" },
@@ -92,14 +98,14 @@ func init() {
 			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("div", b.Scale(g, 0.5), v) }),
 		unary("square", 1, func(c *Ctx, v *ir.Value, x string) string { return "ngen_sq(" + x + ")" },
 			func(b *Builder, v, g *ir.Value) *ir.Value { return b.Binary("mul", b.Scale(g, 2), v.Args[0]) }),
-		unary("abs", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fabs") + "(" + x + ")" },
-			gradOfInput("abs_bwd")),
+		selecting(unary("abs", 1, func(c *Ctx, v *ir.Value, x string) string { return c.Math("fabs") + "(" + x + ")" },
+			gradOfInput("abs_bwd")), 0),
 		// A select, not fmaxf: NaN propagates as in torch.relu, and the
 		// host compiler vectorises it (fmaxf's NaN rule keeps it scalar).
-		unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string {
+		selecting(unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string {
 			return "(" + x + " <= " + c.Lit(0) + " ? " + c.Lit(0) + " : " + x + ")"
 		},
-			gradOf("relu_bwd")),
+			gradOf("relu_bwd")), 0),
 		unary("sigmoid", 4, func(c *Ctx, v *ir.Value, x string) string {
 			return "(" + c.Lit(1) + " / (" + c.Lit(1) + " + " + c.Math("exp") + "(-" + x + ")))"
 		}, gradOf("sigmoid_bwd")),
@@ -187,9 +193,9 @@ func init() {
 				return gx, b.Unary("neg", b.Binary("mul", gx, v))
 			}),
 
-		backward("relu_bwd", 1, func(c *Ctx, v *ir.Value, g, y string) string {
+		selecting(backward("relu_bwd", 1, func(c *Ctx, v *ir.Value, g, y string) string {
 			return "ngen_relu_grad(" + y + ", " + g + ")"
-		}),
+		}), 0),
 		backward("sigmoid_bwd", 3, func(c *Ctx, v *ir.Value, g, y string) string {
 			return "(" + g + " * " + y + " * (" + c.Lit(1) + " - " + y + "))"
 		}),

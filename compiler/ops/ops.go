@@ -61,6 +61,16 @@ type Def struct {
 	// to declare out in that storage type and copy the bits, which needs
 	// no rounding and no conversion to float and back.
 	Moves bool
+	// MovesIf is Moves decided per value, for an op that moves elements
+	// only in some of its forms (maxpool_bwd of windows that tile the
+	// input, where each input pixel takes one window's gradient or zero,
+	// while overlapping windows sum).
+	MovesIf func(v *ir.Value) bool
+	// Selects, for an elementwise op, lists the arguments its result is
+	// one of, exactly (negated or not), or zero: relu, relu_bwd, neg,
+	// abs. A 16-bit result whose selected arguments have its type is
+	// already a 16-bit value, so the kernel does not round it again.
+	Selects []int
 	// InEval, for an op that reads the train flag, returns the argument
 	// the op equals in eval mode, or nil where that does not hold (an
 	// argument broadcast to a larger shape). Nil for other ops.
@@ -204,6 +214,27 @@ type Ctx struct {
 	// holding v. Templates take numbers that differ between layers (a
 	// dropout's stream) through it, so that the layers share one kernel.
 	Imm func(v int64) string
+}
+
+// MovesValue reports whether v's template only moves elements (Moves, or
+// MovesIf for v).
+func (d *Def) MovesValue(v *ir.Value) bool {
+	return d.Moves || (d.MovesIf != nil && d.MovesIf(v))
+}
+
+// SelectsExact reports whether v's result is one of its arguments of its
+// own type (Def.Selects), so that rounding it to that type changes
+// nothing.
+func (d *Def) SelectsExact(v *ir.Value) bool {
+	if len(d.Selects) == 0 {
+		return false
+	}
+	for _, i := range d.Selects {
+		if i >= len(v.Args) || v.Args[i].DType != v.DType {
+			return false
+		}
+	}
+	return true
 }
 
 // moveType is the type a Moves template declares its value in: c.Raw

@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd(const __n
     float a5 = in0[i];
     float a7 = in1[(0) * 512LL + j];
     float v8 = ngen_round_bf16((a5 + a7));
-    float v9 = ngen_round_bf16((v8 <= 0.0f ? 0.0f : v8));
+    float v9 = (v8 <= 0.0f ? 0.0f : v8);
     out0[i] = v9;
     float v10 = ngen_round_bf16((v9 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v10;
@@ -228,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_2(const _
     float a13 = in0[i];
     float a15 = in1[(0) * 256LL + j];
     float v16 = ngen_round_bf16((a13 + a15));
-    float v17 = ngen_round_bf16((v16 <= 0.0f ? 0.0f : v16));
+    float v17 = (v16 <= 0.0f ? 0.0f : v16);
     out0[i] = v17;
     float v18 = ngen_round_bf16((v17 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v18;
@@ -361,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __n
     float a33 = in0[i];
     float v36 = ngen_round_bf16((a33 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v37 = ngen_round_bf16(ngen_relu_grad(a17, v36));
+    float v37 = ngen_relu_grad(a17, v36);
     out0[i] = v37;
   }
 }
@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const _
     float a41 = in0[i];
     float v44 = ngen_round_bf16((a41 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v45 = ngen_round_bf16(ngen_relu_grad(a9, v44));
+    float v45 = ngen_relu_grad(a9, v44);
     out0[i] = v45;
   }
 }
@@ -601,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_3(const _
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_bf16((a4 + a6));
-    float v8 = ngen_round_bf16((v7 <= 0.0f ? 0.0f : v7));
+    float v8 = (v7 <= 0.0f ? 0.0f : v7);
     float v9 = ngen_round_bf16((v8 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v9;
   }
@@ -618,7 +618,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_4(const _
     float a12 = in0[i];
     float a14 = in1[(0) * 256LL + j];
     float v15 = ngen_round_bf16((a12 + a14));
-    float v16 = ngen_round_bf16((v15 <= 0.0f ? 0.0f : v15));
+    float v16 = (v15 <= 0.0f ? 0.0f : v15);
     float v17 = ngen_round_bf16((v16 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v17;
   }
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd(const __nv_bfloat
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_bf16((a4 + a6));
-    float v8 = ngen_round_bf16((v7 <= 0.0f ? 0.0f : v7));
+    float v8 = (v7 <= 0.0f ? 0.0f : v7);
     out0[i] = v8;
   }
 }
@@ -664,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_2(const __nv_bflo
     float a11 = in0[i];
     float a13 = in1[(0) * 256LL + j];
     float v14 = ngen_round_bf16((a11 + a13));
-    float v15 = ngen_round_bf16((v14 <= 0.0f ? 0.0f : v14));
+    float v15 = (v14 <= 0.0f ? 0.0f : v14);
     out0[i] = v15;
   }
 }

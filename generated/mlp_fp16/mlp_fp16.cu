@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd(const __h
     float a5 = in0[i];
     float a7 = in1[(0) * 512LL + j];
     float v8 = ngen_round_f16((a5 + a7));
-    float v9 = ngen_round_f16((v8 <= 0.0f ? 0.0f : v8));
+    float v9 = (v8 <= 0.0f ? 0.0f : v8);
     out0[i] = v9;
     float v10 = ngen_round_f16((v9 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v10;
@@ -228,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_2(const _
     float a13 = in0[i];
     float a15 = in1[(0) * 256LL + j];
     float v16 = ngen_round_f16((a13 + a15));
-    float v17 = ngen_round_f16((v16 <= 0.0f ? 0.0f : v16));
+    float v17 = (v16 <= 0.0f ? 0.0f : v16);
     out0[i] = v17;
     float v18 = ngen_round_f16((v17 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v18;
@@ -401,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __h
     float a34 = in0[i];
     float v37 = ngen_round_f16((a34 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v38 = ngen_round_f16(ngen_relu_grad(a17, v37));
+    float v38 = ngen_relu_grad(a17, v37);
     out0[i] = v38;
   }
 }
@@ -496,7 +496,7 @@ extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const _
     float a42 = in0[i];
     float v45 = ngen_round_f16((a42 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v46 = ngen_round_f16(ngen_relu_grad(a9, v45));
+    float v46 = ngen_relu_grad(a9, v45);
     out0[i] = v46;
   }
 }
@@ -643,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_3(const _
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_f16((a4 + a6));
-    float v8 = ngen_round_f16((v7 <= 0.0f ? 0.0f : v7));
+    float v8 = (v7 <= 0.0f ? 0.0f : v7);
     float v9 = ngen_round_f16((v8 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v9;
   }
@@ -660,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_4(const _
     float a12 = in0[i];
     float a14 = in1[(0) * 256LL + j];
     float v15 = ngen_round_f16((a12 + a14));
-    float v16 = ngen_round_f16((v15 <= 0.0f ? 0.0f : v15));
+    float v16 = (v15 <= 0.0f ? 0.0f : v15);
     float v17 = ngen_round_f16((v16 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v17;
   }
@@ -691,7 +691,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd(const __half * __
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_f16((a4 + a6));
-    float v8 = ngen_round_f16((v7 <= 0.0f ? 0.0f : v7));
+    float v8 = (v7 <= 0.0f ? 0.0f : v7);
     out0[i] = v8;
   }
 }
@@ -706,7 +706,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_2(const __half * 
     float a11 = in0[i];
     float a13 = in1[(0) * 256LL + j];
     float v14 = ngen_round_f16((a11 + a13));
-    float v15 = ngen_round_f16((v14 <= 0.0f ? 0.0f : v14));
+    float v15 = (v14 <= 0.0f ? 0.0f : v14);
     out0[i] = v15;
   }
 }

@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd(const __nv_bfloat
     float a9 = in0[i];
     float a11 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v12 = ngen_round_bf16((a9 + a11));
-    float v13 = ngen_round_bf16((v12 <= 0.0f ? 0.0f : v12));
+    float v13 = (v12 <= 0.0f ? 0.0f : v12);
     out0[i] = v13;
   }
 }
@@ -305,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_2(const __nv_bflo
     float a22 = in0[i];
     float a24 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v25 = ngen_round_bf16((a22 + a24));
-    float v26 = ngen_round_bf16((v25 <= 0.0f ? 0.0f : v25));
+    float v26 = (v25 <= 0.0f ? 0.0f : v25);
     out0[i] = v26;
   }
 }
@@ -375,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_3(const __nv_bflo
     float a32 = in0[i];
     float a34 = in1[(0) * 128LL + j];
     float v35 = ngen_round_bf16((a32 + a34));
-    float v36 = ngen_round_bf16((v35 <= 0.0f ? 0.0f : v35));
+    float v36 = (v35 <= 0.0f ? 0.0f : v35);
     out0[i] = v36;
   }
 }
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
           float a51 = in0[i];
           float a36 = in1[i];
-          float v54 = ngen_round_bf16(ngen_relu_grad(a36, a51));
+          float v54 = ngen_relu_grad(a36, a51);
           out0[i] = v54;
           { const float x = v54; acc0_l[oc] = acc0_l[oc] + x; }
         }
@@ -536,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a51 = in0[i];
       float a36 = in1[i];
-      float v54 = ngen_round_bf16(ngen_relu_grad(a36, a51));
+      float v54 = ngen_relu_grad(a36, a51);
       out0[i] = v54;
       { const float x = v54; acc0 = acc0 + x; }
     }
@@ -601,11 +601,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
     const long long v62_obase = (v62_n * 64 + v62_c) * 49;
     const int v62_oy = (int)((unsigned)v62_y / 2u), v62_ox = (int)((unsigned)v62_x / 2u);
     const long long v62_o = v62_obase + v62_oy * 7 + v62_ox;
-    const float v62_g = in0[v62_o];
-    const float v62 = in1[v62_o] == (int)((unsigned)v62_y % 2u) * 2 + (int)((unsigned)v62_x % 2u) ? v62_g : 0.0f;
-    const float v62_bf16 = ngen_round_bf16(v62);
+    const __nv_bfloat16 v62_g = in0[v62_o];
+    const __nv_bfloat16 v62 = in1[v62_o] == (int)((unsigned)v62_y % 2u) * 2 + (int)((unsigned)v62_x % 2u) ? v62_g : __float2bfloat16_rn(0.0f);
     float a26 = in2[i];
-    float v63 = ngen_round_bf16(ngen_relu_grad(a26, v62_bf16));
+    float v63 = ngen_relu_grad(a26, __bfloat162float(v62));
     out0[i] = v63;
   }
 }
@@ -772,11 +771,10 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
     const long long v76_obase = (v76_n * 32 + v76_c) * 196;
     const int v76_oy = (int)((unsigned)v76_y / 2u), v76_ox = (int)((unsigned)v76_x / 2u);
     const long long v76_o = v76_obase + v76_oy * 14 + v76_ox;
-    const float v76_g = in0[v76_o];
-    const float v76 = in1[v76_o] == (int)((unsigned)v76_y % 2u) * 2 + (int)((unsigned)v76_x % 2u) ? v76_g : 0.0f;
-    const float v76_bf16 = ngen_round_bf16(v76);
+    const __nv_bfloat16 v76_g = in0[v76_o];
+    const __nv_bfloat16 v76 = in1[v76_o] == (int)((unsigned)v76_y % 2u) * 2 + (int)((unsigned)v76_x % 2u) ? v76_g : __float2bfloat16_rn(0.0f);
     float a13 = in2[i];
-    float v77 = ngen_round_bf16(ngen_relu_grad(a13, v76_bf16));
+    float v77 = ngen_relu_grad(a13, __bfloat162float(v76));
     out0[i] = v77;
   }
 }
