@@ -9,7 +9,6 @@ package builds
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/ngen-ml/ngen/codegen/jit"
 	"github.com/ngen-ml/ngen/compiler"
@@ -34,16 +33,6 @@ var Declarations = map[string]func() *dsl.Model{
 	"rnn":         rnn.RNN,
 	"gpt":         tfmodels.GPT,
 	"transformer": tfmodels.TransformerLM,
-}
-
-// Names lists the declared packages, sorted.
-func Names() []string {
-	var out []string
-	for n := range Declarations {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Program compiles pkg's declared model as ngen build does (fused,
