@@ -336,8 +336,8 @@ func (k *kernel) elementwise(p *compiler.Program, g *compiler.Group, in map[*ir.
 			}
 			return k.param("const int *", "status", runtime.ArgRef{Buf: st, Kind: runtime.ArgPtr})
 		}
-		expr := ops.Lookup(v.Op).Expr(c, v, args)
-		if v.DType.IsHalf() && !ops.Lookup(v.Op).SelectsExact(v) {
+		expr := d.Expr(c, v, args)
+		if v.DType.IsHalf() && !d.SelectsExact(v) {
 			// A 16-bit value is rounded where it is computed, stored or
 			// not, so a fused kernel computes what -fuse=none does (a
 			// value that selects a 16-bit argument is one already).
