@@ -2,7 +2,8 @@
 # The gpt's default recipe against a constant rate and against PyTorch on
 # the same recipe, over seeds (issue 29): for each seed S,
 #   recipe:   cmd/train -model gpt (its default recipe: a warm-up over a
-#             twentieth of the run, cosine decay to 0, clip_grad_norm_ 1)
+#             twentieth of the run, a cosine from 6e-4 to a quarter of
+#             it, clip_grad_norm_ 1; RECIPE's flags change it)
 #             with -torch -torch-concurrent, so bench/torch_train.py runs
 #             the same recipe (SequentialLR(LinearLR, CosineAnnealingLR),
 #             clip_grad_norm_(params, 1.0), the same weight decay) on the
@@ -14,6 +15,8 @@
 #
 #   bash scripts/gpt_recipe_quality.sh            # 3 seeds, 4 × 500 steps
 #   SEEDS="1" EPOCHS=1 STEPS=20 bash scripts/gpt_recipe_quality.sh   # a smoke run
+#   RECIPE="-lr 5e-4 -min-lr 5e-5" PARTS=ngen bash scripts/gpt_recipe_quality.sh
+#       # another recipe: RECIPE's flags go to the recipe, ngen and torch parts
 #   PARTS=constant bash scripts/gpt_recipe_quality.sh   # one part only:
 #       recipe (ngen and PyTorch side by side), ngen (ngen's recipe
 #       alone), torch (PyTorch's recipe alone, cmd/train -torch-only) or
@@ -39,6 +42,7 @@ BATCH=${BATCH:-16}
 THREADS=${THREADS:-1}
 PARTS=${PARTS:-"recipe constant"}
 OUT=${OUT:-gpt_recipe_quality}
+read -r -a recipe <<<"${RECIPE:-}"
 mkdir -p "$OUT"
 bin="$OUT/train.$$"
 go build -o "$bin" ./cmd/train
@@ -47,9 +51,9 @@ for s in $SEEDS; do
 	for part in $PARTS; do
 		start=$(date +%s)
 		case $part in
-		recipe) args=(-torch -torch-concurrent -log "$OUT/recipe_seed$s.jsonl") ;;
-		ngen) args=(-log "$OUT/ngen_seed$s.jsonl") ;;
-		torch) args=(-torch-only -log "$OUT/torch_seed$s.jsonl") ;;
+		recipe) args=("${recipe[@]}" -torch -torch-concurrent -log "$OUT/recipe_seed$s.jsonl") ;;
+		ngen) args=("${recipe[@]}" -log "$OUT/ngen_seed$s.jsonl") ;;
+		torch) args=("${recipe[@]}" -torch-only -log "$OUT/torch_seed$s.jsonl") ;;
 		constant) args=(-schedule constant -clip 0 -log "$OUT/constant_seed$s.jsonl") ;;
 		*) echo "PARTS: unknown part $part (recipe, ngen, torch, constant)" >&2; exit 2 ;;
 		esac

@@ -61,7 +61,7 @@ func main() {
 		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's mixed-precision build (generated/'s for mlp and convnet in bf16, else compiled at run time from the model's declaration and cached; docs/AMP.md), off (the default) the f32 one")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
-	rc := recipeFlags() // -lr, -schedule, -warmup, -clip, -weight-decay (recipe.go)
+	rc := recipeFlags() // -lr, -schedule, -warmup, -min-lr, -clip, -weight-decay (recipe.go)
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })

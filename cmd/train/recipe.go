@@ -11,8 +11,8 @@ import (
 	"github.com/ngen-ml/ngen/runtime/schedule"
 )
 
-// recipe is the training options that -lr, -schedule, -warmup, -clip and
-// -weight-decay give. The rate, its schedule, the weight decay and the
+// recipe is the training options that -lr, -schedule, -warmup, -min-lr,
+// -clip and -weight-decay give. The rate, its schedule, the weight decay and the
 // max norm of gradient clipping are run-time data (Session.SetSchedule,
 // SetWeightDecay, SetClipNorm), so they apply to every generated model as
 // it is: every registered model compiles clip_grad_norm_ in, off until a
@@ -22,28 +22,41 @@ type recipe struct {
 	lr          float64 // 0: the model's declared rate
 	schedule    string  // "", constant, cosine, step, onecycle
 	warmup      int
+	minLR       float64 // cosine's final rate (eta_min), absolute
 	clip        float64 // 0: no clipping
 	weightDecay float64
 	set         map[string]bool
 	// autoWarmup: the warm-up is the default recipe's, autoWarmup's
 	// steps of the run's length; clipDefault: clip is the default
-	// recipe's.
-	autoWarmup, clipDefault bool
+	// recipe's; lrDefault: lr is the default recipe's peak.
+	autoWarmup, clipDefault, lrDefault bool
+	// minFrac: the default recipe's floor, a fraction of the peak
+	// (used when -min-lr is not given).
+	minFrac float64
 }
 
 // recipeDefault is a model's default recipe.
 type recipeDefault struct {
 	schedule string  // with a warm-up of autoWarmup steps
 	clip     float64 // max norm
+	peak     float64 // the schedule's peak rate (0: the model's declared rate)
+	minFrac  float64 // the cosine's floor, a fraction of the peak
 }
 
 // modelRecipes are the default recipes: the Transformers train with a
-// linear warm-up then a cosine decay to 0 and gradients clipped to norm
-// 1, as GPT-style models usually are (nanoGPT, minGPT). A flag given
-// replaces its part: -schedule constant for a constant rate, -clip 0 for
+// linear warm-up then a cosine decay and gradients clipped to norm 1, as
+// GPT-style models usually are (nanoGPT, minGPT). The gpt's peak is 6e-4
+// (GPT-2's) and its cosine ends at a quarter of it: the best of the
+// cosines measured on docs/PERF.md's 2000-step run ("The gpt's default
+// recipe": 3e-4 to 0, 5e-4 to 5e-5 and 1e-3 to 0 end higher; a constant
+// 3e-4 still ends lower at that length, on PyTorch's side too). The
+// TransformerLM's is unmeasured and keeps its declared 3e-4, to 0. A
+// flag given replaces its part: -schedule constant for a constant rate
+// (at the model's declared rate unless -lr), -lr for another peak (the
+// floor stays a quarter of it), -min-lr for another floor, -clip 0 for
 // no clipping, -warmup N for another warm-up.
 var modelRecipes = map[string]recipeDefault{
-	"gpt":         {schedule: "cosine", clip: 1},
+	"gpt":         {schedule: "cosine", clip: 1, peak: 6e-4, minFrac: 0.25},
 	"transformer": {schedule: "cosine", clip: 1},
 }
 
@@ -65,6 +78,12 @@ func (r *recipe) defaults(model string) {
 	if !r.set["schedule"] {
 		r.schedule = d.schedule
 		r.autoWarmup = !r.set["warmup"]
+		if d.peak > 0 && !r.set["lr"] {
+			r.lr, r.lrDefault = d.peak, true
+		}
+		if !r.set["min-lr"] {
+			r.minFrac = d.minFrac
+		}
 	}
 	if !r.set["clip"] {
 		r.clip, r.clipDefault = d.clip, true
@@ -89,6 +108,7 @@ func recipeFlags() *recipe {
 	flag.Float64Var(&r.lr, "lr", 0, "learning rate (0: the model's); with -schedule, the schedule's peak (base) rate")
 	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); default: the model's recipe (gpt, transformer: cosine with warm-up) or its own")
 	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle); gpt and transformer default to -schedule cosine with a twentieth of the run's steps (1 to 100) of warm-up")
+	flag.Float64Var(&r.minLR, "min-lr", 0, "-schedule cosine: the rate the cosine decays to at the last step, absolute as CosineAnnealingLR's eta_min (default 0); at most -lr")
 	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm before each update, as torch.nn.utils.clip_grad_norm_ (0: no clipping; default: the model's recipe, 1 for gpt and transformer, else none)")
 	flag.Float64Var(&r.weightDecay, "weight-decay", 0, "weight decay (Adam's and SGD's L2 term, AdamW's decoupled decay) of the model's default parameter group and of its groups without a decay of their own (default: the model's, or a checkpoint's)")
 	return r
@@ -96,7 +116,11 @@ func recipeFlags() *recipe {
 
 // given reports whether -lr or -schedule was given (a nil recipe, as
 // tests pass, gives neither).
-func (r *recipe) given() bool { return r != nil && (r.set["lr"] || r.schedule != "") }
+func (r *recipe) given() bool { return r != nil && (r.setsLR() || r.schedule != "") }
+
+// setsLR reports whether the run's rate is -lr's or the default recipe's
+// peak rather than the model's (or a checkpoint's).
+func (r *recipe) setsLR() bool { return r.set["lr"] || r.lrDefault }
 
 // decay reports whether -weight-decay was given.
 func (r *recipe) decay() bool { return r != nil && r.set["weight-decay"] }
@@ -115,6 +139,10 @@ func (r *recipe) check() error {
 		return fmt.Errorf("-warmup %d: want 0 or more steps", r.warmup)
 	case r.set["warmup"] && r.schedule == "":
 		return fmt.Errorf("-warmup: give -schedule constant, cosine or onecycle too")
+	case r.set["min-lr"] && (math.IsNaN(r.minLR) || math.IsInf(r.minLR, 0) || r.minLR < 0):
+		return fmt.Errorf("-min-lr %v: want a finite rate ≥ 0", r.minLR)
+	case r.set["min-lr"] && r.schedule != "cosine":
+		return fmt.Errorf("-min-lr: only -schedule cosine decays to a floor (give -schedule cosine)")
 	case r.set["warmup"] && r.schedule == "step":
 		return fmt.Errorf("-warmup: -schedule step has no warm-up (use constant, cosine or onecycle)")
 	case r.set["clip"] && (math.IsNaN(r.clip) || r.clip < 0):
@@ -145,7 +173,10 @@ func (r *recipe) plan(base float64, total int) (*schedule.Schedule, error) {
 			sc = &schedule.Schedule{Kind: "linear", StartFactor: 1 / float64(warmup), EndFactor: 1, Iters: warmup}
 		}
 	case "cosine":
-		sc = &schedule.Schedule{Kind: "warmup_cosine", Iters: warmup, Total: total, StartFactor: 1}
+		sc = &schedule.Schedule{Kind: "warmup_cosine", Iters: warmup, Total: total, StartFactor: 1, Min: r.minLR}
+		if r.minFrac > 0 {
+			sc.Min = base * r.minFrac
+		}
 		if warmup > 0 {
 			sc.StartFactor = 1 / float64(warmup)
 		}
@@ -170,7 +201,7 @@ func (r *recipe) plan(base float64, total int) (*schedule.Schedule, error) {
 // schedule, spanning the whole run counted from step 1 as the step
 // counter is (a resumed run's schedule covers the steps already taken).
 func (r *recipe) resolve(base float64, cur *schedule.Schedule, done, total int) (float64, *schedule.Schedule, error) {
-	if r.set["lr"] {
+	if r.setsLR() {
 		base = r.lr
 	}
 	if r.schedule == "" {

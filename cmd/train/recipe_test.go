@@ -32,6 +32,10 @@ func TestRecipeFlagsRefused(t *testing.T) {
 		{recipe{clip: math.NaN(), set: map[string]bool{"clip": true}}, "-clip NaN"},
 		{recipe{weightDecay: -0.1, set: map[string]bool{"weight-decay": true}}, "-weight-decay -0.1: want a finite decay ≥ 0"},
 		{recipe{weightDecay: math.Inf(1), set: map[string]bool{"weight-decay": true}}, "-weight-decay +Inf"},
+		{recipe{schedule: "cosine", minLR: -1e-5, set: map[string]bool{"min-lr": true}}, "-min-lr -1e-05: want a finite rate ≥ 0"},
+		{recipe{schedule: "cosine", minLR: math.NaN(), set: map[string]bool{"min-lr": true}}, "-min-lr NaN"},
+		{recipe{schedule: "step", minLR: 1e-5, set: map[string]bool{"min-lr": true}}, "only -schedule cosine"},
+		{recipe{minLR: 1e-5, set: map[string]bool{"min-lr": true}}, "only -schedule cosine"},
 	} {
 		if c.r.set == nil {
 			c.r.set = map[string]bool{}
@@ -47,6 +51,14 @@ func TestRecipeFlagsRefused(t *testing.T) {
 	if _, err := r.plan(1e-3, 400); err == nil || !strings.Contains(err.Error(), "warm-up 500, total 400") {
 		t.Errorf("a warm-up longer than the run: %v", err)
 	}
+	// A floor above the peak is refused when the rate is known.
+	r = recipe{schedule: "cosine", minLR: 2e-3, set: map[string]bool{"min-lr": true}}
+	if err := r.check(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.plan(1e-3, 400); err == nil || !strings.Contains(err.Error(), "min 0.002: want in [0, lr 0.001]") {
+		t.Errorf("-min-lr above -lr: %v", err)
+	}
 }
 
 // TestRecipePlans: what each -schedule means over a run.
@@ -59,6 +71,7 @@ func TestRecipePlans(t *testing.T) {
 		{recipe{schedule: "constant", warmup: 4}, &schedule.Schedule{Kind: "linear", StartFactor: 0.25, EndFactor: 1, Iters: 4}},
 		{recipe{schedule: "cosine", warmup: 10}, &schedule.Schedule{Kind: "warmup_cosine", Iters: 10, Total: 900, StartFactor: 0.1}},
 		{recipe{schedule: "cosine"}, &schedule.Schedule{Kind: "warmup_cosine", Total: 900, StartFactor: 1}},
+		{recipe{schedule: "cosine", warmup: 100, minLR: 1e-4}, &schedule.Schedule{Kind: "warmup_cosine", Iters: 100, Total: 900, StartFactor: 0.01, Min: 1e-4}},
 		{recipe{schedule: "step"}, &schedule.Schedule{Kind: "step", StepSize: 300, Gamma: 0.1}},
 		{recipe{schedule: "onecycle", warmup: 90}, &schedule.Schedule{Kind: "onecycle", Total: 900, PctStart: 0.1, DivFactor: 25, FinalDivFactor: 1e4}},
 	} {
@@ -174,11 +187,19 @@ func TestDefaultRecipe(t *testing.T) {
 		r     recipe
 		want  string // the peer's arguments over 1000 steps at the gpt's rate
 	}{
-		{"gpt", nil, recipe{}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		// The gpt's default: peak 6e-4, floor a quarter of the peak.
+		{"gpt", nil, recipe{}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00015,"total":1000}`},
 		{"transformer", nil, recipe{}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
-		{"gpt", map[string]bool{"warmup": true}, recipe{warmup: 10}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.1,"iters":10,"total":1000}`},
+		{"gpt", map[string]bool{"warmup": true}, recipe{warmup: 10}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.1,"iters":10,"min":0.00015,"total":1000}`},
+		// -schedule constant is the model's declared rate.
 		{"gpt", map[string]bool{"schedule": true, "clip": true}, recipe{schedule: "constant", clip: 0}, `--lr 0.0003`},
-		{"gpt", map[string]bool{"clip": true}, recipe{clip: 0.5}, `--lr 0.0003 --clip 0.5 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		{"gpt", map[string]bool{"clip": true}, recipe{clip: 0.5}, `--lr 0.0006 --clip 0.5 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00015,"total":1000}`},
+		// -lr moves the floor with it; -min-lr replaces it.
+		{"gpt", map[string]bool{"lr": true}, recipe{lr: 1e-3}, `--lr 0.001 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00025,"total":1000}`},
+		{"gpt", map[string]bool{"min-lr": true}, recipe{minLR: 3e-5}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00003,"total":1000}`},
+		{"gpt", map[string]bool{"min-lr": true}, recipe{minLR: 0}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
+		// An explicit -schedule cosine is the model's rate, to -min-lr (0).
+		{"gpt", map[string]bool{"schedule": true}, recipe{schedule: "cosine"}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":1,"total":1000}`},
 		{"mlp", nil, recipe{}, `--lr 0.0003`},
 		{"lstm", map[string]bool{"clip": true}, recipe{clip: 2}, `--lr 0.0003 --clip 2`},
 	} {
@@ -242,8 +263,9 @@ for e in range(1, epochs + 1):
 			t.Fatal(err)
 		}
 		got := " " + strings.Join(args, " ") + " "
-		// 2 epochs of 3 steps: a warm-up of 1 step, cosine to step 6.
-		for _, want := range []string{" --lr 0.0003 ", " --clip 1 ", ` --schedule {"kind":"warmup_cosine","start_factor":1,"iters":1,"total":6} `, " --epoch-steps 3 ", " --batch 4 "} {
+		// 2 epochs of 3 steps: a warm-up of 1 step, cosine from 6e-4 to
+		// a quarter of it at step 6.
+		for _, want := range []string{" --lr 0.0006 ", " --clip 1 ", ` --schedule {"kind":"warmup_cosine","start_factor":1,"iters":1,"min":0.00015,"total":6} `, " --epoch-steps 3 ", " --batch 4 "} {
 			if !strings.Contains(got, want) {
 				t.Errorf("run %d (concurrent %v): the peer's arguments %s lack %s", i, i == 1, got, want)
 			}
