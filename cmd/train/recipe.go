@@ -12,8 +12,8 @@ import (
 )
 
 // recipe is the training options that -lr, -schedule, -warmup, -min-lr,
-// -clip and -weight-decay give. The rate, its schedule, the weight decay and the
-// max norm of gradient clipping are run-time data (Session.SetSchedule,
+// -clip and -weight-decay give. The rate, its schedule, the weight decay
+// and the max norm of gradient clipping are run-time data (Session.SetSchedule,
 // SetWeightDecay, SetClipNorm), so they apply to every generated model as
 // it is: every registered model compiles clip_grad_norm_ in, off until a
 // max norm is set (dsl.ClipGradNorm(math.Inf(1))). A model may have a
@@ -106,7 +106,7 @@ func (r *recipe) maxNorm() float64 {
 func recipeFlags() *recipe {
 	r := &recipe{}
 	flag.Float64Var(&r.lr, "lr", 0, "learning rate (0: the model's); with -schedule, the schedule's peak (base) rate")
-	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to 0 at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); default: the model's recipe (gpt, transformer: cosine with warm-up) or its own")
+	flag.StringVar(&r.schedule, "schedule", "", "learning-rate schedule over the run: constant, cosine (to -min-lr at the last step), step (×0.1 at each third of the run) or onecycle (OneCycleLR, peak -lr); default: the model's recipe (gpt: cosine with warm-up from 6e-4 to a quarter of it; transformer: cosine with warm-up to 0) or its own")
 	flag.IntVar(&r.warmup, "warmup", 0, "steps of linear warm-up (constant and cosine schedules) or of OneCycleLR's rising phase (onecycle); gpt and transformer default to -schedule cosine with a twentieth of the run's steps (1 to 100) of warm-up")
 	flag.Float64Var(&r.minLR, "min-lr", 0, "-schedule cosine: the rate the cosine decays to at the last step, absolute as CosineAnnealingLR's eta_min (default 0); at most -lr")
 	flag.Float64Var(&r.clip, "clip", 0, "clip gradients to this global norm before each update, as torch.nn.utils.clip_grad_norm_ (0: no clipping; default: the model's recipe, 1 for gpt and transformer, else none)")
