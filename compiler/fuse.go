@@ -157,7 +157,7 @@ func fuseFunc(f *ir.Func, on bool) []*Group {
 			newGroup(&Group{Kind: EW, Space: v.Shape, Root: v}, v)
 		case ops.Reduce:
 			x := v.Args[0]
-			if gi, ok := owner[x]; on && ok && batchSum(gs[gi], v, uses) {
+			if gi, ok := owner[x]; (on || sumBatchAlways(v)) && ok && batchSum(gs[gi], v, uses) {
 				gs[gi].SumBatch = v
 				add(gs[gi], v)
 				continue
@@ -286,16 +286,21 @@ func hasDropout(g *Group) bool {
 // batchSum reports whether reduction v sums exactly the batch dims of
 // gemm group g's product, and nothing else reads the product.
 //
-// A 16-bit product (a convolution's weight gradient under mixed
-// precision) stays apart from its sum: -fuse=none rounds each sample's
-// product to 16 bits before the f32 sum, so the fused plan must too to
-// agree bit for bit, and on the GPU a summed batch of 16-bit products is
-// not one larger GEMM (runtime.LowerGemm's scratch+reduce would round the
-// per-sample products in the scratch all the same). The strided-batched
-// product and the reduction kernel run on both backends.
+// A 16-bit product joins its sum only when the sum is one larger GEMM
+// (kConcat): a Linear layer's weight gradient over [B, T, ·] activations,
+// Σ_b dY_bᵀ·X_b, is dYᵀ·X over all B·T rows, which both backends run as
+// one product rounded to 16 bits once (runtime.KConcatGemm), as
+// PyTorch's autocast computes it, without storing B per-sample products.
+// It is planned so with fusion off too (sumBatchAlways), so that fused
+// and -fuse=none agree bit for bit. Any other 16-bit product (a
+// convolution's weight gradient, Σ_b dY_b·Col_bᵀ) stays apart from its
+// sum: on the GPU a summed batch of 16-bit products that is not one
+// larger GEMM would go through runtime.LowerGemm's scratch, rounding
+// each sample's product to 16 bits, so both plans round them so: the
+// strided-batched product and the reduction kernel, on both backends.
 func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 	x := v.Args[0]
-	if x.DType.IsHalf() {
+	if x.DType.IsHalf() && !kConcat(x) {
 		return false
 	}
 	if g.Kind != Gemm || g.Root != x || g.SumBatch != nil || v.Op != "sum" || len(uses[x]) != 1 || len(x.Shape) < 3 {
@@ -307,6 +312,30 @@ func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 	}
 	for i, ax := range axes {
 		if ax != i {
+			return false
+		}
+	}
+	return true
+}
+
+// sumBatchAlways reports whether v, a sum of a product over its batch,
+// joins the product's GEMM even with fusion off: a 16-bit product, whose
+// rounding (once, or once per sample) is the policy's, not fusion's.
+func sumBatchAlways(v *ir.Value) bool {
+	return len(v.Args) > 0 && v.Args[0].DType.IsHalf()
+}
+
+// kConcat reports whether matmul x summed over its batch is one GEMM with
+// the batch folded into K (runtime.KConcat's layout): op(A) = Aᵀ and
+// op(B) = B, both stored with all of x's batch dims, so that each
+// sample's matrices are consecutive rows of one (Batch·K)-row matrix.
+func kConcat(x *ir.Value) bool {
+	if x.Op != "matmul" || !x.Attrs.TransA || x.Attrs.TransB || len(x.Args) != 2 {
+		return false
+	}
+	batch := x.Shape[:len(x.Shape)-2]
+	for _, a := range x.Args {
+		if len(a.Shape) != len(x.Shape) || !a.Shape[:len(a.Shape)-2].Eq(batch) {
 			return false
 		}
 	}

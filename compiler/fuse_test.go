@@ -242,3 +242,45 @@ func TestFusePhases(t *testing.T) {
 		}
 	}
 }
+
+// TestFuseHalfBatchSum: a Linear layer over [B, T, ·] activations sums
+// its weight gradient over the batch. Under mixed precision that sum is
+// the 16-bit GEMM's own (SumBatch, one product over B·T rounded once, as
+// PyTorch's autocast computes it), fused and with fusion off alike, so
+// that the two agree bit for bit; in f32 only fusion joins them. A
+// convolution's weight gradient (not one larger GEMM) is
+// autocast_conv_test.go's.
+func TestFuseHalfBatchSum(t *testing.T) {
+	model := func(dt ir.DType) *ir.Model {
+		b := irtest.New()
+		x := b.Input("x", ir.F32, ir.S("B"), ir.D(5), ir.D(8))
+		y := b.Input("y", ir.I32, ir.S("B"), ir.D(5))
+		logits := b.Linear("fc2", b.Unary("relu", b.Linear("fc1", x, 6)), 3)
+		m := b.Model("seq", b.Binary("cross_entropy", logits, y), logits, adam)
+		if dt != ir.F32 {
+			m.Precision = &ir.Precision{Type: dt}
+		}
+		return m
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.BF16, ir.F16} {
+		for _, fuse := range []bool{true, false} {
+			p := through(t, model(dt), "fuse", fuse)
+			var summed []string
+			for _, g := range p.Groups[p.Step] {
+				if g.SumBatch != nil {
+					if g.Kind != Gemm || !kConcat(g.Root) || g.SumBatch.Args[0] != g.Root {
+						t.Errorf("%s fuse=%v: %s sums %s", dt, fuse, g.Name, g.SumBatch.LongString())
+					}
+					summed = append(summed, g.SumBatch.Type())
+				}
+			}
+			want := []string{dt.String() + "[1,3,6]", dt.String() + "[1,6,8]"} // backward order
+			if dt == ir.F32 && !fuse {
+				want = nil
+			}
+			if strings.Join(summed, " ") != strings.Join(want, " ") {
+				t.Errorf("%s fuse=%v: batch sums in GEMMs %v, want %v", dt, fuse, summed, want)
+			}
+		}
+	}
+}

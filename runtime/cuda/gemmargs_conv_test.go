@@ -1,12 +1,15 @@
 package cuda
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ngen-ml/ngen/codegen/jit"
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/dsl"
+	"github.com/ngen-ml/ngen/models/transformer"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -20,11 +23,46 @@ import (
 // (TestCublasArgsHalf's check), which the column-major reference then
 // runs against the row-major one.
 func TestCublasArgsConvAMP(t *testing.T) {
-	widen := func(p runtime.Ptr) runtime.Ptr { return fakeBase + 2*(p-fakeBase) }
-	models := map[string]func() *ir.Model{
+	checkAMPGemms(t, map[string]func() *ir.Model{
 		"seed convnet_bn": func() *ir.Model { return irtest.SeedConvNet(1, 11, 9, 3, 5, 7, 4, true, irtest.Adam) },
 		"irtest convnet":  func() *ir.Model { return irtest.ConvNet(ir.F32, 5, irtest.Adam) },
+	}, nil)
+}
+
+// TestCublasArgsLinearAMP: the same for the Transformers, whose Linear
+// layers over [B, T, ·] activations sum their weight gradients over the
+// batch in the GEMM (compiler's batchSum, fused and -fuse=none alike):
+// each such 16-bit GEMM must be one larger product ("k-concat", rounded
+// once), and the plans must issue some.
+func TestCublasArgsLinearAMP(t *testing.T) {
+	small := func(c transformer.Config) transformer.Config {
+		c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen = 16, 2, 24, 5, 8
+		c.EncLayers, c.DecLayers = 1, 2
+		return c
 	}
+	build := func(m *dsl.Model) *ir.Model {
+		im, err := m.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return im
+	}
+	checkAMPGemms(t, map[string]func() *ir.Model{
+		"gpt":           func() *ir.Model { return build(transformer.NewGPT(small(transformer.GPTConfig()))) },
+		"transformerlm": func() *ir.Model { return build(transformer.NewTransformerLM(small(transformer.LMConfig()))) },
+	}, func(t *testing.T, name string, hows map[string]int) {
+		if hows["k-concat"] == 0 {
+			t.Errorf("%s: no weight gradient summed in one k-concat GEMM (%v)", name, hows)
+		}
+	})
+}
+
+// checkAMPGemms compiles each model in bf16 and f16, fused and
+// -fuse=none, and checks every GEMM step of its plan as
+// TestCublasArgsConvAMP says; then, when set, check sees how they were
+// lowered (runtime.GemmCalls.How, counted).
+func checkAMPGemms(t *testing.T, models map[string]func() *ir.Model, check func(t *testing.T, name string, hows map[string]int)) {
+	widen := func(p runtime.Ptr) runtime.Ptr { return fakeBase + 2*(p-fakeBase) }
 	for name, model := range models {
 		for _, h := range []ir.DType{ir.BF16, ir.F16} {
 			for _, fuse := range []bool{true, false} {
@@ -77,6 +115,9 @@ func TestCublasArgsConvAMP(t *testing.T) {
 					}
 				}
 				t.Logf("%s %s fuse=%v: GEMMs lowered %v", name, h, fuse, hows)
+				if check != nil {
+					check(t, fmt.Sprintf("%s %s fuse=%v", name, h, fuse), hows)
+				}
 			}
 		}
 	}
