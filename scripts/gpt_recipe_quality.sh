@@ -2,8 +2,8 @@
 # The gpt's default recipe against a constant rate and against PyTorch on
 # the same recipe, over seeds (issue 29): for each seed S,
 #   recipe:   cmd/train -model gpt (its default recipe: a warm-up over a
-#             twentieth of the run, a cosine from 6e-4 to a quarter of
-#             it, clip_grad_norm_ 1; RECIPE's flags change it)
+#             twentieth of the run, a cosine from 6e-4 to half of it,
+#             clip_grad_norm_ 1; RECIPE's flags change it)
 #             with -torch -torch-concurrent, so bench/torch_train.py runs
 #             the same recipe (SequentialLR(LinearLR, CosineAnnealingLR),
 #             clip_grad_norm_(params, 1.0), the same weight decay) on the

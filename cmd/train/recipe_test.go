@@ -187,15 +187,15 @@ func TestDefaultRecipe(t *testing.T) {
 		r     recipe
 		want  string // the peer's arguments over 1000 steps at the gpt's rate
 	}{
-		// The gpt's default: peak 6e-4, floor a quarter of the peak.
-		{"gpt", nil, recipe{}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00015,"total":1000}`},
+		// The gpt's default: peak 6e-4, floor half the peak.
+		{"gpt", nil, recipe{}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.0003,"total":1000}`},
 		{"transformer", nil, recipe{}, `--lr 0.0003 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
-		{"gpt", map[string]bool{"warmup": true}, recipe{warmup: 10}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.1,"iters":10,"min":0.00015,"total":1000}`},
+		{"gpt", map[string]bool{"warmup": true}, recipe{warmup: 10}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.1,"iters":10,"min":0.0003,"total":1000}`},
 		// -schedule constant is the model's declared rate.
 		{"gpt", map[string]bool{"schedule": true, "clip": true}, recipe{schedule: "constant", clip: 0}, `--lr 0.0003`},
-		{"gpt", map[string]bool{"clip": true}, recipe{clip: 0.5}, `--lr 0.0006 --clip 0.5 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00015,"total":1000}`},
+		{"gpt", map[string]bool{"clip": true}, recipe{clip: 0.5}, `--lr 0.0006 --clip 0.5 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.0003,"total":1000}`},
 		// -lr moves the floor with it; -min-lr replaces it.
-		{"gpt", map[string]bool{"lr": true}, recipe{lr: 1e-3}, `--lr 0.001 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00025,"total":1000}`},
+		{"gpt", map[string]bool{"lr": true}, recipe{lr: 1e-3}, `--lr 0.001 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.0005,"total":1000}`},
 		{"gpt", map[string]bool{"min-lr": true}, recipe{minLR: 3e-5}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"min":0.00003,"total":1000}`},
 		{"gpt", map[string]bool{"min-lr": true}, recipe{minLR: 0}, `--lr 0.0006 --clip 1 --schedule {"kind":"warmup_cosine","start_factor":0.02,"iters":50,"total":1000}`},
 		// An explicit -schedule cosine is the model's rate, to -min-lr (0).
@@ -264,8 +264,8 @@ for e in range(1, epochs + 1):
 		}
 		got := " " + strings.Join(args, " ") + " "
 		// 2 epochs of 3 steps: a warm-up of 1 step, cosine from 6e-4 to
-		// a quarter of it at step 6.
-		for _, want := range []string{" --lr 0.0006 ", " --clip 1 ", ` --schedule {"kind":"warmup_cosine","start_factor":1,"iters":1,"min":0.00015,"total":6} `, " --epoch-steps 3 ", " --batch 4 "} {
+		// half of it at step 6.
+		for _, want := range []string{" --lr 0.0006 ", " --clip 1 ", ` --schedule {"kind":"warmup_cosine","start_factor":1,"iters":1,"min":0.0003,"total":6} `, " --epoch-steps 3 ", " --batch 4 "} {
 			if !strings.Contains(got, want) {
 				t.Errorf("run %d (concurrent %v): the peer's arguments %s lack %s", i, i == 1, got, want)
 			}
