@@ -66,6 +66,7 @@ func autocast(p *Program) error {
 	mc.Forward, mc.Loss, mc.Output = g, m[p.Model.Loss], m[p.Model.Output]
 	p.Model = &mc
 	old := g.Values
+	uses := g.Uses()
 	g.Values = nil
 	b := &ops.Builder{F: g}
 	// casts keeps one cast per (value, dtype), so a value read by several
@@ -119,6 +120,7 @@ func autocast(p *Program) error {
 			castArgs(v, h, cast)
 		case convKeepsType(v.Op):
 		case d.Kind == ops.MatMul:
+			castBeforeBroadcast(v, h, b, cast, uses)
 			castArgs(v, h, cast)
 		case d.Kind == ops.View:
 		case d.Kind == ops.Elementwise:
@@ -177,6 +179,26 @@ func autocast(p *Program) error {
 	}
 	g.Renumber()
 	return nil
+}
+
+// castBeforeBroadcast casts a GEMM operand that broadcasts a smaller
+// float value (a grouped convolution's weight over the batch,
+// BatchMatMul's expansion), and that nothing else reads, before the
+// broadcast rather than after: the same bits, since a broadcast copies,
+// but the cast reads the small tensor (a [Co/G·G, K] weight rather than
+// [B, G, Co/G, K]) and the broadcast stores 16-bit elements. The wide
+// broadcast is left unread (prune drops it).
+func castBeforeBroadcast(v *ir.Value, h ir.DType, b *ops.Builder, cast func(*ir.Value, ir.DType) *ir.Value, uses map[*ir.Value][]*ir.Value) {
+	for i, a := range v.Args {
+		if a.Op != "broadcast" || !a.DType.IsFloat() || a.DType == h || len(uses[a]) != 1 {
+			continue
+		}
+		x := cast(a.Args[0], h)
+		b.Pos = a.Pos
+		nb := b.Op("broadcast", ir.Attrs{Shape: a.Attrs.Shape.Clone()}, x)
+		nb.Checkpoint = a.Checkpoint
+		v.Args[i] = nb
+	}
 }
 
 // recurrentInternals marks every recurrence (rnn_scan) and its input

@@ -101,3 +101,36 @@ func TestAutocastConv(t *testing.T) {
 		}
 	}
 }
+
+// TestAutocastCastsBeforeBroadcast: a grouped convolution's weight is
+// broadcast over the batch for its GEMM (irtest.ConvNet's grouped,
+// dilated and strided convolutions). Under mixed precision the weight is
+// cast first and the broadcast moves half elements: no f32 broadcast is
+// left in the step, fused or not, and each half broadcast reads a cast of
+// a tensor without the batch dim.
+func TestAutocastCastsBeforeBroadcast(t *testing.T) {
+	for _, h := range []ir.DType{ir.BF16, ir.F16} {
+		for _, fuse := range []bool{true, false} {
+			m := irtest.ConvNet(ir.F32, 5, irtest.Adam)
+			m.Precision = &ir.Precision{Type: h}
+			p, err := Compile(m, Options{Fuse: fuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, v := range p.Step.Values {
+				if v.Op != "broadcast" || v.Phase == "bwd" {
+					continue
+				}
+				x := v.Args[0]
+				if v.DType != h || x.Op != "cast" || x.Shape.Size().Eval(map[string]int{"B": 1}) >= v.Shape.Size().Eval(map[string]int{"B": 2}) {
+					t.Errorf("%s fuse=%v: %s of %s", h, fuse, v.LongString(), x.LongString())
+				}
+				n++
+			}
+			if n == 0 {
+				t.Errorf("%s fuse=%v: no broadcast of a grouped convolution's weight", h, fuse)
+			}
+		}
+	}
+}
