@@ -74,10 +74,16 @@ func testAutocastAttention(t *testing.T, p *Program, h ir.DType, fuse bool) {
 			want(v, q.Op == "cast" || q.Op == "add", "q from the half projection")
 		case "attention_bwd":
 			want(v, floatArgs(v, h) && v.DType == h, "half operands and gradient")
-		case "layernorm", "layernorm_bwd", "cross_entropy", "cross_entropy_bwd", "embedding":
-			if v.Op == "layernorm" {
-				want(v, len(v.Args) == 3, "no residual form under mixed precision (residual_norm.go)")
-			}
+		case "layernorm":
+			// Computed in f32; fused, its output is stored in the half type
+			// its only reader, a GEMM, takes (fold_norm_casts.go).
+			want(v, len(v.Args) == 3, "no residual form under mixed precision (residual_norm.go)")
+			want(v, floatArgs(v, ir.F32) && (v.DType == ir.F32 || fuse && v.DType == h && v.Attrs.Str == h.String()), "f32 operands (autocast's f32 list), an f32 result or, fused, a half one")
+		case "layernorm_bwd":
+			// Fused, it reads the half gradient of a half output.
+			g := v.Args[0]
+			want(v, floatArgs(&ir.Value{Args: v.Args[1:]}, ir.F32) && v.DType == ir.F32 && (g.DType == ir.F32 || fuse && g.DType == h), "f32 (autocast's f32 list), fused a half gradient")
+		case "cross_entropy", "cross_entropy_bwd", "embedding":
 			want(v, floatArgs(v, ir.F32) && (v.DType == ir.F32 || !v.DType.IsFloat()), "f32 (autocast's f32 list)")
 		case "softmax":
 			want(v, floatArgs(v, ir.F32) && v.DType == ir.F32, "an f32 softmax")

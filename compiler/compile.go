@@ -35,6 +35,7 @@ var passes = []pass{
 	{name: "prune", fn: prune, required: true},
 	{name: "recompute", fn: recompute, required: true},
 	{name: "recast", fn: recast, required: true},
+	{name: "fold norm casts", fn: foldNormCasts},
 	{name: "fuse", fn: fuse, required: true},
 	{name: "plan memory", fn: planMemory, required: true},
 }
@@ -65,6 +66,8 @@ var passOrder = [][2]string{
 	{"recompute", "fuse"},
 	{"recompute", "recast"},
 	{"recast", "fuse"},
+	{"recast", "fold norm casts"},
+	{"fold norm casts", "fuse"},
 }
 
 func init() {
@@ -120,6 +123,10 @@ type Options struct {
 	// AMP overrides the model's mixed-precision policy (amp_option.go);
 	// the zero value keeps it.
 	AMP AMP
+	// Off names optional passes (as -dump spells them) to skip, as the Go
+	// compiler's -d=ssa/PASS/off does: for tests that compare a pass's
+	// output with the plan it rewrote, and for bisecting a miscompile.
+	Off []string
 }
 
 // Compile runs every pass over the model, choosing checkpoints first
@@ -160,9 +167,25 @@ func compile(m *ir.Model, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("-dump=%s: no such pass (passes: %s)", opts.Dump, strings.Join(PassNames(), ", "))
 		}
 	}
+	off := map[string]bool{}
+	for _, name := range opts.Off {
+		ok := false
+		for _, ps := range passes {
+			if dumpName(ps.name) == name {
+				if ps.required {
+					return nil, fmt.Errorf("pass %s cannot be turned off", name)
+				}
+				ok = true
+			}
+		}
+		if !ok {
+			return nil, fmt.Errorf("no such pass %q (passes: %s)", name, strings.Join(PassNames(), ", "))
+		}
+		off[name] = true
+	}
 	p := &Program{Model: m, Fuse: opts.Fuse, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
 	for _, ps := range passes {
-		if !ps.required && !opts.Fuse {
+		if !ps.required && (!opts.Fuse || off[dumpName(ps.name)]) {
 			continue
 		}
 		if err := ps.fn(p); err != nil {

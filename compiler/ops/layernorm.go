@@ -93,6 +93,15 @@ func layerNormInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if !beta.Shape.Eq(gamma.Shape) || beta.DType != x.DType {
 		return nil, 0, fmt.Errorf("bias %s, want %s", beta.Type(), gamma.Type())
 	}
+	if v.Attrs.Str != "" {
+		// The output stored in a 16-bit type (compiler's fold norm
+		// casts): computed in f32, rounded once by the store.
+		dt, err := ir.ParseDType(v.Attrs.Str)
+		if err != nil || !dt.IsHalf() || x.DType != ir.F32 {
+			return nil, 0, fmt.Errorf("output type %q of an %s input: want bf16 or f16 of f32", v.Attrs.Str, x.DType)
+		}
+		return x.Shape.Clone(), dt, nil
+	}
 	return x.Shape.Clone(), x.DType, nil
 }
 
@@ -118,7 +127,9 @@ func layerNormBwdInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if err := checkResidual(x, bias, res); err != nil {
 		return nil, 0, err
 	}
-	if !g.Shape.Eq(x.Shape) || g.DType != x.DType {
+	// A 16-bit gradient of an f32 layernorm's output is widened as it is
+	// read (compiler's fold norm casts).
+	if !g.Shape.Eq(x.Shape) || (g.DType != x.DType && !(g.DType.IsHalf() && x.DType == ir.F32)) {
 		return nil, 0, fmt.Errorf("gradient %s, want %s", g.Type(), x.Type())
 	}
 	r := lnRowGroup(rows)
@@ -343,6 +354,7 @@ func layerNormLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string)
 }
 
 func layerNormBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
+	at = widen(v, at) // a 16-bit gradient (compiler's fold norm casts)
 	x := v.Args[1]
 	gi := 2
 	if len(v.Args) == 5 {
