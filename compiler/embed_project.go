@@ -80,13 +80,7 @@ func projectEmbedding(p *Program) error {
 		v.Op, v.Args, v.Attrs, v.Pos = "embedding", []*ir.Value{table, ids}, ir.Attrs{}, emb.Pos
 		out = append(out, v)
 	}
-	g.Values = g.Values[:0]
-	for _, v := range out {
-		if !dead[v] {
-			g.Values = append(g.Values, v)
-		}
-	}
-	g.Renumber()
+	dropValues(g, out, dead)
 	return nil
 }
 

@@ -69,15 +69,7 @@ func foldFuncNormCasts(f *ir.Func) {
 			dead[g] = true
 		}
 	}
-	if len(dead) == 0 {
-		return
+	if len(dead) > 0 {
+		dropValues(f, f.Values, dead)
 	}
-	out := f.Values[:0]
-	for _, v := range f.Values {
-		if !dead[v] {
-			out = append(out, v)
-		}
-	}
-	f.Values = out
-	f.Renumber()
 }

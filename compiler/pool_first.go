@@ -66,13 +66,7 @@ func poolFirst(p *Program) error {
 		v.Op, v.Args, v.Attrs = "relu", []*ir.Value{act}, ir.Attrs{}
 		out = append(out, v)
 	}
-	g.Values = g.Values[:0]
-	for _, v := range out {
-		if !dead[v] {
-			g.Values = append(g.Values, v)
-		}
-	}
-	g.Renumber()
+	dropValues(g, out, dead)
 	return nil
 }
 

@@ -42,14 +42,7 @@ func residualNorm(p *Program) error {
 		}
 		v.Args = []*ir.Value{mt.h, mt.b, mt.r, v.Args[1], v.Args[2]}
 	}
-	out := g.Values[:0]
-	for _, v := range g.Values {
-		if !dead[v] {
-			out = append(out, v)
-		}
-	}
-	g.Values = out
-	g.Renumber()
+	dropValues(g, g.Values, dead)
 	return nil
 }
 

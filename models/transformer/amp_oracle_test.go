@@ -11,7 +11,6 @@ import (
 	"github.com/ngen-ml/ngen/compiler/oracle"
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime"
-	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
 // ampRun is what one training run of TestAMPOracle records.
@@ -61,18 +60,7 @@ func TestAMPOracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
 	}
-	dev, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	// The GPU's forms of the kernels, as written (warps of 32 lanes and
-	// their butterflies in attention), under emulation.
-	gpu, err := cpu.New(cpu.Options{Threads: 2, GPUForms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	dev, gpu := hostAndGPU(t, 2)
 	const lr = 0.05
 	opt := dsl.SGD{LR: lr, Momentum: 0.9}
 	for _, model := range []string{"gpt", "transformer"} {

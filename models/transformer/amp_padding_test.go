@@ -6,7 +6,6 @@ import (
 
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime"
-	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
 // paddedEncoder is an embedding, one post-LN encoder layer whose
@@ -40,16 +39,7 @@ func paddedEncoder(h dsl.DType) *dsl.Model {
 // 10% of the largest (step-1 gradients), 15% of the update's norm; the
 // GPU forms against the host forms within 1e-5, 0.1%, 0.1%.
 func TestAMPKeyPadding(t *testing.T) {
-	dev, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	gpu, err := cpu.New(cpu.Options{Threads: 2, GPUForms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	dev, gpu := hostAndGPU(t, 2)
 	im, err := paddedEncoder(dsl.BF16).Build()
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/runtime"
-	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
 // TestFoldNormCastsExact: under mixed precision the fused plan lets
@@ -29,18 +28,10 @@ func TestFoldNormCastsExact(t *testing.T) {
 		return c
 	}
 	const batch, steps = 3, 3
-	host, err := cpu.New(cpu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	// One thread: the GPU forms' atomics (the embedding's gradient) add in
-	// the order the workers reach them, which two threads vary.
-	gpu, err := cpu.New(cpu.Options{Threads: 1, GPUForms: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	// The GPU forms on one thread: their atomics (the embedding's
+	// gradient) add in the order the workers reach them, which two
+	// threads vary.
+	host, gpu := hostAndGPU(t, 1)
 	for _, name := range []string{"gpt", "transformer"} {
 		for _, h := range []dsl.DType{dsl.BF16, dsl.F16} {
 			m := NewGPT(small(GPTConfig()))

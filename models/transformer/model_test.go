@@ -42,6 +42,24 @@ func session(t *testing.T, dev runtime.Device, m *dsl.Model, fuse bool, batch in
 	return s
 }
 
+// hostAndGPU opens two CPU devices, closed when t ends: one running the
+// host's forms of the kernels, one the GPU's forms as written (warps of
+// 32 lanes and their butterflies) under emulation, on gpuThreads threads.
+func hostAndGPU(t *testing.T, gpuThreads int) (host, gpu runtime.Device) {
+	t.Helper()
+	h, err := cpu.New(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	g, err := cpu.New(cpu.Options{Threads: gpuThreads, GPUForms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return h, g
+}
+
 func tokens(rng *rand.Rand, n int) []int32 { return tokensOf(rng, n, data.CharVocab) }
 
 func read(t *testing.T, s *runtime.Session, role, name string) []float64 {
