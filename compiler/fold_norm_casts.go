@@ -29,15 +29,9 @@ func foldNormCasts(p *Program) error {
 
 func foldFuncNormCasts(f *ir.Func) {
 	uses := f.Uses()
-	pinned := map[*ir.Value]bool{} // values the function hands out
-	for _, v := range f.Outputs {
+	pinned := map[*ir.Value]bool{}
+	for _, v := range handedOut(f) {
 		pinned[v] = true
-	}
-	for _, v := range f.Grads {
-		pinned[v] = true
-	}
-	for _, u := range f.Updates {
-		pinned[u.New] = true
 	}
 	dead := map[*ir.Value]bool{}
 	for _, v := range f.Values {

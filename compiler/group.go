@@ -84,6 +84,22 @@ func (g *Group) has(v *ir.Value) bool {
 	return false
 }
 
+// handedOut lists the values f gives its caller: its outputs, its
+// gradients and its state updates' new values.
+func handedOut(f *ir.Func) []*ir.Value {
+	var vs []*ir.Value
+	for _, v := range f.Outputs {
+		vs = append(vs, v)
+	}
+	for _, v := range f.Grads {
+		vs = append(vs, v)
+	}
+	for _, u := range f.Updates {
+		vs = append(vs, u.New)
+	}
+	return vs
+}
+
 // finishGroups computes each group's inputs and outputs and names it.
 func finishGroups(f *ir.Func, gs []*Group) {
 	owner := map[*ir.Value]*Group{}
@@ -93,14 +109,8 @@ func finishGroups(f *ir.Func, gs []*Group) {
 		}
 	}
 	escapes := map[*ir.Value]bool{}
-	for _, v := range f.Outputs {
+	for _, v := range handedOut(f) {
 		escapes[base(v)] = true
-	}
-	for _, v := range f.Grads {
-		escapes[base(v)] = true
-	}
-	for _, u := range f.Updates {
-		escapes[base(u.New)] = true
 	}
 	for _, v := range f.Values {
 		for _, a := range v.Args {
