@@ -57,7 +57,7 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 	if status < 0 {
 		return nil, fmt.Errorf("internal error: %s step without a status block", st.Builtin)
 	}
-	k := &kernel{byName: map[string]int{}, block: [3]int{256, 1, 1}, gridStride: true}
+	k := &kernel{byName: map[string]int{}, block: [3]int{256, 1, 1}, gridStride: true, plan: plan}
 	ctype := func(i int) string {
 		return map[runtime.DType]string{runtime.F32: "float", runtime.F64: "double", runtime.I32: "int"}[plan.Buffers[i].DType]
 	}
@@ -142,6 +142,10 @@ func builtinKernel(plan *runtime.Plan, st *runtime.Step) (*kernel, error) {
 		if err := gradNorm(k, plan, st); err != nil {
 			return nil, err
 		}
+	case runtime.ClockKernel:
+		if err := clockKernel(k, plan, st); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("internal error: unknown builtin kernel %q", st.Builtin)
 	}
@@ -170,7 +174,7 @@ func maxWord(t, big, sb string, w int) string {
 
 // updateCheck renders the update check (runtime.UpdateCheckKernel), the
 // first kernel of the update phase. When the step's largest |gradient|
-// (status word 8, from the guard) is at most the host's scalar gsafe, a
+// (status word 8, from the guard) is at most the clock's scalar gsafe, a
 // bound proves every new value finite and it returns at once
 // (runtime/update_bound.go). Otherwise it computes every new parameter
 // and optimizer state value as the lowered update does
@@ -178,7 +182,7 @@ func maxWord(t, big, sb string, w int) string {
 // type, but for f32 Adam's quotient, taken through a reciprocal) without
 // storing them, marks the step failed (status word 5 = 2)
 // when one is not finite or is within a factor 2 of overflow, and records
-// the largest magnitudes for the host's bound (words 9..12). The margin
+// the largest magnitudes for the clock's bound (words 9..12). The margin
 // covers FMA contraction, which nvcc may apply differently to this kernel
 // and the update's; a value that large would overflow the next step
 // anyway. Finite gradients, a bounded learning rate (runtime.MaxLR) and
@@ -206,7 +210,7 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 	c := &ops.Ctx{T: t}
 	k.name = "ngen_update_check_" + t
 	k.comment = []string{"the " + o.Kind + " update computed and not stored: status[5] = 2 unless every new value is finite with a margin",
-		"(returns at once when the host's bound covers the step's largest gradient)"}
+		"(returns at once when the bound covers the step's largest gradient)"}
 	sb := k.param("int *", "status", runtime.ArgRef{Buf: status, Kind: runtime.ArgPtr})
 	in := func(buf int, name string) string {
 		return k.param("const "+t+" *__restrict__", name, runtime.ArgRef{Buf: buf, Kind: runtime.ArgPtr})
@@ -255,7 +259,7 @@ func updateCheck(k *kernel, plan *runtime.Plan, status int) error {
 	}
 	w := &k.body
 	fmt.Fprintf(w, "  if (%s) return; // the step already failed\n", stepBad(sb))
-	fmt.Fprintf(w, "  if ((%s)__int_as_float(%s[8]) <= %s) return; // the host's bound covers the largest gradient\n", t, sb, gsafe)
+	fmt.Fprintf(w, "  if ((%s)__int_as_float(%s[8]) <= %s) return; // the bound covers the largest gradient\n", t, sb, gsafe)
 	for j := range news {
 		fmt.Fprintf(w, "  %s big%d = 0;\n", st, j)
 	}

@@ -43,6 +43,11 @@ type kernel struct {
 	grid  [3]runtime.Expr
 	block [3]int
 	t     string // element type of the group
+	// plan is the plan the kernel is rendered for (the clock's slots).
+	plan *runtime.Plan
+	// pro declares the scalars read from the clock, printed first in
+	// the body: locals the loops read as they read parameters.
+	pro []string
 	// pre is file-scope code the kernel needs (device globals), printed
 	// before it; "$K" in pre and body stands for the kernel's final name.
 	pre string
@@ -55,7 +60,7 @@ type kparam struct {
 }
 
 func newKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
-	k := &kernel{name: g.Kernel, label: g.Name, target: target, byName: map[string]int{}, block: [3]int{256, 1, 1}}
+	k := &kernel{name: g.Kernel, label: g.Name, target: target, byName: map[string]int{}, block: [3]int{256, 1, 1}, plan: p.Plan}
 	k.t = g.Root.DType.CType()
 	if g.Kind == compiler.CE {
 		k.t = g.Root.Args[0].DType.CType()
@@ -75,9 +80,15 @@ func (k *kernel) param(ctype, name string, ref runtime.ArgRef) string {
 	return name
 }
 
-// scalar declares a runtime scalar parameter and returns its C name.
+// scalar declares a runtime scalar parameter and returns its C name, or,
+// for a scalar the plan's clock holds (runtime.ClockSlot: everything that
+// changes from step to step), its read from the clock: the launch's
+// arguments then stay the same from step to step.
 func (k *kernel) scalar(name, ctype string) string {
-	cname := "s_" + compiler.Sanitize(name)
+	if c := k.clockSlot(name, ctype); c != "" {
+		return c
+	}
+	cname := "s_" + sanitizeScalar(name)
 	if name == "B" {
 		cname = "B"
 	}
@@ -94,6 +105,9 @@ func (k *kernel) scalar(name, ctype string) string {
 	}
 	return k.param(ctype, cname, runtime.ArgRef{Buf: -1, Scalar: name, Kind: kind})
 }
+
+// sanitizeScalar is a scalar's name as part of a C identifier.
+func sanitizeScalar(name string) string { return compiler.Sanitize(name) }
 
 // imm declares a per-launch constant parameter holding v and returns its
 // C name. The kernel's text then says c0, not the number, so launches
@@ -498,6 +512,9 @@ func (k *kernel) code(name string, host bool) string {
 		fmt.Fprintf(&b, "NGEN_HOST_FORM void %s(%s) {\n", name, strings.Join(ps, ", "))
 	} else {
 		fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s) {\n", k.block[0]*k.block[1]*k.block[2], name, strings.Join(ps, ", "))
+	}
+	for _, l := range k.pro {
+		b.WriteString(l)
 	}
 	b.WriteString(strings.ReplaceAll(k.body.String(), "$K", name))
 	b.WriteString("}\n")

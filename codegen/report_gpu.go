@@ -53,8 +53,8 @@ const (
 	// The host's part of a step and each call's floor on the GPU. With
 	// graphs (the backend's default) the host copies the inputs into
 	// pinned staging, records the step's calls (no driver call each),
-	// writes the kernel arguments that changed into the graph's nodes,
-	// launches the graph and reads the loss and the status back; the GPU
+	// writes the kernel arguments that changed into the graph's nodes
+	// (none since the device clock), launches the graph and reads the loss and the status back; the GPU
 	// pays each node a floor whatever its work (its blocks' ramp-up and
 	// drain, the gap to the next node). Both are calibrated on the seed
 	// MLP's fused and unfused steps at batch 64 (session 13, H200): 0.279
@@ -108,6 +108,11 @@ const (
 	// layer over 64 steps, so 53 µs a step on average).
 	scanStepUs           = 2.0
 	scanBlockBytesPerSec = 20.5e9
+
+	// A kernel of one thread (the clock kernel, codegen/clock.go) runs a
+	// chain of dependent FP64 operations: about 8 cycles each at 1.7 GHz
+	// (an assumption, not measured).
+	serialFlopsPerSec = 2e8
 )
 
 // cuBLAS's grid for one GEMM is its own choice; the model assumes
@@ -226,6 +231,11 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 // launchUs is a kernel's time: its bytes at the bandwidth its resident
 // threads can draw, its FLOPs at the rate they can issue.
 func launchUs(s *StepRow, spec GPUSpec) float64 {
+	if s.Threads == 1 {
+		// One thread (the clock kernel): its FLOPs are its dependent
+		// operations, at serialFlopsPerSec; its few words stay in L2.
+		return float64(s.Flops) / serialFlopsPerSec * 1e6
+	}
 	threads := s.Threads
 	if threads <= 0 {
 		threads = s.Blocks * 256

@@ -78,3 +78,27 @@ func (m *memPlanner) updateCheckStep(status int) runtime.Step {
 	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.UpdateCheckKernel, Buf: status,
 		Ops: "update check: new parameters and optimizer state finite", Bytes: runtime.Sum{{Mul: runtime.StatusWords * 4}}}
 }
+
+// clockStep is the clock kernel's launch step (codegen/clock.go renders
+// it), the last of the update phase: after a good step it advances the
+// device clock (runtime/clock.go: the step counters, the loss scaler,
+// the update check's bound) and computes the next step's scalars, which
+// the kernels read from the clock rather than take as arguments. The
+// clock is a persistent buffer of role "clock", which checkpoints leave
+// out: the host writes it from the state a checkpoint holds.
+//
+// Its FLOPs are an estimate of its one thread's dependent operations:
+// about 40 a parameter group for each halving of the update check's
+// binary search (31 for f32 parameters, 63 for f64) and a few hundred
+// for the rest (the schedule's pow and cos).
+func (m *memPlanner) clockStep(status int) runtime.Step {
+	o := m.plan.Optimizer
+	clock := m.persistent("clock", "clock", ir.F64, ir.Static(int(runtime.ClockWords(o))))
+	rounds := int64(31)
+	if m.plan.DType == runtime.F64 {
+		rounds = 63
+	}
+	return runtime.Step{Kind: runtime.LaunchStep, Builtin: runtime.ClockKernel, Buf: status, Src: clock,
+		Ops: "clock: the next step's scalars", Bytes: runtime.Sum{{Mul: runtime.StatusWords*4 + runtime.ClockWords(o)*8}},
+		Flops: runtime.Sum{{Mul: 400 + rounds*40*int64(len(o.Rules()))}}}
+}

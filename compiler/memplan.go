@@ -543,6 +543,9 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 
 	}
 	flush(true)
+	if guarded && rf.UpdateFrom > 0 {
+		steps = append(steps, m.clockStep(status))
+	}
 	if err := checkPhases(m.plan, fi, rf.UpdateFrom, len(steps)); err != nil {
 		return fmt.Errorf("internal error: %s: %w", f.Name, err)
 	}

@@ -88,6 +88,9 @@ func (s *Session) RunGrads(batch int) error {
 	if err := s.setBatch("step", batch); err != nil {
 		return err
 	}
+	if err := s.syncClock(); err != nil {
+		return err
+	}
 	if err := s.microBatch(fi, f); err != nil {
 		return err // the dropout counter too is as before
 	}
@@ -128,19 +131,23 @@ func (s *Session) trainStep(fi int, f *Func) error {
 		}
 		return s.updatePhase(fi, f)
 	}); err != nil {
+		s.markClock() // the clock kernel may not have run
 		return err
 	}
 	if err := s.check("step", s.t); err != nil {
-		// The device skipped the update (compiler/guard.go); the host's
-		// counts follow.
+		// The device skipped the update (compiler/guard.go) and left the
+		// clock alone; the host's counts follow, and it rewrites the
+		// clock from them.
 		s.t--
 		s.schedT--
+		s.markClock()
 		if err == errSkip || s.sumOverflowed(err) {
 			return s.skipStep()
 		}
 		return err
 	}
-	s.afterUpdate()
+	// The clock kernel advanced the device's counters, scaler and bound
+	// after the good step, as the host advances its own.
 	s.finiteStep()
 	return nil
 }
@@ -230,18 +237,12 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 	if s.scal == nil {
 		s.scal = map[string]float64{}
 	}
-	// One map for every update: the last step's bound (s.bound.sc) has
-	// been read by afterUpdate, or is replaced below.
-	scal := s.plan.Optimizer.ScalarsAt(s.scal, s.groupRules(), s.t, s.schedT, s.lr, s.sched, s.wd)
+	// The update's scalars are in the device clock (clock.go), prepared
+	// by the last step's clock kernel or syncClock; the host passes only
+	// the max norm, which changes only with SetClipNorm.
+	scal := s.scal
 	if s.plan.Optimizer.GradNorm() {
 		scal["max_norm"] = s.clip
-	}
-	if s.scaler.on {
-		scal[InvScaleScalar] = float64(s.scaler.invScale())
-	}
-	if s.bound.on {
-		scal["gsafe"] = s.scaledGSafe(s.gsafe(scal))
-		s.bound.sc = scal
 	}
 	if err := s.runSteps(fi, f, f.UpdateFrom, len(f.Steps), scal); err != nil {
 		s.t--
@@ -259,6 +260,9 @@ func (s *Session) updatePhase(fi int, f *Func) error {
 // count follows. Its micro-batches are dropped either way: their mean
 // has replaced the last one's gradient.
 func (s *Session) checkedUpdate(fi int, f *Func) error {
+	if err := s.syncClockForUpdate(); err != nil {
+		return err
+	}
 	if a := &s.acc; a.foundInf {
 		if a.pend == 0 {
 			return fmt.Errorf("%s: update with no gradients: run RunGrads (a micro-batch) first", s.plan.Model)
@@ -276,6 +280,7 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 		}
 	}
 	if err := s.updatePhase(fi, f); err != nil {
+		s.markClock()
 		return err
 	}
 	// A group's verdict (dataparallel.go) is read back even where the
@@ -287,12 +292,12 @@ func (s *Session) checkedUpdate(fi int, f *Func) error {
 	if err := s.check("step", s.t); err != nil {
 		s.t--
 		s.schedT--
+		s.markClock()
 		if err == errSkip || s.sumOverflowed(err) {
 			return s.skipStep() // the group agreed to skip (dataparallel.go)
 		}
 		return err
 	}
-	s.afterUpdate()
 	s.finiteStep()
 	return nil
 }

@@ -310,6 +310,7 @@ func (s *Session) Load(r io.Reader) error {
 	}
 	a := &s.acc
 	a.pend, a.rows, a.inGrads, a.inSum, a.foundInf = 0, 0, false, false, false
+	s.markClock()
 	return s.refreshBound()
 }
 

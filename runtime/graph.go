@@ -9,7 +9,9 @@ import (
 // calls of a step once and replay them as one launch (runtime/cuda: CUDA
 // graphs). Between BeginGraph and EndGraph the device may defer Launch,
 // Gemm, Memset and CopyDevice; kernel argument values may differ from one
-// replay to the next, everything else must be what the key determines.
+// replay to the next (a training step's do not: the scalars that change
+// are in the device clock, clock.go), everything else must be what the
+// key determines.
 // EndGraph(false) issues what was deferred and captures nothing (the host
 // side of the step failed).
 type Grapher interface {

@@ -129,6 +129,7 @@ func (s *Session) Scaler() (ScalerState, bool) {
 func (s *Session) skipStep() error {
 	l := &s.scaler
 	s.schedT++
+	s.markClock()
 	l.skipped++
 	l.lastSkipped = true
 	l.scale = float32(float64(l.scale) * l.cfg.BackoffFactor)
@@ -184,28 +185,6 @@ func (s *Session) sumOverflowed(err error) bool {
 		}
 	}
 	return false
-}
-
-// scaledGSafe is the update check's gsafe for the scaled gradients the
-// guard measured: gsafe·scale rounded down in f32.
-func (s *Session) scaledGSafe(g float64) float64 {
-	if !s.scaler.on || g < 0 || math.IsInf(g, 1) {
-		return g
-	}
-	x := g * float64(s.scaler.scale)
-	f := float32(x)
-	if float64(f) > x {
-		f = math.Nextafter32(f, 0)
-	}
-	return float64(f)
-}
-
-// unscaledMax bounds the unscaled magnitude of a scaled one, rounded up.
-func (s *Session) unscaledMax(g float64) float64 {
-	if !s.scaler.on {
-		return g
-	}
-	return up(g*float64(s.scaler.invScale()), 1)
 }
 
 // Checkpoint metadata of the scaler: GradScaler.state_dict()'s keys

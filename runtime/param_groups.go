@@ -143,6 +143,7 @@ func (s *Session) SetWeightDecay(wd float64) error {
 		return fmt.Errorf("%s: SetWeightDecay: %w", s.plan.Model, err)
 	}
 	s.wd = wd
+	s.markClock()
 	return nil
 }
 

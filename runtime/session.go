@@ -49,6 +49,7 @@ type Session struct {
 	status [StatusWords]int32 // the status block as the last check read it
 	bound  updateBound        // update_bound.go
 	scaler lossScale          // dynamic loss scaling (loss_scale.go)
+	clock  clockState         // the device clock (clock.go)
 	// Per-step scratch, so that a step allocates as little as it can:
 	// the optimizer's group rules, a launch's arguments (Device.Launch
 	// keeps no reference) and each buffer's pointer as an Arg (boxed
@@ -143,6 +144,14 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 		return nil, err
 	}
 	if err := s.initBound(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.initClock(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.syncClock(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -294,6 +303,7 @@ func (s *Session) SetLR(lr float64) error {
 		return fmt.Errorf("%s: SetLR(%v): %w", s.plan.Model, lr, err)
 	}
 	s.lr, s.sched = lr, nil
+	s.markClock()
 	return nil
 }
 
@@ -322,6 +332,7 @@ func (s *Session) SetSchedule(base float64, sc *schedule.Schedule) error {
 		sc = &c
 	}
 	s.lr, s.sched = base, sc
+	s.markClock()
 	return nil
 }
 
@@ -385,6 +396,13 @@ func (s *Session) Run(name string, batch int) error {
 		return err
 	}
 	if err := s.setBatch(name, batch); err != nil {
+		return err
+	}
+	sync := s.syncClock
+	if name == "step" && s.acc.k == 1 {
+		sync = s.syncClockForUpdate
+	}
+	if err := sync(); err != nil {
 		return err
 	}
 	if name == "step" {

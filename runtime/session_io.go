@@ -247,7 +247,7 @@ func (s *Session) WriteFloats(i int, vals []float64) error {
 	case "input":
 		s.noteFinite(i, vals)
 	case "param", "params", "state":
-		s.raiseBound(i, vals) // the update check's bound covers the new values
+		return s.raiseBound(i, vals) // the update check's bound covers the new values
 	}
 	return nil
 }

@@ -198,9 +198,9 @@ func (m *Model) Predict(x []int32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 266
+	fn, buf := "predict", 267
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 318
+		fn, buf = "predict_eval", 319
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

@@ -198,9 +198,9 @@ func (m *Model) Predict(x []int32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 732
+	fn, buf := "predict", 733
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 977
+		fn, buf = "predict_eval", 978
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

@@ -216,7 +216,7 @@ func (m *Model) Predict(x []int32, h0 []float32, c0 []float32) ([]float32, error
 	if err := m.s.WriteInput("c0", c0, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 69
+	fn, buf := "predict", 70
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -633,7 +633,10 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const float * __rest
 //   v93 = mul <f32[959715]> v91 v92  # models/lstm/model.go:90
 //   v94 = sub <f32[959715]> v72 v93  # models/lstm/model.go:90
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
+  const float s_wd = (float)clk[103]; // from the clock
+  const float s_bc2_sqrt = (float)clk[101]; // from the clock
+  const float s_step_size = (float)clk[100]; // from the clock
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 959715LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -753,10 +756,14 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
-//   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
+//   (returns at once when the bound covers the step's largest gradient)
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, const double *__restrict__ clk, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_max_norm) {
+  const float s_gsafe = (float)clk[98]; // from the clock
+  const float s_wd = (float)clk[103]; // from the clock
+  const float s_bc2_sqrt = (float)clk[101]; // from the clock
+  const float s_step_size = (float)clk[100]; // from the clock
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
-  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
+  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
@@ -781,5 +788,142 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   if (big1 > status[10]) atomicMax(&status[10], big1);
   if (big2 > status[11]) atomicMax(&status[11], big2);
   status[12] = 1;
+}
+
+// ngen_clock computes:
+//   after a good step: the step counters, the loss scaler and the update check's bound advance;
+//   then the next step's scalars (the scheduled rate, Adam's bias corrections, the loss scale, gsafe)
+// schedule.Rate: the rate after e steps of an optimizer whose own rate is base.
+static __device__ double ngen_clock_rate(const double *clk, double base, long long e) {
+    const double x = (double)e;
+    switch ((int)clk[11]) {
+    case 1: return base * pow(clk[13], (double)(e / (long long)clk[12]));
+    case 2: {
+      double n = 0.0;
+      for (int i = 0; i < (int)clk[27]; ++i) if (e >= (long long)clk[28 + i]) n += 1.0;
+      return base * pow(clk[13], n);
+    }
+    case 3: return base * pow(clk[13], x);
+    case 4: return e >= (long long)clk[17] ? base : base * clk[14];
+    case 5: return base * (clk[15] + (clk[16] - clk[15]) * (double)(e < (long long)clk[17] ? e : (long long)clk[17]) / clk[17]);
+    case 6: return clk[19] + (base - clk[19]) * (1.0 + cos(3.141592653589793 * x / clk[18])) / 2.0;
+    case 7: {
+      const double initial = base / clk[22], fin = initial / clk[23];
+      if (e > (long long)clk[20]) return fin;
+      const double T = clk[20];
+      double end[3], from[3], to[3];
+      int n = 2;
+      end[0] = clk[21] * T - 1.0; from[0] = initial; to[0] = base;
+      if (clk[25] != 0.0) {
+        n = 3;
+        end[1] = 2.0 * clk[21] * T - 2.0; from[1] = base; to[1] = initial;
+        end[2] = T - 1.0; from[2] = initial; to[2] = fin;
+      } else {
+        end[1] = T - 1.0; from[1] = base; to[1] = fin;
+      }
+      double start = 0.0;
+      for (int i = 0; i < n; ++i) {
+        if (x <= end[i] || i == n - 1) {
+          const double pct = (x - start) / (end[i] - start);
+          if (clk[24] != 0.0) return (to[i] - from[i]) * pct + from[i];
+          return to[i] + (from[i] - to[i]) / 2.0 * (cos(3.141592653589793 * pct) + 1.0);
+        }
+        start = end[i];
+      }
+      return fin;
+    }
+    case 8:
+      if (e < (long long)clk[17]) return base * (clk[15] + (1.0 - clk[15]) * x / clk[17]);
+      if (e >= (long long)clk[20]) return clk[19];
+      return clk[19] + (base - clk[19]) * (1.0 + cos(3.141592653589793 * (double)(e - (long long)clk[17]) / (clk[20] - clk[17]))) / 2.0;
+    }
+    return base;
+}
+// One rounded operation's bound, which must stay below the type's range.
+static __device__ double ngen_clock_r(bool *ok, double x) { x = x * (1.0 + 9.5367431640625e-07); if (!(x <= 3.4027975051006122e+38)) *ok = false; return x; }
+// A constant or scalar as the kernels hold it.
+static __device__ double ngen_clock_c(double x) { return fabs(x) * (1.0 + 9.5367431640625e-07); }
+// The bound after an update with gradients of magnitude at most g (false: none).
+static __device__ bool ngen_clock_next(const double *clk, double g, double *nb) {
+  bool ok = true;
+  nb[0] = nb[1] = nb[2] = 0.0;
+  { // parameter group ""
+    double bp = clk[92], b1 = clk[93], b2 = clk[94];
+    const double gd = ngen_clock_r(&ok, g + ngen_clock_r(&ok, bp * ngen_clock_c(clk[103])));
+    b1 = ngen_clock_r(&ok, ngen_clock_r(&ok, b1 * ngen_clock_c(0.9)) + ngen_clock_r(&ok, gd * ngen_clock_c(0.09999999999999998)));
+    b2 = ngen_clock_r(&ok, ngen_clock_r(&ok, b2 * ngen_clock_c(0.999)) + ngen_clock_r(&ok, ngen_clock_r(&ok, gd * gd) * ngen_clock_c(0.0010000000000000009)));
+    ngen_clock_r(&ok, ngen_clock_r(&ok, sqrt(b2)) / (fabs(clk[101]) * 0.9999980926513672));
+    const double ratio = ngen_clock_r(&ok, b1 / (9.99999993922529e-09 * 0.9999961853027344));
+    bp = ngen_clock_r(&ok, bp + ngen_clock_r(&ok, ngen_clock_c(clk[100]) * ratio));
+    nb[0] = fmax(nb[0], bp); nb[1] = fmax(nb[1], b1); nb[2] = fmax(nb[2], b2);
+  }
+  return ok;
+}
+// Whether the bound after an update with gradients of magnitude at most g is within the limit.
+static __device__ bool ngen_clock_safe(const double *clk, double g) {
+  double nb[3];
+  return ngen_clock_next(clk, g, nb) && nb[0] <= 1.7014117331926443e+38 && nb[1] <= 1.7014117331926443e+38 && nb[2] <= 1.7014117331926443e+38;
+}
+extern "C" __global__ void __launch_bounds__(1) ngen_clock(const int *status, double *clk, int c0) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const double S = 9.5367431640625e-07; // runtime/update_bound.go's boundSlack, 2^-20
+  if (c0 && !((status[0] | status[4] | status[5]) != 0)) {
+    // The bound after this step (afterUpdate): the update check's maxima when it checked every
+    // element, else next's bound at the guard's largest gradient, unscaled and clipped.
+    if (status[12] != 0) {
+      clk[92] = (double)__int_as_float(status[9]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+      clk[93] = (double)__int_as_float(status[10]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+      clk[94] = (double)__int_as_float(status[11]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+    } else {
+      double g = (double)__int_as_float(status[8]);
+      if (clk[4] != 0.0) g = (g * (double)(float)(1.0 / clk[2])) * (1.0 + S);
+      double nb[3];
+      if (ngen_clock_next(clk, g, nb))
+         { clk[92] = nb[0]; clk[93] = nb[1]; clk[94] = nb[2]; }
+      else { clk[92] = clk[93] = clk[94] = __longlong_as_double(0x7ff0000000000000LL); } // +Inf: check every element from now on
+    }
+    clk[0] += 1.0;
+    clk[1] += 1.0;
+    if (clk[4] != 0.0) { // the scaler's growth (finiteStep)
+      if (clk[3] + 1.0 < clk[7]) clk[3] += 1.0;
+      else {
+        const float g = (float)(clk[2] * clk[5]);
+        if ((__float_as_int(g) & 0x7fffffff) != 0x7f800000) clk[2] = (double)g;
+        clk[3] = 0.0;
+      }
+    }
+  }
+  const double t = clk[0] + 1.0; // the next step, from 1
+  const long long e = (long long)clk[1]; // the schedule's epoch: its steps so far
+  clk[95] = t;
+  clk[96] = clk[2];
+  clk[97] = (double)(float)(1.0 / clk[2]);
+  { // parameter group ""
+    const double lr = ngen_clock_rate(clk, clk[9] * 1.0, e);
+    clk[99] = lr;
+    clk[100] = lr / (1.0 - pow(0.9, t));
+    clk[101] = sqrt(1.0 - pow(0.999, t));
+    clk[103] = clk[10];
+  }
+  double gs = -1.0;
+  if (clk[8] == 0.0 && ngen_clock_safe(clk, 0.0)) {
+    {
+      // Binary search over the bits of non-negative floats, whose order is the values'.
+      int lo = 0, hi = 0x7f7fffff;
+      if (ngen_clock_safe(clk, (double)__int_as_float(hi))) lo = hi;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (ngen_clock_safe(clk, (double)__int_as_float(mid))) lo = mid; else hi = mid - 1;
+      }
+      gs = (double)__int_as_float(lo);
+    }
+  }
+  if (clk[4] != 0.0 && gs >= 0.0 && gs <= 1.7976931348623157e+308) { // the guard measured scaled gradients
+    const double x = gs * clk[2];
+    float f = (float)x;
+    if ((double)f > x) f = __int_as_float(__float_as_int(f) - 1);
+    gs = (double)f;
+  }
+  clk[98] = gs;
 }
 

@@ -198,7 +198,7 @@ func (m *Model) Predict(x []int32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 78
+	fn, buf := "predict", 79
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

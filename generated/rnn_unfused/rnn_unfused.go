@@ -207,7 +207,7 @@ func (m *Model) Predict(x []int32, mask []int32) ([]float32, error) {
 	if err := m.s.WriteInput("mask", mask, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 67
+	fn, buf := "predict", 68
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

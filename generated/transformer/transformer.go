@@ -207,9 +207,9 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 	if err := m.s.WriteInput("tgt", tgt, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 370
+	fn, buf := "predict", 371
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 443
+		fn, buf = "predict_eval", 444
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

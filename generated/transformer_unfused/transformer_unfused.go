@@ -207,9 +207,9 @@ func (m *Model) Predict(src []int32, tgt []int32) ([]float32, error) {
 	if err := m.s.WriteInput("tgt", tgt, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 1022
+	fn, buf := "predict", 1023
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 1370
+		fn, buf = "predict_eval", 1371
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

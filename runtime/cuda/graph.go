@@ -19,9 +19,9 @@ import (
 // stream-ordered calls (launches, GEMMs, memsets, device copies) are
 // recorded, not issued. EndGraph then either
 //   - replays the key's graph, when the calls match the ones it was
-//     captured from except for kernel argument values (the step counter,
-//     the learning rate, Adam's bias corrections), which it writes into the
-//     instantiated graph's nodes first; or
+//     captured from except for kernel argument values, which it writes
+//     into the instantiated graph's nodes first (nodeUpdates counts
+//     them); or
 //   - issues the calls as usual (the first step at a batch size, which
 //     also grows the GEMM scratch), then captures the same calls on the
 //     stream into a graph for the next time.
@@ -93,8 +93,12 @@ type graphState struct {
 	pending []streamCall
 	byKey   map[string]*stepGraph
 	eager   map[string]bool // keys whose calls cannot be graphed
-	// replays and captures count graph launches and captures, for tests.
-	replays, captures int
+	// replays and captures count graph launches and captures, for tests;
+	// nodeUpdates the kernel nodes a replay rewrote. A training step's
+	// launches keep their arguments from step to step (the scalars that
+	// change are in the device clock, runtime/clock.go), so a replayed
+	// step updates none.
+	replays, captures, nodeUpdates int
 }
 
 var _ runtime.Grapher = (*Device)(nil)
@@ -213,6 +217,7 @@ func (d *Device) replay(sg *stepGraph, calls []streamCall) (bool, error) {
 			return false, fmt.Errorf("cuda: graph %s: updating %s: %v", d.gr.key, c.fn.info.Name, err)
 		}
 		was.slots = c.slots
+		d.gr.nodeUpdates++
 	}
 	if err := sg.cg.launch(d.stream); err != nil {
 		return false, fmt.Errorf("cuda: graph %s: %v", d.gr.key, err)

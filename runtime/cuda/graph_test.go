@@ -85,7 +85,8 @@ func TestSummedGemm(t *testing.T) {
 // batch changes at the fourth, which captures a second graph) with CUDA
 // graphs and without, and wants the same losses and parameters: a replay
 // runs the captured kernels with the step's own scalars. It also checks
-// that graphs were captured and replayed.
+// that graphs were captured and replayed, with no kernel node's
+// arguments rewritten: a step's scalars are read from the device clock.
 func TestGraphsMatchEager(t *testing.T) {
 	if err := Available(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -143,6 +144,9 @@ func TestGraphsMatchEager(t *testing.T) {
 			}
 			if gd.gr.captures < 2 || gd.gr.replays < 2 {
 				t.Fatalf("%d graphs captured, %d replays; want at least 2 of each", gd.gr.captures, gd.gr.replays)
+			}
+			if gd.gr.nodeUpdates != 0 {
+				t.Fatalf("replays rewrote %d kernel nodes' arguments, want none", gd.gr.nodeUpdates)
 			}
 		})
 	}

@@ -5,11 +5,10 @@
 // torch.optim.lr_scheduler classes (or a fixed composition of them), and
 // Rate returns the rate that class gives, in float64, to rounding.
 //
-// The schedule never runs on the device: the rate is folded into the
-// per-step scalars the update kernel already takes (runtime
-// Optimizer.Scalars: Adam's step_size, AdamW's decay, SGD's lr), which the
-// host computes for every step anyway (bias corrections) and a replayed
-// CUDA graph receives as updated kernel arguments.
+// Rate is the reference: the device computes the same rate from its step
+// counter in the clock kernel (runtime/clock.go, codegen/clock.go, a C
+// port of Rate that TestClockSchedules holds to it), and the host uses
+// Rate for LR() and its own mirror of the step's scalars.
 package schedule
 
 import (
@@ -58,6 +57,10 @@ type Schedule struct {
 	Linear         bool    `json:"linear,omitzero"`
 	ThreePhase     bool    `json:"three_phase,omitzero"`
 }
+
+// MaxMilestones bounds a multistep schedule's milestones: the device
+// clock holds them (runtime/clock.go).
+const MaxMilestones = 64
 
 // Kinds lists the schedule kinds with the PyTorch scheduler each one is.
 var Kinds = map[string]string{
@@ -174,6 +177,9 @@ func (s *Schedule) Check(base float64) string {
 	case "multistep":
 		if len(s.Milestones) == 0 {
 			return "MultiStepLR: no milestones"
+		}
+		if len(s.Milestones) > MaxMilestones {
+			return fmt.Sprintf("MultiStepLR: %d milestones: at most %d", len(s.Milestones), MaxMilestones)
 		}
 		for i, m := range s.Milestones {
 			if m <= 0 || i > 0 && m <= s.Milestones[i-1] {

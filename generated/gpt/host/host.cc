@@ -172,7 +172,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd(const float * __rest
 // add_dropout_fwd: 2 launches (add_dropout_fwd, add_dropout_fwd). The first computes:
 //   v6 = add <f32[B,128,256]> v3 v5  # models/transformer/model.go:93
 //   v7 = dropout <f32[B,128,256]> v6 {f=0.1 i=1}  # models/transformer/model.go:93
-extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long rows = (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32768) {
     const long long i = r * 32768LL + j;
@@ -235,7 +236,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 
 // attention_fwd: 12 launches (blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd). The first computes:
 //   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(128) attention_fwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   __shared__ float sQ[1040], sK[1040], sV[1040], sO[1040];
   __shared__ float sS[64], sM[16], sL[16];
   const int nl = blockDim.x >= 32 ? 32 : 1;
@@ -340,7 +342,8 @@ extern "C" __global__ void __launch_bounds__(256) slice_fwd_2(const float * __re
 //   v20 = add <f32[B,128,256]> v19 v14  # models/transformer/model.go:95
 //   v21 = dropout <f32[B,128,256]> v20 {f=0.1 i=3}  # models/transformer/model.go:95
 //   v22 = add <f32[B,128,256]> v7 v21  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(256) bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) bias_dropout_add_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;
@@ -358,7 +361,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_dropout_add_fwd(const flo
 //   v29 = add <f32[B,128,1024]> v27 v28  # models/transformer/model.go:95
 //   v30 = gelu <f32[B,128,1024]> v29  # models/transformer/model.go:95
 //   v31 = dropout <f32[B,128,1024]> v30 {f=0.1 i=4}  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -374,7 +378,8 @@ extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd(const fl
 
 // layernorm_fwd_2: 3 launches (blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd). The first computes:
 //   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
-extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(128) layernorm_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   __shared__ float red[64];
   const long long nrows = (long long)B * 128LL;
   for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -451,7 +456,8 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_ce_grad_bwd(cons
 
 // layernorm_bwd_bwd computes:
 //   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
-extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   __shared__ float red[128];
   const long long nb = (long long)B * 16;
   for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -618,7 +624,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restri
 
 // dropout_bwd computes:
 //   v144 = dropout <f32[B,128,256]> v139 {f=0.1 i=17}  # models/transformer/model.go:97
-extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a139 = in0[i];
@@ -689,7 +696,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const float * __rest
 // dropout_gelu_bwd_bwd: 4 launches (dropout_gelu_bwd_bwd, dropout_gelu_bwd_bwd_2, dropout_gelu_bwd_bwd_3, dropout_gelu_bwd_bwd_4). The first computes:
 //   v151 = dropout <f32[B,128,1024]> v147 {f=0.1 i=16}  # models/transformer/model.go:95
 //   v152 = gelu_bwd <f32[B,128,1024]> v151 v119  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) dropout_gelu_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 131072LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a147 = in0[i];
@@ -815,7 +823,8 @@ extern "C" __global__ void __launch_bounds__(128) layernorm_bwd_bwd_2(const floa
 // add_dropout_bwd: 7 launches (add_dropout_bwd, add_dropout_bwd_2, add_dropout_bwd_3, add_dropout_bwd_4, add_dropout_bwd_5, add_dropout_bwd_6, add_dropout_bwd_7). The first computes:
 //   v167 = add <f32[B,128,256]> v139 v162  # models/transformer/model.go:95
 //   v168 = dropout <f32[B,128,256]> v167 {f=0.1 i=15}  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, float * __restrict__ out1, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a139 = in0[i];
@@ -829,7 +838,8 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd(const float * 
 
 // attention_bwd_bwd: 4 launches (blocks_3_self_attn_out_proj_attention_bwd_bwd, blocks_2_self_attn_out_proj_attention_bwd_bwd, blocks_1_self_attn_out_proj_attention_bwd_bwd, blocks_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
 //   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   __shared__ float sQ[1040], sdO[1040], sK[1040], sV[1040], sA[1040];
   __shared__ float sS[64], sLse[16], sDd[16];
   __shared__ float sB[1040], sP[64];
@@ -1051,7 +1061,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 // add_dropout_bwd_2 computes:
 //   v331 = add <f32[B,128,256]> v308 v326  # models/transformer/model.go:95
 //   v332 = dropout <f32[B,128,256]> v331 {f=0.1 i=1}  # models/transformer/model.go:93
-extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 32768LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a308 = in0[i];
@@ -1099,7 +1110,10 @@ extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const fl
 //   v356 = mul <f32[3184896]> v354 v355  # models/transformer/model.go:89
 //   v357 = sub <f32[3184896]> v335 v356  # models/transformer/model.go:89
 //   (skipped when the status block reports a failed step)
-extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, float s_wd, float s_bc2_sqrt, float s_step_size) {
+extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
+  const float s_wd = (float)clk[103]; // from the clock
+  const float s_bc2_sqrt = (float)clk[101]; // from the clock
+  const float s_step_size = (float)clk[100]; // from the clock
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 3184896LL;
   NGEN_GRID_STRIDE(i, n) {
@@ -1133,7 +1147,8 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
 //   v28 = add <f32[B,128,1024]> v26 v27  # models/transformer/model.go:95
 //   v29 = gelu <f32[B,128,1024]> v28  # models/transformer/model.go:95
 //   v30 = dropout <f32[B,128,1024]> v29 {f=0.1 i=4}  # models/transformer/model.go:95
-extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+extern "C" __global__ void __launch_bounds__(256) bias_gelu_dropout_fwd_2(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long rows = 128LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 1024) {
     const long long i = r * 1024LL + j;
@@ -1267,10 +1282,14 @@ extern "C" __global__ void __launch_bounds__(256) ngen_grad_norm_float(int *stat
 
 // ngen_update_check_float computes:
 //   the adam update computed and not stored: status[5] = 2 unless every new value is finite with a margin
-//   (returns at once when the host's bound covers the step's largest gradient)
-extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, float s_gsafe, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_wd, float s_bc2_sqrt, float s_step_size, float s_max_norm) {
+//   (returns at once when the bound covers the step's largest gradient)
+extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *status, const float *__restrict__ params, const float *__restrict__ grads, const double *__restrict__ clk, const float *__restrict__ exp_avg, const float *__restrict__ exp_avg_sq, float s_max_norm) {
+  const float s_gsafe = (float)clk[98]; // from the clock
+  const float s_wd = (float)clk[103]; // from the clock
+  const float s_bc2_sqrt = (float)clk[101]; // from the clock
+  const float s_step_size = (float)clk[100]; // from the clock
   if ((status[0] | status[4] | status[5]) != 0) return; // the step already failed
-  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the host's bound covers the largest gradient
+  if ((float)__int_as_float(status[8]) <= s_gsafe) return; // the bound covers the largest gradient
   int big0 = 0;
   int big1 = 0;
   int big2 = 0;
@@ -1297,12 +1316,150 @@ extern "C" __global__ void __launch_bounds__(256) ngen_update_check_float(int *s
   status[12] = 1;
 }
 
+// ngen_clock computes:
+//   after a good step: the step counters, the loss scaler and the update check's bound advance;
+//   then the next step's scalars (the scheduled rate, Adam's bias corrections, the loss scale, gsafe)
+// schedule.Rate: the rate after e steps of an optimizer whose own rate is base.
+static __device__ double ngen_clock_rate(const double *clk, double base, long long e) {
+    const double x = (double)e;
+    switch ((int)clk[11]) {
+    case 1: return base * pow(clk[13], (double)(e / (long long)clk[12]));
+    case 2: {
+      double n = 0.0;
+      for (int i = 0; i < (int)clk[27]; ++i) if (e >= (long long)clk[28 + i]) n += 1.0;
+      return base * pow(clk[13], n);
+    }
+    case 3: return base * pow(clk[13], x);
+    case 4: return e >= (long long)clk[17] ? base : base * clk[14];
+    case 5: return base * (clk[15] + (clk[16] - clk[15]) * (double)(e < (long long)clk[17] ? e : (long long)clk[17]) / clk[17]);
+    case 6: return clk[19] + (base - clk[19]) * (1.0 + cos(3.141592653589793 * x / clk[18])) / 2.0;
+    case 7: {
+      const double initial = base / clk[22], fin = initial / clk[23];
+      if (e > (long long)clk[20]) return fin;
+      const double T = clk[20];
+      double end[3], from[3], to[3];
+      int n = 2;
+      end[0] = clk[21] * T - 1.0; from[0] = initial; to[0] = base;
+      if (clk[25] != 0.0) {
+        n = 3;
+        end[1] = 2.0 * clk[21] * T - 2.0; from[1] = base; to[1] = initial;
+        end[2] = T - 1.0; from[2] = initial; to[2] = fin;
+      } else {
+        end[1] = T - 1.0; from[1] = base; to[1] = fin;
+      }
+      double start = 0.0;
+      for (int i = 0; i < n; ++i) {
+        if (x <= end[i] || i == n - 1) {
+          const double pct = (x - start) / (end[i] - start);
+          if (clk[24] != 0.0) return (to[i] - from[i]) * pct + from[i];
+          return to[i] + (from[i] - to[i]) / 2.0 * (cos(3.141592653589793 * pct) + 1.0);
+        }
+        start = end[i];
+      }
+      return fin;
+    }
+    case 8:
+      if (e < (long long)clk[17]) return base * (clk[15] + (1.0 - clk[15]) * x / clk[17]);
+      if (e >= (long long)clk[20]) return clk[19];
+      return clk[19] + (base - clk[19]) * (1.0 + cos(3.141592653589793 * (double)(e - (long long)clk[17]) / (clk[20] - clk[17]))) / 2.0;
+    }
+    return base;
+}
+// One rounded operation's bound, which must stay below the type's range.
+static __device__ double ngen_clock_r(bool *ok, double x) { x = x * (1.0 + 9.5367431640625e-07); if (!(x <= 3.4027975051006122e+38)) *ok = false; return x; }
+// A constant or scalar as the kernels hold it.
+static __device__ double ngen_clock_c(double x) { return fabs(x) * (1.0 + 9.5367431640625e-07); }
+// The bound after an update with gradients of magnitude at most g (false: none).
+static __device__ bool ngen_clock_next(const double *clk, double g, double *nb) {
+  bool ok = true;
+  nb[0] = nb[1] = nb[2] = 0.0;
+  { // parameter group ""
+    double bp = clk[92], b1 = clk[93], b2 = clk[94];
+    const double gd = ngen_clock_r(&ok, g + ngen_clock_r(&ok, bp * ngen_clock_c(clk[103])));
+    b1 = ngen_clock_r(&ok, ngen_clock_r(&ok, b1 * ngen_clock_c(0.9)) + ngen_clock_r(&ok, gd * ngen_clock_c(0.09999999999999998)));
+    b2 = ngen_clock_r(&ok, ngen_clock_r(&ok, b2 * ngen_clock_c(0.999)) + ngen_clock_r(&ok, ngen_clock_r(&ok, gd * gd) * ngen_clock_c(0.0010000000000000009)));
+    ngen_clock_r(&ok, ngen_clock_r(&ok, sqrt(b2)) / (fabs(clk[101]) * 0.9999980926513672));
+    const double ratio = ngen_clock_r(&ok, b1 / (9.99999993922529e-09 * 0.9999961853027344));
+    bp = ngen_clock_r(&ok, bp + ngen_clock_r(&ok, ngen_clock_c(clk[100]) * ratio));
+    nb[0] = fmax(nb[0], bp); nb[1] = fmax(nb[1], b1); nb[2] = fmax(nb[2], b2);
+  }
+  return ok;
+}
+// Whether the bound after an update with gradients of magnitude at most g is within the limit.
+static __device__ bool ngen_clock_safe(const double *clk, double g) {
+  double nb[3];
+  return ngen_clock_next(clk, g, nb) && nb[0] <= 1.7014117331926443e+38 && nb[1] <= 1.7014117331926443e+38 && nb[2] <= 1.7014117331926443e+38;
+}
+extern "C" __global__ void __launch_bounds__(1) ngen_clock(const int *status, double *clk, int c0) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const double S = 9.5367431640625e-07; // runtime/update_bound.go's boundSlack, 2^-20
+  if (c0 && !((status[0] | status[4] | status[5]) != 0)) {
+    // The bound after this step (afterUpdate): the update check's maxima when it checked every
+    // element, else next's bound at the guard's largest gradient, unscaled and clipped.
+    if (status[12] != 0) {
+      clk[92] = (double)__int_as_float(status[9]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+      clk[93] = (double)__int_as_float(status[10]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+      clk[94] = (double)__int_as_float(status[11]) * (1.0 + S) * (1.0 + S) * (1.0 + S) * (1.0 + S);
+    } else {
+      double g = (double)__int_as_float(status[8]);
+      if (clk[4] != 0.0) g = (g * (double)(float)(1.0 / clk[2])) * (1.0 + S);
+      double nb[3];
+      if (ngen_clock_next(clk, g, nb))
+         { clk[92] = nb[0]; clk[93] = nb[1]; clk[94] = nb[2]; }
+      else { clk[92] = clk[93] = clk[94] = __longlong_as_double(0x7ff0000000000000LL); } // +Inf: check every element from now on
+    }
+    clk[0] += 1.0;
+    clk[1] += 1.0;
+    if (clk[4] != 0.0) { // the scaler's growth (finiteStep)
+      if (clk[3] + 1.0 < clk[7]) clk[3] += 1.0;
+      else {
+        const float g = (float)(clk[2] * clk[5]);
+        if ((__float_as_int(g) & 0x7fffffff) != 0x7f800000) clk[2] = (double)g;
+        clk[3] = 0.0;
+      }
+    }
+  }
+  const double t = clk[0] + 1.0; // the next step, from 1
+  const long long e = (long long)clk[1]; // the schedule's epoch: its steps so far
+  clk[95] = t;
+  clk[96] = clk[2];
+  clk[97] = (double)(float)(1.0 / clk[2]);
+  { // parameter group ""
+    const double lr = ngen_clock_rate(clk, clk[9] * 1.0, e);
+    clk[99] = lr;
+    clk[100] = lr / (1.0 - pow(0.9, t));
+    clk[101] = sqrt(1.0 - pow(0.999, t));
+    clk[103] = clk[10];
+  }
+  double gs = -1.0;
+  if (clk[8] == 0.0 && ngen_clock_safe(clk, 0.0)) {
+    {
+      // Binary search over the bits of non-negative floats, whose order is the values'.
+      int lo = 0, hi = 0x7f7fffff;
+      if (ngen_clock_safe(clk, (double)__int_as_float(hi))) lo = hi;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (ngen_clock_safe(clk, (double)__int_as_float(mid))) lo = mid; else hi = mid - 1;
+      }
+      gs = (double)__int_as_float(lo);
+    }
+  }
+  if (clk[4] != 0.0 && gs >= 0.0 && gs <= 1.7976931348623157e+308) { // the guard measured scaled gradients
+    const double x = gs * clk[2];
+    float f = (float)x;
+    if ((double)f > x) f = __int_as_float(__float_as_int(f) - 1);
+    gs = (double)f;
+  }
+  clk[98] = gs;
+}
+
 
 // The host forms: kernels the host target renders in a form of its own.
 
 // attention_fwd__host: 12 launches (blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd, blocks_0_self_attn_attention_fwd, blocks_1_self_attn_attention_fwd, blocks_2_self_attn_attention_fwd, blocks_3_self_attn_attention_fwd). The first computes:
 //   v17 = attention <f32[B,128,260]> v16 v16 v16 {f=0.125 f2=0.1 i=2 str=causal ints=[4 64 0 256 512]}  # models/transformer/model.go:95
-NGEN_HOST_FORM void attention_fwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+NGEN_HOST_FORM void attention_fwd__host(const float * __restrict__ in0, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
     float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
@@ -1337,7 +1494,8 @@ NGEN_HOST_FORM void attention_fwd__host(const float * __restrict__ in0, float * 
 
 // layernorm_fwd_2__host: 3 launches (blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd, blocks_3_linear2_layernorm_fwd). The first computes:
 //   v127 = layernorm <f32[B,128,256]> v123 v124 v112 v125 v126 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
-NGEN_HOST_FORM void layernorm_fwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+NGEN_HOST_FORM void layernorm_fwd_2__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
     static thread_local float xr[256];
     const long long nrows = (long long)B * 128LL;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -1398,7 +1556,8 @@ NGEN_HOST_FORM void cross_entropy_ce_grad_bwd__host(const float * __restrict__ i
 
 // layernorm_bwd_bwd__host computes:
 //   v136 = layernorm_bwd <f32[B,40960]> v132 v123 v124 v112 v125 {f=1e-05 f2=0.1 i=17}  # models/transformer/model.go:97
-NGEN_HOST_FORM void layernorm_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+NGEN_HOST_FORM void layernorm_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
     static thread_local float xr[256];
     const long long nb = (long long)B * 16;
     for (long long n = blockIdx.x; n < nb; n += gridDim.x) {
@@ -1628,7 +1787,8 @@ NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __re
 
 // attention_bwd_bwd__host: 4 launches (blocks_3_self_attn_out_proj_attention_bwd_bwd, blocks_2_self_attn_out_proj_attention_bwd_bwd, blocks_1_self_attn_out_proj_attention_bwd_bwd, blocks_0_self_attn_out_proj_attention_bwd_bwd). The first computes:
 //   v175 = attention_bwd <f32[B,128,768]> v171 v106 v106 v106 v107 {f=0.125 f2=0.1 i=14 str=causal ints=[4 64 0 256 512 7]}  # models/transformer/model.go:95
-NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, unsigned long long s_step, int c0) {
+NGEN_HOST_FORM void attention_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
+  const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
     float *scr0 = ::ngen_emu::scan_scratch<float>(0, 16384);
     float *scr1 = ::ngen_emu::scan_scratch<float>(1, 16384);
     float *rows = ::ngen_emu::scan_scratch<float>(3, 256);
@@ -1755,7 +1915,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_1(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, add_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  NGEN_RUN_SPAN(l, add_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_3(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, layernorm_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -1764,27 +1924,27 @@ NGEN_EMU_LAUNCHER int ngen_launch_4(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, bias_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_5_test(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, int, 7)));
+  NGEN_RUN_SYNC(l, attention_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, double *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_5(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, int, 7)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, double *, 6), NGEN_ARG(l, int, 7)));
   return ngen_launch_5_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_6(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_7(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
+  NGEN_RUN_SPAN(l, bias_dropout_add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, int, 9)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_8(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, bias_gelu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
+  NGEN_RUN_SPAN(l, bias_gelu_dropout_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, int, 9)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_9_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, layernorm_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
-  NGEN_RUN_SYNC(l, layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, layernorm_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
+  NGEN_RUN_SYNC(l, layernorm_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, layernorm_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, layernorm_fwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
   return ngen_launch_9_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_10_test(const ngen_launch *l) {
@@ -1796,11 +1956,11 @@ NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
   return ngen_launch_10_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_11_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, layernorm_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
-  NGEN_RUN_SYNC(l, layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, layernorm_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
+  NGEN_RUN_SYNC(l, layernorm_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, layernorm_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, unsigned long long, 10), NGEN_ARG(l, int, 11)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, layernorm_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, long long, 7), NGEN_ARG(l, int, 8), NGEN_ARG(l, unsigned long long, 9), NGEN_ARG(l, double *, 10), NGEN_ARG(l, int, 11)));
   return ngen_launch_11_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
@@ -1818,7 +1978,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   return ngen_launch_14_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, int, 7)));
+  NGEN_RUN_SPAN(l, dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2), NGEN_ARG(l, long long, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, unsigned long long, 5), NGEN_ARG(l, double *, 6), NGEN_ARG(l, int, 7)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_16_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1829,7 +1989,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   return ngen_launch_16_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, dropout_gelu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  NGEN_RUN_SPAN(l, dropout_gelu_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_18_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_3__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
@@ -1843,13 +2003,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, layernorm_bwd_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, add_dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
+  NGEN_RUN_SPAN(l, add_dropout_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, int, 9)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_21_test(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
+  NGEN_RUN_SYNC(l, attention_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, int, 9)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, unsigned long long, 8), NGEN_ARG(l, int, 9)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, attention_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, long long, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, double *, 8), NGEN_ARG(l, int, 9)));
   return ngen_launch_21_test(l);
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_22_test(const ngen_launch *l) {
@@ -1861,7 +2021,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   return ngen_launch_22_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, add_dropout_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  NGEN_RUN_SPAN(l, add_dropout_bwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_24_test(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_SPAN(l, embedding_bwd_add_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
@@ -1872,10 +2032,10 @@ NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   return ngen_launch_24_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9), NGEN_ARG(l, float, 10), NGEN_ARG(l, float, 11)));
+  NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, double *, 9)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, bias_gelu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, unsigned long long, 7), NGEN_ARG(l, int, 8)));
+  NGEN_RUN_SPAN(l, bias_gelu_dropout_fwd_2(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
@@ -1893,7 +2053,10 @@ NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6), NGEN_ARG(l, float, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, float, 9)));
+  NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
+  NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
 
@@ -1932,6 +2095,7 @@ extern "C" int ngen_cpu_entry_gpt_31903063660f(int k, const ngen_launch *l) {
   case 30: return ngen_launch_30(l);
   case 31: return ngen_launch_31(l);
   case 32: return ngen_launch_32(l);
+  case 33: return ngen_launch_33(l);
   }
   return -1;
 }
