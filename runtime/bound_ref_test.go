@@ -2,6 +2,9 @@ package runtime
 
 import "math"
 
+// groupRules is the optimizer's group rules.
+func (s *Session) groupRules() []GroupRule { return s.plan.Optimizer.Rules() }
+
 // The update check's bound as the host once computed it before every
 // step, kept as the reference the clock kernel (codegen/clock.go) ports
 // to C: TestUpdateBoundSound proves it sound, and codegen/jit's

@@ -104,7 +104,7 @@ func clockSchedFields(sc *schedule.Schedule) [clockSchedNums]float64 {
 // computes them.
 const ClockKernel = "clock"
 
-// clock is a session's clock buffer, or -1 for a plan without one.
+// clockBuf is the session's clock buffer, or -1 for a plan without one.
 func (s *Session) clockBuf() int {
 	if s.clock.buf == 0 {
 		s.clock.buf = -1

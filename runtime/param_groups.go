@@ -64,34 +64,28 @@ func (o Optimizer) Rules() []GroupRule {
 // constant rate lr; t counts from 1 and wd is the run-time weight decay
 // (of the default group and of the groups without their own).
 func (o Optimizer) Scalars(t int, lr, wd float64) map[string]float64 {
-	return o.ScheduledScalars(t, lr, nil, wd)
+	return o.ScalarsAt(map[string]float64{}, o.Rules(), t, t, lr, nil, wd)
 }
 
-// ScheduledScalars returns the per-step scalars of step t (from 1) under
-// schedule sc (nil: the constant rate base). Each group runs sc from its
-// own base rate, base times its LRScale, as a torch.optim.lr_scheduler
-// steps each param_group from its own initial_lr: for the multiplicative
-// schedules (step, multistep, exponential, constant, linear, OneCycleLR)
-// that is the scale times the default group's rate; for a cosine with a
-// floor (CosineAnnealingLR's eta_min, WarmupCosine's Min) the floor is
+// ScalarsAt writes into s, and returns, the per-step scalars of the
+// optimizer's step t and the schedule's step u (both from 1) under
+// schedule sc (nil: the constant rate base), for rules (o.Rules()). It
+// is the reference the clock kernel ports to C (clock.go,
+// codegen/clock.go; TestClockSchedules holds the device to it): the
+// session does not call it per step.
+//
+// The optimizer's and the schedule's steps are counted apart: a step
+// skipped under loss scaling advances the schedule but not Adam's t
+// (runtime/loss_scale.go), so update u of a run with skips is the
+// optimizer's step t < u. Each group runs sc from its own base rate,
+// base times its LRScale, as a torch.optim.lr_scheduler steps each
+// param_group from its own initial_lr: for the multiplicative schedules
+// (step, multistep, exponential, constant, linear, OneCycleLR) that is
+// the scale times the default group's rate; for a cosine with a floor
+// (CosineAnnealingLR's eta_min, WarmupCosine's Min) the floor is
 // absolute and the same for every group, as eta_min is in PyTorch.
 // OneCycleLR's peak is each group's own rate (PyTorch's max_lr as a list
 // of the groups' rates).
-func (o Optimizer) ScheduledScalars(t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
-	return o.ScheduledScalarsInto(map[string]float64{}, o.Rules(), t, base, sc, wd)
-}
-
-// ScheduledScalarsInto is ScheduledScalars writing into s, for rules
-// (o.Rules()), so that a session reuses one map and one list of rules
-// from step to step. It returns s.
-func (o Optimizer) ScheduledScalarsInto(s map[string]float64, rules []GroupRule, t int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
-	return o.ScalarsAt(s, rules, t, t, base, sc, wd)
-}
-
-// ScalarsAt is ScheduledScalarsInto with the optimizer's step t and the
-// schedule's step u counted apart: a step skipped under loss scaling
-// advances the schedule but not Adam's t (runtime/loss_scale.go), so
-// update u of a run with skips is the optimizer's step t < u.
 func (o Optimizer) ScalarsAt(s map[string]float64, rules []GroupRule, t, u int, base float64, sc *schedule.Schedule, wd float64) map[string]float64 {
 	for _, r := range rules {
 		lrg := sc.Rate(base*r.LRScale, u-1)

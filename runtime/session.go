@@ -51,14 +51,13 @@ type Session struct {
 	scaler lossScale          // dynamic loss scaling (loss_scale.go)
 	clock  clockState         // the device clock (clock.go)
 	// Per-step scratch, so that a step allocates as little as it can:
-	// the optimizer's group rules, a launch's arguments (Device.Launch
-	// keeps no reference) and each buffer's pointer as an Arg (boxed
-	// once: ptrs never change after NewSession).
-	rules      []GroupRule
+	// a launch's arguments (Device.Launch keeps no reference) and each
+	// buffer's pointer as an Arg (boxed once: ptrs never change after
+	// NewSession).
 	args       []Arg
 	ptrArgs    []Arg
 	statusRead *[StatusWords]int32 // what check reads the status block into
-	scal       map[string]float64  // the update's scalars (ScheduledScalarsInto)
+	scal       map[string]float64  // the update's host scalars (the max norm; the rest are in the clock)
 }
 
 // badValue is a non-finite element of an input.
@@ -540,14 +539,6 @@ func (s *Session) ptrArg(i int) Arg {
 		}
 	}
 	return s.ptrArgs[i]
-}
-
-// groupRules is the plan's Optimizer.Rules, made once.
-func (s *Session) groupRules() []GroupRule {
-	if s.rules == nil {
-		s.rules = s.plan.Optimizer.Rules()
-	}
-	return s.rules
 }
 
 // constArg is a constant argument as its parameter's Go type.
