@@ -7,6 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/ngen-ml/ngen/codegen/jit"
+	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/irtest"
 	"github.com/ngen-ml/ngen/generated/mlp"
 	"github.com/ngen-ml/ngen/generated/mlp_fp16"
 	"github.com/ngen-ml/ngen/runtime"
@@ -36,6 +40,47 @@ func openClockModel(t *testing.T, dev runtime.Device, fp16 bool, accumulate int)
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// f64Model is a small f64 dropout MLP with Adam, compiled here: the
+// clock's update bound over doubles (the generated packages are f32).
+type f64Model struct {
+	s *runtime.Session
+}
+
+func openF64Model(t *testing.T, dev runtime.Device, accumulate int) clockModel {
+	t.Helper()
+	opt := ir.Optimizer{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 1e-4}
+	p, err := compiler.Compile(irtest.DeepMLP(ir.F64, 784, 32, 2, 10, 0.2, opt, 0), compiler.Options{Fuse: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jit.Session(dev, p, runtime.SessionOptions{MaxBatch: 16, Seed: 3, AccumulationSteps: accumulate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return f64Model{s}
+}
+
+func (m f64Model) Session() *runtime.Session { return m.s }
+func (m f64Model) Close() error              { return m.s.Close() }
+func (m f64Model) Step(x []float32, y []int32) (float32, error) {
+	x64 := make([]float64, len(x))
+	for i, v := range x {
+		x64[i] = float64(v)
+	}
+	if err := m.s.WriteInput("x", x64, len(y)); err != nil {
+		return 0, err
+	}
+	if err := m.s.WriteInput("y", y, len(y)); err != nil {
+		return 0, err
+	}
+	if err := m.s.Run("step", len(y)); err != nil {
+		return 0, err
+	}
+	l, err := m.s.StepLoss()
+	return float32(l), err
 }
 
 func clockBatch(r *rand.Rand, bad bool) ([]float32, []int32) {
@@ -108,17 +153,23 @@ func checkClock(t *testing.T, s *runtime.Session, what string) []float64 {
 // reference (bound_ref_test.go) exactly.
 func TestClockMatchesHost(t *testing.T) {
 	for _, c := range []struct {
-		fp16       bool
+		fp16, f64  bool
 		accumulate int
-	}{{false, 1}, {true, 1}, {false, 2}} {
+	}{{false, false, 1}, {true, false, 1}, {false, false, 2}, {false, true, 1}} {
 		fp16 := c.fp16
-		t.Run(fmt.Sprintf("fp16=%v,accumulate=%d", fp16, c.accumulate), func(t *testing.T) {
+		t.Run(fmt.Sprintf("fp16=%v,f64=%v,accumulate=%d", fp16, c.f64, c.accumulate), func(t *testing.T) {
 			dev, err := cpu.New(cpu.Options{Threads: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer dev.Close()
-			m := openClockModel(t, dev, fp16, c.accumulate)
+			open := func() clockModel {
+				if c.f64 {
+					return openF64Model(t, dev, c.accumulate)
+				}
+				return openClockModel(t, dev, fp16, c.accumulate)
+			}
+			m := open()
 			s := m.Session()
 			checkClock(t, s, "after New")
 			if err := s.SetSchedule(2e-3, &schedule.Schedule{Kind: "warmup_cosine", Iters: 4, Total: 14, Min: 1e-4, StartFactor: 0.25}); err != nil {
@@ -183,7 +234,7 @@ func TestClockMatchesHost(t *testing.T) {
 			if err := s.Save(&buf); err != nil {
 				t.Fatal(err)
 			}
-			m2 := openClockModel(t, dev, fp16, c.accumulate)
+			m2 := open()
 			if err := m2.Session().Load(bytes.NewReader(buf.Bytes())); err != nil {
 				t.Fatal(err)
 			}
