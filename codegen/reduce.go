@@ -74,7 +74,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	// acc_type<float> is double). A max is exact in either type. The
 	// per-thread forms sum in order on a GPU too and keep t.
 	at, wide := t, t
-	if target != ops.CUDA && r.DType == ir.F32 {
+	if target != ops.CUDA && r.DType == ir.F32 && r.Attrs.Str == "" {
 		wide = "double"
 	}
 	// Every reduction of the group (siblings over the same space and axes
@@ -152,6 +152,15 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		}
 	}
 	finish := func(a acc) string {
+		if h := a.v.Attrs.Str; h != "" {
+			// A 16-bit sum stored widened (compiler/fold_sum_casts.go):
+			// rounded as the 16-bit store rounded it.
+			x := a.name
+			if at != t {
+				x = fmt.Sprintf("(%s)%s", t, a.name)
+			}
+			return fmt.Sprintf("ngen_round_%s(%s)", h, x)
+		}
 		if a.v.Op == "mean" {
 			if at != t {
 				return fmt.Sprintf("(%s)(%s / (%s)nred)", t, a.name, at)

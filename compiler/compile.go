@@ -36,6 +36,7 @@ var passes = []pass{
 	{name: "recompute", fn: recompute, required: true},
 	{name: "recast", fn: recast, required: true},
 	{name: "fold norm casts", fn: foldNormCasts},
+	{name: "fold sum casts", fn: foldSumCasts},
 	{name: "fuse", fn: fuse, required: true},
 	{name: "plan memory", fn: planMemory, required: true},
 }
@@ -68,6 +69,8 @@ var passOrder = [][2]string{
 	{"recast", "fuse"},
 	{"recast", "fold norm casts"},
 	{"fold norm casts", "fuse"},
+	{"recast", "fold sum casts"},
+	{"fold sum casts", "fuse"},
 }
 
 func init() {

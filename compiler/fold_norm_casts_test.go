@@ -13,7 +13,7 @@ import (
 // training step stores the half type and every layernorm_bwd reads a
 // half gradient, with no cast left on either side; Options.Off turns the
 // pass off (and refuses a required pass or an unknown name).
-// models/transformer's TestFoldNormCastsExact checks the same bits.
+// models/transformer's TestFoldCastsExact checks the same bits.
 func TestFoldNormCasts(t *testing.T) {
 	c := transformer.GPTConfig()
 	c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen, c.DecLayers = 12, 3, 20, 5, 8, 2

@@ -19,7 +19,16 @@ func reduceInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return ReducedShape(x.Shape, axes, v.Attrs.KeepDim), x.DType, nil
+	dt := x.DType
+	if v.Attrs.Str != "" {
+		// A sum that rounds through its 16-bit input's type and stores
+		// the rounded value in f32 (compiler/fold_sum_casts.go).
+		if v.Op != "sum" || x.DType.String() != v.Attrs.Str || !x.DType.IsHalf() {
+			return nil, 0, fmt.Errorf("rounds through %q, which is not its %s input's 16-bit type", v.Attrs.Str, x.DType)
+		}
+		dt = ir.F32
+	}
+	return ReducedShape(x.Shape, axes, v.Attrs.KeepDim), dt, nil
 }
 
 // ReducedShape is shape with axes removed, or set to 1 when keep.

@@ -355,8 +355,8 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 
 // cast_sum_bwd computes:
 //   v30 = cast <f16[B,10]> v29 {str=f16}  # models/mlp/model.go:21
-//   v31 = sum <f16[1,10]> v30 {axes=[0] keepdim}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __half * __restrict__ out0, __half * __restrict__ out1, int B) {
+//   v31 = sum <f32[1,10]> v30 {axes=[0] keepdim str=f16}  # models/mlp/model.go:21
+extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __half * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
@@ -369,52 +369,41 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
       out0[i] = v30;
       { const float x = v30; acc0 = acc0 + x; }
     }
-    out1[o] = acc0;
+    out1[o] = ngen_round_f16(acc0);
   }
 }
 
 // cast_bwd computes:
-//   v33 = cast <f32[10]> v32 {str=f32}  # models/mlp/model.go:21
+//   v35 = cast <f32[10,256]> v34 {str=f32}  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 10LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a32 = in0[i];
-    float v33 = a32;
-    out0[i] = v33;
-  }
-}
-
-// cast_bwd_2 computes:
-//   v36 = cast <f32[10,256]> v35 {str=f32}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __half * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 2560LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a35 = in0[i];
-    float v36 = a35;
-    out0[i] = v36;
+    float a34 = in0[i];
+    float v35 = a34;
+    out0[i] = v35;
   }
 }
 
 // dropout_relu_bwd_bwd computes:
-//   v37 = dropout <f16[B,256]> v34 {f=0.2 i=2}  # models/mlp/model.go:20
-//   v38 = relu_bwd <f16[B,256]> v37 v17  # models/mlp/model.go:20
+//   v36 = dropout <f16[B,256]> v33 {f=0.2 i=2}  # models/mlp/model.go:20
+//   v37 = relu_bwd <f16[B,256]> v36 v17  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __half * __restrict__ in0, const __half * __restrict__ in1, __half * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a34 = in0[i];
-    float v37 = ngen_round_f16((a34 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
+    float a33 = in0[i];
+    float v36 = ngen_round_f16((a33 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v38 = ngen_relu_grad(a17, v37);
-    out0[i] = v38;
+    float v37 = ngen_relu_grad(a17, v36);
+    out0[i] = v37;
   }
 }
 
 // sum_bwd computes:
-//   v39 = sum <f16[1,256]> v38 {axes=[0] keepdim}  # models/mlp/model.go:20
+//   v38 = sum <f32[1,256]> v37 {axes=[0] keepdim str=f16}  # models/mlp/model.go:20
 static __device__ float sum_bwd_part0[2304];
 static __device__ unsigned sum_bwd_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restrict__ in0, __half * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -430,12 +419,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a38 = in0[i];
-          { const float x = a38; acc0_l[oc] = acc0_l[oc] + x; }
+          float a37 = in0[i];
+          { const float x = a37; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
+        out0[o0 + oc] = ngen_round_f16(acc0_l[oc]);
       }
       continue;
     }
@@ -443,15 +432,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a38 = in0[i];
-      { const float x = a38; acc0 = acc0 + x; }
+      float a37 = in0[i];
+      { const float x = a37; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_f16(s0); else sum_bwd_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
     }
     if (ys > 1) {
       __threadfence();
@@ -461,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
       if (last && threadIdx.x < 8) {
         float s0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
-        out0[o0 + threadIdx.x] = s0;
+        out0[o0 + threadIdx.x] = ngen_round_f16(s0);
         if (threadIdx.x == 0) sum_bwd_count[o0 / 8] = 0;
       }
     }
@@ -469,48 +458,37 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
   }
 }
 
-// cast_bwd_3 computes:
-//   v41 = cast <f32[256]> v40 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 256LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float v41 = a40;
-    out0[i] = v41;
-  }
-}
-
-// cast_bwd_4 computes:
-//   v44 = cast <f32[256,512]> v43 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const __half * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_2 computes:
+//   v42 = cast <f32[256,512]> v41 {str=f32}  # models/mlp/model.go:20
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __half * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 131072LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a43 = in0[i];
-    float v44 = a43;
-    out0[i] = v44;
+    float a41 = in0[i];
+    float v42 = a41;
+    out0[i] = v42;
   }
 }
 
 // dropout_relu_bwd_bwd_2 computes:
-//   v45 = dropout <f16[B,512]> v42 {f=0.2 i=1}  # models/mlp/model.go:19
-//   v46 = relu_bwd <f16[B,512]> v45 v9  # models/mlp/model.go:19
+//   v43 = dropout <f16[B,512]> v40 {f=0.2 i=1}  # models/mlp/model.go:19
+//   v44 = relu_bwd <f16[B,512]> v43 v9  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const __half * __restrict__ in0, const __half * __restrict__ in1, __half * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a42 = in0[i];
-    float v45 = ngen_round_f16((a42 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
+    float a40 = in0[i];
+    float v43 = ngen_round_f16((a40 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v46 = ngen_relu_grad(a9, v45);
-    out0[i] = v46;
+    float v44 = ngen_relu_grad(a9, v43);
+    out0[i] = v44;
   }
 }
 
 // sum_bwd_2 computes:
-//   v47 = sum <f16[1,512]> v46 {axes=[0] keepdim}  # models/mlp/model.go:19
+//   v45 = sum <f32[1,512]> v44 {axes=[0] keepdim str=f16}  # models/mlp/model.go:19
 static __device__ float sum_bwd_2_part0[2560];
 static __device__ unsigned sum_bwd_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __restrict__ in0, __half * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -526,12 +504,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-          float a46 = in0[i];
-          { const float x = a46; acc0_l[oc] = acc0_l[oc] + x; }
+          float a44 = in0[i];
+          { const float x = a44; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
+        out0[o0 + oc] = ngen_round_f16(acc0_l[oc]);
       }
       continue;
     }
@@ -539,15 +517,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-      float a46 = in0[i];
-      { const float x = a46; acc0 = acc0 + x; }
+      float a44 = in0[i];
+      { const float x = a44; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_f16(s0); else sum_bwd_2_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
     }
     if (ys > 1) {
       __threadfence();
@@ -557,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
       if (last && threadIdx.x < 8) {
         float s0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
-        out0[o0 + threadIdx.x] = s0;
+        out0[o0 + threadIdx.x] = ngen_round_f16(s0);
         if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
       }
     }
@@ -565,46 +543,35 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
   }
 }
 
-// cast_bwd_5 computes:
-//   v49 = cast <f32[512]> v48 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_5(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 512LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a48 = in0[i];
-    float v49 = a48;
-    out0[i] = v49;
-  }
-}
-
-// cast_bwd_6 computes:
-//   v51 = cast <f32[512,784]> v50 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_6(const __half * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_3 computes:
+//   v48 = cast <f32[512,784]> v47 {str=f32}  # models/mlp/model.go:19
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __half * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 401408LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a50 = in0[i];
-    float v51 = a50;
-    out0[i] = v51;
+    float a47 = in0[i];
+    float v48 = a47;
+    out0[i] = v48;
   }
 }
 
 // optimizer_update computes:
-//   v55 = mul <f32[535818]> v53 v54  # models/mlp/model.go:16
-//   v56 = clip_norm_scale <f32[535818]> v55  # models/mlp/model.go:16
-//   v58 = mul <f32[535818]> v52 v57  # models/mlp/model.go:16
-//   v59 = add <f32[535818]> v56 v58  # models/mlp/model.go:16
-//   v62 = scale <f32[535818]> v60 {f=0.9}  # models/mlp/model.go:16
-//   v63 = scale <f32[535818]> v59 {f=0.09999999999999998}  # models/mlp/model.go:16
-//   v64 = add <f32[535818]> v62 v63  # models/mlp/model.go:16
-//   v65 = scale <f32[535818]> v61 {f=0.999}  # models/mlp/model.go:16
-//   v66 = mul <f32[535818]> v59 v59  # models/mlp/model.go:16
-//   v67 = scale <f32[535818]> v66 {f=0.0010000000000000009}  # models/mlp/model.go:16
-//   v68 = add <f32[535818]> v65 v67  # models/mlp/model.go:16
-//   v69 = sqrt <f32[535818]> v68  # models/mlp/model.go:16
-//   v71 = div <f32[535818]> v69 v70  # models/mlp/model.go:16
-//   v72 = addc <f32[535818]> v71 {f=1e-08}  # models/mlp/model.go:16
-//   v74 = div <f32[535818]> v64 v72  # models/mlp/model.go:16
-//   v75 = mul <f32[535818]> v73 v74  # models/mlp/model.go:16
-//   v76 = sub <f32[535818]> v52 v75  # models/mlp/model.go:16
+//   v52 = mul <f32[535818]> v50 v51  # models/mlp/model.go:16
+//   v53 = clip_norm_scale <f32[535818]> v52  # models/mlp/model.go:16
+//   v55 = mul <f32[535818]> v49 v54  # models/mlp/model.go:16
+//   v56 = add <f32[535818]> v53 v55  # models/mlp/model.go:16
+//   v59 = scale <f32[535818]> v57 {f=0.9}  # models/mlp/model.go:16
+//   v60 = scale <f32[535818]> v56 {f=0.09999999999999998}  # models/mlp/model.go:16
+//   v61 = add <f32[535818]> v59 v60  # models/mlp/model.go:16
+//   v62 = scale <f32[535818]> v58 {f=0.999}  # models/mlp/model.go:16
+//   v63 = mul <f32[535818]> v56 v56  # models/mlp/model.go:16
+//   v64 = scale <f32[535818]> v63 {f=0.0010000000000000009}  # models/mlp/model.go:16
+//   v65 = add <f32[535818]> v62 v64  # models/mlp/model.go:16
+//   v66 = sqrt <f32[535818]> v65  # models/mlp/model.go:16
+//   v68 = div <f32[535818]> v66 v67  # models/mlp/model.go:16
+//   v69 = addc <f32[535818]> v68 {f=1e-08}  # models/mlp/model.go:16
+//   v71 = div <f32[535818]> v61 v69  # models/mlp/model.go:16
+//   v72 = mul <f32[535818]> v70 v71  # models/mlp/model.go:16
+//   v73 = sub <f32[535818]> v49 v72  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const double *__restrict__ clk, const int *status, float s_max_norm) {
   const float s_inv_scale = (float)clk[97]; // from the clock
@@ -614,30 +581,30 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a53 = in0[i];
-    float v55 = (a53 * s_inv_scale);
-    float v56 = (v55 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a52 = in1[i];
-    float v58 = (a52 * s_wd);
-    float v59 = (v56 + v58);
-    float a60 = in2[i];
-    float v62 = (a60 * 0.90000000000000002f);
-    float v63 = (v59 * 0.099999999999999978f);
-    float v64 = (v62 + v63);
-    float a61 = in3[i];
-    out0[i] = v64;
-    float v65 = (a61 * 0.999f);
-    float v66 = (v59 * v59);
-    float v67 = (v66 * 0.0010000000000000009f);
-    float v68 = (v65 + v67);
-    out1[i] = v68;
-    float v69 = sqrtf(v68);
-    float v71 = (v69 / s_bc2_sqrt);
-    float v72 = (v71 + 1e-08f);
-    float v74 = (v64 / v72);
-    float v75 = (s_step_size * v74);
-    float v76 = (a52 - v75);
-    out2[i] = v76;
+    float a50 = in0[i];
+    float v52 = (a50 * s_inv_scale);
+    float v53 = (v52 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a49 = in1[i];
+    float v55 = (a49 * s_wd);
+    float v56 = (v53 + v55);
+    float a57 = in2[i];
+    float v59 = (a57 * 0.90000000000000002f);
+    float v60 = (v56 * 0.099999999999999978f);
+    float v61 = (v59 + v60);
+    float a58 = in3[i];
+    out0[i] = v61;
+    float v62 = (a58 * 0.999f);
+    float v63 = (v56 * v56);
+    float v64 = (v63 * 0.0010000000000000009f);
+    float v65 = (v62 + v64);
+    out1[i] = v65;
+    float v66 = sqrtf(v65);
+    float v68 = (v66 / s_bc2_sqrt);
+    float v69 = (v68 + 1e-08f);
+    float v71 = (v61 / v69);
+    float v72 = (s_step_size * v71);
+    float v73 = (a49 - v72);
+    out2[i] = v73;
   }
 }
 

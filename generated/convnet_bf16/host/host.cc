@@ -457,8 +457,8 @@ extern "C" __global__ void __launch_bounds__(256) add_cast_cross_entropy_ce_grad
 
 // cast_sum_bwd computes:
 //   v47 = cast <bf16[B,10]> v46 {str=bf16}  # models/convnet/model.go:24
-//   v48 = sum <bf16[1,10]> v47 {axes=[0] keepdim}  # models/convnet/model.go:24
-extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, __nv_bfloat16 * __restrict__ out1, int B) {
+//   v48 = sum <f32[1,10]> v47 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:24
+extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
@@ -471,38 +471,27 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
       out0[i] = v47;
       { const float x = v47; acc0 = acc0 + x; }
     }
-    out1[o] = acc0;
+    out1[o] = ngen_round_bf16(acc0);
   }
 }
 
 // cast_bwd computes:
-//   v50 = cast <f32[10]> v49 {str=f32}  # models/convnet/model.go:24
+//   v52 = cast <f32[10,128]> v51 {str=f32}  # models/convnet/model.go:24
 extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 10LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a49 = in0[i];
-    float v50 = a49;
-    out0[i] = v50;
-  }
-}
-
-// cast_bwd_2 computes:
-//   v53 = cast <f32[10,128]> v52 {str=f32}  # models/convnet/model.go:24
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 1280LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a52 = in0[i];
-    float v53 = a52;
-    out0[i] = v53;
+    float a51 = in0[i];
+    float v52 = a51;
+    out0[i] = v52;
   }
 }
 
 // relu_bwd_sum_bwd computes:
-//   v54 = relu_bwd <bf16[B,128]> v51 v36  # models/convnet/model.go:23
-//   v55 = sum <bf16[1,128]> v54 {axes=[0] keepdim}  # models/convnet/model.go:23
+//   v53 = relu_bwd <bf16[B,128]> v50 v36  # models/convnet/model.go:23
+//   v54 = sum <f32[1,128]> v53 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:23
 static __device__ float relu_bwd_sum_bwd_part0[2176];
 static __device__ unsigned relu_bwd_sum_bwd_count[16];
-extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, __nv_bfloat16 * __restrict__ out1, int B) {
+extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 128LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -518,15 +507,15 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-          float a51 = in0[i];
+          float a50 = in0[i];
           float a36 = in1[i];
-          float v54 = ngen_relu_grad(a36, a51);
-          out0[i] = v54;
-          { const float x = v54; acc0_l[oc] = acc0_l[oc] + x; }
+          float v53 = ngen_relu_grad(a36, a50);
+          out0[i] = v53;
+          { const float x = v53; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
-        out1[o0 + oc] = acc0_l[oc];
+        out1[o0 + oc] = ngen_round_bf16(acc0_l[oc]);
       }
       continue;
     }
@@ -534,18 +523,18 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-      float a51 = in0[i];
+      float a50 = in0[i];
       float a36 = in1[i];
-      float v54 = ngen_relu_grad(a36, a51);
-      out0[i] = v54;
-      { const float x = v54; acc0 = acc0 + x; }
+      float v53 = ngen_relu_grad(a36, a50);
+      out0[i] = v53;
+      { const float x = v53; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      if (ys == 1) out1[o0 + threadIdx.x] = s0; else relu_bwd_sum_bwd_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+      if (ys == 1) out1[o0 + threadIdx.x] = ngen_round_bf16(s0); else relu_bwd_sum_bwd_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
     }
     if (ys > 1) {
       __threadfence();
@@ -555,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
       if (last && threadIdx.x < 8) {
         float s0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)relu_bwd_sum_bwd_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
-        out1[o0 + threadIdx.x] = s0;
+        out1[o0 + threadIdx.x] = ngen_round_bf16(s0);
         if (threadIdx.x == 0) relu_bwd_sum_bwd_count[o0 / 8] = 0;
       }
     }
@@ -563,57 +552,46 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
   }
 }
 
-// cast_bwd_3 computes:
-//   v57 = cast <f32[128]> v56 {str=f32}  # models/convnet/model.go:23
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 128LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a56 = in0[i];
-    float v57 = a56;
-    out0[i] = v57;
-  }
-}
-
-// cast_bwd_4 computes:
-//   v60 = cast <f32[128,3136]> v59 {str=f32}  # models/convnet/model.go:23
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_2 computes:
+//   v58 = cast <f32[128,3136]> v57 {str=f32}  # models/convnet/model.go:23
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 401408LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a59 = in0[i];
-    float v60 = a59;
-    out0[i] = v60;
+    float a57 = in0[i];
+    float v58 = a57;
+    out0[i] = v58;
   }
 }
 
 // maxpool_bwd_relu_bwd_bwd computes:
-//   v62 = maxpool_bwd <bf16[B,64,14,14]> v61 v27 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
-//   v63 = relu_bwd <bf16[B,64,14,14]> v62 v26  # models/convnet/model.go:22
+//   v60 = maxpool_bwd <bf16[B,64,14,14]> v59 v27 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v61 = relu_bwd <bf16[B,64,14,14]> v60 v26  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const __nv_bfloat16 * __restrict__ in0, const int * __restrict__ in1, const __nv_bfloat16 * __restrict__ in2, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v62_j = j;
-    const long long v62_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v62_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v62_n * 896u);
-    const int v62_y = (int)(v62_n_t % 14u); v62_n_t /= 14u;
-    const int v62_c = (int)v62_n_t;
-    const int v62_x = v62_j;
-    const long long v62_obase = (v62_n * 64 + v62_c) * 49;
-    const int v62_oy = (int)((unsigned)v62_y / 2u), v62_ox = (int)((unsigned)v62_x / 2u);
-    const long long v62_o = v62_obase + v62_oy * 7 + v62_ox;
-    const __nv_bfloat16 v62_g = in0[v62_o];
-    const __nv_bfloat16 v62 = in1[v62_o] == (int)((unsigned)v62_y % 2u) * 2 + (int)((unsigned)v62_x % 2u) ? v62_g : __float2bfloat16_rn(0.0f);
+    const int v60_j = j;
+    const long long v60_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v60_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v60_n * 896u);
+    const int v60_y = (int)(v60_n_t % 14u); v60_n_t /= 14u;
+    const int v60_c = (int)v60_n_t;
+    const int v60_x = v60_j;
+    const long long v60_obase = (v60_n * 64 + v60_c) * 49;
+    const int v60_oy = (int)((unsigned)v60_y / 2u), v60_ox = (int)((unsigned)v60_x / 2u);
+    const long long v60_o = v60_obase + v60_oy * 7 + v60_ox;
+    const __nv_bfloat16 v60_g = in0[v60_o];
+    const __nv_bfloat16 v60 = in1[v60_o] == (int)((unsigned)v60_y % 2u) * 2 + (int)((unsigned)v60_x % 2u) ? v60_g : __float2bfloat16_rn(0.0f);
     float a26 = in2[i];
-    float v63 = ngen_relu_grad(a26, __bfloat162float(v62));
-    out0[i] = v63;
+    float v61 = ngen_relu_grad(a26, __bfloat162float(v60));
+    out0[i] = v61;
   }
 }
 
 // sum_bwd computes:
-//   v64 = sum <bf16[1,64,1,1]> v63 {axes=[0 2 3] keepdim}  # models/convnet/model.go:22
+//   v62 = sum <f32[1,64,1,1]> v61 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:22
 static __device__ float sum_bwd_part0[320];
 static __device__ unsigned sum_bwd_count[64];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 64LL;
   const long long nred = 196LL * (long long)B;
   __shared__ float partial0[32];
@@ -634,14 +612,14 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a63 = in0[i];
-          { const float x = a63; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a61 = in0[i];
+          { const float x = a61; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
     for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
-      out0[o] = acc0;
+      out0[o] = ngen_round_bf16(acc0);
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
@@ -650,11 +628,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_part0[o * 5 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = ngen_round_bf16(acc0); else sum_bwd_part0[o * 5 + yi] = acc0; }
       if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_count[o]) == ys - 1) {
         acc0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part0)[o * 5 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
+        out0[o] = ngen_round_bf16(acc0);
         sum_bwd_count[o] = 0;
       }
     }
@@ -662,19 +640,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
   }
 }
 
-// cast_bwd_5 computes:
-//   v66 = cast <f32[64,1,1]> v65 {str=f32}  # models/convnet/model.go:22
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_5(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 64LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a65 = in0[i];
-    float v66 = a65;
-    out0[i] = v66;
-  }
-}
-
 // sum_bwd_2 computes:
-//   v71 = sum <bf16[1,64,288]> v69 {axes=[0] keepdim}  # models/convnet/model.go:22
+//   v68 = sum <bf16[1,64,288]> v66 {axes=[0] keepdim}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
@@ -689,8 +656,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-          float a69 = in0[i];
-          { const float x = a69; acc0_l[oc] = acc0_l[oc] + x; }
+          float a66 = in0[i];
+          { const float x = a66; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -702,8 +669,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-      float a69 = in0[i];
-      { const float x = a69; acc0 = acc0 + x; }
+      float a66 = in0[i];
+      { const float x = a66; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -716,74 +683,74 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_6 computes:
-//   v73 = cast <f32[64,288]> v72 {str=f32}  # models/convnet/model.go:22
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_6(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_3 computes:
+//   v70 = cast <f32[64,288]> v69 {str=f32}  # models/convnet/model.go:22
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 18432LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a72 = in0[i];
-    float v73 = a72;
-    out0[i] = v73;
+    float a69 = in0[i];
+    float v70 = a69;
+    out0[i] = v70;
   }
 }
 
 // col2im_bwd computes:
-//   v75 = col2im <bf16[B,32,14,14]> v70 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
+//   v72 = col2im <bf16[B,32,14,14]> v67 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v75_j = j;
-    const long long v75_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v75_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v75_n * 448u);
-    const int v75_y = (int)(v75_n_t % 14u); v75_n_t /= 14u;
-    const int v75_c = (int)v75_n_t;
-    const int v75_g = 0, v75_ci = v75_c;
-    float v75 = 0.0f;
+    const int v72_j = j;
+    const long long v72_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v72_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v72_n * 448u);
+    const int v72_y = (int)(v72_n_t % 14u); v72_n_t /= 14u;
+    const int v72_c = (int)v72_n_t;
+    const int v72_g = 0, v72_ci = v72_c;
+    float v72 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
-      const int ty = v75_y + 1 - kh * 1;
+      const int ty = v72_y + 1 - kh * 1;
       const bool oky = ty >= 0 && (unsigned)ty < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v75_j + 1 - kw * 1;
+        const int tx = v72_j + 1 - kw * 1;
         const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
-        const int kk = (v75_ci * 3 + kh) * 3 + kw;
-        v75 += ok ? (float)in0[((v75_n * 1 + v75_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
+        const int kk = (v72_ci * 3 + kh) * 3 + kw;
+        v72 += ok ? (float)in0[((v72_n * 1 + v72_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
-    const float v75_bf16 = ngen_round_bf16(v75);
-    out0[i] = v75_bf16;
+    const float v72_bf16 = ngen_round_bf16(v72);
+    out0[i] = v72_bf16;
   }
 }
 
 // maxpool_bwd_relu_bwd_bwd_2 computes:
-//   v76 = maxpool_bwd <bf16[B,32,28,28]> v75 v14 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
-//   v77 = relu_bwd <bf16[B,32,28,28]> v76 v13  # models/convnet/model.go:21
+//   v73 = maxpool_bwd <bf16[B,32,28,28]> v72 v14 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v74 = relu_bwd <bf16[B,32,28,28]> v73 v13  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const __nv_bfloat16 * __restrict__ in0, const int * __restrict__ in1, const __nv_bfloat16 * __restrict__ in2, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
-    const int v76_j = j;
-    const long long v76_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v76_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v76_n * 896u);
-    const int v76_y = (int)(v76_n_t % 28u); v76_n_t /= 28u;
-    const int v76_c = (int)v76_n_t;
-    const int v76_x = v76_j;
-    const long long v76_obase = (v76_n * 32 + v76_c) * 196;
-    const int v76_oy = (int)((unsigned)v76_y / 2u), v76_ox = (int)((unsigned)v76_x / 2u);
-    const long long v76_o = v76_obase + v76_oy * 14 + v76_ox;
-    const __nv_bfloat16 v76_g = in0[v76_o];
-    const __nv_bfloat16 v76 = in1[v76_o] == (int)((unsigned)v76_y % 2u) * 2 + (int)((unsigned)v76_x % 2u) ? v76_g : __float2bfloat16_rn(0.0f);
+    const int v73_j = j;
+    const long long v73_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v73_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v73_n * 896u);
+    const int v73_y = (int)(v73_n_t % 28u); v73_n_t /= 28u;
+    const int v73_c = (int)v73_n_t;
+    const int v73_x = v73_j;
+    const long long v73_obase = (v73_n * 32 + v73_c) * 196;
+    const int v73_oy = (int)((unsigned)v73_y / 2u), v73_ox = (int)((unsigned)v73_x / 2u);
+    const long long v73_o = v73_obase + v73_oy * 14 + v73_ox;
+    const __nv_bfloat16 v73_g = in0[v73_o];
+    const __nv_bfloat16 v73 = in1[v73_o] == (int)((unsigned)v73_y % 2u) * 2 + (int)((unsigned)v73_x % 2u) ? v73_g : __float2bfloat16_rn(0.0f);
     float a13 = in2[i];
-    float v77 = ngen_relu_grad(a13, __bfloat162float(v76));
-    out0[i] = v77;
+    float v74 = ngen_relu_grad(a13, __bfloat162float(v73));
+    out0[i] = v74;
   }
 }
 
 // sum_bwd_3 computes:
-//   v78 = sum <bf16[1,32,1,1]> v77 {axes=[0 2 3] keepdim}  # models/convnet/model.go:21
+//   v75 = sum <f32[1,32,1,1]> v74 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:21
 static __device__ float sum_bwd_3_part0[288];
 static __device__ unsigned sum_bwd_3_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 32LL;
   const long long nred = 784LL * (long long)B;
   __shared__ float partial0[32];
@@ -804,14 +771,14 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a77 = in0[i];
-          { const float x = a77; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a74 = in0[i];
+          { const float x = a74; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
     for (int ri_v = 0; ri_v < 4; ++ri_v) { const float x = acc0_l[ri_v]; acc0 = acc0 + x; }
     if (blockDim.x == 1) {
-      out0[o] = acc0;
+      out0[o] = ngen_round_bf16(acc0);
       continue;
     }
     acc0 = ngen_warp_sum(acc0);
@@ -820,11 +787,11 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 
     if (threadIdx.x < 32) {
       acc0 = threadIdx.x < (blockDim.x + 31) / 32 ? partial0[threadIdx.x] : 0.0f;
       acc0 = ngen_warp_sum(acc0);
-      if (threadIdx.x == 0) { if (ys == 1) out0[o] = acc0; else sum_bwd_3_part0[o * 9 + yi] = acc0; }
+      if (threadIdx.x == 0) { if (ys == 1) out0[o] = ngen_round_bf16(acc0); else sum_bwd_3_part0[o * 9 + yi] = acc0; }
       if (threadIdx.x == 0 && ys > 1 && ngen_arrive(&sum_bwd_3_count[o]) == ys - 1) {
         acc0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_3_part0)[o * 9 + y]; acc0 = acc0 + x; }
-        out0[o] = acc0;
+        out0[o] = ngen_round_bf16(acc0);
         sum_bwd_3_count[o] = 0;
       }
     }
@@ -832,19 +799,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_7 computes:
-//   v80 = cast <f32[32,1,1]> v79 {str=f32}  # models/convnet/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_7(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 32LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a79 = in0[i];
-    float v80 = a79;
-    out0[i] = v80;
-  }
-}
-
 // sum_bwd_4 computes:
-//   v84 = sum <bf16[1,32,9]> v83 {axes=[0] keepdim}  # models/convnet/model.go:21
+//   v80 = sum <bf16[1,32,9]> v79 {axes=[0] keepdim}  # models/convnet/model.go:21
 static __device__ float sum_bwd_4_part0[2304];
 static __device__ unsigned sum_bwd_4_count[36];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
@@ -863,8 +819,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-          float a83 = in0[i];
-          { const float x = a83; acc0_l[oc] = acc0_l[oc] + x; }
+          float a79 = in0[i];
+          { const float x = a79; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -876,8 +832,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-      float a83 = in0[i];
-      { const float x = a83; acc0 = acc0 + x; }
+      float a79 = in0[i];
+      { const float x = a79; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -902,34 +858,34 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_8 computes:
-//   v86 = cast <f32[32,9]> v85 {str=f32}  # models/convnet/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_8(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_4 computes:
+//   v82 = cast <f32[32,9]> v81 {str=f32}  # models/convnet/model.go:21
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 288LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float v86 = a85;
-    out0[i] = v86;
+    float a81 = in0[i];
+    float v82 = a81;
+    out0[i] = v82;
   }
 }
 
 // optimizer_update computes:
-//   v90 = clip_norm_scale <f32[421642]> v89  # models/convnet/model.go:18
-//   v92 = mul <f32[421642]> v88 v91  # models/convnet/model.go:18
-//   v93 = add <f32[421642]> v90 v92  # models/convnet/model.go:18
-//   v96 = scale <f32[421642]> v94 {f=0.9}  # models/convnet/model.go:18
-//   v97 = scale <f32[421642]> v93 {f=0.09999999999999998}  # models/convnet/model.go:18
-//   v98 = add <f32[421642]> v96 v97  # models/convnet/model.go:18
-//   v99 = scale <f32[421642]> v95 {f=0.999}  # models/convnet/model.go:18
-//   v100 = mul <f32[421642]> v93 v93  # models/convnet/model.go:18
-//   v101 = scale <f32[421642]> v100 {f=0.0010000000000000009}  # models/convnet/model.go:18
-//   v102 = add <f32[421642]> v99 v101  # models/convnet/model.go:18
-//   v103 = sqrt <f32[421642]> v102  # models/convnet/model.go:18
-//   v105 = div <f32[421642]> v103 v104  # models/convnet/model.go:18
-//   v106 = addc <f32[421642]> v105 {f=1e-08}  # models/convnet/model.go:18
-//   v108 = div <f32[421642]> v98 v106  # models/convnet/model.go:18
-//   v109 = mul <f32[421642]> v107 v108  # models/convnet/model.go:18
-//   v110 = sub <f32[421642]> v88 v109  # models/convnet/model.go:18
+//   v86 = clip_norm_scale <f32[421642]> v85  # models/convnet/model.go:18
+//   v88 = mul <f32[421642]> v84 v87  # models/convnet/model.go:18
+//   v89 = add <f32[421642]> v86 v88  # models/convnet/model.go:18
+//   v92 = scale <f32[421642]> v90 {f=0.9}  # models/convnet/model.go:18
+//   v93 = scale <f32[421642]> v89 {f=0.09999999999999998}  # models/convnet/model.go:18
+//   v94 = add <f32[421642]> v92 v93  # models/convnet/model.go:18
+//   v95 = scale <f32[421642]> v91 {f=0.999}  # models/convnet/model.go:18
+//   v96 = mul <f32[421642]> v89 v89  # models/convnet/model.go:18
+//   v97 = scale <f32[421642]> v96 {f=0.0010000000000000009}  # models/convnet/model.go:18
+//   v98 = add <f32[421642]> v95 v97  # models/convnet/model.go:18
+//   v99 = sqrt <f32[421642]> v98  # models/convnet/model.go:18
+//   v101 = div <f32[421642]> v99 v100  # models/convnet/model.go:18
+//   v102 = addc <f32[421642]> v101 {f=1e-08}  # models/convnet/model.go:18
+//   v104 = div <f32[421642]> v94 v102  # models/convnet/model.go:18
+//   v105 = mul <f32[421642]> v103 v104  # models/convnet/model.go:18
+//   v106 = sub <f32[421642]> v84 v105  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
   const float s_wd = (float)clk[103]; // from the clock
@@ -938,29 +894,29 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a89 = in0[i];
-    float v90 = (a89 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a88 = in1[i];
-    float v92 = (a88 * s_wd);
-    float v93 = (v90 + v92);
-    float a94 = in2[i];
-    float v96 = (a94 * 0.90000000000000002f);
-    float v97 = (v93 * 0.099999999999999978f);
-    float v98 = (v96 + v97);
-    float a95 = in3[i];
-    out0[i] = v98;
-    float v99 = (a95 * 0.999f);
-    float v100 = (v93 * v93);
-    float v101 = (v100 * 0.0010000000000000009f);
-    float v102 = (v99 + v101);
-    out1[i] = v102;
-    float v103 = sqrtf(v102);
-    float v105 = (v103 / s_bc2_sqrt);
-    float v106 = (v105 + 1e-08f);
-    float v108 = (v98 / v106);
-    float v109 = (s_step_size * v108);
-    float v110 = (a88 - v109);
-    out2[i] = v110;
+    float a85 = in0[i];
+    float v86 = (a85 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a84 = in1[i];
+    float v88 = (a84 * s_wd);
+    float v89 = (v86 + v88);
+    float a90 = in2[i];
+    float v92 = (a90 * 0.90000000000000002f);
+    float v93 = (v89 * 0.099999999999999978f);
+    float v94 = (v92 + v93);
+    float a91 = in3[i];
+    out0[i] = v94;
+    float v95 = (a91 * 0.999f);
+    float v96 = (v89 * v89);
+    float v97 = (v96 * 0.0010000000000000009f);
+    float v98 = (v95 + v97);
+    out1[i] = v98;
+    float v99 = sqrtf(v98);
+    float v101 = (v99 / s_bc2_sqrt);
+    float v102 = (v101 + 1e-08f);
+    float v104 = (v94 / v102);
+    float v105 = (s_step_size * v104);
+    float v106 = (a84 - v105);
+    out2[i] = v106;
   }
 }
 
@@ -1398,78 +1354,66 @@ NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   return ngen_launch_16_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
-  NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
+  NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+  NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
+  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_5(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_6(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_7(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_8(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, cast_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, double *, 9)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_cast_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_38(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_39(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_40(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_41(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
@@ -1514,10 +1458,6 @@ extern "C" int ngen_cpu_entry_convnet_bf16_6b177b6806bf(int k, const ngen_launch
   case 35: return ngen_launch_35(l);
   case 36: return ngen_launch_36(l);
   case 37: return ngen_launch_37(l);
-  case 38: return ngen_launch_38(l);
-  case 39: return ngen_launch_39(l);
-  case 40: return ngen_launch_40(l);
-  case 41: return ngen_launch_41(l);
   }
   return -1;
 }

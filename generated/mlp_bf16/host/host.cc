@@ -322,8 +322,8 @@ extern "C" __global__ void __launch_bounds__(256) add_cast_cross_entropy_ce_grad
 
 // cast_sum_bwd computes:
 //   v29 = cast <bf16[B,10]> v28 {str=bf16}  # models/mlp/model.go:21
-//   v30 = sum <bf16[1,10]> v29 {axes=[0] keepdim}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, __nv_bfloat16 * __restrict__ out1, int B) {
+//   v30 = sum <f32[1,10]> v29 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:21
+extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
   for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
@@ -336,52 +336,41 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
       out0[i] = v29;
       { const float x = v29; acc0 = acc0 + x; }
     }
-    out1[o] = acc0;
+    out1[o] = ngen_round_bf16(acc0);
   }
 }
 
 // cast_bwd computes:
-//   v32 = cast <f32[10]> v31 {str=f32}  # models/mlp/model.go:21
+//   v34 = cast <f32[10,256]> v33 {str=f32}  # models/mlp/model.go:21
 extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 10LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a31 = in0[i];
-    float v32 = a31;
-    out0[i] = v32;
-  }
-}
-
-// cast_bwd_2 computes:
-//   v35 = cast <f32[10,256]> v34 {str=f32}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 2560LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a34 = in0[i];
-    float v35 = a34;
-    out0[i] = v35;
+    float a33 = in0[i];
+    float v34 = a33;
+    out0[i] = v34;
   }
 }
 
 // dropout_relu_bwd_bwd computes:
-//   v36 = dropout <bf16[B,256]> v33 {f=0.2 i=2}  # models/mlp/model.go:20
-//   v37 = relu_bwd <bf16[B,256]> v36 v17  # models/mlp/model.go:20
+//   v35 = dropout <bf16[B,256]> v32 {f=0.2 i=2}  # models/mlp/model.go:20
+//   v36 = relu_bwd <bf16[B,256]> v35 v17  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a33 = in0[i];
-    float v36 = ngen_round_bf16((a33 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
+    float a32 = in0[i];
+    float v35 = ngen_round_bf16((a32 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v37 = ngen_relu_grad(a17, v36);
-    out0[i] = v37;
+    float v36 = ngen_relu_grad(a17, v35);
+    out0[i] = v36;
   }
 }
 
 // sum_bwd computes:
-//   v38 = sum <bf16[1,256]> v37 {axes=[0] keepdim}  # models/mlp/model.go:20
+//   v37 = sum <f32[1,256]> v36 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:20
 static __device__ float sum_bwd_part0[2304];
 static __device__ unsigned sum_bwd_count[32];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 256LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -397,12 +386,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a37 = in0[i];
-          { const float x = a37; acc0_l[oc] = acc0_l[oc] + x; }
+          float a36 = in0[i];
+          { const float x = a36; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
+        out0[o0 + oc] = ngen_round_bf16(acc0_l[oc]);
       }
       continue;
     }
@@ -410,15 +399,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a37 = in0[i];
-      { const float x = a37; acc0 = acc0 + x; }
+      float a36 = in0[i];
+      { const float x = a36; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_bf16(s0); else sum_bwd_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
     }
     if (ys > 1) {
       __threadfence();
@@ -428,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
       if (last && threadIdx.x < 8) {
         float s0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
-        out0[o0 + threadIdx.x] = s0;
+        out0[o0 + threadIdx.x] = ngen_round_bf16(s0);
         if (threadIdx.x == 0) sum_bwd_count[o0 / 8] = 0;
       }
     }
@@ -436,48 +425,37 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
   }
 }
 
-// cast_bwd_3 computes:
-//   v40 = cast <f32[256]> v39 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 256LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float v40 = a39;
-    out0[i] = v40;
-  }
-}
-
-// cast_bwd_4 computes:
-//   v43 = cast <f32[256,512]> v42 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_2 computes:
+//   v41 = cast <f32[256,512]> v40 {str=f32}  # models/mlp/model.go:20
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 131072LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a42 = in0[i];
-    float v43 = a42;
-    out0[i] = v43;
+    float a40 = in0[i];
+    float v41 = a40;
+    out0[i] = v41;
   }
 }
 
 // dropout_relu_bwd_bwd_2 computes:
-//   v44 = dropout <bf16[B,512]> v41 {f=0.2 i=1}  # models/mlp/model.go:19
-//   v45 = relu_bwd <bf16[B,512]> v44 v9  # models/mlp/model.go:19
+//   v42 = dropout <bf16[B,512]> v39 {f=0.2 i=1}  # models/mlp/model.go:19
+//   v43 = relu_bwd <bf16[B,512]> v42 v9  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a41 = in0[i];
-    float v44 = ngen_round_bf16((a41 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
+    float a39 = in0[i];
+    float v42 = ngen_round_bf16((a39 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v45 = ngen_relu_grad(a9, v44);
-    out0[i] = v45;
+    float v43 = ngen_relu_grad(a9, v42);
+    out0[i] = v43;
   }
 }
 
 // sum_bwd_2 computes:
-//   v46 = sum <bf16[1,512]> v45 {axes=[0] keepdim}  # models/mlp/model.go:19
+//   v44 = sum <f32[1,512]> v43 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:19
 static __device__ float sum_bwd_2_part0[2560];
 static __device__ unsigned sum_bwd_2_count[64];
-extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 512LL;
   const long long nred = (long long)B;
   __shared__ float part0[256];
@@ -493,12 +471,12 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-          float a45 = in0[i];
-          { const float x = a45; acc0_l[oc] = acc0_l[oc] + x; }
+          float a43 = in0[i];
+          { const float x = a43; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = acc0_l[oc];
+        out0[o0 + oc] = ngen_round_bf16(acc0_l[oc]);
       }
       continue;
     }
@@ -506,15 +484,15 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-      float a45 = in0[i];
-      { const float x = a45; acc0 = acc0 + x; }
+      float a43 = in0[i];
+      { const float x = a43; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
     if (threadIdx.x < 8) {
       float s0 = 0.0f;
       for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
-      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_2_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_bf16(s0); else sum_bwd_2_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
     }
     if (ys > 1) {
       __threadfence();
@@ -524,7 +502,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
       if (last && threadIdx.x < 8) {
         float s0 = 0.0f;
         for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
-        out0[o0 + threadIdx.x] = s0;
+        out0[o0 + threadIdx.x] = ngen_round_bf16(s0);
         if (threadIdx.x == 0) sum_bwd_2_count[o0 / 8] = 0;
       }
     }
@@ -532,45 +510,34 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_5 computes:
-//   v48 = cast <f32[512]> v47 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_5(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 512LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a47 = in0[i];
-    float v48 = a47;
-    out0[i] = v48;
-  }
-}
-
-// cast_bwd_6 computes:
-//   v50 = cast <f32[512,784]> v49 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_6(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_3 computes:
+//   v47 = cast <f32[512,784]> v46 {str=f32}  # models/mlp/model.go:19
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 401408LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a49 = in0[i];
-    float v50 = a49;
-    out0[i] = v50;
+    float a46 = in0[i];
+    float v47 = a46;
+    out0[i] = v47;
   }
 }
 
 // optimizer_update computes:
-//   v53 = clip_norm_scale <f32[535818]> v52  # models/mlp/model.go:16
-//   v55 = mul <f32[535818]> v51 v54  # models/mlp/model.go:16
-//   v56 = add <f32[535818]> v53 v55  # models/mlp/model.go:16
-//   v59 = scale <f32[535818]> v57 {f=0.9}  # models/mlp/model.go:16
-//   v60 = scale <f32[535818]> v56 {f=0.09999999999999998}  # models/mlp/model.go:16
-//   v61 = add <f32[535818]> v59 v60  # models/mlp/model.go:16
-//   v62 = scale <f32[535818]> v58 {f=0.999}  # models/mlp/model.go:16
-//   v63 = mul <f32[535818]> v56 v56  # models/mlp/model.go:16
-//   v64 = scale <f32[535818]> v63 {f=0.0010000000000000009}  # models/mlp/model.go:16
-//   v65 = add <f32[535818]> v62 v64  # models/mlp/model.go:16
-//   v66 = sqrt <f32[535818]> v65  # models/mlp/model.go:16
-//   v68 = div <f32[535818]> v66 v67  # models/mlp/model.go:16
-//   v69 = addc <f32[535818]> v68 {f=1e-08}  # models/mlp/model.go:16
-//   v71 = div <f32[535818]> v61 v69  # models/mlp/model.go:16
-//   v72 = mul <f32[535818]> v70 v71  # models/mlp/model.go:16
-//   v73 = sub <f32[535818]> v51 v72  # models/mlp/model.go:16
+//   v50 = clip_norm_scale <f32[535818]> v49  # models/mlp/model.go:16
+//   v52 = mul <f32[535818]> v48 v51  # models/mlp/model.go:16
+//   v53 = add <f32[535818]> v50 v52  # models/mlp/model.go:16
+//   v56 = scale <f32[535818]> v54 {f=0.9}  # models/mlp/model.go:16
+//   v57 = scale <f32[535818]> v53 {f=0.09999999999999998}  # models/mlp/model.go:16
+//   v58 = add <f32[535818]> v56 v57  # models/mlp/model.go:16
+//   v59 = scale <f32[535818]> v55 {f=0.999}  # models/mlp/model.go:16
+//   v60 = mul <f32[535818]> v53 v53  # models/mlp/model.go:16
+//   v61 = scale <f32[535818]> v60 {f=0.0010000000000000009}  # models/mlp/model.go:16
+//   v62 = add <f32[535818]> v59 v61  # models/mlp/model.go:16
+//   v63 = sqrt <f32[535818]> v62  # models/mlp/model.go:16
+//   v65 = div <f32[535818]> v63 v64  # models/mlp/model.go:16
+//   v66 = addc <f32[535818]> v65 {f=1e-08}  # models/mlp/model.go:16
+//   v68 = div <f32[535818]> v58 v66  # models/mlp/model.go:16
+//   v69 = mul <f32[535818]> v67 v68  # models/mlp/model.go:16
+//   v70 = sub <f32[535818]> v48 v69  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
   const float s_wd = (float)clk[103]; // from the clock
@@ -579,29 +546,29 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a52 = in0[i];
-    float v53 = (a52 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a51 = in1[i];
-    float v55 = (a51 * s_wd);
-    float v56 = (v53 + v55);
-    float a57 = in2[i];
-    float v59 = (a57 * 0.90000000000000002f);
-    float v60 = (v56 * 0.099999999999999978f);
-    float v61 = (v59 + v60);
-    float a58 = in3[i];
-    out0[i] = v61;
-    float v62 = (a58 * 0.999f);
-    float v63 = (v56 * v56);
-    float v64 = (v63 * 0.0010000000000000009f);
-    float v65 = (v62 + v64);
-    out1[i] = v65;
-    float v66 = sqrtf(v65);
-    float v68 = (v66 / s_bc2_sqrt);
-    float v69 = (v68 + 1e-08f);
-    float v71 = (v61 / v69);
-    float v72 = (s_step_size * v71);
-    float v73 = (a51 - v72);
-    out2[i] = v73;
+    float a49 = in0[i];
+    float v50 = (a49 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a48 = in1[i];
+    float v52 = (a48 * s_wd);
+    float v53 = (v50 + v52);
+    float a54 = in2[i];
+    float v56 = (a54 * 0.90000000000000002f);
+    float v57 = (v53 * 0.099999999999999978f);
+    float v58 = (v56 + v57);
+    float a55 = in3[i];
+    out0[i] = v58;
+    float v59 = (a55 * 0.999f);
+    float v60 = (v53 * v53);
+    float v61 = (v60 * 0.0010000000000000009f);
+    float v62 = (v59 + v61);
+    out1[i] = v62;
+    float v63 = sqrtf(v62);
+    float v65 = (v63 / s_bc2_sqrt);
+    float v66 = (v65 + 1e-08f);
+    float v68 = (v58 / v66);
+    float v69 = (s_step_size * v68);
+    float v70 = (a48 - v69);
+    out2[i] = v70;
   }
 }
 
@@ -1020,66 +987,57 @@ NGEN_EMU_LAUNCHER int ngen_launch_9(const ngen_launch *l) {
   return ngen_launch_9_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
-  NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
+  NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
+NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
 NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
+NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+  NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+}
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
-  NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_5(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_6(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, double *, 9)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_cast_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
@@ -1114,9 +1072,6 @@ extern "C" int ngen_cpu_entry_mlp_bf16_2af1ee0e677a(int k, const ngen_launch *l)
   case 25: return ngen_launch_25(l);
   case 26: return ngen_launch_26(l);
   case 27: return ngen_launch_27(l);
-  case 28: return ngen_launch_28(l);
-  case 29: return ngen_launch_29(l);
-  case 30: return ngen_launch_30(l);
   }
   return -1;
 }

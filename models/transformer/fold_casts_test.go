@@ -11,15 +11,17 @@ import (
 	"github.com/ngen-ml/ngen/runtime"
 )
 
-// TestFoldNormCastsExact: under mixed precision the fused plan lets
+// TestFoldCastsExact: under mixed precision the fused plan lets
 // LayerNorm store its 16-bit output and read its 16-bit gradient itself
-// (compiler's "fold norm casts" pass) instead of launching a cast kernel
-// on each side. The conversion at the kernel's edge is the cast's, so 3
-// training steps (Adam, dropout on) of the gpt and the TransformerLM, in
-// bf16 and f16, give the same losses and parameters bit for bit as the
-// plan with the pass turned off (compiler.Options.Off), on the host's
-// forms and on the GPU's under emulation, and the pass removes casts.
-func TestFoldNormCastsExact(t *testing.T) {
+// (compiler's "fold norm casts" pass), and a bias's 16-bit gradient sum
+// store f32 itself ("fold sum casts"), instead of launching a cast
+// kernel for each. The conversion at the kernel's edge is the cast's, so
+// 3 training steps (Adam, dropout on) of the gpt and the TransformerLM,
+// in bf16 and f16, give the same losses and parameters bit for bit as
+// the plan with both passes turned off (compiler.Options.Off), on the
+// host's forms and on the GPU's under emulation, and the passes remove
+// casts.
+func TestFoldCastsExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles 16 modules")
 	}
@@ -85,7 +87,7 @@ func TestFoldNormCastsExact(t *testing.T) {
 				d    runtime.Device
 			}{{"host forms", host}, {"GPU forms", gpu}} {
 				loss, params, n := train(dev.d, nil)
-				wantLoss, wantParams, wantN := train(dev.d, []string{"fold_norm_casts"})
+				wantLoss, wantParams, wantN := train(dev.d, []string{"fold_norm_casts", "fold_sum_casts"})
 				if n >= wantN {
 					t.Errorf("%s %s: %d step kernels with the pass, %d without", name, h, n, wantN)
 				}
