@@ -130,7 +130,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 				distinct[st.Kernel] = true
 			case runtime.GemmStep:
 				row.Kind = "gemm"
-				ga = st.Gemm.Args(env, plan.Buffers[st.Gemm.C].DType, nil)
+				ga = st.Gemm.ArgsFor(env, plan.Buffers, nil)
 				row.Calls = len(runtime.LowerGemm(ga, 0, 0).Calls)
 				r.Gemms++
 			case runtime.MemsetStep:

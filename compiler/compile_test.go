@@ -42,7 +42,7 @@ func TestCompileBadDump(t *testing.T) {
 // TestPassOrder: the table is in the order the passes need, and the check
 // at init would catch a reordering or a renamed pass.
 func TestPassOrder(t *testing.T) {
-	want := "infer_shapes pool_first residual_norm project_embedding expand_fused_ops autocast derive_functions autodiff lower_optimizer fold_constants prune recompute recast fold_norm_casts fold_sum_casts fuse plan_memory"
+	want := "infer_shapes pool_first residual_norm project_embedding expand_fused_ops autocast derive_functions autodiff lower_optimizer fold_constants prune recompute recast f32_weight_grads fold_norm_casts fold_sum_casts fuse plan_memory"
 	if got := strings.Join(PassNames(), " "); got != want {
 		t.Errorf("passes %s, want %s", got, want)
 	}

@@ -300,7 +300,7 @@ func hasDropout(g *Group) bool {
 // strided-batched product and the reduction kernel, on both backends.
 func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 	x := v.Args[0]
-	if x.DType.IsHalf() && !kConcat(x) {
+	if halfProduct(x) && !kConcat(x) {
 		return false
 	}
 	if g.Kind != Gemm || g.Root != x || g.SumBatch != nil || v.Op != "sum" || len(uses[x]) != 1 || len(x.Shape) < 3 {
@@ -322,7 +322,16 @@ func batchSum(g *Group, v *ir.Value, uses map[*ir.Value][]*ir.Value) bool {
 // joins the product's GEMM even with fusion off: a 16-bit product, whose
 // rounding (once, or once per sample) is the policy's, not fusion's.
 func sumBatchAlways(v *ir.Value) bool {
-	return len(v.Args) > 0 && v.Args[0].DType.IsHalf()
+	return len(v.Args) > 0 && halfProduct(v.Args[0])
+}
+
+// halfProduct reports whether x is a product of 16-bit operands (its
+// result 16-bit, or f32: f32_weight_grads.go), or another 16-bit value.
+func halfProduct(x *ir.Value) bool {
+	if x.Op == "matmul" && len(x.Args) == 2 {
+		return x.Args[0].DType.IsHalf()
+	}
+	return x.DType.IsHalf()
 }
 
 // kConcat reports whether matmul x summed over its batch is one GEMM with

@@ -245,10 +245,10 @@ func TestFusePhases(t *testing.T) {
 
 // TestFuseHalfBatchSum: a Linear layer over [B, T, ·] activations sums
 // its weight gradient over the batch. Under mixed precision that sum is
-// the 16-bit GEMM's own (SumBatch, one product over B·T rounded once, as
-// PyTorch's autocast computes it), fused and with fusion off alike, so
-// that the two agree bit for bit; in f32 only fusion joins them. A
-// convolution's weight gradient (not one larger GEMM) is
+// the GEMM of 16-bit operands's own (SumBatch, one product over B·T,
+// its f32 result kept: f32_weight_grads.go), fused and with fusion off
+// alike, so that the two agree bit for bit; in f32 only fusion joins
+// them. A convolution's weight gradient (not one larger GEMM) is
 // autocast_conv_test.go's.
 func TestFuseHalfBatchSum(t *testing.T) {
 	model := func(dt ir.DType) *ir.Model {
@@ -274,7 +274,7 @@ func TestFuseHalfBatchSum(t *testing.T) {
 					summed = append(summed, g.SumBatch.Type())
 				}
 			}
-			want := []string{dt.String() + "[1,3,6]", dt.String() + "[1,6,8]"} // backward order
+			want := []string{"f32[1,3,6]", "f32[1,6,8]"} // backward order
 			if dt == ir.F32 && !fuse {
 				want = nil
 			}

@@ -199,6 +199,20 @@ type GemmArgs struct {
 	Batch            int
 	StrideA, StrideB int
 	StrideC          int
+	// F32Out says C is f32 while A and B are DType's 16 bits: the
+	// products accumulate in f32 and C keeps them unrounded (a weight
+	// gradient written straight into the f32 gradient,
+	// compiler/f32_weight_grads.go). Not with a batch summed into one C
+	// that is not one larger product.
+	F32Out bool
+}
+
+// CSize is the size of one element of C.
+func (g GemmArgs) CSize() int {
+	if g.F32Out {
+		return 4
+	}
+	return g.DType.Size()
 }
 
 // MemStats mirrors torch.cuda.memory_allocated / memory_reserved /

@@ -146,16 +146,26 @@ func loopGemm(g GemmArgs) GemmCalls {
 		one := g
 		one.A += Ptr(i*g.StrideA) * es
 		one.B += Ptr(i*g.StrideB) * es
-		one.C += Ptr(i*g.StrideC) * es
+		one.C += Ptr(i*g.StrideC) * Ptr(g.CSize())
 		one.Batch, one.StrideA, one.StrideB, one.StrideC = 1, 0, 0, 0
 		out.Calls = append(out.Calls, one)
 	}
 	return out
 }
 
+// ArgsFor is the GemmArgs a session issues for this step (Args) with the
+// types of plan buffers bufs: the operands' type, and F32Out for an f32
+// C of 16-bit operands.
+func (g Gemm) ArgsFor(env map[string]int, bufs []Buffer, ptrs []Ptr) GemmArgs {
+	dt := bufs[g.A].DType
+	ga := g.Args(env, dt, ptrs)
+	ga.F32Out = (dt == BF16 || dt == F16) && bufs[g.C].DType == F32
+	return ga
+}
+
 // Args is the GemmArgs a session issues for this step at the symbol
-// bindings env: operands packed, pointers from ptrs (indexed by buffer;
-// nil leaves them 0, as `ngen report` does).
+// bindings env, for operands of type dt: operands packed, pointers from
+// ptrs (indexed by buffer; nil leaves them 0, as `ngen report` does).
 func (g Gemm) Args(env map[string]int, dt DType, ptrs []Ptr) GemmArgs {
 	m, n, k := int(g.M.Eval(env)), int(g.N.Eval(env)), int(g.K.Eval(env))
 	lda, ldb := k, n

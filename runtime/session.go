@@ -519,7 +519,7 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
 		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
 	case GemmStep:
-		return d.Gemm(st.Gemm.Args(s.env, s.plan.Buffers[st.Gemm.C].DType, s.ptrs))
+		return d.Gemm(st.Gemm.ArgsFor(s.env, s.plan.Buffers, s.ptrs))
 	case MemsetStep:
 		b := &s.plan.Buffers[st.Buf]
 		return d.Memset(s.ptrs[st.Buf], 0, s.bytes(b, s.env))

@@ -37,7 +37,15 @@ func matmulInfer(v *ir.Value) (ir.Shape, ir.DType, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return append(batch.Clone(), m, n), a.DType, nil
+	dt := a.DType
+	if v.Attrs.Str != "" {
+		// 16-bit operands, an f32 result (compiler/f32_weight_grads.go).
+		if v.Attrs.Str != ir.F32.String() || !a.DType.IsHalf() {
+			return nil, 0, fmt.Errorf("result type %q of %s operands: want f32 of 16-bit operands", v.Attrs.Str, a.DType)
+		}
+		dt = ir.F32
+	}
+	return append(batch.Clone(), m, n), dt, nil
 }
 
 func matmulGrad(b *Builder, v, g *ir.Value) []*ir.Value {

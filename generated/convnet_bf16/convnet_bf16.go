@@ -198,7 +198,7 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 75
+	fn, buf := "predict", 73
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err
 	}

@@ -198,9 +198,9 @@ func (m *Model) Predict(x []float32) ([]float32, error) {
 	if err := m.s.WriteInput("x", x, rows); err != nil {
 		return nil, err
 	}
-	fn, buf := "predict", 47
+	fn, buf := "predict", 44
 	if !m.s.Training() {
-		fn, buf = "predict_eval", 60
+		fn, buf = "predict_eval", 57
 	}
 	if err := m.s.Run(fn, rows); err != nil {
 		return nil, err

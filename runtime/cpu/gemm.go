@@ -150,7 +150,7 @@ func (d *Device) gemmRows(g runtime.GemmArgs) error {
 		} else {
 			sub.A = g.A + runtime.Ptr(uintptr(lo*g.LDA)*es)
 		}
-		sub.C = g.C + runtime.Ptr(uintptr(lo*g.LDC)*es)
+		sub.C = g.C + runtime.Ptr(uintptr(lo*g.LDC)*uintptr(g.CSize()))
 		wg.Go(func() { errs[w] = gemmSeq(sub) })
 	}
 	wg.Wait()
@@ -187,7 +187,7 @@ func (d *Device) gemmSplit(g runtime.GemmArgs) error {
 		sub.Batch = hi - lo
 		sub.A = g.A + runtime.Ptr(uintptr(lo*g.StrideA)*es)
 		sub.B = g.B + runtime.Ptr(uintptr(lo*g.StrideB)*es)
-		sub.C = g.C + runtime.Ptr(uintptr(lo*g.StrideC)*es)
+		sub.C = g.C + runtime.Ptr(uintptr(lo*g.StrideC)*uintptr(g.CSize()))
 		if sum && w > 0 {
 			parts[w] = C.calloc(C.size_t(g.M*g.N), C.size_t(es))
 			sub.C, sub.LDC = runtime.Ptr(uintptr(parts[w])), g.N
@@ -364,6 +364,9 @@ func cbool(t runtime.Transpose) C.int {
 func normalizeGemm(g *runtime.GemmArgs) error {
 	if g.DType != runtime.F32 && g.DType != runtime.F64 && g.DType != runtime.BF16 && g.DType != runtime.F16 {
 		return fmt.Errorf("dtype %s not supported, want f32, f64, bf16 or f16", g.DType)
+	}
+	if g.F32Out && g.DType != runtime.BF16 && g.DType != runtime.F16 {
+		return fmt.Errorf("an f32 C of %s operands: want 16-bit operands", g.DType)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
 		return fmt.Errorf("negative size (batch %d)", g.Batch)

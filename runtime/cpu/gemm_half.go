@@ -36,14 +36,15 @@ static int ngen_bf16_native(const_dnnl_primitive_desc_t pd) {
 // ldc, entry strides sa, sb, sc in elements; a stride of 0 shares the
 // matrix between entries) with oneDNN's matmul primitive on the calling
 // thread: products accumulated in f32, alpha and beta applied in f32, C
-// rounded to bfloat16 once. It returns 0 when done, 1 when oneDNN has no
+// rounded to bfloat16 once (or, with cf32, C f32 and not rounded). It
+// returns 0 when done, 1 when oneDNN has no
 // native bfloat16 implementation for it (nothing was written: the caller
 // widens to f32 instead) and -1 when a call failed after the descriptor
 // was made.
 static int ngen_bf16_matmul(int ta, int tb, long long batch, long long m, long long n, long long k,
                             float alpha, uintptr_t a, long long lda, long long sa,
                             uintptr_t b, long long ldb, long long sb,
-                            float beta, uintptr_t c, long long ldc, long long sc) {
+                            float beta, uintptr_t c, long long ldc, long long sc, int cf32) {
 	pthread_once(&ngen_bf16_once, ngen_bf16_engine_init);
 	if (!ngen_bf16_engine)
 		return 1;
@@ -63,7 +64,7 @@ static int ngen_bf16_matmul(int ta, int tb, long long batch, long long m, long l
 	dnnl_memory_desc_t ma, mb, mc;
 	if (dnnl_memory_desc_init_by_strides(&ma, 3, da, dnnl_bf16, xa) != dnnl_success ||
 	    dnnl_memory_desc_init_by_strides(&mb, 3, db, dnnl_bf16, xb) != dnnl_success ||
-	    dnnl_memory_desc_init_by_strides(&mc, 3, dc, dnnl_bf16, xc) != dnnl_success)
+	    dnnl_memory_desc_init_by_strides(&mc, 3, dc, cf32 ? dnnl_f32 : dnnl_bf16, xc) != dnnl_success)
 		return 1;
 	dnnl_matmul_desc_t md;
 	if (dnnl_matmul_desc_init(&md, &ma, &mb, NULL, &mc) != dnnl_success)
@@ -272,13 +273,17 @@ func gemmHalf(g runtime.GemmArgs) error {
 		switch C.ngen_bf16_matmul(C.int(boolInt(bool(g.TransA))), C.int(boolInt(bool(g.TransB))), C.longlong(g.Batch),
 			C.longlong(g.M), C.longlong(g.N), C.longlong(g.K), C.float(g.Alpha),
 			C.uintptr_t(g.A), C.longlong(g.LDA), C.longlong(sa), C.uintptr_t(g.B), C.longlong(g.LDB), C.longlong(sb),
-			C.float(g.Beta), C.uintptr_t(g.C), C.longlong(g.LDC), C.longlong(g.StrideC)) {
+			C.float(g.Beta), C.uintptr_t(g.C), C.longlong(g.LDC), C.longlong(g.StrideC), C.int(boolInt(g.F32Out))) {
 		case 0:
 			bf16Native.Add(1)
 			return nil
 		case -1:
 			return fmt.Errorf("oneDNN's bfloat16 matmul failed")
 		}
+	}
+	one := g.StrideC == 0 && g.Batch > 1 // every entry into the same C
+	if g.F32Out && one {
+		return fmt.Errorf("an f32 C summing a batch of 16-bit products is not built (not one larger product)")
 	}
 	rowsA, colsA := g.M, g.K
 	if g.TransA {
@@ -298,18 +303,26 @@ func gemmHalf(g runtime.GemmArgs) error {
 	fb := (*C.float)(unsafe.Add(buf, 4*na))
 	fc := (*C.float)(unsafe.Add(buf, 4*(na+nb)))
 	f := g
-	f.DType, f.LDA, f.LDB, f.LDC = runtime.F32, colsA, colsB, g.N
-	one := g.StrideC == 0 && g.Batch > 1 // every entry into the same C
+	f.DType, f.LDA, f.LDB, f.LDC, f.F32Out = runtime.F32, colsA, colsB, g.N, false
+	if g.F32Out {
+		f.LDC = g.LDC // the product goes straight into C
+	}
 	for i := range g.Batch {
 		a := C.uintptr_t(uintptr(g.A) + uintptr(i*g.StrideA)*2)
 		b := C.uintptr_t(uintptr(g.B) + uintptr(i*g.StrideB)*2)
-		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*2)
+		c := C.uintptr_t(uintptr(g.C) + uintptr(i*g.StrideC)*uintptr(g.CSize()))
 		C.ngen_half_widen(f16, fa, a, C.int(rowsA), C.int(colsA), C.int(g.LDA))
 		C.ngen_half_widen(f16, fb, b, C.int(rowsB), C.int(colsB), C.int(g.LDB))
+		pa, pb, pc := C.uintptr_t(uintptr(unsafe.Pointer(fa))), C.uintptr_t(uintptr(unsafe.Pointer(fb))), C.uintptr_t(uintptr(unsafe.Pointer(fc)))
+		if g.F32Out {
+			if err := sgemm(oneDNN, f, pa, pb, c); err != nil {
+				return err
+			}
+			continue
+		}
 		if g.Beta != 0 && (i == 0 || !one) {
 			C.ngen_half_widen(f16, fc, c, C.int(g.M), C.int(g.N), C.int(g.LDC))
 		}
-		pa, pb, pc := C.uintptr_t(uintptr(unsafe.Pointer(fa))), C.uintptr_t(uintptr(unsafe.Pointer(fb))), C.uintptr_t(uintptr(unsafe.Pointer(fc)))
 		if err := sgemm(oneDNN, f, pa, pb, pc); err != nil {
 			return err
 		}

@@ -33,6 +33,7 @@ type cublasCall struct {
 	StrideA        int
 	StrideB        int
 	StrideC        int
+	F32Out         bool // C is f32, A and B DType's 16 bits (cublasGemmEx's Ctype CUDA_R_32F)
 }
 
 // cublasArgs maps a row-major runtime.GemmArgs (runtime/cpu's semantics)
@@ -61,13 +62,17 @@ func cublasArgs(g runtime.GemmArgs) (cublasCall, error) {
 		C: g.C, LDC: g.LDC,
 		Batch:   g.Batch,
 		StrideA: g.StrideB, StrideB: g.StrideA, StrideC: g.StrideC,
+		F32Out: g.F32Out,
 	}, nil
 }
 
 // entry returns the addresses of batch entry i's matrices.
 func (c cublasCall) entry(i int) (a, b, cc uintptr) {
-	es := uintptr(c.DType.Size())
-	return uintptr(c.A) + uintptr(i*c.StrideA)*es, uintptr(c.B) + uintptr(i*c.StrideB)*es, uintptr(c.C) + uintptr(i*c.StrideC)*es
+	es, cs := uintptr(c.DType.Size()), uintptr(c.DType.Size())
+	if c.F32Out {
+		cs = 4
+	}
+	return uintptr(c.A) + uintptr(i*c.StrideA)*es, uintptr(c.B) + uintptr(i*c.StrideB)*es, uintptr(c.C) + uintptr(i*c.StrideC)*cs
 }
 
 // normalizeGemm fills in defaults and checks what cuBLAS would otherwise
@@ -75,6 +80,9 @@ func (c cublasCall) entry(i int) (a, b, cc uintptr) {
 func normalizeGemm(g *runtime.GemmArgs) error {
 	if shimDType(g.DType) < 0 {
 		return fmt.Errorf("dtype %s not supported, want f32, f64, bf16 or f16", g.DType)
+	}
+	if g.F32Out && shimDType(g.DType) < 2 {
+		return fmt.Errorf("an f32 C of %s operands: want 16-bit operands", g.DType)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 || g.Batch < 0 {
 		return fmt.Errorf("negative size (batch %d)", g.Batch)

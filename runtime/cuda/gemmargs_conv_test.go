@@ -82,7 +82,7 @@ func checkAMPGemms(t *testing.T, models map[string]func() *ir.Model, check func(
 						if st.Kind != runtime.GemmStep {
 							continue
 						}
-						g := st.Gemm.Args(map[string]int{"B": 3}, plan.Buffers[st.Gemm.C].DType, nil)
+						g := st.Gemm.ArgsFor(map[string]int{"B": 3}, plan.Buffers, nil)
 						if g.DType.Size() != 2 {
 							t.Errorf("%s %s fuse=%v: a %s GEMM", name, h, fuse, g.DType)
 							continue
@@ -99,14 +99,22 @@ func checkAMPGemms(t *testing.T, models map[string]func() *ir.Model, check func(
 							if err != nil {
 								t.Fatal(err)
 							}
+							// A weight gradient's C is f32 already
+							// (compiler/f32_weight_grads.go).
 							c32 := c
-							c32.DType, c32.A, c32.B, c32.C = runtime.F32, widen(c.A), widen(c.B), widen(c.C)
+							c32.DType, c32.F32Out, c32.A, c32.B, c32.C = runtime.F32, false, widen(c.A), widen(c.B), widen(c.C)
+							if c.F32Out {
+								c32.C = c.C
+							}
 							call32, err := cublasArgs(c32)
 							if err != nil {
 								t.Fatal(err)
 							}
 							same := call
-							same.DType, same.A, same.B, same.C = runtime.F32, widen(call.A), widen(call.B), widen(call.C)
+							same.DType, same.F32Out, same.A, same.B, same.C = runtime.F32, false, widen(call.A), widen(call.B), widen(call.C)
+							if call.F32Out {
+								same.C = call.C
+							}
 							if same != call32 {
 								t.Fatalf("%s %s: call %+v, want the f32 case's %+v", name, h, call, call32)
 							}

@@ -233,6 +233,56 @@ func TestCublasArgsHalf(t *testing.T) {
 	}
 }
 
+// TestCublasArgsF32Out: a product of 16-bit operands with an f32 C
+// (GemmArgs.F32Out) maps as the 16-bit case does for A and B, and as the
+// f32 case does for C: cuBLAS gets the flag (cublasGemmEx's Ctype
+// CUDA_R_32F), and each batch entry's C lies where the f32 case's does.
+// F32Out with f32 or f64 operands is refused.
+func TestCublasArgsF32Out(t *testing.T) {
+	widen := func(p runtime.Ptr) runtime.Ptr {
+		if p == 0 {
+			return 0
+		}
+		return fakeBase + 2*(p-fakeBase)
+	}
+	for _, dt := range []runtime.DType{runtime.BF16, runtime.F16} {
+		for _, g := range gemmCases(dt) {
+			if g.K == 0 {
+				continue // cuBLAS reads neither A nor B: cublasArgs points them at C
+			}
+			g.F32Out = true
+			g.C = widen(g.C) // C's elements are 4 bytes
+			call, err := cublasArgs(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !call.F32Out || call.DType != dt {
+				t.Fatalf("%s: call %+v, want F32Out with %s operands", dt, call, dt)
+			}
+			g32 := g
+			g32.DType, g32.F32Out, g32.A, g32.B = runtime.F32, false, widen(g.A), widen(g.B)
+			call32, err := cublasArgs(g32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for e := range call.Batch {
+				a, b, c := call.entry(e)
+				a32, b32, c32 := call32.entry(e)
+				if widen(runtime.Ptr(a)) != runtime.Ptr(a32) || widen(runtime.Ptr(b)) != runtime.Ptr(b32) || c != c32 {
+					t.Fatalf("%s %+v: entry %d at %#x %#x %#x, want %#x %#x %#x (A and B halved)", dt, g, e, a, b, c, a32, b32, c32)
+				}
+			}
+		}
+	}
+	for _, dt := range []runtime.DType{runtime.F32, runtime.F64} {
+		g := gemmCases(dt)[0]
+		g.F32Out = true
+		if _, err := cublasArgs(g); err == nil {
+			t.Errorf("F32Out with %s operands was not refused", dt)
+		}
+	}
+}
+
 // TestRowMajorReferenceIsCPUGemm pins rowMajorGemm to runtime/cpu's Gemm,
 // the backend the GPU results are compared with, on the same cases.
 func TestRowMajorReferenceIsCPUGemm(t *testing.T) {

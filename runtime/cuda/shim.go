@@ -34,16 +34,17 @@ static int ngen_blas_destroy(cublasHandle_t h) { return cublasDestroy(h); }
 static int ngen_gemm(cublasHandle_t h, int dt, int ta, int tb, int m, int n, int k,
 		double alpha, unsigned long long a, int lda, long long sa,
 		unsigned long long b, int ldb, long long sb, double beta,
-		unsigned long long c, int ldc, long long sc, int batch) {
+		unsigned long long c, int ldc, long long sc, int batch, int cf32) {
 	cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	if (dt >= 2) {
 		cudaDataType t = dt == 2 ? CUDA_R_16BF : CUDA_R_16F;
+		cudaDataType ct = cf32 ? CUDA_R_32F : t; // an f32 C of 16-bit operands
 		float al = (float)alpha, be = (float)beta;
 		if (batch == 1)
 			return cublasGemmEx(h, opa, opb, m, n, k, &al, (const void *)a, t, lda, (const void *)b, t, ldb,
-				&be, (void *)c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+				&be, (void *)c, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 		return cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &al, (const void *)a, t, lda, sa,
-			(const void *)b, t, ldb, sb, &be, (void *)c, t, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+			(const void *)b, t, ldb, sb, &be, (void *)c, ct, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	}
 	if (dt == 1) {
 		if (batch == 1)
@@ -166,7 +167,7 @@ func (b *blasHandle) gemm(g runtime.GemmArgs) error {
 	st := C.ngen_gemm(b.h, C.int(shimDType(c.DType)), cbool(c.TransA), cbool(c.TransB), C.int(c.M), C.int(c.N), C.int(c.K),
 		C.double(c.Alpha), C.ulonglong(c.A), C.int(c.LDA), C.longlong(c.StrideA),
 		C.ulonglong(c.B), C.int(c.LDB), C.longlong(c.StrideB), C.double(c.Beta),
-		C.ulonglong(c.C), C.int(c.LDC), C.longlong(c.StrideC), C.int(c.Batch))
+		C.ulonglong(c.C), C.int(c.LDC), C.longlong(c.StrideC), C.int(c.Batch), cbool(c.F32Out))
 	if st != 0 {
 		return fmt.Errorf("%s", blasStatus(int(st)))
 	}

@@ -16,7 +16,9 @@ float16, which PyTorch 1.13 lacks on the CPU: forward rounds each GEMM's
 or convolution's operands and result, and the bias add, with r16
 (.half().float(), whose backward rounds the gradient to float16 as the
 cast's gradient does; products of float16 are exact in f32, so an f32
-GEMM of rounded operands is cublasGemmEx's). "scaler" (init_scale,
+GEMM of rounded operands is cublasGemmEx's), and a Linear's weight with
+weight16 (rounded forward, its gradient left in f32: ngen writes a
+Linear weight's gradient GEMM in f32, compiler/f32_weight_grads.go). "scaler" (init_scale,
 growth_factor, backoff_factor, growth_interval) emulates
 torch.cuda.amp.GradScaler, which 1.13 lacks on the CPU too
 (_amp_update_scale_ and _amp_foreach_non_finite_check_and_unscale_ have
@@ -38,6 +40,22 @@ import torch
 
 import torch_lr  # the schedules, beside this script
 import torch_optim  # the optimizer and its parameter groups, beside it
+
+
+class _Weight16(torch.autograd.Function):
+    """A weight rounded to float16 forward, its gradient unrounded."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.half().float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def weight16(t):
+    return _Weight16.apply(t)
 
 
 def flat(t):

@@ -51,7 +51,7 @@ def main():
         def linear(h, n):
             w, b = params[n + ".weight"], params[n + ".bias"]
             if f16:
-                return r16(r16(r16(h) @ r16(w).t()) + r16(b))
+                return r16(r16(r16(h) @ torch_amp.weight16(w).t()) + r16(b))
             return F.linear(h, w, b)
 
         h = x

@@ -57,7 +57,7 @@ def main():
         for i, name in enumerate(layers):
             w, b = params[name + ".weight"], params[name + ".bias"]
             if f16:
-                h = r16(r16(r16(h) @ r16(w).t()) + r16(b))
+                h = r16(r16(r16(h) @ torch_amp.weight16(w).t()) + r16(b))
             else:
                 h = F.linear(h, w, b)
             if i < len(layers) - 1:

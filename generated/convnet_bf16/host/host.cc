@@ -475,20 +475,9 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
   }
 }
 
-// cast_bwd computes:
-//   v52 = cast <f32[10,128]> v51 {str=f32}  # models/convnet/model.go:24
-extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 1280LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a51 = in0[i];
-    float v52 = a51;
-    out0[i] = v52;
-  }
-}
-
 // relu_bwd_sum_bwd computes:
-//   v53 = relu_bwd <bf16[B,128]> v50 v36  # models/convnet/model.go:23
-//   v54 = sum <f32[1,128]> v53 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:23
+//   v52 = relu_bwd <bf16[B,128]> v50 v36  # models/convnet/model.go:23
+//   v53 = sum <f32[1,128]> v52 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:23
 static __device__ float relu_bwd_sum_bwd_part0[2176];
 static __device__ unsigned relu_bwd_sum_bwd_count[16];
 extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
@@ -509,9 +498,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
           float a50 = in0[i];
           float a36 = in1[i];
-          float v53 = ngen_relu_grad(a36, a50);
-          out0[i] = v53;
-          { const float x = v53; acc0_l[oc] = acc0_l[oc] + x; }
+          float v52 = ngen_relu_grad(a36, a50);
+          out0[i] = v52;
+          { const float x = v52; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -525,9 +514,9 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
       float a50 = in0[i];
       float a36 = in1[i];
-      float v53 = ngen_relu_grad(a36, a50);
-      out0[i] = v53;
-      { const float x = v53; acc0 = acc0 + x; }
+      float v52 = ngen_relu_grad(a36, a50);
+      out0[i] = v52;
+      { const float x = v52; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -552,43 +541,32 @@ extern "C" __global__ void __launch_bounds__(256) relu_bwd_sum_bwd(const __nv_bf
   }
 }
 
-// cast_bwd_2 computes:
-//   v58 = cast <f32[128,3136]> v57 {str=f32}  # models/convnet/model.go:23
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 401408LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a57 = in0[i];
-    float v58 = a57;
-    out0[i] = v58;
-  }
-}
-
 // maxpool_bwd_relu_bwd_bwd computes:
-//   v60 = maxpool_bwd <bf16[B,64,14,14]> v59 v27 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
-//   v61 = relu_bwd <bf16[B,64,14,14]> v60 v26  # models/convnet/model.go:22
+//   v58 = maxpool_bwd <bf16[B,64,14,14]> v57 v27 {shape=[B,64,14,14] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:22
+//   v59 = relu_bwd <bf16[B,64,14,14]> v58 v26  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const __nv_bfloat16 * __restrict__ in0, const int * __restrict__ in1, const __nv_bfloat16 * __restrict__ in2, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v60_j = j;
-    const long long v60_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v60_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v60_n * 896u);
-    const int v60_y = (int)(v60_n_t % 14u); v60_n_t /= 14u;
-    const int v60_c = (int)v60_n_t;
-    const int v60_x = v60_j;
-    const long long v60_obase = (v60_n * 64 + v60_c) * 49;
-    const int v60_oy = (int)((unsigned)v60_y / 2u), v60_ox = (int)((unsigned)v60_x / 2u);
-    const long long v60_o = v60_obase + v60_oy * 7 + v60_ox;
-    const __nv_bfloat16 v60_g = in0[v60_o];
-    const __nv_bfloat16 v60 = in1[v60_o] == (int)((unsigned)v60_y % 2u) * 2 + (int)((unsigned)v60_x % 2u) ? v60_g : __float2bfloat16_rn(0.0f);
+    const int v58_j = j;
+    const long long v58_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v58_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v58_n * 896u);
+    const int v58_y = (int)(v58_n_t % 14u); v58_n_t /= 14u;
+    const int v58_c = (int)v58_n_t;
+    const int v58_x = v58_j;
+    const long long v58_obase = (v58_n * 64 + v58_c) * 49;
+    const int v58_oy = (int)((unsigned)v58_y / 2u), v58_ox = (int)((unsigned)v58_x / 2u);
+    const long long v58_o = v58_obase + v58_oy * 7 + v58_ox;
+    const __nv_bfloat16 v58_g = in0[v58_o];
+    const __nv_bfloat16 v58 = in1[v58_o] == (int)((unsigned)v58_y % 2u) * 2 + (int)((unsigned)v58_x % 2u) ? v58_g : __float2bfloat16_rn(0.0f);
     float a26 = in2[i];
-    float v61 = ngen_relu_grad(a26, __bfloat162float(v60));
-    out0[i] = v61;
+    float v59 = ngen_relu_grad(a26, __bfloat162float(v58));
+    out0[i] = v59;
   }
 }
 
 // sum_bwd computes:
-//   v62 = sum <f32[1,64,1,1]> v61 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:22
+//   v60 = sum <f32[1,64,1,1]> v59 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:22
 static __device__ float sum_bwd_part0[320];
 static __device__ unsigned sum_bwd_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -612,8 +590,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a61 = in0[i];
-          { const float x = a61; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a59 = in0[i];
+          { const float x = a59; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -641,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
 }
 
 // sum_bwd_2 computes:
-//   v68 = sum <bf16[1,64,288]> v66 {axes=[0] keepdim}  # models/convnet/model.go:22
+//   v66 = sum <bf16[1,64,288]> v64 {axes=[0] keepdim}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long nout = 18432LL;
   const long long nred = (long long)B;
@@ -656,8 +634,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-          float a66 = in0[i];
-          { const float x = a66; acc0_l[oc] = acc0_l[oc] + x; }
+          float a64 = in0[i];
+          { const float x = a64; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -669,8 +647,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
-      float a66 = in0[i];
-      { const float x = a66; acc0 = acc0 + x; }
+      float a64 = in0[i];
+      { const float x = a64; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -683,71 +661,71 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_3 computes:
-//   v70 = cast <f32[64,288]> v69 {str=f32}  # models/convnet/model.go:22
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd computes:
+//   v68 = cast <f32[64,288]> v67 {str=f32}  # models/convnet/model.go:22
+extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 18432LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a69 = in0[i];
-    float v70 = a69;
-    out0[i] = v70;
+    float a67 = in0[i];
+    float v68 = a67;
+    out0[i] = v68;
   }
 }
 
 // col2im_bwd computes:
-//   v72 = col2im <bf16[B,32,14,14]> v67 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
+//   v70 = col2im <bf16[B,32,14,14]> v65 {shape=[B,32,14,14] ints=[3 3 1 1 1 1 1 1 1]}  # models/convnet/model.go:22
 extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 448LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 14) {
     const long long i = r * 14LL + j;
-    const int v72_j = j;
-    const long long v72_n = (long long)((unsigned long long)(r) / 448u);
-    unsigned v72_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v72_n * 448u);
-    const int v72_y = (int)(v72_n_t % 14u); v72_n_t /= 14u;
-    const int v72_c = (int)v72_n_t;
-    const int v72_g = 0, v72_ci = v72_c;
-    float v72 = 0.0f;
+    const int v70_j = j;
+    const long long v70_n = (long long)((unsigned long long)(r) / 448u);
+    unsigned v70_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v70_n * 448u);
+    const int v70_y = (int)(v70_n_t % 14u); v70_n_t /= 14u;
+    const int v70_c = (int)v70_n_t;
+    const int v70_g = 0, v70_ci = v70_c;
+    float v70 = 0.0f;
     for (int kh = 0; kh < 3; ++kh) {
-      const int ty = v72_y + 1 - kh * 1;
+      const int ty = v70_y + 1 - kh * 1;
       const bool oky = ty >= 0 && (unsigned)ty < 14u;
       for (int kw = 0; kw < 3; ++kw) {
-        const int tx = v72_j + 1 - kw * 1;
+        const int tx = v70_j + 1 - kw * 1;
         const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
-        const int kk = (v72_ci * 3 + kh) * 3 + kw;
-        v72 += ok ? (float)in0[((v72_n * 1 + v72_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
+        const int kk = (v70_ci * 3 + kh) * 3 + kw;
+        v70 += ok ? (float)in0[((v70_n * 1 + v70_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
       }
     }
-    const float v72_bf16 = ngen_round_bf16(v72);
-    out0[i] = v72_bf16;
+    const float v70_bf16 = ngen_round_bf16(v70);
+    out0[i] = v70_bf16;
   }
 }
 
 // maxpool_bwd_relu_bwd_bwd_2 computes:
-//   v73 = maxpool_bwd <bf16[B,32,28,28]> v72 v14 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
-//   v74 = relu_bwd <bf16[B,32,28,28]> v73 v13  # models/convnet/model.go:21
+//   v71 = maxpool_bwd <bf16[B,32,28,28]> v70 v14 {shape=[B,32,28,28] ints=[2 2 2 2 0 0 1 1 1]}  # models/convnet/model.go:21
+//   v72 = relu_bwd <bf16[B,32,28,28]> v71 v13  # models/convnet/model.go:21
 extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(const __nv_bfloat16 * __restrict__ in0, const int * __restrict__ in1, const __nv_bfloat16 * __restrict__ in2, __nv_bfloat16 * __restrict__ out0, int B) {
   const long long rows = 896LL * (long long)B;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 28) {
     const long long i = r * 28LL + j;
-    const int v73_j = j;
-    const long long v73_n = (long long)((unsigned long long)(r) / 896u);
-    unsigned v73_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v73_n * 896u);
-    const int v73_y = (int)(v73_n_t % 28u); v73_n_t /= 28u;
-    const int v73_c = (int)v73_n_t;
-    const int v73_x = v73_j;
-    const long long v73_obase = (v73_n * 32 + v73_c) * 196;
-    const int v73_oy = (int)((unsigned)v73_y / 2u), v73_ox = (int)((unsigned)v73_x / 2u);
-    const long long v73_o = v73_obase + v73_oy * 14 + v73_ox;
-    const __nv_bfloat16 v73_g = in0[v73_o];
-    const __nv_bfloat16 v73 = in1[v73_o] == (int)((unsigned)v73_y % 2u) * 2 + (int)((unsigned)v73_x % 2u) ? v73_g : __float2bfloat16_rn(0.0f);
+    const int v71_j = j;
+    const long long v71_n = (long long)((unsigned long long)(r) / 896u);
+    unsigned v71_n_t = (unsigned)((unsigned long long)(r) - (unsigned long long)v71_n * 896u);
+    const int v71_y = (int)(v71_n_t % 28u); v71_n_t /= 28u;
+    const int v71_c = (int)v71_n_t;
+    const int v71_x = v71_j;
+    const long long v71_obase = (v71_n * 32 + v71_c) * 196;
+    const int v71_oy = (int)((unsigned)v71_y / 2u), v71_ox = (int)((unsigned)v71_x / 2u);
+    const long long v71_o = v71_obase + v71_oy * 14 + v71_ox;
+    const __nv_bfloat16 v71_g = in0[v71_o];
+    const __nv_bfloat16 v71 = in1[v71_o] == (int)((unsigned)v71_y % 2u) * 2 + (int)((unsigned)v71_x % 2u) ? v71_g : __float2bfloat16_rn(0.0f);
     float a13 = in2[i];
-    float v74 = ngen_relu_grad(a13, __bfloat162float(v73));
-    out0[i] = v74;
+    float v72 = ngen_relu_grad(a13, __bfloat162float(v71));
+    out0[i] = v72;
   }
 }
 
 // sum_bwd_3 computes:
-//   v75 = sum <f32[1,32,1,1]> v74 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:21
+//   v73 = sum <f32[1,32,1,1]> v72 {axes=[0 2 3] keepdim str=bf16}  # models/convnet/model.go:21
 static __device__ float sum_bwd_3_part0[288];
 static __device__ unsigned sum_bwd_3_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -771,8 +749,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 
         for (int ri_v = 0; ri_v < 4; ++ri_v) {
           const long long ri = rv + ri_v;
           const long long i = base_o + ri;
-          float a74 = in0[i];
-          { const float x = a74; acc0_l[ri_v] = acc0_l[ri_v] + x; }
+          float a72 = in0[i];
+          { const float x = a72; acc0_l[ri_v] = acc0_l[ri_v] + x; }
         }
       }
     }
@@ -800,7 +778,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_3(const __nv_bfloat16 
 }
 
 // sum_bwd_4 computes:
-//   v80 = sum <bf16[1,32,9]> v79 {axes=[0] keepdim}  # models/convnet/model.go:21
+//   v78 = sum <bf16[1,32,9]> v77 {axes=[0] keepdim}  # models/convnet/model.go:21
 static __device__ float sum_bwd_4_part0[2304];
 static __device__ unsigned sum_bwd_4_count[36];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
@@ -819,8 +797,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-          float a79 = in0[i];
-          { const float x = a79; acc0_l[oc] = acc0_l[oc] + x; }
+          float a77 = in0[i];
+          { const float x = a77; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -832,8 +810,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
-      float a79 = in0[i];
-      { const float x = a79; acc0 = acc0 + x; }
+      float a77 = in0[i];
+      { const float x = a77; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -858,34 +836,34 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_4 computes:
-//   v82 = cast <f32[32,9]> v81 {str=f32}  # models/convnet/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_4(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
+// cast_bwd_2 computes:
+//   v80 = cast <f32[32,9]> v79 {str=f32}  # models/convnet/model.go:21
+extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
   const long long n = 288LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a81 = in0[i];
-    float v82 = a81;
-    out0[i] = v82;
+    float a79 = in0[i];
+    float v80 = a79;
+    out0[i] = v80;
   }
 }
 
 // optimizer_update computes:
-//   v86 = clip_norm_scale <f32[421642]> v85  # models/convnet/model.go:18
-//   v88 = mul <f32[421642]> v84 v87  # models/convnet/model.go:18
-//   v89 = add <f32[421642]> v86 v88  # models/convnet/model.go:18
-//   v92 = scale <f32[421642]> v90 {f=0.9}  # models/convnet/model.go:18
-//   v93 = scale <f32[421642]> v89 {f=0.09999999999999998}  # models/convnet/model.go:18
-//   v94 = add <f32[421642]> v92 v93  # models/convnet/model.go:18
-//   v95 = scale <f32[421642]> v91 {f=0.999}  # models/convnet/model.go:18
-//   v96 = mul <f32[421642]> v89 v89  # models/convnet/model.go:18
-//   v97 = scale <f32[421642]> v96 {f=0.0010000000000000009}  # models/convnet/model.go:18
-//   v98 = add <f32[421642]> v95 v97  # models/convnet/model.go:18
-//   v99 = sqrt <f32[421642]> v98  # models/convnet/model.go:18
-//   v101 = div <f32[421642]> v99 v100  # models/convnet/model.go:18
-//   v102 = addc <f32[421642]> v101 {f=1e-08}  # models/convnet/model.go:18
-//   v104 = div <f32[421642]> v94 v102  # models/convnet/model.go:18
-//   v105 = mul <f32[421642]> v103 v104  # models/convnet/model.go:18
-//   v106 = sub <f32[421642]> v84 v105  # models/convnet/model.go:18
+//   v84 = clip_norm_scale <f32[421642]> v83  # models/convnet/model.go:18
+//   v86 = mul <f32[421642]> v82 v85  # models/convnet/model.go:18
+//   v87 = add <f32[421642]> v84 v86  # models/convnet/model.go:18
+//   v90 = scale <f32[421642]> v88 {f=0.9}  # models/convnet/model.go:18
+//   v91 = scale <f32[421642]> v87 {f=0.09999999999999998}  # models/convnet/model.go:18
+//   v92 = add <f32[421642]> v90 v91  # models/convnet/model.go:18
+//   v93 = scale <f32[421642]> v89 {f=0.999}  # models/convnet/model.go:18
+//   v94 = mul <f32[421642]> v87 v87  # models/convnet/model.go:18
+//   v95 = scale <f32[421642]> v94 {f=0.0010000000000000009}  # models/convnet/model.go:18
+//   v96 = add <f32[421642]> v93 v95  # models/convnet/model.go:18
+//   v97 = sqrt <f32[421642]> v96  # models/convnet/model.go:18
+//   v99 = div <f32[421642]> v97 v98  # models/convnet/model.go:18
+//   v100 = addc <f32[421642]> v99 {f=1e-08}  # models/convnet/model.go:18
+//   v102 = div <f32[421642]> v92 v100  # models/convnet/model.go:18
+//   v103 = mul <f32[421642]> v101 v102  # models/convnet/model.go:18
+//   v104 = sub <f32[421642]> v82 v103  # models/convnet/model.go:18
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
   const float s_wd = (float)clk[103]; // from the clock
@@ -894,29 +872,29 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 421642LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a85 = in0[i];
-    float v86 = (a85 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a84 = in1[i];
-    float v88 = (a84 * s_wd);
-    float v89 = (v86 + v88);
-    float a90 = in2[i];
-    float v92 = (a90 * 0.90000000000000002f);
-    float v93 = (v89 * 0.099999999999999978f);
-    float v94 = (v92 + v93);
-    float a91 = in3[i];
-    out0[i] = v94;
-    float v95 = (a91 * 0.999f);
-    float v96 = (v89 * v89);
-    float v97 = (v96 * 0.0010000000000000009f);
-    float v98 = (v95 + v97);
-    out1[i] = v98;
-    float v99 = sqrtf(v98);
-    float v101 = (v99 / s_bc2_sqrt);
-    float v102 = (v101 + 1e-08f);
-    float v104 = (v94 / v102);
-    float v105 = (s_step_size * v104);
-    float v106 = (a84 - v105);
-    out2[i] = v106;
+    float a83 = in0[i];
+    float v84 = (a83 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a82 = in1[i];
+    float v86 = (a82 * s_wd);
+    float v87 = (v84 + v86);
+    float a88 = in2[i];
+    float v90 = (a88 * 0.90000000000000002f);
+    float v91 = (v87 * 0.099999999999999978f);
+    float v92 = (v90 + v91);
+    float a89 = in3[i];
+    out0[i] = v92;
+    float v93 = (a89 * 0.999f);
+    float v94 = (v87 * v87);
+    float v95 = (v94 * 0.0010000000000000009f);
+    float v96 = (v93 + v95);
+    out1[i] = v96;
+    float v97 = sqrtf(v96);
+    float v99 = (v97 / s_bc2_sqrt);
+    float v100 = (v99 + 1e-08f);
+    float v102 = (v92 / v100);
+    float v103 = (s_step_size * v102);
+    float v104 = (a82 - v103);
+    out2[i] = v104;
   }
 }
 
@@ -1357,63 +1335,57 @@ NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, col2im_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
+NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, double *, 9)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_30(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_argmax_maxpool_pick_fwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_31(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_cast_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_32(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_33(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_36(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_34(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_37(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_35(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
@@ -1456,8 +1428,6 @@ extern "C" int ngen_cpu_entry_convnet_bf16_6b177b6806bf(int k, const ngen_launch
   case 33: return ngen_launch_33(l);
   case 34: return ngen_launch_34(l);
   case 35: return ngen_launch_35(l);
-  case 36: return ngen_launch_36(l);
-  case 37: return ngen_launch_37(l);
   }
   return -1;
 }

@@ -340,34 +340,23 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
   }
 }
 
-// cast_bwd computes:
-//   v34 = cast <f32[10,256]> v33 {str=f32}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 2560LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a33 = in0[i];
-    float v34 = a33;
-    out0[i] = v34;
-  }
-}
-
 // dropout_relu_bwd_bwd computes:
-//   v35 = dropout <bf16[B,256]> v32 {f=0.2 i=2}  # models/mlp/model.go:20
-//   v36 = relu_bwd <bf16[B,256]> v35 v17  # models/mlp/model.go:20
+//   v34 = dropout <bf16[B,256]> v32 {f=0.2 i=2}  # models/mlp/model.go:20
+//   v35 = relu_bwd <bf16[B,256]> v34 v17  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a32 = in0[i];
-    float v35 = ngen_round_bf16((a32 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
+    float v34 = ngen_round_bf16((a32 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v36 = ngen_relu_grad(a17, v35);
-    out0[i] = v36;
+    float v35 = ngen_relu_grad(a17, v34);
+    out0[i] = v35;
   }
 }
 
 // sum_bwd computes:
-//   v37 = sum <f32[1,256]> v36 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:20
+//   v36 = sum <f32[1,256]> v35 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:20
 static __device__ float sum_bwd_part0[2304];
 static __device__ unsigned sum_bwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -386,8 +375,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a36 = in0[i];
-          { const float x = a36; acc0_l[oc] = acc0_l[oc] + x; }
+          float a35 = in0[i];
+          { const float x = a35; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -399,8 +388,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a36 = in0[i];
-      { const float x = a36; acc0 = acc0 + x; }
+      float a35 = in0[i];
+      { const float x = a35; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -425,34 +414,23 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __nv_bfloat16 * 
   }
 }
 
-// cast_bwd_2 computes:
-//   v41 = cast <f32[256,512]> v40 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 131072LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float v41 = a40;
-    out0[i] = v41;
-  }
-}
-
 // dropout_relu_bwd_bwd_2 computes:
-//   v42 = dropout <bf16[B,512]> v39 {f=0.2 i=1}  # models/mlp/model.go:19
-//   v43 = relu_bwd <bf16[B,512]> v42 v9  # models/mlp/model.go:19
+//   v40 = dropout <bf16[B,512]> v38 {f=0.2 i=1}  # models/mlp/model.go:19
+//   v41 = relu_bwd <bf16[B,512]> v40 v9  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a39 = in0[i];
-    float v42 = ngen_round_bf16((a39 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
+    float a38 = in0[i];
+    float v40 = ngen_round_bf16((a38 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v43 = ngen_relu_grad(a9, v42);
-    out0[i] = v43;
+    float v41 = ngen_relu_grad(a9, v40);
+    out0[i] = v41;
   }
 }
 
 // sum_bwd_2 computes:
-//   v44 = sum <f32[1,512]> v43 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:19
+//   v42 = sum <f32[1,512]> v41 {axes=[0] keepdim str=bf16}  # models/mlp/model.go:19
 static __device__ float sum_bwd_2_part0[2560];
 static __device__ unsigned sum_bwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -471,8 +449,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-          float a43 = in0[i];
-          { const float x = a43; acc0_l[oc] = acc0_l[oc] + x; }
+          float a41 = in0[i];
+          { const float x = a41; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -484,8 +462,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-      float a43 = in0[i];
-      { const float x = a43; acc0 = acc0 + x; }
+      float a41 = in0[i];
+      { const float x = a41; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -510,34 +488,23 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __nv_bfloat16 
   }
 }
 
-// cast_bwd_3 computes:
-//   v47 = cast <f32[512,784]> v46 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __nv_bfloat16 * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 401408LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a46 = in0[i];
-    float v47 = a46;
-    out0[i] = v47;
-  }
-}
-
 // optimizer_update computes:
-//   v50 = clip_norm_scale <f32[535818]> v49  # models/mlp/model.go:16
-//   v52 = mul <f32[535818]> v48 v51  # models/mlp/model.go:16
-//   v53 = add <f32[535818]> v50 v52  # models/mlp/model.go:16
-//   v56 = scale <f32[535818]> v54 {f=0.9}  # models/mlp/model.go:16
-//   v57 = scale <f32[535818]> v53 {f=0.09999999999999998}  # models/mlp/model.go:16
-//   v58 = add <f32[535818]> v56 v57  # models/mlp/model.go:16
-//   v59 = scale <f32[535818]> v55 {f=0.999}  # models/mlp/model.go:16
-//   v60 = mul <f32[535818]> v53 v53  # models/mlp/model.go:16
-//   v61 = scale <f32[535818]> v60 {f=0.0010000000000000009}  # models/mlp/model.go:16
-//   v62 = add <f32[535818]> v59 v61  # models/mlp/model.go:16
-//   v63 = sqrt <f32[535818]> v62  # models/mlp/model.go:16
-//   v65 = div <f32[535818]> v63 v64  # models/mlp/model.go:16
-//   v66 = addc <f32[535818]> v65 {f=1e-08}  # models/mlp/model.go:16
-//   v68 = div <f32[535818]> v58 v66  # models/mlp/model.go:16
-//   v69 = mul <f32[535818]> v67 v68  # models/mlp/model.go:16
-//   v70 = sub <f32[535818]> v48 v69  # models/mlp/model.go:16
+//   v47 = clip_norm_scale <f32[535818]> v46  # models/mlp/model.go:16
+//   v49 = mul <f32[535818]> v45 v48  # models/mlp/model.go:16
+//   v50 = add <f32[535818]> v47 v49  # models/mlp/model.go:16
+//   v53 = scale <f32[535818]> v51 {f=0.9}  # models/mlp/model.go:16
+//   v54 = scale <f32[535818]> v50 {f=0.09999999999999998}  # models/mlp/model.go:16
+//   v55 = add <f32[535818]> v53 v54  # models/mlp/model.go:16
+//   v56 = scale <f32[535818]> v52 {f=0.999}  # models/mlp/model.go:16
+//   v57 = mul <f32[535818]> v50 v50  # models/mlp/model.go:16
+//   v58 = scale <f32[535818]> v57 {f=0.0010000000000000009}  # models/mlp/model.go:16
+//   v59 = add <f32[535818]> v56 v58  # models/mlp/model.go:16
+//   v60 = sqrt <f32[535818]> v59  # models/mlp/model.go:16
+//   v62 = div <f32[535818]> v60 v61  # models/mlp/model.go:16
+//   v63 = addc <f32[535818]> v62 {f=1e-08}  # models/mlp/model.go:16
+//   v65 = div <f32[535818]> v55 v63  # models/mlp/model.go:16
+//   v66 = mul <f32[535818]> v64 v65  # models/mlp/model.go:16
+//   v67 = sub <f32[535818]> v45 v66  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const int *status, float s_max_norm, const double *__restrict__ clk) {
   const float s_wd = (float)clk[103]; // from the clock
@@ -546,29 +513,29 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a49 = in0[i];
-    float v50 = (a49 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a48 = in1[i];
-    float v52 = (a48 * s_wd);
-    float v53 = (v50 + v52);
-    float a54 = in2[i];
-    float v56 = (a54 * 0.90000000000000002f);
-    float v57 = (v53 * 0.099999999999999978f);
-    float v58 = (v56 + v57);
-    float a55 = in3[i];
-    out0[i] = v58;
-    float v59 = (a55 * 0.999f);
-    float v60 = (v53 * v53);
-    float v61 = (v60 * 0.0010000000000000009f);
-    float v62 = (v59 + v61);
-    out1[i] = v62;
-    float v63 = sqrtf(v62);
-    float v65 = (v63 / s_bc2_sqrt);
-    float v66 = (v65 + 1e-08f);
-    float v68 = (v58 / v66);
-    float v69 = (s_step_size * v68);
-    float v70 = (a48 - v69);
-    out2[i] = v70;
+    float a46 = in0[i];
+    float v47 = (a46 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a45 = in1[i];
+    float v49 = (a45 * s_wd);
+    float v50 = (v47 + v49);
+    float a51 = in2[i];
+    float v53 = (a51 * 0.90000000000000002f);
+    float v54 = (v50 * 0.099999999999999978f);
+    float v55 = (v53 + v54);
+    float a52 = in3[i];
+    out0[i] = v55;
+    float v56 = (a52 * 0.999f);
+    float v57 = (v50 * v50);
+    float v58 = (v57 * 0.0010000000000000009f);
+    float v59 = (v56 + v58);
+    out1[i] = v59;
+    float v60 = sqrtf(v59);
+    float v62 = (v60 / s_bc2_sqrt);
+    float v63 = (v62 + 1e-08f);
+    float v65 = (v55 / v63);
+    float v66 = (s_step_size * v65);
+    float v67 = (a45 - v66);
+    out2[i] = v67;
   }
 }
 
@@ -990,54 +957,45 @@ NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, int *, 7), NGEN_ARG(l, float, 8), NGEN_ARG(l, double *, 9)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_cast_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
@@ -1069,9 +1027,6 @@ extern "C" int ngen_cpu_entry_mlp_bf16_2af1ee0e677a(int k, const ngen_launch *l)
   case 22: return ngen_launch_22(l);
   case 23: return ngen_launch_23(l);
   case 24: return ngen_launch_24(l);
-  case 25: return ngen_launch_25(l);
-  case 26: return ngen_launch_26(l);
-  case 27: return ngen_launch_27(l);
   }
   return -1;
 }

@@ -381,34 +381,23 @@ extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __r
   }
 }
 
-// cast_bwd computes:
-//   v35 = cast <f32[10,256]> v34 {str=f32}  # models/mlp/model.go:21
-extern "C" __global__ void __launch_bounds__(256) cast_bwd(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 2560LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a34 = in0[i];
-    float v35 = a34;
-    out0[i] = v35;
-  }
-}
-
 // dropout_relu_bwd_bwd computes:
-//   v36 = dropout <f16[B,256]> v33 {f=0.2 i=2}  # models/mlp/model.go:20
-//   v37 = relu_bwd <f16[B,256]> v36 v17  # models/mlp/model.go:20
+//   v35 = dropout <f16[B,256]> v33 {f=0.2 i=2}  # models/mlp/model.go:20
+//   v36 = relu_bwd <f16[B,256]> v35 v17  # models/mlp/model.go:20
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd(const __half * __restrict__ in0, const __half * __restrict__ in1, __half * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a33 = in0[i];
-    float v36 = ngen_round_f16((a33 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
+    float v35 = ngen_round_f16((a33 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     float a17 = in1[i];
-    float v37 = ngen_relu_grad(a17, v36);
-    out0[i] = v37;
+    float v36 = ngen_relu_grad(a17, v35);
+    out0[i] = v36;
   }
 }
 
 // sum_bwd computes:
-//   v38 = sum <f32[1,256]> v37 {axes=[0] keepdim str=f16}  # models/mlp/model.go:20
+//   v37 = sum <f32[1,256]> v36 {axes=[0] keepdim str=f16}  # models/mlp/model.go:20
 static __device__ float sum_bwd_part0[2304];
 static __device__ unsigned sum_bwd_count[32];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -427,8 +416,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-          float a37 = in0[i];
-          { const float x = a37; acc0_l[oc] = acc0_l[oc] + x; }
+          float a36 = in0[i];
+          { const float x = a36; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -440,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
-      float a37 = in0[i];
-      { const float x = a37; acc0 = acc0 + x; }
+      float a36 = in0[i];
+      { const float x = a36; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -466,34 +455,23 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd(const __half * __restr
   }
 }
 
-// cast_bwd_2 computes:
-//   v42 = cast <f32[256,512]> v41 {str=f32}  # models/mlp/model.go:20
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_2(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 131072LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a41 = in0[i];
-    float v42 = a41;
-    out0[i] = v42;
-  }
-}
-
 // dropout_relu_bwd_bwd_2 computes:
-//   v43 = dropout <f16[B,512]> v40 {f=0.2 i=1}  # models/mlp/model.go:19
-//   v44 = relu_bwd <f16[B,512]> v43 v9  # models/mlp/model.go:19
+//   v41 = dropout <f16[B,512]> v39 {f=0.2 i=1}  # models/mlp/model.go:19
+//   v42 = relu_bwd <f16[B,512]> v41 v9  # models/mlp/model.go:19
 extern "C" __global__ void __launch_bounds__(256) dropout_relu_bwd_bwd_2(const __half * __restrict__ in0, const __half * __restrict__ in1, __half * __restrict__ out0, int B, long long s_row0, int s_train, unsigned long long s_seed, const double *__restrict__ clk, int c0) {
   const unsigned long long s_step = (unsigned long long)clk[95]; // from the clock
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
-    float a40 = in0[i];
-    float v43 = ngen_round_f16((a40 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
+    float a39 = in0[i];
+    float v41 = ngen_round_f16((a39 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     float a9 = in1[i];
-    float v44 = ngen_relu_grad(a9, v43);
-    out0[i] = v44;
+    float v42 = ngen_relu_grad(a9, v41);
+    out0[i] = v42;
   }
 }
 
 // sum_bwd_2 computes:
-//   v45 = sum <f32[1,512]> v44 {axes=[0] keepdim str=f16}  # models/mlp/model.go:19
+//   v43 = sum <f32[1,512]> v42 {axes=[0] keepdim str=f16}  # models/mlp/model.go:19
 static __device__ float sum_bwd_2_part0[2560];
 static __device__ unsigned sum_bwd_2_count[64];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
@@ -512,8 +490,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
         #pragma unroll
         for (int oc = 0; oc < 8; ++oc) {
           const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-          float a44 = in0[i];
-          { const float x = a44; acc0_l[oc] = acc0_l[oc] + x; }
+          float a42 = in0[i];
+          { const float x = a42; acc0_l[oc] = acc0_l[oc] + x; }
         }
       }
       for (int oc = 0; oc < 8; ++oc) {
@@ -525,8 +503,8 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
     float acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
       const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-      float a44 = in0[i];
-      { const float x = a44; acc0 = acc0 + x; }
+      float a42 = in0[i];
+      { const float x = a42; acc0 = acc0 + x; }
     }
     part0[threadIdx.x] = acc0;
     __syncthreads();
@@ -551,35 +529,24 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_2(const __half * __res
   }
 }
 
-// cast_bwd_3 computes:
-//   v48 = cast <f32[512,784]> v47 {str=f32}  # models/mlp/model.go:19
-extern "C" __global__ void __launch_bounds__(256) cast_bwd_3(const __half * __restrict__ in0, float * __restrict__ out0) {
-  const long long n = 401408LL;
-  NGEN_GRID_STRIDE(i, n) {
-    float a47 = in0[i];
-    float v48 = a47;
-    out0[i] = v48;
-  }
-}
-
 // optimizer_update computes:
-//   v52 = mul <f32[535818]> v50 v51  # models/mlp/model.go:16
-//   v53 = clip_norm_scale <f32[535818]> v52  # models/mlp/model.go:16
-//   v55 = mul <f32[535818]> v49 v54  # models/mlp/model.go:16
-//   v56 = add <f32[535818]> v53 v55  # models/mlp/model.go:16
-//   v59 = scale <f32[535818]> v57 {f=0.9}  # models/mlp/model.go:16
-//   v60 = scale <f32[535818]> v56 {f=0.09999999999999998}  # models/mlp/model.go:16
-//   v61 = add <f32[535818]> v59 v60  # models/mlp/model.go:16
-//   v62 = scale <f32[535818]> v58 {f=0.999}  # models/mlp/model.go:16
-//   v63 = mul <f32[535818]> v56 v56  # models/mlp/model.go:16
-//   v64 = scale <f32[535818]> v63 {f=0.0010000000000000009}  # models/mlp/model.go:16
-//   v65 = add <f32[535818]> v62 v64  # models/mlp/model.go:16
-//   v66 = sqrt <f32[535818]> v65  # models/mlp/model.go:16
-//   v68 = div <f32[535818]> v66 v67  # models/mlp/model.go:16
-//   v69 = addc <f32[535818]> v68 {f=1e-08}  # models/mlp/model.go:16
-//   v71 = div <f32[535818]> v61 v69  # models/mlp/model.go:16
-//   v72 = mul <f32[535818]> v70 v71  # models/mlp/model.go:16
-//   v73 = sub <f32[535818]> v49 v72  # models/mlp/model.go:16
+//   v49 = mul <f32[535818]> v47 v48  # models/mlp/model.go:16
+//   v50 = clip_norm_scale <f32[535818]> v49  # models/mlp/model.go:16
+//   v52 = mul <f32[535818]> v46 v51  # models/mlp/model.go:16
+//   v53 = add <f32[535818]> v50 v52  # models/mlp/model.go:16
+//   v56 = scale <f32[535818]> v54 {f=0.9}  # models/mlp/model.go:16
+//   v57 = scale <f32[535818]> v53 {f=0.09999999999999998}  # models/mlp/model.go:16
+//   v58 = add <f32[535818]> v56 v57  # models/mlp/model.go:16
+//   v59 = scale <f32[535818]> v55 {f=0.999}  # models/mlp/model.go:16
+//   v60 = mul <f32[535818]> v53 v53  # models/mlp/model.go:16
+//   v61 = scale <f32[535818]> v60 {f=0.0010000000000000009}  # models/mlp/model.go:16
+//   v62 = add <f32[535818]> v59 v61  # models/mlp/model.go:16
+//   v63 = sqrt <f32[535818]> v62  # models/mlp/model.go:16
+//   v65 = div <f32[535818]> v63 v64  # models/mlp/model.go:16
+//   v66 = addc <f32[535818]> v65 {f=1e-08}  # models/mlp/model.go:16
+//   v68 = div <f32[535818]> v58 v66  # models/mlp/model.go:16
+//   v69 = mul <f32[535818]> v67 v68  # models/mlp/model.go:16
+//   v70 = sub <f32[535818]> v46 v69  # models/mlp/model.go:16
 //   (skipped when the status block reports a failed step)
 extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *in0, const float *in1, const float *in2, const float *in3, float *out0, float *out1, float *out2, const double *__restrict__ clk, const int *status, float s_max_norm) {
   const float s_inv_scale = (float)clk[97]; // from the clock
@@ -589,30 +556,30 @@ extern "C" __global__ void __launch_bounds__(256) optimizer_update(const float *
   if ((status[0] | status[4] | status[5]) != 0) return; // a failed step commits nothing
   const long long n = 535818LL;
   NGEN_GRID_STRIDE(i, n) {
-    float a50 = in0[i];
-    float v52 = (a50 * s_inv_scale);
-    float v53 = (v52 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
-    float a49 = in1[i];
-    float v55 = (a49 * s_wd);
-    float v56 = (v53 + v55);
-    float a57 = in2[i];
-    float v59 = (a57 * 0.90000000000000002f);
-    float v60 = (v56 * 0.099999999999999978f);
-    float v61 = (v59 + v60);
-    float a58 = in3[i];
-    out0[i] = v61;
-    float v62 = (a58 * 0.999f);
-    float v63 = (v56 * v56);
-    float v64 = (v63 * 0.0010000000000000009f);
-    float v65 = (v62 + v64);
-    out1[i] = v65;
-    float v66 = sqrtf(v65);
-    float v68 = (v66 / s_bc2_sqrt);
-    float v69 = (v68 + 1e-08f);
-    float v71 = (v61 / v69);
-    float v72 = (s_step_size * v71);
-    float v73 = (a49 - v72);
-    out2[i] = v73;
+    float a47 = in0[i];
+    float v49 = (a47 * s_inv_scale);
+    float v50 = (v49 * (s_max_norm - s_max_norm == (float)0 ? __int_as_float(status[14]) : 1.0f));
+    float a46 = in1[i];
+    float v52 = (a46 * s_wd);
+    float v53 = (v50 + v52);
+    float a54 = in2[i];
+    float v56 = (a54 * 0.90000000000000002f);
+    float v57 = (v53 * 0.099999999999999978f);
+    float v58 = (v56 + v57);
+    float a55 = in3[i];
+    out0[i] = v58;
+    float v59 = (a55 * 0.999f);
+    float v60 = (v53 * v53);
+    float v61 = (v60 * 0.0010000000000000009f);
+    float v62 = (v59 + v61);
+    out1[i] = v62;
+    float v63 = sqrtf(v62);
+    float v65 = (v63 / s_bc2_sqrt);
+    float v66 = (v65 + 1e-08f);
+    float v68 = (v58 / v66);
+    float v69 = (s_step_size * v68);
+    float v70 = (a46 - v69);
+    out2[i] = v70;
   }
 }
 
@@ -1078,54 +1045,45 @@ NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
-  NGEN_RUN_SPAN(l, cast_bwd_3(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1)));
-}
-NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int *, 8), NGEN_ARG(l, float, 9)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_3(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_dropout_fwd_4(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_cast_fwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, add_relu_fwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_23(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_guard_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, ngen_grad_norm_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, double *, 2), NGEN_ARG(l, float, 3), NGEN_ARG(l, double *, 4)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_28(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, ngen_update_check_float(NGEN_ARG(l, int *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, double *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float, 6)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_29(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
   NGEN_RUN_SIMPLE(l, ngen_clock(NGEN_ARG(l, int *, 0), NGEN_ARG(l, double *, 1), NGEN_ARG(l, int, 2)));
 }
 } // namespace
@@ -1159,9 +1117,6 @@ extern "C" int ngen_cpu_entry_mlp_fp16_eb9a9c001691(int k, const ngen_launch *l)
   case 24: return ngen_launch_24(l);
   case 25: return ngen_launch_25(l);
   case 26: return ngen_launch_26(l);
-  case 27: return ngen_launch_27(l);
-  case 28: return ngen_launch_28(l);
-  case 29: return ngen_launch_29(l);
   }
   return -1;
 }
