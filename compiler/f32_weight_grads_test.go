@@ -8,6 +8,20 @@ import (
 	"github.com/ngen-ml/ngen/models/transformer"
 )
 
+// smallAMPGPT is the gpt at a small size under mixed precision h, built.
+func smallAMPGPT(t *testing.T, h dsl.DType) *ir.Model {
+	t.Helper()
+	c := transformer.GPTConfig()
+	c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen, c.DecLayers = 12, 3, 20, 5, 8, 2
+	m := transformer.NewGPT(c)
+	m.Precision(dsl.AMP{Type: h})
+	im, err := m.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im
+}
+
 // wgradF32 reports whether v is a GEMM of 16-bit operands that keeps its
 // f32 result (f32_weight_grads.go).
 func wgradF32(v *ir.Value) bool {
@@ -20,16 +34,10 @@ func wgradF32(v *ir.Value) bool {
 // to f32 left for it, and every other GEMM stays 16-bit; the tied token
 // embedding's gradient (a sum of two contributions) keeps its cast.
 func TestF32WeightGrads(t *testing.T) {
-	c := transformer.GPTConfig()
-	c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen, c.DecLayers = 12, 3, 20, 5, 8, 2
+	const layers = 2 // smallAMPGPT's
 	for _, h := range []dsl.DType{dsl.BF16, dsl.F16} {
 		for _, fuse := range []bool{true, false} {
-			m := transformer.NewGPT(c)
-			m.Precision(dsl.AMP{Type: h})
-			im, err := m.Build()
-			if err != nil {
-				t.Fatal(err)
-			}
+			im := smallAMPGPT(t, h)
 			p, err := Compile(im, Options{Fuse: fuse})
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +69,7 @@ func TestF32WeightGrads(t *testing.T) {
 				}
 			}
 			// Each block's in_proj, out_proj, linear1 and linear2.
-			if want := 4 * c.DecLayers; folded != want || f32 != want || half == 0 {
+			if want := 4 * layers; folded != want || f32 != want || half == 0 {
 				t.Errorf("%s fuse=%v: %d weight gradients in f32 from %d GEMMs (%d 16-bit GEMMs), want %d", h, fuse, folded, f32, half, want)
 			}
 		}

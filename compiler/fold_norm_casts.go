@@ -29,10 +29,7 @@ func foldNormCasts(p *Program) error {
 
 func foldFuncNormCasts(f *ir.Func) {
 	uses := f.Uses()
-	pinned := map[*ir.Value]bool{}
-	for _, v := range handedOut(f) {
-		pinned[v] = true
-	}
+	pinned := handedOutSet(f)
 	dead := map[*ir.Value]bool{}
 	for _, v := range f.Values {
 		switch v.Op {

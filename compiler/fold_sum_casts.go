@@ -28,10 +28,7 @@ func sameShape(a, b *ir.Value) bool { return a.Shape.Eq(b.Shape) }
 
 func foldFuncSumCasts(f *ir.Func) {
 	uses := f.Uses()
-	pinned := map[*ir.Value]bool{}
-	for _, v := range handedOut(f) {
-		pinned[v] = true
-	}
+	pinned := handedOutSet(f)
 	dead := map[*ir.Value]bool{}
 	for _, v := range f.Values {
 		if v.Op != "sum" || !v.DType.IsHalf() || v.Attrs.Str != "" || pinned[v] || v.Args[0].Op == "matmul" {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/dsl"
-	"github.com/ngen-ml/ngen/models/transformer"
 )
 
 // TestFoldSumCasts: in the gpt under mixed precision every bias's
@@ -16,15 +15,9 @@ import (
 // weight gradient) keeps its type. models/transformer's
 // TestFoldCastsExact checks the same bits.
 func TestFoldSumCasts(t *testing.T) {
-	c := transformer.GPTConfig()
-	c.DModel, c.Heads, c.FF, c.SeqLen, c.MaxLen, c.DecLayers = 12, 3, 20, 5, 8, 2
+	const layers = 2 // smallAMPGPT's
 	for _, h := range []dsl.DType{dsl.BF16, dsl.F16} {
-		m := transformer.NewGPT(c)
-		m.Precision(dsl.AMP{Type: h})
-		im, err := m.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
+		im := smallAMPGPT(t, h)
 		ht := im.Precision.Type
 		for _, off := range []bool{false, true} {
 			opts := Options{Fuse: true}
@@ -68,11 +61,11 @@ func TestFoldSumCasts(t *testing.T) {
 			// Each block's out_proj, linear1 and linear2 biases (the
 			// attention's in_proj_bias is not named *.bias; the
 			// LayerNorms' are f32 sums already).
-			want := 3 * c.DecLayers
+			want := 3 * layers
 			if off {
 				want = 0
 			}
-			if folded != want || biases != 3*c.DecLayers {
+			if folded != want || biases != 3*layers {
 				t.Errorf("%s off=%v: %d of %d bias gradients folded, want %d", ht, off, folded, biases, want)
 			}
 		}

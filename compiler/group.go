@@ -100,6 +100,16 @@ func handedOut(f *ir.Func) []*ir.Value {
 	return vs
 }
 
+// handedOutSet is handedOut as a set: the values a rewriting pass must
+// leave in place.
+func handedOutSet(f *ir.Func) map[*ir.Value]bool {
+	set := map[*ir.Value]bool{}
+	for _, v := range handedOut(f) {
+		set[v] = true
+	}
+	return set
+}
+
 // finishGroups computes each group's inputs and outputs and names it.
 func finishGroups(f *ir.Func, gs []*Group) {
 	owner := map[*ir.Value]*Group{}

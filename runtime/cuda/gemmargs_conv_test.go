@@ -62,7 +62,6 @@ func TestCublasArgsLinearAMP(t *testing.T) {
 // TestCublasArgsConvAMP says; then, when set, check sees how they were
 // lowered (runtime.GemmCalls.How, counted).
 func checkAMPGemms(t *testing.T, models map[string]func() *ir.Model, check func(t *testing.T, name string, hows map[string]int)) {
-	widen := func(p runtime.Ptr) runtime.Ptr { return fakeBase + 2*(p-fakeBase) }
 	for name, model := range models {
 		for _, h := range []ir.DType{ir.BF16, ir.F16} {
 			for _, fuse := range []bool{true, false} {

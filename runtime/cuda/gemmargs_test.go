@@ -183,6 +183,15 @@ func TestCublasArgsMapping(t *testing.T) {
 	}
 }
 
+// widen maps a fake address of 2-byte elements to the same element's
+// address among 4-byte ones (0 stays 0).
+func widen(p runtime.Ptr) runtime.Ptr {
+	if p == 0 {
+		return 0
+	}
+	return fakeBase + 2*(p-fakeBase)
+}
+
 // TestCublasArgsHalf: bf16 and f16 GEMMs (cublasGemmEx) take the mapping
 // of f32 ones, with 2-byte elements. Each half case is checked as the f32
 // case whose fake addresses are twice as far from the base (the same
@@ -190,12 +199,6 @@ func TestCublasArgsMapping(t *testing.T) {
 // that case's call with the addresses halved back, entry by entry, and
 // the column-major reference driven by it must match the row-major one.
 func TestCublasArgsHalf(t *testing.T) {
-	widen := func(p runtime.Ptr) runtime.Ptr {
-		if p == 0 {
-			return 0
-		}
-		return fakeBase + 2*(p-fakeBase)
-	}
 	for _, dt := range []runtime.DType{runtime.BF16, runtime.F16} {
 		if shimDType(dt) < 2 {
 			t.Fatalf("%s: shim code %d", dt, shimDType(dt))
@@ -239,12 +242,6 @@ func TestCublasArgsHalf(t *testing.T) {
 // CUDA_R_32F), and each batch entry's C lies where the f32 case's does.
 // F32Out with f32 or f64 operands is refused.
 func TestCublasArgsF32Out(t *testing.T) {
-	widen := func(p runtime.Ptr) runtime.Ptr {
-		if p == 0 {
-			return 0
-		}
-		return fakeBase + 2*(p-fakeBase)
-	}
 	for _, dt := range []runtime.DType{runtime.BF16, runtime.F16} {
 		for _, g := range gemmCases(dt) {
 			if g.K == 0 {
