@@ -56,6 +56,8 @@ type Session struct {
 	// NewSession).
 	args       []Arg
 	ptrArgs    []Arg
+	boxed      []boxedArg          // box's cache of scalar arguments
+	nextBox    int                 // the entry box replaces next once the cache is full
 	statusRead *[StatusWords]int32 // what check reads the status block into
 	scal       map[string]float64  // the update's host scalars (the max norm; the rest are in the clock)
 }
@@ -483,37 +485,27 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 				args[i] = s.ptrArg(a.Buf)
 				continue
 			case a.Scalar == "":
-				args[i] = constArg(a)
+				args[i] = s.box(a.Kind, constBits(a))
 				continue
 			case a.Scalar == "seed":
-				args[i] = s.seed
+				args[i] = s.box(ArgU64, s.seed)
 				continue
 			case a.Scalar == "step":
 				// Dropout is keyed by the optimizer step the batch
 				// contributes to (1-based), not by the call, so that the
 				// micro-batches of one update draw one batch's masks.
-				args[i] = uint64(s.t) + 1
+				// (A plan with a device clock reads it from there.)
+				args[i] = s.box(ArgU64, uint64(s.t)+1)
 				continue
 			case a.Scalar == "row0":
-				args[i] = s.row0
+				args[i] = s.box(ArgI64, uint64(s.row0))
 				continue
 			}
 			v, err := s.scalar(a.Scalar, scal)
 			if err != nil {
 				return err
 			}
-			switch a.Kind {
-			case ArgI32:
-				args[i] = int32(v)
-			case ArgI64:
-				args[i] = int64(v)
-			case ArgU64:
-				args[i] = uint64(v)
-			case ArgF32:
-				args[i] = float32(v)
-			case ArgF64:
-				args[i] = v
-			}
+			args[i] = s.box(a.Kind, scalarBits(a.Kind, v))
 		}
 		grid := Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
@@ -541,19 +533,89 @@ func (s *Session) ptrArg(i int) Arg {
 	return s.ptrArgs[i]
 }
 
-// constArg is a constant argument as its parameter's Go type.
-func constArg(a ArgRef) Arg {
-	switch a.Kind {
+// boxedArg is an Arg made once for a value of a kind (its bits).
+type boxedArg struct {
+	kind ArgKind
+	bits uint64
+	a    Arg
+}
+
+// maxBoxed bounds the session's cache of boxed scalar arguments.
+const maxBoxed = 32
+
+// box returns the launch argument of kind kind with the bits bits (as
+// scalarBits encodes them), from the session's cache when a launch
+// already passed it. Arg is an interface: boxing a float32, or an
+// integer above 255, allocates, and a step's scalars (the seed, the max
+// norm, a row offset) keep their values from step to step, so a step
+// boxes none.
+func (s *Session) box(kind ArgKind, bits uint64) Arg {
+	if bits < 256 && kind != ArgF32 && kind != ArgF64 {
+		// Go boxes an integer below 256 without allocating.
+		switch kind {
+		case ArgI32:
+			return int32(bits)
+		case ArgI64:
+			return int64(bits)
+		case ArgU64:
+			return bits
+		}
+	}
+	for i := range s.boxed {
+		if b := &s.boxed[i]; b.kind == kind && b.bits == bits {
+			return b.a
+		}
+	}
+	var a Arg
+	switch kind {
+	case ArgI32:
+		a = int32(uint32(bits))
 	case ArgI64:
-		return a.Const
+		a = int64(bits)
 	case ArgU64:
+		a = bits
+	case ArgF32:
+		a = math.Float32frombits(uint32(bits))
+	default:
+		a = math.Float64frombits(bits)
+	}
+	b := boxedArg{kind, bits, a}
+	if len(s.boxed) < maxBoxed {
+		s.boxed = append(s.boxed, b)
+	} else {
+		s.boxed[s.nextBox] = b
+		s.nextBox = (s.nextBox + 1) % maxBoxed
+	}
+	return a
+}
+
+// scalarBits encodes v as the bits box takes for kind.
+func scalarBits(kind ArgKind, v float64) uint64 {
+	switch kind {
+	case ArgI32:
+		return uint64(uint32(int32(v)))
+	case ArgI64:
+		return uint64(int64(v))
+	case ArgU64:
+		return uint64(v)
+	case ArgF32:
+		return uint64(math.Float32bits(float32(v)))
+	}
+	return math.Float64bits(v)
+}
+
+// constBits is a constant argument's bits for box, in its parameter's
+// type.
+func constBits(a ArgRef) uint64 {
+	switch a.Kind {
+	case ArgI64, ArgU64:
 		return uint64(a.Const)
 	case ArgF32:
-		return float32(a.Const)
+		return uint64(math.Float32bits(float32(a.Const)))
 	case ArgF64:
-		return float64(a.Const)
+		return math.Float64bits(float64(a.Const))
 	}
-	return int32(a.Const)
+	return uint64(uint32(int32(a.Const)))
 }
 
 func (s *Session) scalar(name string, scal map[string]float64) (float64, error) {

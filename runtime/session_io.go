@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"unsafe"
 )
 
@@ -137,7 +138,10 @@ func hostSlice(data any) (unsafe.Pointer, int, DType, error) {
 		}
 		return unsafe.Pointer(&d[0]), len(d), I32, nil
 	}
-	return nil, 0, 0, fmt.Errorf("unsupported host type %T", data)
+	// reflect.TypeOf, not fmt's %T: data must not escape, so that a
+	// caller's slice boxed into it stays on the stack (a step allocates
+	// nothing for its inputs, hostcost_test.go).
+	return nil, 0, 0, fmt.Errorf("unsupported host type %s", reflect.TypeOf(data))
 }
 
 // ReadFloats returns buffer i at the current batch size as float64s.
