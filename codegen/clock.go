@@ -3,10 +3,10 @@ package codegen
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -26,7 +26,7 @@ func (k *kernel) clockSlot(name, ctype string) string {
 	if k.plan == nil {
 		return ""
 	}
-	cb := clockBuffer(k.plan)
+	cb := k.plan.ClockBuffer()
 	if cb < 0 {
 		return ""
 	}
@@ -35,22 +35,12 @@ func (k *kernel) clockSlot(name, ctype string) string {
 		return ""
 	}
 	clk := k.param("const double *__restrict__", "clk", runtime.ArgRef{Buf: cb, Kind: runtime.ArgPtr})
-	local := "s_" + sanitizeScalar(name)
+	local := "s_" + compiler.Sanitize(name)
 	if _, ok := k.byName["clock "+local]; !ok {
 		k.byName["clock "+local] = -1
 		k.pro = append(k.pro, fmt.Sprintf("  const %s %s = (%s)%s[%d]; // from the clock\n", ctype, local, ctype, clk, slot))
 	}
 	return local
-}
-
-// clockBuffer is the plan's clock, or -1.
-func clockBuffer(plan *runtime.Plan) int {
-	for i, b := range plan.Buffers {
-		if b.Role == "clock" {
-			return i
-		}
-	}
-	return -1
 }
 
 // dlit is x as a C double literal that parses back to x.
@@ -126,34 +116,34 @@ func clockKernel(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 			switch o.Kind {
 			case "adam", "adamw":
 				if o.Kind == "adam" {
-					p("    const double gd = r(g + r(bp * cc(%s)));", sc("wd"))
+					p("    const double gd = $K_r(&ok, g + $K_r(&ok, bp * $K_c(%s)));", sc("wd"))
 				} else {
 					p("    const double gd = g;")
 				}
-				p("    b1 = r(r(b1 * cc(%s)) + r(gd * cc(%s)));", dlit(r.Beta1), dlit(1-r.Beta1))
-				p("    b2 = r(r(b2 * cc(%s)) + r(r(gd * gd) * cc(%s)));", dlit(r.Beta2), dlit(1-r.Beta2))
-				p("    r(r(sqrt(b2)) / (fabs(%s) * %s));", sc("bc2_sqrt"), dlit(1-2*0x1p-20))
+				p("    b1 = $K_r(&ok, $K_r(&ok, b1 * $K_c(%s)) + $K_r(&ok, gd * $K_c(%s)));", dlit(r.Beta1), dlit(1-r.Beta1))
+				p("    b2 = $K_r(&ok, $K_r(&ok, b2 * $K_c(%s)) + $K_r(&ok, $K_r(&ok, gd * gd) * $K_c(%s)));", dlit(r.Beta2), dlit(1-r.Beta2))
+				p("    $K_r(&ok, $K_r(&ok, sqrt(b2)) / (fabs(%s) * %s));", sc("bc2_sqrt"), dlit(1-2*0x1p-20))
 				if eps < map[bool]float64{true: 0x1p-126, false: 0x1p-1022}[f32] {
 					p("    return false; // an eps the kernels may flush to zero")
 				} else {
-					p("    const double ratio = r(b1 / (%s * %s));", dlit(eps), dlit(1-4*0x1p-20))
+					p("    const double ratio = $K_r(&ok, b1 / (%s * %s));", dlit(eps), dlit(1-4*0x1p-20))
 					p0 := "bp"
 					if o.Kind == "adamw" {
-						p0 = fmt.Sprintf("r(bp * cc(%s))", sc("decay"))
+						p0 = fmt.Sprintf("$K_r(&ok, bp * $K_c(%s))", sc("decay"))
 					}
-					p("    bp = r(%s + r(cc(%s) * ratio));", p0, sc("step_size"))
+					p("    bp = $K_r(&ok, %s + $K_r(&ok, $K_c(%s) * ratio));", p0, sc("step_size"))
 				}
 			case "sgd":
-				p("    double d = r(g + r(bp * cc(%s)));", sc("wd"))
+				p("    double d = $K_r(&ok, g + $K_r(&ok, bp * $K_c(%s)));", sc("wd"))
 				if r.Momentum != 0 {
-					p("    b1 = r(r(cc(%s) * b1) + r(cc(%s) * d));", sc("mom"), sc("damp"))
+					p("    b1 = $K_r(&ok, $K_r(&ok, $K_c(%s) * b1) + $K_r(&ok, $K_c(%s) * d));", sc("mom"), sc("damp"))
 					if o.Nesterov {
-						p("    d = r(d + r(b1 * cc(%s)));", dlit(r.Momentum))
+						p("    d = $K_r(&ok, d + $K_r(&ok, b1 * $K_c(%s)));", dlit(r.Momentum))
 					} else {
 						p("    d = b1;")
 					}
 				}
-				p("    bp = r(bp + r(cc(%s) * d));", sc("lr"))
+				p("    bp = $K_r(&ok, bp + $K_r(&ok, $K_c(%s) * d));", sc("lr"))
 			}
 			p("    nb[0] = fmax(nb[0], bp); nb[1] = fmax(nb[1], b1); nb[2] = fmax(nb[2], b2);")
 			p("  }")
@@ -166,7 +156,7 @@ func clockKernel(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 		p("  return $K_next(%s, g, nb) && nb[0] <= %s && nb[1] <= %s && nb[2] <= %s;", c, dlit(lim), dlit(lim), dlit(lim))
 		p("}")
 	}
-	k.pre = regexp.MustCompile(`\br\(`).ReplaceAllString(regexp.MustCompile(`\bcc\(`).ReplaceAllString(pre.String(), "$$K_c("), "$$K_r(&ok, ")
+	k.pre = pre.String()
 	w := &k.body
 	p = func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p("  if (blockIdx.x != 0 || threadIdx.x != 0) return;")

@@ -88,7 +88,7 @@ func (k *kernel) scalar(name, ctype string) string {
 	if c := k.clockSlot(name, ctype); c != "" {
 		return c
 	}
-	cname := "s_" + sanitizeScalar(name)
+	cname := "s_" + compiler.Sanitize(name)
 	if name == "B" {
 		cname = "B"
 	}
@@ -105,9 +105,6 @@ func (k *kernel) scalar(name, ctype string) string {
 	}
 	return k.param(ctype, cname, runtime.ArgRef{Buf: -1, Scalar: name, Kind: kind})
 }
-
-// sanitizeScalar is a scalar's name as part of a C identifier.
-func sanitizeScalar(name string) string { return compiler.Sanitize(name) }
 
 // imm declares a per-launch constant parameter holding v and returns its
 // C name. The kernel's text then says c0, not the number, so launches

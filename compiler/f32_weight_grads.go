@@ -29,7 +29,7 @@ func f32WeightGrads(p *Program) error {
 	f := p.Step
 	uses := f.Uses()
 	dead := map[*ir.Value]bool{}
-	for name, g := range f.Grads {
+	for _, g := range f.Grads {
 		if g.Op != "cast" || g.DType != ir.F32 || !g.Args[0].DType.IsHalf() {
 			continue
 		}
@@ -62,14 +62,7 @@ func f32WeightGrads(p *Program) error {
 		if len(chain) > 0 {
 			last = chain[len(chain)-1]
 		}
-		f.Grads[name] = last
-		for _, r := range uses[g] { // the optimizer's flat gradient
-			for i, a := range r.Args {
-				if a == g {
-					r.Args[i] = last
-				}
-			}
-		}
+		replaceValue(f, uses[g], g, last) // the gradient, and the optimizer's flat gradient reading it
 		dead[g] = true
 	}
 	if len(dead) > 0 {

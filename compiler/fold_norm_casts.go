@@ -43,13 +43,7 @@ func foldFuncNormCasts(f *ir.Func) {
 				continue
 			}
 			v.DType, v.Attrs.Str = c.DType, c.DType.String()
-			for _, r := range uses[c] {
-				for i, a := range r.Args {
-					if a == c {
-						r.Args[i] = v
-					}
-				}
-			}
+			replaceValue(f, uses[c], c, v)
 			dead[c] = true
 		case "layernorm_bwd":
 			g := v.Args[0]

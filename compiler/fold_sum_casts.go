@@ -60,29 +60,7 @@ func foldFuncSumCasts(f *ir.Func) {
 		for _, x := range chain {
 			x.DType = ir.F32
 		}
-		last := chain[len(chain)-1]
-		for _, r := range uses[c] {
-			for i, a := range r.Args {
-				if a == c {
-					r.Args[i] = last
-				}
-			}
-		}
-		for name, g := range f.Grads {
-			if g == c {
-				f.Grads[name] = last
-			}
-		}
-		for name, o := range f.Outputs {
-			if o == c {
-				f.Outputs[name] = last
-			}
-		}
-		for i := range f.Updates {
-			if f.Updates[i].New == c {
-				f.Updates[i].New = last
-			}
-		}
+		replaceValue(f, uses[c], c, chain[len(chain)-1])
 		dead[c] = true
 	}
 	if len(dead) > 0 {

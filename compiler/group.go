@@ -100,6 +100,34 @@ func handedOut(f *ir.Func) []*ir.Value {
 	return vs
 }
 
+// replaceValue makes every reader of old among users, and every place f
+// hands old out (an output, a gradient, an update), read new instead: a
+// rewriting pass's step before it drops old (dropValues).
+func replaceValue(f *ir.Func, users []*ir.Value, old, new *ir.Value) {
+	for _, r := range users {
+		for i, a := range r.Args {
+			if a == old {
+				r.Args[i] = new
+			}
+		}
+	}
+	for name, v := range f.Outputs {
+		if v == old {
+			f.Outputs[name] = new
+		}
+	}
+	for name, v := range f.Grads {
+		if v == old {
+			f.Grads[name] = new
+		}
+	}
+	for i := range f.Updates {
+		if f.Updates[i].New == old {
+			f.Updates[i].New = new
+		}
+	}
+}
+
 // handedOutSet is handedOut as a set: the values a rewriting pass must
 // leave in place.
 func handedOutSet(f *ir.Func) map[*ir.Value]bool {

@@ -104,22 +104,22 @@ func clockSchedFields(sc *schedule.Schedule) [clockSchedNums]float64 {
 // computes them.
 const ClockKernel = "clock"
 
-// clockBuf is the session's clock buffer, or -1 for a plan without one.
-func (s *Session) clockBuf() int {
-	if s.clock.buf == 0 {
-		s.clock.buf = -1
-		for i := range s.plan.Buffers {
-			if s.plan.Buffers[i].Role == "clock" {
-				s.clock.buf = i + 1
-			}
+// ClockBuffer is the plan's clock buffer, or -1 for a plan without one.
+func (p *Plan) ClockBuffer() int {
+	for i := range p.Buffers {
+		if p.Buffers[i].Role == "clock" {
+			return i
 		}
 	}
-	return s.clock.buf - 1
+	return -1
 }
+
+// clockBuf is the session's clock buffer, or -1 for a plan without one.
+func (s *Session) clockBuf() int { return s.clock.buf }
 
 // clockState is the session's side of the device clock.
 type clockState struct {
-	buf        int  // the clock buffer + 1; 0: not looked up
+	buf        int  // the clock buffer (Plan.ClockBuffer), -1: none
 	dirty      bool // the host's state changed: syncClock before the next launch
 	boundDirty bool // s.bound holds maxima the device has not seen
 	boundOff   bool // the clock's ClockBoundOff as last written

@@ -98,7 +98,7 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	}
 	var err error
 	s := &Session{dev: dev, plan: p, seed: opt.Seed, train: true, lr: p.Optimizer.LR, sched: p.Optimizer.Schedule, wd: p.Optimizer.WeightDecay, clip: initialClipNorm(p.Optimizer),
-		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}}
+		env: map[string]int{}, maxEnv: map[string]int{}, acc: accumulator{k: max(opt.AccumulationSteps, 1)}, clock: clockState{buf: p.ClockBuffer()}}
 	if s.scaler, err = newLossScale(p.Optimizer.Scaler); err != nil {
 		return nil, fmt.Errorf("%s: %w", p.Model, err)
 	}
@@ -399,11 +399,12 @@ func (s *Session) Run(name string, batch int) error {
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}
-	sync := s.syncClock
 	if name == "step" && s.acc.k == 1 {
-		sync = s.syncClockForUpdate
+		err = s.syncClockForUpdate()
+	} else {
+		err = s.syncClock()
 	}
-	if err := sync(); err != nil {
+	if err != nil {
 		return err
 	}
 	if name == "step" {
