@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler"
@@ -203,7 +204,14 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 	if z := kept.Size(); len(z.Syms) == 0 && z.N >= int64(reduceFill/2)*int64(k.block[0])*reduceVec {
 		vecFills = true
 	}
-	if innerKept && last.Sym == "" && last.N%reduceCols == 0 && !vecFills {
+	// ragged: the kept outputs are the inner axis alone, not a multiple
+	// of reduceCols (the vocabulary's 99 bias gradients): the last strip
+	// is partial, and its lanes past nout add nothing and store nothing.
+	ragged := false
+	if z := kept.Size(); innerKept && last.Sym == "" && last.N%reduceCols != 0 && len(z.Syms) == 0 && z.N == int64(last.N) {
+		ragged = true
+	}
+	if innerKept && last.Sym == "" && (last.N%reduceCols == 0 || ragged) && !vecFills {
 		// A block per strip of reduceCols adjacent outputs, its threads
 		// splitting the reduced rows and combining through shared memory:
 		// a bias gradient of 2048 outputs fills 256 blocks on a GPU
@@ -223,7 +231,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		split := 1
 		strips := int64(0)
 		if z := kept.Size(); len(z.Syms) == 0 && z.N > 0 {
-			strips = z.N / int64(cols)
+			strips = (z.N + int64(cols) - 1) / int64(cols)
 			split = int(min(reduceSplitMax, (reduceFill+strips-1)/strips))
 		}
 		for j := range accs {
@@ -241,9 +249,14 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
 		w.WriteString("    if (blockDim.x == 1) {\n")
 		lanes := laneAccs("oc", cols)
+		ncols := strconv.Itoa(cols)
+		if ragged {
+			ncols = "ncols"
+			fmt.Fprintf(w, "      const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", cols, cols)
+		}
 		w.WriteString("      for (long long r = 0; r < nred; ++r) {\n")
 		w.WriteString("        #pragma unroll\n")
-		fmt.Fprintf(w, "        for (int oc = 0; oc < %d; ++oc) {\n", cols)
+		fmt.Fprintf(w, "        for (int oc = 0; oc < %s; ++oc) {\n", ncols)
 		outer, lane := w, &strings.Builder{}
 		w = lane
 		body("          ", "base + oc + "+offset(redAxes, "r"), lanes)
@@ -253,7 +266,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		}
 		w.WriteString(lane.String())
 		w.WriteString("        }\n      }\n")
-		fmt.Fprintf(w, "      for (int oc = 0; oc < %d; ++oc) {\n", cols)
+		fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
 		for j, a := range accs {
 			fmt.Fprintf(w, "        %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
 		}
@@ -262,7 +275,11 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		for _, a := range accs {
 			fmt.Fprintf(w, "    %s %s = %s;\n", at, a.name, a.init)
 		}
-		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d + (long long)yi * (blockDim.x / %d); r < nred; r += (long long)(blockDim.x / %d) * ys) {\n", cols, cols, cols)
+		rows := "r < nred"
+		if ragged {
+			rows = "o0 + oc < nout && r < nred"
+		}
+		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d + (long long)yi * (blockDim.x / %d); %s; r += (long long)(blockDim.x / %d) * ys) {\n", cols, cols, rows, cols)
 		lane = &strings.Builder{}
 		w = lane
 		body("      ", "base + oc + "+offset(redAxes, "r"), accs)
@@ -276,7 +293,11 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			fmt.Fprintf(w, "    part%d[threadIdx.x] = %s;\n", j, a.name)
 		}
 		w.WriteString("    __syncthreads();\n")
-		fmt.Fprintf(w, "    if (threadIdx.x < %d) {\n", cols)
+		lanesIn := fmt.Sprintf("threadIdx.x < %d", cols)
+		if ragged {
+			lanesIn += " && o0 + threadIdx.x < nout"
+		}
+		fmt.Fprintf(w, "    if (%s) {\n", lanesIn)
 		for j, a := range accs {
 			fmt.Fprintf(w, "      %s s%d = %s;\n", at, j, a.init)
 			fmt.Fprintf(w, "      for (unsigned u = threadIdx.x; u < blockDim.x; u += %d) { const %s x = part%d[u]; s%d = %s; }\n",
@@ -298,7 +319,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			w.WriteString("      __syncthreads();\n")
 			fmt.Fprintf(w, "      if (threadIdx.x == 0) last = ngen_arrive(&$K_count[o0 / %d]) == ys - 1;\n", cols)
 			w.WriteString("      __syncthreads();\n")
-			fmt.Fprintf(w, "      if (last && threadIdx.x < %d) {\n", cols)
+			fmt.Fprintf(w, "      if (last && %s) {\n", lanesIn)
 			for j, a := range accs {
 				s := a
 				s.name = fmt.Sprintf("s%d", j)

@@ -195,9 +195,6 @@ var smStarvedKnown = map[string]string{
 	"lstmbench/rnn_scan_bwd_bwd":  "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
 	"rnn/rnn_scan_fwd":            "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
 	"rnn/rnn_scan_bwd_bwd":        "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"charlm/sum_bwd":              "the output bias gradient over 99 outputs (the vocabulary; not a multiple of 4 or 8): a thread per output, so one block walks every row",
-	"gpt/slice_fwd_2":             "a slice (or its gradient, a sum over slices) whose grid follows a short axis: not yet reshaped",
-	"transformer/slice_fwd_6":     "a slice (or its gradient, a sum over slices) whose grid follows a short axis: not yet reshaped",
 	"lstmbench/embedding_bwd_bwd": "the embedding gradient sums every token into its row, a block per few rows: not yet split over tokens",
 }
 

@@ -486,12 +486,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 		} else if !groupIsOpt(g) && rf.UpdateFrom >= 0 {
 			return fmt.Errorf("internal error: %s: kernel %s of the gradient phase follows the optimizer update", f.Name, g)
 		}
-		var bytes runtime.Sum
-		for _, v := range append(append([]*ir.Value(nil), g.Inputs...), g.Outputs...) {
-			z := rtSize(v.Shape)
-			z.Mul *= int64(v.DType.Size())
-			bytes = append(bytes, z)
-		}
+		bytes := groupBytes(g)
 		flops := groupFlops(g)
 		if g.Kind == CE && g.Loss != nil && contains(g.Outputs, g.Loss) {
 			// The loss is accumulated atomically by the kernel's blocks.
@@ -624,6 +619,75 @@ func contains(vs []*ir.Value, v *ir.Value) bool {
 		}
 	}
 	return false
+}
+
+// groupBytes is what a kernel moves: its inputs read and its outputs
+// written, in full, except an input the kernel only slices, of which it
+// reads what the slices keep (a LayerNorm's shift x[..., 0:1] reads one
+// element a row, not the row).
+func groupBytes(g *Group) runtime.Sum {
+	var bytes runtime.Sum
+	for _, v := range g.Inputs {
+		if sl, ok := onlySliced(g, v); ok {
+			for _, u := range sl {
+				bytes = append(bytes, sliceReadBytes(u))
+			}
+			continue
+		}
+		z := rtSize(v.Shape)
+		z.Mul *= int64(v.DType.Size())
+		bytes = append(bytes, z)
+	}
+	for _, v := range g.Outputs {
+		z := rtSize(v.Shape)
+		z.Mul *= int64(v.DType.Size())
+		bytes = append(bytes, z)
+	}
+	return bytes
+}
+
+// onlySliced returns the slices of v among g's values when they are all
+// that g does with v.
+func onlySliced(g *Group, v *ir.Value) ([]*ir.Value, bool) {
+	if contains(g.Outputs, v) {
+		return nil, false
+	}
+	var sl []*ir.Value
+	for _, u := range g.Values {
+		for _, a := range u.Args {
+			if a != v {
+				continue
+			}
+			if u.Op != "slice" {
+				return nil, false
+			}
+			sl = append(sl, u)
+			break
+		}
+	}
+	return sl, len(sl) > 0
+}
+
+// sectorBytes is the DRAM's access granularity: a run of fewer bytes
+// costs a whole sector.
+const sectorBytes = 32
+
+// sliceReadBytes is what slice u reads of its operand: its result, in
+// runs of the kept width times the axes after it, each at least a sector.
+func sliceReadBytes(u *ir.Value) runtime.Size {
+	z := rtSize(u.Shape)
+	size := int64(u.DType.Size())
+	z.Mul *= size
+	ax, err := ir.NormAxes(u.Attrs.Axes, len(u.Shape))
+	if err != nil || len(ax) != 1 {
+		return z
+	}
+	run := u.Shape[ax[0]:].Size()
+	if len(run.Syms) > 0 || run.N == 0 || run.N*size >= sectorBytes {
+		return z
+	}
+	z.Mul = z.Mul / (run.N * size) * sectorBytes
+	return z
 }
 
 func groupFlops(g *Group) runtime.Sum {

@@ -738,18 +738,61 @@ extern "C" __global__ void __launch_bounds__(256) bias_cross_entropy_ce_grad_bwd
 
 // sum_bwd computes:
 //   v160 = sum <f32[1,1,99]> v159 {axes=[0 1] keepdim}  # models/transformer/model.go:76
+static __device__ float sum_bwd_part0[2184];
+static __device__ unsigned sum_bwd_count[13];
 extern "C" __global__ void __launch_bounds__(256) sum_bwd(const float * __restrict__ in0, float * __restrict__ out0, int B) {
   const long long nout = 99LL;
   const long long nred = 64LL * (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 21u ? gridDim.y : 21u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < ncols; ++oc) {
+          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (99LL) + (((unsigned long long)(r)) / 64LL) * (6336LL));
+          float a159 = in0[i];
+          { const float x = a159; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < ncols; ++oc) {
+        out0[o0 + oc] = acc0_l[oc];
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)((((unsigned long long)(r)) % 64LL) * (99LL) + (((unsigned long long)(r)) / 64LL) * (6336LL));
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (99LL) + (((unsigned long long)(r)) / 64LL) * (6336LL));
       float a159 = in0[i];
       { const float x = a159; acc0 = acc0 + x; }
     }
-    out0[o] = acc0;
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_part0[(o0 + threadIdx.x) * 21 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_part0)[(o0 + threadIdx.x) * 21 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
   }
 }
 

@@ -364,20 +364,65 @@ extern "C" __global__ void __launch_bounds__(256) ce_grad_bwd(const float * __re
 // cast_sum_bwd computes:
 //   v30 = cast <f16[B,10]> v29 {str=f16}  # models/mlp/model.go:21
 //   v31 = sum <f32[1,10]> v30 {axes=[0] keepdim str=f16}  # models/mlp/model.go:21
+static __device__ float cast_sum_bwd_part0[512];
+static __device__ unsigned cast_sum_bwd_count[2];
 extern "C" __global__ void __launch_bounds__(256) cast_sum_bwd(const float * __restrict__ in0, __half * __restrict__ out0, float * __restrict__ out1, int B) {
   const long long nout = 10LL;
   const long long nred = (long long)B;
-  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += (long long)gridDim.x * blockDim.x) {
-    const long long base = (long long)(((unsigned long long)(o)));
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 32u ? gridDim.y : 32u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    if (blockDim.x == 1) {
+    float acc0_l[8];
+    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
+      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
+      for (long long r = 0; r < nred; ++r) {
+        #pragma unroll
+        for (int oc = 0; oc < ncols; ++oc) {
+          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+          float a29 = in0[i];
+          float v30 = ngen_round_f16(a29);
+          out0[i] = v30;
+          { const float x = v30; acc0_l[oc] = acc0_l[oc] + x; }
+        }
+      }
+      for (int oc = 0; oc < ncols; ++oc) {
+        out1[o0 + oc] = ngen_round_f16(acc0_l[oc]);
+      }
+      continue;
+    }
+    const int oc = (int)(threadIdx.x % 8);
     float acc0 = 0.0f;
-    for (long long r = 0; r < nred; ++r) {
-      const long long i = base + (long long)(((unsigned long long)(r)) * (10LL));
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
       float a29 = in0[i];
       float v30 = ngen_round_f16(a29);
       out0[i] = v30;
       { const float x = v30; acc0 = acc0 + x; }
     }
-    out1[o] = ngen_round_f16(acc0);
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = ngen_round_f16(s0); else cast_sum_bwd_part0[(o0 + threadIdx.x) * 32 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&cast_sum_bwd_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)cast_sum_bwd_part0)[(o0 + threadIdx.x) * 32 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = ngen_round_f16(s0);
+        if (threadIdx.x == 0) cast_sum_bwd_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -1042,7 +1087,7 @@ NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
   return ngen_launch_11_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
-  NGEN_RUN_SIMPLE(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  NGEN_RUN_SYNC(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
