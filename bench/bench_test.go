@@ -151,6 +151,9 @@ func TestVsTorch(t *testing.T) {
 			t.Fatal(err)
 		}
 		tf := timeSteps(t, fused, x, y)
+		if *profile {
+			profileSteps(t, c.name, fused, x, y)
+		}
 		tu := timeSteps(t, unfused, x, y)
 		tr, alloc := runPeer(t, c.args(*steps, 5))
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -162,6 +165,26 @@ func TestVsTorch(t *testing.T) {
 		fmt.Printf("  ngen fused   %7.2f ms  ratio %.2fx PyTorch's time (%.2fx its throughput)\n", ms(tf), ms(tf)/tr.Median, tr.Median/ms(tf))
 		fmt.Printf("  ngen unfused %7.2f ms  ratio %.2fx PyTorch's time (%.2fx its throughput)\n", ms(tu), ms(tu)/tr.Median, tr.Median/ms(tu))
 		fmt.Printf("  PyTorch      %7.2f ms  (glibc malloc %s)\n", tr.Median, alloc)
+	}
+}
+
+// profileSteps prints the per-kernel profile of *steps more steps of m.
+func profileSteps(t *testing.T, name string, m stepper, x []float32, y []int32) {
+	sm, ok := m.(interface{ Session() *runtime.Session })
+	if !ok {
+		t.Fatalf("%s: no Session to profile", name)
+	}
+	s := sm.Session()
+	s.SetProfiling(true)
+	defer s.SetProfiling(false)
+	for i := 0; i < *steps; i++ {
+		if _, err := m.Step(x, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Printf("%s fused, profile of %d steps:\n", name, *steps)
+	if err := runtime.WriteProfile(os.Stdout, s.Profile()); err != nil {
+		t.Fatal(err)
 	}
 }
 

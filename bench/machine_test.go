@@ -22,12 +22,26 @@ func machine() string {
 	return fmt.Sprintf("cpu %s, vector extensions %s, %s", model, ext, coretype())
 }
 
+// coretype says how OPENBLAS_CORETYPE pins OpenBLAS's kernels, and which
+// variables that cap the other libraries' instruction sets are set
+// (oneDNN's, in ngen and in PyTorch, and ATen's own vector kernels): an
+// AVX-512 machine with them at AVX2 runs every library's AVX2 path.
 func coretype() string {
+	s := "OPENBLAS_CORETYPE unset"
 	if c, ok := os.LookupEnv("OPENBLAS_CORETYPE"); ok {
-		return "OPENBLAS_CORETYPE=" + c
+		s = "OPENBLAS_CORETYPE=" + c
 	}
-	return "OPENBLAS_CORETYPE unset"
+	for _, v := range isaCaps {
+		if c, ok := os.LookupEnv(v); ok {
+			s += ", " + v + "=" + c
+		}
+	}
+	return s
 }
+
+// isaCaps are the variables that hold a library below the CPU's vector
+// extensions.
+var isaCaps = []string{"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"}
 
 // cpuInfo reads the first processor's model name and its avx512*, avx2
 // and fma flags from /proc/cpuinfo's text.

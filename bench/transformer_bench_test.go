@@ -15,7 +15,7 @@ import (
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
-var profile = flag.Bool("profile", false, "TestTransformerVsTorch: also print the per-kernel profile of the fused steps (runtime.WriteProfile)")
+var profile = flag.Bool("profile", false, "TestTransformerVsTorch and TestVsTorch: also print the per-kernel profile of the fused steps (runtime.WriteProfile)")
 
 // tfCase is one Transformer model timed: its generated packages' steps on
 // fixed random ids and its torch_step.py peer.

@@ -102,8 +102,9 @@ func init() {
 			gradOfInput("abs_bwd")), 0),
 		// A select, not fmaxf: NaN propagates as in torch.relu, and the
 		// host compiler vectorises it (fmaxf's NaN rule keeps it scalar).
+		// ngen_relu is the preamble's (the emulation's: bit masks).
 		selecting(unary("relu", 1, func(c *Ctx, v *ir.Value, x string) string {
-			return "(" + x + " <= " + c.Lit(0) + " ? " + c.Lit(0) + " : " + x + ")"
+			return "ngen_relu(" + x + ")"
 		},
 			gradOf("relu_bwd")), 0),
 		unary("sigmoid", 4, func(c *Ctx, v *ir.Value, x string) string {

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).

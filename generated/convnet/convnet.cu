@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -183,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
     const float v10 = v9_m;
     float a8 = in1[(long long)(((((unsigned long long)(r)) / 14LL) % 32LL) * (1LL))];
     float v11 = (v10 + a8);
-    float v12 = (v11 <= 0.0f ? 0.0f : v11);
+    float v12 = ngen_relu(v11);
     out0[i] = v9;
     out1[i] = v12;
   }
@@ -240,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
     const float v21 = v20_m;
     float a19 = in1[(long long)(((((unsigned long long)(r)) / 7LL) % 64LL) * (1LL))];
     float v22 = (v21 + a19);
-    float v23 = (v22 <= 0.0f ? 0.0f : v22);
+    float v23 = ngen_relu(v22);
     out0[i] = v20;
     out1[i] = v23;
   }
@@ -256,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
     float a26 = in0[i];
     float a27 = in1[(0) * 128LL + j];
     float v28 = (a26 + a27);
-    float v29 = (v28 <= 0.0f ? 0.0f : v28);
+    float v29 = ngen_relu(v28);
     out0[i] = v29;
   }
 }
@@ -701,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
     const float v9 = v8_m;
     float a7 = in1[(long long)(((((unsigned long long)(r)) / 14LL) % 32LL) * (1LL))];
     float v10 = (v9 + a7);
-    float v11 = (v10 <= 0.0f ? 0.0f : v10);
+    float v11 = ngen_relu(v10);
     out0[i] = v11;
   }
 }
@@ -737,7 +744,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_bi
     const float v20 = v19_m;
     float a18 = in1[(long long)(((((unsigned long long)(r)) / 7LL) % 64LL) * (1LL))];
     float v21 = (v20 + a18);
-    float v22 = (v21 <= 0.0f ? 0.0f : v21);
+    float v22 = ngen_relu(v21);
     out0[i] = v22;
   }
 }

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -207,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd(const __nv_bfloat
     float a9 = in0[i];
     float a11 = in1[(long long)((((unsigned long long)(r)) % 32LL))];
     float v12 = ngen_round_bf16((a9 + a11));
-    float v13 = (v12 <= 0.0f ? 0.0f : v12);
+    float v13 = ngen_relu(v12);
     out0[i] = v13;
   }
 }
@@ -297,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_2(const __nv_bflo
     float a22 = in0[i];
     float a24 = in1[(long long)((((unsigned long long)(r)) % 64LL))];
     float v25 = ngen_round_bf16((a22 + a24));
-    float v26 = (v25 <= 0.0f ? 0.0f : v25);
+    float v26 = ngen_relu(v25);
     out0[i] = v26;
   }
 }
@@ -367,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_3(const __nv_bflo
     float a32 = in0[i];
     float a34 = in1[(0) * 128LL + j];
     float v35 = ngen_round_bf16((a32 + a34));
-    float v36 = (v35 <= 0.0f ? 0.0f : v35);
+    float v36 = ngen_relu(v35);
     out0[i] = v36;
   }
 }

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -265,7 +272,7 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_tra
     double v20 = ngen_sq(a17);
     double a19 = in1[i];
     double v21 = (a19 - v20);
-    double v22 = (v21 <= 0.0 ? 0.0 : v21);
+    double v22 = ngen_relu(v21);
     float v23 = a17;
     float v24 = v22;
     float v26 = (s_train ? v23 : 0.0f);
@@ -315,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd(const float *
     float v36 = (a15 * a35);
     float a37 = in2[(long long)((((unsigned long long)(r)) % 32LL))];
     float v38 = (v36 + a37);
-    float v47 = (v38 <= 0.0f ? 0.0f : v38);
+    float v47 = ngen_relu(v38);
     out0[i] = v47;
   }
 }
@@ -485,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_tra
     double v68 = ngen_sq(a65);
     double a67 = in1[i];
     double v69 = (a67 - v68);
-    double v70 = (v69 <= 0.0 ? 0.0 : v69);
+    double v70 = ngen_relu(v69);
     float v71 = a65;
     float v72 = v70;
     float v74 = (s_train ? v71 : 0.0f);
@@ -535,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(256) mul_add_relu_fwd_2(const float
     float v84 = (a63 * a83);
     float a85 = in2[(long long)((((unsigned long long)(r)) % 64LL))];
     float v86 = (v84 + a85);
-    float v95 = (v86 <= 0.0f ? 0.0f : v86);
+    float v95 = ngen_relu(v86);
     out0[i] = v95;
   }
 }
@@ -582,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
     float a100 = in0[i];
     float a101 = in1[(0) * 128LL + j];
     float v102 = (a100 + a101);
-    float v103 = (v102 <= 0.0f ? 0.0f : v102);
+    float v103 = ngen_relu(v102);
     out0[i] = v103;
   }
 }
@@ -1319,7 +1326,7 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_tra
     double v19 = ngen_sq(a16);
     double a18 = in1[i];
     double v20 = (a18 - v19);
-    double v21 = (v20 <= 0.0 ? 0.0 : v20);
+    double v21 = ngen_relu(v20);
     float v22 = a16;
     float v23 = v21;
     float v25 = (s_train ? v22 : 0.0f);
@@ -1392,7 +1399,7 @@ extern "C" __global__ void __launch_bounds__(256) square_sub_relu_cast_where_tra
     double v59 = ngen_sq(a56);
     double a58 = in1[i];
     double v60 = (a58 - v59);
-    double v61 = (v60 <= 0.0 ? 0.0 : v60);
+    double v61 = ngen_relu(v60);
     float v62 = a56;
     float v63 = v61;
     float v65 = (s_train ? v62 : 0.0f);

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -282,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const double * __rest
   const long long n = 32LL;
   NGEN_GRID_STRIDE(i, n) {
     double a21 = in0[i];
-    double v22 = (a21 <= 0.0 ? 0.0 : a21);
+    double v22 = ngen_relu(a21);
     out0[i] = v22;
   }
 }
@@ -431,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a38 = in0[i];
-    float v47 = (a38 <= 0.0f ? 0.0f : a38);
+    float v47 = ngen_relu(a38);
     out0[i] = v47;
   }
 }
@@ -635,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const double * __re
   const long long n = 64LL;
   NGEN_GRID_STRIDE(i, n) {
     double a69 = in0[i];
-    double v70 = (a69 <= 0.0 ? 0.0 : a69);
+    double v70 = ngen_relu(a69);
     out0[i] = v70;
   }
 }
@@ -784,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_4(const float * __res
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a86 = in0[i];
-    float v95 = (a86 <= 0.0f ? 0.0f : a86);
+    float v95 = ngen_relu(a86);
     out0[i] = v95;
   }
 }
@@ -857,7 +864,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_5(const float * __res
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a102 = in0[i];
-    float v103 = (a102 <= 0.0f ? 0.0f : a102);
+    float v103 = ngen_relu(a102);
     out0[i] = v103;
   }
 }

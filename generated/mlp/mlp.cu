@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -144,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a3 = in0[i];
     float a4 = in1[(0) * 512LL + j];
     float v5 = (a3 + a4);
-    float v6 = (v5 <= 0.0f ? 0.0f : v5);
+    float v6 = ngen_relu(v5);
     out0[i] = v6;
     float v7 = (v6 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out1[i] = v7;
@@ -163,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
     float a9 = in0[i];
     float a10 = in1[(0) * 256LL + j];
     float v11 = (a9 + a10);
-    float v12 = (v11 <= 0.0f ? 0.0f : v11);
+    float v12 = ngen_relu(v11);
     out0[i] = v12;
     float v13 = (v12 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out1[i] = v13;
@@ -489,7 +496,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_3(const 
     float a2 = in0[i];
     float a3 = in1[(0) * 512LL + j];
     float v4 = (a2 + a3);
-    float v5 = (v4 <= 0.0f ? 0.0f : v4);
+    float v5 = ngen_relu(v4);
     float v6 = (v5 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f));
     out0[i] = v6;
   }
@@ -507,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_4(const 
     float a8 = in0[i];
     float a9 = in1[(0) * 256LL + j];
     float v10 = (a8 + a9);
-    float v11 = (v10 <= 0.0f ? 0.0f : v10);
+    float v11 = ngen_relu(v10);
     float v12 = (v11 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f));
     out0[i] = v12;
   }
@@ -536,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
     float a2 = in0[i];
     float a3 = in1[(0) * 512LL + j];
     float v4 = (a2 + a3);
-    float v5 = (v4 <= 0.0f ? 0.0f : v4);
+    float v5 = ngen_relu(v4);
     out0[i] = v5;
   }
 }
@@ -551,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * 
     float a7 = in0[i];
     float a8 = in1[(0) * 256LL + j];
     float v9 = (a7 + a8);
-    float v10 = (v9 <= 0.0f ? 0.0f : v9);
+    float v10 = ngen_relu(v9);
     out0[i] = v10;
   }
 }

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -189,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd(const __h
     float a5 = in0[i];
     float a7 = in1[(0) * 512LL + j];
     float v8 = ngen_round_f16((a5 + a7));
-    float v9 = (v8 <= 0.0f ? 0.0f : v8);
+    float v9 = ngen_relu(v8);
     out0[i] = v9;
     float v10 = ngen_round_f16((v9 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v10;
@@ -230,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_2(const _
     float a13 = in0[i];
     float a15 = in1[(0) * 256LL + j];
     float v16 = ngen_round_f16((a13 + a15));
-    float v17 = (v16 <= 0.0f ? 0.0f : v16);
+    float v17 = ngen_relu(v16);
     out0[i] = v17;
     float v18 = ngen_round_f16((v17 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out1[i] = v18;
@@ -632,7 +639,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_3(const _
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_f16((a4 + a6));
-    float v8 = (v7 <= 0.0f ? 0.0f : v7);
+    float v8 = ngen_relu(v7);
     float v9 = ngen_round_f16((v8 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 512LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v9;
   }
@@ -650,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_dropout_fwd_4(const _
     float a12 = in0[i];
     float a14 = in1[(0) * 256LL + j];
     float v15 = ngen_round_f16((a12 + a14));
-    float v16 = (v15 <= 0.0f ? 0.0f : v15);
+    float v16 = ngen_relu(v15);
     float v17 = ngen_round_f16((v16 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 256LL), 0.80000000000000004f, 1.25f)));
     out0[i] = v17;
   }
@@ -681,7 +688,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd(const __half * __
     float a4 = in0[i];
     float a6 = in1[(0) * 512LL + j];
     float v7 = ngen_round_f16((a4 + a6));
-    float v8 = (v7 <= 0.0f ? 0.0f : v7);
+    float v8 = ngen_relu(v7);
     out0[i] = v8;
   }
 }
@@ -696,7 +703,7 @@ extern "C" __global__ void __launch_bounds__(256) add_relu_fwd_2(const __half * 
     float a11 = in0[i];
     float a13 = in1[(0) * 256LL + j];
     float v14 = ngen_round_f16((a11 + a13));
-    float v15 = (v14 <= 0.0f ? 0.0f : v14);
+    float v15 = ngen_relu(v14);
     out0[i] = v15;
   }
 }

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -151,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   const long long n = 512LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a5 = in0[i];
-    float v6 = (a5 <= 0.0f ? 0.0f : a5);
+    float v6 = ngen_relu(a5);
     out0[i] = v6;
   }
 }
@@ -187,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 256LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a11 = in0[i];
-    float v12 = (a11 <= 0.0f ? 0.0f : a11);
+    float v12 = ngen_relu(a11);
     out0[i] = v12;
   }
 }

@@ -52,6 +52,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -142,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
     float a3 = in0[i];
     float a4 = in1[(0) * 2048LL + j];
     float v5 = (a3 + a4);
-    float v6 = (v5 <= 0.0f ? 0.0f : v5);
+    float v6 = ngen_relu(v5);
     out0[i] = v6;
   }
 }
@@ -157,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd_2(const float * 
     float a8 = in0[i];
     float a9 = in1[(0) * 512LL + j];
     float v10 = (a8 + a9);
-    float v11 = (v10 <= 0.0f ? 0.0f : v10);
+    float v11 = ngen_relu(v10);
     out0[i] = v11;
   }
 }

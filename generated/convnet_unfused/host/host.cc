@@ -60,6 +60,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -179,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd(const float * __restr
   const long long n = 25088LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a9 = in0[i];
-    float v10 = (a9 <= 0.0f ? 0.0f : a9);
+    float v10 = ngen_relu(a9);
     out0[i] = v10;
   }
 }
@@ -272,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_2(const float * __res
   const long long n = 12544LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a20 = in0[i];
-    float v21 = (a20 <= 0.0f ? 0.0f : a20);
+    float v21 = ngen_relu(a20);
     out0[i] = v21;
   }
 }
@@ -345,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(256) relu_fwd_3(const float * __res
   const long long n = 128LL * (long long)B;
   NGEN_GRID_STRIDE(i, n) {
     float a28 = in0[i];
-    float v29 = (a28 <= 0.0f ? 0.0f : a28);
+    float v29 = ngen_relu(a28);
     out0[i] = v29;
   }
 }

@@ -60,6 +60,13 @@ __device__ __forceinline__ double ngen_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
 }
 
+// ngen_relu is relu: +0 where x <= 0, else x (NaN stays NaN, as in
+// torch.relu). The CPU emulation defines it with bit operations
+// (NGEN_HOST_RELU, ngen_emu.h).
+#ifndef NGEN_HOST_RELU
+template <typename T> __device__ __forceinline__ T ngen_relu(T x) { return x <= T(0) ? T(0) : x; }
+#endif
+
 // ngen_relu_grad is relu_bwd's gradient: g where y > 0, else 0. The CPU
 // emulation defines it with bit operations (NGEN_HOST_RELU_GRAD,
 // ngen_emu.h).
@@ -373,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd(const fl
     float a28 = in0[i];
     float a29 = in1[(0) * 1024LL + j];
     float v30 = (a28 + a29);
-    float v31 = (v30 <= 0.0f ? 0.0f : v30);
+    float v31 = ngen_relu(v30);
     out0[i] = v31;
     float v32 = (v31 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out1[i] = v32;
@@ -1968,7 +1975,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_dropout_fwd_2(const 
     float a27 = in0[i];
     float a28 = in1[(0) * 1024LL + j];
     float v29 = (a27 + a28);
-    float v30 = (v29 <= 0.0f ? 0.0f : v29);
+    float v30 = ngen_relu(v29);
     float v31 = (v30 * ngen_dropout_if(s_train, s_seed, s_step, (unsigned)c0, (i + s_row0 * 64LL * 1024LL), 0.90000000000000002f, 1.1111111111111112f));
     out0[i] = v31;
   }
@@ -2022,7 +2029,7 @@ extern "C" __global__ void __launch_bounds__(256) bias_relu_fwd(const float * __
     float a25 = in0[i];
     float a26 = in1[(0) * 1024LL + j];
     float v27 = (a25 + a26);
-    float v28 = (v27 <= 0.0f ? 0.0f : v27);
+    float v28 = ngen_relu(v27);
     out0[i] = v28;
   }
 }
