@@ -245,32 +245,75 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		} else {
 			w.WriteString("  const unsigned ys = 1, yi = 0;\n")
 		}
+		outer := w
+		if k.target != ops.CUDA {
+			// The host forms run with one-thread blocks only
+			// (runtime.RunOwnStack): a block walks a strip of up to
+			// soloCols columns, row by row, one vector operation per row
+			// and column group; a strip of reduceCols made every row a
+			// 32-byte read 8 KB from the last (mlpbench's [128, 2048]
+			// bias gradient: 454 µs; a 256-column strip does it in a
+			// tenth). The strips start at the GPU's strip indices that
+			// are multiples of the width, so the workers' spans of
+			// blocks share them. Each output is the same sum, in the
+			// same order, as the GPU form's one-thread path.
+			wide := soloCols(last.N, ragged)
+			w.WriteString("  if (blockDim.x == 1) {\n")
+			fmt.Fprintf(w, "  for (long long s = blockIdx.x; s * %d < nout; s += gridDim.x) {\n", cols)
+			fmt.Fprintf(w, "    const long long o0 = s * %d;\n", cols)
+			fmt.Fprintf(w, "    if (o0 %% %d != 0) continue;\n", wide)
+			fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
+			lanes := laneAccs("oc", wide)
+			ncols := strconv.Itoa(wide)
+			if ragged {
+				ncols = "ncols"
+				fmt.Fprintf(w, "    const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", wide, wide)
+			}
+			w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
+			fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
+			lane := &strings.Builder{}
+			w = lane
+			body("        ", "base + oc + "+offset(redAxes, "r"), lanes)
+			w = outer
+			if usesO.MatchString(lane.String()) {
+				w.WriteString("        const long long o = o0 + oc;\n")
+			}
+			w.WriteString(lane.String())
+			w.WriteString("      }\n    }\n")
+			fmt.Fprintf(w, "    for (int oc = 0; oc < %s; ++oc) {\n", ncols)
+			for j, a := range accs {
+				fmt.Fprintf(w, "      %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
+			}
+			w.WriteString("    }\n  }\n  return;\n  }\n")
+		}
 		fmt.Fprintf(w, "  for (long long o0 = (long long)blockIdx.x * %d; o0 < nout; o0 += (long long)gridDim.x * %d) {\n", cols, cols)
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
-		w.WriteString("    if (blockDim.x == 1) {\n")
-		lanes := laneAccs("oc", cols)
-		ncols := strconv.Itoa(cols)
-		if ragged {
-			ncols = "ncols"
-			fmt.Fprintf(w, "      const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", cols, cols)
+		if k.target == ops.CUDA {
+			w.WriteString("    if (blockDim.x == 1) {\n")
+			lanes := laneAccs("oc", cols)
+			ncols := strconv.Itoa(cols)
+			if ragged {
+				ncols = "ncols"
+				fmt.Fprintf(w, "      const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", cols, cols)
+			}
+			w.WriteString("      for (long long r = 0; r < nred; ++r) {\n")
+			w.WriteString("        #pragma unroll\n")
+			fmt.Fprintf(w, "        for (int oc = 0; oc < %s; ++oc) {\n", ncols)
+			lane := &strings.Builder{}
+			w = lane
+			body("          ", "base + oc + "+offset(redAxes, "r"), lanes)
+			w = outer
+			if usesO.MatchString(lane.String()) {
+				w.WriteString("          const long long o = o0 + oc;\n")
+			}
+			w.WriteString(lane.String())
+			w.WriteString("        }\n      }\n")
+			fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
+			for j, a := range accs {
+				fmt.Fprintf(w, "        %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
+			}
+			w.WriteString("      }\n      continue;\n    }\n")
 		}
-		w.WriteString("      for (long long r = 0; r < nred; ++r) {\n")
-		w.WriteString("        #pragma unroll\n")
-		fmt.Fprintf(w, "        for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-		outer, lane := w, &strings.Builder{}
-		w = lane
-		body("          ", "base + oc + "+offset(redAxes, "r"), lanes)
-		w = outer
-		if usesO.MatchString(lane.String()) {
-			w.WriteString("          const long long o = o0 + oc;\n")
-		}
-		w.WriteString(lane.String())
-		w.WriteString("        }\n      }\n")
-		fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-		for j, a := range accs {
-			fmt.Fprintf(w, "        %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
-		}
-		w.WriteString("      }\n      continue;\n    }\n")
 		fmt.Fprintf(w, "    const int oc = (int)(threadIdx.x %% %d);\n", cols)
 		for _, a := range accs {
 			fmt.Fprintf(w, "    %s %s = %s;\n", at, a.name, a.init)
@@ -280,7 +323,7 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 			rows = "o0 + oc < nout && r < nred"
 		}
 		fmt.Fprintf(w, "    for (long long r = threadIdx.x / %d + (long long)yi * (blockDim.x / %d); %s; r += (long long)(blockDim.x / %d) * ys) {\n", cols, cols, rows, cols)
-		lane = &strings.Builder{}
+		lane := &strings.Builder{}
 		w = lane
 		body("      ", "base + oc + "+offset(redAxes, "r"), accs)
 		w = outer
@@ -533,6 +576,25 @@ const (
 	reduceFill     = 264
 	reduceSplitMax = 32
 )
+
+// soloCols is the width of a host form's strip over an inner kept axis of
+// n outputs: the widest multiple of reduceCols up to soloColsMax that
+// divides n, so that a strip never crosses into the next row of outputs;
+// with ragged outputs (n alone, not a multiple of reduceCols) n rounded
+// up, at most soloColsMax, the last strip partial.
+func soloCols(n int, ragged bool) int {
+	if ragged {
+		return min(soloColsMax, (n+reduceCols-1)/reduceCols*reduceCols)
+	}
+	for w := soloColsMax; w > reduceCols; w -= reduceCols {
+		if n%w == 0 {
+			return w
+		}
+	}
+	return reduceCols
+}
+
+const soloColsMax = 256
 
 // reduceVec is how many adjacent elements a reduction thread takes at a
 // time along a contiguous reduced axis.

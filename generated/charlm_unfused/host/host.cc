@@ -1314,25 +1314,29 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __rest
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 21u ? gridDim.y : 21u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 104 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[104];
+    for (int oc = 0; oc < 104; ++oc) acc0_l[oc] = 0.0f;
+    const int ncols = nout - o0 < 104 ? (int)(nout - o0) : 104;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < ncols; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (99LL) + (((unsigned long long)(r)) / 64LL) * (6336LL));
+        float a32 = in0[i];
+        { const double x = a32; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < ncols; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (99LL) + (((unsigned long long)(r)) / 64LL) * (6336LL));
-          float a32 = in0[i];
-          { const double x = a32; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < ncols; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1370,24 +1374,28 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
   const long long nred = (long long)B;
   __shared__ double part0[256];
   const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 192 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[192];
+    for (int oc = 0; oc < 192; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 192; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (12672LL));
+        float a36 = in0[i];
+        { const double x = a36; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 192; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (12672LL));
-          float a36 = in0[i];
-          { const double x = a36; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1542,24 +1550,28 @@ NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __re
   const long long nred = (long long)B;
   __shared__ double part0[256];
   const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+        float a45 = in0[i];
+        { const double x = a45; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-          float a45 = in0[i];
-          { const double x = a45; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1589,24 +1601,28 @@ NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
+        float a41 = in0[i];
+        { const double x = a41; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 64LL) * (512LL) + (((unsigned long long)(r)) / 64LL) * (32768LL));
-          float a41 = in0[i];
-          { const double x = a41; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1644,24 +1660,28 @@ NGEN_HOST_FORM void sum_bwd_5__host(const float * __restrict__ in0, float * __re
   const long long nred = (long long)B;
   __shared__ double part0[256];
   const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
+        float a70 = in0[i];
+        { const double x = a70; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
-          float a70 = in0[i];
-          { const double x = a70; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {

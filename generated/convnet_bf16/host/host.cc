@@ -1324,6 +1324,255 @@ NGEN_HOST_FORM void add_cast_cross_entropy_ce_grad_bwd__host(const __nv_bfloat16
   atomicAdd(out0, loss);
 }
 
+// cast_sum_bwd__host computes:
+//   v47 = cast <bf16[B,10]> v46 {str=bf16}  # models/convnet/model.go:24
+//   v48 = sum <f32[1,10]> v47 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:24
+static __device__ float cast_sum_bwd__host_part0[512];
+static __device__ unsigned cast_sum_bwd__host_count[2];
+NGEN_HOST_FORM void cast_sum_bwd__host(const float * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 10LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 32u ? gridDim.y : 32u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 16 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[16];
+    for (int oc = 0; oc < 16; ++oc) acc0_l[oc] = 0.0f;
+    const int ncols = nout - o0 < 16 ? (int)(nout - o0) : 16;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < ncols; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+        float a46 = in0[i];
+        float v47 = ngen_round_bf16(a46);
+        out0[i] = v47;
+        { const float x = v47; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out1[o0 + oc] = ngen_round_bf16(acc0_l[oc]);
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+      float a46 = in0[i];
+      float v47 = ngen_round_bf16(a46);
+      out0[i] = v47;
+      { const float x = v47; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = ngen_round_bf16(s0); else cast_sum_bwd__host_part0[(o0 + threadIdx.x) * 32 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&cast_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)cast_sum_bwd__host_part0)[(o0 + threadIdx.x) * 32 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = ngen_round_bf16(s0);
+        if (threadIdx.x == 0) cast_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// relu_bwd_sum_bwd__host computes:
+//   v52 = relu_bwd <bf16[B,128]> v50 v36  # models/convnet/model.go:23
+//   v53 = sum <f32[1,128]> v52 {axes=[0] keepdim str=bf16}  # models/convnet/model.go:23
+static __device__ float relu_bwd_sum_bwd__host_part0[2176];
+static __device__ unsigned relu_bwd_sum_bwd__host_count[16];
+NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const __nv_bfloat16 * __restrict__ in0, const __nv_bfloat16 * __restrict__ in1, __nv_bfloat16 * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 128LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 128 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[128];
+    for (int oc = 0; oc < 128; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 128; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+        float a50 = in0[i];
+        float a36 = in1[i];
+        float v52 = ngen_relu_grad(a36, a50);
+        out0[i] = v52;
+        { const float x = v52; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 128; ++oc) {
+      out1[o0 + oc] = ngen_round_bf16(acc0_l[oc]);
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+      float a50 = in0[i];
+      float a36 = in1[i];
+      float v52 = ngen_relu_grad(a36, a50);
+      out0[i] = v52;
+      { const float x = v52; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = ngen_round_bf16(s0); else relu_bwd_sum_bwd__host_part0[(o0 + threadIdx.x) * 17 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&relu_bwd_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)relu_bwd_sum_bwd__host_part0)[(o0 + threadIdx.x) * 17 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = ngen_round_bf16(s0);
+        if (threadIdx.x == 0) relu_bwd_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_2__host computes:
+//   v66 = sum <bf16[1,64,288]> v64 {axes=[0] keepdim}  # models/convnet/model.go:22
+NGEN_HOST_FORM void sum_bwd_2__host(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+  const long long nout = 18432LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+        float a64 = in0[i];
+        { const float x = a64; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = acc0_l[oc];
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (18432LL));
+      float a64 = in0[i];
+      { const float x = a64; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      out0[o0 + threadIdx.x] = s0;
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_4__host computes:
+//   v78 = sum <bf16[1,32,9]> v77 {axes=[0] keepdim}  # models/convnet/model.go:21
+static __device__ float sum_bwd_4__host_part0[2304];
+static __device__ unsigned sum_bwd_4__host_count[36];
+NGEN_HOST_FORM void sum_bwd_4__host(const __nv_bfloat16 * __restrict__ in0, __nv_bfloat16 * __restrict__ out0, int B) {
+  const long long nout = 288LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 8u ? gridDim.y : 8u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 144 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[144];
+    for (int oc = 0; oc < 144; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 144; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+        float a77 = in0[i];
+        { const float x = a77; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 144; ++oc) {
+      out0[o0 + oc] = acc0_l[oc];
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (288LL));
+      float a77 = in0[i];
+      { const float x = a77; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = s0; else sum_bwd_4__host_part0[(o0 + threadIdx.x) * 8 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_4__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_4__host_part0)[(o0 + threadIdx.x) * 8 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = s0;
+        if (threadIdx.x == 0) sum_bwd_4__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -1383,11 +1632,21 @@ NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_SPAN(l, add_cast_cross_entropy_ce_grad_bwd__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int *, 5), NGEN_ARG(l, int, 6), NGEN_ARG(l, int, 7)));
   return ngen_launch_16_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_17_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, cast_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   NGEN_RUN_SYNC(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
+NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, cast_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  return ngen_launch_17_test(l);
+}
+NGEN_EMU_TEST_FORMS int ngen_launch_18_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
   NGEN_RUN_SYNC(l, relu_bwd_sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_18(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, relu_bwd_sum_bwd__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  return ngen_launch_18_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, maxpool_bwd_relu_bwd_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, __nv_bfloat16 *, 2), NGEN_ARG(l, __nv_bfloat16 *, 3), NGEN_ARG(l, int, 4)));
@@ -1395,8 +1654,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_19(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_20(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_21_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_21(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_21_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_22(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, cast_bwd(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));
@@ -1410,8 +1674,13 @@ NGEN_EMU_LAUNCHER int ngen_launch_24(const ngen_launch *l) {
 NGEN_EMU_LAUNCHER int ngen_launch_25(const ngen_launch *l) {
   NGEN_RUN_SYNC(l, sum_bwd_3(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_26_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_4(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_26(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_4__host(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, __nv_bfloat16 *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_26_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_27(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, cast_bwd_2(NGEN_ARG(l, __nv_bfloat16 *, 0), NGEN_ARG(l, float *, 1)));

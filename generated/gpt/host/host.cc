@@ -1611,29 +1611,33 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, const float * 
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc1_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (256LL) + (((unsigned long long)(r)) / 16LL) * (4096LL));
+        float a140 = in0[i];
+        float a142 = in1[i];
+        { const double x = a140; acc0_l[oc] = acc0_l[oc] + x; }
+        { const double x = a142; acc1_l[oc] = acc1_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+      out1[o0 + oc] = (float)acc1_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-    double acc1_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 16LL) * (256LL) + (((unsigned long long)(r)) / 16LL) * (4096LL));
-          float a140 = in0[i];
-          float a142 = in1[i];
-          { const double x = a140; acc0_l[oc] = acc0_l[oc] + x; }
-          { const double x = a142; acc1_l[oc] = acc1_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-        out1[o0 + oc] = (float)acc1_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     double acc1 = 0.0f;
@@ -1685,24 +1689,28 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
+        float a144 = in0[i];
+        { const double x = a144; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (256LL) + (((unsigned long long)(r)) / 128LL) * (32768LL));
-          float a144 = in0[i];
-          { const double x = a144; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1744,24 +1752,28 @@ NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
+        float a152 = in0[i];
+        { const double x = a152; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (1024LL) + (((unsigned long long)(r)) / 128LL) * (131072LL));
-          float a152 = in0[i];
-          { const double x = a152; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1838,24 +1850,28 @@ NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 3u ? gridDim.y : 3u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
+        float a175 = in0[i];
+        { const double x = a175; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 128LL) * (768LL) + (((unsigned long long)(r)) / 128LL) * (98304LL));
-          float a175 = in0[i];
-          { const double x = a175; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {

@@ -1332,25 +1332,29 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __rest
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 21u ? gridDim.y : 21u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 104 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[104];
+    for (int oc = 0; oc < 104; ++oc) acc0_l[oc] = 0.0f;
+    const int ncols = nout - o0 < 104 ? (int)(nout - o0) : 104;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < ncols; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (99LL));
+        float a40 = in0[i];
+        { const double x = a40; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < ncols; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (99LL));
-          float a40 = in0[i];
-          { const double x = a40; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < ncols; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1517,24 +1521,28 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
   const long long nred = (long long)B;
   __shared__ double part0[256];
   const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
+        float a51 = in0[i];
+        { const double x = a51; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (65536LL));
-          float a51 = in0[i];
-          { const double x = a51; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1564,24 +1572,28 @@ NGEN_HOST_FORM void sum_bwd_3__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
+        float a49 = in0[i];
+        { const double x = a49; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)((((unsigned long long)(r)) % 1LL) * (512LL) + (((unsigned long long)(r)) / 1LL) * (512LL));
-          float a49 = in0[i];
-          { const double x = a49; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1619,24 +1631,28 @@ NGEN_HOST_FORM void sum_bwd_4__host(const float * __restrict__ in0, float * __re
   const long long nred = (long long)B;
   __shared__ double part0[256];
   const unsigned ys = 1, yi = 0;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
+        float a74 = in0[i];
+        { const double x = a74; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (16384LL));
-          float a74 = in0[i];
-          { const double x = a74; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {

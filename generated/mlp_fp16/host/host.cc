@@ -1044,6 +1044,201 @@ NGEN_HOST_FORM void ce_grad_bwd__host(const float * __restrict__ in0, const int 
   }
 }
 
+// cast_sum_bwd__host computes:
+//   v30 = cast <f16[B,10]> v29 {str=f16}  # models/mlp/model.go:21
+//   v31 = sum <f32[1,10]> v30 {axes=[0] keepdim str=f16}  # models/mlp/model.go:21
+static __device__ float cast_sum_bwd__host_part0[512];
+static __device__ unsigned cast_sum_bwd__host_count[2];
+NGEN_HOST_FORM void cast_sum_bwd__host(const float * __restrict__ in0, __half * __restrict__ out0, float * __restrict__ out1, int B) {
+  const long long nout = 10LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 32u ? gridDim.y : 32u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 16 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[16];
+    for (int oc = 0; oc < 16; ++oc) acc0_l[oc] = 0.0f;
+    const int ncols = nout - o0 < 16 ? (int)(nout - o0) : 16;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < ncols; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+        float a29 = in0[i];
+        float v30 = ngen_round_f16(a29);
+        out0[i] = v30;
+        { const float x = v30; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out1[o0 + oc] = ngen_round_f16(acc0_l[oc]);
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+      float a29 = in0[i];
+      float v30 = ngen_round_f16(a29);
+      out0[i] = v30;
+      { const float x = v30; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out1[o0 + threadIdx.x] = ngen_round_f16(s0); else cast_sum_bwd__host_part0[(o0 + threadIdx.x) * 32 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&cast_sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8 && o0 + threadIdx.x < nout) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)cast_sum_bwd__host_part0)[(o0 + threadIdx.x) * 32 + y]; s0 = s0 + x; }
+        out1[o0 + threadIdx.x] = ngen_round_f16(s0);
+        if (threadIdx.x == 0) cast_sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd__host computes:
+//   v37 = sum <f32[1,256]> v36 {axes=[0] keepdim str=f16}  # models/mlp/model.go:20
+static __device__ float sum_bwd__host_part0[2304];
+static __device__ unsigned sum_bwd__host_count[32];
+NGEN_HOST_FORM void sum_bwd__host(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 256LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 9u ? gridDim.y : 9u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
+        float a36 = in0[i];
+        { const float x = a36; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = ngen_round_f16(acc0_l[oc]);
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (256LL));
+      float a36 = in0[i];
+      { const float x = a36; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_f16(s0); else sum_bwd__host_part0[(o0 + threadIdx.x) * 9 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd__host_part0)[(o0 + threadIdx.x) * 9 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = ngen_round_f16(s0);
+        if (threadIdx.x == 0) sum_bwd__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_bwd_2__host computes:
+//   v43 = sum <f32[1,512]> v42 {axes=[0] keepdim str=f16}  # models/mlp/model.go:19
+static __device__ float sum_bwd_2__host_part0[2560];
+static __device__ unsigned sum_bwd_2__host_count[64];
+NGEN_HOST_FORM void sum_bwd_2__host(const __half * __restrict__ in0, float * __restrict__ out0, int B) {
+  const long long nout = 512LL;
+  const long long nred = (long long)B;
+  __shared__ float part0[256];
+  __shared__ bool last;
+  const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
+  if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    float acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+        float a42 = in0[i];
+        { const float x = a42; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out0[o0 + oc] = ngen_round_f16(acc0_l[oc]);
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
+    const int oc = (int)(threadIdx.x % 8);
+    float acc0 = 0.0f;
+    for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
+      const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+      float a42 = in0[i];
+      { const float x = a42; acc0 = acc0 + x; }
+    }
+    part0[threadIdx.x] = acc0;
+    __syncthreads();
+    if (threadIdx.x < 8) {
+      float s0 = 0.0f;
+      for (unsigned u = threadIdx.x; u < blockDim.x; u += 8) { const float x = part0[u]; s0 = s0 + x; }
+      if (ys == 1) out0[o0 + threadIdx.x] = ngen_round_f16(s0); else sum_bwd_2__host_part0[(o0 + threadIdx.x) * 5 + yi] = s0;
+    }
+    if (ys > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) last = ngen_arrive(&sum_bwd_2__host_count[o0 / 8]) == ys - 1;
+      __syncthreads();
+      if (last && threadIdx.x < 8) {
+        float s0 = 0.0f;
+        for (unsigned y = 0; y < ys; ++y) { const float x = ((volatile float *)sum_bwd_2__host_part0)[(o0 + threadIdx.x) * 5 + y]; s0 = s0 + x; }
+        out0[o0 + threadIdx.x] = ngen_round_f16(s0);
+        if (threadIdx.x == 0) sum_bwd_2__host_count[o0 / 8] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 
 // One launcher per kernel, each compiled for baseline x86-64 and AVX2
 // (NGEN_EMU_LAUNCHER).
@@ -1093,20 +1288,35 @@ NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
   if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_SPAN(l, ce_grad_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int *, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, int, 6)));
   return ngen_launch_11_test(l);
 }
-NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_12_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, cast_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
   NGEN_RUN_SYNC(l, cast_sum_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, cast_sum_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3)));
+  return ngen_launch_12_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_13(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_14_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd__host(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_14(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd__host(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_14_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_15(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, dropout_relu_bwd_bwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, __half *, 1), NGEN_ARG(l, __half *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, long long, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, unsigned long long, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int, 8)));
 }
-NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+NGEN_EMU_TEST_FORMS int ngen_launch_16_test(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
   NGEN_RUN_SYNC(l, sum_bwd_2(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+}
+NGEN_EMU_LAUNCHER int ngen_launch_16(const ngen_launch *l) {
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, sum_bwd_2__host(NGEN_ARG(l, __half *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
+  return ngen_launch_16_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_17(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, optimizer_update(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, float *, 5), NGEN_ARG(l, float *, 6), NGEN_ARG(l, double *, 7), NGEN_ARG(l, int *, 8), NGEN_ARG(l, float, 9)));

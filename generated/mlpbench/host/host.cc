@@ -785,25 +785,29 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __rest
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 32u ? gridDim.y : 32u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 16 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[16];
+    for (int oc = 0; oc < 16; ++oc) acc0_l[oc] = 0.0f;
+    const int ncols = nout - o0 < 16 ? (int)(nout - o0) : 16;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < ncols; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
+        float a18 = in0[i];
+        { const double x = a18; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < ncols; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (10LL));
-          float a18 = in0[i];
-          { const double x = a18; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < ncols; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -846,27 +850,31 @@ NGEN_HOST_FORM void relu_bwd_sum_bwd__host(const float * __restrict__ in0, const
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 5u ? gridDim.y : 5u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
+        float a21 = in0[i];
+        float a11 = in1[i];
+        float v23 = ngen_relu_grad(a11, a21);
+        out0[i] = v23;
+        { const double x = v23; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out1[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (512LL));
-          float a21 = in0[i];
-          float a11 = in1[i];
-          float v23 = ngen_relu_grad(a11, a21);
-          out0[i] = v23;
-          { const double x = v23; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out1[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -912,27 +920,31 @@ NGEN_HOST_FORM void relu_bwd_sum_bwd_2__host(const float * __restrict__ in0, con
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 2u ? gridDim.y : 2u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 256 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[256];
+    for (int oc = 0; oc < 256; ++oc) acc0_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 256; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
+        float a26 = in0[i];
+        float a6 = in1[i];
+        float v28 = ngen_relu_grad(a6, a26);
+        out0[i] = v28;
+        { const double x = v28; acc0_l[oc] = acc0_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 256; ++oc) {
+      out1[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (2048LL));
-          float a26 = in0[i];
-          float a6 = in1[i];
-          float v28 = ngen_relu_grad(a6, a26);
-          out0[i] = v28;
-          { const double x = v28; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out1[o0 + oc] = (float)acc0_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); r < nred; r += (long long)(blockDim.x / 8) * ys) {

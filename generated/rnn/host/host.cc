@@ -1048,25 +1048,29 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __rest
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 32u ? gridDim.y : 32u), yi = blockIdx.y;
   if (yi >= ys) return;
-  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 8 != 0) continue;
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
     double acc0_l[8];
     for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-      const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < ncols; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (5LL));
-          float a26 = in0[i];
-          { const double x = a26; acc0_l[oc] = acc0_l[oc] + x; }
-        }
-      }
+    const int ncols = nout - o0 < 8 ? (int)(nout - o0) : 8;
+    for (long long r = 0; r < nred; ++r) {
       for (int oc = 0; oc < ncols; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (5LL));
+        float a26 = in0[i];
+        { const double x = a26; acc0_l[oc] = acc0_l[oc] + x; }
       }
-      continue;
     }
+    for (int oc = 0; oc < ncols; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+    }
+  }
+  return;
+  }
+  for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
+    const long long base = (long long)(((unsigned long long)(o0)));
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     for (long long r = threadIdx.x / 8 + (long long)yi * (blockDim.x / 8); o0 + oc < nout && r < nred; r += (long long)(blockDim.x / 8) * ys) {
@@ -1265,28 +1269,32 @@ NGEN_HOST_FORM void sum_bwd_2__host(const float * __restrict__ in0, float * __re
   __shared__ bool last;
   const unsigned ys = blockDim.x == 1 ? 1u : (gridDim.y < 17u ? gridDim.y : 17u), yi = blockIdx.y;
   if (yi >= ys) return;
+  if (blockDim.x == 1) {
+  for (long long s = blockIdx.x; s * 8 < nout; s += gridDim.x) {
+    const long long o0 = s * 8;
+    if (o0 % 128 != 0) continue;
+    const long long base = (long long)(((unsigned long long)(o0)));
+    double acc0_l[128];
+    for (int oc = 0; oc < 128; ++oc) acc0_l[oc] = 0.0f;
+    double acc1_l[128];
+    for (int oc = 0; oc < 128; ++oc) acc1_l[oc] = 0.0f;
+    for (long long r = 0; r < nred; ++r) {
+      for (int oc = 0; oc < 128; ++oc) {
+        const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
+        float a45 = in0[i];
+        { const double x = a45; acc0_l[oc] = acc0_l[oc] + x; }
+        { const double x = a45; acc1_l[oc] = acc1_l[oc] + x; }
+      }
+    }
+    for (int oc = 0; oc < 128; ++oc) {
+      out0[o0 + oc] = (float)acc0_l[oc];
+      out1[o0 + oc] = (float)acc1_l[oc];
+    }
+  }
+  return;
+  }
   for (long long o0 = (long long)blockIdx.x * 8; o0 < nout; o0 += (long long)gridDim.x * 8) {
     const long long base = (long long)(((unsigned long long)(o0)));
-    if (blockDim.x == 1) {
-    double acc0_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc0_l[oc] = 0.0f;
-    double acc1_l[8];
-    for (int oc = 0; oc < 8; ++oc) acc1_l[oc] = 0.0f;
-      for (long long r = 0; r < nred; ++r) {
-        #pragma unroll
-        for (int oc = 0; oc < 8; ++oc) {
-          const long long i = base + oc + (long long)(((unsigned long long)(r)) * (128LL));
-          float a45 = in0[i];
-          { const double x = a45; acc0_l[oc] = acc0_l[oc] + x; }
-          { const double x = a45; acc1_l[oc] = acc1_l[oc] + x; }
-        }
-      }
-      for (int oc = 0; oc < 8; ++oc) {
-        out0[o0 + oc] = (float)acc0_l[oc];
-        out1[o0 + oc] = (float)acc1_l[oc];
-      }
-      continue;
-    }
     const int oc = (int)(threadIdx.x % 8);
     double acc0 = 0.0f;
     double acc1 = 0.0f;
