@@ -23,6 +23,12 @@ func elementwiseKernel(p *compiler.Program, g *compiler.Group, target ops.Target
 	in, out := k.buffers(p, g)
 	w := &k.body
 	k.gridStride = true
+	for _, v := range g.Values {
+		if v.Op == "embedding_bwd" {
+			k.block[0] = spreadBlock(g.Space)
+			break
+		}
+	}
 	k.grid = gridFor(g.Space, k.block[0])
 	indent := "    "
 	if rl := k.loopRowLen(g); rl > 0 {
@@ -219,4 +225,22 @@ func (k *kernel) sizeDiv(s ir.Shape, rl int) string {
 		q = append(q, ir.Dim{Sym: sym})
 	}
 	return k.size(q)
+}
+
+// spreadBlock is the block size of a kernel whose every thread does long
+// work (an embedding gradient walks every token for each of its [V, D]
+// outputs): halved from 256 down to 32 while the blocks over space would
+// not give an H100's SMs one each (reduceFill/2), so that a small
+// vocabulary's gradient ([99, 128], 50 blocks of 256) spreads the same
+// threads over the SMs (198 blocks of 64) instead of leaving most idle.
+func spreadBlock(space ir.Shape) int {
+	z := space.Size()
+	b := 256
+	if len(z.Syms) > 0 {
+		return b
+	}
+	for b > 32 && (z.N+int64(b)-1)/int64(b) < reduceFill/2 {
+		b /= 2
+	}
+	return b
 }

@@ -1075,7 +1075,7 @@ extern "C" __global__ void __launch_bounds__(256) add_dropout_bwd_2(const float 
 // embedding_bwd_add_bwd computes:
 //   v333 = embedding_bwd <f32[99,256]> v332 v0 {shape=[99,256]}  # models/transformer/model.go:93
 //   v334 = add <f32[99,256]> v135 v333  # models/transformer/model.go:93
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(128) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;

@@ -669,7 +669,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_4(const float * __rest
 
 // embedding_bwd_bwd computes:
 //   v53 = embedding_bwd <f32[54,32]> v49 v0 {shape=[54,32]}  # models/rnn/model.go:44
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(32) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;

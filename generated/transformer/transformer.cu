@@ -1883,7 +1883,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bwd_bwd_4(const floa
 //   v445 = embedding_bwd <f32[99,256]> v444 v1 {shape=[99,256]}  # models/transformer/model.go:71
 //   v448 = embedding_bwd <f32[99,256]> v447 v0 {shape=[99,256]}  # models/transformer/model.go:71
 //   v449 = add <f32[99,256]> v445 v448  # models/transformer/model.go:71
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(128) embedding_bwd_add_bwd(const float * __restrict__ in0, const int * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;

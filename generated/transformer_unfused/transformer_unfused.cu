@@ -1614,7 +1614,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_11(const float * __res
 
 // embedding_bwd_bwd: 2 launches (embedding_bwd_bwd, embedding_bwd_bwd_2). The first computes:
 //   v1061 = embedding_bwd <f32[99,256]> v1060 v1 {shape=[99,256]}  # models/transformer/model.go:71
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(128) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;

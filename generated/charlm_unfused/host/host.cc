@@ -673,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_5(const float * __rest
 
 // embedding_bwd_bwd computes:
 //   v73 = embedding_bwd <f32[99,32]> v69 v0 {shape=[99,32]}  # models/lstm/model.go:93
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(32) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 32) {
     const long long i = r * 32LL + j;

@@ -1179,7 +1179,7 @@ extern "C" __global__ void __launch_bounds__(256) sum_bwd_8(const float * __rest
 
 // embedding_bwd_bwd computes:
 //   v762 = embedding_bwd <f32[99,256]> v761 v0 {shape=[99,256]}  # models/transformer/model.go:93
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(128) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 99LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 256) {
     const long long i = r * 256LL + j;

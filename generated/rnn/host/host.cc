@@ -506,7 +506,7 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_2(const float * __re
 
 // embedding_bwd_bwd computes:
 //   v45 = embedding_bwd <f32[54,128]> v38 v0 {shape=[54,128]}  # models/rnn/model.go:44
-extern "C" __global__ void __launch_bounds__(256) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
+extern "C" __global__ void __launch_bounds__(32) embedding_bwd_bwd(const float * __restrict__ in0, const int * __restrict__ in1, float * __restrict__ out0, int B) {
   const long long rows = 54LL;
   NGEN_GRID_STRIDE_ROWS(r, j, rows, 128) {
     const long long i = r * 128LL + j;
