@@ -245,74 +245,63 @@ func reduceKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *ke
 		} else {
 			w.WriteString("  const unsigned ys = 1, yi = 0;\n")
 		}
+		// solo renders a one-thread block's walk of the strip of width
+		// columns from o0 (nout past a ragged end), indented by ind: a
+		// lane per column, row by row (the lanes unrolled for nvcc).
 		outer := w
+		solo := func(ind string, width int, unroll bool) {
+			lanes := laneAccs("oc", width)
+			ncols := strconv.Itoa(width)
+			if ragged {
+				ncols = "ncols"
+				fmt.Fprintf(w, "%sconst int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", ind, width, width)
+			}
+			fmt.Fprintf(w, "%sfor (long long r = 0; r < nred; ++r) {\n", ind)
+			if unroll {
+				fmt.Fprintf(w, "%s  #pragma unroll\n", ind)
+			}
+			fmt.Fprintf(w, "%s  for (int oc = 0; oc < %s; ++oc) {\n", ind, ncols)
+			lane := &strings.Builder{}
+			w = lane
+			body(ind+"    ", "base + oc + "+offset(redAxes, "r"), lanes)
+			w = outer
+			if usesO.MatchString(lane.String()) {
+				fmt.Fprintf(w, "%s    const long long o = o0 + oc;\n", ind)
+			}
+			w.WriteString(lane.String())
+			fmt.Fprintf(w, "%s  }\n%s}\n", ind, ind)
+			fmt.Fprintf(w, "%sfor (int oc = 0; oc < %s; ++oc) {\n", ind, ncols)
+			for j, a := range accs {
+				fmt.Fprintf(w, "%s  %s[o0 + oc] = %s;\n", ind, out[a.v], finish(lanes[j]))
+			}
+			fmt.Fprintf(w, "%s}\n", ind)
+		}
 		if k.target != ops.CUDA {
 			// The host forms run with one-thread blocks only
 			// (runtime.RunOwnStack): a block walks a strip of up to
-			// soloCols columns, row by row, one vector operation per row
-			// and column group; a strip of reduceCols made every row a
-			// 32-byte read 8 KB from the last (mlpbench's [128, 2048]
-			// bias gradient: 454 µs; a 256-column strip does it in a
-			// tenth). The strips start at the GPU's strip indices that
-			// are multiples of the width, so the workers' spans of
-			// blocks share them. Each output is the same sum, in the
-			// same order, as the GPU form's one-thread path.
-			wide := soloCols(last.N, ragged)
+			// soloColsMax columns, row by row, one vector operation per
+			// row and column group; a strip of reduceCols made every row
+			// a 32-byte read 8 KB from the last (mlpbench's [128, 2048]
+			// bias gradient: 463 µs a step; 151 µs now). The strips
+			// start at the GPU's strip indices that are multiples of the
+			// width, so the workers' spans of blocks share them. Each
+			// output is the same sum, in the same order, as with strips
+			// of reduceCols.
+			width := soloCols(last.N, ragged)
 			w.WriteString("  if (blockDim.x == 1) {\n")
 			fmt.Fprintf(w, "  for (long long s = blockIdx.x; s * %d < nout; s += gridDim.x) {\n", cols)
 			fmt.Fprintf(w, "    const long long o0 = s * %d;\n", cols)
-			fmt.Fprintf(w, "    if (o0 %% %d != 0) continue;\n", wide)
+			fmt.Fprintf(w, "    if (o0 %% %d != 0) continue;\n", width)
 			fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
-			lanes := laneAccs("oc", wide)
-			ncols := strconv.Itoa(wide)
-			if ragged {
-				ncols = "ncols"
-				fmt.Fprintf(w, "    const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", wide, wide)
-			}
-			w.WriteString("    for (long long r = 0; r < nred; ++r) {\n")
-			fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-			lane := &strings.Builder{}
-			w = lane
-			body("        ", "base + oc + "+offset(redAxes, "r"), lanes)
-			w = outer
-			if usesO.MatchString(lane.String()) {
-				w.WriteString("        const long long o = o0 + oc;\n")
-			}
-			w.WriteString(lane.String())
-			w.WriteString("      }\n    }\n")
-			fmt.Fprintf(w, "    for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-			for j, a := range accs {
-				fmt.Fprintf(w, "      %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
-			}
-			w.WriteString("    }\n  }\n  return;\n  }\n")
+			solo("    ", width, false)
+			w.WriteString("  }\n  return;\n  }\n")
 		}
 		fmt.Fprintf(w, "  for (long long o0 = (long long)blockIdx.x * %d; o0 < nout; o0 += (long long)gridDim.x * %d) {\n", cols, cols)
 		fmt.Fprintf(w, "    const long long base = %s;\n", offset(keptAxes, "o0"))
 		if k.target == ops.CUDA {
 			w.WriteString("    if (blockDim.x == 1) {\n")
-			lanes := laneAccs("oc", cols)
-			ncols := strconv.Itoa(cols)
-			if ragged {
-				ncols = "ncols"
-				fmt.Fprintf(w, "      const int ncols = nout - o0 < %d ? (int)(nout - o0) : %d;\n", cols, cols)
-			}
-			w.WriteString("      for (long long r = 0; r < nred; ++r) {\n")
-			w.WriteString("        #pragma unroll\n")
-			fmt.Fprintf(w, "        for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-			lane := &strings.Builder{}
-			w = lane
-			body("          ", "base + oc + "+offset(redAxes, "r"), lanes)
-			w = outer
-			if usesO.MatchString(lane.String()) {
-				w.WriteString("          const long long o = o0 + oc;\n")
-			}
-			w.WriteString(lane.String())
-			w.WriteString("        }\n      }\n")
-			fmt.Fprintf(w, "      for (int oc = 0; oc < %s; ++oc) {\n", ncols)
-			for j, a := range accs {
-				fmt.Fprintf(w, "        %s[o0 + oc] = %s;\n", out[a.v], finish(lanes[j]))
-			}
-			w.WriteString("      }\n      continue;\n    }\n")
+			solo("      ", cols, true)
+			w.WriteString("      continue;\n    }\n")
 		}
 		fmt.Fprintf(w, "    const int oc = (int)(threadIdx.x %% %d);\n", cols)
 		for _, a := range accs {
