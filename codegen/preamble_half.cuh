@@ -9,4 +9,8 @@
 #include <cuda_fp16.h>
 #endif
 __device__ __forceinline__ float ngen_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// The CPU emulation defines ngen_round_f16 itself (NGEN_HOST_ROUND_F16):
+// the same bits, widened by arithmetic rather than its table.
+#ifndef NGEN_HOST_ROUND_F16
 __device__ __forceinline__ float ngen_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+#endif

@@ -157,7 +157,11 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #include <cuda_fp16.h>
 #endif
 __device__ __forceinline__ float ngen_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// The CPU emulation defines ngen_round_f16 itself (NGEN_HOST_ROUND_F16):
+// the same bits, widened by arithmetic rather than its table.
+#ifndef NGEN_HOST_ROUND_F16
 __device__ __forceinline__ float ngen_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+#endif
 
 // cast_fwd: 3 launches (cast_fwd, cast_fwd, cast_fwd). The first computes:
 //   v3 = cast <bf16[B,784]> v0 {str=bf16}  # models/mlp/model.go:17
