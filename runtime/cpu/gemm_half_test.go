@@ -409,13 +409,29 @@ func TestGemmHalfThreads(t *testing.T) {
 }
 
 // TestGemmF16Conversions runs every binary16 pattern through the f16
-// GEMM's widening and narrowing (gemm_half.go's branch-free loops): one
+// GEMM's widening and narrowing, on both paths (gemm_half.go's
+// branch-free integer loops, and F16C's instructions where the CPU has
+// them; a narrowing that left F16C's NaNs as they come fails it): one
 // product of the 65536-row column A (every pattern) with the row B of
 // multipliers. Each C element is the exact f32 product a·b rounded
 // once, so it must be f2h(h2f(a)·h2f(b) + 0): b = 1 returns every pattern
 // (NaNs as 0x7fff), the others make ties, subnormals, underflow to zero
 // and overflow to infinity.
 func TestGemmF16Conversions(t *testing.T) {
+	paths := []bool{false}
+	if f16cSupported() {
+		paths = append(paths, true)
+	}
+	defer setF16C(f16cSupported())
+	for _, on := range paths {
+		t.Run(map[bool]string{false: "integer", true: "F16C"}[on], func(t *testing.T) {
+			setF16C(on)
+			gemmF16Conversions(t)
+		})
+	}
+}
+
+func gemmF16Conversions(t *testing.T) {
 	d, err := New(Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
