@@ -152,7 +152,11 @@ func TestVsTorch(t *testing.T) {
 		}
 		tf := timeSteps(t, fused, x, y)
 		if *profile {
-			profileSteps(t, c.name, fused, x, y)
+			sm, ok := fused.(interface{ Session() *runtime.Session })
+			if !ok {
+				t.Fatalf("%s: no Session to profile", c.name)
+			}
+			profileSteps(t, c.name, sm.Session(), func() error { _, err := fused.Step(x, y); return err })
 		}
 		tu := timeSteps(t, unfused, x, y)
 		tr, alloc := runPeer(t, c.args(*steps, 5))
@@ -168,17 +172,13 @@ func TestVsTorch(t *testing.T) {
 	}
 }
 
-// profileSteps prints the per-kernel profile of *steps more steps of m.
-func profileSteps(t *testing.T, name string, m stepper, x []float32, y []int32) {
-	sm, ok := m.(interface{ Session() *runtime.Session })
-	if !ok {
-		t.Fatalf("%s: no Session to profile", name)
-	}
-	s := sm.Session()
+// profileSteps prints the per-kernel profile of *steps more calls of
+// step, a training step of session s's model.
+func profileSteps(t *testing.T, name string, s *runtime.Session, step func() error) {
 	s.SetProfiling(true)
 	defer s.SetProfiling(false)
 	for i := 0; i < *steps; i++ {
-		if _, err := m.Step(x, y); err != nil {
+		if err := step(); err != nil {
 			t.Fatal(err)
 		}
 	}

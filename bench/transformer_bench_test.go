@@ -128,17 +128,7 @@ func TestTransformerVsTorch(t *testing.T) {
 		step, sess, done := c.fused(t)
 		tf := timeIt(step)
 		if *profile {
-			sess.SetProfiling(true)
-			for i := 0; i < *steps; i++ {
-				if _, err := step(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			fmt.Printf("%s fused, profile of %d steps:\n", c.peer.model, *steps)
-			if err := runtime.WriteProfile(os.Stdout, sess.Profile()); err != nil {
-				t.Fatal(err)
-			}
-			sess.SetProfiling(false)
+			profileSteps(t, c.peer.model, sess, func() error { _, err := step(); return err })
 		}
 		done()
 		step, _, done = c.unfused(t)

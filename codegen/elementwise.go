@@ -24,7 +24,7 @@ func elementwiseKernel(p *compiler.Program, g *compiler.Group, target ops.Target
 	w := &k.body
 	k.gridStride = true
 	for _, v := range g.Values {
-		if v.Op == "embedding_bwd" {
+		if ops.Lookup(v.Op).LongThreads {
 			k.block[0] = spreadBlock(g.Space)
 			break
 		}
@@ -228,8 +228,8 @@ func (k *kernel) sizeDiv(s ir.Shape, rl int) string {
 }
 
 // spreadBlock is the block size of a kernel whose every thread does long
-// work (an embedding gradient walks every token for each of its [V, D]
-// outputs): halved from 256 down to 32 while the blocks over space would
+// work (ops.Def.LongThreads: an embedding gradient walks every token for
+// each of its [V, D] outputs): halved from 256 down to 32 while the blocks over space would
 // not give an H100's SMs one each (reduceFill/2), so that a small
 // vocabulary's gradient ([99, 128], 50 blocks of 256) spreads the same
 // threads over the SMs (198 blocks of 64) instead of leaving most idle.

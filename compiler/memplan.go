@@ -634,16 +634,19 @@ func groupBytes(g *Group) runtime.Sum {
 			}
 			continue
 		}
-		z := rtSize(v.Shape)
-		z.Mul *= int64(v.DType.Size())
-		bytes = append(bytes, z)
+		bytes = append(bytes, valueBytes(v))
 	}
 	for _, v := range g.Outputs {
-		z := rtSize(v.Shape)
-		z.Mul *= int64(v.DType.Size())
-		bytes = append(bytes, z)
+		bytes = append(bytes, valueBytes(v))
 	}
 	return bytes
+}
+
+// valueBytes is the size of v's storage.
+func valueBytes(v *ir.Value) runtime.Size {
+	z := rtSize(v.Shape)
+	z.Mul *= int64(v.DType.Size())
+	return z
 }
 
 // onlySliced returns the slices of v among g's values when they are all
@@ -675,9 +678,7 @@ const sectorBytes = 32
 // sliceReadBytes is what slice u reads of its operand: its result, in
 // runs of the kept width times the axes after it, each at least a sector.
 func sliceReadBytes(u *ir.Value) runtime.Size {
-	z := rtSize(u.Shape)
-	size := int64(u.DType.Size())
-	z.Mul *= size
+	z, size := valueBytes(u), int64(u.DType.Size())
 	ax, err := ir.NormAxes(u.Attrs.Axes, len(u.Shape))
 	if err != nil || len(ax) != 1 {
 		return z

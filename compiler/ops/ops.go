@@ -78,6 +78,11 @@ type Def struct {
 	// RowLen is the row length a Gather op's template iterates best in
 	// (see Ctx.Row); nil means the last dimension of its result.
 	RowLen func(v *ir.Value) int
+	// LongThreads, for a Gather op, says each output element walks a loop
+	// of its own as long as an argument (embedding_bwd walks every token):
+	// the kernel spreads few such outputs over more, smaller blocks
+	// (codegen's spreadBlock).
+	LongThreads bool
 	// Status, for a Gather op that validates its data at run time (token
 	// ids in range), names what it checks ("token id"): the memory plan
 	// gives the op a code in the status word and a check naming it, and

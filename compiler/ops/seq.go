@@ -208,7 +208,7 @@ func init() {
 				return []*ir.Value{b.Op("embedding_bwd", ir.Attrs{Shape: v.Args[0].Shape.Clone()}, g, v.Args[1]), nil}
 			}},
 		&Def{Name: "embedding_bwd", Kind: Gather, NArgs: 2, Infer: embeddingBwdInfer, Gather: embeddingBwdGather,
-			Indexed: []bool{true, true}},
+			Indexed: []bool{true, true}, LongThreads: true},
 		&Def{Name: "permute", Kind: Gather, NArgs: 1, Moves: true, Infer: permuteInfer, Gather: permuteGather, Indexed: []bool{true},
 			Grad: func(b *Builder, v, g *ir.Value) []*ir.Value {
 				return []*ir.Value{b.Op("permute", ir.Attrs{Perm: inversePerm(v.Attrs.Perm)}, g)}

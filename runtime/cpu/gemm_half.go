@@ -288,6 +288,7 @@ var (
 // products widen and narrow with; setF16C turns them on or off (tests
 // run both paths; NGEN_F16C=0 turns them off for a process).
 func f16cSupported() bool { return C.ngen_f16c_supported() != 0 }
+func f16cOn() bool        { return C.ngen_f16c() != 0 }
 func setF16C(on bool)     { C.ngen_f16c_set(C.int(boolInt(on))) }
 
 func boolInt(b bool) int {

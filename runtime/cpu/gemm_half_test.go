@@ -422,7 +422,7 @@ func TestGemmF16Conversions(t *testing.T) {
 	if f16cSupported() {
 		paths = append(paths, true)
 	}
-	defer setF16C(f16cSupported())
+	defer setF16C(f16cOn())
 	for _, on := range paths {
 		t.Run(map[bool]string{false: "integer", true: "F16C"}[on], func(t *testing.T) {
 			setF16C(on)
