@@ -193,6 +193,17 @@ func clockKernel(k *kernel, plan *runtime.Plan, st *runtime.Step) error {
 	p("        %s = 0.0;", word(runtime.ClockTracker))
 	p("      }")
 	p("    }")
+	// A step the scaler skips (Session.check's errSkip: no failed op, the
+	// loss or a gradient not finite, or a peer's) backs the scale off and
+	// counts a schedule step, as skipStep does on the host, so that a
+	// session that reads the status a step late (Session.SetPipelined)
+	// launches the next step at the backed-off scale; a synchronous one
+	// rewrites the same words (markClock).
+	p("  } else if (%s && %s != 0.0 && %s[0] == 0 && %s[5] != 4 && (%s[4] != 0 || %s[5] == 1 || %s[5] == 5)) { // the scaler's backoff (skipStep)",
+		adv, word(runtime.ClockScaler), sb, sb, sb, sb, sb)
+	p("    %s += 1.0;", word(runtime.ClockU))
+	p("    %s = (double)(float)(%s * %s);", word(runtime.ClockScale), word(runtime.ClockScale), word(runtime.ClockBackoff))
+	p("    %s = 0.0;", word(runtime.ClockTracker))
 	p("  }")
 	// The next step's scalars.
 	p("  const double t = %s + 1.0; // the next step, from 1", word(runtime.ClockT))

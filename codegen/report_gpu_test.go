@@ -115,8 +115,9 @@ func TestGPUModel(t *testing.T) {
 // it moves threadBytesPerSec per thread; a recurrence takes
 // T × (scanStepUs + its matrix at scanBlockBytesPerSec); each call adds
 // its floor (and an eager call its host cost); the host's part adds
-// hostStepUs and the inputs' copies; graphs add one graph launch. It also
-// checks the JSON keys.
+// hostStepUs and the inputs' copies; graphs add one graph launch;
+// pipelined, the step costs the longer of the host's part and the rest.
+// It also checks the JSON keys.
 func TestModelGPUArithmetic(t *testing.T) {
 	r := &Report{InputBytes: 1e6, Steps: []StepRow{
 		{Kind: "launch", Kernel: "a", Bytes: 3_350_000, Calls: 1, Blocks: 2048, Threads: 2048 * 256},
@@ -139,6 +140,14 @@ func TestModelGPUArithmetic(t *testing.T) {
 	}
 	if want := host + kernels + 4*callFloorUs + graphLaunch; math.Abs(r.GPUModelUs-want) > 1e-6 {
 		t.Fatalf("graphs: model %v, want %v", r.GPUModelUs, want)
+	}
+	// Pipelined, the host's part and the device's overlap: the longer.
+	dev := kernels + 4*callFloorUs + graphLaunch
+	if err := r.ModelGPU("h100", GPUOptions{Graphs: true, Pipelined: true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := max(host, dev); math.Abs(r.GPUModelUs-want) > 1e-6 || math.Abs(r.GPU.DeviceUs-dev) > 1e-6 {
+		t.Fatalf("pipelined: model %v (device %v), want %v (device %v)", r.GPUModelUs, r.GPU.DeviceUs, want, dev)
 	}
 	if err := r.ModelGPU("v100", GPUOptions{}); err == nil {
 		t.Error("an unknown GPU was accepted")

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -29,23 +30,81 @@ func (s *Session) graphed(f *Func, run func() error) error {
 	if !ok || s.prof != nil {
 		return run()
 	}
-	syms := make([]string, 0, len(s.env))
-	for y := range s.env {
-		syms = append(syms, y)
-	}
-	sort.Strings(syms)
-	name := f.Name
-	key := fmt.Sprintf("%s.%s@%p", s.plan.Model, name, s)
-	for _, y := range syms {
-		key += fmt.Sprintf(" %s=%d", y, s.env[y])
-	}
-	key += s.condKey(f)
+	key := s.graphKey(f)
 	if err := g.BeginGraph(key); err != nil {
 		return err
 	}
 	err := run()
 	if e := g.EndGraph(err == nil); err == nil && e != nil {
-		err = fmt.Errorf("%s.%s: %w", s.plan.Model, name, e)
+		err = fmt.Errorf("%s.%s: %w", s.plan.Model, f.Name, e)
 	}
 	return err
+}
+
+// graphKeys caches each function's graph key with what it was made of,
+// so that a step with the bindings and conditions of the last makes no
+// string (no allocation a step).
+type graphKeys []graphKeyEntry
+
+type graphKeyEntry struct {
+	f     *Func
+	syms  []string   // the bindings' symbols, sorted
+	vals  []int      // their values
+	conds []StepCond // f's step conditions but Always
+	on    []bool     // whether each ran (Session.runs)
+	pipe  bool       // a pipelined step's graph (pipeline.go)
+	key   string
+}
+
+// graphKey is graphed's key for f now.
+func (s *Session) graphKey(f *Func) string {
+	var e *graphKeyEntry
+	for i := range s.graphKeys {
+		if s.graphKeys[i].f == f {
+			e = &s.graphKeys[i]
+		}
+	}
+	if e == nil {
+		s.graphKeys = append(s.graphKeys, graphKeyEntry{f: f})
+		e = &s.graphKeys[len(s.graphKeys)-1]
+		for i := range f.Steps {
+			if c := f.Steps[i].When; c != Always && !slices.Contains(e.conds, c) {
+				e.conds = append(e.conds, c)
+			}
+		}
+		e.on = make([]bool, len(e.conds))
+	}
+	pipe := f.Name == "step" && s.pipelinable()
+	same := e.key != "" && len(e.syms) == len(s.env) && e.pipe == pipe
+	for i := 0; same && i < len(e.conds); i++ {
+		same = s.runs(e.conds[i]) == e.on[i]
+	}
+	for i := 0; same && i < len(e.syms); i++ {
+		v, ok := s.env[e.syms[i]]
+		same = ok && v == e.vals[i]
+	}
+	if same {
+		return e.key
+	}
+	e.syms = e.syms[:0]
+	for y := range s.env {
+		e.syms = append(e.syms, y)
+	}
+	sort.Strings(e.syms)
+	e.vals = e.vals[:0]
+	key := fmt.Sprintf("%s.%s@%p", s.plan.Model, f.Name, s)
+	for _, y := range e.syms {
+		e.vals = append(e.vals, s.env[y])
+		key += fmt.Sprintf(" %s=%d", y, s.env[y])
+	}
+	for i, c := range e.conds {
+		e.on[i] = s.runs(c)
+	}
+	e.pipe = pipe
+	key += s.condKey(f)
+	if pipe {
+		key += " pipelined" // the verdict words cleared first
+	}
+	e.key = key
+	return key
 }

@@ -77,19 +77,62 @@ func stepAllocs(t testing.TB, step func() error) float64 {
 // and WriteInput's any does not escape, so a caller's slice boxed into
 // it stays on the stack: none is left, and any new per-step garbage
 // fails here.
+//
+// It runs on the idle device, and on one that also records graphs and
+// reads asynchronously as runtime/cuda does (idleGPU), plain and
+// pipelined (pipeline.go): the graph's key is made once, not per step.
 func TestHostStepAllocs(t *testing.T) {
-	m, err := mlp.New(&idleDevice{}, mlp.Options{Batch: 64, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	x, y := make([]float32, 64*784), make([]int32, 64)
-	n := stepAllocs(t, func() error { _, err := m.Step(x, y); return err })
-	t.Logf("mlp: %v allocations a step", n)
-	if n > 0 {
-		t.Errorf("mlp: %v allocations in the host's part of a step, want none", n)
+	for _, c := range []struct {
+		name      string
+		dev       runtime.Device
+		pipelined bool
+	}{{"idle", &idleDevice{}, false}, {"graphs", &idleGPU{}, false}, {"graphs, pipelined", &idleGPU{}, true}} {
+		m, err := mlp.New(c.dev, mlp.Options{Batch: 64, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if c.pipelined {
+			if err := m.Session().SetPipelined(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x, y := make([]float32, 64*784), make([]int32, 64)
+		n := stepAllocs(t, func() error { _, err := m.Step(x, y); return err })
+		t.Logf("mlp on %s: %v allocations a step", c.name, n)
+		if n > 0 {
+			t.Errorf("mlp on %s: %v allocations in the host's part of a step, want none", c.name, n)
+		}
+		if g, ok := c.dev.(*idleGPU); ok && g.recorded == 0 {
+			t.Errorf("mlp on %s: no step was recorded as a graph", c.name)
+		}
 	}
 }
+
+// idleGPU is the idle device with runtime/cuda's optional interfaces: it
+// records graphs (counting them) and has page-locked host memory read
+// into asynchronously.
+type idleGPU struct {
+	idleDevice
+	recorded int
+}
+
+func (d *idleGPU) BeginGraph(string) error { d.recorded++; return nil }
+func (d *idleGPU) EndGraph(bool) error     { return nil }
+func (d *idleGPU) AllocHost(n int64) (unsafe.Pointer, error) {
+	b := make([]byte, n)
+	return unsafe.Pointer(&b[0]), nil
+}
+func (d *idleGPU) FreeHost(unsafe.Pointer) error { return nil }
+func (d *idleGPU) WaitHost(unsafe.Pointer) error { return nil }
+func (d *idleGPU) CopyToHostAsync(dst unsafe.Pointer, src runtime.Ptr, n int64) error {
+	return d.CopyToHost(dst, src, n)
+}
+
+var (
+	_ runtime.Grapher     = (*idleGPU)(nil)
+	_ runtime.AsyncReader = (*idleGPU)(nil)
+)
 
 // BenchmarkHostStep times the host's part of a training step: the
 // session's work around the kernels with a device that does none.

@@ -50,6 +50,9 @@ type Session struct {
 	bound  updateBound        // update_bound.go
 	scaler lossScale          // dynamic loss scaling (loss_scale.go)
 	clock  clockState         // the device clock (clock.go)
+	pipe   pipeline           // pipelined steps (pipeline.go)
+	// graphKeys caches graphed's keys (graph.go).
+	graphKeys graphKeys
 	// Per-step scratch, so that a step allocates as little as it can:
 	// a launch's arguments (Device.Launch keeps no reference) and each
 	// buffer's pointer as an Arg (boxed once: ptrs never change after
@@ -248,7 +251,7 @@ func (s *Session) Close() error {
 		return s.alive("Close")
 	}
 	s.releaseStaging()
-	var errs []error
+	errs := []error{s.freeRing()}
 	for _, p := range s.base {
 		errs = append(errs, s.dev.Free(p))
 	}
@@ -408,6 +411,12 @@ func (s *Session) Run(name string, batch int) error {
 		return err
 	}
 	if name == "step" {
+		if s.pipelinable() {
+			return s.pipelinedStep(fi, f)
+		}
+		if err := s.Flush(); err != nil {
+			return err
+		}
 		if err := s.trainStep(fi, f); err != nil {
 			return err // the dropout counter too is as before
 		}
@@ -651,5 +660,5 @@ func (s *Session) alive(method string) error {
 	if s.closed {
 		return fmt.Errorf("%s.%s: the model is closed", s.plan.Model, method)
 	}
-	return nil
+	return s.flushFor(method)
 }

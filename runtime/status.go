@@ -106,14 +106,25 @@ func (s *Session) check(fn string, step int) error {
 		switch c.Kind {
 		case "status", "guard":
 			if !read {
-				n := min(s.plan.Buffers[c.Buf].Elems.Mul, StatusWords)
-				if err := s.dev.CopyToHost(unsafe.Pointer(&blk[0]), s.ptrs[c.Buf], n*4); err != nil {
+				if err := s.dev.CopyToHost(unsafe.Pointer(&blk[0]), s.ptrs[c.Buf], s.statusBytes(c.Buf)); err != nil {
 					return err
 				}
 				read = true
 			}
 		}
 	}
+	return s.verdict(fn, blk, read, step, s.schedT)
+}
+
+// statusBytes is how much of status block buf the host reads.
+func (s *Session) statusBytes(buf int) int64 {
+	return min(s.plan.Buffers[buf].Elems.Mul, StatusWords) * 4
+}
+
+// verdict is check's judgement of function fn's status block blk (read:
+// whether it was read), for the given step and schedule step; a
+// pipelined step's (pipeline.go) comes a call late.
+func (s *Session) verdict(fn string, blk *[StatusWords]int32, read bool, step, schedT int) error {
 	if read {
 		for _, c := range s.plan.Checks {
 			if c.Func == fn && c.Kind == "guard" {
@@ -147,7 +158,8 @@ func (s *Session) check(fn string, step int) error {
 				// Under loss scaling a non-finite loss or gradient is
 				// routine (loss_scale.go): a non-finite loss gives
 				// non-finite gradients, and PyTorch's scaler.step skips
-				// on those.
+				// on those. The clock kernel (codegen/clock.go) backs the
+				// scale off on the same condition.
 				if s.scaler.on && blk[0] == 0 && blk[5] != peerFailed && (blk[4] != 0 || blk[5] == 1 || blk[5] == peerNonFinite) {
 					return errSkip
 				}
@@ -164,7 +176,7 @@ func (s *Session) check(fn string, step int) error {
 					return fmt.Errorf("%s (%s): %s: another rank's loss or gradients were not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, step)
 				}
 				if blk[5] == updateFailed {
-					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(s.schedT)}
+					return &UpdateError{Model: s.plan.Model, Optimizer: s.plan.Optimizer.Kind, Step: step, LR: s.rate(schedT)}
 				}
 				return fmt.Errorf("%s (%s): %s: a gradient of %s (%v) is not finite at step %d; the step changed nothing", c.Op, c.Pos, s.plan.Model, c.Detail, s.loss, step)
 			}

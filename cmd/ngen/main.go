@@ -336,6 +336,7 @@ func report(args []string) error {
 	budget := fs.Int64("memory-budget", 0, "as ngen build -memory-budget")
 	gpu := fs.String("gpu", "", "model the step's time on this GPU: h100, h200 or a100")
 	graphs := fs.Bool("graphs", true, "with -gpu: the step is one CUDA graph (the GPU backend's default)")
+	pipelined := fs.Bool("pipelined", false, "with -gpu: the session reads each step's status a step late (runtime.Session.SetPipelined, cmd/train's default on cuda), so the host's part of a step overlaps the device's part of the step before")
 	tf32 := fs.Bool("tf32", false, "with -gpu: f32 GEMMs on TF32 tensor cores (cuda.Options.TF32)")
 	fs.Parse(args)
 	if err := oneFile("report", fs); err != nil {
@@ -346,7 +347,7 @@ func report(args []string) error {
 		// they were read by nothing.
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "graphs" || f.Name == "tf32" {
+			if f.Name == "graphs" || f.Name == "tf32" || f.Name == "pipelined" {
 				given = append(given, "-"+f.Name)
 			}
 		})
@@ -391,7 +392,7 @@ func report(args []string) error {
 			return err
 		}
 		if *gpu != "" {
-			if err := r.ModelGPU(*gpu, codegen.GPUOptions{Graphs: *graphs, TF32: *tf32}); err != nil {
+			if err := r.ModelGPU(*gpu, codegen.GPUOptions{Graphs: *graphs, TF32: *tf32, Pipelined: *pipelined}); err != nil {
 				return fmt.Errorf("report -gpu: %v", err)
 			}
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -10,8 +11,10 @@ import (
 	"github.com/ngen-ml/ngen/runtime/data"
 )
 
-// TestPrefetchChangesNothing trains the MLP for two epochs from the loader
-// and from a prefetcher over it: losses and parameters agree bit for bit.
+// TestPrefetchChangesNothing trains the MLP for two epochs from the loader,
+// from a prefetcher over it, and from the prefetcher with pipelined steps
+// (each step judged during the next call): losses, what trainEpoch's
+// callback sees and the parameters agree bit for bit.
 func TestPrefetchChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	ds := &data.Dataset{N: 200, Features: 784}
@@ -26,19 +29,28 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	run := func(pre bool) ([]float64, map[string][]float32) {
+	run := func(pre, pipelined bool) ([]float64, []string, map[string][]float32) {
 		m, err := mlp.New(dev, mlp.Options{Batch: 32, Seed: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
+		if pipelined {
+			if err := m.Session().SetPipelined(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var seen []string
 		var src batches = must(data.NewLoader(ds, 32, true, 9))
 		if pre {
 			src = data.NewPrefetcher(must(data.NewLoader(ds, 32, true, 9)))
 		}
 		var sums []float64
 		for range 2 {
-			sum, n, _, err := trainEpoch(m, src, nil)
+			sum, n, _, err := trainEpoch(m, src, func(loss float32, rows int, sum float64, n int) error {
+				seen = append(seen, fmt.Sprint(loss, rows, sum, n))
+				return nil
+			})
 			if err != nil || n != 7 {
 				t.Fatalf("%d steps: %v", n, err)
 			}
@@ -48,16 +60,21 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		for _, name := range m.Params() {
 			ps[name], _ = m.Param(name)
 		}
-		return sums, ps
+		return sums, seen, ps
 	}
-	l1, p1 := run(false)
-	l2, p2 := run(true)
-	if !slices.Equal(l1, l2) {
-		t.Fatalf("losses %v and %v", l1, l2)
-	}
-	for name, v := range p1 {
-		if !slices.Equal(v, p2[name]) {
-			t.Fatalf("%s differs", name)
+	l1, s1, p1 := run(false, false)
+	for _, pipelined := range []bool{false, true} {
+		l2, s2, p2 := run(true, pipelined)
+		if !slices.Equal(l1, l2) {
+			t.Fatalf("pipelined %v: losses %v and %v", pipelined, l1, l2)
+		}
+		if !slices.Equal(s1, s2) {
+			t.Fatalf("pipelined %v: the callback saw %q and %q", pipelined, s1, s2)
+		}
+		for name, v := range p1 {
+			if !slices.Equal(v, p2[name]) {
+				t.Fatalf("pipelined %v: %s differs", pipelined, name)
+			}
 		}
 	}
 }

@@ -305,6 +305,9 @@ func run(grp *group, name, amp string, epochs int, batchp *int, memory int64, ac
 	if err := rc.apply(m.Session(), total); err != nil {
 		return nil, err
 	}
+	if err := setPipelined(m.Session(), dev); err != nil {
+		return nil, err
+	}
 	if *peer, err = rc.peerArgs(m.Session().Plan(), total); err != nil {
 		return nil, err
 	}

@@ -867,6 +867,10 @@ extern "C" __global__ void __launch_bounds__(1) ngen_clock(const int *status, do
         clk[3] = 0.0;
       }
     }
+  } else if (c0 && clk[4] != 0.0 && status[0] == 0 && status[5] != 4 && (status[4] != 0 || status[5] == 1 || status[5] == 5)) { // the scaler's backoff (skipStep)
+    clk[1] += 1.0;
+    clk[2] = (double)(float)(clk[2] * clk[6]);
+    clk[3] = 0.0;
   }
   const double t = clk[0] + 1.0; // the next step, from 1
   const long long e = (long long)clk[1]; // the schedule's epoch: its steps so far

@@ -94,8 +94,9 @@ func (d *Device) FreeHost(p unsafe.Pointer) error {
 	})
 }
 
-// WaitHost returns once no copy queued on the stream still reads the
-// AllocHost block holding p, so the host may overwrite it.
+// WaitHost returns once no copy queued on the stream still reads or
+// writes the AllocHost block holding p, so the host may overwrite it, or
+// read what CopyToHostAsync copied there.
 func (d *Device) WaitHost(p unsafe.Pointer) error {
 	return d.do(func() error {
 		b := d.host.find(p, 0)
@@ -120,4 +121,32 @@ func (d *Device) copyFromPinned(b *hostBlock, dst runtime.Ptr, src unsafe.Pointe
 	return nil
 }
 
-var _ runtime.HostAllocator = (*Device)(nil)
+// CopyToHostAsync queues the copy of bytes bytes from src into dst, which
+// lies in an AllocHost block, behind the work on the stream, and returns
+// at once; WaitHost(dst) returns once dst holds them (runtime.AsyncReader:
+// the ring a pipelined step's status block is read into one step late).
+func (d *Device) CopyToHostAsync(dst unsafe.Pointer, src runtime.Ptr, bytes int64) error {
+	ok, err := checkRange("copy to host", bytes, uintptr(dst), uintptr(src))
+	if !ok {
+		return d.closedOr(err)
+	}
+	return d.do(func() error {
+		b := d.host.find(dst, bytes)
+		if b == nil {
+			return fmt.Errorf("cuda: asynchronous copy to host memory %p, which AllocHost did not return", dst)
+		}
+		if err := cu.MemcpyDtoHAsync(dst, cu.DevicePtr(src), bytes, d.stream); err != nil {
+			return fmt.Errorf("cuda: copy of %d bytes from device %#x: %v (last kernel launched: %s)", bytes, uintptr(src), err, d.lastKernel)
+		}
+		if err := b.done.Record(d.stream); err != nil {
+			return fmt.Errorf("cuda: copy to host: %v", err)
+		}
+		b.pending = true
+		return nil
+	})
+}
+
+var (
+	_ runtime.HostAllocator = (*Device)(nil)
+	_ runtime.AsyncReader   = (*Device)(nil)
+)

@@ -1,0 +1,284 @@
+package runtime_test
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/ngen-ml/ngen/runtime"
+	"github.com/ngen-ml/ngen/runtime/cpu"
+)
+
+// deferDev is a CPU device that runs its calls as a GPU's stream does:
+// Launch, Gemm, Memset, the copies to the device and within it, and
+// CopyToHostAsync are queued and run later, in order; CopyToHost and Sync
+// run the whole queue first, WaitHost the queue up to the last copy into
+// the block it names. blocking counts those waits, so a test sees
+// whether the host waited for the device, and on what.
+type deferDev struct {
+	d        *cpu.Device
+	q        []deferred
+	blocking int // CopyToHost and Sync calls that found work queued
+	waited   int // WaitHost calls that ran queued work
+}
+
+type deferred struct {
+	run  func() error
+	into unsafe.Pointer // the host block an asynchronous copy writes, or nil
+}
+
+func (d *deferDev) push(into unsafe.Pointer, f func() error) error {
+	d.q = append(d.q, deferred{f, into})
+	return nil
+}
+
+// drain runs the first n queued calls.
+func (d *deferDev) drain(n int) error {
+	q := d.q[:n]
+	d.q = append([]deferred(nil), d.q[n:]...)
+	for _, c := range q {
+		if err := c.run(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *deferDev) all() error {
+	if len(d.q) > 0 {
+		d.blocking++
+	}
+	return d.drain(len(d.q))
+}
+
+func (d *deferDev) Name() string                                   { return "deferred " + d.d.Name() }
+func (d *deferDev) Load(m *runtime.Module) (runtime.Loaded, error) { return d.d.Load(m) }
+func (d *deferDev) Alloc(n int64) (runtime.Ptr, error)             { return d.d.Alloc(n) }
+func (d *deferDev) MemStats() runtime.MemStats                     { return d.d.MemStats() }
+func (d *deferDev) Sync() error                                    { return d.all() }
+func (d *deferDev) Free(p runtime.Ptr) error {
+	if err := d.all(); err != nil {
+		return err
+	}
+	return d.d.Free(p)
+}
+func (d *deferDev) Close() error {
+	return d.d.Close()
+}
+func (d *deferDev) Memset(p runtime.Ptr, v byte, n int64) error {
+	return d.push(nil, func() error { return d.d.Memset(p, v, n) })
+}
+func (d *deferDev) CopyDevice(dst, src runtime.Ptr, n int64) error {
+	return d.push(nil, func() error { return d.d.CopyDevice(dst, src, n) })
+}
+func (d *deferDev) CopyToDevice(dst runtime.Ptr, src unsafe.Pointer, n int64) error {
+	b := append([]byte(nil), unsafe.Slice((*byte)(src), n)...) // read before returning, as staging does
+	return d.push(nil, func() error { return d.d.CopyToDevice(dst, unsafe.Pointer(&b[0]), n) })
+}
+func (d *deferDev) CopyToHost(dst unsafe.Pointer, src runtime.Ptr, n int64) error {
+	if err := d.all(); err != nil {
+		return err
+	}
+	return d.d.CopyToHost(dst, src, n)
+}
+func (d *deferDev) Gemm(g runtime.GemmArgs) error {
+	return d.push(nil, func() error { return d.d.Gemm(g) })
+}
+func (d *deferDev) Launch(f runtime.Function, grid, block runtime.Dim3, shared int, args ...runtime.Arg) error {
+	a := append([]runtime.Arg(nil), args...)
+	return d.push(nil, func() error { return d.d.Launch(f, grid, block, shared, a...) })
+}
+
+func (d *deferDev) AllocHost(n int64) (unsafe.Pointer, error) {
+	b := make([]byte, n)
+	return unsafe.Pointer(&b[0]), nil
+}
+func (d *deferDev) FreeHost(p unsafe.Pointer) error { return d.WaitHost(p) }
+func (d *deferDev) WaitHost(p unsafe.Pointer) error {
+	last := -1
+	for i, c := range d.q {
+		if c.into == p {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	d.waited++
+	return d.drain(last + 1)
+}
+func (d *deferDev) CopyToHostAsync(dst unsafe.Pointer, src runtime.Ptr, n int64) error {
+	return d.push(dst, func() error { return d.d.CopyToHost(dst, src, n) })
+}
+
+var _ runtime.AsyncReader = (*deferDev)(nil)
+
+// stepRun is what a run of steps produced: each step's loss (the
+// synchronous Step's, or TakeLosses'), each call's error, the skipped
+// steps and the checkpoint at the end.
+type stepRun struct {
+	losses  []float64
+	errs    []string
+	skipped int
+	scale   float64
+	ckpt    []byte
+	clock   []float64
+}
+
+// TestPipelinedMatchesSync (issue 26 item 1) trains the fp16 MLP under
+// loss scaling with planted infinities, and the f32 MLP with a planted
+// NaN loss and a label out of range, synchronously on the CPU device and
+// pipelined on a device that defers its calls as a GPU's stream does:
+//   - the pipelined host never waits for the step it just queued: when
+//     Run("step") returns, the step's calls are still queued, and the
+//     only wait was WaitHost on the step before's status slot;
+//   - each step's loss arrives once, in order, bit for bit the
+//     synchronous run's; each error arrives one call late, word for word
+//     the synchronous run's (naming the step that caused it);
+//   - a skipped step backs the scale off on the device, so the steps
+//     after it run at the scale the synchronous run gives them: the
+//     checkpoints at the end (parameters, optimizer state, scaler,
+//     counters) are byte for byte the same.
+//
+// Planted bugs it catches (each planted by hand and seen to fail): the
+// clock kernel without its backoff branch (the device's clock keeps the
+// old scale: the loss scale is a power of two, so the fp16 MLP's steps
+// give the same bits at either), judgeSlot rewriting the clock after a
+// skip (markClock: the queued step's tick of the growth tracker is lost),
+// the step number without the later step subtracted (the errors name the
+// step after).
+func TestPipelinedMatchesSync(t *testing.T) {
+	for _, fp16 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fp16=%v", fp16), func(t *testing.T) {
+			const steps = 16
+			plant := func(step int, x []float32, y []int32) {
+				switch {
+				case fp16 && step%7 == 3:
+					x[5] = float32(math.Inf(1))
+				case !fp16 && step == 5:
+					x[7] = float32(math.Inf(1)) // a loss that is not finite
+				case !fp16 && step == 9:
+					y[3] = 10 // a label out of range
+				}
+			}
+			run := func(pipelined bool) stepRun {
+				base, err := cpu.New(cpu.Options{Threads: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer base.Close()
+				var dev runtime.Device = base
+				dd := &deferDev{d: base}
+				if pipelined {
+					dev = dd
+				}
+				m := openClockModel(t, dev, fp16, 1)
+				s := m.Session()
+				if pipelined {
+					if err := s.SetPipelined(true); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r := rand.New(rand.NewPCG(11, 12))
+				var out stepRun
+				for step := range steps {
+					x, y := clockBatch(r, false)
+					plant(step, x, y)
+					before := dd.waited
+					dd.blocking = 0
+					loss, err := m.Step(x, y)
+					if err != nil {
+						out.errs = append(out.errs, fmt.Sprintf("call %d: %v", step, err))
+					}
+					if !pipelined {
+						if err == nil {
+							out.losses = append(out.losses, float64(loss))
+						}
+						if s.StepSkipped() {
+							out.skipped++
+						}
+						continue
+					}
+					if dd.blocking != 0 {
+						t.Fatalf("step %d: the host waited for the whole queue %d time(s)", step, dd.blocking)
+					}
+					if len(dd.q) == 0 {
+						t.Fatalf("step %d: Run(\"step\") returned with nothing queued: the host waited for its own step", step)
+					}
+					if step > 0 && dd.waited != before+1 {
+						t.Fatalf("step %d: %d waits for a status slot, want 1", step, dd.waited-before)
+					}
+					if s.StepSkipped() {
+						out.skipped++
+					}
+					out.losses = s.TakeLosses(out.losses)
+				}
+				if pipelined {
+					if err := s.Flush(); err != nil {
+						out.errs = append(out.errs, fmt.Sprintf("call %d: %v", steps, err))
+					}
+					if s.StepSkipped() {
+						out.skipped++
+					}
+					out.losses = s.TakeLosses(out.losses)
+				}
+				out.scale = s.LossScale()
+				var buf bytes.Buffer
+				if err := s.Save(&buf); err != nil {
+					t.Fatal(err)
+				}
+				out.ckpt = buf.Bytes()
+				if out.clock, err = s.ReadClock(); err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			sync, pipe := run(false), run(true)
+			if len(sync.losses) != len(pipe.losses) {
+				t.Fatalf("%d losses synchronously, %d pipelined", len(sync.losses), len(pipe.losses))
+			}
+			for i := range sync.losses {
+				if math.Float32bits(float32(sync.losses[i])) != math.Float32bits(float32(pipe.losses[i])) {
+					t.Fatalf("loss %d: %v synchronously, %v pipelined", i, sync.losses[i], pipe.losses[i])
+				}
+			}
+			if len(sync.errs) != len(pipe.errs) {
+				t.Fatalf("errors synchronously %q, pipelined %q", sync.errs, pipe.errs)
+			}
+			for i := range sync.errs {
+				// A pipelined error comes a call late, naming the same step.
+				var sc, pc int
+				var se, pe string
+				fmt.Sscanf(sync.errs[i], "call %d:", &sc)
+				fmt.Sscanf(pipe.errs[i], "call %d:", &pc)
+				se, pe = sync.errs[i][len(fmt.Sprintf("call %d: ", sc)):], pipe.errs[i][len(fmt.Sprintf("call %d: ", pc)):]
+				if pc != sc+1 || se != pe {
+					t.Fatalf("error %d: synchronously %q, pipelined %q", i, sync.errs[i], pipe.errs[i])
+				}
+			}
+			if fp16 && (sync.skipped == 0 || sync.skipped != pipe.skipped) {
+				t.Fatalf("%d skipped steps synchronously, %d pipelined", sync.skipped, pipe.skipped)
+			}
+			if !fp16 && len(sync.errs) != 2 {
+				t.Fatalf("the planted failures gave %q, want two errors", sync.errs)
+			}
+			if sync.scale != pipe.scale {
+				t.Fatalf("loss scale %v synchronously, %v pipelined", sync.scale, pipe.scale)
+			}
+			if !bytes.Equal(sync.ckpt, pipe.ckpt) {
+				t.Fatal("the checkpoints after the steps differ")
+			}
+			// The device's clock: its counters, scaler, bound and the next
+			// step's scalars (the checkpoint holds the host's mirrors).
+			for i := range sync.clock {
+				if math.Float64bits(sync.clock[i]) != math.Float64bits(pipe.clock[i]) {
+					t.Fatalf("clock word %d: %v synchronously, %v pipelined", i, sync.clock[i], pipe.clock[i])
+				}
+			}
+			t.Logf("%d steps, %d losses, %d skipped, errors %q", steps, len(sync.losses), sync.skipped, sync.errs)
+		})
+	}
+}
