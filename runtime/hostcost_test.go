@@ -135,34 +135,53 @@ var (
 )
 
 // BenchmarkHostStep times the host's part of a training step: the
-// session's work around the kernels with a device that does none.
+// session's work around the kernels with a device that does none, plain
+// and as the GPU backend runs it (graphs recorded, the status read a step
+// late: idleGPU, pipelined).
 func BenchmarkHostStep(b *testing.B) {
-	b.Run("mlp", func(b *testing.B) {
-		m, err := mlp.New(&idleDevice{}, mlp.Options{Batch: 128, Seed: 1})
-		if err != nil {
-			b.Fatal(err)
+	for _, gpu := range []bool{false, true} {
+		dev := func() runtime.Device { return &idleDevice{} }
+		suffix := ""
+		if gpu {
+			dev = func() runtime.Device { return &idleGPU{} }
+			suffix = ", graphs, pipelined"
 		}
-		defer m.Close()
-		x, y := make([]float32, 128*784), make([]int32, 128)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := m.Step(x, y); err != nil {
-				b.Fatal(err)
+		pipe := func(b *testing.B, s *runtime.Session) {
+			if gpu {
+				if err := s.SetPipelined(true); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-	})
-	b.Run("gpt", func(b *testing.B) {
-		m, err := gpt.New(&idleDevice{}, gpt.Options{Batch: 16, Seed: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close()
-		x, y := make([]int32, 16*128), make([]int32, 16*128)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := m.Step(x, y); err != nil {
+		b.Run("mlp"+suffix, func(b *testing.B) {
+			m, err := mlp.New(dev(), mlp.Options{Batch: 128, Seed: 1})
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
+			defer m.Close()
+			pipe(b, m.Session())
+			x, y := make([]float32, 128*784), make([]int32, 128)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.Step(x, y); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("gpt"+suffix, func(b *testing.B) {
+			m, err := gpt.New(dev(), gpt.Options{Batch: 16, Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			pipe(b, m.Session())
+			x, y := make([]int32, 16*128), make([]int32, 16*128)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.Step(x, y); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -48,7 +48,8 @@ import (
 //
 // Pipelining applies to plain training steps of a guarded plan; gradient
 // accumulation, a data-parallel group and profiling run synchronously
-// (a step of theirs flushes first).
+// (a step of theirs flushes first), and TakeLosses still returns their
+// losses, so a loop written for pipelined steps works with them too.
 
 // AsyncReader is a device that copies device memory into its page-locked
 // host memory (HostAllocator) without waiting: CopyToHostAsync queues the
@@ -134,9 +135,13 @@ func (s *Session) Flush() error {
 	return s.judge(0)
 }
 
-// TakeLosses appends to dst the losses of the steps judged since the last
-// call (each step's once, in step order; a step that failed has none) and
-// returns it. A synchronous session judges each step in its Run.
+// TakeLosses appends to dst the losses of the training calls judged since
+// the last call (each step's or micro-batch's once, in order; a skipped
+// step's too, a failed one has none) and returns it. The session keeps
+// at most MaxHeldLosses of them (a caller that never takes them leaks
+// nothing): a loop that wants every one takes them at least that often.
+// Without SetPipelined it collects nothing: Run("step") judges its own
+// step, and StepLoss returns its loss.
 func (s *Session) TakeLosses(dst []float64) []float64 {
 	if s == nil {
 		return dst
@@ -144,6 +149,18 @@ func (s *Session) TakeLosses(dst []float64) []float64 {
 	dst = append(dst, s.pipe.losses...)
 	s.pipe.losses = s.pipe.losses[:0]
 	return dst
+}
+
+// MaxHeldLosses bounds the losses a session holds for TakeLosses; past
+// it the older half is dropped.
+const MaxHeldLosses = 4096
+
+// held records a judged call's loss for TakeLosses.
+func (s *Session) held(loss float64) {
+	if l := s.pipe.losses; len(l) >= MaxHeldLosses {
+		s.pipe.losses = append(l[:0], l[len(l)/2:]...)
+	}
+	s.pipe.losses = append(s.pipe.losses, loss)
 }
 
 // pipelinable reports whether this Run("step") may be pipelined.
@@ -232,7 +249,7 @@ func (s *Session) judgeSlot(i, later int) error {
 	err := s.verdict("step", blk, true, s.t-later, s.schedT-later)
 	s.status = *blk
 	if err == nil {
-		s.pipe.losses = append(s.pipe.losses, s.loss)
+		s.held(s.loss)
 		s.finiteStep()
 		return nil
 	}
@@ -243,7 +260,7 @@ func (s *Session) judgeSlot(i, later int) error {
 	s.t--
 	s.schedT--
 	if err == errSkip {
-		s.pipe.losses = append(s.pipe.losses, s.loss)
+		s.held(s.loss)
 		dirty := s.clock.dirty
 		err = s.skipStep()
 		s.clock.dirty = dirty

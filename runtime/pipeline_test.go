@@ -2,12 +2,14 @@ package runtime_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
 
+	"github.com/ngen-ml/ngen/generated/mlp"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
@@ -280,5 +282,72 @@ func TestPipelinedMatchesSync(t *testing.T) {
 			}
 			t.Logf("%d steps, %d losses, %d skipped, errors %q", steps, len(sync.losses), sync.skipped, sync.errs)
 		})
+	}
+}
+
+// TestPipelinedFlushes: with a step in flight, a method that reads or
+// changes the session's state judges it first, and returns a failed
+// step's error (once) instead of doing its work; Predict and
+// accumulation's synchronous steps keep the losses flowing through
+// TakeLosses.
+func TestPipelinedFlushes(t *testing.T) {
+	base, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	dd := &deferDev{d: base}
+	m, err := mlp.New(dd, mlp.Options{Batch: 16, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s := m.Session()
+	if err := s.SetPipelined(true); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	if _, err := m.Step(clockBatch(r, true)); err != nil { // a loss that is not finite
+		t.Fatalf("a call that only queued its step failed: %v", err)
+	}
+	var buf bytes.Buffer
+	err = m.Save(&buf)
+	var le *runtime.LossError
+	if !errors.As(err, &le) || le.Step != 1 {
+		t.Fatalf("Save with a failed step in flight: %v, want step 1's LossError", err)
+	}
+	if buf.Len() != 0 {
+		t.Fatal("Save wrote a checkpoint and returned the step's error")
+	}
+	if err := m.Save(&buf); err != nil || s.Steps() != 0 {
+		t.Fatalf("Save after the verdict was handed over: %v, %d steps", err, s.Steps())
+	}
+	if _, err := m.Step(clockBatch(r, false)); err != nil {
+		t.Fatal(err)
+	}
+	if len(dd.q) == 0 {
+		t.Fatal("the step ran before Step returned")
+	}
+	x, _ := clockBatch(r, false)
+	if _, err := m.Predict(x); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.TakeLosses(nil); len(l) != 1 || s.Steps() != 1 {
+		t.Fatalf("after Predict: losses %v and %d steps, want one of each", l, s.Steps())
+	}
+	// Accumulation is not pipelined: each call judges its own micro-batch.
+	if err := s.SetAccumulationSteps(2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := m.Step(clockBatch(r, false)); err != nil {
+			t.Fatal(err)
+		}
+		if l := s.TakeLosses(nil); len(l) != 1 {
+			t.Fatalf("micro-batch %d: losses %v, want its own", i, l)
+		}
+	}
+	if s.Steps() != 3 {
+		t.Fatalf("%d steps after two accumulated updates, want 3", s.Steps())
 	}
 }

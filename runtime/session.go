@@ -421,6 +421,12 @@ func (s *Session) Run(name string, batch int) error {
 			return err // the dropout counter too is as before
 		}
 		s.calls++
+		if s.pipe.on {
+			// Pipelining is on but this step could not be (accumulation,
+			// a group, profiling): judged now, its loss is taken the same
+			// way (TakeLosses).
+			s.held(s.loss)
+		}
 		return nil
 	}
 	if err := s.finiteInputs(f); err != nil {

@@ -11,7 +11,7 @@ import (
 
 var (
 	prefetch = flag.Bool("prefetch", true, "fill the next batch on another goroutine while a step runs")
-	pipeline = flag.String("pipeline", "auto", "image models: read each training step's status back one step late, so the host queues the next step while the device runs this one (runtime.Session.SetPipelined): auto (on for a device that reads back asynchronously: cuda), on or off")
+	pipeline = flag.String("pipeline", "auto", "read each training step's status back one step late, so the host queues the next step while the device runs this one (runtime.Session.SetPipelined): auto (on for a device that reads back asynchronously: cuda), on or off")
 )
 
 // setPipelined applies -pipeline to the session on dev.
@@ -55,30 +55,65 @@ func newBatches(l *data.Loader, dev runtime.Device) (src batches, close func() e
 	return p, p.Close, nil
 }
 
+// judged hands a training loop each step's loss with its rows, in order,
+// whether the session judges a step in its own call or, pipelined
+// (runtime.Session.SetPipelined), in the next one: for a pipelined
+// session each call's error is the step before's, and the epoch ends
+// with flush.
+type judged struct {
+	s      *runtime.Session
+	losses []float64
+	rows   []int // the rows of the calls not judged yet
+}
+
+// step records a call that returned loss and err for a batch of rows
+// rows, and calls each for every step judged since; its error, or the
+// call's, ends the loop. n is the number of steps judged before it.
+func (j *judged) step(loss float32, rows int, err error, n int, each func(loss float32, rows int) error) error {
+	if err != nil {
+		return fmt.Errorf("step %d: %w", n+1, err)
+	}
+	if !j.s.Pipelined() {
+		return each(loss, rows)
+	}
+	j.rows = append(j.rows, rows)
+	return j.take(each)
+}
+
+func (j *judged) take(each func(loss float32, rows int) error) error {
+	j.losses = j.s.TakeLosses(j.losses[:0])
+	for _, l := range j.losses {
+		r := j.rows[0]
+		j.rows = j.rows[1:]
+		if err := each(float32(l), r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush judges the step in flight at the end of an epoch.
+func (j *judged) flush(n int, each func(loss float32, rows int) error) error {
+	if err := j.s.Flush(); err != nil {
+		return fmt.Errorf("step %d: %w", n+1, err)
+	}
+	return j.take(each)
+}
+
 // trainEpoch runs one epoch of steps, until Next says the epoch is over,
 // then the update of any micro-batches left pending. It returns the
 // summed loss, the step count and the time spent waiting for batches.
 // each, when not nil, sees every step's loss and rows and the running sum
-// and count; its error ends the epoch. A pipelined session
-// (runtime.Session.SetPipelined) judges each step during the next call,
-// so each sees a step's loss one call late, and the epoch ends with a
-// Flush: the same losses, in the same order.
+// and count; its error ends the epoch. With a pipelined session each
+// sees a step's loss a call late (judged): the same losses, in order.
 func trainEpoch(m model, src batches, each func(loss float32, rows int, sum float64, n int) error) (sum float64, n int, wait time.Duration, err error) {
 	s := m.Session()
-	var losses []float64
-	var rows []int // the rows of the steps not judged yet
-	judged := func() error {
-		losses = s.TakeLosses(losses[:0])
-		for _, l := range losses {
-			sum += float64(float32(l))
-			n++
-			r := rows[0]
-			rows = rows[1:]
-			if each != nil {
-				if err := each(float32(l), r, sum, n); err != nil {
-					return err
-				}
-			}
+	j := judged{s: s}
+	got := func(loss float32, rows int) error {
+		sum += float64(loss)
+		n++
+		if each != nil {
+			return each(loss, rows, sum, n)
 		}
 		return nil
 	}
@@ -90,32 +125,11 @@ func trainEpoch(m model, src batches, each func(loss float32, rows int, sum floa
 			break
 		}
 		loss, err := m.Step(x, y)
-		if s.Pipelined() {
-			// An error is the step before's (judged in this call).
-			if err != nil {
-				return 0, n, wait, fmt.Errorf("step %d: %w", n+1, err)
-			}
-			rows = append(rows, len(y))
-			if err := judged(); err != nil {
-				return 0, n, wait, err
-			}
-			continue
-		}
-		if err != nil {
-			return 0, n, wait, fmt.Errorf("step %d: %w", n+1, err)
-		}
-		sum += float64(loss)
-		n++
-		if each != nil {
-			if err := each(loss, len(y), sum, n); err != nil {
-				return 0, n, wait, err
-			}
+		if err := j.step(loss, len(y), err, n, got); err != nil {
+			return 0, n, wait, err
 		}
 	}
-	if err := s.Flush(); err != nil {
-		return 0, n, wait, fmt.Errorf("step %d: %w", n+1, err)
-	}
-	if err := judged(); err != nil {
+	if err := j.flush(n, got); err != nil {
 		return 0, n, wait, err
 	}
 	if s.Pending() > 0 {

@@ -13,8 +13,9 @@ import (
 
 // TestPrefetchChangesNothing trains the MLP for two epochs from the loader,
 // from a prefetcher over it, and from the prefetcher with pipelined steps
-// (each step judged during the next call): losses, what trainEpoch's
-// callback sees and the parameters agree bit for bit.
+// (each step judged during the next call; with accumulation, judged in
+// their own calls), with and without accumulation: losses, what
+// trainEpoch's callback sees and the parameters agree bit for bit.
 func TestPrefetchChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	ds := &data.Dataset{N: 200, Features: 784}
@@ -29,8 +30,8 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	run := func(pre, pipelined bool) ([]float64, []string, map[string][]float32) {
-		m, err := mlp.New(dev, mlp.Options{Batch: 32, Seed: 4})
+	run := func(pre, pipelined bool, accum int) ([]float64, []string, map[string][]float32) {
+		m, err := mlp.New(dev, mlp.Options{Batch: 32, Seed: 4, AccumulationSteps: accum})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,18 +63,20 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		}
 		return sums, seen, ps
 	}
-	l1, s1, p1 := run(false, false)
-	for _, pipelined := range []bool{false, true} {
-		l2, s2, p2 := run(true, pipelined)
-		if !slices.Equal(l1, l2) {
-			t.Fatalf("pipelined %v: losses %v and %v", pipelined, l1, l2)
-		}
-		if !slices.Equal(s1, s2) {
-			t.Fatalf("pipelined %v: the callback saw %q and %q", pipelined, s1, s2)
-		}
-		for name, v := range p1 {
-			if !slices.Equal(v, p2[name]) {
-				t.Fatalf("pipelined %v: %s differs", pipelined, name)
+	for _, accum := range []int{1, 2} {
+		l1, s1, p1 := run(false, false, accum)
+		for _, pipelined := range []bool{false, true} {
+			l2, s2, p2 := run(true, pipelined, accum)
+			if !slices.Equal(l1, l2) {
+				t.Fatalf("accumulate %d, pipelined %v: losses %v and %v", accum, pipelined, l1, l2)
+			}
+			if !slices.Equal(s1, s2) {
+				t.Fatalf("accumulate %d, pipelined %v: the callback saw %q and %q", accum, pipelined, s1, s2)
+			}
+			for name, v := range p1 {
+				if !slices.Equal(v, p2[name]) {
+					t.Fatalf("accumulate %d, pipelined %v: %s differs", accum, pipelined, name)
+				}
 			}
 		}
 	}

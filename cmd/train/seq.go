@@ -240,6 +240,9 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 	if err := o.recipe.apply(m.Session(), total); err != nil {
 		return nil, err
 	}
+	if err := setPipelined(m.Session(), dev); err != nil {
+		return nil, err
+	}
 	o.recipe.describe(m.Session(), total, say)
 	if o.recipeArgs != nil {
 		if *o.recipeArgs, err = o.recipe.peerArgs(m.Session().Plan(), total); err != nil {
@@ -274,25 +277,33 @@ func runSeq(name string, task seqTask, o seqOptions) ([]epochResult, error) {
 		}
 		start := time.Now()
 		o.rec.epochStart()
-		sum, n := 0.0, 0
-		for n < perEpoch {
-			x, y, mask, ok := loader.Next()
-			if !ok {
-				break
-			}
-			loss, err := m.Step(seqBatch{x, y, mask})
-			if err != nil {
-				return nil, fmt.Errorf("epoch %d step %d: %w", epoch, n+1, err)
-			}
+		sum, n, calls := 0.0, 0, 0
+		j := judged{s: m.Session()}
+		got := func(loss float32, rows int) error {
 			sum += float64(loss)
 			n++
-			if err := o.rec.stepDone(m.Session(), epoch, loss, len(x)/tr.T); err != nil {
-				return nil, err
+			if err := o.rec.stepDone(m.Session(), epoch, loss, rows); err != nil {
+				return err
 			}
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("epoch %d loss %.4f", epoch, sum/float64(n)))
 				bar.Add(1)
 			}
+			return nil
+		}
+		for calls < perEpoch {
+			x, y, mask, ok := loader.Next()
+			if !ok {
+				break
+			}
+			calls++
+			loss, err := m.Step(seqBatch{x, y, mask})
+			if err := j.step(loss, len(x)/tr.T, err, n, got); err != nil {
+				return nil, fmt.Errorf("epoch %d %w", epoch, err)
+			}
+		}
+		if err := j.flush(n, got); err != nil {
+			return nil, fmt.Errorf("epoch %d %w", epoch, err)
 		}
 		loader.Reset()
 		elapsed := time.Since(start)
