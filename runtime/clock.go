@@ -247,6 +247,9 @@ func (s *Session) ReadClock() ([]float64, error) {
 	if cb < 0 {
 		return nil, nil
 	}
+	if err := s.Flush(); err != nil {
+		return nil, err
+	}
 	if err := s.syncClock(); err != nil {
 		return nil, err
 	}

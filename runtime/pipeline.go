@@ -32,9 +32,10 @@ import (
 //     Run("step") (whose own step has then been queued and runs), Flush,
 //     or any method that reads or changes the session's state (Save,
 //     Load, SetLR, ReadFloats, Run of another function, ...), which
-//     flush first and return the error instead of doing their work. The
-//     error names the step that caused it. The failed step changed
-//     nothing on the device, as a synchronous one.
+//     flush first and return the error instead of doing their work;
+//     Close does its work and returns it too. The error names the step
+//     that caused it. The failed step changed nothing on the device, as
+//     a synchronous one.
 //   - After Run("step"), StepLoss, StepSkipped and UpdateCheckFull
 //     describe the step before (the last judged), and LossScale and
 //     Scaler the scaler after it: the scale the step in flight runs

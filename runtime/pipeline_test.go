@@ -350,4 +350,14 @@ func TestPipelinedFlushes(t *testing.T) {
 	if s.Steps() != 3 {
 		t.Fatalf("%d steps after two accumulated updates, want 3", s.Steps())
 	}
+	// Close returns the error of a failed step still in flight.
+	if err := s.SetAccumulationSteps(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Step(clockBatch(r, true)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); !errors.As(err, &le) || le.Step != 4 {
+		t.Fatalf("Close with a failed step in flight: %v, want step 4's LossError", err)
+	}
 }

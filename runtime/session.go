@@ -250,8 +250,10 @@ func (s *Session) Close() error {
 	if s == nil {
 		return s.alive("Close")
 	}
+	// The step in flight's verdict is not lost: its error joins Close's.
+	errs := []error{s.Flush()}
 	s.releaseStaging()
-	errs := []error{s.freeRing()}
+	errs = append(errs, s.freeRing())
 	for _, p := range s.base {
 		errs = append(errs, s.dev.Free(p))
 	}
