@@ -91,7 +91,14 @@ func (s *Session) RunGrads(batch int) error {
 	if err := s.syncClock(); err != nil {
 		return err
 	}
-	if err := s.microBatch(fi, f); err != nil {
+	if err := s.takeInputs(); err != nil {
+		return err
+	}
+	err = s.microBatch(fi, f)
+	if e := s.fenceInputs(); err == nil {
+		err = e
+	}
+	if err != nil {
 		return err // the dropout counter too is as before
 	}
 	s.calls++

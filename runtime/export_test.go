@@ -51,3 +51,6 @@ func SetCounters(s *Session, t, u int) {
 	s.t, s.schedT = t, u
 	s.markClock()
 }
+
+// BufPtr is buffer i's device pointer (tests).
+func BufPtr(s *Session, i int) Ptr { return s.ptrs[i] }

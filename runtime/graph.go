@@ -41,7 +41,8 @@ func (s *Session) graphed(f *Func, run func() error) error {
 	return err
 }
 
-// graphKeys caches each function's graph key with what it was made of,
+// graphKeys caches each function's graph key, per input set
+// (pipeline_inputs.go), with what it was made of,
 // so that a step with the bindings and conditions of the last makes no
 // string (no allocation a step).
 type graphKeys []graphKeyEntry
@@ -53,19 +54,21 @@ type graphKeyEntry struct {
 	conds []StepCond // f's step conditions but Always
 	on    []bool     // whether each ran (Session.runs)
 	pipe  bool       // a pipelined step's graph (pipeline.go)
+	set   int        // the input set it reads (pipeline_inputs.go)
 	key   string
 }
 
 // graphKey is graphed's key for f now.
 func (s *Session) graphKey(f *Func) string {
 	var e *graphKeyEntry
+	set := s.pipe.in.cur
 	for i := range s.graphKeys {
-		if s.graphKeys[i].f == f {
+		if s.graphKeys[i].f == f && s.graphKeys[i].set == set {
 			e = &s.graphKeys[i]
 		}
 	}
 	if e == nil {
-		s.graphKeys = append(s.graphKeys, graphKeyEntry{f: f})
+		s.graphKeys = append(s.graphKeys, graphKeyEntry{f: f, set: set})
 		e = &s.graphKeys[len(s.graphKeys)-1]
 		for i := range f.Steps {
 			if c := f.Steps[i].When; c != Always && !slices.Contains(e.conds, c) {
@@ -104,6 +107,9 @@ func (s *Session) graphKey(f *Func) string {
 	key += s.condKey(f)
 	if pipe {
 		key += " pipelined" // the verdict words cleared first
+	}
+	if e.set != 0 {
+		key += " inputs=1" // the second set of inputs (pipeline_inputs.go)
 	}
 	e.key = key
 	return key

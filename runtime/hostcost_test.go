@@ -110,8 +110,8 @@ func TestHostStepAllocs(t *testing.T) {
 }
 
 // idleGPU is the idle device with runtime/cuda's optional interfaces: it
-// records graphs (counting them) and has page-locked host memory read
-// into asynchronously.
+// records graphs (counting them), has page-locked host memory read into
+// asynchronously and a copy stream.
 type idleGPU struct {
 	idleDevice
 	recorded int
@@ -129,9 +129,16 @@ func (d *idleGPU) CopyToHostAsync(dst unsafe.Pointer, src runtime.Ptr, n int64) 
 	return d.CopyToHost(dst, src, n)
 }
 
+func (d *idleGPU) Fence() (runtime.Fence, error) { return 1, nil }
+func (d *idleGPU) JoinCopies() error             { return nil }
+func (d *idleGPU) CopyToDeviceAfter(runtime.Fence, runtime.Ptr, unsafe.Pointer, int64) error {
+	return nil
+}
+
 var (
-	_ runtime.Grapher     = (*idleGPU)(nil)
-	_ runtime.AsyncReader = (*idleGPU)(nil)
+	_ runtime.Grapher      = (*idleGPU)(nil)
+	_ runtime.AsyncReader  = (*idleGPU)(nil)
+	_ runtime.CopyStreamer = (*idleGPU)(nil)
 )
 
 // BenchmarkHostStep times the host's part of a training step: the

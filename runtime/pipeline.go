@@ -70,6 +70,7 @@ type pipeline struct {
 	next    int                    // the slot the next step's status goes to
 	pending int                    // the slot whose step is not judged yet, -1: none
 	losses  []float64              // losses judged since TakeLosses
+	in      inputSets              // double-buffered inputs (pipeline_inputs.go)
 }
 
 // SetPipelined turns pipelined steps on or off (see above). Turning it
@@ -82,7 +83,7 @@ func (s *Session) SetPipelined(on bool) error {
 	if !on {
 		err := s.Flush()
 		s.pipe.on = false
-		return err
+		return errors.Join(err, s.closeInputSets())
 	}
 	if s.pipe.on {
 		return nil
@@ -118,6 +119,10 @@ func (s *Session) SetPipelined(on bool) error {
 				s.pipe.slots[i] = new([StatusWords]int32)
 			}
 		}
+	}
+	if err := s.openInputSets(); err != nil {
+		s.freeRing()
+		return err
 	}
 	s.pipe.on, s.pipe.status, s.pipe.pending = true, st, -1
 	return nil
@@ -291,5 +296,6 @@ func (s *Session) freeRing() error {
 		}
 	}
 	s.pipe.slots, s.pipe.pinned, s.pipe.on, s.pipe.pending = [2]*[StatusWords]int32{}, false, false, -1
+	errs = append(errs, s.closeInputSets())
 	return errors.Join(errs...)
 }

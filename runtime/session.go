@@ -392,7 +392,7 @@ func (s *Session) fn(name string) (int, *Func, error) {
 // would and normalises with batch statistics, but commits nothing. It
 // refuses a float input holding a NaN or ±Inf, as a step refuses the
 // non-finite loss such an input gives.
-func (s *Session) Run(name string, batch int) error {
+func (s *Session) Run(name string, batch int) (err error) {
 	if err := s.alive(name); err != nil {
 		return err
 	}
@@ -401,6 +401,15 @@ func (s *Session) Run(name string, batch int) error {
 	if err != nil {
 		return err
 	}
+	if err := s.takeInputs(); err != nil {
+		return err
+	}
+	defer func() {
+		// Behind the launches, which read the current input set.
+		if e := s.fenceInputs(); err == nil {
+			err = e
+		}
+	}()
 	if err := s.setBatch(name, batch); err != nil {
 		return err
 	}

@@ -81,7 +81,14 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 	if n == 0 {
 		return nil
 	}
-	if err := s.dev.CopyToDevice(s.ptrs[i], ptr, want*int64(dt.Size())); err != nil {
+	if dst, f, ok := s.inputDst(i); ok {
+		// Pipelined, on the copy stream, into the set the step in
+		// flight does not read (pipeline_inputs.go).
+		err = s.dev.(CopyStreamer).CopyToDeviceAfter(f, dst, ptr, want*int64(dt.Size()))
+	} else {
+		err = s.dev.CopyToDevice(s.ptrs[i], ptr, want*int64(dt.Size()))
+	}
+	if err != nil {
 		return err
 	}
 	s.noteFinite(i, data)

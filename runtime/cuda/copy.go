@@ -109,27 +109,32 @@ func (d *Device) CopyToDevice(dst runtime.Ptr, src unsafe.Pointer, bytes int64) 
 	if !ok {
 		return d.closedOr(err)
 	}
-	return d.do(func() error {
-		if b := d.host.find(src, bytes); b != nil {
-			return d.copyFromPinned(b, dst, src, bytes) // no staging copy (pinned_host.go)
+	return d.do(func() error { return d.toDevice(d.stream, dst, src, bytes) })
+}
+
+// toDevice queues the copy of host memory src to dst on stream s: one
+// DMA from an AllocHost block, else through the pinned staging buffers.
+// It runs on the device thread.
+func (d *Device) toDevice(s cu.Stream, dst runtime.Ptr, src unsafe.Pointer, bytes int64) error {
+	if b := d.host.find(src, bytes); b != nil {
+		return d.copyFromPinned(s, b, dst, src, bytes) // no staging copy (pinned_host.go)
+	}
+	for i, off := 0, int64(0); off < bytes; i, off = i+1, off+stageChunk {
+		n := min(stageChunk, bytes-off)
+		b := &d.stage.bufs[i%2]
+		if err := b.wait(); err != nil {
+			return fmt.Errorf("cuda: copy to device: %v", err)
 		}
-		for i, off := 0, int64(0); off < bytes; i, off = i+1, off+stageChunk {
-			n := min(stageChunk, bytes-off)
-			b := &d.stage.bufs[i%2]
-			if err := b.wait(); err != nil {
-				return fmt.Errorf("cuda: copy to device: %v", err)
-			}
-			copy(b.bytes(n), unsafe.Slice((*byte)(unsafe.Add(src, off)), n))
-			if err := cu.MemcpyHtoDAsync(cu.DevicePtr(dst)+cu.DevicePtr(off), b.host, n, d.stream); err != nil {
-				return fmt.Errorf("cuda: copy of %d bytes to device %#x: %v", n, uintptr(dst)+uintptr(off), err)
-			}
-			if err := b.done.Record(d.stream); err != nil {
-				return fmt.Errorf("cuda: copy to device: %v", err)
-			}
-			b.pending = true
+		copy(b.bytes(n), unsafe.Slice((*byte)(unsafe.Add(src, off)), n))
+		if err := cu.MemcpyHtoDAsync(cu.DevicePtr(dst)+cu.DevicePtr(off), b.host, n, s); err != nil {
+			return fmt.Errorf("cuda: copy of %d bytes to device %#x: %v", n, uintptr(dst)+uintptr(off), err)
 		}
-		return nil
-	})
+		if err := b.done.Record(s); err != nil {
+			return fmt.Errorf("cuda: copy to device: %v", err)
+		}
+		b.pending = true
+	}
+	return nil
 }
 
 // CopyToHost copies bytes bytes from src to host memory at dst, after all

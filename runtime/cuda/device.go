@@ -69,6 +69,7 @@ type Device struct {
 	mem        allocator
 	stage      staging
 	host       hostBlocks // pinned memory from AllocHost (pinned_host.go)
+	cs         copyStream // the copy stream (copy_stream.go)
 	lastKernel string     // for errors that surface at Sync
 	timer      timer      // CUDA-event timing of launches and GEMMs (timing.go)
 }
@@ -143,7 +144,7 @@ func (d *Device) release() error {
 	if d.stream != (cu.Stream{}) {
 		errs = append(errs, d.stream.Synchronize())
 	}
-	errs = append(errs, d.gr.drop())
+	errs = append(errs, d.gr.drop(), d.cs.release())
 	d.scratch.release(&d.mem)
 	d.stage.release()
 	d.host.release()

@@ -108,13 +108,14 @@ func (d *Device) WaitHost(p unsafe.Pointer) error {
 	})
 }
 
-// copyFromPinned queues the DMA from a pinned block on the stream; it runs
-// on the device thread (inside CopyToDevice).
-func (d *Device) copyFromPinned(b *hostBlock, dst runtime.Ptr, src unsafe.Pointer, bytes int64) error {
-	if err := cu.MemcpyHtoDAsync(cu.DevicePtr(dst), src, bytes, d.stream); err != nil {
+// copyFromPinned queues the DMA from a pinned block on stream s (the
+// device's, or the copy stream); it runs on the device thread (inside
+// CopyToDevice and CopyToDeviceAfter).
+func (d *Device) copyFromPinned(s cu.Stream, b *hostBlock, dst runtime.Ptr, src unsafe.Pointer, bytes int64) error {
+	if err := cu.MemcpyHtoDAsync(cu.DevicePtr(dst), src, bytes, s); err != nil {
 		return fmt.Errorf("cuda: copy of %d pinned bytes to device %#x: %v", bytes, uintptr(dst), err)
 	}
-	if err := b.done.Record(d.stream); err != nil {
+	if err := b.done.Record(s); err != nil {
 		return fmt.Errorf("cuda: copy to device: %v", err)
 	}
 	b.pending = true
