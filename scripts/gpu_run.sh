@@ -73,8 +73,13 @@ EOF
 train_peers() {
   local epochs=${1:-5}
   cd "$g" || return 1
-  echo "ngen: train -device cuda -model mlp -epochs $epochs"
-  "$g/train" -device cuda -model mlp -epochs "$epochs" -quiet
+  echo "ngen: train -device cuda -model mlp -epochs $epochs (pipelined steps: -pipeline auto)"
+  if ! "$g/train" -device cuda -model mlp -epochs "$epochs" -quiet; then
+    # Pipelined steps have not run on a GPU before: keep the window's
+    # run with the synchronous steps that have.
+    echo "ngen: the pipelined run failed; again with -pipeline off"
+    "$g/train" -device cuda -model mlp -epochs "$epochs" -quiet -pipeline off
+  fi
   echo "PyTorch: torch_train.py --device cuda --model mlp --epochs $epochs"
   "$NGEN_PYTHON" "$g/torch_train.py" --device cuda --model mlp --epochs "$epochs"
 }
