@@ -53,6 +53,9 @@ type Session struct {
 	pipe   pipeline           // pipelined steps (pipeline.go)
 	// graphKeys caches graphed's keys (graph.go).
 	graphKeys graphKeys
+	// batch is env["B"]; resolved caches each step's call at it (execAt).
+	batch    int
+	resolved [][]callCache
 	// Per-step scratch, so that a step allocates as little as it can:
 	// a launch's arguments (Device.Launch keeps no reference) and each
 	// buffer's pointer as an Arg (boxed once: ptrs never change after
@@ -123,6 +126,7 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 		}
 		s.maxEnv[y], s.env[y] = n, n
 	}
+	s.batch = s.env["B"]
 	if err := checkSizes(p, s.maxEnv); err != nil {
 		return nil, err
 	}
@@ -458,8 +462,30 @@ func (s *Session) setBatch(name string, batch int) error {
 	if batch <= 0 || batch > s.maxEnv["B"] {
 		return fmt.Errorf("%s.%s: batch of %d rows, want 1..%d", s.plan.Model, name, batch, s.maxEnv["B"])
 	}
-	s.env["B"] = batch
+	s.env["B"], s.batch = batch, batch
 	return nil
+}
+
+// callCache is one step's device call resolved at a batch size and an
+// input set (execAt).
+type callCache struct {
+	ok     bool
+	b, set int
+	grid   Dim3
+	gemm   GemmArgs
+	bytes  int64
+}
+
+// resolvedAt is the call cache of step i of function fi (of n steps)
+// with input set set (pipeline_inputs.go: the steps alternate).
+func (s *Session) resolvedAt(fi, n, i, set int) *callCache {
+	if len(s.resolved) <= fi {
+		s.resolved = append(s.resolved, make([][]callCache, fi+1-len(s.resolved))...)
+	}
+	if s.resolved[fi] == nil {
+		s.resolved[fi] = make([]callCache, 2*n)
+	}
+	return &s.resolved[fi][2*i+set]
 }
 
 // finiteInputs refuses to run f on a float input that was last written
@@ -486,7 +512,7 @@ func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float6
 		if s.prof != nil {
 			err = s.timeStep(fi, f.Name, i, st, func() error { return s.exec(st, scal) })
 		} else {
-			err = s.exec(st, scal)
+			err = s.execAt(s.resolvedAt(fi, len(f.Steps), i, s.pipe.in.cur), st, scal)
 		}
 		if err != nil {
 			if st.Label != "" {
@@ -498,8 +524,26 @@ func (s *Session) runSteps(fi int, f *Func, from, to int, scal map[string]float6
 	return nil
 }
 
-func (s *Session) exec(st *Step, scal map[string]float64) error {
+func (s *Session) exec(st *Step, scal map[string]float64) error { return s.execAt(nil, st, scal) }
+
+// execAt is exec with the step's call resolved once per batch size and
+// input set into c (nil: evaluate every time): the grid, the GEMM's
+// arguments and the bytes a memset or copy moves are the plan's
+// expressions over the bindings, which would otherwise be evaluated,
+// with map lookups, at every step.
+func (s *Session) execAt(c *callCache, st *Step, scal map[string]float64) error {
 	d := s.dev
+	if c != nil && (!c.ok || c.b != s.batch || c.set != s.pipe.in.cur) {
+		*c = callCache{ok: true, b: s.batch, set: s.pipe.in.cur}
+		switch st.Kind {
+		case LaunchStep:
+			c.grid = Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
+		case GemmStep:
+			c.gemm = st.Gemm.ArgsFor(s.env, s.plan.Buffers, s.ptrs)
+		case MemsetStep, CopyStep:
+			c.bytes = s.bytes(&s.plan.Buffers[st.Buf], s.env)
+		}
+	}
 	switch st.Kind {
 	case LaunchStep:
 		if cap(s.args) < len(st.Args) {
@@ -528,23 +572,43 @@ func (s *Session) exec(st *Step, scal map[string]float64) error {
 				args[i] = s.box(ArgI64, uint64(s.row0))
 				continue
 			}
-			v, err := s.scalar(a.Scalar, scal)
-			if err != nil {
-				return err
+			var v float64
+			switch a.Scalar {
+			case "B":
+				v = float64(s.batch)
+			case "train":
+				v = 0
+				if s.train {
+					v = 1
+				}
+			default:
+				var err error
+				if v, err = s.scalar(a.Scalar, scal); err != nil {
+					return err
+				}
 			}
 			args[i] = s.box(a.Kind, scalarBits(a.Kind, v))
 		}
-		grid := Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
+		if c != nil {
+			return d.Launch(s.fns[st.Kernel], c.grid, block, st.Shared, args...)
+		}
+		grid := Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
 		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
 	case GemmStep:
+		if c != nil {
+			return d.Gemm(c.gemm)
+		}
 		return d.Gemm(st.Gemm.ArgsFor(s.env, s.plan.Buffers, s.ptrs))
-	case MemsetStep:
-		b := &s.plan.Buffers[st.Buf]
-		return d.Memset(s.ptrs[st.Buf], 0, s.bytes(b, s.env))
-	case CopyStep:
-		b := &s.plan.Buffers[st.Buf]
-		return d.CopyDevice(s.ptrs[st.Buf], s.ptrs[st.Src], s.bytes(b, s.env))
+	case MemsetStep, CopyStep:
+		n := s.bytes(&s.plan.Buffers[st.Buf], s.env)
+		if c != nil {
+			n = c.bytes
+		}
+		if st.Kind == MemsetStep {
+			return d.Memset(s.ptrs[st.Buf], 0, n)
+		}
+		return d.CopyDevice(s.ptrs[st.Buf], s.ptrs[st.Src], n)
 	}
 	return fmt.Errorf("unknown step kind %d", st.Kind)
 }

@@ -1,0 +1,50 @@
+package runtime_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ngen-ml/ngen/generated/mlp"
+	"github.com/ngen-ml/ngen/runtime/cpu"
+)
+
+// TestResolvedCalls: a session resolves each step's grid, GEMM arguments
+// and copy sizes once per batch size (Session.execAt); steps whose batch
+// changes back and forth give, bit for bit, what a profiled session gives,
+// which evaluates every call afresh. Planted by hand and seen to fail:
+// a cache that ignores the batch size.
+func TestResolvedCalls(t *testing.T) {
+	run := func(profiled bool) []byte {
+		dev, err := cpu.New(cpu.Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		m.Session().SetProfiling(profiled)
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, rows := range []int{16, 7, 16, 3, 7, 16} {
+			x, y := clockBatch(r, false)
+			if _, err := m.Step(x[:rows*784], y[:rows]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Predict(x[:rows*784]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Session().SetProfiling(false)
+		var buf bytes.Buffer
+		if err := m.Save(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	if !bytes.Equal(run(false), run(true)) {
+		t.Fatal("the checkpoints differ")
+	}
+}
