@@ -9,11 +9,12 @@ import (
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
 
-// TestResolvedCalls: a session resolves each step's grid, GEMM arguments
-// and copy sizes once per batch size (Session.execAt); steps whose batch
-// changes back and forth give, bit for bit, what a profiled session gives,
-// which evaluates every call afresh. Planted by hand and seen to fail:
-// a cache that ignores the batch size.
+// TestResolvedCalls: a session resolves each step's grid, GEMM arguments,
+// copy sizes and launch arguments once per batch size (Session.execAt);
+// steps whose batch changes back and forth, and one in eval mode, give,
+// bit for bit, what a profiled session gives, which evaluates every call
+// afresh. Planted by hand and seen to fail: a cache that ignores the
+// batch size, one that ignores the train flag.
 func TestResolvedCalls(t *testing.T) {
 	run := func(profiled bool) []byte {
 		dev, err := cpu.New(cpu.Options{Threads: 1})
@@ -28,11 +29,15 @@ func TestResolvedCalls(t *testing.T) {
 		defer m.Close()
 		m.Session().SetProfiling(profiled)
 		r := rand.New(rand.NewPCG(9, 10))
-		for _, rows := range []int{16, 7, 16, 3, 7, 16} {
+		for i, rows := range []int{16, 7, 16, 3, 7, 16, 16} {
 			x, y := clockBatch(r, false)
+			if i == 5 {
+				m.Eval() // a step without dropout: the train flag changes the arguments
+			}
 			if _, err := m.Step(x[:rows*784], y[:rows]); err != nil {
 				t.Fatal(err)
 			}
+			m.Train()
 			if _, err := m.Predict(x[:rows*784]); err != nil {
 				t.Fatal(err)
 			}
