@@ -211,10 +211,15 @@ func (s *Session) pipelinedStep(fi int, f *Func) error {
 	slot := s.pipe.next
 	s.pipe.next ^= 1
 	if err := s.readStatus(slot); err != nil {
-		// Nothing is in flight that the host can judge: the step's
-		// verdict is lost, so wait for the device and take its state.
-		s.pipe.pending = -1
-		return errors.Join(err, s.resync())
+		// The step before is judged as usual; this step's verdict is
+		// lost, so wait for the device and rewrite its clock from the
+		// host's counts.
+		var perr error
+		if prev := s.pipe.pending; prev >= 0 {
+			s.pipe.pending = -1
+			perr = s.judgeSlot(prev, 1)
+		}
+		return errors.Join(err, perr, s.resync())
 	}
 	prev := s.pipe.pending
 	s.pipe.pending = slot
