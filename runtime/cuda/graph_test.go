@@ -128,20 +128,7 @@ func TestGraphsMatchEager(t *testing.T) {
 				}
 				m.Close()
 			}
-			// Same kernels, same cuBLAS calls on the same stream: equal up
-			// to cuBLAS picking another algorithm under capture (1e-5).
-			for i := range losses[0] {
-				if math.Abs(losses[0][i]-losses[1][i]) > 1e-5*(1+math.Abs(losses[1][i])) {
-					t.Fatalf("step %d: loss %v with graphs, %v without", i, losses[0][i], losses[1][i])
-				}
-			}
-			for name, p := range params[1] {
-				for i := range p {
-					if q := params[0][name][i]; math.Abs(q-p[i]) > 1e-5*(1+math.Abs(p[i])) {
-						t.Fatalf("%s[%d] = %v with graphs, %v without", name, i, q, p[i])
-					}
-				}
-			}
+			sameRuns(t, [2]string{"with graphs", "without"}, losses, params)
 			if gd.gr.captures < 2 || gd.gr.replays < 2 {
 				t.Fatalf("%d graphs captured, %d replays; want at least 2 of each", gd.gr.captures, gd.gr.replays)
 			}
@@ -206,23 +193,30 @@ func TestPipelinedGPU(t *testing.T) {
 				}
 				m.Close()
 			}
-			if len(losses[0]) != len(losses[1]) {
-				t.Fatalf("%d losses synchronously, %d pipelined", len(losses[0]), len(losses[1]))
-			}
-			// Same graphs on the same stream; cuBLAS may pick another
-			// algorithm in another capture (1e-5).
-			for i := range losses[0] {
-				if math.Abs(losses[0][i]-losses[1][i]) > 1e-5*(1+math.Abs(losses[0][i])) {
-					t.Fatalf("step %d: loss %v synchronously, %v pipelined", i, losses[0][i], losses[1][i])
-				}
-			}
-			for name, p := range params[0] {
-				for i := range p {
-					if q := params[1][name][i]; math.Abs(q-p[i]) > 1e-5*(1+math.Abs(p[i])) {
-						t.Fatalf("%s[%d] = %v pipelined, %v synchronously", name, i, q, p[i])
-					}
-				}
-			}
+			sameRuns(t, [2]string{"synchronously", "pipelined"}, losses, params)
 		})
+	}
+}
+
+// sameRuns fails unless two runs' losses and parameters agree: the same
+// kernels and cuBLAS calls on the same stream, equal up to cuBLAS picking
+// another algorithm under another capture (1e-5). names say how each run
+// ran.
+func sameRuns(t *testing.T, names [2]string, losses [2][]float64, params [2]map[string][]float64) {
+	t.Helper()
+	if len(losses[0]) != len(losses[1]) {
+		t.Fatalf("%d losses %s, %d %s", len(losses[0]), names[0], len(losses[1]), names[1])
+	}
+	for i := range losses[0] {
+		if math.Abs(losses[0][i]-losses[1][i]) > 1e-5*(1+math.Abs(losses[1][i])) {
+			t.Fatalf("step %d: loss %v %s, %v %s", i, losses[0][i], names[0], losses[1][i], names[1])
+		}
+	}
+	for name, p := range params[1] {
+		for i := range p {
+			if q := params[0][name][i]; math.Abs(q-p[i]) > 1e-5*(1+math.Abs(p[i])) {
+				t.Fatalf("%s[%d] = %v %s, %v %s", name, i, q, names[0], p[i], names[1])
+			}
+		}
 	}
 }
