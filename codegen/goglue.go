@@ -231,8 +231,14 @@ func (g *glue) feed(fn *runtime.Func, method string, zero jen.Code) (params, bod
 			jen.Id("rows").Op(":=").Len(x.Clone()).Op("/").Lit(per),
 		)
 	}
+	// A training step's inputs skip the host's scan for NaN and ±Inf,
+	// which only inference uses (runtime.Session.WriteStepInput).
+	write := "WriteInput"
+	if fn.Name == "step" {
+		write = "WriteStepInput"
+	}
 	for i, in := range fn.Inputs {
-		body = append(body, jen.If(jen.Err().Op(":=").Add(ms()).Dot("WriteInput").Call(jen.Lit(in.Name), jen.Id(ids[i]), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(
+		body = append(body, jen.If(jen.Err().Op(":=").Add(ms()).Dot(write).Call(jen.Lit(in.Name), jen.Id(ids[i]), jen.Id("rows")), jen.Err().Op("!=").Nil()).Block(
 			jen.Return(zero, jen.Err())))
 	}
 	return params, body, nil

@@ -101,7 +101,8 @@ func (m *Model) write(method, fn string, in Inputs) (int, error) {
 		rows = 1
 	}
 	for _, n := range f.Inputs {
-		if err := m.s.WriteInput(n.Name, in[n.Name], rows); err != nil {
+		// A training step's inputs skip the host's scan (WriteStepInput).
+		if err := m.s.writeInput(n.Name, in[n.Name], rows, fn != "step"); err != nil {
 			return 0, err
 		}
 	}

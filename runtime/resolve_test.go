@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/ngen-ml/ngen/generated/mlp"
@@ -51,5 +52,39 @@ func TestResolvedCalls(t *testing.T) {
 	}
 	if !bytes.Equal(run(false), run(true)) {
 		t.Fatal("the checkpoints differ")
+	}
+}
+
+// TestStepInputScannedForInference: a training step's inputs skip the
+// host's scan for NaN and ±Inf (WriteStepInput); inference on such an
+// input, not written again, scans the device's copy first and refuses
+// a non-finite one as it refuses one given to WriteInput. Planted by hand
+// and seen to fail: finiteInputs without the device scan.
+func TestStepInputScannedForInference(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s := m.Session()
+	r := rand.New(rand.NewPCG(1, 1))
+	x, y := clockBatch(r, true) // x[5] is +Inf
+	if _, err := m.Step(x, y); err == nil {
+		t.Fatal("a step on an infinite input succeeded")
+	}
+	if err := s.Run("predict", 16); err == nil || !strings.Contains(err.Error(), "inference refuses non-finite inputs") {
+		t.Fatalf("inference on the step's infinite input: %v", err)
+	}
+	x, y = clockBatch(r, false)
+	if _, err := m.Step(x, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run("predict", 16); err != nil {
+		t.Fatalf("inference on the step's finite input: %v", err)
 	}
 }

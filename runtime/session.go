@@ -43,6 +43,9 @@ type Session struct {
 	// nonFinite holds, per float input buffer last written with a NaN or
 	// ±Inf, the first such element and its value: inference refuses it.
 	nonFinite map[int]badValue
+	// unscanned marks the input buffers WriteStepInput wrote, which
+	// inference scans on the device before it runs (finiteInputs).
+	unscanned []bool
 	// ran is the inference function Run ran last, nil after anything
 	// else: Read refuses a non-finite value in one of its outputs.
 	ran    *Func
@@ -501,6 +504,11 @@ func (s *Session) resolvedAt(fi, n, i, set int) *callCache {
 // non-finite outputs with no error.
 func (s *Session) finiteInputs(f *Func) error {
 	for _, in := range f.Inputs {
+		if s.unscanned != nil && s.unscanned[in.Buf] {
+			if err := s.scanInput(in.Buf); err != nil {
+				return err
+			}
+		}
 		if bad, ok := s.nonFinite[in.Buf]; ok {
 			b := &s.plan.Buffers[in.Buf]
 			return fmt.Errorf("%s.%s: input %q%s: element %d is %v; inference refuses non-finite inputs", s.plan.Model, f.Name, b.Name, declared(b), bad.at, bad.v)

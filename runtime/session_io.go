@@ -51,6 +51,20 @@ func (s *Session) Elems(i int) int {
 // rows. data must be a []float32, []float64 or []int32 matching the
 // buffer's dtype and holding exactly the batch's elements.
 func (s *Session) WriteInput(name string, data any, rows int) error {
+	return s.writeInput(name, data, rows, true)
+}
+
+// WriteStepInput is WriteInput for a training step (the generated Step
+// and Accumulate call it): it skips WriteInput's scan of the data for NaN
+// and ±Inf, which only inference uses to refuse its input (a training
+// step's guard judges its loss and gradients on the device instead), so
+// a step's host part does not read the whole batch once more. An
+// inference run on an input written so scans the device's copy first.
+func (s *Session) WriteStepInput(name string, data any, rows int) error {
+	return s.writeInput(name, data, rows, false)
+}
+
+func (s *Session) writeInput(name string, data any, rows int, scan bool) error {
 	if err := s.alive("WriteInput"); err != nil {
 		return err
 	}
@@ -91,7 +105,35 @@ func (s *Session) WriteInput(name string, data any, rows int) error {
 	if err != nil {
 		return err
 	}
+	if !scan {
+		if s.unscanned == nil {
+			s.unscanned = make([]bool, len(s.plan.Buffers))
+		}
+		s.unscanned[i] = true
+		if len(s.nonFinite) > 0 {
+			delete(s.nonFinite, i)
+		}
+		return nil
+	}
+	if s.unscanned != nil {
+		s.unscanned[i] = false
+	}
 	s.noteFinite(i, data)
+	return nil
+}
+
+// scanInput scans the device's copy of input buffer i, written by
+// WriteStepInput, as WriteInput scans its data (noteFinite).
+func (s *Session) scanInput(i int) error {
+	s.unscanned[i] = false
+	if dt := s.plan.Buffers[i].DType; dt != F32 && dt != F64 { // inputs are f32, f64 or i32
+		return nil
+	}
+	v, err := s.ReadFloats(i)
+	if err != nil {
+		return err
+	}
+	s.noteFinite(i, v)
 	return nil
 }
 

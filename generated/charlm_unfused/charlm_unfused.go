@@ -135,10 +135,10 @@ func (m *Model) Step(x []int32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("charlm_unfused.Step: input %q (models/lstm/model.go:91) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
 	}
 	rows := len(x) / 64
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -161,10 +161,10 @@ func (m *Model) Accumulate(x []int32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("charlm_unfused.Accumulate: input %q (models/lstm/model.go:91) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "x", len(x))
 	}
 	rows := len(x) / 64
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {

@@ -135,10 +135,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("convnet_bn.Step: input %q (models/convnet/model.go:34) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -161,10 +161,10 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("convnet_bn.Accumulate: input %q (models/convnet/model.go:34) has shape f32[B,1,28,28]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {

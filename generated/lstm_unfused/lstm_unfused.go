@@ -135,16 +135,16 @@ func (m *Model) Step(x []int32, h0 []float32, c0 []float32, y []int32) (loss flo
 		return 0, fmt.Errorf("lstm_unfused.Step: input %q (models/lstm/model.go:71) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
 	}
 	rows := len(x) / 1
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("h0", h0, rows); err != nil {
+	if err := m.s.WriteStepInput("h0", h0, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("c0", c0, rows); err != nil {
+	if err := m.s.WriteStepInput("c0", c0, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -167,16 +167,16 @@ func (m *Model) Accumulate(x []int32, h0 []float32, c0 []float32, y []int32) (lo
 		return 0, fmt.Errorf("lstm_unfused.Accumulate: input %q (models/lstm/model.go:71) has shape i32[B,1]: got %d values, not a positive whole number of rows of 1", "x", len(x))
 	}
 	rows := len(x) / 1
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("h0", h0, rows); err != nil {
+	if err := m.s.WriteStepInput("h0", h0, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("c0", c0, rows); err != nil {
+	if err := m.s.WriteStepInput("c0", c0, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {

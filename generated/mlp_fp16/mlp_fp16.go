@@ -135,10 +135,10 @@ func (m *Model) Step(x []float32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("mlp_fp16.Step: input %q (models/mlp/model.go:17) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -161,10 +161,10 @@ func (m *Model) Accumulate(x []float32, y []int32) (loss float32, err error) {
 		return 0, fmt.Errorf("mlp_fp16.Accumulate: input %q (models/mlp/model.go:17) has shape f32[B,784]: got %d values, not a positive whole number of rows of 784", "x", len(x))
 	}
 	rows := len(x) / 784
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {

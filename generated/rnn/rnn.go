@@ -135,13 +135,13 @@ func (m *Model) Step(x []int32, mask []int32, y []int32) (loss float32, err erro
 		return 0, fmt.Errorf("rnn.Step: input %q (models/rnn/model.go:41) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
 	}
 	rows := len(x) / 16
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("mask", mask, rows); err != nil {
+	if err := m.s.WriteStepInput("mask", mask, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -164,13 +164,13 @@ func (m *Model) Accumulate(x []int32, mask []int32, y []int32) (loss float32, er
 		return 0, fmt.Errorf("rnn.Accumulate: input %q (models/rnn/model.go:41) has shape i32[B,16]: got %d values, not a positive whole number of rows of 16", "x", len(x))
 	}
 	rows := len(x) / 16
-	if err := m.s.WriteInput("x", x, rows); err != nil {
+	if err := m.s.WriteStepInput("x", x, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("mask", mask, rows); err != nil {
+	if err := m.s.WriteStepInput("mask", mask, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {

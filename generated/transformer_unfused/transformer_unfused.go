@@ -135,13 +135,13 @@ func (m *Model) Step(src []int32, tgt []int32, y []int32) (loss float32, err err
 		return 0, fmt.Errorf("transformer_unfused.Step: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
-	if err := m.s.WriteInput("src", src, rows); err != nil {
+	if err := m.s.WriteStepInput("src", src, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("tgt", tgt, rows); err != nil {
+	if err := m.s.WriteStepInput("tgt", tgt, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.Run("step", rows); err != nil {
@@ -164,13 +164,13 @@ func (m *Model) Accumulate(src []int32, tgt []int32, y []int32) (loss float32, e
 		return 0, fmt.Errorf("transformer_unfused.Accumulate: input %q (models/transformer/model.go:66) has shape i32[B,64]: got %d values, not a positive whole number of rows of 64", "src", len(src))
 	}
 	rows := len(src) / 64
-	if err := m.s.WriteInput("src", src, rows); err != nil {
+	if err := m.s.WriteStepInput("src", src, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("tgt", tgt, rows); err != nil {
+	if err := m.s.WriteStepInput("tgt", tgt, rows); err != nil {
 		return 0, err
 	}
-	if err := m.s.WriteInput("y", y, rows); err != nil {
+	if err := m.s.WriteStepInput("y", y, rows); err != nil {
 		return 0, err
 	}
 	if err := m.s.RunGrads(rows); err != nil {
