@@ -8,6 +8,8 @@
 package codegen
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -485,7 +487,11 @@ func Generate(p *compiler.Program, opts Options) (map[string][]byte, error) {
 		"host/host.go": []byte(HostGo(p, pkg, entry)),
 	}
 	if len(opts.Fatbin) > 0 {
-		files[pkg+".fatbin"] = opts.Fatbin
+		gz, err := GzipFatbin(opts.Fatbin)
+		if err != nil {
+			return nil, err
+		}
+		files[FatbinFile(pkg)] = gz
 		files[pkg+".nvcc"] = opts.FatbinStamp
 	}
 	importPath := opts.ImportPath
@@ -581,4 +587,28 @@ func usesHalf(p *compiler.Program) bool {
 		}
 	}
 	return false
+}
+
+// FatbinFile is the name of a generated package's committed fatbin: gzip-
+// compressed, a quarter of nvcc's bytes (36 MB of fatbins in generated/
+// made the working tree too large to carry to a lent GPU beside the
+// bundle: scripts/gpu_bundle.sh).
+func FatbinFile(pkg string) string { return pkg + ".fatbin.gz" }
+
+// GzipFatbin compresses a fatbin as FatbinFile holds it: the best
+// compression and an empty header (no name, no time), so the same fatbin
+// gives the same bytes.
+func GzipFatbin(fatbin []byte) ([]byte, error) {
+	var b bytes.Buffer
+	w, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(fatbin); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

@@ -22,7 +22,7 @@ type GlueOptions struct {
 	Source     string // DSL file, for the header
 	CUFile     string // the .cu embedded for the GPU backend, e.g. "mlp.cu"
 	HostImport string // import path of the host subpackage (cgo build of the kernels)
-	HasFatbin  bool   // embed <package>.fatbin beside the .cu
+	HasFatbin  bool   // embed <package>.fatbin.gz (FatbinFile) beside the .cu
 }
 
 // plainFile is what a //go:embed line may name without quoting.
@@ -74,12 +74,12 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 	f.Var().Id("cudaSource").String()
 	fatbin := jen.Nil()
 	if o.HasFatbin {
-		f.Comment("fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,")
-		f.Comment("which the GPU backend loads as is.")
+		f.Comment("fatbinGz is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for")
+		f.Comment("cudaSource, gzip-compressed, which the GPU backend loads.")
 		f.Comment("")
-		f.Comment("//go:embed " + strings.TrimSuffix(o.CUFile, ".cu") + ".fatbin")
-		f.Var().Id("fatbin").Index().Byte()
-		fatbin = jen.Id("fatbin")
+		f.Comment("//go:embed " + FatbinFile(strings.TrimSuffix(o.CUFile, ".cu")))
+		f.Var().Id("fatbinGz").Index().Byte()
+		fatbin = jen.Id("fatbinGz")
 	}
 	f.Comment("planJSON is the compiled model as data (runtime.EncodePlan).")
 	f.Comment("")
@@ -96,7 +96,7 @@ func GoGlue(p *runtime.Plan, o GlueOptions) ([]byte, error) {
 		jen.Return(jen.Op("&").Qual(rtPath, "Module").Values(jen.Dict{
 			jen.Id("Name"):     jen.Lit(pkg),
 			jen.Id("Source"):   jen.Id("cudaSource"),
-			jen.Id("Fatbin"):   fatbin,
+			jen.Id("FatbinGz"): fatbin,
 			jen.Id("Kernels"):  jen.Id("Plan").Dot("Kernels"),
 			jen.Id("CPUEntry"): jen.Qual(o.HostImport, "Entry"),
 		})),
@@ -409,7 +409,7 @@ func (g *glue) accessors(f *jen.File) {
 
 // reserved are the identifiers a generated method body uses besides its
 // parameters; an input sanitised to one of them gets a suffix.
-var reserved = map[string]bool{"fmt": true, "io": true, "runtime": true, "embed": true, "cudaSource": true, "ptx": true, "fatbin": true, "Plan": true, "module": true, "cpuEntry": true}
+var reserved = map[string]bool{"fmt": true, "io": true, "runtime": true, "embed": true, "cudaSource": true, "ptx": true, "fatbin": true, "fatbinGz": true, "Plan": true, "module": true, "cpuEntry": true}
 
 // goIdent sanitises a user name into a fresh Go identifier: ASCII letters,
 // digits and underscores, not a keyword, not starting with a digit, and not

@@ -188,7 +188,7 @@ func removeStale(dir string, files map[string][]byte) error {
 		path := filepath.Join(dir, e.Name())
 		// A fatbin (or the PTX earlier versions wrote) cannot carry the
 		// header; ngen writes it only beside its own .cu.
-		nvccOut := strings.HasSuffix(e.Name(), ".fatbin") || strings.HasSuffix(e.Name(), ".ptx")
+		nvccOut := strings.HasSuffix(e.Name(), ".fatbin") || strings.HasSuffix(e.Name(), ".fatbin.gz") || strings.HasSuffix(e.Name(), ".ptx")
 		if generatedByNgen(path) || (nvccOut && hasGeneratedCU(dir)) {
 			if err := os.Remove(path); err != nil {
 				errs = append(errs, err)

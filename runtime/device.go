@@ -7,7 +7,10 @@
 package runtime
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"unsafe"
 )
 
@@ -148,11 +151,15 @@ const (
 // Module is the compiled kernels of one generated package, in the forms the
 // backends need. A backend uses the fields it understands.
 type Module struct {
-	Name    string       // sanitised model name
-	Source  string       // the generated .cu
-	PTX     string       // compute_80 PTX, when nvcc was on PATH at generation
-	Fatbin  []byte       // sm_80/sm_90 fatbin, when nvcc was on PATH
-	Kernels []KernelInfo // index i is kernel i
+	Name   string // sanitised model name
+	Source string // the generated .cu
+	PTX    string // compute_80 PTX, when nvcc was on PATH at generation
+	Fatbin []byte // sm_80/sm_90 fatbin, when nvcc was on PATH
+	// FatbinGz is the fatbin gzip-compressed, as generated packages
+	// commit and embed it (a quarter of its size); FatbinImage gives it
+	// back. At most one of Fatbin and FatbinGz is set.
+	FatbinGz []byte
+	Kernels  []KernelInfo // index i is kernel i
 	// CPUEntry is the address of the C function
 	//   int ngen_cpu_entry(int kernel, const ngen_launch *l)
 	// compiled into the generated package by cgo (see runtime/cpu). Nil
@@ -242,4 +249,21 @@ type Device interface {
 	Sync() error
 	MemStats() MemStats
 	Close() error
+}
+
+// FatbinImage is the module's fatbin (Fatbin, or FatbinGz decompressed),
+// nil when it has none.
+func (m *Module) FatbinImage() ([]byte, error) {
+	if len(m.Fatbin) > 0 || len(m.FatbinGz) == 0 {
+		return m.Fatbin, nil
+	}
+	r, err := gzip.NewReader(bytes.NewReader(m.FatbinGz))
+	if err != nil {
+		return nil, fmt.Errorf("%s: the compressed fatbin: %w", m.Name, err)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the compressed fatbin: %w", m.Name, err)
+	}
+	return b, nil
 }

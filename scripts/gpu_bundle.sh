@@ -10,7 +10,7 @@
 # ABI in 11 and 13). Debian's OpenBLAS and oneDNN, which the CPU backend
 # links, travel beside them, as do the cmd/train binary and Fashion-MNIST.
 # The binaries are stripped (-s -w) and packed, with the libraries, into
-# one xz archive. A device call carries the working tree (about 30 MB of
+# one xz archive. A device call carries the working tree (about 20 MB of
 # tracked files) and at most 64 MiB in all, so the bundle comes in two
 # parts, each checked to fit beside the tree: .gpu (the binaries, the
 # peers' scripts, the test set and the first 1024 training samples) and

@@ -70,12 +70,12 @@ func TestBuildNVCC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.Contains(string(b), "//go:embed tiny.fatbin")
+		return strings.Contains(string(b), "//go:embed tiny.fatbin.gz")
 	}
 	if err := build([]string{"-o", out, model}); err != nil {
 		t.Fatal(err)
 	}
-	fatbin, err1 := os.ReadFile(filepath.Join(dir, "tiny.fatbin"))
+	fatbin, err1 := os.ReadFile(filepath.Join(dir, "tiny.fatbin.gz"))
 	stamp, err2 := os.ReadFile(filepath.Join(dir, "tiny.nvcc"))
 	if err1 != nil || err2 != nil || !embeds() {
 		t.Fatalf("with nvcc: fatbin %v, stamp %v, embedded %v", err1, err2, embeds())
@@ -91,7 +91,7 @@ func TestBuildNVCC(t *testing.T) {
 	if err := build([]string{"-o", out, model}); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "tiny.fatbin")); !bytes.Equal(b, fatbin) || !embeds() {
+	if b, _ := os.ReadFile(filepath.Join(dir, "tiny.fatbin.gz")); !bytes.Equal(b, fatbin) || !embeds() {
 		t.Fatal("without nvcc, the up-to-date fatbin was not kept")
 	}
 
@@ -103,7 +103,7 @@ func TestBuildNVCC(t *testing.T) {
 	if err := build([]string{"-o", out, model}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"tiny.fatbin", "tiny.nvcc"} {
+	for _, f := range []string{"tiny.fatbin.gz", "tiny.nvcc"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
 			t.Errorf("stale %s kept (%v)", f, err)
 		}

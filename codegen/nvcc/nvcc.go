@@ -37,6 +37,7 @@ import (
 	"strings"
 
 	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/runtime"
 )
 
 // Result is nvcc's output for one .cu.
@@ -256,9 +257,13 @@ func existing(dir, name, hash string) *Result {
 	if got, ok := recordedHash(filepath.Join(dir, StampFile(name))); !ok || got != hash {
 		return nil
 	}
-	fb, err1 := os.ReadFile(filepath.Join(dir, name+".fatbin"))
+	gz, err1 := os.ReadFile(filepath.Join(dir, codegen.FatbinFile(name)))
 	st, err2 := os.ReadFile(filepath.Join(dir, StampFile(name)))
-	if err1 != nil || err2 != nil || len(fb) == 0 {
+	if err1 != nil || err2 != nil || len(gz) == 0 {
+		return nil
+	}
+	fb, err := (&runtime.Module{Name: name, FatbinGz: gz}).FatbinImage()
+	if err != nil || len(fb) == 0 {
 		return nil
 	}
 	return &Result{Fatbin: fb, Stamp: st, Hash: hash, Cached: true}

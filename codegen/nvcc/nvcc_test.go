@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ngen-ml/ngen/codegen"
 )
 
 // src calls atomics, whose code the CUDA headers supply, so their paths
@@ -63,7 +65,11 @@ func TestCompile(t *testing.T) {
 		t.Errorf("third build: cached %v, %v", c != nil && c.Cached, err)
 	}
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "k.fatbin"), a.Fatbin, 0o644)
+	gz, err := codegen.GzipFatbin(a.Fatbin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, codegen.FatbinFile("k")), gz, 0o644)
 	os.WriteFile(filepath.Join(dir, StampFile("k")), a.Stamp, 0o644)
 	if r := Existing(dir, "k", "", src); r == nil || !bytes.Equal(r.Fatbin, a.Fatbin) {
 		t.Error("up-to-date outputs not recognised without nvcc")

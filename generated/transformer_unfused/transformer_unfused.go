@@ -25,11 +25,11 @@ import (
 //go:embed transformer_unfused.cu
 var cudaSource string
 
-// fatbin is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for cudaSource,
-// which the GPU backend loads as is.
+// fatbinGz is nvcc's sm_80 and sm_90 code (and compute_80 PTX) for
+// cudaSource, gzip-compressed, which the GPU backend loads.
 //
-//go:embed transformer_unfused.fatbin
-var fatbin []byte
+//go:embed transformer_unfused.fatbin.gz
+var fatbinGz []byte
 
 // planJSON is the compiled model as data (runtime.EncodePlan).
 //
@@ -46,7 +46,7 @@ var Plan = runtime.MustDecodePlan(planJSON)
 func module() *runtime.Module {
 	return &runtime.Module{
 		CPUEntry: host.Entry,
-		Fatbin:   fatbin,
+		FatbinGz: fatbinGz,
 		Kernels:  Plan.Kernels,
 		Name:     "transformer_unfused",
 		Source:   cudaSource,

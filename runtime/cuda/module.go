@@ -63,7 +63,10 @@ func (d *Device) Load(m *runtime.Module) (runtime.Loaded, error) {
 	for _, form := range loadForms(m) {
 		switch form {
 		case "fatbin":
-			if try(form, string(m.Fatbin), m.PTX) == nil {
+			img, err := m.FatbinImage()
+			if err != nil {
+				tried = append(tried, fmt.Sprintf("%s: %v", form, err))
+			} else if try(form, string(img), m.PTX) == nil {
 				return l, nil
 			}
 		case "PTX":
@@ -93,7 +96,7 @@ func (d *Device) Load(m *runtime.Module) (runtime.Loaded, error) {
 // NVRTC, which is all a package generated without nvcc carries.
 func loadForms(m *runtime.Module) []string {
 	var forms []string
-	if len(m.Fatbin) > 0 {
+	if len(m.Fatbin) > 0 || len(m.FatbinGz) > 0 {
 		forms = append(forms, "fatbin")
 	}
 	if m.PTX != "" {
