@@ -608,7 +608,11 @@ func (s *Session) execAt(c *callCache, st *Step, scal map[string]float64) error 
 				if v, err = s.scalar(a.Scalar, scal); err != nil {
 					return err
 				}
-				stable = false
+				// A symbol's binding but B's (the batch, in c's key) is
+				// fixed for the session; the other scalars are the host's.
+				if _, sym := s.env[a.Scalar]; !sym {
+					stable = false
+				}
 			}
 			args[i] = s.box(a.Kind, scalarBits(a.Kind, v))
 		}
