@@ -18,16 +18,7 @@ import (
 // batch size, one that ignores the train flag.
 func TestResolvedCalls(t *testing.T) {
 	run := func(profiled bool) []byte {
-		dev, err := cpu.New(cpu.Options{Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Close()
-		m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m := openMLP16(t)
 		m.Session().SetProfiling(profiled)
 		r := rand.New(rand.NewPCG(9, 10))
 		for i, rows := range []int{16, 7, 16, 3, 7, 16, 16} {
@@ -61,16 +52,7 @@ func TestResolvedCalls(t *testing.T) {
 // a non-finite one as it refuses one given to WriteInput. Planted by hand
 // and seen to fail: finiteInputs without the device scan.
 func TestStepInputScannedForInference(t *testing.T) {
-	dev, err := cpu.New(cpu.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openMLP16(t)
 	s := m.Session()
 	r := rand.New(rand.NewPCG(1, 1))
 	x, y := clockBatch(r, true) // x[5] is +Inf
@@ -87,4 +69,21 @@ func TestStepInputScannedForInference(t *testing.T) {
 	if err := s.Run("predict", 16); err != nil {
 		t.Fatalf("inference on the step's finite input: %v", err)
 	}
+}
+
+// openMLP16 is the seed MLP at batch 16 on a one-thread CPU device, both
+// closed when the test ends.
+func openMLP16(t *testing.T) *mlp.Model {
+	t.Helper()
+	dev, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	m, err := mlp.New(dev, mlp.Options{Batch: 16, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }

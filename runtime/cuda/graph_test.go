@@ -120,12 +120,7 @@ func TestGraphsMatchEager(t *testing.T) {
 					}
 					losses[side] = append(losses[side], l)
 				}
-				params[side] = map[string][]float64{}
-				for _, name := range m.Params() {
-					if params[side][name], err = m.Param(name); err != nil {
-						t.Fatal(err)
-					}
-				}
+				params[side] = modelParams(t, m)
 				m.Close()
 			}
 			sameRuns(t, [2]string{"with graphs", "without"}, losses, params)
@@ -185,12 +180,7 @@ func TestPipelinedGPU(t *testing.T) {
 				if pipelined {
 					losses[side] = s.TakeLosses(nil)
 				}
-				params[side] = map[string][]float64{}
-				for _, name := range m.Params() {
-					if params[side][name], err = m.Param(name); err != nil {
-						t.Fatal(err)
-					}
-				}
+				params[side] = modelParams(t, m)
 				m.Close()
 			}
 			sameRuns(t, [2]string{"synchronously", "pipelined"}, losses, params)
@@ -219,4 +209,18 @@ func sameRuns(t *testing.T, names [2]string, losses [2][]float64, params [2]map[
 			}
 		}
 	}
+}
+
+// modelParams reads every parameter of m.
+func modelParams(t *testing.T, m *runtime.Model) map[string][]float64 {
+	t.Helper()
+	ps := map[string][]float64{}
+	for _, name := range m.Params() {
+		p, err := m.Param(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[name] = p
+	}
+	return ps
 }
