@@ -14,6 +14,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -221,6 +222,13 @@ func Render(p *compiler.Program) (*Rendered, error) {
 func (f forms) info(name string) (runtime.KernelInfo, error) {
 	cu, host, base := f[ops.CUDA], f[ops.Host], f[ops.HostBaseline]
 	ki := cu.info(name)
+	// The plan passes the CUDA form's arguments to whichever form the
+	// device runs, so every form must take the same parameters.
+	for _, k := range []*kernel{host, base} {
+		if got := k.info(name).Params; !slices.Equal(got, ki.Params) {
+			return ki, fmt.Errorf("internal error: kernel %s: a host form's parameters %v differ from the CUDA form's %v", name, got, ki.Params)
+		}
+	}
 	ki.Run = runtime.RunThreads
 	switch {
 	case cu.sync:

@@ -28,6 +28,8 @@ type kernel struct {
 	gridStride bool
 	// soloBlocks: the kernel runs with one-thread blocks too (KernelInfo.SoloBlocks).
 	soloBlocks bool
+	// steps: launches of a stepped loop (KernelInfo.Steps).
+	steps int
 	// rowLen, when non-zero, is the row length of the kernel's
 	// NGEN_GRID_STRIDE_ROWS loop (row r, column j).
 	rowLen int
@@ -440,7 +442,7 @@ func baseBuf(pl *runtime.Plan, i int) int {
 // sizes are literals, so two launches have one canonical text exactly when
 // one compiled kernel serves both.
 func (k *kernel) canonical() string {
-	return fmt.Sprintf("%v %v %v %v\n%s", k.sync, k.gridStride, k.soloBlocks, k.block, renumberValues(k.code("$K", false)))
+	return fmt.Sprintf("%v %v %v %v %d\n%s", k.sync, k.gridStride, k.soloBlocks, k.block, k.steps, renumberValues(k.code("$K", false)))
 }
 
 // renumberValues renames the kernel's locals named after IR values (v17,
@@ -520,7 +522,7 @@ func (k *kernel) code(name string, host bool) string {
 
 // info is the kernel's launch description for the plan.
 func (k *kernel) info(name string) runtime.KernelInfo {
-	ki := runtime.KernelInfo{Name: name, Sync: k.sync, GridStride: k.gridStride, SoloBlocks: k.soloBlocks}
+	ki := runtime.KernelInfo{Name: name, Sync: k.sync, GridStride: k.gridStride, SoloBlocks: k.soloBlocks, Steps: k.steps}
 	for _, p := range k.params {
 		ki.Params = append(ki.Params, p.ref.Kind)
 	}

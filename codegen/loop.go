@@ -15,6 +15,11 @@ import (
 // symbolic batch (or per work item of the row's Blocks), the loop over
 // time inside. It synchronises its block
 // between steps; the CPU backend runs it with one-thread blocks.
+//
+// A stepped op (ops.Def.Stepped) renders a GPU form that computes one
+// time step a launch over the grid the op asks for, launched
+// KernelInfo.Steps times; its host forms still loop over time in one
+// launch, and the CPU backend runs them so (runtime.WholeLoops).
 func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
 	k := newKernel(p, g, target)
 	in, out := k.buffers(p, g)
@@ -32,6 +37,15 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 		return fmt.Sprintf("%s[%s]", ptr, idx)
 	}
 	d := ops.Lookup(v.Op)
+	launches, work, per, threads := 0, ir.Shape(nil), 0, 0
+	if d.Stepped != nil {
+		launches, work, per, threads = d.Stepped(v)
+	}
+	if launches > 0 {
+		// Every form takes the launch's index, last: the plan passes
+		// one argument list to whichever form the device runs.
+		c.Launch = launchParam
+	}
 	body := d.Loop(c, v, at, out[v])
 	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 		k.body.WriteString("  " + line + "\n")
@@ -45,11 +59,19 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 	if d.Blocks != nil {
 		blocks = d.Blocks(v)
 	}
-	z := blocks.Size()
+	z, div := blocks.Size(), int64(0)
+	if launches > 0 {
+		k.param("int", launchParam, runtime.ArgRef{Buf: -1, Scalar: runtime.LaunchScalar, Kind: runtime.ArgI32})
+		k.steps, k.block[0] = launches, threads
+		z, div = work.Size(), int64(per)
+	}
 	k.grid = [3]runtime.Expr{
-		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Max: 1 << 20},
+		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: div, Max: 1 << 20},
 		{Size: runtime.Size{Mul: 1}},
 		{Size: runtime.Size{Mul: 1}},
 	}
 	return k
 }
+
+// launchParam is the C name of a stepped kernel's launch index.
+const launchParam = "ngen_launch"

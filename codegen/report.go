@@ -61,12 +61,16 @@ type StepRow struct {
 	Ops    string `json:"ops"`
 	Bytes  int64  `json:"bytes"`
 	Flops  int64  `json:"flops"`
-	// TimeSteps is a recurrence's loop count (its kernel runs the loop
-	// over time inside); 0 for other steps.
+	// TimeSteps is a recurrence's loop count; 0 for other steps.
 	TimeSteps int `json:"time_steps,omitempty"`
-	// RecurBytes is the recurrent weight matrix a recurrence's every
-	// block reads at each time step (its GPU form runs a block per
-	// sequence); 0 for other steps.
+	// Stepped: the recurrence's GPU form runs a time step a launch
+	// (Calls launches; runtime.KernelInfo.Steps); otherwise one launch
+	// runs the loop over time inside.
+	Stepped bool `json:"stepped,omitempty"`
+	// RecurBytes is what a recurrence reads of its recurrent weight
+	// matrix at each time step: all of it in every block (the loop form
+	// runs a block per sequence), or once per tile of ops.StepTile
+	// sequences (stepped); 0 for other steps.
 	RecurBytes int64 `json:"recur_bytes,omitempty"`
 	// Calls is the device calls the GPU backend issues for the row;
 	// Blocks a launch's GPU grid (the CPU may launch it otherwise).
@@ -124,6 +128,12 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			switch st.Kind {
 			case runtime.LaunchStep:
 				row.Kind, row.Kernel = "launch", plan.Kernels[st.Kernel].Name
+				if n := plan.Kernels[st.Kernel].Steps; n > 0 {
+					// Each launch's tiles of sequences read the
+					// recurrent matrix once each.
+					row.Calls, row.Stepped = n, true
+					row.RecurBytes *= int64((p.RefBatch + ops.StepTile - 1) / ops.StepTile)
+				}
 				row.Blocks = st.Grid[0].Eval(env) * st.Grid[1].Eval(env) * st.Grid[2].Eval(env)
 				row.Threads = row.Blocks * st.Block[0] * max(st.Block[1], 1) * max(st.Block[2], 1)
 				r.Kernels++
@@ -184,9 +194,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	return err
 }
 
-// writeLoops prints each recurrence per time step: its kernel runs the
-// loop over time inside, so a time step costs one T-th of its bytes and
-// FLOPs, and the kernel count does not grow with T.
+// writeLoops prints each recurrence per time step: a time step costs one
+// T-th of its bytes and FLOPs. Its kernel runs the loop over time inside,
+// or (stepped) is launched once a time step on the GPU; either way the
+// kernel count does not grow with T.
 func (r *Report) writeLoops(w io.Writer) error {
 	var n int
 	var bytes, flops int64
@@ -196,13 +207,17 @@ func (r *Report) writeLoops(w io.Writer) error {
 			continue
 		}
 		if n == 0 {
-			fmt.Fprintln(w, "\nrecurrences, per time step (one kernel each, the loop over time inside):")
-			fmt.Fprintln(tw, "#\tkernel\ttime steps\tbytes per time step\tflops per time step")
+			fmt.Fprintln(w, "\nrecurrences, per time step (one kernel each; GPU form: the loop over time inside, or stepped, a launch a time step):")
+			fmt.Fprintln(tw, "#\tkernel\ttime steps\tGPU form\tbytes per time step\tflops per time step")
 		}
 		n++
 		bytes += s.Bytes / int64(s.TimeSteps)
 		flops += s.Flops / int64(s.TimeSteps)
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\n", i, s.Label, s.TimeSteps, s.Bytes/int64(s.TimeSteps), s.Flops/int64(s.TimeSteps))
+		form := "loop"
+		if s.Stepped {
+			form = fmt.Sprintf("stepped, %d launches", s.Calls)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\n", i, s.Label, s.TimeSteps, form, s.Bytes/int64(s.TimeSteps), s.Flops/int64(s.TimeSteps))
 	}
 	if n == 0 {
 		return nil

@@ -108,6 +108,16 @@ const (
 	// layer over 64 steps, so 53 µs a step on average).
 	scanStepUs           = 2.0
 	scanBlockBytesPerSec = 20.5e9
+	// The stepped form of a recurrence (compiler/ops/recur_stepped.go)
+	// launches a time step at a time over tiles of 8 units and 32
+	// sequences. A launch streams its tile's rows of the recurrent
+	// matrix through shared memory (about steppedBlockBytesPerSec a
+	// block: 128 threads with a few loads each in flight from L2) and
+	// multiplies them from shared memory (about steppedSMFlopsPerSec an
+	// SM: 8 FMAs per 6 shared loads, a third of the FP32 rate). Both are
+	// assumptions: no GPU has run the stepped form yet.
+	steppedBlockBytesPerSec = 10e9
+	steppedSMFlopsPerSec    = 100e9
 
 	// A kernel of one thread (the clock kernel, codegen/clock.go) runs a
 	// chain of dependent FP64 operations: about 8 cycles each at 1.7 GHz
@@ -165,7 +175,8 @@ type GPUSummary struct {
 //     is the DRAM's or, for a grid of few threads, threads ×
 //     threadBytesPerSec, and the rate threads × threadFlopsPerSec;
 //   - a recurrence: T × (scanStepUs + the recurrent matrix ÷
-//     scanBlockBytesPerSec);
+//     scanBlockBytesPerSec) in the loop form; stepped, each of its
+//     launches as a launch that also reads the recurrent matrix;
 //   - a GEMM: max(bytes ÷ bandwidth, FLOPs ÷ (gemmEfficiency × peak)),
 //     divided by the share of the SMs its tiles occupy, where the peak is
 //     FP64's for f64 operands, the 16-bit tensor cores' (GPUSpec.Half)
@@ -214,6 +225,8 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 			extra := 2 * runtime.LowerGemm(ga, 0, 0).Scratch * int64(ga.DType.Size())
 			t = max(float64(s.Bytes+extra)/spec.BytesPerSec, float64(s.Flops)/(gemmEff(ga)*peak)) * 1e6
 			t /= gemmFraction(ga, spec.SMs)
+		case s.Stepped:
+			t = float64(s.Calls) * steppedLaunchUs(s, spec)
 		case s.TimeSteps > 0:
 			perStep := scanStepUs + float64(s.RecurBytes)/scanBlockBytesPerSec*1e6
 			t = float64(s.TimeSteps) * perStep
@@ -263,6 +276,18 @@ func launchUs(s *StepRow, spec GPUSpec) float64 {
 	return max(float64(s.Bytes)/bw, float64(s.Flops)/rate) * 1e6
 }
 
+// steppedLaunchUs is one launch of a stepped recurrence (s.Calls of them):
+// its share of the row's bytes plus the recurrent matrix its tiles read
+// (s.RecurBytes), at its blocks' streaming rate, and its share of the
+// FLOPs at the rate of the SMs its blocks occupy.
+func steppedLaunchUs(s *StepRow, spec GPUSpec) float64 {
+	n := int64(max(s.Calls, 1))
+	bytes := float64(s.Bytes/n + s.RecurBytes)
+	bw := min(spec.BytesPerSec, float64(s.Blocks)*steppedBlockBytesPerSec)
+	rate := min(spec.FP32, float64(min(s.Blocks, spec.SMs))*steppedSMFlopsPerSec)
+	return max(bytes/bw, float64(s.Flops/n)/rate) * 1e6
+}
+
 // smFraction is the share of the SMs a grid of blocks keeps busy.
 func smFraction(blocks, sms int) float64 {
 	if blocks <= 0 {
@@ -304,13 +329,14 @@ func gemmEff(g runtime.GemmArgs) float64 {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// SMStarved lists the launches that move at least minBytes yet whose grid
-// occupies fewer than half of gpu's SMs.
+// SMStarved lists the launches that move at least minBytes each (a stepped
+// row's launches, each its share) yet whose grid occupies fewer than half
+// of gpu's SMs.
 func (r *Report) SMStarved(gpu string, minBytes int64) []StepRow {
 	spec := GPUs[gpu]
 	var out []StepRow
 	for _, s := range r.Steps {
-		if s.Kind == "launch" && s.Bytes >= minBytes && 2*s.Blocks < spec.SMs {
+		if s.Kind == "launch" && s.Bytes/int64(max(s.Calls, 1)) >= minBytes && 2*s.Blocks < spec.SMs {
 			out = append(out, s)
 		}
 	}

@@ -188,14 +188,7 @@ func benchBatches(t *testing.T) map[string]int {
 // SMs at the benchmark shapes and are not fixed yet (issue 26, item 3):
 // each entry says what the kernel is and what it needs. Remove an entry
 // when its kernel is reshaped; a kernel not listed fails the test.
-var smStarvedKnown = map[string]string{
-	"charlm/rnn_scan_fwd":        "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"charlm/rnn_scan_bwd_bwd":    "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"lstmbench/rnn_scan_fwd":     "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"lstmbench/rnn_scan_bwd_bwd": "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"rnn/rnn_scan_fwd":           "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-	"rnn/rnn_scan_bwd_bwd":       "a recurrence: one block per sequence runs the T steps in turn; the fix is to split the hidden units over blocks (a persistent kernel) or a per-step GEMM over the batch, not a reduction shape",
-}
+var smStarvedKnown = map[string]string{}
 
 // TestGPUModelFillsEverySeedModel extends TestGPUModel's occupancy check
 // to every registered package (fused and unfused) at its benchmark batch:

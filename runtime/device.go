@@ -83,6 +83,15 @@ type KernelInfo struct {
 	// block runs as one fiber that walks its share in vectorisable loops
 	// instead of hundreds of fibers taking a few elements each.
 	SoloBlocks bool `json:",omitzero"`
+	// Steps, when set, makes the kernel stepped: its CUDA form computes
+	// one step of a loop (a recurrence's time step) a launch, and runs
+	// Steps launches in a row, each passed its index (0, 1, …) in the
+	// last parameter (the plan's argument there names LaunchScalar). The
+	// launch boundary is the barrier between steps. Its Host and
+	// Baseline forms run the whole loop in one launch and ignore the
+	// index; a device that runs them says so (WholeLoops) and the
+	// session launches them once. SoloBlocks speaks of those forms only.
+	Steps int `json:",omitzero"`
 	// Params lists the kernel's parameter kinds in argument order.
 	Params []ArgKind `json:",omitzero"`
 	// Run is how the CPU backend runs the kernel's CUDA form (the .cu as
@@ -96,6 +105,20 @@ type KernelInfo struct {
 	// form's arithmetic. Codegen sets both where it lowers the kernel, and
 	// the host glue's launcher follows them.
 	Host, Baseline *HostForm `json:",omitzero"`
+}
+
+// LaunchScalar is the name a stepped kernel's (KernelInfo.Steps) last
+// argument carries in the plan: the launch's index, which the session
+// sets per launch.
+const LaunchScalar = "launch"
+
+// WholeLoops is a device that runs some stepped kernels (KernelInfo.Steps)
+// in a form of its own that loops over every step in one launch: the CPU
+// backend's host forms of a recurrence. The session launches such a
+// kernel once on it, with index 0; on any other device (the GPU) Steps
+// times.
+type WholeLoops interface {
+	RunsWhole(k *KernelInfo) bool
 }
 
 // HostForm is a form of a kernel that only the host glue holds: the

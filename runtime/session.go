@@ -14,15 +14,19 @@ import (
 // (parameters, gradients, optimizer state, inputs) and one arena that every
 // function's temporaries share.
 type Session struct {
-	dev    Device
-	plan   *Plan
-	fns    []Function
-	ptrs   []Ptr
-	base   []Ptr // allocations to free
-	env    map[string]int
-	maxEnv map[string]int
-	seed   uint64
-	t      int // optimizer steps taken
+	dev  Device
+	plan *Plan
+	fns  []Function
+	// launches is, per kernel, how many launches one of its steps takes
+	// on this device (launchCounts); launchIdx the boxed indexes.
+	launches  []int
+	launchIdx []Arg
+	ptrs      []Ptr
+	base      []Ptr // allocations to free
+	env       map[string]int
+	maxEnv    map[string]int
+	seed      uint64
+	t         int // optimizer steps taken
 	// schedT is the schedule's step count: the updates taken and, under
 	// loss scaling, those skipped (loss_scale.go), as a PyTorch loop
 	// calls scheduler.step() whether or not scaler.step skipped.
@@ -140,6 +144,8 @@ func NewSession(dev Device, p *Plan, m *Module, opt SessionOptions) (*Session, e
 	for i := range m.Kernels {
 		s.fns = append(s.fns, ld.Function(i))
 	}
+	s.launches = launchCounts(dev, m.Kernels)
+	s.launchIdx = boxLaunchIndexes(s.launches)
 	if err := s.allocate(); err != nil {
 		s.Close()
 		return nil, err
@@ -564,7 +570,7 @@ func (s *Session) execAt(c *callCache, st *Step, scal map[string]float64) error 
 	case LaunchStep:
 		block := Dim3{st.Block[0], st.Block[1], st.Block[2]}
 		if c != nil && c.argsOK && c.train == s.train && c.row0 == s.row0 && c.seed == s.seed {
-			return d.Launch(s.fns[st.Kernel], c.grid, block, st.Shared, c.args...)
+			return s.launch(st, c.grid, block, c.args)
 		}
 		if cap(s.args) < len(st.Args) {
 			s.args = make([]Arg, len(st.Args))
@@ -592,6 +598,9 @@ func (s *Session) execAt(c *callCache, st *Step, scal map[string]float64) error 
 				continue
 			case a.Scalar == "row0":
 				args[i] = s.box(ArgI64, uint64(s.row0))
+				continue
+			case a.Scalar == LaunchScalar:
+				args[i] = s.launchIdx[0] // s.launch sets it per launch
 				continue
 			}
 			var v float64
@@ -623,10 +632,10 @@ func (s *Session) execAt(c *callCache, st *Step, scal map[string]float64) error 
 				c.args = append(c.args[:0], args...)
 				c.argsOK, c.train, c.row0, c.seed = true, s.train, s.row0, s.seed
 			}
-			return d.Launch(s.fns[st.Kernel], c.grid, block, st.Shared, args...)
+			return s.launch(st, c.grid, block, args)
 		}
 		grid := Dim3{st.Grid[0].Eval(s.env), st.Grid[1].Eval(s.env), st.Grid[2].Eval(s.env)}
-		return d.Launch(s.fns[st.Kernel], grid, block, st.Shared, args...)
+		return s.launch(st, grid, block, args)
 	case GemmStep:
 		if c != nil {
 			return d.Gemm(c.gemm)

@@ -96,5 +96,15 @@ func recurCases() []opCase {
 		// Random step masks (0: no token, the state carries over).
 		{name: "rnn_relu_masked_3x6x4_h5", op: "rnn_relu_masked", args: []opArg{f(3, 6, 4), f(5, 4), f(5, 5), f(5), f(5), f(3, 5), labels(2, 3, 6)}},
 		{name: "lstm_masked_3x6x4_h5", op: "lstm_masked", args: []opArg{f(3, 6, 4), f(20, 4), f(20, 5), f(20), f(20), f(3, 5), f(3, 5), labels(2, 3, 6)}},
+		// W_hh of at least ops.SteppedMinBytes: the GPU form is the
+		// stepped one (a time step a launch; tiles of 8 units and 32
+		// sequences, partial here, and a batch of two tiles).
+		// Weights scaled by 1/√fan-in, so that 96-term products keep
+		// the pre-activations near 1 as a real layer's do.
+		{name: "rnn_tanh_34x4x3_h93", op: "rnn_tanh", args: []opArg{f(34, 4, 3), fd(fanIn, 93, 3), fd(fanIn, 93, 93), f(93), f(93), f(34, 93)}},
+		{name: "lstm_9x5x4_h48", op: "lstm", args: []opArg{f(9, 5, 4), fd(fanIn, 192, 4), fd(fanIn, 192, 48), f(192), f(192), f(9, 48), f(9, 48)}},
+		{name: "lstm_zero_2x4x3_h48", op: "lstm_zero", args: []opArg{f(2, 4, 3), fd(fanIn, 192, 3), fd(fanIn, 192, 48), f(192), f(192)}},
+		{name: "rnn_relu_masked_10x5x3_h96", op: "rnn_relu_masked", args: []opArg{f(10, 5, 3), fd(fanIn, 96, 3), fd(fanIn, 96, 96), f(96), f(96), f(10, 96), labels(2, 10, 5)}},
+		{name: "lstm_masked_3x6x4_h48", op: "lstm_masked", args: []opArg{f(3, 6, 4), fd(fanIn, 192, 4), fd(fanIn, 192, 48), f(192), f(192), f(3, 48), f(3, 48), labels(2, 3, 6)}},
 	}
 }

@@ -98,6 +98,14 @@ type Def struct {
 	Blocks func(v *ir.Value) ir.Shape
 	// LoopThreads is a Loop kernel's block size on the GPU (0: 128).
 	LoopThreads int
+	// Stepped, for a Loop op, says whether v's GPU form runs one step of
+	// its loop a launch instead of the whole loop in one: launches is
+	// how many (0: the whole loop in one launch, as Blocks and
+	// LoopThreads say), each over ceil(work ÷ per) blocks of threads.
+	// The launch boundary is the grid-wide barrier between steps; the
+	// template reads the launch's index from Ctx.Launch. The host
+	// targets' forms still run the whole loop in one launch.
+	Stepped func(v *ir.Value) (launches int, work ir.Shape, per, threads int)
 	// Expand, for a fused op, builds the same value from primitive ops:
 	// the "expand fused ops" pass uses it when fusion is off, so that
 	// -fuse=none computes the op the way a framework without the fused
@@ -219,6 +227,11 @@ type Ctx struct {
 	// holding v. Templates take numbers that differ between layers (a
 	// dropout's stream) through it, so that the layers share one kernel.
 	Imm func(v int64) string
+	// Launch, in a stepped Loop kernel (Def.Stepped), is the C name of
+	// the launch's index (an int, 0 for the first launch); every form of
+	// the kernel takes it as its last parameter, and the forms that run
+	// the whole loop ignore it.
+	Launch string
 }
 
 // MovesValue reports whether v's template only moves elements (Moves, or

@@ -182,8 +182,8 @@ func init() {
 	register(
 		// 256 threads: eight warps share the forward's rows of W_hh, and
 		// the backward's thread per hidden unit covers H = 256 at once.
-		&Def{Name: "rnn_scan", Kind: Loop, NArgs: -1, Infer: scanInfer, Loop: scanFwdLoop, Grad: scanGrad, Flops: 1, LoopThreads: 256},
-		&Def{Name: "rnn_scan_bwd", Kind: Loop, NArgs: -1, Infer: scanBwdInfer, Loop: scanBwdLoop, LoopThreads: 256},
+		&Def{Name: "rnn_scan", Kind: Loop, NArgs: -1, Infer: scanInfer, Loop: scanFwdLoop, Grad: scanGrad, Flops: 1, LoopThreads: 256, Stepped: scanStepped(0)},
+		&Def{Name: "rnn_scan_bwd", Kind: Loop, NArgs: -1, Infer: scanBwdInfer, Loop: scanBwdLoop, LoopThreads: 256, Stepped: scanStepped(1)},
 	)
 }
 

@@ -6,7 +6,9 @@ import (
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
 
-// The kernel bodies of rnn_scan and its gradient. The kernel runs a block
+// The kernel bodies of rnn_scan and its gradient. Where W_hh is large
+// (SteppedMinBytes) the GPU form is the stepped one (recur_stepped.go), a
+// time step a launch; otherwise the kernel runs a block
 // per sequence (a grid-stride loop over the batch); the block's threads
 // share the hidden units, and the state of the previous step sits in
 // shared memory, so each step is the recurrent product, the cell and two
@@ -32,6 +34,10 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 		return g.b.String()
 	case HostBaseline:
 		scanFwdSolo(g, c, v, at, out)
+		return g.b.String()
+	}
+	if c.Launch != "" {
+		scanFwdStepped(g, c, v, at, out)
 		return g.b.String()
 	}
 	g.f("__shared__ %s hs[%d];", t, H)
@@ -134,6 +140,10 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 		return g.b.String()
 	case HostBaseline:
 		scanBwdSolo(g, c, v, at, out)
+		return g.b.String()
+	}
+	if c.Launch != "" {
+		scanBwdStepped(g, c, v, at, out)
 		return g.b.String()
 	}
 	g.f("__shared__ %s dh[%d];", t, H)

@@ -184,43 +184,57 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
 //   v17 = rnn_scan <f32[B,1,768]> v16 v7 v11 v13 {str=lstm}  # models/lstm/model.go:76
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B) {
-  __shared__ float hs[128];
-  __shared__ float cs[128];
-  __shared__ float pre[512];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[32][65];
+  __shared__ float hsm[32][65];
+  const int t = ngen_launch;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = in2[b * 128 + j];
-      cs[j] = in3[b * 128 + j];
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float a[4][2];
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      const bool in = j < 128 && b < nb;
+      a[0][r] = in ? in0[(b * 1 + t) * 512 + 0 + j] : 0.0f;
+      a[1][r] = in ? in0[(b * 1 + t) * 512 + 128 + j] : 0.0f;
+      a[2][r] = in ? in0[(b * 1 + t) * 512 + 256 + j] : 0.0f;
+      a[3][r] = in ? in0[(b * 1 + t) * 512 + 384 + j] : 0.0f;
     }
-    __syncthreads();
-    for (int t = 0; t < 1; ++t) {
-      const long long xo = (b * 1 + t) * 512;
+    for (int k0 = 0; k0 < 128; k0 += 64) {
+      const int kn = 128 - k0 < 64 ? 128 - k0 : 64;
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int row = e / 64, kk = e % 64, q = row / 8, uu = row % 8;
+        wsm[row][kk] = j0 + uu < 128 && kk < kn ? in1[(long long)(q * 128 + j0 + uu) * 128 + k0 + kk] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, kk = e % 64;
+        const long long b = b0 + s;
+        hsm[s][kk] = b < nb && kk < kn ? (t ? out0[(b * 1 + t - 1) * 768 + k0 + kk] : in2[b * 128 + k0 + kk]) : 0.0f;
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kn; ++kk) {
+        for (int r = 0; r < 2; ++r) {
+          const float hk = hsm[sb + r][kk];
+          a[0][r] += wsm[0 + u][kk] * hk;
+          a[1][r] += wsm[8 + u][kk] * hk;
+          a[2][r] += wsm[16 + u][kk] * hk;
+          a[3][r] += wsm[24 + u][kk] * hk;
+        }
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
       float *s = out0 + (b * 1 + t) * 768;
-      for (int r = threadIdx.x >> 5; r < 512; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 128 + j] + pre[128 + j];
-        float a2 = in0[xo + 256 + j] + pre[256 + j];
-        float a3 = in0[xo + 384 + j] + pre[384 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[128 + j];
-      }
-      __syncthreads();
+      const float cp = (t ? out0[(b * 1 + t - 1) * 768 + 128 + j] : in3[b * 128 + j]);
+      const float i = (1.0f / (1.0f + expf(-(a[0][r])))), f = (1.0f / (1.0f + expf(-(a[1][r])))), gg = tanhf(a[2][r]), o = (1.0f / (1.0f + expf(-(a[3][r]))));
+      const float cn = f * cp + i * gg;
+      s[j] = o * tanhf(cn);
+      s[128 + j] = cn; s[256 + j] = i; s[384 + j] = f; s[512 + j] = gg; s[640 + j] = o;
     }
   }
 }
@@ -443,50 +457,61 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_2(const float * 
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
 //   v48 = rnn_scan_bwd <f32[B,2,512]> v47 v30 v20 v24 v26 {str=lstm}  # models/lstm/model.go:76
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B) {
-  __shared__ float dh[128];
-  __shared__ float dc[128];
-  __shared__ float dg[512];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const float * __restrict__ in3, const float * __restrict__ in4, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[64][9];
+  __shared__ float dsm[32][65];
+  const int L = ngen_launch, t = 0 - L;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) { dh[j] = 0.0f; dc[j] = 0.0f; }
-    __syncthreads();
-    for (int t = 0; t >= 0; --t) {
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float acc[2];
+    for (int r = 0; r < 2; ++r) acc[r] = 0.0f;
+    for (int r0 = 0; L > 0 && r0 < 512; r0 += 64) {
+      const int rn = 512 - r0 < 64 ? 512 - r0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int rr = e / 8, uu = e % 8;
+        wsm[rr][uu] = rr < rn && j0 + uu < 128 ? in2[(long long)(r0 + rr) * 128 + j0 + uu] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, rr = e % 64;
+        const long long b = b0 + s;
+        dsm[s][rr] = b < nb && rr < rn ? out0[(b * 2 + t + 1) * 512 + r0 + rr] : 0.0f;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < rn; ++rr) {
+        const float w = wsm[rr][u];
+        for (int r = 0; r < 2; ++r) acc[r] += w * dsm[sb + r][rr];
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
+      float dh = acc[r];
+      float *last = out0 + (b * 2 + 1) * 512;
+      if (t < 0) {
+        last[j] = dh;
+        last[256 + j] = 0.0f;
+        last[384 + j] = 0.0f;
+        continue;
+      }
       const long long so = (b * 1 + t) * 768;
       float *d = out0 + (b * 2 + t) * 512;
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
-        const float cp = t > 0 ? in1[so - 768 + 128 + j] : in4[b * 128 + j];
-        const float tc = tanhf(cn);
-        const float dcj = dc[j] + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
-        const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-        const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-        d[j] = di; d[128 + j] = df; d[256 + j] = dgg; d[384 + j] = do_;
-        dg[j] = di; dg[128 + j] = df; dg[256 + j] = dgg; dg[384 + j] = do_;
-        dc[j] = dcj * f;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 512; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
-        }
-        for (; r < 512; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc;
-      }
-      __syncthreads();
+      const float dhj = dh + in0[so + j];
+      const float dcc = L ? last[128 + j] : 0.0f;
+      const float cn = in1[so + 128 + j], i = in1[so + 256 + j], f = in1[so + 384 + j], gg = in1[so + 512 + j], o = in1[so + 640 + j];
+      const float cp = t > 0 ? in1[so - 768 + 128 + j] : in4[b * 128 + j];
+      const float tc = tanhf(cn);
+      const float dcj = dcc + in0[so + 128 + j] + dhj * o * (1.0f - tc * tc);
+      d[j] = dcj * gg * i * (1.0f - i);
+      d[128 + j] = dcj * cp * f * (1.0f - f);
+      d[256 + j] = dcj * i * (1.0f - gg * gg);
+      d[384 + j] = dhj * tc * o * (1.0f - o);
+      last[128 + j] = dcj * f;
     }
-    float *last = out0 + (b * 2 + 1) * 512;
-    for (int j = threadIdx.x; j < 512; j += blockDim.x) {
-      last[j] = j < 128 ? dh[j] : (j < 256 ? dc[j - 128] : 0.0f);
-    }
-    __syncthreads();
   }
 }
 

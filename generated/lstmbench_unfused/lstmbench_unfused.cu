@@ -169,43 +169,57 @@ extern "C" __global__ void __launch_bounds__(256) bias_fwd(const float * __restr
 
 // rnn_scan_fwd: 4 launches (lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2, lstm_rnn_scan_fwd, lstm_rnn_scan_fwd_2). The first computes:
 //   v13 = rnn_scan <f32[B,64,1536]> v12 v5 v8 v9 {str=lstm}  # models/lstm/model.go:94
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B) {
-  __shared__ float hs[256];
-  __shared__ float cs[256];
-  __shared__ float pre[1024];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[32][65];
+  __shared__ float hsm[32][65];
+  const int t = ngen_launch;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-      hs[j] = 0.0f;
-      cs[j] = 0.0f;
+  const long long ntiles = (nb + 31) / 32 * 32;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 32) * 8, j = j0 + u;
+    const long long b0 = tile / 32 * 32;
+    float a[4][2];
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      const bool in = j < 256 && b < nb;
+      a[0][r] = in ? in0[(b * 64 + t) * 1024 + 0 + j] : 0.0f;
+      a[1][r] = in ? in0[(b * 64 + t) * 1024 + 256 + j] : 0.0f;
+      a[2][r] = in ? in0[(b * 64 + t) * 1024 + 512 + j] : 0.0f;
+      a[3][r] = in ? in0[(b * 64 + t) * 1024 + 768 + j] : 0.0f;
     }
-    __syncthreads();
-    for (int t = 0; t < 64; ++t) {
-      const long long xo = (b * 64 + t) * 1024;
+    for (int k0 = 0; k0 < 256; k0 += 64) {
+      const int kn = 256 - k0 < 64 ? 256 - k0 : 64;
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int row = e / 64, kk = e % 64, q = row / 8, uu = row % 8;
+        wsm[row][kk] = j0 + uu < 256 && kk < kn ? in1[(long long)(q * 256 + j0 + uu) * 256 + k0 + kk] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, kk = e % 64;
+        const long long b = b0 + s;
+        hsm[s][kk] = b < nb && kk < kn ? (t ? out0[(b * 64 + t - 1) * 1536 + k0 + kk] : 0.0f) : 0.0f;
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kn; ++kk) {
+        for (int r = 0; r < 2; ++r) {
+          const float hk = hsm[sb + r][kk];
+          a[0][r] += wsm[0 + u][kk] * hk;
+          a[1][r] += wsm[8 + u][kk] * hk;
+          a[2][r] += wsm[16 + u][kk] * hk;
+          a[3][r] += wsm[24 + u][kk] * hk;
+        }
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 256 || b >= nb) continue;
       float *s = out0 + (b * 64 + t) * 1536;
-      for (int r = threadIdx.x >> 5; r < 1024; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 256; k += 32) acc += in1[(long long)r * 256 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        float a1 = in0[xo + 256 + j] + pre[256 + j];
-        float a2 = in0[xo + 512 + j] + pre[512 + j];
-        float a3 = in0[xo + 768 + j] + pre[768 + j];
-        const float i = (1.0f / (1.0f + expf(-(a0)))), f = (1.0f / (1.0f + expf(-(a1)))), gg = tanhf(a2), o = (1.0f / (1.0f + expf(-(a3))));
-        const float cn = f * cs[j] + i * gg;
-        s[j] = o * tanhf(cn);
-        s[256 + j] = cn; s[512 + j] = i; s[768 + j] = f; s[1024 + j] = gg; s[1280 + j] = o;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        hs[j] = s[j];
-        cs[j] = s[256 + j];
-      }
-      __syncthreads();
+      const float cp = (t ? out0[(b * 64 + t - 1) * 1536 + 256 + j] : 0.0f);
+      const float i = (1.0f / (1.0f + expf(-(a[0][r])))), f = (1.0f / (1.0f + expf(-(a[1][r])))), gg = tanhf(a[2][r]), o = (1.0f / (1.0f + expf(-(a[3][r]))));
+      const float cn = f * cp + i * gg;
+      s[j] = o * tanhf(cn);
+      s[256 + j] = cn; s[512 + j] = i; s[768 + j] = f; s[1024 + j] = gg; s[1280 + j] = o;
     }
   }
 }
@@ -426,50 +440,61 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd(const float * __
 
 // rnn_scan_bwd_bwd: 2 launches (lstm_rnn_scan_bwd_bwd, lstm_rnn_scan_bwd_bwd_2). The first computes:
 //   v40 = rnn_scan_bwd <f32[B,65,1024]> v39 v24 v16 v19 v20 {str=lstm}  # models/lstm/model.go:94
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B) {
-  __shared__ float dh[256];
-  __shared__ float dc[256];
-  __shared__ float dg[1024];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[64][9];
+  __shared__ float dsm[32][65];
+  const int L = ngen_launch, t = 63 - L;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 256; j += blockDim.x) { dh[j] = 0.0f; dc[j] = 0.0f; }
-    __syncthreads();
-    for (int t = 63; t >= 0; --t) {
+  const long long ntiles = (nb + 31) / 32 * 32;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 32) * 8, j = j0 + u;
+    const long long b0 = tile / 32 * 32;
+    float acc[2];
+    for (int r = 0; r < 2; ++r) acc[r] = 0.0f;
+    for (int r0 = 0; L > 0 && r0 < 1024; r0 += 64) {
+      const int rn = 1024 - r0 < 64 ? 1024 - r0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int rr = e / 8, uu = e % 8;
+        wsm[rr][uu] = rr < rn && j0 + uu < 256 ? in2[(long long)(r0 + rr) * 256 + j0 + uu] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, rr = e % 64;
+        const long long b = b0 + s;
+        dsm[s][rr] = b < nb && rr < rn ? out0[(b * 65 + t + 1) * 1024 + r0 + rr] : 0.0f;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < rn; ++rr) {
+        const float w = wsm[rr][u];
+        for (int r = 0; r < 2; ++r) acc[r] += w * dsm[sb + r][rr];
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 256 || b >= nb) continue;
+      float dh = acc[r];
+      float *last = out0 + (b * 65 + 64) * 1024;
+      if (t < 0) {
+        last[j] = dh;
+        last[512 + j] = 0.0f;
+        last[768 + j] = 0.0f;
+        continue;
+      }
       const long long so = (b * 64 + t) * 1536;
       float *d = out0 + (b * 65 + t) * 1024;
-      for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        const float cn = in1[so + 256 + j], i = in1[so + 512 + j], f = in1[so + 768 + j], gg = in1[so + 1024 + j], o = in1[so + 1280 + j];
-        const float cp = t > 0 ? in1[so - 1536 + 256 + j] : 0.0f;
-        const float tc = tanhf(cn);
-        const float dcj = dc[j] + in0[so + 256 + j] + dhj * o * (1.0f - tc * tc);
-        const float di = dcj * gg * i * (1.0f - i), df = dcj * cp * f * (1.0f - f);
-        const float dgg = dcj * i * (1.0f - gg * gg), do_ = dhj * tc * o * (1.0f - o);
-        d[j] = di; d[256 + j] = df; d[512 + j] = dgg; d[768 + j] = do_;
-        dg[j] = di; dg[256 + j] = df; dg[512 + j] = dgg; dg[768 + j] = do_;
-        dc[j] = dcj * f;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 256; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 1024; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 256 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 256 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 256 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 256 + j] * dg[r + 3];
-        }
-        for (; r < 1024; ++r) acc0 += in2[(long long)r * 256 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc;
-      }
-      __syncthreads();
+      const float dhj = dh + in0[so + j];
+      const float dcc = L ? last[256 + j] : 0.0f;
+      const float cn = in1[so + 256 + j], i = in1[so + 512 + j], f = in1[so + 768 + j], gg = in1[so + 1024 + j], o = in1[so + 1280 + j];
+      const float cp = t > 0 ? in1[so - 1536 + 256 + j] : 0.0f;
+      const float tc = tanhf(cn);
+      const float dcj = dcc + in0[so + 256 + j] + dhj * o * (1.0f - tc * tc);
+      d[j] = dcj * gg * i * (1.0f - i);
+      d[256 + j] = dcj * cp * f * (1.0f - f);
+      d[512 + j] = dcj * i * (1.0f - gg * gg);
+      d[768 + j] = dhj * tc * o * (1.0f - o);
+      last[256 + j] = dcj * f;
     }
-    float *last = out0 + (b * 65 + 64) * 1024;
-    for (int j = threadIdx.x; j < 1024; j += blockDim.x) {
-      last[j] = j < 256 ? dh[j] : (j < 512 ? dc[j - 256] : 0.0f);
-    }
-    __syncthreads();
   }
 }
 

@@ -172,35 +172,49 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 
 // rnn_scan_fwd: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
-  __shared__ float hs[128];
-  __shared__ float pre[128];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[8][65];
+  __shared__ float hsm[32][65];
+  const int t = ngen_launch;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float a[1][2];
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      const bool in = j < 128 && b < nb;
+      a[0][r] = in ? in0[(b * 16 + t) * 128 + 0 + j] : 0.0f;
     }
-    __syncthreads();
-    for (int t = 0; t < 16; ++t) {
-      const long long xo = (b * 16 + t) * 128;
+    for (int k0 = 0; k0 < 128; k0 += 64) {
+      const int kn = 128 - k0 < 64 ? 128 - k0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int row = e / 64, kk = e % 64, q = row / 8, uu = row % 8;
+        wsm[row][kk] = j0 + uu < 128 && kk < kn ? in1[(long long)(q * 128 + j0 + uu) * 128 + k0 + kk] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, kk = e % 64;
+        const long long b = b0 + s;
+        hsm[s][kk] = b < nb && kk < kn ? (t ? out0[(b * 16 + t - 1) * 128 + k0 + kk] : 0.0f) : 0.0f;
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kn; ++kk) {
+        for (int r = 0; r < 2; ++r) {
+          const float hk = hsm[sb + r][kk];
+          a[0][r] += wsm[0 + u][kk] * hk;
+        }
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
       float *s = out0 + (b * 16 + t) * 128;
-      for (int r = threadIdx.x >> 5; r < 128; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        const bool on = in2[b * 16 + t] != 0;
-        s[j] = (on ? tanhf(a0) : hs[j]);
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-      }
-      __syncthreads();
+      const bool on = in2[b * 16 + t] != 0;
+      const float hp = (t ? out0[(b * 16 + t - 1) * 128 + j] : 0.0f);
+      s[j] = (on ? tanhf(a[0][r]) : hp);
     }
   }
 }
@@ -405,50 +419,59 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 
 // rnn_scan_bwd_bwd computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
-  __shared__ float dh[128];
-  __shared__ float dg[128];
-  __shared__ float carry[128];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[64][9];
+  __shared__ float dsm[32][65];
+  const int L = ngen_launch, t = 15 - L;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) dh[j] = 0.0f;
-    __syncthreads();
-    for (int t = 15; t >= 0; --t) {
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float acc[2];
+    for (int r = 0; r < 2; ++r) acc[r] = 0.0f;
+    for (int r0 = 0; L > 0 && r0 < 128; r0 += 64) {
+      const int rn = 128 - r0 < 64 ? 128 - r0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int rr = e / 8, uu = e % 8;
+        wsm[rr][uu] = rr < rn && j0 + uu < 128 ? in2[(long long)(r0 + rr) * 128 + j0 + uu] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, rr = e % 64;
+        const long long b = b0 + s;
+        dsm[s][rr] = b < nb && rr < rn ? out0[(b * 17 + t + 1) * 128 + r0 + rr] : 0.0f;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < rn; ++rr) {
+        const float w = wsm[rr][u];
+        for (int r = 0; r < 2; ++r) acc[r] += w * dsm[sb + r][rr];
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
+      float dh = acc[r];
+      if (L > 0 && in3[b * 16 + t + 1] == 0) {
+        dh = out0[(b * 17 + t + 1) * 128 + j];
+        out0[(b * 17 + t + 1) * 128 + j] = 0.0f;
+      }
+      float *last = out0 + (b * 17 + 16) * 128;
+      if (t < 0) {
+        last[j] = dh;
+        continue;
+      }
       const long long so = (b * 16 + t) * 128;
       float *d = out0 + (b * 17 + t) * 128;
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        if (in3[b * 16 + t] == 0) {
-          carry[j] = dhj;
-          d[0 + j] = 0.0f; dg[0 + j] = 0.0f;
-          continue;
-        }
-        carry[j] = 0.0f;
-        const float h = in1[so + j];
-        const float da = dhj * (1.0f - h * h);
-        d[j] = da; dg[j] = da;
+      const float dhj = dh + in0[so + j];
+      if (in3[b * 16 + t] == 0) {
+        d[j] = dhj;
+        continue;
       }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 128; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
-        }
-        for (; r < 128; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc + carry[j];
-      }
-      __syncthreads();
+      const float h = in1[so + j];
+      d[j] = dhj * (1.0f - h * h);
     }
-    float *last = out0 + (b * 17 + 16) * 128;
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      last[j] = dh[j];
-    }
-    __syncthreads();
   }
 }
 

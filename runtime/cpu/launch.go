@@ -135,7 +135,8 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 			return fmt.Errorf("cpu: launch %s: arg %d: %v", fn.info.Name, i, err)
 		}
 	}
-	if fn.info.SoloBlocks && !d.gpuBlocks {
+	if fn.info.SoloBlocks && !d.gpuBlocks && (fn.info.Steps == 0 || d.RunsWhole(&fn.info)) {
+		// (A stepped kernel's CUDA form, a step a launch, needs its block.)
 		block = runtime.Dim3{X: 1, Y: 1, Z: 1}
 	}
 	status := s.run(fn.mod.mod.CPUEntry, fn.index, grid, block, sharedBytes, d.forms)
@@ -143,6 +144,21 @@ func (d *Device) Launch(f runtime.Function, grid, block runtime.Dim3, sharedByte
 		return fmt.Errorf("cpu: launch %s: %s", fn.info.Name, statusText(status, fn.info.Sync))
 	}
 	return nil
+}
+
+// RunsWhole reports whether the device runs a stepped kernel
+// (runtime.KernelInfo.Steps) in a form that loops over every step in one
+// launch (runtime.WholeLoops): the host form by default, the baseline form
+// under Options.Baseline. Under Options.GPUBlocks and GPUForms it runs
+// the CUDA form, a step a launch, as a GPU does.
+func (d *Device) RunsWhole(k *runtime.KernelInfo) bool {
+	switch d.forms {
+	case C.NGEN_FORMS_HOST:
+		return k.Host != nil
+	case C.NGEN_FORMS_BASELINE:
+		return k.Baseline != nil
+	}
+	return false
 }
 
 func checkShape(grid, block runtime.Dim3, sharedBytes int) error {

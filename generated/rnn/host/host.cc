@@ -180,35 +180,49 @@ extern "C" __global__ void __launch_bounds__(256) embedding_fwd(const float * __
 
 // rnn_scan_fwd: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
-  __shared__ float hs[128];
-  __shared__ float pre[128];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_fwd(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[8][65];
+  __shared__ float hsm[32][65];
+  const int t = ngen_launch;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      hs[j] = 0.0f;
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float a[1][2];
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      const bool in = j < 128 && b < nb;
+      a[0][r] = in ? in0[(b * 16 + t) * 128 + 0 + j] : 0.0f;
     }
-    __syncthreads();
-    for (int t = 0; t < 16; ++t) {
-      const long long xo = (b * 16 + t) * 128;
+    for (int k0 = 0; k0 < 128; k0 += 64) {
+      const int kn = 128 - k0 < 64 ? 128 - k0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int row = e / 64, kk = e % 64, q = row / 8, uu = row % 8;
+        wsm[row][kk] = j0 + uu < 128 && kk < kn ? in1[(long long)(q * 128 + j0 + uu) * 128 + k0 + kk] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, kk = e % 64;
+        const long long b = b0 + s;
+        hsm[s][kk] = b < nb && kk < kn ? (t ? out0[(b * 16 + t - 1) * 128 + k0 + kk] : 0.0f) : 0.0f;
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kn; ++kk) {
+        for (int r = 0; r < 2; ++r) {
+          const float hk = hsm[sb + r][kk];
+          a[0][r] += wsm[0 + u][kk] * hk;
+        }
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
       float *s = out0 + (b * 16 + t) * 128;
-      for (int r = threadIdx.x >> 5; r < 128; r += blockDim.x >> 5) {
-        float acc = 0.0f;
-        for (int k = threadIdx.x & 31; k < 128; k += 32) acc += in1[(long long)r * 128 + k] * hs[k];
-        acc = ngen_warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) pre[r] = acc;
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float a0 = in0[xo + 0 + j] + pre[0 + j];
-        const bool on = in2[b * 16 + t] != 0;
-        s[j] = (on ? tanhf(a0) : hs[j]);
-      }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        hs[j] = s[j];
-      }
-      __syncthreads();
+      const bool on = in2[b * 16 + t] != 0;
+      const float hp = (t ? out0[(b * 16 + t - 1) * 128 + j] : 0.0f);
+      s[j] = (on ? tanhf(a[0][r]) : hp);
     }
   }
 }
@@ -413,50 +427,59 @@ extern "C" __global__ void __launch_bounds__(256) slice_bwd_bwd_3(const float * 
 
 // rnn_scan_bwd_bwd computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-extern "C" __global__ void __launch_bounds__(256) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
-  __shared__ float dh[128];
-  __shared__ float dg[128];
-  __shared__ float carry[128];
+extern "C" __global__ void __launch_bounds__(128) rnn_scan_bwd_bwd(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B, int ngen_launch) {
+  __shared__ float wsm[64][9];
+  __shared__ float dsm[32][65];
+  const int L = ngen_launch, t = 15 - L;
   const long long nb = (long long)B;
-  for (long long b = blockIdx.x; b < nb; b += gridDim.x) {
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) dh[j] = 0.0f;
-    __syncthreads();
-    for (int t = 15; t >= 0; --t) {
+  const long long ntiles = (nb + 31) / 32 * 16;
+  const int u = threadIdx.x % 8, sb = threadIdx.x / 8 * 2;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int j0 = (int)(tile % 16) * 8, j = j0 + u;
+    const long long b0 = tile / 16 * 32;
+    float acc[2];
+    for (int r = 0; r < 2; ++r) acc[r] = 0.0f;
+    for (int r0 = 0; L > 0 && r0 < 128; r0 += 64) {
+      const int rn = 128 - r0 < 64 ? 128 - r0 : 64;
+      for (int e = threadIdx.x; e < 512; e += blockDim.x) {
+        const int rr = e / 8, uu = e % 8;
+        wsm[rr][uu] = rr < rn && j0 + uu < 128 ? in2[(long long)(r0 + rr) * 128 + j0 + uu] : 0.0f;
+      }
+      for (int e = threadIdx.x; e < 2048; e += blockDim.x) {
+        const int s = e / 64, rr = e % 64;
+        const long long b = b0 + s;
+        dsm[s][rr] = b < nb && rr < rn ? out0[(b * 17 + t + 1) * 128 + r0 + rr] : 0.0f;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < rn; ++rr) {
+        const float w = wsm[rr][u];
+        for (int r = 0; r < 2; ++r) acc[r] += w * dsm[sb + r][rr];
+      }
+      __syncthreads();
+    }
+    for (int r = 0; r < 2; ++r) {
+      const long long b = b0 + sb + r;
+      if (j >= 128 || b >= nb) continue;
+      float dh = acc[r];
+      if (L > 0 && in3[b * 16 + t + 1] == 0) {
+        dh = out0[(b * 17 + t + 1) * 128 + j];
+        out0[(b * 17 + t + 1) * 128 + j] = 0.0f;
+      }
+      float *last = out0 + (b * 17 + 16) * 128;
+      if (t < 0) {
+        last[j] = dh;
+        continue;
+      }
       const long long so = (b * 16 + t) * 128;
       float *d = out0 + (b * 17 + t) * 128;
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        const float dhj = dh[j] + in0[so + j];
-        if (in3[b * 16 + t] == 0) {
-          carry[j] = dhj;
-          d[0 + j] = 0.0f; dg[0 + j] = 0.0f;
-          continue;
-        }
-        carry[j] = 0.0f;
-        const float h = in1[so + j];
-        const float da = dhj * (1.0f - h * h);
-        d[j] = da; dg[j] = da;
+      const float dhj = dh + in0[so + j];
+      if (in3[b * 16 + t] == 0) {
+        d[j] = dhj;
+        continue;
       }
-      __syncthreads();
-      for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-        int r = 0;
-        for (; r + 3 < 128; r += 4) {
-          acc0 += in2[(long long)(r + 0) * 128 + j] * dg[r + 0];
-          acc1 += in2[(long long)(r + 1) * 128 + j] * dg[r + 1];
-          acc2 += in2[(long long)(r + 2) * 128 + j] * dg[r + 2];
-          acc3 += in2[(long long)(r + 3) * 128 + j] * dg[r + 3];
-        }
-        for (; r < 128; ++r) acc0 += in2[(long long)r * 128 + j] * dg[r];
-        const float acc = (acc0 + acc1) + (acc2 + acc3);
-        dh[j] = acc + carry[j];
-      }
-      __syncthreads();
+      const float h = in1[so + j];
+      d[j] = dhj * (1.0f - h * h);
     }
-    float *last = out0 + (b * 17 + 16) * 128;
-    for (int j = threadIdx.x; j < 128; j += blockDim.x) {
-      last[j] = dh[j];
-    }
-    __syncthreads();
   }
 }
 
@@ -915,7 +938,7 @@ extern "C" __global__ void __launch_bounds__(1) ngen_clock(const int *status, do
 
 // rnn_scan_fwd__host: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
+NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B, int ngen_launch) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
     for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
@@ -956,7 +979,7 @@ NGEN_HOST_FORM void rnn_scan_fwd__host(const float * __restrict__ in0, const flo
 
 // rnn_scan_fwd__baseline: 2 launches (rnn_rnn_scan_fwd, rnn_rnn_scan_fwd). The first computes:
 //   v13 = rnn_scan <f32[B,16,128]> v12 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B) {
+NGEN_HOST_FORM void rnn_scan_fwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const int * __restrict__ in2, float * __restrict__ out0, int B, int ngen_launch) {
     __shared__ float th[1024];
     const long long nb = (long long)B;
     for (long long b0 = (long long)blockIdx.x * 8; b0 < nb; b0 += (long long)gridDim.x * 8) {
@@ -1107,7 +1130,7 @@ NGEN_HOST_FORM void sum_bwd__host(const float * __restrict__ in0, float * __rest
 
 // rnn_scan_bwd_bwd__host computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
+NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B, int ngen_launch) {
     auto fast = [&]() __attribute__((always_inline)) {
     const long long nb = (long long)B;
     for (long long b0 = (long long)blockIdx.x * 64; b0 < nb; b0 += (long long)gridDim.x * 64) {
@@ -1161,7 +1184,7 @@ NGEN_HOST_FORM void rnn_scan_bwd_bwd__host(const float * __restrict__ in0, const
 
 // rnn_scan_bwd_bwd__baseline computes:
 //   v37 = rnn_scan_bwd <f32[B,17,128]> v36 v13 v5 v8 v8 v1 {str=rnn_tanh}  # models/rnn/model.go:50
-NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B) {
+NGEN_HOST_FORM void rnn_scan_bwd_bwd__baseline(const float * __restrict__ in0, const float * __restrict__ in1, const float * __restrict__ in2, const int * __restrict__ in3, float * __restrict__ out0, int B, int ngen_launch) {
     __shared__ float tdh[1024];
     __shared__ float tdg[1024];
     __shared__ float tcarry[1024];
@@ -1348,11 +1371,11 @@ NGEN_EMU_LAUNCHER int ngen_launch_1(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, embedding_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, int *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int, 3), NGEN_ARG(l, int *, 4), NGEN_ARG(l, int, 5)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_2_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, rnn_scan_fwd__baseline(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
-  NGEN_RUN_SYNC(l, rnn_scan_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, rnn_scan_fwd__baseline(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5)));
+  NGEN_RUN_SYNC(l, rnn_scan_fwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_2(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, rnn_scan_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, rnn_scan_fwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int *, 2), NGEN_ARG(l, float *, 3), NGEN_ARG(l, int, 4), NGEN_ARG(l, int, 5)));
   return ngen_launch_2_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_3(const ngen_launch *l) {
@@ -1390,11 +1413,11 @@ NGEN_EMU_LAUNCHER int ngen_launch_10(const ngen_launch *l) {
   NGEN_RUN_SPAN(l, slice_bwd_bwd_3(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, int, 2)));
 }
 NGEN_EMU_TEST_FORMS int ngen_launch_11_test(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, rnn_scan_bwd_bwd__baseline(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5)));
-  NGEN_RUN_SYNC(l, rnn_scan_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5)));
+  if (l->forms == NGEN_FORMS_BASELINE) NGEN_RUN_OWN_STACK(l, rnn_scan_bwd_bwd__baseline(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, int, 6)));
+  NGEN_RUN_SYNC(l, rnn_scan_bwd_bwd(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, int, 6)));
 }
 NGEN_EMU_LAUNCHER int ngen_launch_11(const ngen_launch *l) {
-  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, rnn_scan_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5)));
+  if (l->forms == NGEN_FORMS_HOST) NGEN_RUN_OWN_STACK(l, rnn_scan_bwd_bwd__host(NGEN_ARG(l, float *, 0), NGEN_ARG(l, float *, 1), NGEN_ARG(l, float *, 2), NGEN_ARG(l, int *, 3), NGEN_ARG(l, float *, 4), NGEN_ARG(l, int, 5), NGEN_ARG(l, int, 6)));
   return ngen_launch_11_test(l);
 }
 NGEN_EMU_LAUNCHER int ngen_launch_12(const ngen_launch *l) {
