@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/generated/gpt"
 	"github.com/ngen-ml/ngen/generated/gpt_unfused"
 	"github.com/ngen-ml/ngen/generated/lstmbench"
 	"github.com/ngen-ml/ngen/generated/lstmbench_unfused"
 	"github.com/ngen-ml/ngen/generated/transformer"
 	"github.com/ngen-ml/ngen/generated/transformer_unfused"
+	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/data"
 )
@@ -143,9 +145,36 @@ func TestGPUSeq(t *testing.T) {
 		} else {
 			fmt.Printf("  PyTorch      %8.3f ms (%s, same GPU); ngen fused/PyTorch %.2fx\n", tr.Median, tr.Torch, ms(tf)/tr.Median)
 		}
+		if c.name == "lstmbench" {
+			timeLoopForm(t, dev, tf, timeIt, lx, ly)
+		}
 		fmt.Println("  fused step, per launch (GPU time from CUDA events):")
 		if err := writeRows(os.Stdout, rows, peak, tf); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// timeLoopForm times the LSTM LM with its recurrences in the other GPU
+// form than its generated package's: the whole loop in one launch, a
+// block per sequence (ops.StepNever, compiled now by NVRTC), against the
+// package's stepped form (a time step a launch), so that a GPU window
+// measures both (issue 26, item 2).
+func timeLoopForm(t *testing.T, dev runtime.Device, stepped time.Duration,
+	timeIt func(func() (func() (float32, error), *runtime.Session, func() error, error), bool) (time.Duration, []kernelRow),
+	x, y []int32) {
+	g, err := builds.RegisterForm("lstmbench", ops.StepNever)
+	if err != nil {
+		fmt.Printf("  ngen fused, loop form: not built: %v\n", err)
+		return
+	}
+	tl, _ := timeIt(func() (func() (float32, error), *runtime.Session, func() error, error) {
+		m, err := g.New(dev, runtime.SessionOptions{MaxBatch: 32, Seed: 1})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		in := runtime.Inputs{"x": x, "y": y}
+		return func() (float32, error) { l, err := m.Step(in); return float32(l), err }, m.Session(), m.Close, nil
+	}, false)
+	fmt.Printf("  ngen fused, recurrences in the loop form (a block per sequence) %8.3f ms; the stepped form (the package's) / loop form %.2fx\n", ms(tl), ms(stepped)/ms(tl))
 }

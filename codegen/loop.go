@@ -16,8 +16,9 @@ import (
 // time inside. It synchronises its block
 // between steps; the CPU backend runs it with one-thread blocks.
 //
-// A stepped op (ops.Def.Stepped) renders a GPU form that computes one
-// time step a launch over the grid the op asks for, launched
+// A stepped op (ops.Def.Stepped, where the program's StepForm takes it)
+// renders a GPU form that computes one time step a launch over the grid
+// the op asks for, launched
 // KernelInfo.Steps times; its host forms still loop over time in one
 // launch, and the CPU backend runs them so (runtime.WholeLoops).
 func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kernel {
@@ -37,11 +38,13 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 		return fmt.Sprintf("%s[%s]", ptr, idx)
 	}
 	d := ops.Lookup(v.Op)
-	launches, work, per, threads := 0, ir.Shape(nil), 0, 0
+	var st ops.Steps
 	if d.Stepped != nil {
-		launches, work, per, threads = d.Stepped(v)
+		if st = d.Stepped(v); !p.StepForm.Use(st) {
+			st = ops.Steps{}
+		}
 	}
-	if launches > 0 {
+	if st.Launches > 0 {
 		// Every form takes the launch's index, last: the plan passes
 		// one argument list to whichever form the device runs.
 		c.Launch = launchParam
@@ -60,10 +63,10 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 		blocks = d.Blocks(v)
 	}
 	z, div := blocks.Size(), int64(0)
-	if launches > 0 {
+	if st.Launches > 0 {
 		k.param("int", launchParam, runtime.ArgRef{Buf: -1, Scalar: runtime.LaunchScalar, Kind: runtime.ArgI32})
-		k.steps, k.block[0] = launches, threads
-		z, div = work.Size(), int64(per)
+		k.steps, k.block[0] = st.Launches, st.Threads
+		z, div = st.Work.Size(), int64(st.Per)
 	}
 	k.grid = [3]runtime.Expr{
 		{Size: runtime.Size{Mul: z.N, Syms: z.Syms}, Div: div, Max: 1 << 20},

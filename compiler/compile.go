@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 )
 
 type pass struct {
@@ -130,6 +131,10 @@ type Options struct {
 	// AMP overrides the model's mixed-precision policy (amp_option.go);
 	// the zero value keeps it.
 	AMP AMP
+	// StepForm chooses the GPU form of loops that have a stepped one (a
+	// recurrence: a time step a launch, or the whole loop in one); the
+	// zero value lets each op choose by its size.
+	StepForm ops.StepForm
 	// Off names optional passes (as -dump spells them) to skip, as the Go
 	// compiler's -d=ssa/PASS/off does: for tests that compare a pass's
 	// output with the plan it rewrote, and for bisecting a miscompile.
@@ -190,7 +195,7 @@ func compile(m *ir.Model, opts Options) (*Program, error) {
 		}
 		off[name] = true
 	}
-	p := &Program{Model: m, Fuse: opts.Fuse, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
+	p := &Program{Model: m, Fuse: opts.Fuse, StepForm: opts.StepForm, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
 	for _, ps := range passes {
 		if !ps.required && (!opts.Fuse || off[dumpName(ps.name)]) {
 			continue

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runtime"
 )
 
@@ -16,6 +17,9 @@ type Program struct {
 	// reads the train flag (batch norm, dropout); nil otherwise.
 	PredictEval *ir.Func
 	Fuse        bool
+	// StepForm chooses the GPU form of loops that have a stepped one
+	// (Options.StepForm).
+	StepForm ops.StepForm
 	// Groups holds each function's kernels in execution order (set by the
 	// fuse pass).
 	Groups map[*ir.Func][]*Group

@@ -28,6 +28,7 @@ import (
 	"github.com/ngen-ml/ngen/codegen/nvcc"
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl/eval"
 	"github.com/ngen-ml/ngen/runtime/cuda/probe"
 )
@@ -76,6 +77,12 @@ func parseFuse(s string) (bool, error) {
 	return false, fmt.Errorf("-fuse=%s: want all or none", s)
 }
 
+// loopFormFlag is -loop-form (compiler.Options.StepForm): the GPU form of
+// the recurrences, a time step a launch or the whole loop in one.
+func loopFormFlag(fs *flag.FlagSet) *string {
+	return fs.String("loop-form", "auto", "the recurrences' GPU form: stepped (a time step a launch), loop (the whole loop in one launch, a block per sequence), or auto (stepped where W_hh is at least 32 KiB)")
+}
+
 // ampFlag is -amp, which overrides the model's mixed-precision policy
 // as -fuse=none overrides fusion (compiler.Options.AMP).
 func ampFlag(fs *flag.FlagSet) *string {
@@ -87,6 +94,7 @@ func build(args []string) error {
 	out := fs.String("o", "", "output directory (default: generated/ at the model's module root)")
 	fuse := fuseFlag(fs)
 	amp := ampFlag(fs)
+	loopForm := loopFormFlag(fs)
 	name := fs.String("model", "", "build only the model of this name when the file declares several")
 	suffix := fs.String("suffix", "", "suffix for the generated package names, e.g. _unfused")
 	dump := fs.String("dump", "", "print the IR to stderr after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
@@ -106,6 +114,10 @@ func build(args []string) error {
 	ampMode, err := compiler.ParseAMP(*amp)
 	if err != nil {
 		return err
+	}
+	form, err := ops.ParseStepForm(*loopForm)
+	if err != nil {
+		return fmt.Errorf("build: -loop-form: %v", err)
 	}
 	file := fs.Arg(0)
 	models, err := eval.Models(file)
@@ -145,7 +157,7 @@ func build(args []string) error {
 		}
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
@@ -330,6 +342,7 @@ func report(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
 	fuse := fuseFlag(fs)
 	amp := ampFlag(fs)
+	loopForm := loopFormFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
@@ -366,6 +379,10 @@ func report(args []string) error {
 	if err != nil {
 		return err
 	}
+	form, err := ops.ParseStepForm(*loopForm)
+	if err != nil {
+		return fmt.Errorf("report: -loop-form: %v", err)
+	}
 	all, err := eval.Models(fs.Arg(0))
 	if err != nil {
 		return err
@@ -383,7 +400,7 @@ func report(args []string) error {
 		return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}

@@ -98,19 +98,60 @@ type Def struct {
 	Blocks func(v *ir.Value) ir.Shape
 	// LoopThreads is a Loop kernel's block size on the GPU (0: 128).
 	LoopThreads int
-	// Stepped, for a Loop op, says whether v's GPU form runs one step of
-	// its loop a launch instead of the whole loop in one: launches is
-	// how many (0: the whole loop in one launch, as Blocks and
-	// LoopThreads say), each over ceil(work ÷ per) blocks of threads.
-	// The launch boundary is the grid-wide barrier between steps; the
-	// template reads the launch's index from Ctx.Launch. The host
-	// targets' forms still run the whole loop in one launch.
-	Stepped func(v *ir.Value) (launches int, work ir.Shape, per, threads int)
+	// Stepped, for a Loop op, describes v's stepped GPU form, one step
+	// of its loop a launch instead of the whole loop in one (zero
+	// Launches: it has none). The program's StepForm chooses between the
+	// two; by default the stepped one where Auto says. The launch
+	// boundary is the grid-wide barrier between steps; the template
+	// reads the launch's index from Ctx.Launch. The host targets' forms
+	// run the whole loop in one launch either way.
+	Stepped func(v *ir.Value) Steps
 	// Expand, for a fused op, builds the same value from primitive ops:
 	// the "expand fused ops" pass uses it when fusion is off, so that
 	// -fuse=none computes the op the way a framework without the fused
 	// kernel would, for comparison.
 	Expand func(b *Builder, v *ir.Value) *ir.Value
+}
+
+// Steps is a Loop op's stepped GPU form (Def.Stepped): Launches launches,
+// each over ceil(size(Work) ÷ Per) blocks of Threads threads. Auto says
+// whether it is the default form for this value.
+type Steps struct {
+	Launches     int
+	Work         ir.Shape
+	Per, Threads int
+	Auto         bool
+}
+
+// StepForm chooses the GPU form of Loop ops that have a stepped one
+// (compiler.Options.StepForm, ngen build -loop-form).
+type StepForm int
+
+const (
+	// StepAuto: each op's own rule (Steps.Auto).
+	StepAuto StepForm = iota
+	// StepNever: the whole loop in one launch.
+	StepNever
+	// StepAlways: a step a launch, at any size.
+	StepAlways
+)
+
+// ParseStepForm reads auto, loop or stepped.
+func ParseStepForm(s string) (StepForm, error) {
+	switch s {
+	case "", "auto":
+		return StepAuto, nil
+	case "loop":
+		return StepNever, nil
+	case "stepped":
+		return StepAlways, nil
+	}
+	return StepAuto, fmt.Errorf("loop form %q: want auto, loop or stepped", s)
+}
+
+// Use reports whether a value whose stepped form is st gets it.
+func (f StepForm) Use(st Steps) bool {
+	return st.Launches > 0 && (f == StepAlways || f == StepAuto && st.Auto)
 }
 
 // inEval sets d.InEval to argument i, where its shape is v's.

@@ -58,12 +58,12 @@ const SteppedMinBytes = 32 << 10
 
 // scanStepped is rnn_scan's and rnn_scan_bwd's Def.Stepped: T launches
 // (backward T+1) over ceil(H ÷ stepUnits) × B work items, stepTile per
-// block, when W_hh is at least SteppedMinBytes.
-func scanStepped(extra int) func(v *ir.Value) (int, ir.Shape, int, int) {
-	return func(v *ir.Value) (int, ir.Shape, int, int) {
+// block; the default where W_hh is at least SteppedMinBytes.
+func scanStepped(extra int) func(v *ir.Value) Steps {
+	return func(v *ir.Value) Steps {
 		T, product, ok := ScanWork(v)
-		if !ok || product/2*int64(v.DType.Size()) < SteppedMinBytes {
-			return 0, nil, 0, 0
+		if !ok {
+			return Steps{}
 		}
 		whh := v.Args[1]
 		if v.Op == "rnn_scan_bwd" {
@@ -71,7 +71,8 @@ func scanStepped(extra int) func(v *ir.Value) (int, ir.Shape, int, int) {
 		}
 		H := whh.Shape[1].N
 		units := (H + stepUnits - 1) / stepUnits
-		return T + extra, ir.Shape{v.Shape[0], ir.D(units)}, stepTile, stepThreads
+		return Steps{Launches: T + extra, Work: ir.Shape{v.Shape[0], ir.D(units)}, Per: stepTile, Threads: stepThreads,
+			Auto: product/2*int64(v.DType.Size()) >= SteppedMinBytes}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ngen-ml/ngen/codegen/jit"
 	"github.com/ngen-ml/ngen/compiler"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/models/convnet"
 	"github.com/ngen-ml/ngen/models/lstm"
@@ -88,6 +89,47 @@ func Register(pkg, amp string, target Target) (*runtime.Generated, error) {
 	mod, plan, err := build(p)
 	if err != nil {
 		return nil, fmt.Errorf("-amp %s: compiling %s's build: %w", amp, pkg, err)
+	}
+	g := runtime.Generated{Path: path, Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
+		Module: func() *runtime.Module { return mod }}
+	runtime.Register(g)
+	return runtime.Registered(g.Path)
+}
+
+// FormDeclarations are the models whose recurrences have two GPU forms
+// worth timing side by side (compiler.Options.StepForm): the LSTM LM of
+// the GPU benchmark, whose generated package takes the stepped form.
+var FormDeclarations = map[string]func() *dsl.Model{
+	"lstmbench": lstm.Bench,
+	"charlm":    lstm.CharLM,
+}
+
+// RegisterForm compiles pkg's model (fused, f32) with its loops in form
+// for a GPU (the .cu alone, jit.BuildGPU) and registers it as
+// pkg_<form>_gpu, for the GPU benchmark to time against the generated
+// package; a second call finds the first's registration.
+func RegisterForm(pkg string, form ops.StepForm) (*runtime.Generated, error) {
+	decl, ok := FormDeclarations[pkg]
+	if !ok {
+		return nil, fmt.Errorf("%s has no declaration to compile another loop form from", pkg)
+	}
+	names := map[ops.StepForm]string{ops.StepAuto: "auto", ops.StepNever: "loop", ops.StepAlways: "stepped"}
+	name := pkg + "_" + names[form] + "_gpu"
+	path := "runtime-compiled/" + name
+	if g, err := runtime.Registered(path); err == nil {
+		return g, nil
+	}
+	m, err := decl().Build()
+	if err != nil {
+		return nil, err
+	}
+	p, err := compiler.Compile(m, compiler.Options{Fuse: true, StepForm: form, RefBatch: 128})
+	if err != nil {
+		return nil, err
+	}
+	mod, plan, err := jit.BuildGPU(p)
+	if err != nil {
+		return nil, fmt.Errorf("compiling %s's %s build: %w", pkg, names[form], err)
 	}
 	g := runtime.Generated{Path: path, Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
 		Module: func() *runtime.Module { return mod }}

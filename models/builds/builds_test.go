@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ngen-ml/ngen/compiler/ops"
+	_ "github.com/ngen-ml/ngen/generated/lstmbench"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
@@ -41,5 +43,55 @@ func TestRegisterGPU(t *testing.T) {
 	}
 	if _, err := Register("mlp", "fp8", GPU); err == nil || !strings.Contains(err.Error(), "fp8") {
 		t.Fatalf("unknown type: %v", err)
+	}
+}
+
+// TestRegisterForm: the LSTM LM compiled with its recurrences in each GPU
+// form. The loop form has no stepped kernel; the stepped form's four
+// recurrences are stepped (T launches forward, T+1 backward), as the
+// generated package's are by default, whose plan it otherwise matches
+// step for step; an unknown package is an error naming it.
+func TestRegisterForm(t *testing.T) {
+	pkg, err := runtime.Registered("lstmbench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := func(g *runtime.Generated) (n int) {
+		for _, k := range g.Plan.Kernels {
+			if k.Steps > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	loop, err := RegisterForm("lstmbench", ops.StepNever)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepped, err := RegisterForm("lstmbench", ops.StepAlways)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loop.Name != "lstmbench_loop_gpu" || stepped.Name != "lstmbench_stepped_gpu" {
+		t.Fatalf("names %q and %q", loop.Name, stepped.Name)
+	}
+	if n := steps(loop); n != 0 {
+		t.Errorf("the loop form has %d stepped kernels", n)
+	}
+	if n, want := steps(stepped), steps(pkg); n != 2 || want != 2 {
+		t.Errorf("stepped kernels: %d in the stepped build, %d in the package, want 2 (forward and backward scans)", n, want)
+	}
+	for _, g := range []*runtime.Generated{loop, stepped} {
+		for i, f := range g.Plan.Funcs {
+			if len(f.Steps) != len(pkg.Plan.Funcs[i].Steps) {
+				t.Errorf("%s.%s: %d steps, the package %d", g.Name, f.Name, len(f.Steps), len(pkg.Plan.Funcs[i].Steps))
+			}
+		}
+	}
+	if g := stepped.Module(); !strings.Contains(g.Source, "ngen_launch") || strings.Contains(loop.Module().Source, "ngen_launch") {
+		t.Error("the stepped build's source lacks the launch index, or the loop build's has it")
+	}
+	if _, err := RegisterForm("nosuch", ops.StepNever); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("unknown package: %v", err)
 	}
 }
