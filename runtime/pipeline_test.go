@@ -155,6 +155,10 @@ func (d *deferDev) Launch(f runtime.Function, grid, block runtime.Dim3, shared i
 	return d.push(nil, func() error { return d.d.Launch(f, grid, block, shared, a...) })
 }
 
+// RunsWhole forwards the CPU device's answer (runtime.WholeLoops): its
+// host forms of a recurrence run the whole loop in one launch.
+func (d *deferDev) RunsWhole(k *runtime.KernelInfo) bool { return d.d.RunsWhole(k) }
+
 func (d *deferDev) AllocHost(n int64) (unsafe.Pointer, error) {
 	b := make([]byte, n)
 	return unsafe.Pointer(&b[0]), nil

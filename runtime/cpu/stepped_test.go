@@ -101,3 +101,44 @@ func TestSteppedLaunches(t *testing.T) {
 		}
 	}
 }
+
+// forgetful hides the CPU device's runtime.WholeLoops, as a wrapper that
+// forwards only runtime.Device's methods would.
+type forgetful struct{ runtime.Device }
+
+// TestSteppedLaunchesWithoutWholeLoops: a session on a wrapper that hides
+// WholeLoops launches the rnn package's scans once a step, as for a GPU;
+// the CPU device runs its host form at the first launch and returns at
+// once from the others (31 here, counted by hand when this was written:
+// the loss alone cannot tell, since the host form computes the same at
+// every launch), and the step's loss is the unwrapped one, bit for bit.
+func TestSteppedLaunchesWithoutWholeLoops(t *testing.T) {
+	g, err := runtime.Registered("rnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := g.SampleInputs("step", 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for _, wrap := range []bool{false, true} {
+		var dev runtime.Device = newDev(t, cpu.Options{Threads: 2})
+		if wrap {
+			dev = forgetful{dev}
+		}
+		m, err := g.New(dev, runtime.SessionOptions{MaxBatch: 4, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, err := m.Step(in)
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, loss)
+	}
+	if losses[0] != losses[1] {
+		t.Fatalf("loss %v unwrapped, %v through a wrapper without WholeLoops", losses[0], losses[1])
+	}
+}
