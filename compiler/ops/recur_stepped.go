@@ -88,6 +88,14 @@ func steppedOpen(g *cg, c *Ctx, b ir.Dim, H int) {
 	g.f("  const long long b0 = tile / %d * %d;", units, stepTile)
 }
 
+// steppedEach opens the loop over this thread's sequences b (slot r) of
+// the tile, for unit j; past the batch or the units it does nothing.
+func steppedEach(g *cg, H int) {
+	g.f("  for (int r = 0; r < %d; ++r) {", stepSeqs)
+	g.f("    const long long b = b0 + sb + r;")
+	g.f("    if (j >= %d || b >= nb) continue;", H)
+}
+
 func scanFwdStepped(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out string) {
 	cell := Cells[v.Attrs.Str]
 	xp, whh := v.Args[0], v.Args[1]
@@ -137,9 +145,7 @@ func scanFwdStepped(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out
 	g.f("    }")
 	g.f("    __syncthreads();")
 	g.f("  }")
-	g.f("  for (int r = 0; r < %d; ++r) {", stepSeqs)
-	g.f("    const long long b = b0 + sb + r;")
-	g.f("    if (j >= %d || b >= nb) continue;", H)
+	steppedEach(g, H)
 	g.f("    %s *s = %s + (b * %d + t) * %d;", t, out, T, W)
 	keep := func(x, prev string) string {
 		if !masked {
@@ -202,9 +208,7 @@ func scanBwdStepped(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out
 	g.f("    }")
 	g.f("    __syncthreads();")
 	g.f("  }")
-	g.f("  for (int r = 0; r < %d; ++r) {", stepSeqs)
-	g.f("    const long long b = b0 + sb + r;")
-	g.f("    if (j >= %d || b >= nb) continue;", H)
+	steppedEach(g, H)
 	g.f("    %s dh = acc[r];", t)
 	if masked {
 		// Step t+1 was masked off: its row holds the gradient it passed
