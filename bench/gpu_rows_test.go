@@ -20,9 +20,12 @@ import (
 // summed over the profiled steps (CUDA events) and its bytes and FLOPs
 // summed likewise (the plan's report fields, what ngen report prints).
 type kernelRow struct {
-	Index        int // position in the plan's step function
-	Name, Ops    string
-	Calls        int
+	Index     int // position in the plan's step function
+	Name, Ops string
+	Calls     int
+	// Launches is the device calls one run of the step issues (a stepped
+	// recurrence's T launches), each timed by its own events.
+	Launches     int
 	Time         time.Duration
 	Bytes, Flops int64
 }
@@ -36,24 +39,32 @@ func eventRows(prof []runtime.StepTime, names []string, times []time.Duration) (
 	var rows []kernelRow
 	for _, p := range prof {
 		if p.Func == "step" && p.Name != "memset" && p.Name != "copy" {
-			rows = append(rows, kernelRow{Index: p.Index, Name: p.Name, Ops: p.Ops, Calls: p.Calls, Bytes: p.Bytes, Flops: p.Flops})
+			rows = append(rows, kernelRow{Index: p.Index, Name: p.Name, Ops: p.Ops, Calls: p.Calls, Launches: max(p.Launches, 1), Bytes: p.Bytes, Flops: p.Flops})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Index < rows[j].Index })
-	k := len(rows)
-	if k == 0 || len(names) == 0 || len(names)%k != 0 || len(names) != len(times) {
-		return nil, fmt.Errorf("%d timed launches for %d launch and GEMM steps", len(names), k)
+	per := 0 // timed calls of one run of the function
+	for _, r := range rows {
+		per += r.Launches
 	}
-	for i, name := range names {
-		r := &rows[i%k]
-		if name != r.Name {
-			return nil, fmt.Errorf("timed launch %d is %s, but step %d launches %s", i, name, r.Index, r.Name)
+	if per == 0 || len(names) == 0 || len(names)%per != 0 || len(names) != len(times) {
+		return nil, fmt.Errorf("%d timed launches for %d launch and GEMM steps issuing %d calls a run", len(names), len(rows), per)
+	}
+	for i := 0; i < len(names); {
+		for k := range rows {
+			r := &rows[k]
+			for range r.Launches {
+				if names[i] != r.Name {
+					return nil, fmt.Errorf("timed launch %d is %s, but step %d launches %s", i, names[i], r.Index, r.Name)
+				}
+				r.Time += times[i]
+				i++
+			}
 		}
-		r.Time += times[i]
 	}
 	for i := range rows {
-		if rows[i].Calls != len(names)/k {
-			return nil, fmt.Errorf("step %d (%s) ran %d times in the profile and %d in the event timing", rows[i].Index, rows[i].Name, rows[i].Calls, len(names)/k)
+		if rows[i].Calls != len(names)/per {
+			return nil, fmt.Errorf("step %d (%s) ran %d times in the profile and %d in the event timing", rows[i].Index, rows[i].Name, rows[i].Calls, len(names)/per)
 		}
 	}
 	return rows, nil
@@ -126,5 +137,22 @@ func TestEventRows(t *testing.T) {
 	}
 	if _, err := eventRows(prof, names[:3], make([]time.Duration, 3)); err == nil {
 		t.Error("a partial step was paired")
+	}
+	// A stepped recurrence (runtime.KernelInfo.Steps) times each of its
+	// launches: three a run here, summed into its row.
+	stepped := []runtime.StepTime{
+		{Func: "step", Index: 0, Name: "rnn_scan_fwd", Calls: 2, Launches: 3},
+		{Func: "step", Index: 1, Name: "gemm", Calls: 2, Launches: 1},
+	}
+	scan := []string{"rnn_scan_fwd", "rnn_scan_fwd", "rnn_scan_fwd", "gemm"}
+	rows, err = eventRows(stepped, append(scan, scan...), []time.Duration{1 * us, 2 * us, 3 * us, 10 * us, 4 * us, 5 * us, 6 * us, 20 * us})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Time != 21*us || rows[1].Time != 30*us || rows[0].Launches != 3 {
+		t.Fatalf("stepped rows %+v", rows)
+	}
+	if _, err := eventRows(stepped, scan[1:], make([]time.Duration, 3)); err == nil {
+		t.Error("a stepped run short of a launch was paired")
 	}
 }

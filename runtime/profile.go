@@ -21,9 +21,14 @@ type StepTime struct {
 	Label string
 	Ops   string
 	Calls int
-	Total time.Duration
-	Bytes int64 // bytes moved over all calls, from the plan's report fields
-	Flops int64
+	// Launches is the device calls one run of the step issues: a stepped
+	// kernel's launches (KernelInfo.Steps) on a device that runs it a
+	// step a launch, else 1. A device that times its own calls (CUDA
+	// events) reports Calls × Launches times for the step.
+	Launches int
+	Total    time.Duration
+	Bytes    int64 // bytes moved over all calls, from the plan's report fields
+	Flops    int64
 }
 
 type profiler struct {
@@ -119,7 +124,10 @@ func (s *Session) timeStep(fi int, fname string, i int, st *Step, exec func() er
 	k := [2]int{fi, i}
 	t := s.prof.steps[k]
 	if t == nil {
-		t = &StepTime{Func: fname, Index: i, Name: s.stepName(st), Label: StepLabel(s.plan, st), Ops: st.Ops}
+		t = &StepTime{Func: fname, Index: i, Name: s.stepName(st), Label: StepLabel(s.plan, st), Ops: st.Ops, Launches: 1}
+		if st.Kind == LaunchStep {
+			t.Launches = s.launches[st.Kernel]
+		}
 		s.prof.steps[k] = t
 	}
 	bytes, flops := st.Bytes.Eval(s.env), st.Flops.Eval(s.env)
