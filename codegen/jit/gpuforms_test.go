@@ -9,6 +9,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cpu"
 )
@@ -19,7 +20,8 @@ import (
 // unfused, and compares. The models reach forms the generated packages
 // do not: a cross-entropy wide enough to give each row a warp (its max
 // and sum are warp butterflies), the vision layers' im2col/col2im and
-// pooling kernels, an LSTM's scan, and cross-entropies with an ignore
+// pooling kernels, an LSTM's scan (in both GPU forms: the whole loop in a
+// block per sequence, and stepped, a time step a launch), and cross-entropies with an ignore
 // index (two of the five rows ignored: the count of kept rows). Only the order of reduction sums
 // differs between the two, so f64 agrees to rtol 1e-10 (loss), 1e-9
 // plus 1e-12 of the largest (gradients and parameters).
@@ -44,13 +46,17 @@ func TestGPUFormsJITModels(t *testing.T) {
 		in   int // input elements per row
 		cls  int
 		ign  bool // rows 1 and 3 take ignore index -100
+		// form: the recurrences' GPU form (the tiny LSTM's default is
+		// the loop form; -loop-form stepped runs its stepped one).
+		form ops.StepForm
 	}{
-		{"mlp dropout", irtest.MLP(ir.F64, 7, 9, 4, 0.2, irtest.Adam), 7, 4, false},
-		{"mlp 100 classes", irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), 6, 100, false},
-		{"mlp ignore", withIgnore(irtest.MLP(ir.F64, 7, 9, 4, 0, irtest.Adam), -100), 7, 4, true},
-		{"mlp 100 classes ignore", withIgnore(irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), -100), 6, 100, true},
-		{"convnet", irtest.ConvNet(ir.F64, 5, irtest.Adam), 4 * 9 * 8, 5, false},
-		{"lstm checkpoint", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), 4 * 3, 3, false},
+		{"mlp dropout", irtest.MLP(ir.F64, 7, 9, 4, 0.2, irtest.Adam), 7, 4, false, ops.StepAuto},
+		{"mlp 100 classes", irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), 6, 100, false, ops.StepAuto},
+		{"mlp ignore", withIgnore(irtest.MLP(ir.F64, 7, 9, 4, 0, irtest.Adam), -100), 7, 4, true, ops.StepAuto},
+		{"mlp 100 classes ignore", withIgnore(irtest.MLP(ir.F64, 6, 40, 100, 0, irtest.Adam), -100), 6, 100, true, ops.StepAuto},
+		{"convnet", irtest.ConvNet(ir.F64, 5, irtest.Adam), 4 * 9 * 8, 5, false, ops.StepAuto},
+		{"lstm checkpoint", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), 4 * 3, 3, false, ops.StepAuto},
+		{"lstm checkpoint stepped", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), 4 * 3, 3, false, ops.StepAlways},
 	} {
 		for _, fuse := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/fuse=%v", tc.name, fuse), func(t *testing.T) {
@@ -66,8 +72,8 @@ func TestGPUFormsJITModels(t *testing.T) {
 				if tc.ign {
 					y[1], y[3] = -100, -100
 				}
-				a := trainTrace64(t, gpu, tc.m, fuse, x, y, rows, 2)
-				b := trainTrace64(t, host, tc.m, fuse, x, y, rows, 2)
+				a := trainTrace64(t, gpu, tc.m, compiler.Options{Fuse: fuse, StepForm: tc.form}, x, y, rows, 2)
+				b := trainTrace64(t, host, tc.m, compiler.Options{Fuse: fuse, StepForm: tc.form}, x, y, rows, 2)
 				for i := range b.loss {
 					if math.Abs(a.loss[i]-b.loss[i]) > 1e-10*math.Abs(b.loss[i]) || math.IsNaN(a.loss[i]) {
 						t.Fatalf("step %d: loss %v with the GPU forms, %v without", i+1, a.loss[i], b.loss[i])
@@ -93,9 +99,9 @@ func TestGPUFormsJITModels(t *testing.T) {
 }
 
 // trainTrace64 is trainTrace for a model with f64 inputs.
-func trainTrace64(t *testing.T, dev runtime.Device, m *ir.Model, fuse bool, x []float64, y []int32, rows, steps int) trace {
+func trainTrace64(t *testing.T, dev runtime.Device, m *ir.Model, opts compiler.Options, x []float64, y []int32, rows, steps int) trace {
 	t.Helper()
-	p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+	p, err := compiler.Compile(m, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
