@@ -9,6 +9,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl"
 	"github.com/ngen-ml/ngen/models/transformer"
 )
@@ -56,14 +57,20 @@ func TestNVCC(t *testing.T) {
 		{"gpt_amp_bf16", ampTransformer(t, "gpt", dsl.BF16)},
 		{"transformer_amp_f16", ampTransformer(t, "transformer", dsl.F16)},
 	} {
-		t.Run(tc.name, func(t *testing.T) { nvccCase(t, nvcc, tc.name, tc.m) })
+		t.Run(tc.name, func(t *testing.T) { nvccCase(t, nvcc, tc.name, tc.m, ops.StepAuto) })
 	}
+	// The recurrences' stepped form in f64 (the generated packages
+	// compile it in f32), checkpointed: its shared tiles are twice the
+	// size.
+	t.Run("lstm_f64_stepped", func(t *testing.T) {
+		nvccCase(t, nvcc, "lstm_f64_stepped", irtest.DeepLSTM(ir.F64, 4, 3, 5, 2, 3, 1), ops.StepAlways)
+	})
 }
 
 // nvccCase compiles m's kernels, fused and with -fuse=none.
-func nvccCase(t *testing.T, nvcc, name string, m *ir.Model) {
+func nvccCase(t *testing.T, nvcc, name string, m *ir.Model, form ops.StepForm) {
 	for _, fuse := range []bool{true, false} {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: fuse})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: fuse, StepForm: form})
 		if err != nil {
 			t.Fatal(err)
 		}
