@@ -157,7 +157,10 @@ func (w *writer) step(i int) {
 	if len(copies) > 1 {
 		stats += " each"
 	}
-	if s.row.TimeSteps > 0 {
+	switch {
+	case s.row.Stepped:
+		stats += fmt.Sprintf(" · %d time steps, %d GPU launches", s.row.TimeSteps, s.row.Calls)
+	case s.row.TimeSteps > 0:
 		stats += fmt.Sprintf(" · %d time steps inside", s.row.TimeSteps)
 	}
 	label := head + `<BR/><FONT POINT-SIZE="9">` + esc(stats) + `</FONT>`

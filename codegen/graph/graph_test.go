@@ -15,6 +15,7 @@ import (
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
 	"github.com/ngen-ml/ngen/compiler/irtest"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl/eval"
 	rt "github.com/ngen-ml/ngen/runtime"
 )
@@ -336,5 +337,36 @@ func TestRender(t *testing.T) {
 	}
 	if _, err := FormatOf("g.jpeg"); err == nil || !strings.Contains(err.Error(), ".svg, .png or .dot") {
 		t.Fatalf("FormatOf(g.jpeg): %v", err)
+	}
+}
+
+// TestDOTRecurrenceForms: a recurrence's step says how its GPU form runs
+// the loop: inside one launch (the loop form), or a launch a time step
+// (stepped: T forward, T+1 backward).
+func TestDOTRecurrenceForms(t *testing.T) {
+	m := irtest.DeepLSTM(ir.F32, 5, 3, 8, 2, 4, 0) // T = 5
+	for _, c := range []struct {
+		form ops.StepForm
+		want []string
+	}{
+		{ops.StepNever, []string{"5 time steps inside"}},
+		{ops.StepAlways, []string{"5 time steps, 5 GPU launches", "5 time steps, 6 GPU launches"}},
+	} {
+		p, err := compiler.Compile(m, compiler.Options{Fuse: true, RefBatch: 32, StepForm: c.form})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dot, err := DOT(p, Options{NoFold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(dot), w) {
+				t.Errorf("form %v: the picture does not say %q", c.form, w)
+			}
+		}
+		if c.form == ops.StepNever && strings.Contains(string(dot), "GPU launches") {
+			t.Errorf("the loop form drawn as stepped")
+		}
 	}
 }
