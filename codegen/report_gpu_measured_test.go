@@ -12,6 +12,7 @@ import (
 
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/dsl/eval"
 	_ "github.com/ngen-ml/ngen/generated/all"
 	"github.com/ngen-ml/ngen/runtime"
@@ -27,6 +28,10 @@ type measuredStep struct {
 	ms     float64
 	where  string
 	known  string // why the model misses this row, if it is known to
+	// form is the recurrences' GPU form the measured build ran (the
+	// eighth column, ngen build -loop-form's spelling; empty: the
+	// package's own): a measurement of an older form is modeled in it.
+	form ops.StepForm
 }
 
 // readMeasured parses testdata/gpu_measured.tsv.
@@ -51,6 +56,11 @@ func readMeasured(t *testing.T) []measuredStep {
 		m := measuredStep{pkg: c[0], gpu: c[2], graphs: c[3] == "true", where: c[5]}
 		if len(c) > 6 {
 			m.known = c[6]
+		}
+		if len(c) > 7 {
+			if m.form, err = ops.ParseStepForm(c[7]); err != nil {
+				t.Fatalf("gpu_measured.tsv:%d: %v", n, err)
+			}
 		}
 		if m.batch, err = strconv.Atoi(c[1]); err != nil {
 			t.Fatalf("gpu_measured.tsv:%d: batch: %v", n, err)
@@ -88,8 +98,9 @@ func registered(t *testing.T) map[string]*runtime.Generated {
 var dslModels sync.Map // source file → []*ir.Model, parsed once per test binary
 
 // reportFor compiles a registered package's model as its package was
-// generated (fused or not) at batch and reports one training step.
-func reportFor(t *testing.T, g *runtime.Generated, batch int) *Report {
+// generated (fused or not), its loops in form, at batch and reports one
+// training step.
+func reportFor(t *testing.T, g *runtime.Generated, batch int, form ops.StepForm) *Report {
 	t.Helper()
 	ms, ok := dslModels.Load(g.Source)
 	if !ok {
@@ -104,7 +115,7 @@ func reportFor(t *testing.T, g *runtime.Generated, batch int) *Report {
 		if m.Name != g.Model {
 			continue
 		}
-		p, err := compiler.Compile(m, compiler.Options{Fuse: g.Fused(), RefBatch: batch})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: g.Fused(), RefBatch: batch, StepForm: form})
 		if err != nil {
 			t.Fatalf("%s: %v", g.Name, err)
 		}
@@ -130,7 +141,7 @@ func TestGPUModelVsMeasured(t *testing.T) {
 			t.Errorf("gpu_measured.tsv: no registered package %q", m.pkg)
 			continue
 		}
-		r := reportFor(t, g, m.batch)
+		r := reportFor(t, g, m.batch, m.form)
 		if err := r.ModelGPU(m.gpu, GPUOptions{Graphs: m.graphs}); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +214,7 @@ func TestGPUModelFillsEverySeedModel(t *testing.T) {
 		if !ok {
 			batch = defaultBenchBatch
 		}
-		r := reportFor(t, g, batch)
+		r := reportFor(t, g, batch, ops.StepAuto)
 		for _, gpu := range []string{"h100", "a100"} {
 			for _, s := range r.SMStarved(gpu, 1<<20) {
 				msg := fmt.Sprintf("%s (batch %d) on %s: %s (%s: %s) moves %d bytes on %d blocks, fewer than half the %d SMs", name, batch, gpu, s.Kernel, s.Label, s.Ops, s.Bytes, s.Blocks, GPUs[gpu].SMs)
