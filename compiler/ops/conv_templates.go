@@ -137,10 +137,15 @@ func masked(ok, load, zero string) string {
 // as they are, so their kernels' text is unchanged.
 func elem(v *ir.Value, i int, ptr, idx string) string {
 	if v.Args[i].DType.IsHalf() {
-		return fmt.Sprintf("(float)%s[%s]", ptr, idx)
+		return fmt.Sprintf("(float)%s", ld16(ptr, idx))
 	}
 	return fmt.Sprintf("%s[%s]", ptr, idx)
 }
+
+// ld16 renders ptr[idx] of a 16-bit array read at a computed index
+// (preamble_half.cuh's ngen_ld16: a plain load on the GPU, a gathered
+// 32-bit word in the CPU emulation).
+func ld16(ptr, idx string) string { return fmt.Sprintf("ngen_ld16(%s, %s)", ptr, idx) }
 
 // im2colRow is the row length im2col iterates: one output row of one
 // window tap, so the input it reads is a row of the image.
@@ -167,7 +172,7 @@ func im2colGather(c *Ctx, v *ir.Value, a []string, out string) string {
 	ok := all(inWindow(p+"y", oh, w.SH, w.PH, w.KH, w.DH, h), inWindow(p+"x", ow, w.SW, w.PW, w.KW, w.DW, wd))
 	at := fmt.Sprintf("((%sn * %d + %sc) * %d + %sy) * %d + %sx", p, ch, p, h, p, wd, p)
 	if c.Raw != "" { // a 16-bit column copies its input's bits (Def.Moves)
-		cg.f("const %s %s = %s;", c.Raw, out, masked(ok, fmt.Sprintf("%s[%s]", a[0], at), c.RawZero()))
+		cg.f("const %s %s = %s;", c.Raw, out, masked(ok, ld16(a[0], at), c.RawZero()))
 		return cg.b.String()
 	}
 	cg.f("const %s %s = %s;", c.T, out, masked(ok, elem(v, 0, a[0], at), c.Lit(0)))
@@ -312,12 +317,16 @@ func maxpoolBwdGather(c *Ctx, v *ir.Value, a []string, out string) string {
 		// rounded and narrowed again.
 		zero, load := c.Lit(0), elem(v, 0, a[0], p+"o")
 		if c.Raw != "" {
-			zero, load = c.RawZero(), fmt.Sprintf("%s[%so]", a[0], p)
+			zero, load = c.RawZero(), ld16(a[0], p+"o")
 		}
 		if len(in) == 0 {
 			// Every pixel has its window: load the gradient
 			// unconditionally and select, which compiles without a branch.
-			cg.f("const %s %sg = %s[%so];", c.moveType(), p, a[0], p)
+			ld := fmt.Sprintf("%s[%so]", a[0], p)
+			if c.Raw != "" || v.Args[0].DType.IsHalf() {
+				ld = ld16(a[0], p+"o")
+			}
+			cg.f("const %s %sg = %s;", c.moveType(), p, ld)
 			cg.f("const %s %s = %s ? %sg : %s;", c.moveType(), out, hit, p, zero)
 			return cg.b.String()
 		}

@@ -41,7 +41,14 @@ package cpu
 // A session allocates a handful of blocks, so a page's rounding is noise.
 #define NGEN_MAP_MIN ((size_t)1 << 16)
 
+//
+// Every block has NGEN_ALLOC_SLACK bytes more than asked: the emulation
+// reads a 16-bit element at a computed index as the 32-bit word at its
+// offset (ngen_half.h's ngen_ld16), 2 bytes past the last element.
+#define NGEN_ALLOC_SLACK 4
+
 static uintptr_t ngen_alloc(size_t bytes) {
+	bytes += NGEN_ALLOC_SLACK;
 	if (bytes >= NGEN_MAP_MIN) {
 		void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		return p == MAP_FAILED ? 0 : (uintptr_t)p; // page-aligned
@@ -50,6 +57,7 @@ static uintptr_t ngen_alloc(size_t bytes) {
 	return (uintptr_t)aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
 static void ngen_free(uintptr_t p, size_t bytes) {
+	bytes += NGEN_ALLOC_SLACK;
 	if (bytes >= NGEN_MAP_MIN) {
 		munmap((void *)p, bytes);
 		return;

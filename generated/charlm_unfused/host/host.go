@@ -11,7 +11,7 @@ import "C"
 import "unsafe"
 
 // headerSHA256 is the hash of ../../ngen_emu.h, which host.cc includes.
-const headerSHA256 = "cb00a0fe9cb000de307dd98fecf8046f99e92129eb725c075cb8666a864ddbef"
+const headerSHA256 = "4b725a9deb6406fb34d5c40977b437827629ab5b01c764e920e7e2457864b9a4"
 
 // Entry runs the model's kernels on the host; runtime/cpu calls it.
 var Entry = unsafe.Pointer(C.ngen_cpu_entry_charlm_unfused_7aae7eacbf69)

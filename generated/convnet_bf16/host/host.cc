@@ -157,6 +157,12 @@ __device__ __forceinline__ float ngen_dropout_if(int train, unsigned long long s
 #include <cuda_fp16.h>
 #endif
 __device__ __forceinline__ float ngen_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// ngen_ld16 reads element i of a 16-bit array at an index a gather
+// computes (pooling windows, columns). The CPU emulation defines its own
+// (NGEN_HOST_LD16: a 32-bit load that g++ vectorises as a gather).
+#ifndef NGEN_HOST_LD16
+template <class T> __device__ __forceinline__ T ngen_ld16(const T *p, long long i) { return p[i]; }
+#endif
 // The CPU emulation defines ngen_round_f16 itself (NGEN_HOST_ROUND_F16):
 // the same bits, widened by arithmetic rather than its table.
 #ifndef NGEN_HOST_ROUND_F16
@@ -189,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd(const __nv_bfloat16
     const int v5_c = v5_g * 1 + (int)((unsigned)v5_k / 9u);
     const int v5_y = v5_oy * 1 - 1 + (int)((unsigned)v5_k / 3u % 3u) * 1;
     const int v5_x = v5_j * 1 - 1 + (int)((unsigned)v5_k % 3u) * 1;
-    const __nv_bfloat16 v5 = (v5_y >= 0 && v5_y < 28 && v5_x >= 0 && v5_x < 28) ? in0[((v5_n * 1 + v5_c) * 28 + v5_y) * 28 + v5_x] : __float2bfloat16_rn(0.0f);
+    const __nv_bfloat16 v5 = (v5_y >= 0 && v5_y < 28 && v5_x >= 0 && v5_x < 28) ? ngen_ld16(in0, ((v5_n * 1 + v5_c) * 28 + v5_y) * 28 + v5_x) : __float2bfloat16_rn(0.0f);
     out0[i] = v5;
   }
 }
@@ -253,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v14_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? (float)in0[v14_base + iy * 28 + ix] : 0;
+        const float x = (ok) ? (float)ngen_ld16(in0, v14_base + iy * 28 + ix) : 0;
         if (ok && (v14 < 0 || x > v14_m || x != x)) { v14 = kh * 2 + kw; v14_m = x; }
       }
     }
@@ -279,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(256) im2col_fwd_2(const __nv_bfloat
     const int v18_c = v18_g * 32 + (int)((unsigned)v18_k / 9u);
     const int v18_y = v18_oy * 1 - 1 + (int)((unsigned)v18_k / 3u % 3u) * 1;
     const int v18_x = v18_j * 1 - 1 + (int)((unsigned)v18_k % 3u) * 1;
-    const __nv_bfloat16 v18 = (v18_y >= 0 && v18_y < 14 && v18_x >= 0 && v18_x < 14) ? in0[((v18_n * 32 + v18_c) * 14 + v18_y) * 14 + v18_x] : __float2bfloat16_rn(0.0f);
+    const __nv_bfloat16 v18 = (v18_y >= 0 && v18_y < 14 && v18_x >= 0 && v18_x < 14) ? ngen_ld16(in0, ((v18_n * 32 + v18_c) * 14 + v18_y) * 14 + v18_x) : __float2bfloat16_rn(0.0f);
     out0[i] = v18;
   }
 }
@@ -343,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v27_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? (float)in0[v27_base + iy * 14 + ix] : 0;
+        const float x = (ok) ? (float)ngen_ld16(in0, v27_base + iy * 14 + ix) : 0;
         if (ok && (v27 < 0 || x > v27_m || x != x)) { v27 = kh * 2 + kw; v27_m = x; }
       }
     }
@@ -613,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd(const
     const long long v58_obase = (v58_n * 64 + v58_c) * 49;
     const int v58_oy = (int)((unsigned)v58_y / 2u), v58_ox = (int)((unsigned)v58_x / 2u);
     const long long v58_o = v58_obase + v58_oy * 7 + v58_ox;
-    const __nv_bfloat16 v58_g = in0[v58_o];
+    const __nv_bfloat16 v58_g = ngen_ld16(in0, v58_o);
     const __nv_bfloat16 v58 = in1[v58_o] == (int)((unsigned)v58_y % 2u) * 2 + (int)((unsigned)v58_x % 2u) ? v58_g : __float2bfloat16_rn(0.0f);
     float a26 = in2[i];
     float v59 = ngen_relu_grad(a26, __bfloat162float(v58));
@@ -748,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(256) col2im_bwd(const __nv_bfloat16
         const int tx = v70_j + 1 - kw * 1;
         const bool ok = oky && tx >= 0 && (unsigned)tx < 14u;
         const int kk = (v70_ci * 3 + kh) * 3 + kw;
-        v70 += ok ? (float)in0[((v70_n * 1 + v70_g) * 288 + kk) * 196 + ty * 14 + tx] : 0.0f;
+        v70 += ok ? (float)ngen_ld16(in0, ((v70_n * 1 + v70_g) * 288 + kk) * 196 + ty * 14 + tx) : 0.0f;
       }
     }
     const float v70_bf16 = ngen_round_bf16(v70);
@@ -772,7 +778,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_bwd_relu_bwd_bwd_2(con
     const long long v71_obase = (v71_n * 32 + v71_c) * 196;
     const int v71_oy = (int)((unsigned)v71_y / 2u), v71_ox = (int)((unsigned)v71_x / 2u);
     const long long v71_o = v71_obase + v71_oy * 14 + v71_ox;
-    const __nv_bfloat16 v71_g = in0[v71_o];
+    const __nv_bfloat16 v71_g = ngen_ld16(in0, v71_o);
     const __nv_bfloat16 v71 = in1[v71_o] == (int)((unsigned)v71_y % 2u) * 2 + (int)((unsigned)v71_x % 2u) ? v71_g : __float2bfloat16_rn(0.0f);
     float a13 = in2[i];
     float v72 = ngen_relu_grad(a13, __bfloat162float(v71));
@@ -976,7 +982,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v13_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? (float)in0[v13_base + iy * 28 + ix] : 0;
+        const float x = (ok) ? (float)ngen_ld16(in0, v13_base + iy * 28 + ix) : 0;
         if (ok && (v13 < 0 || x > v13_m || x != x)) { v13 = kh * 2 + kw; v13_m = x; }
       }
     }
@@ -1008,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(256) maxpool_argmax_maxpool_pick_fw
       for (int kw = 0; kw < 2; ++kw) {
         const int ix = v26_ox * 2 - 0 + kw * 1;
         const bool ok = oky;
-        const float x = (ok) ? (float)in0[v26_base + iy * 14 + ix] : 0;
+        const float x = (ok) ? (float)ngen_ld16(in0, v26_base + iy * 14 + ix) : 0;
         if (ok && (v26 < 0 || x > v26_m || x != x)) { v26 = kh * 2 + kw; v26_m = x; }
       }
     }
