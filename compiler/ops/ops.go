@@ -149,6 +149,17 @@ func ParseStepForm(s string) (StepForm, error) {
 	return StepAuto, fmt.Errorf("loop form %q: want auto, loop or stepped", s)
 }
 
+// String is the form as ParseStepForm reads it.
+func (f StepForm) String() string {
+	switch f {
+	case StepNever:
+		return "loop"
+	case StepAlways:
+		return "stepped"
+	}
+	return "auto"
+}
+
 // Use reports whether a value whose stepped form is st gets it.
 func (f StepForm) Use(st Steps) bool {
 	return st.Launches > 0 && (f == StepAlways || f == StepAuto && st.Auto)

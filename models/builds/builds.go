@@ -74,8 +74,7 @@ func Register(pkg, amp string, target Target) (*runtime.Generated, error) {
 	if target == GPU {
 		name += "_gpu"
 	}
-	path := "runtime-compiled/" + name
-	if g, err := runtime.Registered(path); err == nil {
+	if g, err := runtime.Registered(compiledPath(name)); err == nil {
 		return g, nil
 	}
 	p, err := Program(pkg, amp)
@@ -86,11 +85,24 @@ func Register(pkg, amp string, target Target) (*runtime.Generated, error) {
 	if target == GPU {
 		build = jit.BuildGPU
 	}
-	mod, plan, err := build(p)
+	g, err := register(name, p, build)
 	if err != nil {
 		return nil, fmt.Errorf("-amp %s: compiling %s's build: %w", amp, pkg, err)
 	}
-	g := runtime.Generated{Path: path, Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
+	return g, nil
+}
+
+// compiledPath is the registry path of a build compiled at run time.
+func compiledPath(name string) string { return "runtime-compiled/" + name }
+
+// register builds p's module with build and registers it under name, as a
+// generated package registers itself.
+func register(name string, p *compiler.Program, build func(*compiler.Program) (*runtime.Module, *runtime.Plan, error)) (*runtime.Generated, error) {
+	mod, plan, err := build(p)
+	if err != nil {
+		return nil, err
+	}
+	g := runtime.Generated{Path: compiledPath(name), Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
 		Module: func() *runtime.Module { return mod }}
 	runtime.Register(g)
 	return runtime.Registered(g.Path)
@@ -101,7 +113,7 @@ func Register(pkg, amp string, target Target) (*runtime.Generated, error) {
 // the GPU benchmark, whose generated package takes the stepped form.
 var FormDeclarations = map[string]func() *dsl.Model{
 	"lstmbench": lstm.Bench,
-	"charlm":    lstm.CharLM,
+	"charlm":    Declarations["charlm"],
 }
 
 // RegisterForm compiles pkg's model (fused, f32) with its loops in form
@@ -113,10 +125,8 @@ func RegisterForm(pkg string, form ops.StepForm) (*runtime.Generated, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s has no declaration to compile another loop form from", pkg)
 	}
-	names := map[ops.StepForm]string{ops.StepAuto: "auto", ops.StepNever: "loop", ops.StepAlways: "stepped"}
-	name := pkg + "_" + names[form] + "_gpu"
-	path := "runtime-compiled/" + name
-	if g, err := runtime.Registered(path); err == nil {
+	name := pkg + "_" + form.String() + "_gpu"
+	if g, err := runtime.Registered(compiledPath(name)); err == nil {
 		return g, nil
 	}
 	m, err := decl().Build()
@@ -127,12 +137,9 @@ func RegisterForm(pkg string, form ops.StepForm) (*runtime.Generated, error) {
 	if err != nil {
 		return nil, err
 	}
-	mod, plan, err := jit.BuildGPU(p)
+	g, err := register(name, p, jit.BuildGPU)
 	if err != nil {
-		return nil, fmt.Errorf("compiling %s's %s build: %w", pkg, names[form], err)
+		return nil, fmt.Errorf("compiling %s's %s build: %w", pkg, form, err)
 	}
-	g := runtime.Generated{Path: path, Name: name, Model: p.Model.Name, Source: p.Model.Source, Plan: plan,
-		Module: func() *runtime.Module { return mod }}
-	runtime.Register(g)
-	return runtime.Registered(g.Path)
+	return g, nil
 }
