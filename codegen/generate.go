@@ -36,7 +36,8 @@ var preamble string
 //go:embed preamble_half.cuh
 var halfPreamble string
 
-// f32BitsPreamble stores and loads an f32 as two 16-bit elements, for the
+// f32BitsPreamble stores and loads an f32 as two 16-bit elements and
+// brings in nvcuda::wmma (attention's tensor-core form), for the
 // programs whose attention runs in a 16-bit type (ops/attention.go's
 // log-sum-exp); other mixed-precision programs' .cu files do without it.
 //

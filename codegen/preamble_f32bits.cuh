@@ -1,5 +1,6 @@
-// An f32 kept in a 16-bit buffer (attention's log-sum-exp under mixed
-// precision, which backward needs to f32 precision): its bits in two
+// What a 16-bit attention needs. First, an f32 kept in a 16-bit buffer
+// (attention's log-sum-exp under mixed precision, which backward needs to
+// f32 precision): its bits in two
 // elements, the high half first. Only programs with a 16-bit attention
 // include this (after preamble_half.cuh). The elements are written and
 // read as the unsigned short each type holds (both are standard-layout
@@ -18,3 +19,13 @@ __device__ __forceinline__ void ngen_store_f32_bits(__nv_bfloat16 *p, float x) {
 __device__ __forceinline__ void ngen_store_f32_bits(__half *p, float x) { ngen_store_f32_bits(reinterpret_cast<unsigned short *>(p), x); }
 __device__ __forceinline__ float ngen_load_f32_bits(const __nv_bfloat16 *p) { return ngen_load_f32_bits(reinterpret_cast<const unsigned short *>(p)); }
 __device__ __forceinline__ float ngen_load_f32_bits(const __half *p) { return ngen_load_f32_bits(reinterpret_cast<const unsigned short *>(p)); }
+// Attention's tensor-core form (compiler/ops/attention_mma.go) multiplies
+// 16-bit tiles with nvcuda::wmma, which bf16 has from sm_80: a module
+// compiled for an older GPU (NVRTC) takes the CUDA-core form beside it.
+// The CPU emulation defines nvcuda::wmma itself (ngen_half.h).
+#ifndef NGEN_EMU
+#include <mma.h>
+#endif
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define NGEN_WMMA16 1
+#endif

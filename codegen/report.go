@@ -61,6 +61,9 @@ type StepRow struct {
 	Ops    string `json:"ops"`
 	Bytes  int64  `json:"bytes"`
 	Flops  int64  `json:"flops"`
+	// TensorFlops is the part of Flops the GPU form runs on tensor cores
+	// (runtime.Step.TensorFlops).
+	TensorFlops int64 `json:"tensor_flops,omitempty"`
 	// TimeSteps is a recurrence's loop count; 0 for other steps.
 	TimeSteps int `json:"time_steps,omitempty"`
 	// Stepped: the recurrence's GPU form runs a time step a launch
@@ -123,7 +126,7 @@ func MakeReport(p *compiler.Program) (*Report, error) {
 			if !plan.RunsAtStart(st.When) {
 				continue // the grad-norm kernel while clipping is off
 			}
-			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), Calls: 1, TimeSteps: loops[i], RecurBytes: recur[i]}
+			row := StepRow{Label: runtime.StepLabel(plan, &st), Ops: st.Ops, Bytes: st.Bytes.Eval(env), Flops: st.Flops.Eval(env), TensorFlops: st.TensorFlops.Eval(env), Calls: 1, TimeSteps: loops[i], RecurBytes: recur[i]}
 			var ga runtime.GemmArgs
 			switch st.Kind {
 			case runtime.LaunchStep:

@@ -173,7 +173,9 @@ type GPUSummary struct {
 // part of the step, then per device call
 //   - a launch: max(bytes ÷ bandwidth, FLOPs ÷ rate), where the bandwidth
 //     is the DRAM's or, for a grid of few threads, threads ×
-//     threadBytesPerSec, and the rate threads × threadFlopsPerSec;
+//     threadBytesPerSec, and the rate threads × threadFlopsPerSec; the
+//     products of a tensor-core form (TensorFlops) at the 16-bit tensor
+//     cores' rate instead (tensorLaunchUs);
 //   - a recurrence: T × (scanStepUs + the recurrent matrix ÷
 //     scanBlockBytesPerSec) in the loop form; stepped, each of its
 //     launches as a launch that also reads the recurrent matrix;
@@ -215,7 +217,12 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 				peak = spec.TF32
 			}
 		}
-		ideal += max(float64(s.Bytes)/spec.BytesPerSec, float64(s.Flops)/peak) * 1e6
+		if s.TensorFlops > 0 {
+			// The products on tensor cores, the rest at FP32's peak.
+			ideal += max(float64(s.Bytes)/spec.BytesPerSec, float64(s.TensorFlops)/spec.Half+float64(s.Flops-s.TensorFlops)/peak) * 1e6
+		} else {
+			ideal += max(float64(s.Bytes)/spec.BytesPerSec, float64(s.Flops)/peak) * 1e6
+		}
 		var t float64
 		switch {
 		case s.Kind == "gemm":
@@ -230,6 +237,8 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 		case s.TimeSteps > 0:
 			perStep := scanStepUs + float64(s.RecurBytes)/scanBlockBytesPerSec*1e6
 			t = float64(s.TimeSteps) * perStep
+		case s.Kind == "launch" && s.TensorFlops > 0:
+			t = tensorLaunchUs(s, spec)
 		case s.Kind == "launch":
 			t = launchUs(s, spec)
 		default: // memsets and device copies: the copy engines or a full grid
@@ -274,6 +283,19 @@ func launchUs(s *StepRow, spec GPUSpec) float64 {
 	bw := min(spec.BytesPerSec, resident*threadBytesPerSec)
 	rate := min(spec.FP32, resident*threadFlopsPerSec)
 	return max(float64(s.Bytes)/bw, float64(s.Flops)/rate) * 1e6
+}
+
+// tensorLaunchUs is a kernel whose products run on tensor cores
+// (StepRow.TensorFlops: attention's tensor-core form): launchUs's bytes
+// and CUDA-core FLOPs (those that are not products), beside the products
+// at the 16-bit tensor cores' rate at gemmEfficiency on the SMs its
+// blocks occupy. The shared-memory round trips between the products are
+// not priced: an assumption no GPU run has checked.
+func tensorLaunchUs(s *StepRow, spec GPUSpec) float64 {
+	core := *s
+	core.Flops = s.Flops - s.TensorFlops
+	rate := spec.Half * gemmEfficiency * smFraction(s.Blocks, spec.SMs)
+	return max(launchUs(&core, spec), float64(s.TensorFlops)/rate*1e6)
 }
 
 // steppedLaunchUs is one launch of a stepped recurrence (s.Calls of them):

@@ -499,7 +499,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			touch(resolve(g.SumBatch), len(steps))
 			steps = append(steps, runtime.Step{Kind: runtime.MemsetStep, Buf: resolve(g.SumBatch), Ops: "zero " + g.SumBatch.String()})
 		}
-		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, Bytes: bytes}
+		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, TensorFlops: groupTensorFlops(g), Bytes: bytes}
 		if g.Kind == Gemm {
 			st.Kind = runtime.GemmStep
 		}
@@ -691,6 +691,21 @@ func sliceReadBytes(u *ir.Value) runtime.Size {
 	return z
 }
 
+// groupTensorFlops is the share of groupFlops that a kernel's GPU form
+// runs on tensor cores (attention's tensor-core form), for the report's
+// time model.
+func groupTensorFlops(g *Group) runtime.Sum {
+	var sum runtime.Sum
+	for _, v := range g.Values {
+		if tensor, _, ok := ops.AttentionTensorWork(v); ok {
+			z := rtSize(ir.Shape{v.Shape[0]})
+			z.Mul *= tensor
+			sum = append(sum, z)
+		}
+	}
+	return sum
+}
+
 func groupFlops(g *Group) runtime.Sum {
 	if g.Kind == Gemm {
 		v := g.Root
@@ -707,6 +722,14 @@ func groupFlops(g *Group) runtime.Sum {
 		sum = append(sum, z)
 	}
 	for _, v := range g.Values {
+		if tensor, core, ok := ops.AttentionTensorWork(v); ok {
+			// The products and the softmax between them (on the GPU:
+			// tensor cores and CUDA cores; groupTensorFlops).
+			z := rtSize(ir.Shape{v.Shape[0]})
+			z.Mul *= tensor + core
+			sum = append(sum, z)
+			continue
+		}
 		if per, ok := ops.AttentionFlops(v); ok {
 			// Work grows with Tq·Tk, not with the result (attention_work.go).
 			z := rtSize(ir.Shape{v.Shape[0]})

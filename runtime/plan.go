@@ -167,6 +167,10 @@ type Step struct {
 	Ops   string `json:",omitzero"` // the IR ops this step computes
 	Bytes Sum    `json:",omitzero"` // bytes read plus written in global memory
 	Flops Sum    `json:",omitzero"`
+	// TensorFlops is the part of Flops the kernel's GPU form runs on
+	// tensor cores (attention's tensor-core form); the rest runs on CUDA
+	// cores.
+	TensorFlops Sum `json:",omitzero"`
 }
 
 // StepCond is the run-time condition of a step (Step.When).

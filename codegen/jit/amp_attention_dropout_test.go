@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -17,9 +18,18 @@ import (
 // f32 results summed in another order (1% of the largest; measured
 // 9e-8); without dropout the gradient differs by far more (16%), so the
 // mask is applied.
+//
+// Head size 16 takes the GPU's tensor-core form (attention_mma.go), which
+// rounds the weights after dropout to bf16 (2^-8 relative) before P·V.
 func TestAMPAttentionDropoutForms(t *testing.T) {
-	const b, T, heads, dh = 2, 9, 2, 4
-	const e = heads * dh
+	for _, dh := range []int{4, 16} {
+		t.Run(fmt.Sprintf("dh=%d", dh), func(t *testing.T) { ampAttentionDropoutForms(t, dh) })
+	}
+}
+
+func ampAttentionDropoutForms(t *testing.T, dh int) {
+	const b, T, heads = 2, 9, 2
+	e := heads * dh
 	host, gpu := hostAndGPUForms(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	x := make([]float32, b*T*3*e)

@@ -152,6 +152,11 @@ func hostAndGPUForms(t *testing.T) (host, gpu runtime.Device) {
 // parameter), dropout p on the weights; the loss is the sum of the
 // outputs (the log-sum-exp's columns left out).
 func ampAttentionModel(T, heads, dh int, causal bool, p float64) *ir.Model {
+	return ampAttentionModelOf(ir.BF16, T, heads, dh, causal, p)
+}
+
+// ampAttentionModelOf is ampAttentionModel in the 16-bit type typ.
+func ampAttentionModelOf(typ ir.DType, T, heads, dh int, causal bool, p float64) *ir.Model {
 	e := heads * dh
 	bld := irtest.New()
 	in := bld.Input("x", ir.F32, ir.S("B"), ir.D(T), ir.D(3*e))
@@ -164,7 +169,7 @@ func ampAttentionModel(T, heads, dh int, causal bool, p float64) *ir.Model {
 	att := bld.Op("attention", attrs, xw, xw, xw)
 	loss := bld.Op("sum", ir.Attrs{}, bld.Op("slice", ir.Attrs{Axes: []int{2}, Ints: []int{0, e}}, att))
 	m := bld.Model("amp_attention", loss, att, ir.Optimizer{Kind: "sgd", LR: 0.1})
-	m.Precision = &ir.Precision{Type: ir.BF16, Pos: bld.Pos}
+	m.Precision = &ir.Precision{Type: typ, Pos: bld.Pos}
 	return m
 }
 
@@ -203,19 +208,28 @@ func attention64(x []float32, n, h, i, T, e, dh int, causal bool) ([]float64, fl
 // respect to x's [T, 3e] block of sample n: dq, dk and dv of head h in
 // their columns, zero elsewhere.
 func attentionGrad64(x []float32, n, h, T, e, dh int, causal bool) []float64 {
-	at := func(t, part, d int) float64 { return float64(x[(n*T+t)*3*e+part*e+h*dh+d]) }
-	scale := 1 / math.Sqrt(float64(dh))
-	dx := make([]float64, T*3*e)
-	for i := 0; i < T; i++ {
-		o, lse := attention64(x, n, h, i, T, e, dh, causal)
+	return attentionGradD64(x, n, h, T, e, dh, causal, func(i int) float64 {
 		// D_i = Σ dO·O with dO = 1, from the output as backward reads
 		// it: rounded to bf16 (to nearest even).
+		o, _ := attention64(x, n, h, i, T, e, dh, causal)
 		dd := 0.0
 		for _, v := range o {
 			u := math.Float32bits(float32(v))
 			u = (u + 0x7fff + (u>>16)&1) &^ 0xffff
 			dd += float64(math.Float32frombits(u))
 		}
+		return dd
+	})
+}
+
+// attentionGradD64 is attentionGrad64 with D_i = Σ dO·O (dO = 1) given.
+func attentionGradD64(x []float32, n, h, T, e, dh int, causal bool, D func(i int) float64) []float64 {
+	at := func(t, part, d int) float64 { return float64(x[(n*T+t)*3*e+part*e+h*dh+d]) }
+	scale := 1 / math.Sqrt(float64(dh))
+	dx := make([]float64, T*3*e)
+	for i := 0; i < T; i++ {
+		_, lse := attention64(x, n, h, i, T, e, dh, causal)
+		dd := D(i)
 		for j := 0; j < T && !(causal && j > i); j++ {
 			dot, dp := 0.0, 0.0
 			for d := 0; d < dh; d++ {

@@ -130,6 +130,9 @@ func attnKeep(c *Ctx, v *ir.Value, a attnDims) string {
 func attentionFwdBlocks(v *ir.Value) ir.Shape {
 	a, _ := attentionDims(v)
 	t := tileFor(a.Dh, v.DType)
+	if mmaFwdTile(v) > 0 {
+		t = mmaQT // the GPU's grid; the other forms stride over it
+	}
 	return ir.Shape{a.B, ir.D(a.H * ceilDiv(a.Tq, t))}
 }
 
@@ -145,6 +148,12 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g := &cg{}
 	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
 		return g.b.String()
+	}
+	mma := c.Target == CUDA && mmaFwdTile(v) > 0
+	if mma {
+		g.f("#ifdef NGEN_WMMA16")
+		g.b.WriteString(attentionFwdMMA(c, v, at, out))
+		g.f("#else")
 	}
 	at = widen(v, at)
 	g.f("__shared__ %s sQ[%d], sK[%d], sV[%d], sO[%d];", T, tile*ld, tile*ld, tile*ld, tile*ld)
@@ -234,6 +243,9 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("  }")
 	g.f("  __syncthreads();")
 	g.f("}")
+	if mma {
+		g.f("#endif")
+	}
 	return g.b.String()
 }
 
@@ -265,7 +277,11 @@ func attnItems(v *ir.Value, a attnDims, tile int) (nq, nk int) {
 func attentionBwdBlocks(v *ir.Value) ir.Shape {
 	f := bwdView(v)
 	a, _ := attentionDims(f)
-	nq, nk := attnItems(v, a, tileFor(a.Dh, v.DType))
+	t := tileFor(a.Dh, v.DType)
+	if mmaBwdOK(v) {
+		t = mmaQT // the GPU's grid; the other forms stride over it
+	}
+	nq, nk := attnItems(v, a, t)
 	return ir.Shape{a.B, ir.D(a.H * (nq + nk))}
 }
 
@@ -286,6 +302,12 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g := &cg{}
 	if c.Target == Host && attentionBwdFast(g, c, v, at, out) {
 		return g.b.String()
+	}
+	mma := c.Target == CUDA && mmaBwdOK(v)
+	if mma {
+		g.f("#ifdef NGEN_WMMA16")
+		g.b.WriteString(attentionBwdMMA(c, v, at, out))
+		g.f("#else")
 	}
 	raw := at
 	at = widen(v, at)
@@ -447,5 +469,8 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("  }")
 	}
 	g.f("}")
+	if mma {
+		g.f("#endif")
+	}
 	return g.b.String()
 }

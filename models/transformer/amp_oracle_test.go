@@ -56,6 +56,11 @@ type ampRun struct {
 // Since the Linear layers' weight gradients are one 16-bit GEMM over
 // B·T again in both plans (session 22): 8.0%, 8.5% and 9.0%, the gpt's
 // within 1.3%. Tolerances: 15% for the TransformerLM, 5% for the gpt.
+// The gpt has one head of 16 here (session 27), so that its GPU forms run
+// attention's tensor-core form, which rounds the weights and ds to bf16
+// as PyTorch's math path rounds the scores: measured, the GPU forms
+// against PyTorch 1.1% and against the host forms 1.2% (fused against
+// PyTorch 1.3%).
 func TestAMPOracle(t *testing.T) {
 	if err := oracle.Available(); err != nil {
 		t.Skip(err)
@@ -71,6 +76,9 @@ func TestAMPOracle(t *testing.T) {
 				var m *dsl.Model
 				if model == "gpt" {
 					c = oracleConfig(GPTConfig(), dsl.F32)
+					// One head of 16: the GPU forms' attention is the
+					// tensor-core form (compiler/ops/attention_mma.go).
+					c.Heads = 1
 					c.Optimizer = opt
 					m = NewGPT(c)
 				} else {
@@ -144,7 +152,16 @@ func TestAMPOracle(t *testing.T) {
 			// (2^-8 of one element): the loss within 1e-5, gradients and
 			// updates within 0.1% of their largest and norm (measured:
 			// gradients 0.03%).
-			ampCompare(t, "GPU forms vs host forms", gpuForms, fused, init, 1e-5, 1e-3, 1e-3)
+			if model == "gpt" {
+				// The tensor-core attention rounds the weights, and in
+				// backward ds, to bf16 before their products: a bf16
+				// rounding where the host forms keep f32, as between
+				// ngen and PyTorch above, and so their tolerances.
+				ampCompare(t, "GPU forms vs host forms", gpuForms, fused, init, 0.01, 0.05, pfrac)
+				ampCompare(t, "GPU forms vs torch.autocast", gpuForms, torchRun, init, 0.01, 0.05, pfrac)
+			} else {
+				ampCompare(t, "GPU forms vs host forms", gpuForms, fused, init, 1e-5, 1e-3, 1e-3)
+			}
 			ampCompare(t, "fused bf16 vs ngen f32", fused, f32, init, 0.02, 0.10, 0.15)
 			// f16 (11 significant bits to bf16's 8: roundings 8 times
 			// finer, with loss scaling from 2^16, where no step

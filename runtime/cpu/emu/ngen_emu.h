@@ -160,6 +160,7 @@ struct ngen_ptr_arg {
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __constant__
+#define __align__(n) __attribute__((aligned(n)))
 /* A block's threads all run on one OS thread and blocks on one OS thread run
  * one after another, so thread-local storage is exactly block-shared. */
 #define __shared__ static thread_local

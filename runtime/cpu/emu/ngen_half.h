@@ -24,6 +24,7 @@
 #else
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
 
 namespace ngen_half {
 inline uint32_t bits(float f) {
@@ -200,6 +201,69 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return __nv_bflo
 inline __nv_bfloat162 __float2bfloat162_rn(float a) { return __nv_bfloat162{__nv_bfloat16(a), __nv_bfloat16(a)}; }
 inline float __low2float(__nv_bfloat162 b) { return float(b.x); }
 inline float __high2float(__nv_bfloat162 b) { return float(b.y); }
+
+// nvcuda::wmma for the 16-bit kernels that multiply on tensor cores
+// (attention's tensor-core form, compiler/ops/attention_mma.go). A
+// fragment's split across the warp's lanes is the hardware's and
+// unspecified, so kernels only load, store, fill and multiply whole
+// fragments. Here every lane holds the whole tile, widened to float (a
+// 16-bit element widens exactly), and every lane computes the whole
+// product: the same values in each lane, so a store by all 32 lanes
+// writes each element 32 times with one value. mma_sync sums the 16
+// products of an element in k order, in float: tensor cores add them in
+// an order (and with intermediate roundings) of their own, so results
+// agree with a GPU's to f32 sums, not bit for bit.
+namespace nvcuda {
+namespace wmma {
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+  enum { R = std::is_same<Use, matrix_b>::value ? K : M, C = std::is_same<Use, matrix_a>::value ? K : N };
+  float e[R * C]; // element (r, c) of the tile at r * C + c
+};
+template <class Use, int M, int N, int K, class T, class L, class V>
+inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v) {
+  for (int i = 0; i < fragment<Use, M, N, K, T, L>::R * fragment<Use, M, N, K, T, L>::C; i++)
+    f.e[i] = float(v);
+}
+template <class Use, int M, int N, int K, class T, class L>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {
+  typedef fragment<Use, M, N, K, T, L> F;
+  for (int r = 0; r < F::R; r++)
+    for (int c = 0; c < F::C; c++)
+      f.e[r * F::C + c] = float(std::is_same<L, row_major>::value ? p[(long)r * ldm + c] : p[(long)c * ldm + r]);
+}
+template <int M, int N, int K>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
+  for (int r = 0; r < M; r++)
+    for (int c = 0; c < N; c++)
+      f.e[r * N + c] = l == mem_row_major ? p[(long)r * ldm + c] : p[(long)c * ldm + r];
+}
+template <int M, int N, int K>
+inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
+  for (int r = 0; r < M; r++)
+    for (int c = 0; c < N; c++)
+      (l == mem_row_major ? p[(long)r * ldm + c] : p[(long)c * ldm + r]) = f.e[r * N + c];
+}
+template <int M, int N, int K, class T, class LA, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                     const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+  float out[M * N];
+  for (int r = 0; r < M; r++)
+    for (int col = 0; col < N; col++) {
+      float s = c.e[r * N + col];
+      for (int k = 0; k < K; k++)
+        s += a.e[r * K + k] * b.e[k * N + col];
+      out[r * N + col] = s;
+    }
+  memcpy(d.e, out, sizeof out);
+}
+} // namespace wmma
+} // namespace nvcuda
 
 // preamble_half.cuh's ngen_ld16 (it leaves its own out): element i of a
 // 16-bit array that a gather reads at a computed index, as the low half
