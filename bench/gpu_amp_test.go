@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 	"github.com/ngen-ml/ngen/runtime/cuda"
@@ -80,6 +81,24 @@ func TestGPUAMP(t *testing.T) {
 				if err := writeRows(os.Stdout, rows, peak, step); err != nil {
 					t.Fatal(err)
 				}
+			}
+		}
+		// The Transformers' bf16 attention on CUDA cores (ngen build
+		// -attention-form cuda-cores), beside the tensor-core form above:
+		// the measurement that decides the default per shape.
+		if c.pkg == "gpt" || c.pkg == "transformer" {
+			g, err := builds.RegisterAttentionForm(c.pkg, "bf16", ops.TensorNever)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, _, rows, err := gpuAMPStep(dev, g, c.in, c.batch, true)
+			if err != nil {
+				fmt.Printf("  ngen bf16, attention on CUDA cores: failed: %v\n", err)
+				continue
+			}
+			fmt.Printf("  ngen bf16, attention on CUDA cores %8.3f ms: %.2fx ngen's f32 step\n", ms(step), float64(step)/float64(base))
+			if err := writeRows(os.Stdout, rows, peak, step); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}

@@ -49,6 +49,7 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 		// one argument list to whichever form the device runs.
 		c.Launch = launchParam
 	}
+	_, c.TensorCores = p.TensorForm.Use(d, v)
 	body := d.Loop(c, v, at, out[v])
 	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 		k.body.WriteString("  " + line + "\n")
@@ -61,6 +62,9 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 	blocks := ir.Shape{v.Shape[0]}
 	if d.Blocks != nil {
 		blocks = d.Blocks(v)
+	}
+	if tb, ok := p.TensorForm.Use(d, v); ok {
+		blocks = tb
 	}
 	z, div := blocks.Size(), int64(0)
 	if st.Launches > 0 {

@@ -135,6 +135,9 @@ type Options struct {
 	// recurrence: a time step a launch, or the whole loop in one); the
 	// zero value lets each op choose by its size.
 	StepForm ops.StepForm
+	// TensorForm chooses whether ops with a tensor-core GPU form (16-bit
+	// attention) take it; the zero value takes it wherever it exists.
+	TensorForm ops.TensorForm
 	// Off names optional passes (as -dump spells them) to skip, as the Go
 	// compiler's -d=ssa/PASS/off does: for tests that compare a pass's
 	// output with the plan it rewrote, and for bisecting a miscompile.
@@ -195,7 +198,7 @@ func compile(m *ir.Model, opts Options) (*Program, error) {
 		}
 		off[name] = true
 	}
-	p := &Program{Model: m, Fuse: opts.Fuse, StepForm: opts.StepForm, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
+	p := &Program{Model: m, Fuse: opts.Fuse, StepForm: opts.StepForm, TensorForm: opts.TensorForm, RefBatch: opts.RefBatch, Groups: map[*ir.Func][]*Group{}}
 	for _, ps := range passes {
 		if !ps.required && (!opts.Fuse || off[dumpName(ps.name)]) {
 			continue

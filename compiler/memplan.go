@@ -487,7 +487,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			return fmt.Errorf("internal error: %s: kernel %s of the gradient phase follows the optimizer update", f.Name, g)
 		}
 		bytes := groupBytes(g)
-		flops := groupFlops(g)
+		flops := groupFlops(g, m.p.TensorForm)
 		if g.Kind == CE && g.Loss != nil && contains(g.Outputs, g.Loss) {
 			// The loss is accumulated atomically by the kernel's blocks.
 			lb := resolve(g.Loss)
@@ -499,7 +499,7 @@ func (m *memPlanner) fn(fi int, f *ir.Func) error {
 			touch(resolve(g.SumBatch), len(steps))
 			steps = append(steps, runtime.Step{Kind: runtime.MemsetStep, Buf: resolve(g.SumBatch), Ops: "zero " + g.SumBatch.String()})
 		}
-		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, TensorFlops: groupTensorFlops(g), Bytes: bytes}
+		st := runtime.Step{Kind: runtime.LaunchStep, Ops: g.Ops(), Flops: flops, TensorFlops: groupTensorFlops(g, m.p.TensorForm), Bytes: bytes}
 		if g.Kind == Gemm {
 			st.Kind = runtime.GemmStep
 		}
@@ -692,12 +692,12 @@ func sliceReadBytes(u *ir.Value) runtime.Size {
 }
 
 // groupTensorFlops is the share of groupFlops that a kernel's GPU form
-// runs on tensor cores (attention's tensor-core form), for the report's
-// time model.
-func groupTensorFlops(g *Group) runtime.Sum {
+// runs on tensor cores (attention's tensor-core form, where form takes
+// it), for the report's time model.
+func groupTensorFlops(g *Group, form ops.TensorForm) runtime.Sum {
 	var sum runtime.Sum
 	for _, v := range g.Values {
-		if tensor, _, ok := ops.AttentionTensorWork(v); ok {
+		if tensor, _, ok := tensorWork(v, form); ok {
 			z := rtSize(ir.Shape{v.Shape[0]})
 			z.Mul *= tensor
 			sum = append(sum, z)
@@ -706,7 +706,16 @@ func groupTensorFlops(g *Group) runtime.Sum {
 	return sum
 }
 
-func groupFlops(g *Group) runtime.Sum {
+// tensorWork is ops.AttentionTensorWork where form takes v's tensor-core
+// form.
+func tensorWork(v *ir.Value, form ops.TensorForm) (tensor, core int64, ok bool) {
+	if _, ok := form.Use(ops.Lookup(v.Op), v); !ok {
+		return 0, 0, false
+	}
+	return ops.AttentionTensorWork(v)
+}
+
+func groupFlops(g *Group, form ops.TensorForm) runtime.Sum {
 	if g.Kind == Gemm {
 		v := g.Root
 		_, k := ops.MatDims(v.Args[0].Shape, v.Attrs.TransA)
@@ -722,7 +731,7 @@ func groupFlops(g *Group) runtime.Sum {
 		sum = append(sum, z)
 	}
 	for _, v := range g.Values {
-		if tensor, core, ok := ops.AttentionTensorWork(v); ok {
+		if tensor, core, ok := tensorWork(v, form); ok {
 			// The products and the softmax between them (on the GPU:
 			// tensor cores and CUDA cores; groupTensorFlops).
 			z := rtSize(ir.Shape{v.Shape[0]})

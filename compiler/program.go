@@ -20,6 +20,9 @@ type Program struct {
 	// StepForm chooses the GPU form of loops that have a stepped one
 	// (Options.StepForm).
 	StepForm ops.StepForm
+	// TensorForm chooses whether ops with a tensor-core GPU form take it
+	// (Options.TensorForm).
+	TensorForm ops.TensorForm
 	// Groups holds each function's kernels in execution order (set by the
 	// fuse pass).
 	Groups map[*ir.Func][]*Group

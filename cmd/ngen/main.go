@@ -77,6 +77,12 @@ func parseFuse(s string) (bool, error) {
 	return false, fmt.Errorf("-fuse=%s: want all or none", s)
 }
 
+// attentionFormFlag is -attention-form (compiler.Options.TensorForm):
+// whether 16-bit attention's GPU form runs its products on tensor cores.
+func attentionFormFlag(fs *flag.FlagSet) *string {
+	return fs.String("attention-form", "auto", "16-bit attention's GPU form: auto (its products on tensor cores where the head size is a multiple of 16) or cuda-cores")
+}
+
 // loopFormFlag is -loop-form (compiler.Options.StepForm): the GPU form of
 // the recurrences, a time step a launch or the whole loop in one.
 func loopFormFlag(fs *flag.FlagSet) *string {
@@ -95,6 +101,7 @@ func build(args []string) error {
 	fuse := fuseFlag(fs)
 	amp := ampFlag(fs)
 	loopForm := loopFormFlag(fs)
+	attnForm := attentionFormFlag(fs)
 	name := fs.String("model", "", "build only the model of this name when the file declares several")
 	suffix := fs.String("suffix", "", "suffix for the generated package names, e.g. _unfused")
 	dump := fs.String("dump", "", "print the IR to stderr after this pass (or all): "+strings.Join(compiler.PassNames(), ", "))
@@ -118,6 +125,10 @@ func build(args []string) error {
 	form, err := ops.ParseStepForm(*loopForm)
 	if err != nil {
 		return fmt.Errorf("build: -loop-form: %v", err)
+	}
+	tform, err := ops.ParseTensorForm(*attnForm)
+	if err != nil {
+		return fmt.Errorf("build: -attention-form: %v", err)
 	}
 	file := fs.Arg(0)
 	models, err := eval.Models(file)
@@ -157,7 +168,7 @@ func build(args []string) error {
 		}
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, TensorForm: tform, Dump: *dump, DumpTo: os.Stderr, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}
@@ -343,6 +354,7 @@ func report(args []string) error {
 	fuse := fuseFlag(fs)
 	amp := ampFlag(fs)
 	loopForm := loopFormFlag(fs)
+	attnForm := attentionFormFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batch := fs.Int("batch", 128, "batch size")
 	name := fs.String("model", "", "model name when the file declares several")
@@ -383,6 +395,10 @@ func report(args []string) error {
 	if err != nil {
 		return fmt.Errorf("report: -loop-form: %v", err)
 	}
+	tform, err := ops.ParseTensorForm(*attnForm)
+	if err != nil {
+		return fmt.Errorf("report: -attention-form: %v", err)
+	}
 	all, err := eval.Models(fs.Arg(0))
 	if err != nil {
 		return err
@@ -400,7 +416,7 @@ func report(args []string) error {
 		return fmt.Errorf("report -json: %s declares %d models; pick one with -model", fs.Arg(0), len(models))
 	}
 	for i, m := range models {
-		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, RefBatch: *batch, MemoryBudget: *budget})
+		p, err := compiler.Compile(m, compiler.Options{Fuse: on, AMP: ampMode, StepForm: form, TensorForm: tform, RefBatch: *batch, MemoryBudget: *budget})
 		if err != nil {
 			return err
 		}

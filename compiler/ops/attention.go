@@ -255,8 +255,8 @@ func attentionExpand(b *Builder, v *ir.Value) *ir.Value {
 func init() {
 	register(
 		&Def{Name: "attention", Kind: Loop, NArgs: -1, Infer: attentionInfer, Loop: attentionFwdLoop,
-			Grad: attentionGrad, Expand: attentionExpand, Blocks: attentionFwdBlocks},
+			Grad: attentionGrad, Expand: attentionExpand, Blocks: attentionFwdBlocks, Tensor: attentionFwdTensor},
 		&Def{Name: "attention_bwd", Kind: Loop, NArgs: -1, Infer: attentionBwdInfer, Loop: attentionBwdLoop,
-			Blocks: attentionBwdBlocks},
+			Blocks: attentionBwdBlocks, Tensor: attentionBwdTensor},
 	)
 }

@@ -449,3 +449,23 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	g.f("}")
 	return g.b.String()
 }
+
+// attentionFwdTensor and attentionBwdTensor are Def.Tensor: the
+// tensor-core form's grid, items of 64 rows (the other forms stride over
+// it when they run on the CPU).
+func attentionFwdTensor(v *ir.Value) (ir.Shape, bool) {
+	if mmaFwdTile(v) == 0 {
+		return nil, false
+	}
+	a, _ := attentionDims(v)
+	return ir.Shape{a.B, ir.D(a.H * ceilDiv(a.Tq, mmaQT))}, true
+}
+
+func attentionBwdTensor(v *ir.Value) (ir.Shape, bool) {
+	if !mmaBwdOK(v) {
+		return nil, false
+	}
+	a, _ := attentionDims(bwdView(v))
+	nq, nk := attnItems(v, a, mmaQT)
+	return ir.Shape{a.B, ir.D(a.H * (nq + nk))}, true
+}

@@ -130,9 +130,6 @@ func attnKeep(c *Ctx, v *ir.Value, a attnDims) string {
 func attentionFwdBlocks(v *ir.Value) ir.Shape {
 	a, _ := attentionDims(v)
 	t := tileFor(a.Dh, v.DType)
-	if mmaFwdTile(v) > 0 {
-		t = mmaQT // the GPU's grid; the other forms stride over it
-	}
 	return ir.Shape{a.B, ir.D(a.H * ceilDiv(a.Tq, t))}
 }
 
@@ -149,7 +146,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
-	mma := c.Target == CUDA && mmaFwdTile(v) > 0
+	mma := c.Target == CUDA && c.TensorCores && mmaFwdTile(v) > 0
 	if mma {
 		g.f("#ifdef NGEN_WMMA16")
 		g.b.WriteString(attentionFwdMMA(c, v, at, out))
@@ -277,11 +274,7 @@ func attnItems(v *ir.Value, a attnDims, tile int) (nq, nk int) {
 func attentionBwdBlocks(v *ir.Value) ir.Shape {
 	f := bwdView(v)
 	a, _ := attentionDims(f)
-	t := tileFor(a.Dh, v.DType)
-	if mmaBwdOK(v) {
-		t = mmaQT // the GPU's grid; the other forms stride over it
-	}
-	nq, nk := attnItems(v, a, t)
+	nq, nk := attnItems(v, a, tileFor(a.Dh, v.DType))
 	return ir.Shape{a.B, ir.D(a.H * (nq + nk))}
 }
 
@@ -303,7 +296,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionBwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
-	mma := c.Target == CUDA && mmaBwdOK(v)
+	mma := c.Target == CUDA && c.TensorCores && mmaBwdOK(v)
 	if mma {
 		g.f("#ifdef NGEN_WMMA16")
 		g.b.WriteString(attentionBwdMMA(c, v, at, out))

@@ -106,6 +106,13 @@ type Def struct {
 	// reads the launch's index from Ctx.Launch. The host targets' forms
 	// run the whole loop in one launch either way.
 	Stepped func(v *ir.Value) Steps
+	// Tensor, for a Loop op, says whether v has a tensor-core GPU form
+	// (its products as 16-bit tensor-core tiles: attention's, where the
+	// operands are 16-bit and the head size a multiple of 16) and that
+	// form's grid, which replaces Blocks. The program's TensorForm
+	// chooses; the template renders it where Ctx.TensorCores says. The
+	// host targets' forms are the same either way.
+	Tensor func(v *ir.Value) (blocks ir.Shape, ok bool)
 	// Expand, for a fused op, builds the same value from primitive ops:
 	// the "expand fused ops" pass uses it when fusion is off, so that
 	// -fuse=none computes the op the way a framework without the fused
@@ -163,6 +170,46 @@ func (f StepForm) String() string {
 // Use reports whether a value whose stepped form is st gets it.
 func (f StepForm) Use(st Steps) bool {
 	return st.Launches > 0 && (f == StepAlways || f == StepAuto && st.Auto)
+}
+
+// TensorForm chooses whether Loop ops with a tensor-core GPU form
+// (Def.Tensor) take it (compiler.Options.TensorForm, ngen build
+// -attention-form).
+type TensorForm int
+
+const (
+	// TensorAuto: the tensor-core form wherever an op has one.
+	TensorAuto TensorForm = iota
+	// TensorNever: the CUDA-core form everywhere.
+	TensorNever
+)
+
+// ParseTensorForm reads auto or cuda-cores.
+func ParseTensorForm(s string) (TensorForm, error) {
+	switch s {
+	case "", "auto":
+		return TensorAuto, nil
+	case "cuda-cores":
+		return TensorNever, nil
+	}
+	return TensorAuto, fmt.Errorf("attention form %q: want auto or cuda-cores", s)
+}
+
+// String is the form as ParseTensorForm reads it.
+func (f TensorForm) String() string {
+	if f == TensorNever {
+		return "cuda-cores"
+	}
+	return "auto"
+}
+
+// Use reports whether v (of op d) takes its tensor-core form, and that
+// form's grid.
+func (f TensorForm) Use(d *Def, v *ir.Value) (ir.Shape, bool) {
+	if f == TensorNever || d.Tensor == nil {
+		return nil, false
+	}
+	return d.Tensor(v)
 }
 
 // inEval sets d.InEval to argument i, where its shape is v's.
@@ -284,6 +331,9 @@ type Ctx struct {
 	// the kernel takes it as its last parameter, and the forms that run
 	// the whole loop ignore it.
 	Launch string
+	// TensorCores, in a Loop kernel's CUDA form, says that the op takes
+	// its tensor-core form (Def.Tensor, under the program's TensorForm).
+	TensorCores bool
 }
 
 // MovesValue reports whether v's template only moves elements (Moves, or

@@ -44,3 +44,51 @@ func TestStepForm(t *testing.T) {
 		t.Error("rnn_scan_bwd has no stepped form")
 	}
 }
+
+// TestTensorForm: the flag's spellings, and that cuda-cores keeps a
+// 16-bit attention with heads of 16 off its tensor-core form, which auto
+// takes; an f32 attention has none.
+func TestTensorForm(t *testing.T) {
+	for s, want := range map[string]TensorForm{"": TensorAuto, "auto": TensorAuto, "cuda-cores": TensorNever} {
+		if got, err := ParseTensorForm(s); err != nil || got != want || (s != "" && got.String() != s) {
+			t.Errorf("ParseTensorForm(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseTensorForm("tensor"); err == nil {
+		t.Error("ParseTensorForm accepted tensor")
+	}
+	att := func(dt ir.DType, dh int) *ir.Value {
+		B := ir.Dim{Sym: "B"}
+		x := &ir.Value{Op: "input", Shape: ir.Shape{B, ir.D(70), ir.D(6 * dh)}, DType: dt}
+		v := &ir.Value{Op: "attention", Args: []*ir.Value{x, x, x}, Attrs: ir.Attrs{Ints: []int{2, dh, 0, 2 * dh, 4 * dh}, F: 0.25}, DType: dt}
+		s, _, err := attentionInfer(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Shape = s
+		return v
+	}
+	def := Lookup("attention")
+	for _, tc := range []struct {
+		v    *ir.Value
+		form TensorForm
+		want bool
+	}{
+		{att(ir.BF16, 16), TensorAuto, true},
+		{att(ir.F16, 32), TensorAuto, true},
+		{att(ir.BF16, 16), TensorNever, false},
+		{att(ir.BF16, 8), TensorAuto, false},
+		{att(ir.F32, 16), TensorAuto, false},
+	} {
+		blocks, got := tc.form.Use(def, tc.v)
+		if got != tc.want {
+			t.Errorf("%s attention, head %d, %v: tensor-core form %v, want %v", tc.v.DType, tc.v.Attrs.Ints[1], tc.form, got, tc.want)
+		}
+		if got {
+			// Items of 64 queries: two per head for 70.
+			if n := blocks.Size(); n.N != 2*2 || len(n.Syms) != 1 {
+				t.Errorf("grid %s, want B·2 heads·2 items", blocks)
+			}
+		}
+	}
+}

@@ -9,6 +9,7 @@ package builds
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ngen-ml/ngen/codegen/jit"
 	"github.com/ngen-ml/ngen/compiler"
@@ -39,6 +40,11 @@ var Declarations = map[string]func() *dsl.Model{
 // Program compiles pkg's declared model as ngen build does (fused,
 // reference batch 128) under amp ("off" for the f32 plan, "bf16", "fp16").
 func Program(pkg, amp string) (*compiler.Program, error) {
+	return programForm(pkg, amp, ops.TensorAuto)
+}
+
+// programForm is Program with 16-bit attention in the GPU form tform.
+func programForm(pkg, amp string, tform ops.TensorForm) (*compiler.Program, error) {
 	decl, ok := Declarations[pkg]
 	if !ok {
 		return nil, fmt.Errorf("%s has no mixed-precision build in generated/ and no declaration to compile one from", pkg)
@@ -51,7 +57,7 @@ func Program(pkg, amp string) (*compiler.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return compiler.Compile(m, compiler.Options{Fuse: true, AMP: mode, RefBatch: 128})
+	return compiler.Compile(m, compiler.Options{Fuse: true, AMP: mode, TensorForm: tform, RefBatch: 128})
 }
 
 // Target is what a build's module is for.
@@ -140,6 +146,27 @@ func RegisterForm(pkg string, form ops.StepForm) (*runtime.Generated, error) {
 	g, err := register(name, p, jit.BuildGPU)
 	if err != nil {
 		return nil, fmt.Errorf("compiling %s's %s build: %w", pkg, form, err)
+	}
+	return g, nil
+}
+
+// RegisterAttentionForm compiles pkg's model under amp for a GPU with its
+// 16-bit attention in the form tform (compiler.Options.TensorForm) and
+// registers it as pkg_amp_<form>_gpu, for the GPU benchmark to time the
+// CUDA-core attention beside the tensor-core one (Register's default); a
+// second call finds the first's registration.
+func RegisterAttentionForm(pkg, amp string, tform ops.TensorForm) (*runtime.Generated, error) {
+	name := pkg + "_" + amp + "_" + strings.ReplaceAll(tform.String(), "-", "") + "_gpu"
+	if g, err := runtime.Registered(compiledPath(name)); err == nil {
+		return g, nil
+	}
+	p, err := programForm(pkg, amp, tform)
+	if err != nil {
+		return nil, fmt.Errorf("-amp %s: %w", amp, err)
+	}
+	g, err := register(name, p, jit.BuildGPU)
+	if err != nil {
+		return nil, fmt.Errorf("-amp %s: compiling %s's %s build: %w", amp, pkg, tform, err)
 	}
 	return g, nil
 }

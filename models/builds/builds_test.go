@@ -95,3 +95,48 @@ func TestRegisterForm(t *testing.T) {
 		t.Fatalf("unknown package: %v", err)
 	}
 }
+
+// TestRegisterAttentionForm: the gpt in bf16 for a GPU with its attention
+// in the CUDA-core form has the same steps as the default build, whose
+// attention is the tensor-core form: its source renders no wmma, and no
+// step reports tensor-core FLOPs.
+func TestRegisterAttentionForm(t *testing.T) {
+	tensor, err := Register("gpt", "bf16", GPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cores, err := RegisterAttentionForm("gpt", "bf16", ops.TensorNever)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cores.Name != "gpt_bf16_cudacores_gpu" {
+		t.Fatalf("name %q", cores.Name)
+	}
+	tensorFlops := func(g *runtime.Generated) (n int) {
+		for _, f := range g.Plan.Funcs {
+			if f.Name != "step" {
+				continue
+			}
+			for _, s := range f.Steps {
+				if len(s.TensorFlops) > 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := tensorFlops(tensor); n != 8 {
+		t.Errorf("the default build's step: %d steps with tensor-core FLOPs, want 8 (4 layers' attention, forward and backward)", n)
+	}
+	if n := tensorFlops(cores); n != 0 {
+		t.Errorf("the CUDA-core build: %d steps with tensor-core FLOPs", n)
+	}
+	if !strings.Contains(tensor.Module().Source, "wmma::mma_sync") || strings.Contains(cores.Module().Source, "wmma::") {
+		t.Error("the default build's source lacks wmma, or the CUDA-core build's has it")
+	}
+	for i, f := range cores.Plan.Funcs {
+		if len(f.Steps) != len(tensor.Plan.Funcs[i].Steps) {
+			t.Errorf("%s: %d steps, the default build %d", f.Name, len(f.Steps), len(tensor.Plan.Funcs[i].Steps))
+		}
+	}
+}
