@@ -22,10 +22,14 @@ __device__ __forceinline__ float ngen_load_f32_bits(const __half *p) { return ng
 // Attention's tensor-core form (compiler/ops/attention_mma.go) multiplies
 // 16-bit tiles with nvcuda::wmma, which bf16 has from sm_80: a module
 // compiled for an older GPU (NVRTC) takes the CUDA-core form beside it.
-// The CPU emulation defines nvcuda::wmma itself (ngen_half.h).
+// The CPU emulation defines nvcuda::wmma itself (ngen_half.h) and runs
+// the form where it runs the GPU forms as written (cpu.Options.GPUForms);
+// the host glue every CPU run links, whose attention is the host's GEMM
+// form, keeps the CUDA-core form instead (the tensor-core one made the
+// host build of a bf16 TransformerLM 10–40% slower to compile).
 #ifndef NGEN_EMU
 #include <mma.h>
 #endif
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH__) ? __CUDA_ARCH__ >= 800 : defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_WMMA16 1
 #endif

@@ -146,7 +146,10 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
-	mma := c.Target == CUDA && c.TensorCores && mmaFwdTile(v) > 0
+	// The baseline target renders the same text as the CUDA form (so the
+	// host glue keeps one copy): NGEN_WMMA16 is defined only where the
+	// GPU forms run as written.
+	mma := c.Target != Host && c.TensorCores && mmaFwdTile(v) > 0
 	if mma {
 		g.f("#ifdef NGEN_WMMA16")
 		g.b.WriteString(attentionFwdMMA(c, v, at, out))
@@ -296,7 +299,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	if c.Target == Host && attentionBwdFast(g, c, v, at, out) {
 		return g.b.String()
 	}
-	mma := c.Target == CUDA && c.TensorCores && mmaBwdOK(v)
+	mma := c.Target != Host && c.TensorCores && mmaBwdOK(v) // as forward
 	if mma {
 		g.f("#ifdef NGEN_WMMA16")
 		g.b.WriteString(attentionBwdMMA(c, v, at, out))

@@ -11,7 +11,7 @@ import "C"
 import "unsafe"
 
 // headerSHA256 is the hash of ../../ngen_emu.h, which host.cc includes.
-const headerSHA256 = "eee6c44b753b60b3a0d8c0b747bc8bd5efb04979fc63cc4999c4723c9de6a44e"
+const headerSHA256 = "1c3bc31a4a4cc655f1b6c14a4586c6b1e0b44947f17123cd9a7679d7f2ca30b4"
 
 // Entry runs the model's kernels on the host; runtime/cpu calls it.
 var Entry = unsafe.Pointer(C.ngen_cpu_entry_transformer_43d0fe59e0a0)
