@@ -52,29 +52,7 @@ func TestAMPAttentionKernel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := Session(dev.d, p, runtime.SessionOptions{MaxBatch: b, Seed: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				wi, err := s.Lookup("param", "w")
-				if err != nil {
-					t.Fatal(err)
-				}
-				ones := make([]float64, 3*e)
-				for i := range ones {
-					ones[i] = 1
-				}
-				if err := s.WriteFloats(wi, ones); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.WriteInput("x", x, b); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Run("predict", b); err != nil {
-					t.Fatal(err)
-				}
-				got := readNamed(t, s, "output", "output")
+				s, got := ampAttentionPredict(t, dev.d, p, x, b, 3*e)
 				if err := s.Run("step", b); err != nil {
 					t.Fatal(err)
 				}
@@ -126,6 +104,36 @@ func TestAMPAttentionKernel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// ampAttentionPredict opens p (ampAttentionModel's) on dev at batch b,
+// sets its parameter w (width elements) to 1, and runs predict on x; it
+// returns the session, closed when the test ends, and the output.
+func ampAttentionPredict(t *testing.T, dev runtime.Device, p *compiler.Program, x []float32, b, width int) (*runtime.Session, []float64) {
+	t.Helper()
+	s, err := Session(dev, p, runtime.SessionOptions{MaxBatch: b, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	wi, err := s.Lookup("param", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ones := make([]float64, width)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if err := s.WriteFloats(wi, ones); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteInput("x", x, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run("predict", b); err != nil {
+		t.Fatal(err)
+	}
+	return s, readNamed(t, s, "output", "output")
 }
 
 // hostAndGPUForms opens the CPU device with its host forms and one that

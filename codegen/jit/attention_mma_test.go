@@ -10,7 +10,6 @@ import (
 	"github.com/ngen-ml/ngen/codegen"
 	"github.com/ngen-ml/ngen/compiler"
 	"github.com/ngen-ml/ngen/compiler/ir"
-	"github.com/ngen-ml/ngen/runtime"
 )
 
 // TestAttentionMMAForm runs 16-bit attention's tensor-core form
@@ -64,29 +63,7 @@ func TestAttentionMMAForm(t *testing.T) {
 				// significant bits fit both types; f16's range holds them.
 				x[i] = math.Float32frombits(math.Float32bits(float32(2*rng.NormFloat64())) &^ 0xffff)
 			}
-			s, err := Session(gpu, p, runtime.SessionOptions{MaxBatch: b, Seed: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			wi, err := s.Lookup("param", "w")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ones := make([]float64, 3*e)
-			for i := range ones {
-				ones[i] = 1
-			}
-			if err := s.WriteFloats(wi, ones); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WriteInput("x", x, b); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Run("predict", b); err != nil {
-				t.Fatal(err)
-			}
-			got := readNamed(t, s, "output", "output")
+			s, got := ampAttentionPredict(t, gpu, p, x, b, 3*e)
 			width := e + 2*heads
 			if len(got) != b*T*width {
 				t.Fatalf("result of %d values, want %d", len(got), b*T*width)

@@ -99,11 +99,7 @@ func attentionFwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	g.f("      wmma::fill_fragment(of[kk], 0.f);")
 	g.f("    }")
 	g.f("  __syncthreads(); // sQ's bytes become sS")
-	if v.Attrs.Str == "causal" {
-		g.f("  const int kend = i0 + nq < %d ? i0 + nq : %d; // later keys are masked for every query of the tile", a.Tk, a.Tk)
-	} else {
-		g.f("  const int kend = %d;", a.Tk)
-	}
+	g.kend("  ", v, a, " // later keys are masked for every query of the tile")
 	g.f("  for (int j0 = 0; j0 < kend; j0 += %d) {", kt)
 	g.f("    const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, kt, a.Tk, kt)
 	g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) {", kt*dh)
@@ -374,11 +370,7 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 		g.f("        wmma::fill_fragment(dq[kk], 0.f);")
 		g.f("      }")
 		g.f("    __syncthreads(); // the staging's bytes become the warps' scratch")
-		if causal {
-			g.f("    const int kend = i0 + nq < %d ? i0 + nq : %d;", a.Tk, a.Tk)
-		} else {
-			g.f("    const int kend = %d;", a.Tk)
-		}
+		g.kend("    ", v, a, "")
 		g.f("    for (int j0 = 0; j0 < kend; j0 += %d) {", it)
 		g.f("      const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, it, a.Tk, it)
 		load("      ", "sT", it, "nk", at(2, kAt))

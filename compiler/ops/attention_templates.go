@@ -100,6 +100,16 @@ func (g *cg) attnLanes() {
 	g.f("const int lane = (int)threadIdx.x %% nl, w = (int)threadIdx.x / nl;")
 }
 
+// kend renders kend, the end of the keys a query tile [i0, i0+nq)
+// visits: all Tk, or under a causal mask the keys up to its last query.
+func (g *cg) kend(ind string, v *ir.Value, a attnDims, comment string) {
+	if v.Attrs.Str == "causal" {
+		g.f("%sconst int kend = i0 + nq < %d ? i0 + nq : %d;%s", ind, a.Tk, a.Tk, comment)
+	} else {
+		g.f("%sconst int kend = %d;", ind, a.Tk)
+	}
+}
+
 // attnMask renders the condition that key kj is visible to query qi.
 func attnVisible(v *ir.Value, at func(int, string) string, kpmArg int, a attnDims) string {
 	cond := "true"
@@ -141,7 +151,6 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	ld := rowStride(dh)
 	nqb := ceilDiv(a.Tq, tile)
 	wq, wk, wv := v.Args[0].Shape[2].N, v.Args[1].Shape[2].N, v.Args[2].Shape[2].N
-	causal := v.Attrs.Str == "causal"
 	g := &cg{}
 	if c.Target == Host && attentionFwdFast(g, c, v, at, out) {
 		return g.b.String()
@@ -171,11 +180,7 @@ func attentionFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 	g.f("  }")
 	g.f("  for (int i = threadIdx.x; i < %d; i += blockDim.x) { sM[i] = -NGEN_INF; sL[i] = %s; }", tile, c.Lit(0))
 	g.f("  __syncthreads();")
-	if causal {
-		g.f("  const int kend = i0 + nq < %d ? i0 + nq : %d; // later keys are masked for every query of the tile", a.Tk, a.Tk)
-	} else {
-		g.f("  const int kend = %d;", a.Tk)
-	}
+	g.kend("  ", v, a, " // later keys are masked for every query of the tile")
 	g.f("  for (int j0 = 0; j0 < kend; j0 += %d) {", tile)
 	g.f("    const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, tile, a.Tk, tile)
 	g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) {", tile*dh)
@@ -372,11 +377,7 @@ func attentionBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out stri
 		g.f("    const int i0 = x * %d;", tile)
 		loadQ("  ")
 		g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) sA[e] = %s;", tile*ld, c.Lit(0))
-		if causal {
-			g.f("    const int kend = i0 + nq < %d ? i0 + nq : %d;", a.Tk, a.Tk)
-		} else {
-			g.f("    const int kend = %d;", a.Tk)
-		}
+		g.kend("    ", v, a, "")
 		g.f("    for (int j0 = 0; j0 < kend; j0 += %d) {", tile)
 		loadKV("    ")
 		g.f("      __syncthreads();")
