@@ -110,10 +110,7 @@ func scanFwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 		g.f("          const %s a = %s;", t, pre(0))
 		g.f("          o[j] = %s;", keep("(a > "+c.Lit(0)+" ? a : "+c.Lit(0)+")", "hq[j]"))
 	case "lstm":
-		g.f("          const %s i = %s, f = %s, gg = %s, o_ = %s;", t, sig(pre(0)), sig(pre(1)), tanh(pre(2)), sig(pre(3)))
-		g.f("          const %s cn = f * cq[j] + i * gg;", t)
-		g.f("          o[j] = %s;", keep("o_ * "+tanh("cn"), "hq[j]"))
-		g.f("          o[%d + j] = %s; o[%d + j] = i; o[%d + j] = f; o[%d + j] = gg; o[%d + j] = o_;", H, keep("cn", "cq[j]"), 2*H, 3*H, 4*H, 5*H)
+		lstmForward(g, "          ", t, "o", "o_", H, [4]string{sig(pre(0)), sig(pre(1)), tanh(pre(2)), sig(pre(3))}, tanh, "cq[j]", "hq[j]", keep)
 	}
 	g.f("        }")
 	g.f("      }")
@@ -185,12 +182,11 @@ func scanBwdFast(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 		g.f("          const %s cn = %s, i = %s, f = %s, gg = %s, o = %s;", t, sv(H), sv(2*H), sv(3*H), sv(4*H), sv(5*H))
 		// tanh(c) from h = o·tanh(c) would divide by o; recompute it.
 		_, tanh := fastMath(c)
-		g.f("          const %s tc = %s;", t, tanh("cn"))
-		g.f("          const %s dcj = dcs[j] + %s + dhj * o * (%s - tc * tc);", t, at(0, "so + "+itoa(H)+" + j"), c.Lit(1))
-		g.f("          d[j] = dcj * gg * i * (%s - i);", c.Lit(1))
-		g.f("          d[%d + j] = dcj * cq[j] * f * (%s - f);", H, c.Lit(1))
-		g.f("          d[%d + j] = dcj * i * (%s - gg * gg);", 2*H, c.Lit(1))
-		g.f("          d[%d + j] = dhj * tc * o * (%s - o);", 3*H, c.Lit(1))
+		di, df, dgg, do := lstmBackward(g, "          ", t, c.Lit(1), tanh, "dcs[j]", at(0, "so + "+itoa(H)+" + j"), "cq[j]")
+		g.f("          d[j] = %s;", di)
+		g.f("          d[%d + j] = %s;", H, df)
+		g.f("          d[%d + j] = %s;", 2*H, dgg)
+		g.f("          d[%d + j] = %s;", 3*H, do)
 		g.f("          dcs[j] = dcj * f;")
 	}
 	g.f("        }")

@@ -91,10 +91,8 @@ func scanFwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 		g.f("          o[j] = %s;", keep("(a0[s] > "+c.Lit(0)+" ? a0[s] : "+c.Lit(0)+")", "hp"))
 	case "lstm":
 		g.f("          const %s cp = tcs[j * %d + s];", t, S)
-		g.f("          const %s i = %s, f = %s, gg = %s(a2[s]), o_ = %s;", t, sigmoid(c, "a0[s]"), sigmoid(c, "a1[s]"), c.Math("tanh"), sigmoid(c, "a3[s]"))
-		g.f("          const %s cn = f * cp + i * gg;", t)
-		g.f("          o[j] = %s;", keep("o_ * "+c.Math("tanh")+"(cn)", "hp"))
-		g.f("          o[%d + j] = %s; o[%d + j] = i; o[%d + j] = f; o[%d + j] = gg; o[%d + j] = o_;", H, keep("cn", "cp"), 2*H, 3*H, 4*H, 5*H)
+		tanh := func(x string) string { return c.Math("tanh") + "(" + x + ")" }
+		lstmForward(g, "          ", t, "o", "o_", H, [4]string{sigmoid(c, "a0[s]"), sigmoid(c, "a1[s]"), tanh("a2[s]"), sigmoid(c, "a3[s]")}, tanh, "cp", "hp", keep)
 	}
 	g.f("        }")
 	g.f("      }")
@@ -176,10 +174,9 @@ func scanBwdSolo(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out st
 		at1 := func(off int) string { return at(1, "so + "+itoa(off)+" + j") }
 		g.f("          const %s cn = %s, i = %s, f = %s, gg = %s, o = %s;", t, at1(H), at1(2*H), at1(3*H), at1(4*H), at1(5*H))
 		g.f("          const %s cp = t > 0 ? %s : %s;", t, at(1, "so - "+itoa(W)+" + "+itoa(H)+" + j"), at(4, "b * "+itoa(H)+" + j"))
-		g.f("          const %s tc = %s(cn);", t, c.Math("tanh"))
-		g.f("          const %s dcj = tdc[j * %d + s] + %s + dhj * o * (%s - tc * tc);", t, S, at(0, "so + "+itoa(H)+" + j"), c.Lit(1))
-		g.f("          const %s di = dcj * gg * i * (%s - i), df = dcj * cp * f * (%s - f);", t, c.Lit(1), c.Lit(1))
-		g.f("          const %s dgg = dcj * i * (%s - gg * gg), do_ = dhj * tc * o * (%s - o);", t, c.Lit(1), c.Lit(1))
+		di, df, dgg, do := lstmBackward(g, "          ", t, c.Lit(1), func(x string) string { return c.Math("tanh") + "(" + x + ")" }, "tdc[j * "+itoa(S)+" + s]", at(0, "so + "+itoa(H)+" + j"), "cp")
+		g.f("          const %s di = %s, df = %s;", t, di, df)
+		g.f("          const %s dgg = %s, do_ = %s;", t, dgg, do)
 		g.f("          d[j] = di; d[%d + j] = df; d[%d + j] = dgg; d[%d + j] = do_;", H, 2*H, 3*H)
 		g.f("          tdg[j * %d + s] = di; tdg[(%d + j) * %d + s] = df; tdg[(%d + j) * %d + s] = dgg; tdg[(%d + j) * %d + s] = do_;", S, H, S, 2*H, S, 3*H, S)
 		g.f("          tdc[j * %d + s] = dcj * f;", S)

@@ -164,10 +164,8 @@ func scanFwdStepped(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out
 		g.f("    s[j] = %s;", keep("(a[0][r] > "+c.Lit(0)+" ? a[0][r] : "+c.Lit(0)+")", "hp"))
 	case "lstm":
 		g.f("    const %s cp = %s;", t, cprev("b", "j"))
-		g.f("    const %s i = %s, f = %s, gg = %s(a[2][r]), o = %s;", t, sigmoid(c, "a[0][r]"), sigmoid(c, "a[1][r]"), c.Math("tanh"), sigmoid(c, "a[3][r]"))
-		g.f("    const %s cn = f * cp + i * gg;", t)
-		g.f("    s[j] = %s;", keep("o * "+c.Math("tanh")+"(cn)", "hp"))
-		g.f("    s[%d + j] = %s; s[%d + j] = i; s[%d + j] = f; s[%d + j] = gg; s[%d + j] = o;", H, keep("cn", "cp"), 2*H, 3*H, 4*H, 5*H)
+		tanh := func(x string) string { return c.Math("tanh") + "(" + x + ")" }
+		lstmForward(g, "    ", t, "s", "o", H, [4]string{sigmoid(c, "a[0][r]"), sigmoid(c, "a[1][r]"), tanh("a[2][r]"), sigmoid(c, "a[3][r]")}, tanh, "cp", "hp", keep)
 	}
 	g.f("  }")
 	g.f("}")
@@ -256,12 +254,11 @@ func scanBwdStepped(g *cg, c *Ctx, v *ir.Value, at func(int, string) string, out
 		at1 := func(off int) string { return at(1, "so + "+itoa(off)+" + j") }
 		g.f("    const %s cn = %s, i = %s, f = %s, gg = %s, o = %s;", t, at1(H), at1(2*H), at1(3*H), at1(4*H), at1(5*H))
 		g.f("    const %s cp = t > 0 ? %s : %s;", t, at(1, "so - "+itoa(W)+" + "+itoa(H)+" + j"), at(4, "b * "+itoa(H)+" + j"))
-		g.f("    const %s tc = %s(cn);", t, c.Math("tanh"))
-		g.f("    const %s dcj = dcc + %s + dhj * o * (%s - tc * tc);", t, at(0, "so + "+itoa(H)+" + j"), c.Lit(1))
-		g.f("    d[j] = dcj * gg * i * (%s - i);", c.Lit(1))
-		g.f("    d[%d + j] = dcj * cp * f * (%s - f);", H, c.Lit(1))
-		g.f("    d[%d + j] = dcj * i * (%s - gg * gg);", 2*H, c.Lit(1))
-		g.f("    d[%d + j] = dhj * tc * o * (%s - o);", 3*H, c.Lit(1))
+		di, df, dgg, do := lstmBackward(g, "    ", t, c.Lit(1), func(x string) string { return c.Math("tanh") + "(" + x + ")" }, "dcc", at(0, "so + "+itoa(H)+" + j"), "cp")
+		g.f("    d[j] = %s;", di)
+		g.f("    d[%d + j] = %s;", H, df)
+		g.f("    d[%d + j] = %s;", 2*H, dgg)
+		g.f("    d[%d + j] = %s;", 3*H, do)
 		g.f("    last[%d + j] = dcj * f;", H)
 	}
 	g.f("  }")

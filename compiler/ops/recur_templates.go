@@ -21,6 +21,34 @@ func sigmoid(c *Ctx, x string) string {
 	return "(" + c.Lit(1) + " / (" + c.Lit(1) + " + " + c.Math("exp") + "(-(" + x + "))))"
 }
 
+// The LSTM cell's formulas, written once for every form of rnn_scan and
+// rnn_scan_bwd (the loop form here, the stepped form, the host's GEMM
+// form and the baseline's tiles); each form supplies its own names.
+
+// lstmForward renders unit j's step: the gates from their activated
+// pre-activations gate (i, f, g, o; the output gate named ov), the cell
+// state from cp, the hidden state into arr[j] and the saved state (c, i,
+// f, g, o) into arr[k·H + j]; keep(x, prev) keeps prev where the step is
+// masked off.
+func lstmForward(g *cg, ind, t, arr, ov string, H int, gate [4]string, tanh func(string) string, cp, hp string, keep func(x, prev string) string) {
+	g.f("%sconst %s i = %s, f = %s, gg = %s, %s = %s;", ind, t, gate[0], gate[1], gate[2], ov, gate[3])
+	g.f("%sconst %s cn = f * %s + i * gg;", ind, t, cp)
+	g.f("%s%s[j] = %s;", ind, arr, keep(ov+" * "+tanh("cn"), hp))
+	g.f("%s%s[%d + j] = %s; %s[%d + j] = i; %s[%d + j] = f; %s[%d + j] = gg; %s[%d + j] = %s;", ind, arr, H, keep("cn", cp), arr, 2*H, arr, 3*H, arr, 4*H, arr, 5*H, ov)
+}
+
+// lstmBackward renders unit j's tanh(c_t) (tc) and cell-state gradient
+// dcj (the carried dcIn, the saved state's own gradient dcOut, and the
+// hidden state's dhj through the output gate) from the saved cn, i, f, gg
+// and o, and returns the gradients of the four gates' pre-activations;
+// cp is c_{t-1}. The carry to step t-1 is dcj·f.
+func lstmBackward(g *cg, ind, t, one string, tanh func(string) string, dcIn, dcOut, cp string) (di, df, dgg, do string) {
+	g.f("%sconst %s tc = %s;", ind, t, tanh("cn"))
+	g.f("%sconst %s dcj = %s + %s + dhj * o * (%s - tc * tc);", ind, t, dcIn, dcOut, one)
+	return "dcj * gg * i * (" + one + " - i)", "dcj * " + cp + " * f * (" + one + " - f)",
+		"dcj * i * (" + one + " - gg * gg)", "dhj * tc * o * (" + one + " - o)"
+}
+
 func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) string {
 	cell := Cells[v.Attrs.Str]
 	xp, whh := v.Args[0], v.Args[1]
@@ -108,10 +136,8 @@ func scanFwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 	case "rnn_relu":
 		g.f("      s[j] = %s;", keep("(a0 > "+c.Lit(0)+" ? a0 : "+c.Lit(0)+")", "hs[j]"))
 	case "lstm":
-		g.f("      const %s i = %s, f = %s, gg = %s(a2), o = %s;", t, sigmoid(c, "a0"), sigmoid(c, "a1"), c.Math("tanh"), sigmoid(c, "a3"))
-		g.f("      const %s cn = f * cs[j] + i * gg;", t)
-		g.f("      s[j] = %s;", keep("o * "+c.Math("tanh")+"(cn)", "hs[j]"))
-		g.f("      s[%d + j] = %s; s[%d + j] = i; s[%d + j] = f; s[%d + j] = gg; s[%d + j] = o;", H, keep("cn", "cs[j]"), 2*H, 3*H, 4*H, 5*H)
+		tanh := func(x string) string { return c.Math("tanh") + "(" + x + ")" }
+		lstmForward(g, "      ", t, "s", "o", H, [4]string{sigmoid(c, "a0"), sigmoid(c, "a1"), tanh("a2"), sigmoid(c, "a3")}, tanh, "cs[j]", "hs[j]", keep)
 	}
 	g.f("    }")
 	g.f("    __syncthreads();")
@@ -194,10 +220,9 @@ func scanBwdLoop(c *Ctx, v *ir.Value, at func(int, string) string, out string) s
 		at1 := func(off int) string { return at(1, "so + "+itoa(off)+" + j") }
 		g.f("      const %s cn = %s, i = %s, f = %s, gg = %s, o = %s;", t, at1(H), at1(2*H), at1(3*H), at1(4*H), at1(5*H))
 		g.f("      const %s cp = t > 0 ? %s : %s;", t, at(1, "so - "+itoa(W)+" + "+itoa(H)+" + j"), at(4, "b * "+itoa(H)+" + j"))
-		g.f("      const %s tc = %s(cn);", t, c.Math("tanh"))
-		g.f("      const %s dcj = dc[j] + %s + dhj * o * (%s - tc * tc);", t, at(0, "so + "+itoa(H)+" + j"), c.Lit(1))
-		g.f("      const %s di = dcj * gg * i * (%s - i), df = dcj * cp * f * (%s - f);", t, c.Lit(1), c.Lit(1))
-		g.f("      const %s dgg = dcj * i * (%s - gg * gg), do_ = dhj * tc * o * (%s - o);", t, c.Lit(1), c.Lit(1))
+		di, df, dgg, do := lstmBackward(g, "      ", t, c.Lit(1), func(x string) string { return c.Math("tanh") + "(" + x + ")" }, "dc[j]", at(0, "so + "+itoa(H)+" + j"), "cp")
+		g.f("      const %s di = %s, df = %s;", t, di, df)
+		g.f("      const %s dgg = %s, do_ = %s;", t, dgg, do)
 		g.f("      d[j] = di; d[%d + j] = df; d[%d + j] = dgg; d[%d + j] = do_;", H, 2*H, 3*H)
 		g.f("      dg[j] = di; dg[%d + j] = df; dg[%d + j] = dgg; dg[%d + j] = do_;", H, 2*H, 3*H)
 		g.f("      dc[j] = dcj * f;")
