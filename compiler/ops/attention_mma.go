@@ -21,7 +21,10 @@ import (
 //
 // Modules compiled for a GPU older than sm_80 (no bf16 wmma) take the
 // CUDA-core form beside it (NGEN_WMMA16, preamble_f32bits.cuh); the CPU
-// emulation runs this form, with wmma emulated (runtime/cpu/emu).
+// runs this form, with wmma emulated (runtime/cpu/emu), where it runs the
+// GPU forms as written (cpu.Options.GPUForms), and the CUDA-core form in
+// its other modes. The program's TensorForm (Def.Tensor, Ctx.TensorCores)
+// can keep the CUDA-core form everywhere.
 
 const (
 	mmaRows  = 16 // a fragment's rows: one warp's queries
