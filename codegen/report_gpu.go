@@ -154,8 +154,11 @@ type GPUSummary struct {
 	Pipelined bool `json:"pipelined"`
 	// HalfGemms counts the GEMM rows with 16-bit operands (mixed
 	// precision), priced at the FP16/BF16 tensor-core peak.
-	HalfGemms int     `json:"half_gemms"`
-	Ratio     float64 `json:"ratio"` // model ÷ ideal
+	HalfGemms int `json:"half_gemms"`
+	// TensorLaunches counts the launches whose products run on tensor
+	// cores (StepRow.TensorFlops: 16-bit attention's tensor-core form).
+	TensorLaunches int     `json:"tensor_launches"`
+	Ratio          float64 `json:"ratio"` // model ÷ ideal
 	// OverheadUs is the host's and the launch overheads' share of the
 	// modeled time; HostUs the host's part of it (hostStepUs and the
 	// input copies).
@@ -200,7 +203,7 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 	host := hostStepUs + float64(r.InputBytes)/hostCopyBytesPerSec*1e6
 	model, overhead := host, host
 	var ideal, kernels float64
-	halfGemms := 0
+	halfGemms, tensorLaunches := 0, 0
 	for i := range r.Steps {
 		s := &r.Steps[i]
 		peak := spec.FP32
@@ -239,6 +242,7 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 			t = float64(s.TimeSteps) * perStep
 		case s.Kind == "launch" && s.TensorFlops > 0:
 			t = tensorLaunchUs(s, spec)
+			tensorLaunches++
 		case s.Kind == "launch":
 			t = launchUs(s, spec)
 		default: // memsets and device copies: the copy engines or a full grid
@@ -263,7 +267,7 @@ func (r *Report) ModelGPU(gpu string, o GPUOptions) error {
 		model = max(host, devUs)
 	}
 	r.GPUModelUs, r.GPUIdealUs = model, ideal
-	r.GPU = &GPUSummary{Device: spec.Name, Graphs: o.Graphs, TF32: o.TF32, Pipelined: o.Pipelined, HalfGemms: halfGemms, Ratio: model / ideal, OverheadUs: overhead, HostUs: host, DeviceUs: devUs, KernelUs: kernels}
+	r.GPU = &GPUSummary{Device: spec.Name, Graphs: o.Graphs, TF32: o.TF32, Pipelined: o.Pipelined, HalfGemms: halfGemms, TensorLaunches: tensorLaunches, Ratio: model / ideal, OverheadUs: overhead, HostUs: host, DeviceUs: devUs, KernelUs: kernels}
 	return nil
 }
 
@@ -380,6 +384,9 @@ func (r *Report) writeGPU(w io.Writer) error {
 		prec = fmt.Sprintf("%d 16-bit GEMMs on FP16/BF16 tensor cores, the rest %s", g.HalfGemms, prec)
 	} else {
 		prec += " GEMMs"
+	}
+	if g.TensorLaunches > 0 {
+		prec += fmt.Sprintf("; %d launches with their products on tensor cores (16-bit attention)", g.TensorLaunches)
 	}
 	if g.Pipelined {
 		mode += ", the host's part overlapping the step before (pipelined)"

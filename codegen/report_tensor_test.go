@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"bytes"
 	"math"
 	"strings"
 	"testing"
@@ -70,6 +71,16 @@ func TestModelGPUTensorAttention(t *testing.T) {
 			}
 			if rows != 2 {
 				t.Errorf("%d attention rows, want forward and backward", rows)
+			}
+			if want := map[bool]int{true: 2, false: 0}[c.tensor]; r.GPU.TensorLaunches != want {
+				t.Errorf("TensorLaunches %d, want %d", r.GPU.TensorLaunches, want)
+			}
+			var buf bytes.Buffer
+			if err := r.writeGPU(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(buf.String(), "launches with their products on tensor cores"); got != c.tensor {
+				t.Errorf("the summary's line does not say so:\n%s", buf.String()[:200])
 			}
 		})
 	}
