@@ -14,8 +14,8 @@ import (
 
 // TestAttentionMMAForm runs 16-bit attention's tensor-core form
 // (compiler/ops/attention_mma.go: wmma tiles, emulated on the CPU) under
-// the GPU forms, in bf16 and f16, with head sizes 16 and 32 (one and two
-// k-steps), 5 queries (a partial tile of each kind) and 70 (two query
+// the GPU forms, in bf16 and f16, with head sizes 16, 32 and 64 (one to
+// four k-steps), 5 queries (a partial tile of each kind) and 70 (two query
 // tiles of 64, the second of 6; two key tiles), causal and not, and reads
 // the whole result against float64 attention of the same 16-bit values.
 //
@@ -23,9 +23,11 @@ import (
 // 16-bit type before P·V (unit roundoff u: 2^-8 bf16, 2^-11 f16), which
 // moves the output by at most u·Σ_j p_j·|v_jd| / Σ_j p_j, and the output
 // is rounded once more (u·|o|); f32's sums add 1e-6 of the row's largest.
-// The log-sum-exp (f32 bits in two elements; read back for bf16) within
-// 1e-6 relative: its scores are products of 16-bit values, exact in f32,
-// summed in f32.
+// The log-sum-exp (f32 bits in two elements; read back for bf16): its
+// scores are products of 16-bit values, exact in f32, summed in f32 over
+// dh terms, so each is off by at most dh·2^-24·Σ_d|q_d·k_d| (times the
+// scale), which moves the log-sum-exp by at most the largest of them;
+// plus 1e-6 of it for the exponentials and the sum of the weights.
 // Backward (the tensor-core form too, rounding ds and the weights to the
 // 16-bit type for its products) as in TestAMPAttentionKernel, but with
 // D_i = Σ dO·O taken from the output the forward stored: the gradient of
@@ -46,6 +48,9 @@ func TestAttentionMMAForm(t *testing.T) {
 		{ir.BF16, 0x1p-8, 70, 32, false},
 		{ir.F16, 0x1p-11, 70, 16, false},
 		{ir.F16, 0x1p-11, 5, 32, true},
+		// The gpt's head size: the largest fragments a lane holds in the
+		// emulation (its fiber stack is 64 KB).
+		{ir.BF16, 0x1p-8, 70, 64, true},
 	} {
 		t.Run(fmt.Sprintf("%s/T=%d/dh=%d/causal=%v", c.typ, c.T, c.dh, c.causal), func(t *testing.T) {
 			T, dh, e := c.T, c.dh, heads*c.dh
@@ -72,7 +77,7 @@ func TestAttentionMMAForm(t *testing.T) {
 			for n := 0; n < b; n++ {
 				for h := 0; h < heads; h++ {
 					for i := 0; i < T; i++ {
-						o, spread, lse := attentionSpread64(x, n, h, i, T, e, dh, c.causal)
+						o, spread, lse, dotAbs := attentionSpread64(x, n, h, i, T, e, dh, c.causal)
 						row := got[(n*T+i)*width:]
 						big := 0.0
 						for _, v := range o {
@@ -93,7 +98,8 @@ func TestAttentionMMAForm(t *testing.T) {
 						}
 						hi := math.Float32bits(float32(row[e+2*h])) >> 16
 						lo := math.Float32bits(float32(row[e+2*h+1])) >> 16
-						if g := float64(math.Float32frombits(hi<<16 | lo)); math.Abs(g-lse) > 1e-6*math.Abs(lse) && bad < 10 {
+						tol := 1e-6*math.Abs(lse) + float64(dh)*0x1p-24*dotAbs
+						if g := float64(math.Float32frombits(hi<<16 | lo)); math.Abs(g-lse) > tol && bad < 10 {
 							bad++
 							t.Errorf("b %d head %d query %d: log-sum-exp %.9g, float64 %.9g", n, h, i, g, lse)
 						}
@@ -135,20 +141,24 @@ func TestAttentionMMAForm(t *testing.T) {
 }
 
 // attentionSpread64 is attention64 with, per output column d, Σ_j w_j·|v_jd|
-// (w the softmax weights): the bound on what rounding the weights moves.
-func attentionSpread64(x []float32, n, h, i, T, e, dh int, causal bool) (o, spread []float64, lse float64) {
+// (w the softmax weights): the bound on what rounding the weights moves;
+// and the largest scaled Σ_d|q_d·k_d| over the visible keys, which bounds
+// the f32 sums' error in the scores.
+func attentionSpread64(x []float32, n, h, i, T, e, dh int, causal bool) (o, spread []float64, lse, dotAbs float64) {
 	o, lse = attention64(x, n, h, i, T, e, dh, causal)
 	at := func(t, part, d int) float64 { return float64(x[(n*T+t)*3*e+part*e+h*dh+d]) }
 	spread = make([]float64, dh)
 	for j := 0; j < T && !(causal && j > i); j++ {
-		dot := 0.0
+		dot, abs := 0.0, 0.0
 		for d := 0; d < dh; d++ {
 			dot += at(i, 0, d) * at(j, 1, d)
+			abs += math.Abs(at(i, 0, d) * at(j, 1, d))
 		}
+		dotAbs = math.Max(dotAbs, abs/math.Sqrt(float64(dh)))
 		w := math.Exp(dot/math.Sqrt(float64(dh)) - lse)
 		for d := range spread {
 			spread[d] += w * math.Abs(at(j, 2, d))
 		}
 	}
-	return o, spread, lse
+	return o, spread, lse, dotAbs
 }
