@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/ngen-ml/ngen/codegen"
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 	"math"
@@ -208,6 +209,29 @@ func TestDeclarationsMatchPackages(t *testing.T) {
 		}
 		if got, want := codegen.CUDA(p, r.CUDA), g.Module().Source; got != want {
 			t.Errorf("%s: the declaration's kernels (%d bytes) are not the package's (%d bytes)", pkg, len(got), len(want))
+		}
+	}
+}
+
+// TestAttentionFormBuild: -attention-form cuda-cores makes -device cuda's
+// run-time build of the gpt in bf16 keep its attention on CUDA cores (the
+// .cu alone, for NVRTC: no GPU needed to build it), and auto keeps the
+// tensor-core form.
+func TestAttentionFormBuild(t *testing.T) {
+	defer func(f ops.TensorForm) { attentionForm = f }(attentionForm)
+	say := func(string, ...any) {}
+	for _, c := range []struct {
+		form ops.TensorForm
+		name string
+		wmma bool
+	}{{ops.TensorNever, "gpt_bf16_cudacores_gpu", false}, {ops.TensorAuto, "gpt_bf16_gpu", true}} {
+		attentionForm = c.form
+		g, err := compileAMP("gpt", "bf16", "cuda", say)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(g.Module().Source, "wmma::mma_sync"); g.Name != c.name || has != c.wmma {
+			t.Errorf("-attention-form %s: build %s, wmma in its source %v; want %s, %v", c.form, g.Name, has, c.name, c.wmma)
 		}
 	}
 }

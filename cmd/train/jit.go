@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/models/builds"
 	"github.com/ngen-ml/ngen/runtime"
 )
@@ -17,6 +18,10 @@ import (
 // alone, which the CUDA backend compiles with NVRTC for its GPU. The build
 // is registered as a generated package registers itself.
 
+// attentionForm is -attention-form: 16-bit attention's GPU form in the
+// builds compileAMP makes for -device cuda (ngen build -attention-form).
+var attentionForm ops.TensorForm
+
 // declarations are the seed models' declarations by their f32 package's
 // name; TestDeclarationsMatchPackages checks each against its package.
 var declarations = builds.Declarations
@@ -29,7 +34,14 @@ func compileAMP(pkg, amp, device string, say func(string, ...any)) (*runtime.Gen
 		target, how = builds.GPU, "CUDA C for the GPU's NVRTC"
 	}
 	start := time.Now()
-	g, err := builds.Register(pkg, amp, target)
+	register := builds.Register
+	if target == builds.GPU && attentionForm != ops.TensorAuto {
+		register = func(pkg, amp string, _ builds.Target) (*runtime.Generated, error) {
+			return builds.RegisterAttentionForm(pkg, amp, attentionForm)
+		}
+		how += ", attention on CUDA cores"
+	}
+	g, err := register(pkg, amp, target)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/ngen-ml/ngen/compiler/ops"
 	"github.com/ngen-ml/ngen/runlog"
 	"github.com/ngen-ml/ngen/runtime"
 	_ "github.com/ngen-ml/ngen/runtime/cpu" // the default backend
@@ -59,6 +60,7 @@ func main() {
 		length  = flag.Int("length", 200, "characters to generate with -sample")
 		temp    = flag.Float64("temperature", 0.8, "sampling temperature for -sample (0: the most likely character)")
 		amp     = flag.String("amp", "", "mixed precision: bf16 or fp16 trains the model's mixed-precision build (generated/'s for mlp and convnet in bf16, else compiled at run time from the model's declaration and cached; docs/AMP.md), off (the default) the f32 one")
+		attn    = flag.String("attention-form", "auto", "with -amp on -device cuda: 16-bit attention's GPU form, auto (its products on tensor cores where the head size is a multiple of 16) or cuda-cores (as ngen build -attention-form); the CPU runs its own forms either way")
 		determ  = flag.Bool("deterministic", false, "refuse any configuration that cannot promise bit-identical parameters from run to run (CPU, -threads given, no -dist)")
 	)
 	rc := recipeFlags() // -lr, -schedule, -warmup, -min-lr, -clip, -weight-decay (recipe.go)
@@ -84,6 +86,11 @@ func main() {
 	}
 	if err == nil {
 		err = checkAMP(*name, *amp, seq, *device, *distMode, *torch)
+	}
+	if err == nil {
+		if attentionForm, err = ops.ParseTensorForm(*attn); err != nil {
+			err = fmt.Errorf("-attention-form: %v", err)
+		}
 	}
 	if err == nil {
 		err = rc.check()

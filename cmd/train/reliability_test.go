@@ -115,6 +115,7 @@ func TestFlagsRefusedByMain(t *testing.T) {
 		{[]string{"-model", "mlp", "-memory", "-5", "-batch", "auto", "-data", "/nonexistent"}, "-memory -5"},
 		{[]string{"-model", "mlp", "-threads", "1152921504606846976", "-data", "/nonexistent"}, "-threads"},
 		{[]string{"-model", "nosuch"}, `unknown model "nosuch"`},
+		{[]string{"-model", "gpt", "-amp", "bf16", "-attention-form", "tensor", "-data", "/nonexistent"}, "-attention-form"},
 	} {
 		code, out := trainMain(t, tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
