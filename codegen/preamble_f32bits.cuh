@@ -33,3 +33,18 @@ __device__ __forceinline__ float ngen_load_f32_bits(const __half *p) { return ng
 #if defined(__CUDA_ARCH__) ? __CUDA_ARCH__ >= 800 : defined(NGEN_EMU_GPU_FORMS)
 #define NGEN_WMMA16 1
 #endif
+// Its tiles are staged 16 bytes (8 elements) a thread at a time where the
+// addresses are 16-byte aligned: the 16 bytes at s where ok, else zeros.
+__device__ __forceinline__ void ngen_copy16_if(void *d, const void *s, bool ok) {
+#ifdef NGEN_EMU
+  if (ok)
+    memcpy(d, s, 16);
+  else
+    memset(d, 0, 16);
+#else
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (ok)
+    v = *reinterpret_cast<const uint4 *>(s);
+  *reinterpret_cast<uint4 *>(d) = v;
+#endif
+}

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ngen-ml/ngen/compiler/ir"
 )
@@ -82,16 +83,15 @@ func attentionFwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	g.f("float *const sSw = sS + w * %d;", mmaRows*ldS)
 	g.f("%s *const sPw = sP + w * %d;", H, mmaRows*ldP)
 	g.f("const %s zero16 = %s(0.f);", H, H)
+	g.alignedFlag(at, 0, 1, 2)
 	g.f("const long long nitems = %s * %d;", c.Dim(a.B), a.H*nqb)
 	g.f("for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {")
 	g.f("  const long long b = it / %d;", a.H*nqb)
 	g.f("  const int h = (int)(it / %d %% %d), i0 = (int)(it %% %d) * %d;", nqb, a.H, nqb, mmaQT)
 	g.f("  const int nq = %d - i0 < %d ? %d - i0 : %d;", a.Tq, mmaQT, a.Tq, mmaQT)
 	g.f("  const bool rows = w < %d && w * %d < nq; // the warp has queries", mmaWarps, mmaRows)
-	g.f("  for (int e = threadIdx.x; e < %d; e += blockDim.x) {", mmaQT*dh)
-	g.f("    const int i = e / %d, d = e %% %d;", dh, dh)
-	g.f("    sQ[i * %d + d] = i < nq ? %s : zero16;", ldh, at(0, fmt.Sprintf("(b * %d + i0 + i) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)))
-	g.f("  }")
+	g.stage("  ", "sQ", mmaQT, dh, ldh, "nq", func(idx string) string { return at(0, idx) },
+		fmt.Sprintf("(b * %d + i0 + x) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh), wq%8 == 0 && a.QOff%8 == 0, "vec")
 	g.f("  for (int i = threadIdx.x; i < %d; i += blockDim.x) { sM[i] = -NGEN_INF; sL[i] = 0.f; }", mmaQT)
 	g.f("  __syncthreads();")
 	g.f("  wmma::fragment<wmma::matrix_a, 16, 16, 16, %s, wmma::row_major> qf[%d];", H, dh/16)
@@ -105,11 +105,10 @@ func attentionFwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	g.kend("  ", v, a, " // later keys are masked for every query of the tile")
 	g.f("  for (int j0 = 0; j0 < kend; j0 += %d) {", kt)
 	g.f("    const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, kt, a.Tk, kt)
-	g.f("    for (int e = threadIdx.x; e < %d; e += blockDim.x) {", kt*dh)
-	g.f("      const int j = e / %d, d = e %% %d;", dh, dh)
-	g.f("      sK[j * %d + d] = j < nk ? %s : zero16;", ldh, at(1, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)))
-	g.f("      sV[j * %d + d] = j < nk ? %s : zero16;", ldh, at(2, fmt.Sprintf("(b * %d + j0 + j) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)))
-	g.f("    }")
+	g.stage("    ", "sK", kt, dh, ldh, "nk", func(idx string) string { return at(1, idx) },
+		fmt.Sprintf("(b * %d + j0 + x) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh), wk%8 == 0 && a.KOff%8 == 0, "vec")
+	g.stage("    ", "sV", kt, dh, ldh, "nk", func(idx string) string { return at(2, idx) },
+		fmt.Sprintf("(b * %d + j0 + x) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh), wv%8 == 0 && a.VOff%8 == 0, "vec")
 	g.f("    __syncthreads();")
 	g.f("    if (rows) {")
 	g.f("      {")
@@ -265,16 +264,19 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 		g.f("%s  if (lane == 0) { sDd[i] = dd; sLse[i] = i < nq ? ngen_load_f32_bits(&%s) : NGEN_INF; }", ind, at(4, "row + "+itoa(a.D)+" + 2 * h"))
 		g.f("%s}", ind)
 	}
-	load := func(ind, dst string, rows int, n, src string) {
-		g.f("%sfor (int e = threadIdx.x; e < %d; e += blockDim.x) {", ind, rows*dh)
-		g.f("%s  const int x = e / %d, d = e %% %d;", ind, dh, dh)
-		g.f("%s  %s[x * %d + d] = x < %s ? %s : zero16;", ind, dst, ldh, n, src)
-		g.f("%s}", ind)
+	// The item's own tiles (once per item) are staged an element at a
+	// time: 16 bytes at a time there too made ptxas spill 8 bytes in this
+	// kernel at head size 16 on sm_80; the tiles of the inner loop are the
+	// ones that count.
+	load := func(ind, dst string, rows int, n string, arg int, idx string, aligned bool) {
+		g.stage(ind, dst, rows, dh, ldh, n, func(i string) string { return at(arg, i) }, idx, aligned, "vec")
 	}
 	qAt := fmt.Sprintf("(b * %d + i0 + x) * %d + %d + h * %d + d", a.Tq, wq, a.QOff, dh)
 	oAt := fmt.Sprintf("(b * %d + i0 + x) * %d + h * %d + d", a.Tq, gw, dh)
 	kAt := fmt.Sprintf("(b * %d + j0 + x) * %d + %d + h * %d + d", a.Tk, wk, a.KOff, dh)
 	vAt := fmt.Sprintf("(b * %d + j0 + x) * %d + %d + h * %d + d", a.Tk, wv, a.VOff, dh)
+	qAl, oAl := wq%8 == 0 && a.QOff%8 == 0, gw%8 == 0
+	kAl, vAl := wk%8 == 0 && a.KOff%8 == 0, wv%8 == 0 && a.VOff%8 == 0
 	// products renders a warp's two products of a tile: S (into sW) and
 	// dP (into sDp), 16 rows by mmaInner columns, from its row fragments
 	// fa, fb and the tile's column operands ta, tb (col_major: their
@@ -351,6 +353,7 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	fragArr := func(ind, use, layout, names string, n int) {
 		g.f("%swmma::fragment<wmma::%s, 16, 16, 16, %s, wmma::%s> %s;", ind, use, H, layout, fmt.Sprintf(names, n))
 	}
+	g.alignedFlag(at, 0, 1, 2, 3)
 	g.f("const long long nitems = %s * %d;", c.Dim(a.B), a.H*per)
 	g.f("for (long long it = blockIdx.x; it < nitems; it += gridDim.x) {")
 	g.f("  const long long b = it / %d;", a.H*per)
@@ -358,8 +361,8 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	if nqi > 0 {
 		g.f("  if (x0 < %d) { // dq_i = scale · Σ_j ds_ij k_j over the key tiles", nqi)
 		g.f("    const int i0 = x0 * %d, nq = %d - i0 < %d ? %d - i0 : %d, nrows = nq;", mmaQT, a.Tq, mmaQT, a.Tq, mmaQT)
-		load("    ", "sA", mmaQT, "nq", at(1, qAt))
-		load("    ", "sB", mmaQT, "nq", at(0, oAt))
+		load("    ", "sA", mmaQT, "nq", 1, qAt, false)
+		load("    ", "sB", mmaQT, "nq", 0, oAt, false)
 		g.f("    __syncthreads();")
 		stats("    ", "sB", mmaQT)
 		g.f("    const bool rows = w < %d && w * %d < nq;", mmaWarps, mmaRows)
@@ -376,8 +379,8 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 		g.kend("    ", v, a, "")
 		g.f("    for (int j0 = 0; j0 < kend; j0 += %d) {", it)
 		g.f("      const int nk = %d - j0 < %d ? %d - j0 : %d;", a.Tk, it, a.Tk, it)
-		load("      ", "sT", it, "nk", at(2, kAt))
-		load("      ", "sU", it, "nk", at(3, vAt))
+		load("      ", "sT", it, "nk", 2, kAt, kAl)
+		load("      ", "sU", it, "nk", 3, vAt, vAl)
 		g.f("      __syncthreads();")
 		g.f("      if (rows) {")
 		products("        ", "qf", "of", "sT", "sU")
@@ -396,8 +399,8 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 	if nki > 0 {
 		g.f("  { // dv_j = Σ_i pd_ij dO_i and dk_j = scale · Σ_i ds_ij q_i over the query tiles")
 		g.f("    const int j0 = (x0 - %d) * %d, nk = %d - j0 < %d ? %d - j0 : %d, nrows = nk;", nqi, mmaQT, a.Tk, mmaQT, a.Tk, mmaQT)
-		load("    ", "sA", mmaQT, "nk", at(2, kAt))
-		load("    ", "sB", mmaQT, "nk", at(3, vAt))
+		load("    ", "sA", mmaQT, "nk", 2, kAt, false)
+		load("    ", "sB", mmaQT, "nk", 3, vAt, false)
 		g.f("    __syncthreads();")
 		g.f("    const bool rows = w < %d && w * %d < nk;", mmaWarps, mmaRows)
 		fragArr("    ", "matrix_a", "row_major", "kf[%d]", dh/16)
@@ -418,8 +421,8 @@ func attentionBwdMMA(c *Ctx, v *ir.Value, at func(int, string) string, out strin
 		}
 		g.f("    for (int i0 = istart; i0 < %d; i0 += %d) {", a.Tq, it)
 		g.f("      const int nq = %d - i0 < %d ? %d - i0 : %d;", a.Tq, it, a.Tq, it)
-		load("      ", "sT", it, "nq", at(1, qAt))
-		load("      ", "sU", it, "nq", at(0, oAt))
+		load("      ", "sT", it, "nq", 1, qAt, qAl)
+		load("      ", "sU", it, "nq", 0, oAt, oAl)
 		g.f("      __syncthreads();")
 		stats("      ", "sU", it)
 		g.f("      __syncthreads();")
@@ -463,4 +466,45 @@ func attentionBwdTensor(v *ir.Value) (ir.Shape, bool) {
 	a, _ := attentionDims(bwdView(v))
 	nq, nk := attnItems(v, a, mmaQT)
 	return ir.Shape{a.B, ir.D(a.H * (nq + nk))}, true
+}
+
+// stage renders the copy of a tile of a 16-bit operand into shared
+// memory: rows x of dh elements, element d of row x at the operand's
+// index idx (in x and d; elem renders the element), into dst[x·ldh + d],
+// zeros from row n on. Where every row of the operand starts at a
+// multiple of 8 elements (aligned), a thread copies 8 elements (16 bytes)
+// at a time if the operand's first element is 16-byte aligned, which the
+// kernel tests once (vec, alignedFlag) at run time; otherwise an element
+// at a time.
+func (g *cg) stage(ind, dst string, rows, dh, ldh int, n string, elem func(idx string) string, idx string, aligned bool, vec string) {
+	scalar := func(ind string) {
+		g.f("%sfor (int e = threadIdx.x; e < %d; e += blockDim.x) {", ind, rows*dh)
+		g.f("%s  const int x = e / %d, d = e %% %d;", ind, dh, dh)
+		g.f("%s  %s[x * %d + d] = x < %s ? %s : zero16;", ind, dst, ldh, n, elem(idx))
+		g.f("%s}", ind)
+	}
+	if !aligned {
+		scalar(ind)
+		return
+	}
+	g.f("%sif (%s) {", ind, vec)
+	g.f("%s  for (int e = threadIdx.x; e < %d; e += blockDim.x) {", ind, rows*dh/8)
+	g.f("%s    const int x = e / %d, d = e %% %d * 8;", ind, dh/8, dh/8)
+	g.f("%s    ngen_copy16_if(&%s[x * %d + d], &%s, x < %s);", ind, dst, ldh, elem(idx), n)
+	g.f("%s  }", ind)
+	g.f("%s} else {", ind)
+	scalar(ind + "  ")
+	g.f("%s}", ind)
+}
+
+// alignedFlag renders vec: whether the first elements of the arguments
+// in args are all 16-byte aligned (stage's condition), tested once. One
+// flag, not one per argument: a predicate register each made ptxas spill
+// the backward kernel at head size 16 (sm_80).
+func (g *cg) alignedFlag(at func(int, string) string, args ...int) {
+	var addrs []string
+	for _, i := range args {
+		addrs = append(addrs, "(unsigned long long)&"+at(i, "0"))
+	}
+	g.f("const bool vec = ((%s) & 15) == 0;", strings.Join(addrs, " | "))
 }
