@@ -69,13 +69,7 @@ func TestAttentionBytesAt1024(t *testing.T) {
 				build = tf.NewTransformerLM
 			}
 			p := compileDSL(t, build(c), batch)
-			r, err := MakeReport(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
-				t.Fatal(err)
-			}
+			r := h100Report(t, p)
 			var bytes, flops int64
 			var us float64
 			kernels := 0

@@ -49,7 +49,8 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 		// one argument list to whichever form the device runs.
 		c.Launch = launchParam
 	}
-	_, c.TensorCores = p.TensorForm.Use(d, v)
+	tensorBlocks, tensor := p.TensorForm.Use(d, v)
+	c.TensorCores = tensor
 	body := d.Loop(c, v, at, out[v])
 	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 		k.body.WriteString("  " + line + "\n")
@@ -63,8 +64,8 @@ func loopKernel(p *compiler.Program, g *compiler.Group, target ops.Target) *kern
 	if d.Blocks != nil {
 		blocks = d.Blocks(v)
 	}
-	if tb, ok := p.TensorForm.Use(d, v); ok {
-		blocks = tb
+	if tensor {
+		blocks = tensorBlocks
 	}
 	z, div := blocks.Size(), int64(0)
 	if st.Launches > 0 {

@@ -234,13 +234,7 @@ func TestModelGPUHalfGemms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := MakeReport(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
-				t.Fatal(err)
-			}
+			r := h100Report(t, p)
 			half := 0
 			for i, s := range r.Steps {
 				ga := r.gemmCalls[i]

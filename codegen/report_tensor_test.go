@@ -35,13 +35,7 @@ func TestModelGPUTensorAttention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := MakeReport(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
-				t.Fatal(err)
-			}
+			r := h100Report(t, p)
 			spec := GPUs["h100"]
 			rows := 0
 			for _, s := range r.Steps {
@@ -84,4 +78,18 @@ func TestModelGPUTensorAttention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// h100Report is p's report with its step modeled on an H100, one CUDA
+// graph per step.
+func h100Report(t *testing.T, p *compiler.Program) *Report {
+	t.Helper()
+	r, err := MakeReport(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ModelGPU("h100", GPUOptions{Graphs: true}); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
